@@ -1,0 +1,147 @@
+"""The small interface every cluster backend implements (simulated, Kubernetes).
+
+Backends know nothing of Django models: the portal hands them plain frozen values (``PodSet``) and reads back
+``PodState`` / ``scheduling.core.Node`` values. Every method is idempotent, because Celery tasks may run twice:
+creating pods that exist adopts them, admitting an ungated pod is a no-op, evicting a gone pod reports "gone".
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from scheduling.core.types import Node
+
+MANAGED_BY = "gpu-portal"
+
+
+class BackendError(Exception):
+    """A backend call failed for a reason the caller may retry later."""
+
+
+class ClusterUnavailable(BackendError):
+    """The cluster API cannot be reached (5xx, timeouts, connection refused): retry with back-off."""
+
+
+class InvalidPodSpec(BackendError):
+    """The cluster refused the pod as invalid (4xx other than conflicts): do not retry as is."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """Everything a backend needs to materialise one attempt of one job as gated pods."""
+
+    job_id: int
+    attempt: int
+    namespace: str
+    department: str
+    job_name: str
+    owner: str
+    image: str
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    pods: int
+    gpus_per_pod: int
+    gpu_resource: str  # e.g. "nvidia.com/gpu" or "nvidia.com/mig-3g.40gb"
+    node_labels: tuple[tuple[str, str], ...]  # the flavor's node labels, e.g. (("gpu-type", "a100"),)
+    cpu_millicores: int
+    memory_mib: int
+    tier: str
+    priority_class: str
+    urgency: str = "normal"
+    task_type: str = "train"
+    user_tier: str = "standard"
+    deadline: str | None = None  # ISO 8601
+    bid: int = 0
+    max_runtime_s: int = 3600
+    termination_grace_s: int = 30
+    pdb_min_available: int | None = None  # ask for a PodDisruptionBudget covering the job's pods
+    cluster: str = "default"
+
+    def pod_name(self, index: int) -> str:
+        base = f"job-{self.job_id}-a{self.attempt}"
+        return base if self.pods == 1 else f"{base}-{index}"
+
+    @property
+    def pod_names(self) -> tuple[str, ...]:
+        return tuple(self.pod_name(i) for i in range(self.pods))
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    """What the cluster says about one of the portal's pods.
+
+    ``phase``: Pending / Running / Succeeded / Failed / Unknown. ``reason`` carries the cause that matters to
+    the job: ``OOMKilled``, ``ErrImagePull``, ``ImagePullBackOff``, ``Unschedulable``, ``Evicted``,
+    ``Preempted``, ``DeadlineExceeded``, ``NodeLost``, ...
+    """
+
+    job_id: int
+    attempt: int
+    index: int
+    name: str
+    namespace: str
+    phase: str
+    gated: bool
+    node: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionOutcome:
+    """``status``: "accepted" (eviction created), "blocked" (429: a PodDisruptionBudget forbids it),
+    "gone" (no such pod any more)."""
+
+    status: str
+    pods: tuple[str, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    nodes: tuple[Node, ...] = ()
+    pods: tuple[PodState, ...] = field(default=())
+
+
+class ClusterBackend(abc.ABC):
+    """One cluster. ``name`` is the Cluster row's name."""
+
+    name: str = "default"
+
+    @abc.abstractmethod
+    def inventory(self) -> Inventory:
+        """Nodes (GPU capacity per flavor, incl. GPUs used by pods the portal does not own) and the portal's
+        pods, in a bounded number of API calls (lists, not per-object gets)."""
+
+    @abc.abstractmethod
+    def ensure_pods(self, podset: PodSet) -> None:
+        """Create the attempt's pods gated; adopt pods that already exist (409 AlreadyExists)."""
+
+    @abc.abstractmethod
+    def admit(self, podset: PodSet, placement: tuple[str, ...]) -> None:
+        """Narrow each gated pod to its node and remove the portal's scheduling gate (all pods or none of
+        a gang: only once every pod exists). A pod already ungated counts as done."""
+
+    @abc.abstractmethod
+    def evict(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+        """Evict the attempt's pods through the Eviction API (never a plain DELETE)."""
+
+    @abc.abstractmethod
+    def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
+        """Delete the attempt's pods (cancellation, clean-up of orphans). Missing pods are fine."""
+
+    def logs(
+        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False
+    ) -> Iterator[str]:
+        """Lines of the attempt's first pod's log."""
+        return iter(())
+
+    def ensure_priority_classes(self, classes: dict[str, int]) -> list[str]:
+        """Create/update the tier PriorityClasses; returns what changed. Backends without them no-op."""
+        return []

@@ -1,0 +1,35 @@
+"""Reason codes for pending jobs: the documented, closed set every pending job carries one of."""
+
+QUEUED = "queued"  # not looked at yet (new, or the cycle has not run)
+QUOTA_EXHAUSTED = "quota_exhausted"
+BORROW_LIMIT = "borrow_limit"
+NO_FITTING_NODE = "no_fitting_node"
+NO_CAPACITY = "no_capacity"
+WAITING_FOR_HIGHER_PRIORITY = "waiting_for_higher_priority"
+RESERVED_FOR_HEAD = "reserved_for_head"
+BUDGET_INSUFFICIENT = "budget_insufficient"
+PREEMPTION_COOLDOWN = "preemption_cooldown"
+PREEMPTION_RATE_LIMIT = "preemption_rate_limit"
+DISRUPTION_BUDGET = "disruption_budget"
+PREEMPTION_IN_PROGRESS = "preemption_in_progress"
+UNKNOWN_FLAVOR = "unknown_flavor"
+AWAITING_APPROVAL = "awaiting_approval"
+CLUSTER_UNREACHABLE = "cluster_unreachable"
+
+CODES: dict[str, str] = {
+    QUEUED: "Waiting for the next admission cycle.",
+    QUOTA_EXHAUSTED: "The department's quota for this GPU type is in use and nothing can be borrowed.",
+    BORROW_LIMIT: "The department is at its borrowing limit for this GPU type.",
+    NO_FITTING_NODE: "Enough GPUs are free in total, but no node (set) has them together (fragmentation).",
+    NO_CAPACITY: "All GPUs of this type are in use.",
+    WAITING_FOR_HIGHER_PRIORITY: "Jobs with a higher tier or score are ahead in the queue.",
+    RESERVED_FOR_HEAD: "Free GPUs are reserved for a larger job at the head of the queue.",
+    BUDGET_INSUFFICIENT: "The department has too few credits for this job's hold.",
+    PREEMPTION_COOLDOWN: "Possible victims have run less than the minimum runtime.",
+    PREEMPTION_RATE_LIMIT: "The preemption rate limit has been reached for now.",
+    DISRUPTION_BUDGET: "A PodDisruptionBudget forbids evicting the possible victims.",
+    PREEMPTION_IN_PROGRESS: "Victims are being evicted to make room for this job.",
+    UNKNOWN_FLAVOR: "No node offers this GPU type.",
+    AWAITING_APPROVAL: "A department admin must approve this job.",
+    CLUSTER_UNREACHABLE: "The cluster API is unreachable; the job will be retried.",
+}

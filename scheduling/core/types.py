@@ -1,0 +1,204 @@
+"""Frozen value types of the pure scheduling core.
+
+Nothing in ``scheduling.core`` imports Django, Kubernetes, Celery or reads a clock: the caller passes
+``Snapshot.now`` (seconds since the epoch, or any monotonic origin in the simulator). The same types feed the
+portal's admission cycle (built by ``scheduling.snapshot`` from the database) and the trace simulator.
+
+Units: time in seconds (float), GPUs as integers, money in integer milli-credits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+TIERS: tuple[str, ...] = ("realtime", "elastic", "backfill")
+TIER_RANK: Mapping[str, int] = MappingProxyType({t: i for i, t in enumerate(TIERS)})
+URGENCIES: tuple[str, ...] = ("low", "normal", "high", "critical")
+USER_TIERS: tuple[str, ...] = ("standard", "senior", "pi")
+TASK_TYPES: tuple[str, ...] = ("train", "inference", "processing")
+DEFAULT_CLUSTER = "default"
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One node's GPUs of one flavor.
+
+    ``used_by_others`` counts GPUs held by pods the portal does not own (they still use capacity);
+    GPUs used by the portal's own running jobs are derived from ``Snapshot.running`` placements.
+    """
+
+    name: str
+    flavor: str
+    gpus: int
+    used_by_others: int = 0
+    cluster: str = DEFAULT_CLUSTER
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[str, ...] = ()  # NoSchedule/NoExecute taint keys the portal's pods do not tolerate
+    schedulable: bool = True  # False when cordoned or not Ready
+
+    @property
+    def usable(self) -> bool:
+        return self.schedulable and not self.taints
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Kueue-style quota of one department for one flavor inside the (single, default) cohort.
+
+    ``borrowing_limit``: GPUs above nominal the department may borrow (None = unlimited).
+    ``lending_limit``: GPUs of its unused nominal it lends to the cohort (None = all of them).
+    """
+
+    department: str
+    flavor: str
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    id: int
+    department: str
+    flavor: str
+    tier: str = "elastic"
+    pods: int = 1
+    gpus_per_pod: int = 1
+    urgency: str = "normal"
+    user_tier: str = "standard"
+    user: str = ""
+    submitted_at: float = 0.0  # original submission, kept across preemptions (aging never resets)
+    deadline: float | None = None
+    max_runtime_s: float = 3600.0
+    bid: int = 0  # maximum price per GPU-hour the owner offers for borrowed capacity (milli-credits)
+    hold: int = 0  # credits the department must have available to admit this job (0 = free)
+    cluster: str | None = None  # pinned cluster, None = any
+    attempt: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.pods * self.gpus_per_pod
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    id: int
+    department: str
+    flavor: str
+    tier: str
+    placement: tuple[str, ...]  # node name of each pod
+    gpus_per_pod: int
+    started_at: float
+    max_runtime_s: float = 3600.0
+    borrowed: bool = False  # admitted (partly) on capacity borrowed from the cohort
+    urgency: str = "normal"
+    user_tier: str = "standard"
+    submitted_at: float = 0.0
+    bid: int = 0
+    cluster: str = DEFAULT_CLUSTER
+    disruption_budget: str | None = None  # name of the DisruptionBudget covering its pods
+    preemptible: bool = True  # False for realtime jobs and jobs being evicted already
+
+    @property
+    def pods(self) -> int:
+        return len(self.placement)
+
+    @property
+    def gpus(self) -> int:
+        return len(self.placement) * self.gpus_per_pod
+
+    @property
+    def expected_end(self) -> float:
+        return self.started_at + self.max_runtime_s
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """How many more pods of the covered jobs may be voluntarily disrupted now (a PDB's
+    ``status.disruptionsAllowed``)."""
+
+    name: str
+    disruptions_allowed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The scoring and preemption policy. Versioned and edited at runtime by platform admins.
+
+    ``weights`` maps (urgency, user_tier) to a weight; missing pairs weigh ``default_weight``.
+    """
+
+    version: int = 0
+    weights: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
+    default_weight: float = 1.0
+    aging_per_minute: float = 1.0
+    deadline_boost: float = 50.0
+    deadline_horizon_s: float = 6 * 3600.0
+    bid_weight: float = 0.01  # score points per milli-credit of bid
+    fair_share_weight: float = 20.0
+    usage_half_life_s: float = 7 * 86400.0
+    min_runtime_s: float = 600.0  # no job is preempted before it has run this long
+    preemption_rate_limit: int = 10  # at most this many victims per window
+    preemption_window_s: float = 600.0
+    realtime_start_target_s: float = 300.0
+    priority_classes: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType(
+            {"realtime": "ai-realtime", "elastic": "ai-elastic", "backfill": "ai-backfill"}
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    nodes: tuple[Node, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+    quotas: tuple[Quota, ...] = ()
+    policy: Policy = field(default_factory=Policy)
+    credits: Mapping[str, int] | None = None  # available credits per department; None = not enforced
+    usage: Mapping[str, float] = field(default_factory=lambda: _EMPTY)  # decayed GPU-seconds
+    disruption_budgets: tuple[DisruptionBudget, ...] = ()
+    recent_preemptions: int = 0  # victims preempted within policy.preemption_window_s before now
+
+
+# ---------------------------------------------------------------- decisions (the engine's output)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job_id: int
+    placement: tuple[str, ...]  # node name of each pod, in pod-index order
+    cluster: str = DEFAULT_CLUSTER
+    borrowed: bool = False
+    price: int | None = None  # clearing price per GPU-hour for borrowed capacity, None = base price
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    preemptor_id: int
+    victim_ids: tuple[int, ...]
+    reason: str  # "priority" (realtime needs room) or "reclaim" (lender takes back its nominal quota)
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    job_id: int
+    code: str  # one of scheduling.core.reasons.CODES
+    message: str  # one line, for a human
+    detail: Mapping[str, object] = field(default_factory=lambda: _EMPTY)
+    estimated_start: float | None = None  # None: unknown (we do not pretend)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    pending: tuple[PendingReason, ...] = ()
+    clearing_prices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    figures: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
