@@ -1,0 +1,34 @@
+"""Bearer-token authentication for notebooks and scripts: ``Authorization: Bearer gpp_<id>_<secret>``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from portal.models import ApiToken
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        parts = header.split()
+        if parts[0] not in (self.keyword, "Token"):
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed("Malformed Authorization header: use 'Bearer <token>'.")
+        token = ApiToken.authenticate(parts[1])
+        if token is None or not token.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid, expired or revoked API token.")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=5):
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)  # throttled bookkeeping write
+        return token.user, token
+
+    def authenticate_header(self, request):
+        return self.keyword

@@ -1,0 +1,155 @@
+"""Tenancy: departments, memberships (role + user tier) and API tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+SLUG = RegexValidator(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$", "Lower-case letters, digits and dashes.")
+
+
+class Department(models.Model):
+    """A tenant. Its slug names its Kubernetes namespace (KUBE_NAMESPACE_TEMPLATE)."""
+
+    slug = models.CharField(max_length=40, unique=True, validators=[SLUG])
+    name = models.CharField(max_length=120)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    RESEARCHER = "researcher", "Researcher"
+    DEPARTMENT_ADMIN = "department_admin", "Department admin"
+    PLATFORM_ADMIN = "platform_admin", "Platform admin"
+
+
+class UserTier(models.TextChoices):
+    STANDARD = "standard", "Standard"
+    SENIOR = "senior", "Senior"
+    PI = "pi", "Principal investigator"
+
+
+class Membership(models.Model):
+    """A user's one department, role and user tier (the tier weighs in the scheduling score)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="members")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.RESEARCHER)
+    user_tier = models.CharField(max_length=20, choices=UserTier.choices, default=UserTier.STANDARD)
+
+    class Meta:
+        ordering = ["department__slug", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.department} ({self.role})"
+
+    @property
+    def is_platform_admin(self) -> bool:
+        return self.role == Role.PLATFORM_ADMIN
+
+    @property
+    def is_department_admin(self) -> bool:
+        return self.role in (Role.DEPARTMENT_ADMIN, Role.PLATFORM_ADMIN)
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def live(self):
+        return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
+
+
+class ApiToken(models.Model):
+    """A bearer token for notebooks and scripts. Only its SHA-256 is stored; it expires."""
+
+    PREFIX = "gpp"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=80)
+    key_id = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.user}:{self.name}"
+
+    @classmethod
+    def issue(cls, *, user, name: str, ttl_days: int | None = None) -> tuple[ApiToken, str]:
+        """Create a token; returns it and the plain secret, which is shown once and never stored."""
+        ttl = ttl_days if ttl_days is not None else settings.API_TOKEN_TTL_DAYS
+        key_id = secrets.token_hex(6)
+        secret = secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            user=user,
+            name=name,
+            key_id=key_id,
+            key_hash=_hash(secret),
+            expires_at=timezone.now() + timedelta(days=ttl),
+        )
+        return token, f"{cls.PREFIX}_{key_id}_{secret}"
+
+    @classmethod
+    def authenticate(cls, raw: str) -> ApiToken | None:
+        try:
+            prefix, key_id, secret = raw.split("_", 2)
+        except ValueError:
+            return None
+        if prefix != cls.PREFIX:
+            return None
+        token = cls.objects.live().select_related("user").filter(key_id=key_id).first()
+        if token is None or not secrets.compare_digest(token.key_hash, _hash(secret)):
+            return None
+        return token
+
+
+class AuditEntry(models.Model):
+    """Who changed what, when, from which value to which (quotas, budgets, prices, policy, approvals).
+
+    Append-only: the model refuses updates and deletes; on PostgreSQL a trigger refuses them too.
+    """
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=60)
+    object_type = models.CharField(max_length=60)
+    object_id = models.CharField(max_length=64)
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.SET_NULL)
+    old = models.JSONField(null=True, blank=True)
+    new = models.JSONField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.object_type}:{self.object_id}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("audit entries are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("audit entries are append-only")

@@ -1,0 +1,228 @@
+"""Django settings. Every value that varies per deployment comes from portal.config (environment)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import dj_database_url
+
+from portal import config
+
+ENV = config.load()
+BASE_DIR = config.BASE_DIR
+DATA_DIR = Path(str(ENV["DATA_DIR"]))
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    if ENV["SECRET_KEY"]:
+        return str(ENV["SECRET_KEY"])
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = bool(ENV["DEBUG"])
+ALLOWED_HOSTS = [h.strip() for h in str(ENV["ALLOWED_HOSTS"]).split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in str(ENV["CSRF_TRUSTED_ORIGINS"]).split(",") if o.strip()]
+TESTING = "pytest" in sys.modules
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_prometheus",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "portal",
+    "quotas",
+    "scheduling",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context.membership",
+            ]
+        },
+    }
+]
+
+# ------------------------------------------------------------------------------------------ database
+if ENV["DATABASE_URL"]:
+    DATABASES = {"default": dj_database_url.parse(str(ENV["DATABASE_URL"]), conn_max_age=60)}
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends.postgresql"
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django_prometheus.db.backends.sqlite3",
+            "NAME": DATA_DIR / "portal.sqlite3",
+            # WAL + IMMEDIATE: the web process and the worker write concurrently on one laptop.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+IS_POSTGRES = "postgresql" in DATABASES["default"]["ENGINE"]
+
+# ------------------------------------------------------------------------------------------ cache / redis
+REDIS_URL = str(ENV["REDIS_URL"]) or (
+    str(ENV["CELERY_BROKER_URL"]) if str(ENV["CELERY_BROKER_URL"]).startswith("redis") else ""
+)
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# ------------------------------------------------------------------------------------------ celery
+CELERY_BROKER_URL = str(ENV["CELERY_BROKER_URL"]) or "filesystem://"
+if CELERY_BROKER_URL == "filesystem://":
+    _broker_dir = DATA_DIR / "broker"
+    for sub in ("out", "processed"):
+        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "data_folder_processed": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_ALWAYS_EAGER = bool(ENV["CELERY_TASK_ALWAYS_EAGER"])
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True  # a task whose worker dies is redelivered; every task is idempotent
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = 120
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {
+    "scheduling.cycle.*": {"queue": "cycle"},
+    "scheduling.pods.*": {"queue": "pods"},
+}
+CELERY_BEAT_SCHEDULE = {
+    "admission-cycle": {"task": "scheduling.cycle.run", "schedule": float(ENV["CYCLE_INTERVAL_S"])},
+    "sync-cluster": {"task": "scheduling.cycle.sync", "schedule": float(ENV["CYCLE_INTERVAL_S"])},
+    "reconcile": {"task": "scheduling.cycle.reconcile", "schedule": float(ENV["RECONCILE_INTERVAL_S"])},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+# ------------------------------------------------------------------------------------------ scheduling
+SCHEDULING_BACKEND = str(ENV["SCHEDULING_BACKEND"])
+SIM_SPEEDUP = float(ENV["SIM_SPEEDUP"])
+KUBECONFIG = str(ENV["KUBECONFIG"])
+KUBE_NAMESPACE_TEMPLATE = str(ENV["KUBE_NAMESPACE_TEMPLATE"])
+KUBE_QPS = float(ENV["KUBE_QPS"])
+KUBE_BURST = int(ENV["KUBE_BURST"])
+API_TOKEN_TTL_DAYS = int(ENV["API_TOKEN_TTL_DAYS"])
+LOCK_DIR = DATA_DIR / "locks"
+LOCK_DIR.mkdir(exist_ok=True)
+
+# ------------------------------------------------------------------------------------------ auth
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:jobs"
+LOGOUT_REDIRECT_URL = "login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "portal.api.Pagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.errors.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_THROTTLE_RATES": {"submit": "120/min"},
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU portal API",
+    "DESCRIPTION": "Submit and follow GPU jobs; read quotas, flavors and departments.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# ------------------------------------------------------------------------------------------ i18n / static
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
+WHITENOISE_USE_FINDERS = True  # serve straight from the apps in the embedded mode, no collectstatic needed
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+# ------------------------------------------------------------------------------------------ security
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if ENV["SECURE_SSL"]:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = 31536000
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": str(ENV["LOG_LEVEL"])},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,107 @@
+"""Portal API: who am I, departments, API tokens; health."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.http import JsonResponse
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.errors import Forbidden
+from portal.models import ApiToken, Department, Membership
+from portal.tenancy import membership_of
+
+
+def healthz(request):
+    """Liveness + database reachability, for load balancers and Kubernetes probes (no auth)."""
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+        return JsonResponse({"status": "ok"})
+    except Exception as exc:  # noqa: BLE001
+        return JsonResponse({"status": "error", "error": type(exc).__name__}, status=503)
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["department", "role", "user_tier"]
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    membership = MembershipSerializer(allow_null=True)
+
+
+class MeView(APIView):
+    @extend_schema(responses=MeSerializer)
+    def get(self, request):
+        m = membership_of(request.user)
+        return Response({
+            "username": request.user.get_username(),
+            "email": request.user.email,
+            "membership": MembershipSerializer(m).data if m else None,
+        })
+
+
+class DepartmentSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Department
+        fields = ["slug", "name"]
+
+
+class DepartmentViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = DepartmentSerializer
+    lookup_field = "slug"
+
+    def get_queryset(self):
+        m = membership_of(self.request.user)
+        if m is None:
+            return Department.objects.none()
+        if m.is_platform_admin:
+            return Department.objects.all()
+        return Department.objects.filter(pk=m.department_id)
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "key_id", "created_at", "expires_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class TokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=80)
+    ttl_days = serializers.IntegerField(min_value=1, max_value=365, required=False)
+
+
+class TokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Your API tokens. The secret is returned once, at creation; only its hash is stored."""
+
+    serializer_class = TokenSerializer
+
+    def get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user)
+
+    @extend_schema(request=TokenCreateSerializer, responses={201: TokenSerializer})
+    def create(self, request):
+        if request.auth is not None and isinstance(request.auth, ApiToken):
+            raise Forbidden("Create tokens from a logged-in session, not with another token.")
+        s = TokenCreateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        token, secret = ApiToken.issue(user=request.user, **s.validated_data)
+        return Response({**TokenSerializer(token).data, "token": secret}, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        token = self.get_object()
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        token.refresh_from_db()
+        return Response(TokenSerializer(token).data)

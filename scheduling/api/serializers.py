@@ -1,0 +1,225 @@
+"""Input validation and output shapes of the jobs API. Validation only; use cases live in services."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from django.utils import timezone
+from rest_framework import serializers
+
+from quotas.models import Flavor
+from scheduling.models import Job, JobEvent, TaskType, Tier, Urgency
+
+# OCI/Docker reference: [registry[:port]/]path[:tag][@digest], lower-case path components.
+IMAGE_RE = re.compile(
+    r"^(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    r"(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@sha256:[a-f0-9]{64})?$"
+)
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_ENV_PREFIXES = ("KUBERNETES_", "NVIDIA_")
+RESERVED_ENV_NAMES = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
+MAX_COMMAND_ITEMS = 256
+MAX_COMMAND_BYTES = 32 * 1024
+MAX_ENV = 100
+MAX_RUNTIME_S = 14 * 86400
+CPU_RE = re.compile(r"^([0-9]+(?:\.[0-9]{1,3})?)(m?)$")
+MEM_RE = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+MEM_MIB = {"Ki": Decimal(1) / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024, "K": Decimal(1000) / 1048576,
+           "M": Decimal(10**6) / 1048576, "G": Decimal(10**9) / 1048576, "T": Decimal(10**12) / 1048576, None: Decimal(1) / 1048576}
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer that must be a JSON integer: no 2.5, no "2", no true."""
+
+    default_error_messages = {"invalid": "A whole number is required (JSON integer, e.g. 2)."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class CpuField(serializers.Field):
+    default_error_messages = {"invalid": 'CPU as cores ("4", 0.5) or millicores ("500m").',
+                              "range": "CPU must be between 100m and 256 cores."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        m = CPU_RE.match(str(data).strip())
+        if not m:
+            self.fail("invalid")
+        try:
+            milli = int(Decimal(m.group(1)) * (1 if m.group(2) else 1000))
+        except InvalidOperation:
+            self.fail("invalid")
+        if not 100 <= milli <= 256_000:
+            self.fail("range")
+        return milli
+
+    def to_representation(self, value):
+        return f"{value}m"
+
+
+class MemoryField(serializers.Field):
+    default_error_messages = {"invalid": 'Memory as a Kubernetes quantity, e.g. "16Gi" or "512Mi".',
+                              "range": "Memory must be between 128Mi and 4Ti."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, str | int):
+            self.fail("invalid")
+        m = MEM_RE.match(str(data).strip())
+        if not m:
+            self.fail("invalid")
+        mib = int(Decimal(m.group(1)) * MEM_MIB[m.group(2)])
+        if not 128 <= mib <= 4 * 1024 * 1024:
+            self.fail("range")
+        return mib
+
+    def to_representation(self, value):
+        return f"{value}Mi"
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=63)
+    image = serializers.CharField(max_length=512)
+    command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
+                                    allow_empty=False, max_length=MAX_COMMAND_ITEMS)
+    env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
+                                                            trim_whitespace=False), required=False, default=dict)
+    flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
+    gpus = StrictIntegerField(min_value=1, max_value=64, help_text="GPUs per pod")
+    pods = StrictIntegerField(min_value=1, max_value=64, required=False, default=1,
+                              help_text="pods admitted all-or-nothing (gang)")
+    cpu = CpuField(required=False, default=4000, source="cpu_millicores")  # defaults skip parsing
+    memory = MemoryField(required=False, default=16384, source="memory_mib")
+    tier = serializers.ChoiceField(choices=Tier.choices, required=False, default=Tier.ELASTIC)
+    urgency = serializers.ChoiceField(choices=Urgency.choices, required=False, default=Urgency.NORMAL)
+    task_type = serializers.ChoiceField(choices=TaskType.choices, required=False, default=TaskType.TRAIN)
+    deadline = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    max_runtime_s = StrictIntegerField(min_value=60, max_value=MAX_RUNTIME_S, required=False, default=3600)
+    bid = StrictIntegerField(min_value=0, max_value=10**9, required=False, default=0,
+                             help_text="max milli-credits per GPU-hour offered for borrowed capacity")
+    termination_grace_s = StrictIntegerField(min_value=0, max_value=3600, required=False, default=30)
+    pdb_min_available = StrictIntegerField(min_value=1, max_value=64, required=False, allow_null=True,
+                                           default=None)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        unknown = sorted(set(data) - set(self.fields))
+        errors = {}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            errors = dict(exc.detail)
+            value = None
+        for name in unknown:
+            errors[name] = [serializers.ErrorDetail(
+                f"Unknown field {name!r}. Jobs cannot set raw pod fields.", code="unknown_field")]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+    def validate_name(self, value):
+        if not NAME_RE.match(value):
+            raise serializers.ValidationError("Letters, digits, space, '_', '.', '-'; up to 63; starts alnum.")
+        return value
+
+    def validate_image(self, value):
+        if not IMAGE_RE.match(value):
+            raise serializers.ValidationError(
+                "Not a valid image reference (e.g. nvcr.io/nvidia/pytorch:24.05-py3 or repo/img@sha256:...).",
+                code="invalid_image",
+            )
+        return value
+
+    def validate_command(self, value):
+        if any(not part for part in value):
+            raise serializers.ValidationError("Command arguments must not be empty strings.", code="blank")
+        if sum(len(p.encode()) for p in value) > MAX_COMMAND_BYTES:
+            raise serializers.ValidationError(f"The command is longer than {MAX_COMMAND_BYTES} bytes.",
+                                              code="too_long")
+        return value
+
+    def validate_env(self, value):
+        if len(value) > MAX_ENV:
+            raise serializers.ValidationError(f"At most {MAX_ENV} variables.", code="too_many")
+        bad = []
+        for key in value:
+            if not ENV_NAME_RE.match(key):
+                bad.append(f"{key!r} is not a valid variable name.")
+            elif key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
+                bad.append(f"{key!r} is reserved for the platform.")
+        if bad:
+            raise serializers.ValidationError(bad, code="invalid_env")
+        return value
+
+    def validate_deadline(self, value):
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("The deadline is in the past.", code="past")
+        return value
+
+    def validate(self, attrs):
+        from scheduling.services.jobs import validate_gpus_fit
+
+        if attrs.get("pdb_min_available") is not None and attrs["pdb_min_available"] > attrs.get("pods", 1):
+            raise serializers.ValidationError(
+                {"pdb_min_available": ["Cannot exceed the number of pods."]}, code="invalid")
+        validate_gpus_fit(flavor=attrs["flavor"], gpus=attrs["gpus"])
+        return attrs
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["at", "attempt", "kind", "from_state", "to_state", "reason_code", "message", "data", "actor"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cpu = CpuField(source="cpu_millicores", read_only=True)
+    memory = MemoryField(source="memory_mib", read_only=True)
+    reason = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
+            "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
+            "deadline", "max_runtime_s", "bid", "termination_grace_s", "pdb_min_available", "attempt",
+            "cluster", "placement", "borrowed", "price", "exit_code", "preemption_count", "submitted_at",
+            "admitted_at", "started_at", "finished_at",
+        ]
+        read_only_fields = fields
+
+    def get_reason(self, job) -> dict:
+        return {"code": job.reason_code, "message": job.reason_message, "detail": job.reason_detail}
+
+
+class JobDetailSerializer(JobSerializer):
+    events = JobEventSerializer(many=True, read_only=True)
+    queue_position = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "queue_position", "events"]
+        read_only_fields = fields
+
+    def get_queue_position(self, job) -> int | None:
+        from scheduling.selectors import queue_position
+
+        return queue_position(job=job)
+
+
+class CancelSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")

@@ -1,0 +1,325 @@
+"""Jobs and their lifecycle, the clusters they run on, the scheduling policy and the preemption audit trail.
+
+State changes of a Job are compare-and-set updates (``scheduling.services.jobs.transition``), never a blind
+``save()``: a transition names the states it may leave, and loses cleanly when another process got there first.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.models import Department
+from quotas.models import Flavor
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster (or the simulated one). One is the default; federation registers more."""
+
+    name = models.SlugField(max_length=40, unique=True)
+    backend = models.CharField(max_length=20, default="simulated")
+    is_default = models.BooleanField(default=False)
+    reachable = models.BooleanField(default=True)
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["is_default"], condition=Q(is_default=True), name="one_default_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    """One node's GPUs of one flavor, as last reported by the cluster backend (inventory)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="nodes")
+    gpus = models.PositiveIntegerField()
+    used_by_others = models.PositiveIntegerField(default=0)
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    schedulable = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name", "flavor"], name="node_unique_cluster_name_flavor")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name} ({self.gpus}x {self.flavor})"
+
+
+class JobState(models.TextChoices):
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    QUEUED = "queued", "Queued"
+    ADMITTED = "admitted", "Admitted"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    PREEMPTED = "preempted", "Preempted"
+
+
+ACTIVE_STATES = (JobState.ADMITTED, JobState.RUNNING)  # holding GPUs
+WAITING_STATES = (JobState.PENDING_APPROVAL, JobState.QUEUED, JobState.PREEMPTED)
+FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+# The lifecycle: every allowed move. Anything else is refused by transition().
+TRANSITIONS: dict[str, tuple[str, ...]] = {
+    JobState.PENDING_APPROVAL: (JobState.QUEUED, JobState.CANCELLED, JobState.FAILED),
+    JobState.QUEUED: (JobState.ADMITTED, JobState.CANCELLED, JobState.FAILED),
+    JobState.ADMITTED: (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                        JobState.PREEMPTED, JobState.QUEUED),
+    JobState.RUNNING: (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED,
+                       JobState.QUEUED),
+    JobState.PREEMPTED: (JobState.QUEUED, JobState.CANCELLED),
+    JobState.SUCCEEDED: (),
+    JobState.FAILED: (),
+    JobState.CANCELLED: (),
+}
+
+
+class Tier(models.TextChoices):
+    REALTIME = "realtime", "Realtime (starts within 5 minutes, never preempted)"
+    ELASTIC = "elastic", "Elastic (interruptible batch training)"
+    BACKFILL = "backfill", "Backfill (dev/test, lowest)"
+
+
+class Urgency(models.TextChoices):
+    LOW = "low", "Low"
+    NORMAL = "normal", "Normal"
+    HIGH = "high", "High"
+    CRITICAL = "critical", "Critical"
+
+
+class TaskType(models.TextChoices):
+    TRAIN = "train", "Training"
+    INFERENCE = "inference", "Inference"
+    PROCESSING = "processing", "Data processing"
+
+
+class JobQuerySet(models.QuerySet):
+    def for_user(self, user):
+        """The one tenant-scoping entry point: platform admins see every job, members their department's,
+        anyone else nothing. Every view reads jobs through this."""
+        from portal.tenancy import membership_of
+
+        m = membership_of(user)
+        if m is None:
+            return self.none()
+        if m.is_platform_admin:
+            return self
+        return self.filter(department_id=m.department_id)
+
+    def active(self):
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def waiting(self):
+        return self.filter(state=JobState.QUEUED)
+
+
+class Job(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=63)
+    image = models.CharField(max_length=512)
+    command = models.JSONField()
+    env = models.JSONField(default=dict, blank=True)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
+    gpus = models.PositiveIntegerField(validators=[MinValueValidator(1)], help_text="GPUs per pod")
+    pods = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    cpu_millicores = models.PositiveIntegerField(default=4000)
+    memory_mib = models.PositiveIntegerField(default=16384)
+    tier = models.CharField(max_length=10, choices=Tier.choices, default=Tier.ELASTIC)
+    urgency = models.CharField(max_length=10, choices=Urgency.choices, default=Urgency.NORMAL)
+    task_type = models.CharField(max_length=12, choices=TaskType.choices, default=TaskType.TRAIN)
+    user_tier = models.CharField(max_length=20, default="standard")
+    deadline = models.DateTimeField(null=True, blank=True)
+    max_runtime_s = models.PositiveIntegerField(default=3600)
+    bid = models.PositiveIntegerField(default=0, help_text="max milli-credits per GPU-hour on borrowed GPUs")
+    termination_grace_s = models.PositiveIntegerField(default=30)
+    pdb_min_available = models.PositiveIntegerField(null=True, blank=True)
+
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
+    reason_code = models.CharField(max_length=40, blank=True)
+    reason_message = models.CharField(max_length=300, blank=True)
+    reason_detail = models.JSONField(default=dict, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    placement = models.JSONField(default=list, blank=True)
+    borrowed = models.BooleanField(default=False)
+    price = models.PositiveIntegerField(null=True, blank=True, help_text="clearing price when borrowed")
+    exit_code = models.IntegerField(null=True, blank=True)
+    preemption_count = models.PositiveIntegerField(default=0)
+
+    submitted_at = models.DateTimeField(default=timezone.now, db_index=True)  # original, kept across attempts
+    queued_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_preempted_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - NULL = no key
+    request_hash = models.CharField(max_length=64, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="job_unique_owner_idempotency_key",
+            ),
+            models.CheckConstraint(condition=Q(gpus__gte=1) & Q(pods__gte=1), name="job_gpus_positive"),
+            models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["department", "state"]),
+            models.Index(fields=["state", "submitted_at", "id"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.name})"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.pods
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+class JobEvent(models.Model):
+    """The append-only timeline of a job: every transition and every decision, with its reason."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    attempt = models.PositiveIntegerField(default=1)
+    kind = models.CharField(max_length=40)  # transition | reason | preemption | eviction | pod | note
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20, blank=True)
+    reason_code = models.CharField(max_length=40, blank=True)
+    message = models.CharField(max_length=500, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind} {self.to_state or self.reason_code}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("job events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("job events are append-only")
+
+
+class PolicyVersion(models.Model):
+    """Every version of the scheduling policy is kept; the highest version is in force."""
+
+    version = models.PositiveIntegerField(unique=True)
+    data = models.JSONField()
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    comment = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-version"]
+
+    def __str__(self) -> str:
+        return f"policy v{self.version}"
+
+
+class Preemption(models.Model):
+    """The durable audit record of one preemption decision and what became of it."""
+
+    preemptor = models.ForeignKey(Job, null=True, on_delete=models.SET_NULL, related_name="preemptions_caused")
+    reason = models.CharField(max_length=20)  # priority | reclaim
+    message = models.CharField(max_length=500, blank=True)
+    policy_version = models.PositiveIntegerField(default=0)
+    decided_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-decided_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"preemption {self.pk} ({self.reason}) for job {self.preemptor_id}"
+
+
+class PreemptionVictim(models.Model):
+    class Status(models.TextChoices):
+        DECIDED = "decided"
+        REQUESTED = "requested"
+        BLOCKED = "blocked"  # 429: a PodDisruptionBudget forbade the eviction
+        EVICTED = "evicted"
+        REQUEUED = "requeued"
+        RESTARTED = "restarted"
+
+    preemption = models.ForeignKey(Preemption, on_delete=models.CASCADE, related_name="victims")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="preempted_by")
+    attempt = models.PositiveIntegerField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.DECIDED)
+    gpu_seconds_lost = models.PositiveIntegerField(default=0)
+    eviction_requested_at = models.DateTimeField(null=True, blank=True)
+    evicted_at = models.DateTimeField(null=True, blank=True)
+    requeued_at = models.DateTimeField(null=True, blank=True)
+    restarted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["preemption_id", "job_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["preemption", "job"], name="victim_unique_preemption_job"),
+        ]
+
+    def __str__(self) -> str:
+        return f"victim job {self.job_id} a{self.attempt}: {self.status}"
+
+
+class SimPod(models.Model):
+    """A pod of the simulated cluster backend. Kept in the database so that web, worker and beat processes
+    share one simulated cluster and a restart loses nothing (the simulated kubelet is ``advance()``)."""
+
+    cluster = models.CharField(max_length=40, default="default")
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    job_id = models.BigIntegerField(db_index=True)
+    attempt = models.PositiveIntegerField()
+    index = models.PositiveIntegerField(default=0)
+    gated = models.BooleanField(default=True)
+    node = models.CharField(max_length=253, blank=True)
+    phase = models.CharField(max_length=12, default="Pending")
+    reason = models.CharField(max_length=40, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    runtime_s = models.FloatField(default=3600)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    log = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="simpod_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.phase})"

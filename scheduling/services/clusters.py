@@ -1,0 +1,297 @@
+"""Cluster-facing use cases: PodSets from jobs, inventory sync, pod-state -> job transitions, reconcile.
+
+The same code serves the simulated and the Kubernetes backend (and the Kubernetes watcher, which feeds
+``apply_pod_states`` one event at a time).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.models import Flavor
+from scheduling.backends import get_backend
+from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
+from scheduling.core import reasons
+from scheduling.models import Cluster, Job, JobState, Node, PreemptionVictim
+from scheduling.services.jobs import enqueue_pod_creation, namespace_for, record_event, transition
+from scheduling.services.policy import current_policy
+
+log = logging.getLogger(__name__)
+
+PRIORITY_VALUES = {"realtime": 1_000_000, "elastic": 100_000, "backfill": 1_000}
+EVICTION_REASONS = {"Evicted", "Preempted", "DisruptionTarget", "TerminationByKubelet"}
+PLATFORM_REASONS = {"NodeLost", "Unschedulable", "NodeAffinity", "NodeShutdown", "UnexpectedAdmissionError"}
+FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
+# A job admitted longer ago than this whose pods are missing from the cluster is treated as lost.
+LOST_GRACE = timedelta(seconds=60)
+
+
+def default_cluster() -> Cluster:
+    cluster = Cluster.objects.filter(is_default=True).first()
+    if cluster is None:
+        from django.conf import settings
+
+        cluster, _ = Cluster.objects.get_or_create(
+            name="default", defaults={"is_default": True, "backend": settings.SCHEDULING_BACKEND}
+        )
+    return cluster
+
+
+def podset_for(job: Job) -> PodSet:
+    policy, _ = current_policy()
+    return PodSet(
+        job_id=job.pk,
+        attempt=job.attempt,
+        namespace=namespace_for(job.department.slug),
+        department=job.department.slug,
+        job_name=job.name,
+        owner=job.owner.get_username(),
+        image=job.image,
+        command=tuple(job.command),
+        env=tuple(sorted((str(k), str(v)) for k, v in (job.env or {}).items())),
+        pods=job.pods,
+        gpus_per_pod=job.gpus,
+        gpu_resource=job.flavor.resource_name,
+        node_labels=tuple(sorted((str(k), str(v)) for k, v in (job.flavor.node_labels or {}).items())),
+        cpu_millicores=job.cpu_millicores,
+        memory_mib=job.memory_mib,
+        tier=job.tier,
+        priority_class=policy.priority_classes.get(job.tier, f"ai-{job.tier}"),
+        urgency=job.urgency,
+        task_type=job.task_type,
+        user_tier=job.user_tier,
+        deadline=job.deadline.isoformat() if job.deadline else None,
+        bid=job.bid,
+        max_runtime_s=job.max_runtime_s,
+        termination_grace_s=job.termination_grace_s,
+        pdb_min_available=job.pdb_min_available,
+        cluster=job.cluster.name if job.cluster_id else default_cluster().name,
+    )
+
+
+def ensure_priority_classes() -> list[str]:
+    policy, _ = current_policy()
+    classes = {policy.priority_classes.get(t, f"ai-{t}"): v for t, v in PRIORITY_VALUES.items()}
+    changed: list[str] = []
+    for cluster in Cluster.objects.all() or [default_cluster()]:
+        changed += get_backend(cluster.name).ensure_priority_classes(classes)
+    return changed
+
+
+# ------------------------------------------------------------------------------------------ inventory
+
+
+def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
+    """Read the cluster once (nodes + the portal's pods), store nodes, and move jobs from their pods."""
+    cluster = cluster or default_cluster()
+    backend = get_backend(cluster.name)
+    try:
+        inv = backend.inventory()
+    except ClusterUnavailable as exc:
+        Cluster.objects.filter(pk=cluster.pk).update(reachable=False, last_error=str(exc)[:2000])
+        return {"unreachable": 1}
+    Cluster.objects.filter(pk=cluster.pk).update(reachable=True, last_error="", last_sync_at=timezone.now())
+    if cluster.backend != "simulated":
+        store_nodes(cluster=cluster, inventory=inv)
+    counts = apply_pod_states(inv.pods, complete=True)
+    return counts
+
+
+def store_nodes(*, cluster: Cluster, inventory: Inventory) -> None:
+    flavors = {f.name: f for f in Flavor.objects.all()}
+    seen = set()
+    with transaction.atomic():
+        existing = {(n.name, n.flavor.name): n for n in Node.objects.filter(cluster=cluster).select_related("flavor")}
+        for cn in inventory.nodes:
+            flavor = flavors.get(cn.flavor)
+            if flavor is None:
+                continue
+            seen.add((cn.name, cn.flavor))
+            values = {"gpus": cn.gpus, "used_by_others": cn.used_by_others, "labels": dict(cn.labels),
+                      "taints": list(cn.taints), "schedulable": cn.schedulable}
+            row = existing.get((cn.name, cn.flavor))
+            if row is None:
+                Node.objects.create(cluster=cluster, name=cn.name, flavor=flavor, **values)
+            elif any(getattr(row, k) != v for k, v in values.items()):
+                Node.objects.filter(pk=row.pk).update(**values)
+        gone = [n.pk for key, n in existing.items() if key not in seen]
+        if gone:
+            Node.objects.filter(pk__in=gone).delete()
+
+
+# ------------------------------------------------------------------------------------------ pod states
+
+
+def _ts(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
+
+
+def apply_pod_states(states: Iterable[PodState], *, complete: bool = False) -> dict[str, int]:
+    """Move each job according to its current attempt's pods. ``complete``: ``states`` lists every portal
+    pod, so an active job with no pod has lost them (handled by ``reconcile``)."""
+    by_job: dict[int, list[PodState]] = defaultdict(list)
+    for s in states:
+        by_job[s.job_id].append(s)
+    counts: dict[str, int] = defaultdict(int)
+    jobs = Job.objects.filter(pk__in=list(by_job), state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
+        "department", "flavor", "owner"
+    )
+    for job in jobs:
+        pods = [p for p in by_job[job.pk] if p.attempt == job.attempt]
+        if pods:
+            outcome = _apply_job(job, pods)
+            if outcome:
+                counts[outcome] += 1
+    return dict(counts)
+
+
+def _apply_job(job: Job, pods: list[PodState]) -> str | None:
+    evicted = [p for p in pods if p.reason in EVICTION_REASONS]
+    if evicted:
+        return "preempted" if requeue(job=job, outcome="preempted", reason=evicted[0].reason,
+                                      message=f"pod {evicted[0].name} evicted") else None
+    failed = [p for p in pods if p.phase == "Failed"]
+    platform = [p for p in pods if p.reason in PLATFORM_REASONS]
+    if platform:
+        p = platform[0]
+        return "requeued" if requeue(job=job, outcome="platform_failure", reason=p.reason,
+                                     message=f"pod {p.name}: {p.reason} {p.message}".strip()) else None
+    fatal = [p for p in pods if p.reason in FATAL_WAITING]
+    if failed or fatal:
+        p = (failed or fatal)[0]
+        return "failed" if finish(job=job, state=JobState.FAILED, exit_code=p.exit_code, reason=p.reason or "Error",
+                                  message=f"pod {p.name} failed: {p.reason or 'error'} "
+                                          f"(exit code {p.exit_code}) {p.message}".strip(),
+                                  finished_at=_ts(p.finished_at)) else None
+    if len(pods) >= job.pods and all(p.phase == "Succeeded" for p in pods):
+        last = max((p.finished_at or 0) for p in pods) or None
+        return "succeeded" if finish(job=job, state=JobState.SUCCEEDED, exit_code=0, reason="Completed",
+                                     message="all pods completed", finished_at=_ts(last)) else None
+    if job.state == JobState.ADMITTED and any(p.phase in ("Running", "Succeeded") for p in pods):
+        started = min((p.started_at for p in pods if p.started_at), default=None)
+        ok = transition(job=job, to=JobState.RUNNING, allowed_from=[JobState.ADMITTED], attempt=job.attempt,
+                        reason_code="running", message="pods running on " + ", ".join(sorted({p.node or "?" for p in pods})),
+                        started_at=_ts(started) or timezone.now())
+        if ok:
+            _mark_restarted(job)
+            return "running"
+    return None
+
+
+def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at) -> bool:
+    ok = transition(job=job, to=state, allowed_from=[JobState.ADMITTED, JobState.RUNNING], attempt=job.attempt,
+                    reason_code=reason, message=message, exit_code=exit_code,
+                    finished_at=finished_at or timezone.now())
+    if ok:
+        from quotas.services import on_attempt_ended
+
+        on_attempt_ended(job=job, attempt=job.attempt,
+                         outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
+    return ok
+
+
+def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
+    """End the current attempt (eviction, lost node, unschedulable) and queue the next one, keeping the
+    original submission time so the job does not lose its place to aging."""
+    from quotas.services import on_attempt_ended
+    from scheduling import tasks
+
+    old_attempt = job.attempt
+    now = timezone.now()
+    with transaction.atomic():
+        if outcome == "preempted":
+            if not transition(job=job, to=JobState.PREEMPTED, allowed_from=[JobState.ADMITTED, JobState.RUNNING],
+                              attempt=old_attempt, reason_code=reason, message=message,
+                              last_preempted_at=now, preemption_count=job.preemption_count + 1):
+                return False
+            PreemptionVictim.objects.filter(job=job, attempt=old_attempt).update(
+                status=PreemptionVictim.Status.REQUEUED, evicted_at=now, requeued_at=now
+            )
+        ok = _requeue_cas(job, old_attempt, message, now)
+        if not ok:
+            return False
+        on_attempt_ended(job=job, attempt=old_attempt, outcome=outcome)
+        ns = namespace_for(job.department.slug)
+        transaction.on_commit(lambda: tasks.delete_pods.delay(job.pk, old_attempt, ns))
+        enqueue_pod_creation(job)
+    return True
+
+
+def _requeue_cas(job: Job, old_attempt: int, message: str, now) -> bool:
+    """Compare-and-set: the attempt that ended becomes queued attempt + 1 with its placement cleared."""
+    updated = Job.objects.filter(pk=job.pk, attempt=old_attempt,
+                                 state__in=(JobState.PREEMPTED, JobState.ADMITTED, JobState.RUNNING)).update(
+        state=JobState.QUEUED, attempt=old_attempt + 1, placement=[], cluster=None, borrowed=False, price=None,
+        admitted_at=None, started_at=None, queued_at=now, reason_code=reasons.QUEUED,
+        reason_message=reasons.CODES[reasons.QUEUED], estimated_start=None, updated_at=now,
+    )
+    if not updated:
+        return False
+    previous = job.state
+    job.refresh_from_db()
+    record_event(job=job, kind="transition", from_state=previous, to_state=JobState.QUEUED,
+                 reason_code=reasons.QUEUED, message=f"requeued as attempt {old_attempt + 1}: {message}", at=now)
+    return True
+
+
+def _mark_restarted(job: Job) -> None:
+    if job.attempt > 1:
+        n = PreemptionVictim.objects.filter(job=job, attempt__lt=job.attempt, restarted_at__isnull=True).update(
+            status=PreemptionVictim.Status.RESTARTED, restarted_at=timezone.now()
+        )
+        if n:
+            record_event(job=job, kind="preemption", reason_code="restarted",
+                         message=f"restarted as attempt {job.attempt} after preemption")
+
+
+# ------------------------------------------------------------------------------------------ reconcile
+
+
+def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
+    """Repair drift between the database (truth for intent) and the cluster (truth for pods):
+    queued jobs without pods get them (again), admitted jobs still gated are admitted again, active jobs whose
+    pods vanished are requeued, and portal pods without a live job attempt are deleted."""
+    from scheduling import tasks
+
+    cluster = cluster or default_cluster()
+    backend = get_backend(cluster.name)
+    try:
+        inv = backend.inventory()
+    except ClusterUnavailable:
+        return {"unreachable": 1}
+    pods: dict[tuple[int, int], list[PodState]] = defaultdict(list)
+    for p in inv.pods:
+        pods[(p.job_id, p.attempt)].append(p)
+    counts: dict[str, int] = defaultdict(int)
+    now = timezone.now()
+    live = Job.objects.filter(state__in=(JobState.QUEUED, JobState.ADMITTED, JobState.RUNNING)).select_related(
+        "department", "flavor", "owner"
+    )
+    live_keys = set()
+    for job in live:
+        key = (job.pk, job.attempt)
+        live_keys.add(key)
+        mine = pods.get(key, [])
+        if job.state == JobState.QUEUED and len(mine) < job.pods:
+            tasks.create_pods.delay(job.pk, job.attempt)
+            counts["created"] += 1
+        elif job.state == JobState.ADMITTED and mine and any(p.gated for p in mine):
+            tasks.admit_pods.delay(job.pk, job.attempt)
+            counts["admitted"] += 1
+        elif job.state in (JobState.ADMITTED, JobState.RUNNING) and not mine:
+            since = job.started_at or job.admitted_at or now
+            if now - since > LOST_GRACE:
+                if requeue(job=job, outcome="platform_failure", reason="PodsLost",
+                           message="the job's pods disappeared from the cluster"):
+                    counts["requeued"] += 1
+    for key, plist in pods.items():
+        if key not in live_keys:  # pods of a finished job or of an attempt that moved on
+            tasks.delete_pods.delay(key[0], key[1], plist[0].namespace)
+            counts["orphans_deleted"] += 1
+    return dict(counts)

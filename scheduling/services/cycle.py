@@ -1,0 +1,197 @@
+"""One admission cycle: lock -> snapshot -> decide (pure core) -> apply in one transaction -> side effects
+after commit. Safe to run from any number of processes: only the lock holder decides; the rest return.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling import core
+from scheduling.core import reasons
+from scheduling.models import Cluster, Job, JobState, Preemption, PreemptionVictim
+from scheduling.services.jobs import record_event, transition
+from scheduling.services.locks import exclusive
+from scheduling.services.snapshot import SnapshotContext, build_snapshot
+
+log = logging.getLogger(__name__)
+
+# An estimated start that moved less than this is not rewritten (avoids a write per job per cycle).
+ESTIMATE_SLACK = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class CycleOutcome:
+    admitted: int
+    preempted: int
+    pending: int
+    reasons_changed: int
+    decide_ms: float
+    total_ms: float
+    policy_version: int
+
+
+def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
+    """Run one admission cycle; None when another process holds the cycle lock."""
+    with exclusive("admission-cycle") as acquired:
+        if not acquired:
+            return None
+        t0 = time.perf_counter()
+        now = now or timezone.now()
+        snapshot, ctx = build_snapshot(now=now)
+        t1 = time.perf_counter()
+        result = core.schedule(snapshot)
+        t2 = time.perf_counter()
+        outcome = apply_result(result=result, ctx=ctx)
+        t3 = time.perf_counter()
+    outcome = CycleOutcome(
+        admitted=outcome[0],
+        preempted=outcome[1],
+        pending=len(result.pending),
+        reasons_changed=outcome[2],
+        decide_ms=(t2 - t1) * 1000,
+        total_ms=(t3 - t0) * 1000,
+        policy_version=ctx.policy_version,
+    )
+    from scheduling import metrics
+
+    metrics.observe_cycle(outcome, snapshot=snapshot, result=result)
+    return outcome
+
+
+def _dt(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
+
+
+def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int, int, int]:
+    """Apply a decision in one transaction. Every state change is compare-and-set against the state the
+    decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit."""
+    from scheduling import tasks
+
+    admitted = preempted = changed = 0
+    clusters = {c.name: c for c in Cluster.objects.all()}
+    with transaction.atomic():
+        for adm in result.admissions:
+            job = ctx.jobs.get(adm.job_id)
+            if job is None:
+                continue
+            ok = transition(
+                job=job,
+                to=JobState.ADMITTED,
+                allowed_from=[JobState.QUEUED],
+                attempt=job.attempt,
+                reason_code="admitted",
+                message=_admission_message(adm),
+                data={"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
+                      "cluster": adm.cluster, "policy_version": ctx.policy_version},
+                placement=list(adm.placement),
+                cluster=clusters.get(adm.cluster),
+                borrowed=adm.borrowed,
+                price=adm.price,
+                admitted_at=ctx.now,
+                estimated_start=None,
+                reason_detail={},
+            )
+            if ok:
+                admitted += 1
+                _on_admitted(job)
+                transaction.on_commit(lambda j=job.pk, a=job.attempt: tasks.admit_pods.delay(j, a))
+
+        for pre in result.preemptions:
+            preempted += _record_preemption(pre, ctx)
+
+        for pr in result.pending:
+            job = ctx.jobs.get(pr.job_id)
+            if job is None or job.state != JobState.QUEUED:
+                continue
+            est = _dt(pr.estimated_start)
+            code_changed = job.reason_code != pr.code
+            est_changed = (est is None) != (job.estimated_start is None) or (
+                est is not None and abs(est - job.estimated_start) > ESTIMATE_SLACK
+            )
+            if not (code_changed or est_changed or job.reason_message != pr.message):
+                continue
+            Job.objects.filter(pk=job.pk, state=JobState.QUEUED, attempt=job.attempt).update(
+                reason_code=pr.code,
+                reason_message=pr.message[:300],
+                reason_detail=_jsonable(pr.detail),
+                estimated_start=est,
+            )
+            if code_changed:
+                changed += 1
+                record_event(
+                    job=job,
+                    kind="reason",
+                    reason_code=pr.code,
+                    message=pr.message,
+                    data={"detail": _jsonable(pr.detail), "estimated_start": est.isoformat() if est else None},
+                )
+    return admitted, preempted, changed
+
+
+def _on_admitted(job: Job) -> None:
+    from quotas.services import on_job_admitted
+
+    on_job_admitted(job=job)
+
+
+def _admission_message(adm: core.Admission) -> str:
+    where = ", ".join(adm.placement)
+    extra = f" on borrowed capacity at {adm.price} mcr/GPU-h" if adm.borrowed and adm.price else (
+        " on borrowed capacity" if adm.borrowed else ""
+    )
+    return f"admitted to {where}{extra}"
+
+
+def _record_preemption(pre: core.Preemption, ctx: SnapshotContext) -> int:
+    from scheduling import tasks
+    from scheduling.services.jobs import namespace_for
+
+    preemptor = ctx.jobs.get(pre.preemptor_id)
+    victims = [ctx.jobs[v] for v in pre.victim_ids if v in ctx.jobs and v not in ctx.evicting]
+    victims = [v for v in victims if v.state in (JobState.ADMITTED, JobState.RUNNING)]
+    if not victims:
+        return 0
+    record = Preemption.objects.create(
+        preemptor=preemptor, reason=pre.reason, message=pre.message[:500], policy_version=ctx.policy_version,
+        decided_at=ctx.now,
+    )
+    for v in victims:
+        started = v.started_at or v.admitted_at or ctx.now
+        lost = int(max(0.0, (ctx.now - started).total_seconds()) * v.gpus * v.pods)
+        PreemptionVictim.objects.create(preemption=record, job=v, attempt=v.attempt, gpu_seconds_lost=lost)
+        record_event(
+            job=v,
+            kind="preemption",
+            reason_code=f"preempted_{pre.reason}",
+            message=f"preemption decided for job {pre.preemptor_id} ({pre.reason}): {pre.message}"[:500],
+            data={"preemption_id": record.pk, "preemptor": pre.preemptor_id},
+        )
+        ns = namespace_for(v.department.slug)
+        transaction.on_commit(lambda j=v.pk, a=v.attempt, n=ns, p=record.pk: tasks.evict_pods.delay(j, a, n, p))
+    if preemptor is not None:
+        msg = f"preempting job(s) {', '.join(str(v.pk) for v in victims)} ({pre.reason})"
+        Job.objects.filter(pk=preemptor.pk, state=JobState.QUEUED).update(
+            reason_code=reasons.PREEMPTION_IN_PROGRESS, reason_message=msg[:300]
+        )
+        preemptor.reason_code = reasons.PREEMPTION_IN_PROGRESS
+        record_event(job=preemptor, kind="preemption", reason_code=reasons.PREEMPTION_IN_PROGRESS, message=msg,
+                     data={"preemption_id": record.pk, "victims": [v.pk for v in victims]})
+    return len(victims)
+
+
+def _jsonable(value):
+    """Engine details are Mappings/tuples of plain values; make them JSON for the database."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    return str(value)

@@ -1,0 +1,243 @@
+"""Job use cases: submit, cancel, and the compare-and-set transition every state change goes through."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, ValidationFailed
+from portal.models import Membership
+from portal.tenancy import can_manage_job, membership_of
+from quotas.models import Flavor
+from scheduling.core import reasons
+from scheduling.models import TRANSITIONS, Job, JobEvent, JobState
+
+log = logging.getLogger(__name__)
+
+
+def record_event(
+    *,
+    job: Job,
+    kind: str,
+    message: str = "",
+    reason_code: str = "",
+    from_state: str = "",
+    to_state: str = "",
+    data: dict | None = None,
+    actor=None,
+    at: datetime | None = None,
+    attempt: int | None = None,
+) -> JobEvent:
+    return JobEvent.objects.create(
+        job=job,
+        kind=kind,
+        message=message[:500],
+        reason_code=reason_code,
+        from_state=from_state,
+        to_state=to_state,
+        data=data or {},
+        actor=actor,
+        at=at or timezone.now(),
+        attempt=attempt if attempt is not None else job.attempt,
+    )
+
+
+def transition(
+    *,
+    job: Job,
+    to: str,
+    allowed_from: Iterable[str] | None = None,
+    reason_code: str = "",
+    message: str = "",
+    actor=None,
+    data: dict | None = None,
+    attempt: int | None = None,
+    **fields: Any,
+) -> bool:
+    """Move ``job`` to state ``to`` with a compare-and-set UPDATE ... WHERE state IN (allowed).
+
+    Returns False (and changes nothing) when the job is no longer in an allowed state, or its attempt moved
+    on: the caller lost a race and must not act on the job. On success updates the in-memory object and
+    appends a JobEvent.
+    """
+    sources = [s for s, targets in TRANSITIONS.items() if to in targets]
+    if allowed_from is not None:
+        sources = [s for s in sources if s in set(allowed_from)]
+    filters: dict[str, Any] = {"pk": job.pk, "state__in": sources}
+    if attempt is not None:
+        filters["attempt"] = attempt
+    now = timezone.now()
+    values = {"state": to, "updated_at": now, **fields}
+    if reason_code or message or "reason_code" not in fields:
+        values.setdefault("reason_code", reason_code)
+        values.setdefault("reason_message", message[:300])
+    with transaction.atomic():
+        previous = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+        if not Job.objects.filter(**filters).update(**values):
+            return False
+        for k, v in values.items():
+            setattr(job, k, v)
+        record_event(
+            job=job,
+            kind="transition",
+            from_state=previous or "",
+            to_state=to,
+            reason_code=reason_code,
+            message=message,
+            actor=actor,
+            data=data,
+            at=now,
+        )
+    return True
+
+
+def request_hash(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _approval_reason(*, job: Job) -> str | None:
+    """A department rule that puts the job in pending_approval, or None (quotas.services decides)."""
+    from quotas.services import approval_required
+
+    return approval_required(job=job)
+
+
+def job_submit(*, user, data: dict, idempotency_key: str | None = None) -> tuple[Job, bool]:
+    """Create a job for ``user`` in their department. ``data`` is validated input (see JobSubmitSerializer).
+
+    Returns (job, created). With an ``idempotency_key`` a retry of the same request returns the same job;
+    the same key with a different body raises IdempotencyKeyReused. Pods are created after commit.
+    """
+    membership: Membership | None = membership_of(user)
+    if membership is None:
+        raise Forbidden("You are not a member of any department; ask a platform admin to add you.")
+    digest = request_hash(data)
+    if idempotency_key:
+        existing = Job.objects.filter(owner=user, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return _replay(existing, digest), False
+    flavor: Flavor = data["flavor"]
+    fields = {k: v for k, v in data.items() if k != "flavor"}
+    try:
+        with transaction.atomic():
+            job = Job(
+                owner=user,
+                department=membership.department,
+                user_tier=membership.user_tier,
+                flavor=flavor,
+                idempotency_key=idempotency_key or None,
+                request_hash=digest,
+                state=JobState.QUEUED,
+                reason_code=reasons.QUEUED,
+                reason_message=reasons.CODES[reasons.QUEUED],
+                **fields,
+            )
+            approval = _approval_reason(job=job)
+            if approval:
+                job.state = JobState.PENDING_APPROVAL
+                job.reason_code = reasons.AWAITING_APPROVAL
+                job.reason_message = approval[:300]
+            else:
+                job.queued_at = job.submitted_at
+            job.save()
+            record_event(
+                job=job,
+                kind="transition",
+                to_state=job.state,
+                reason_code=job.reason_code,
+                message="submitted" + (f": {approval}" if approval else ""),
+                actor=user,
+            )
+            if job.state == JobState.QUEUED:
+                enqueue_pod_creation(job)
+    except IntegrityError:
+        # Two identical requests raced on the unique (owner, idempotency_key): the loser replays the winner.
+        if not idempotency_key:
+            raise
+        existing = Job.objects.get(owner=user, idempotency_key=idempotency_key)
+        return _replay(existing, digest), False
+    return job, True
+
+
+def _replay(existing: Job, digest: str) -> Job:
+    if existing.request_hash != digest:
+        raise IdempotencyKeyReused(detail={"job_id": existing.pk})
+    return existing
+
+
+def enqueue_pod_creation(job: Job) -> None:
+    from scheduling import tasks
+
+    job_id, attempt = job.pk, job.attempt
+    transaction.on_commit(lambda: tasks.create_pods.delay(job_id, attempt))
+
+
+def job_cancel(*, user, job: Job, comment: str = "") -> Job:
+    """Cancel a job; idempotent (cancelling a cancelled job returns it unchanged). Finished jobs refuse."""
+    if not can_manage_job(user, job):
+        raise Forbidden("Only the job's owner or a department admin can cancel it.")
+    if job.state == JobState.CANCELLED:
+        return job
+    if job.state in (JobState.SUCCEEDED, JobState.FAILED):
+        raise InvalidTransition(f"The job already {job.state}; there is nothing to cancel.")
+    attempt, had_pods = job.attempt, job.state != JobState.PENDING_APPROVAL
+    ok = transition(
+        job=job,
+        to=JobState.CANCELLED,
+        reason_code="cancelled",
+        message=comment or f"cancelled by {user.get_username()}",
+        actor=user,
+        finished_at=timezone.now(),
+    )
+    if not ok:
+        job.refresh_from_db()
+        if job.state == JobState.CANCELLED:
+            return job
+        raise InvalidTransition(f"The job is {job.state} and can no longer be cancelled.")
+    if had_pods:
+        from scheduling import tasks
+
+        job_id, ns = job.pk, namespace_for(job.department.slug)
+        transaction.on_commit(lambda: tasks.delete_pods.delay(job_id, attempt, ns))
+    from quotas.services import on_attempt_ended
+
+    on_attempt_ended(job=job, attempt=attempt, outcome="cancelled")
+    return job
+
+
+def namespace_for(department_slug: str) -> str:
+    from django.conf import settings
+
+    return settings.KUBE_NAMESPACE_TEMPLATE.format(department=department_slug)
+
+
+def validate_gpus_fit(*, flavor: Flavor, gpus: int) -> None:
+    """GPUs per pod must fit on the largest schedulable node of the flavor (else the job never starts)."""
+    from django.db.models import Max
+
+    from scheduling.models import Node
+
+    largest = Node.objects.filter(flavor=flavor).aggregate(m=Max("gpus"))["m"]
+    if largest is None:
+        raise ValidationFailed(
+            fields={"flavor": [{"code": "no_nodes", "message": f"No node offers flavor {flavor.name!r}."}]}
+        )
+    if gpus > largest:
+        raise ValidationFailed(
+            fields={
+                "gpus": [
+                    {
+                        "code": "exceeds_largest_node",
+                        "message": f"{gpus} GPUs per pod do not fit on any node: the largest {flavor.name} "
+                        f"node has {largest}. Use several pods (gang) instead.",
+                    }
+                ]
+            }
+        )

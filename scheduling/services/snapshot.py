@@ -1,0 +1,177 @@
+"""Turn the database into the engine's frozen Snapshot, in a fixed, small number of queries.
+
+Queries: nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
+preemption count (8, whatever the number of jobs or nodes). ``SnapshotContext`` keeps the Job rows the cycle
+read so that applying the result compares against what the decision was made on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+
+from quotas import services as quota_services
+from quotas.models import Quota
+from scheduling.core import types as core
+from scheduling.models import Job, JobState, Node, PreemptionVictim
+from scheduling.services.policy import current_policy
+
+
+def ts(dt: datetime | None) -> float | None:
+    return None if dt is None else dt.timestamp()
+
+
+@dataclass
+class SnapshotContext:
+    now: datetime
+    policy_version: int
+    jobs: dict[int, Job] = field(default_factory=dict)  # every job the snapshot mentions, by id
+    evicting: set[int] = field(default_factory=set)
+
+
+JOB_FIELDS = (
+    "id", "department__slug", "flavor__name", "tier", "gpus", "pods", "urgency", "user_tier",
+    "owner__username", "submitted_at", "deadline", "max_runtime_s", "bid", "attempt", "state",
+    "reason_code", "reason_message", "estimated_start", "placement", "started_at", "admitted_at",
+    "borrowed", "cluster__name", "pdb_min_available", "department_id", "owner_id", "flavor_id",
+)
+
+
+def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
+    policy, version = current_policy()
+    ctx = SnapshotContext(now=now, policy_version=version)
+
+    nodes = tuple(
+        core.Node(
+            name=n.name,
+            flavor=n.flavor.name,
+            gpus=n.gpus,
+            used_by_others=n.used_by_others,
+            cluster=n.cluster.name,
+            labels=tuple(sorted((str(k), str(v)) for k, v in (n.labels or {}).items())),
+            taints=tuple(sorted(str(t) for t in (n.taints or []))),
+            schedulable=n.schedulable and n.cluster.reachable,
+        )
+        for n in Node.objects.select_related("flavor", "cluster")
+    )
+    quotas = tuple(
+        core.Quota(
+            department=q.department.slug,
+            flavor=q.flavor.name,
+            nominal=q.nominal,
+            borrowing_limit=q.borrowing_limit,
+            lending_limit=q.lending_limit,
+        )
+        for q in Quota.objects.select_related("department", "flavor")
+    )
+
+    active = list(
+        Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
+            "department", "flavor", "owner", "cluster"
+        )
+    )
+    ctx.evicting = set(
+        PreemptionVictim.objects.filter(
+            job__state__in=(JobState.ADMITTED, JobState.RUNNING),
+            status__in=(PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED),
+        ).values_list("job_id", flat=True)
+    )
+    running = []
+    disruption: list[core.DisruptionBudget] = []
+    for j in active:
+        ctx.jobs[j.pk] = j
+        budget = None
+        if j.pdb_min_available is not None:
+            budget = f"job-{j.pk}"
+            disruption.append(
+                core.DisruptionBudget(name=budget, disruptions_allowed=max(0, j.pods - j.pdb_min_available))
+            )
+        running.append(
+            core.RunningJob(
+                id=j.pk,
+                department=j.department.slug,
+                flavor=j.flavor.name,
+                tier=j.tier,
+                placement=tuple(j.placement or ()),
+                gpus_per_pod=j.gpus,
+                started_at=ts(j.started_at or j.admitted_at) or now.timestamp(),
+                max_runtime_s=float(j.max_runtime_s),
+                borrowed=j.borrowed,
+                urgency=j.urgency,
+                user_tier=j.user_tier,
+                submitted_at=ts(j.submitted_at),
+                bid=j.bid,
+                cluster=j.cluster.name if j.cluster else core.DEFAULT_CLUSTER,
+                disruption_budget=budget,
+                preemptible=j.tier != "realtime" and j.pk not in ctx.evicting,
+            )
+        )
+
+    queued = list(
+        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner").order_by("id")
+    )
+    pending = []
+    for j in queued:
+        ctx.jobs[j.pk] = j
+        pending.append(
+            core.PendingJob(
+                id=j.pk,
+                department=j.department.slug,
+                flavor=j.flavor.name,
+                tier=j.tier,
+                pods=j.pods,
+                gpus_per_pod=j.gpus,
+                urgency=j.urgency,
+                user_tier=j.user_tier,
+                user=j.owner.username,
+                submitted_at=ts(j.submitted_at),
+                deadline=ts(j.deadline),
+                max_runtime_s=float(j.max_runtime_s),
+                bid=j.bid,
+                hold=quota_services.hold_for(job=j, now=now),
+                attempt=j.attempt,
+            )
+        )
+
+    window_start = now - timedelta(seconds=policy.preemption_window_s)
+    recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
+
+    snapshot = core.Snapshot(
+        now=now.timestamp(),
+        nodes=nodes,
+        running=tuple(running),
+        pending=tuple(pending),
+        quotas=quotas,
+        policy=policy,
+        credits=quota_services.available_credits(),
+        usage=decayed_usage(now=now, half_life_s=policy.usage_half_life_s),
+        disruption_budgets=tuple(disruption),
+        recent_preemptions=recent,
+    )
+    return snapshot, ctx
+
+
+def decayed_usage(*, now: datetime, half_life_s: float) -> dict[str, float]:
+    """GPU-seconds per department, each second weighted 2^(-age/half_life) (fair share remembers the past).
+
+    Looks back four half-lives (older usage weighs < 1/16) in one aggregated query.
+    """
+    horizon = now - timedelta(seconds=4 * half_life_s)
+    rows = Job.objects.filter(started_at__isnull=False).filter(
+        Q(finished_at__isnull=True) | Q(finished_at__gte=horizon)
+    ).values_list("department__slug", "gpus", "pods", "started_at", "finished_at")
+    usage: dict[str, float] = defaultdict(float)
+    lam = math.log(2) / half_life_s
+    t_now = now.timestamp()
+    for dept, gpus, pods, started, finished in rows:
+        a = max(started.timestamp(), horizon.timestamp())
+        b = finished.timestamp() if finished else t_now
+        if b <= a:
+            continue
+        # integral of exp(-lam * (now - t)) dt from a to b
+        usage[dept] += gpus * pods * (math.exp(-lam * (t_now - b)) - math.exp(-lam * (t_now - a))) / lam
+    return dict(usage)
