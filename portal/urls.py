@@ -26,6 +26,7 @@ api_v1 = [
     path("policy", policy_views.PolicyView.as_view(), name="policy"),
     path("policy/versions", policy_views.PolicyVersionsView.as_view(), name="policy-versions"),
     path("cluster", policy_views.ClusterView.as_view(), name="cluster"),
+    path("", include("quotas.api.urls")),
 ]
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
@@ -41,5 +42,6 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("admin/", admin.site.urls),
     path("", include("django_prometheus.urls")),
+    path("budgets/", include(("quotas.dashboard", "budgets"), namespace="budgets")),
     path("", include(("portal.dashboard", "dashboard"), namespace="dashboard")),
 ]

@@ -1,0 +1,3 @@
+"""Budget, price, report and approval endpoints (mounted under /api/v1/)."""
+
+urlpatterns: list = []
