@@ -3,7 +3,10 @@
 ``schedule(snapshot) -> CycleResult`` is the portal's admission policy; the simulator calls the same function.
 """
 
+from .engine import engine_schedule
+from .estimate import estimate_starts
 from .fifo import fifo_schedule
+from .policy import DEFAULT_POLICY, PolicyError, policy_from_dict, policy_to_dict
 from .types import (
     Admission,
     CycleResult,
@@ -18,9 +21,10 @@ from .types import (
     Snapshot,
 )
 
-schedule = fifo_schedule
+schedule = engine_schedule
 
 __all__ = [
+    "DEFAULT_POLICY",
     "Admission",
     "CycleResult",
     "DisruptionBudget",
@@ -31,7 +35,12 @@ __all__ = [
     "Preemption",
     "Quota",
     "RunningJob",
+    "PolicyError",
     "Snapshot",
+    "engine_schedule",
+    "estimate_starts",
     "fifo_schedule",
+    "policy_from_dict",
+    "policy_to_dict",
     "schedule",
 ]

@@ -15,6 +15,11 @@ PREEMPTION_IN_PROGRESS = "preemption_in_progress"
 UNKNOWN_FLAVOR = "unknown_flavor"
 AWAITING_APPROVAL = "awaiting_approval"
 CLUSTER_UNREACHABLE = "cluster_unreachable"
+# added by the engine (issue 3)
+EXCEEDS_CAPACITY = "exceeds_capacity"
+QUOTA_LENT_OUT = "quota_lent_out"
+NO_MATCHING_NODE = "no_matching_node"
+INVALID_REQUEST = "invalid_request"
 
 CODES: dict[str, str] = {
     QUEUED: "Waiting for the next admission cycle.",
@@ -32,4 +37,8 @@ CODES: dict[str, str] = {
     UNKNOWN_FLAVOR: "No node offers this GPU type.",
     AWAITING_APPROVAL: "A department admin must approve this job.",
     CLUSTER_UNREACHABLE: "The cluster API is unreachable; the job will be retried.",
+    EXCEEDS_CAPACITY: "The job needs more GPUs (or a bigger gang) than this GPU type can ever offer.",
+    QUOTA_LENT_OUT: "The department's guaranteed GPUs are lent out and cannot be reclaimed right now.",
+    NO_MATCHING_NODE: "No schedulable node of this GPU type matches the job's node selector and tolerations.",
+    INVALID_REQUEST: "The job asks for no GPUs or no pods.",
 }

@@ -1,0 +1,498 @@
+"""The admission cycle: ``engine_schedule(snapshot) -> CycleResult`` (exported as ``scheduling.core.schedule``).
+
+One pure pass over a frozen snapshot; see docs/scheduling.md for the rules. In short:
+
+1. Index nodes per (cluster, flavor) (``placement.Pool``), subtract running pods, build the quota book.
+2. *Nominal pass*, in the order ``(tier rank, -score, submitted_at, id)``: a job whose GPUs stay within its
+   department's nominal quota is placed by best fit (gang all-or-nothing), respecting the EASY reservation of
+   the pool's blocked head; a job that would borrow is deferred to the next pass. A blocked realtime job
+   preempts lower tiers; a blocked job within nominal reclaims lent GPUs from borrowers.
+3. *Borrowing pass* (the auction for idle cohort GPUs), in the order ``(tier rank, -bid, -score,
+   submitted_at, id)``: higher bids win within a tier. The flavor's clearing price is the lowest winning bid.
+4. Every job still pending gets a reason code, a one-line message, a detail and an honest estimated start
+   (``estimate.estimate_pending``).
+
+The input is never mutated and every iteration runs over inputs sorted by a total order ending in an id or
+name, so the decision is the same for any order of the snapshot's tuples.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import MappingProxyType
+
+from . import reasons
+from .estimate import estimate_pending
+from .placement import Pool
+from .policy import fair_shares, job_score
+from .preemption import Candidate, search
+from .quota import QuotaBook
+from .types import (
+    TIER_RANK,
+    TIERS,
+    Admission,
+    CycleResult,
+    PendingJob,
+    PendingReason,
+    Preemption,
+    RunningJob,
+    Snapshot,
+)
+
+REALTIME = TIER_RANK["realtime"]
+_LOWEST = len(TIERS)
+
+# How blocked-by-capacity reasons rank when a job could go to several pools (clusters): the most hopeful wins.
+_CAPACITY_RANK = {
+    reasons.RESERVED_FOR_HEAD: 0,
+    reasons.WAITING_FOR_HIGHER_PRIORITY: 1,
+    reasons.NO_FITTING_NODE: 2,
+    reasons.NO_CAPACITY: 3,
+    reasons.NO_MATCHING_NODE: 4,
+    reasons.EXCEEDS_CAPACITY: 5,
+}
+_NO_ESTIMATE = frozenset(
+    {
+        reasons.BUDGET_INSUFFICIENT,
+        reasons.UNKNOWN_FLAVOR,
+        reasons.EXCEEDS_CAPACITY,
+        reasons.NO_MATCHING_NODE,
+        reasons.INVALID_REQUEST,
+        reasons.PREEMPTION_IN_PROGRESS,
+    }
+)
+
+
+def tier_rank(tier: str) -> int:
+    return TIER_RANK.get(tier, _LOWEST)
+
+
+class Cycle:
+    """Mutable working state of one cycle (never the snapshot itself)."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.snap = snapshot
+        self.now = snapshot.now
+        self.policy = snapshot.policy
+        by_pool: dict[tuple[str, str], list] = defaultdict(list)
+        self.known_flavors: set[str] = set()
+        for node in snapshot.nodes:
+            self.known_flavors.add(node.flavor)
+            if node.schedulable:
+                by_pool[(node.cluster, node.flavor)].append(node)
+        self.pools: dict[tuple[str, str], Pool] = {
+            key: Pool(key[0], key[1], nodes) for key, nodes in sorted(by_pool.items())
+        }
+        self.pools_by_flavor: dict[str, list[Pool]] = defaultdict(list)
+        for (_, flavor), pool in sorted(self.pools.items()):
+            self.pools_by_flavor[flavor].append(pool)
+
+        self.running = sorted(snapshot.running, key=lambda j: j.id)
+        self.shares = fair_shares(snapshot.usage)
+        self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+        for job in self.running:
+            pool = self.pools.get((job.cluster, job.flavor))
+            nodes: list[int] = []
+            end = max(self.now, job.expected_end)
+            if pool is not None:
+                for name in job.placement:
+                    i = pool.pos.get(name)
+                    if i is None:
+                        continue
+                    pool.free[i] -= job.gpus_per_pod
+                    pool.events.append((end, i, job.gpus_per_pod))
+                    if not pool.taints[i]:
+                        nodes.append(i)
+            if job.tier != "realtime" and job.preemptible and pool is not None:
+                key = (
+                    0 if job.borrowed else 1,
+                    -tier_rank(job.tier),
+                    self.running_score(job),
+                    job.gpus * max(0.0, self.now - job.started_at),
+                    job.id,
+                )
+                self.cands[(job.cluster, job.flavor)].append(Candidate(job, nodes, key))
+        for pool in self.pools.values():
+            pool.build()
+        for cands in self.cands.values():
+            cands.sort(key=lambda c: c.key)
+
+        self.quota = QuotaBook(snapshot.quotas, self.running)
+        self.credits = None if snapshot.credits is None else dict(snapshot.credits)
+        self.budget_left = {
+            b.name: b.disruptions_allowed for b in sorted(snapshot.disruption_budgets, key=lambda b: b.name)
+        }
+        self.rate_left = self.policy.preemption_rate_limit - snapshot.recent_preemptions
+        self.taken: set[int] = set()  # victim ids
+        self.admissions: dict[int, Admission] = {}
+        self.preemptions: list[Preemption] = []
+        self.reasons: dict[int, PendingReason] = {}
+        self.admitted_end: list[tuple[float, str, str, int]] = []  # for estimates: (end, dept, flavor, gpus)
+        self.winning_bids: dict[str, list[int]] = defaultdict(list)
+        self.fail_cache: dict[tuple, tuple[str, dict]] = {}
+        self.scores: dict[int, float] = {}
+        self.heads: dict[int, float] = {}  # reservation heads -> reserved start
+        self.job_gpus = {j.id: j.gpus for j in snapshot.pending}
+
+    # ------------------------------------------------------------ scoring
+
+    def score(self, job: PendingJob) -> float:
+        s = self.scores.get(job.id)
+        if s is None:
+            s = job_score(
+                self.policy,
+                self.now,
+                urgency=job.urgency,
+                user_tier=job.user_tier,
+                submitted_at=job.submitted_at,
+                deadline=job.deadline,
+                bid=job.bid,
+                share=self.shares.get(job.department, 0.0),
+            )
+            self.scores[job.id] = s
+        return s
+
+    def running_score(self, job: RunningJob) -> float:
+        return job_score(
+            self.policy,
+            self.now,
+            urgency=job.urgency,
+            user_tier=job.user_tier,
+            submitted_at=job.submitted_at,
+            deadline=None,
+            bid=job.bid,
+            share=self.shares.get(job.department, 0.0),
+            aging=False,
+        )
+
+    # ------------------------------------------------------------ the cycle
+
+    def run(self) -> CycleResult:
+        pending = sorted(self.snap.pending, key=lambda j: j.id)
+        order = sorted(pending, key=lambda j: (tier_rank(j.tier), -self.score(j), j.submitted_at, j.id))
+        deferred: list[PendingJob] = []
+        for job in order:
+            if self.consider(job, borrowing_pass=False):
+                deferred.append(job)
+        deferred.sort(key=lambda j: (tier_rank(j.tier), -j.bid, -self.score(j), j.submitted_at, j.id))
+        for job in deferred:
+            self.consider(job, borrowing_pass=True)
+
+        clearing = {f: min(bids) for f, bids in sorted(self.winning_bids.items())}
+        admissions = []
+        for job in order:
+            adm = self.admissions.get(job.id)
+            if adm is not None:
+                if adm.borrowed:
+                    adm = Admission(adm.job_id, adm.placement, adm.cluster, True, clearing[job.flavor])
+                admissions.append(adm)
+        still = [job for job in order if job.id in self.reasons]
+        estimates = estimate_pending(self, still)
+        pending_out = []
+        for job in still:
+            r = self.reasons[job.id]
+            est = None if r.code in _NO_ESTIMATE else estimates.get(job.id)
+            pending_out.append(
+                PendingReason(r.job_id, r.code, r.message, MappingProxyType(dict(r.detail)), est)
+            )
+        return CycleResult(
+            admissions=tuple(admissions),
+            preemptions=tuple(self.preemptions),
+            pending=tuple(pending_out),
+            clearing_prices=MappingProxyType(clearing),
+            figures=MappingProxyType(self.figures(admissions, pending_out)),
+        )
+
+    def consider(self, job: PendingJob, borrowing_pass: bool) -> bool:
+        """Admit, preempt for, or explain ``job``. Returns True to defer it to the borrowing pass."""
+        flavor = job.flavor
+        k = job.gpus
+        if job.pods < 1 or job.gpus_per_pod < 1:
+            return self.pend(
+                job, reasons.INVALID_REQUEST, {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod}
+            )
+        pools = [p for p in self.pools_by_flavor.get(flavor, ()) if job.cluster in (None, p.cluster)]
+        if not pools:
+            if flavor in self.known_flavors and job.cluster is None:
+                return self.pend(
+                    job, reasons.NO_CAPACITY, {"free": 0, "requested": k, "schedulable_nodes": 0}
+                )
+            return self.pend(job, reasons.UNKNOWN_FLAVOR, {"flavor": flavor, "cluster": job.cluster})
+        if self.credits is not None and job.hold > 0:
+            available = self.credits.get(job.department, 0)
+            if job.hold > available:
+                missing = job.hold - available
+                return self.pend(
+                    job,
+                    reasons.BUDGET_INSUFFICIENT,
+                    {"hold": job.hold, "available": available, "missing": missing},
+                    f"needs {job.hold}, has {available}, missing {missing} milli-credits",
+                )
+        never = self.quota.never(job.department, flavor, k)
+        if never is not None:
+            detail = self.quota.detail(job.department, flavor, k)
+            detail["never"] = True
+            return self.pend(
+                job, never, detail, "the request exceeds the quota the department could ever use"
+            )
+        borrows = self.quota.borrows(job.department, flavor, k)
+        if borrows and not borrowing_pass:
+            return True
+        code, detail = self.quota.check(job.department, flavor, k)
+        selective = bool(job.node_selector or job.tolerations)
+        if code is None:
+            if self.admit(job, pools, selective, borrows):
+                return False
+        # Blocked by quota (code) or by capacity: preempt when the rules allow it.
+        realtime = tier_rank(job.tier) == REALTIME
+        if not selective and (realtime or not borrows):
+            outcome = self.preempt(job, pools, borrows)
+            if outcome is None:
+                return False  # preemption under way
+            if outcome[0] is not None:
+                return self.pend(job, outcome[0], outcome[1])
+        if code is not None:
+            return self.pend(job, code, detail, _quota_note(detail))
+        return self.blocked(job, pools, selective)
+
+    def admit(self, job: PendingJob, pools: list[Pool], selective: bool, borrows: bool) -> bool:
+        g, n = job.gpus_per_pod, job.pods
+        end = self.now + job.max_runtime_s
+        options = []
+        for pool in pools:
+            long = pool.reservation is not None and end > pool.reservation.until
+            if selective:
+                nodes = pool.candidates(job.node_selector, job.tolerations)
+                value = sum(max(0, pool.eff(i) if long else pool.free[i]) // g for i in nodes)
+                if value >= n:
+                    options.append(
+                        (sum(max(0, pool.free[i]) for i in nodes), pool.cluster, pool, long, nodes)
+                    )
+            else:
+                index = pool.long if (long and pool.long is not None) else pool.now
+                if index.capacity(g) >= n:
+                    total = index.free_total() if len(pools) > 1 else 0
+                    options.append((total, pool.cluster, pool, long, None))
+        if not options:
+            return False
+        _, _, pool, long, nodes = min(options, key=lambda o: (o[0], o[1]))
+        placed = pool.place_selective(nodes, g, n, long) if selective else pool.place(g, n, long)
+        for i in placed:
+            pool.events.append((end, i, g))
+        self.quota.add(job.department, job.flavor, job.gpus)
+        if self.credits is not None and job.hold > 0:
+            self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
+        if borrows:
+            self.winning_bids[job.flavor].append(job.bid)
+        self.admitted_end.append((end, job.department, job.flavor, job.gpus))
+        self.admissions[job.id] = Admission(
+            job_id=job.id,
+            placement=tuple(pool.names[i] for i in placed),
+            cluster=pool.cluster,
+            borrowed=borrows,
+        )
+        return True
+
+    def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool):
+        """None when victims were chosen (the job waits for them); else (reason code or None, detail)."""
+        realtime = tier_rank(job.tier) == REALTIME
+        rank = tier_rank(job.tier)
+        flavor, dept, k = job.flavor, job.department, job.gpus
+        quota = self.quota
+        cache_key = (flavor, job.cluster, dept, realtime, borrows, job.gpus_per_pod, job.pods)
+        if cache_key in self.fail_cache:
+            return self.fail_cache[cache_key]
+
+        def eligible_for(relax_cooldown: bool):
+            min_run = self.policy.min_runtime_s
+            now = self.now
+
+            def eligible(v: RunningJob, removed) -> bool:
+                if v.id in self.taken:
+                    return False
+                if not relax_cooldown and now - v.started_at < min_run:
+                    return False
+                if v.department == dept:
+                    return realtime and tier_rank(v.tier) > rank
+                if realtime and not borrows and tier_rank(v.tier) > rank:
+                    return True
+                return v.borrowed and quota.over_nominal(v.department, flavor, removed.get(v.department, 0))
+
+            return eligible
+
+        def attempt(relax_cooldown: bool, budgets):
+            best = None
+            for pool in pools:
+                cands = self.cands.get((pool.cluster, flavor))
+                if not cands:
+                    continue
+                found = search(
+                    cands,
+                    pool=pool,
+                    g=job.gpus_per_pod,
+                    pods=job.pods,
+                    quota=quota,
+                    dept=dept,
+                    flavor=flavor,
+                    k=k,
+                    eligible=eligible_for(relax_cooldown),
+                    budget_left=budgets,
+                )
+                if found is not None and (best is None or len(found) < len(best[1])):
+                    best = (pool, found)
+            return best
+
+        best = attempt(False, self.budget_left)
+        if best is not None:
+            pool, victims = best
+            if len(victims) <= self.rate_left:
+                ids = tuple(sorted(c.job.id for c in victims))
+                why = "priority" if realtime else "reclaim"
+                for c in victims:
+                    self.taken.add(c.job.id)
+                    b = c.job.disruption_budget
+                    if b is not None and b in self.budget_left:
+                        self.budget_left[b] -= c.job.pods
+                self.rate_left -= len(victims)
+                if self.credits is not None and job.hold > 0:
+                    self.credits[dept] = self.credits.get(dept, 0) - job.hold
+                message = (
+                    f"Job {job.id} ({job.tier}) preempts {len(victims)} job(s) on {pool.cluster}/{flavor}"
+                    f" to {'start within its target' if why == 'priority' else 'reclaim its nominal quota'}."
+                )
+                self.preemptions.append(Preemption(job.id, ids, why, message))
+                self.pend(
+                    job,
+                    reasons.PREEMPTION_IN_PROGRESS,
+                    {"victims": list(ids), "reason": why, "cluster": pool.cluster},
+                )
+                return None
+            result = (
+                reasons.PREEMPTION_RATE_LIMIT,
+                {
+                    "victims_needed": len(victims),
+                    "allowed_now": max(0, self.rate_left),
+                    "limit": self.policy.preemption_rate_limit,
+                    "window_s": self.policy.preemption_window_s,
+                },
+            )
+            return result  # not cached: the rate budget is what blocks
+        relaxed = attempt(True, self.budget_left)
+        if relaxed is not None:
+            min_run = self.policy.min_runtime_s
+            at = max(c.job.started_at + min_run for c in relaxed[1])
+            result = (
+                reasons.PREEMPTION_COOLDOWN,
+                {
+                    "victims_needed": len(relaxed[1]),
+                    "min_runtime_s": min_run,
+                    "preemptible_at": at,
+                },
+            )
+        elif attempt(True, None) is not None:
+            result = (reasons.DISRUPTION_BUDGET, {"budgets": sorted(self.budget_left)})
+        else:
+            result = (None, {})
+        self.fail_cache[cache_key] = result
+        return result
+
+    def blocked(self, job: PendingJob, pools: list[Pool], selective: bool) -> bool:
+        g, n, k = job.gpus_per_pod, job.pods, job.gpus
+        end = self.now + job.max_runtime_s
+        best: tuple[int, str, dict] | None = None
+        free_total = 0
+        for pool in pools:
+            long = pool.reservation is not None and end > pool.reservation.until
+            if selective:
+                nodes = pool.candidates(job.node_selector, job.tolerations)
+                if not nodes:
+                    code = reasons.NO_MATCHING_NODE
+                elif sum(pool.size[i] // g for i in nodes) < n:
+                    code = reasons.EXCEEDS_CAPACITY
+                elif sum(max(0, pool.free[i]) // g for i in nodes) >= n:
+                    code = reasons.RESERVED_FOR_HEAD
+                else:
+                    code = reasons.NO_CAPACITY
+                free = sum(max(0, pool.free[i]) for i in nodes)
+            else:
+                free = pool.now.free_total()
+                if pool.empty.capacity(g) < n:
+                    code = reasons.EXCEEDS_CAPACITY
+                elif long and pool.now.capacity(g) >= n:
+                    code = reasons.RESERVED_FOR_HEAD
+                elif pool.reservation is not None or pool.initial_capacity(g) >= n:
+                    code = reasons.WAITING_FOR_HIGHER_PRIORITY
+                elif free >= k:
+                    code = reasons.NO_FITTING_NODE
+                else:
+                    code = reasons.NO_CAPACITY
+            free_total += free
+            detail: dict[str, object] = {"free": free, "requested": k, "pods": n, "cluster": pool.cluster}
+            if pool.reservation is not None and code in (
+                reasons.RESERVED_FOR_HEAD,
+                reasons.WAITING_FOR_HIGHER_PRIORITY,
+            ):
+                detail["head"] = pool.reservation.job_id
+                detail["reserved_until"] = pool.reservation.until
+            cand = (_CAPACITY_RANK[code], pool.cluster, detail)
+            if best is None or cand[:2] < best[:2]:
+                best = cand
+        rank, _, detail = best
+        code = next(c for c, r in _CAPACITY_RANK.items() if r == rank)
+        detail["free"] = free_total if len(pools) > 1 else detail["free"]
+        note = None
+        # EASY: the first job blocked by capacity in a pool without a reservation becomes its head.
+        if not selective and code != reasons.EXCEEDS_CAPACITY and all(p.reservation is None for p in pools):
+            fits = []
+            for pool in pools:
+                found = pool.earliest_fit(g, n, self.now)
+                if found is not None:
+                    fits.append((found[0], pool.cluster, pool, found[1]))
+            if fits:
+                when, _, pool, spare = min(fits, key=lambda f: (f[0], f[1]))
+                pool.reserve(job.id, when, spare)
+                detail["reserved_from"] = when
+                detail["cluster"] = pool.cluster
+                self.heads[job.id] = when
+                note = f"GPUs are reserved for it from {when - self.now:.0f} s from now"
+        return self.pend(job, code, detail, note)
+
+    def pend(self, job: PendingJob, code: str, detail: dict, note: str | None = None) -> bool:
+        message = reasons.CODES[code]
+        if note:
+            message = f"{message[:-1]}: {note}."
+        self.reasons[job.id] = PendingReason(job.id, code, message, detail)
+        return False
+
+    def figures(self, admissions: list[Admission], pending: list[PendingReason]) -> dict[str, float]:
+        capacity = sum(sum(p.size[i] for i in p.indexed) for p in self.pools.values())
+        free = sum(p.now.free_total() for p in self.pools.values())
+        by_code: dict[str, int] = defaultdict(int)
+        for r in pending:
+            by_code[r.code] += 1
+        out: dict[str, float] = {
+            "pending": len(self.snap.pending),
+            "running": len(self.snap.running),
+            "admitted": len(admissions),
+            "admitted_gpus": sum(self.job_gpus.get(a.job_id, 0) for a in admissions),
+            "borrowed": sum(1 for a in admissions if a.borrowed),
+            "preemptions": len(self.preemptions),
+            "victims": len(self.taken),
+            "still_pending": len(pending),
+            "reservations": sum(1 for p in self.pools.values() if p.reservation is not None),
+            "capacity_gpus": capacity,
+            "free_gpus_after": free,
+            "utilisation_after": (capacity - free) / capacity if capacity else 0.0,
+            "estimates_known": sum(1 for r in pending if r.estimated_start is not None),
+        }
+        for code in sorted(by_code):
+            out[f"reason.{code}"] = by_code[code]
+        return out
+
+
+def _quota_note(detail: dict) -> str:
+    return f"{detail.get('in_use')} of nominal {detail.get('nominal')} in use, {detail.get('requested')} requested"
+
+
+def engine_schedule(snapshot: Snapshot) -> CycleResult:
+    return Cycle(snapshot).run()

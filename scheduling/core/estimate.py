@@ -1,0 +1,114 @@
+"""Honest estimated starts for the jobs a cycle leaves pending (like Slurm's ``squeue --start``).
+
+For each flavor the estimate replays the future from the cycle's outcome: every running and just-admitted job
+ends at its max runtime (a job already past it ends "now"), nothing new arrives, nobody is preempted, and
+the pending jobs start *in queue order* (the cycle's order ``(tier rank, -score, submitted_at, id)``), each at
+the first instant when it fits both physically (best fit, whole gang) and quota-wise, and never before the
+job ahead of it. Backfill can only make a real start earlier, so the figure is an upper bound under those
+assumptions. A blocked head with an EASY reservation gets its reservation time (a promise the backfill keeps).
+
+The estimate is None ("unknown") when it cannot be honest: the job waits on credits (refills are not
+predictable), on an unknown flavor or an impossible size, on preemptions under way (eviction time is not
+known), on node selectors/tolerations, when it lies deeper than ``DEPTH`` jobs in its flavor's queue, or
+further than ``HORIZON_S`` ahead.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
+
+from .placement import BucketIndex
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Cycle
+    from .types import PendingJob
+
+DEPTH = 256  # jobs per flavor queue that get an estimate
+HORIZON_S = 30 * 86400.0
+
+
+def estimate_pending(cycle: Cycle, still: list[PendingJob]) -> dict[int, float | None]:
+    from .engine import _NO_ESTIMATE
+
+    out: dict[int, float | None] = {}
+    by_flavor: dict[str, list[PendingJob]] = defaultdict(list)
+    for job in still:
+        if cycle.reasons[job.id].code in _NO_ESTIMATE or job.node_selector or job.tolerations:
+            continue
+        by_flavor[job.flavor].append(job)
+    for flavor, jobs in sorted(by_flavor.items()):
+        pools = cycle.pools_by_flavor.get(flavor)
+        if pools:
+            _simulate(cycle, flavor, pools, jobs[:DEPTH], out)
+    for job_id, when in cycle.heads.items():
+        out[job_id] = when
+    return out
+
+
+def _simulate(cycle: Cycle, flavor: str, pools, jobs, out: dict[int, float | None]) -> None:
+    now = cycle.now
+    book = cycle.quota.clone()
+    free = [list(p.free) for p in pools]
+    index = [BucketIndex(p.free, p.indexed, p.top) for p in pools]
+    heap: list[tuple] = []
+    seq = 0
+    for pi, pool in enumerate(pools):
+        for end, i, g in pool.events:
+            heap.append((end, seq, pi, i, g, None))
+            seq += 1
+    for job in cycle.running:
+        if job.flavor == flavor:
+            heap.append((max(now, job.expected_end), seq, -1, 0, job.gpus, job.department))
+            seq += 1
+    for end, dept, fl, gpus in cycle.admitted_end:
+        if fl == flavor:
+            heap.append((end, seq, -1, 0, gpus, dept))
+            seq += 1
+    heapify(heap)
+    t = now
+    limit = now + HORIZON_S
+    for job in jobs:
+        g, n = job.gpus_per_pod, job.pods
+        cand = [pi for pi, p in enumerate(pools) if job.cluster in (None, p.cluster)]
+        if not any(pools[pi].empty.capacity(g) >= n for pi in cand):
+            continue
+        chosen = None
+        while True:
+            if book.check(job.department, flavor, job.gpus)[0] is None:
+                chosen = next((pi for pi in cand if index[pi].capacity(g) >= n), None)
+                if chosen is not None:
+                    break
+            if not heap:
+                break
+            t = max(t, heap[0][0])
+            if t > limit:
+                return
+            while heap and heap[0][0] <= t:
+                _, _, pi, i, gpus, dept = heappop(heap)
+                if pi >= 0:
+                    free[pi][i] += gpus
+                    index[pi].set(i, free[pi][i])
+                else:
+                    book.add(dept, flavor, -gpus)
+        if chosen is None:
+            continue
+        out[job.id] = t
+        end = t + job.max_runtime_s
+        idx = index[chosen]
+        for _ in range(n):
+            i = idx.best(g)
+            free[chosen][i] -= g
+            idx.set(i, free[chosen][i])
+            heappush(heap, (end, seq, chosen, i, g, None))
+            seq += 1
+        heappush(heap, (end, seq, -1, 0, job.gpus, job.department))
+        seq += 1
+        book.add(job.department, flavor, job.gpus)
+
+
+def estimate_starts(snapshot, result) -> dict[int, float | None]:
+    """Estimated start per still-pending job of ``result`` (computed for ``snapshot`` by ``schedule``)."""
+    del snapshot  # the estimates are folded into the result's PendingReason.estimated_start
+    return {r.job_id: r.estimated_start for r in result.pending}

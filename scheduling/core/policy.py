@@ -1,0 +1,217 @@
+"""The scheduling policy as data: defaults, validation from a JSON-able dict, and the score of a job.
+
+``policy_from_dict`` is what the portal calls on an admin's edit (and on every stored version it loads);
+``policy_to_dict`` is its inverse. Both are pure. A dict may omit keys: they take ``DEFAULT_POLICY``'s value.
+``weights``, when given, replaces the whole matrix (pairs it leaves out weigh ``default_weight``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from .types import TIER_RANK, TIERS, URGENCIES, USER_TIERS, Policy
+
+MIN_RUNTIME_FLOOR_S = 600.0  # the brief's 10-minute cooldown; lower only with allow_short_min_runtime
+
+# Score points of the urgency x user-tier matrix. One point = one minute of waiting (aging_per_minute=1),
+# so a "low" job overtakes a fresh "normal" one after about 90 minutes: weights matter, nobody starves.
+DEFAULT_WEIGHTS: Mapping[tuple[str, str], float] = MappingProxyType(
+    {
+        ("low", "standard"): 10.0,
+        ("low", "senior"): 15.0,
+        ("low", "pi"): 20.0,
+        ("normal", "standard"): 100.0,
+        ("normal", "senior"): 115.0,
+        ("normal", "pi"): 130.0,
+        ("high", "standard"): 200.0,
+        ("high", "senior"): 230.0,
+        ("high", "pi"): 260.0,
+        ("critical", "standard"): 400.0,
+        ("critical", "senior"): 450.0,
+        ("critical", "pi"): 500.0,
+    }
+)
+
+DEFAULT_POLICY = Policy(version=0, weights=DEFAULT_WEIGHTS, default_weight=100.0)
+
+_NUMBER_FIELDS = (
+    "default_weight",
+    "aging_per_minute",
+    "deadline_boost",
+    "deadline_horizon_s",
+    "bid_weight",
+    "fair_share_weight",
+    "usage_half_life_s",
+    "min_runtime_s",
+    "preemption_window_s",
+    "realtime_start_target_s",
+)
+_POSITIVE_FIELDS = ("deadline_horizon_s", "usage_half_life_s", "preemption_window_s")
+_INT_FIELDS = ("version", "preemption_rate_limit")
+_KNOWN = set(_NUMBER_FIELDS) | set(_INT_FIELDS) | {"weights", "priority_classes", "allow_short_min_runtime"}
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class PolicyError(ValueError):
+    """Invalid policy data; ``errors`` maps a field path (``weights.high.pi``) to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in sorted(errors.items())))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def policy_from_dict(data: Mapping[str, object]) -> Policy:
+    """Validate ``data`` and build a Policy; raise PolicyError with every problem found, per field."""
+    errors: dict[str, list[str]] = {}
+
+    def err(key: str, message: str) -> None:
+        errors.setdefault(key, []).append(message)
+
+    if not isinstance(data, Mapping):
+        raise PolicyError({"__all__": ["Expected an object."]})
+    for key in sorted(set(data) - _KNOWN, key=str):
+        err(str(key), "Unknown field.")
+    base = DEFAULT_POLICY
+    values: dict[str, object] = {}
+    for name in _NUMBER_FIELDS:
+        value = data.get(name, getattr(base, name))
+        if not _is_number(value):
+            err(name, "Must be a finite number.")
+        elif value < 0:
+            err(name, "Must not be negative.")
+        elif name in _POSITIVE_FIELDS and value == 0:
+            err(name, "Must be greater than zero.")
+        else:
+            values[name] = float(value)
+    for name in _INT_FIELDS:
+        value = data.get(name, getattr(base, name))
+        if not isinstance(value, int) or isinstance(value, bool):
+            err(name, "Must be an integer.")
+        elif value < 0:
+            err(name, "Must not be negative.")
+        else:
+            values[name] = value
+    allow_short = data.get("allow_short_min_runtime", False)
+    if not isinstance(allow_short, bool):
+        err("allow_short_min_runtime", "Must be true or false.")
+        allow_short = False
+    if "min_runtime_s" in values and values["min_runtime_s"] < MIN_RUNTIME_FLOOR_S and not allow_short:
+        err(
+            "min_runtime_s",
+            f"Must be at least {int(MIN_RUNTIME_FLOOR_S)} s unless allow_short_min_runtime is true.",
+        )
+
+    weights: dict[tuple[str, str], float] = {}
+    raw_weights = data.get("weights", None)
+    if raw_weights is None:
+        weights = dict(base.weights)
+    elif not isinstance(raw_weights, Mapping):
+        err("weights", "Must be an object {urgency: {user_tier: weight}}.")
+    else:
+        for urgency, row in raw_weights.items():
+            if urgency not in URGENCIES:
+                err(f"weights.{urgency}", f"Unknown urgency; expected one of {', '.join(URGENCIES)}.")
+                continue
+            if not isinstance(row, Mapping):
+                err(f"weights.{urgency}", "Must be an object {user_tier: weight}.")
+                continue
+            for user_tier, weight in row.items():
+                path = f"weights.{urgency}.{user_tier}"
+                if user_tier not in USER_TIERS:
+                    err(path, f"Unknown user tier; expected one of {', '.join(USER_TIERS)}.")
+                elif not _is_number(weight):
+                    err(path, "Must be a finite number.")
+                elif weight < 0:
+                    err(path, "Must not be negative.")
+                else:
+                    weights[(urgency, user_tier)] = float(weight)
+
+    classes = dict(base.priority_classes)
+    raw_classes = data.get("priority_classes", None)
+    if raw_classes is not None:
+        if not isinstance(raw_classes, Mapping):
+            err("priority_classes", "Must be an object {tier: PriorityClass name}.")
+        else:
+            for tier, name in raw_classes.items():
+                path = f"priority_classes.{tier}"
+                if tier not in TIER_RANK:
+                    err(path, f"Unknown tier; expected one of {', '.join(TIERS)}.")
+                elif not isinstance(name, str) or not _DNS1123.match(name):
+                    err(path, "Must be a Kubernetes object name (lowercase letters, digits, '-', '.').")
+                else:
+                    classes[tier] = name
+    if errors:
+        raise PolicyError(errors)
+    return Policy(
+        weights=MappingProxyType(dict(sorted(weights.items()))),
+        priority_classes=MappingProxyType({t: classes[t] for t in TIERS}),
+        **values,
+    )
+
+
+def policy_to_dict(policy: Policy) -> dict[str, object]:
+    """JSON-able form; ``policy_from_dict(policy_to_dict(p)) == p`` for every valid policy."""
+    weights: dict[str, dict[str, float]] = {}
+    for (urgency, user_tier), weight in sorted(policy.weights.items()):
+        weights.setdefault(urgency, {})[user_tier] = weight
+    out: dict[str, object] = {"version": policy.version, "weights": weights}
+    for name in _NUMBER_FIELDS:
+        out[name] = getattr(policy, name)
+    out["preemption_rate_limit"] = policy.preemption_rate_limit
+    out["priority_classes"] = dict(policy.priority_classes)
+    out["allow_short_min_runtime"] = policy.min_runtime_s < MIN_RUNTIME_FLOOR_S
+    return out
+
+
+# ---------------------------------------------------------------- scoring
+
+
+def fair_shares(usage: Mapping[str, float]) -> dict[str, float]:
+    """Each department's fraction (0..1) of the cohort's decayed usage; summed in name order (determinism)."""
+    total = 0.0
+    for name in sorted(usage):
+        total += max(0.0, float(usage[name]))
+    if total <= 0:
+        return {}
+    return {name: max(0.0, float(usage[name])) / total for name in usage}
+
+
+def decay_usage(previous: float, elapsed_s: float, added_gpu_s: float, half_life_s: float) -> float:
+    """Exponentially decayed usage: ``previous`` halved every ``half_life_s``, plus new GPU-seconds.
+
+    For the adapter that maintains ``Snapshot.usage`` (pure: the caller passes the elapsed time)."""
+    factor = 0.5 ** (max(0.0, elapsed_s) / half_life_s) if half_life_s > 0 else 0.0
+    return previous * factor + added_gpu_s
+
+
+def job_score(
+    policy: Policy,
+    now: float,
+    *,
+    urgency: str,
+    user_tier: str,
+    submitted_at: float,
+    deadline: float | None,
+    bid: int,
+    share: float,
+    aging: bool = True,
+) -> float:
+    """score = weight[urgency, user_tier] + aging_per_minute * minutes waited
+    + deadline_boost * proximity (0 at >= horizon away, 1 at or past the deadline)
+    + bid_weight * bid - fair_share_weight * department share of decayed usage."""
+    score = policy.weights.get((urgency, user_tier), policy.default_weight)
+    if aging:
+        score += policy.aging_per_minute * max(0.0, now - submitted_at) / 60.0
+    if deadline is not None and policy.deadline_horizon_s > 0:
+        proximity = 1.0 - (deadline - now) / policy.deadline_horizon_s
+        score += policy.deadline_boost * min(1.0, max(0.0, proximity))
+    score += policy.bid_weight * bid
+    score -= policy.fair_share_weight * share
+    return score

@@ -1,0 +1,116 @@
+"""Victim selection: the smallest valid set of running jobs whose eviction lets a preemptor in.
+
+Candidates (per pool, computed once a cycle) are ordered by the total order
+``(not borrowed, -tier rank, score, GPU-seconds already run, id)``: borrowers first, then lower tiers
+(backfill before elastic), then lower score, then least work lost, then the smaller id.
+
+The search walks the candidates in that order, adding each *eligible* one until the preemptor fits physically
+(enough pods of its size on the pool's nodes) and quota-wise (its department's limits and the cohort pool
+after the victims' GPUs return), then drops every victim it can spare, last added first. The result is
+minimal (no victim can be removed) and, among minimal sets, prefers the cheapest victims by the order above.
+
+Never a victim: realtime jobs, ``preemptible=False`` jobs, jobs taken as victims earlier in the cycle, jobs
+that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a wait), jobs whose disruption
+budget has no room left for their pods.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+
+from .placement import Pool
+from .quota import QuotaBook
+from .types import RunningJob
+
+
+class Candidate:
+    __slots__ = ("job", "nodes", "key")
+
+    def __init__(self, job: RunningJob, nodes: list[int], key: tuple):
+        self.job = job
+        self.nodes = nodes  # indices in the pool, one per pod on an indexed node
+        self.key = key
+
+
+SEEDS = 32  # how many alternative first victims the search tries when looking for a smaller set
+
+
+def search(
+    cands: list[Candidate],
+    *,
+    pool: Pool,
+    g: int,
+    pods: int,
+    quota: QuotaBook,
+    dept: str,
+    flavor: str,
+    k: int,
+    eligible: Callable[[RunningJob, Mapping[str, int]], bool],
+    budget_left: Mapping[str, int] | None,
+) -> list[Candidate] | None:
+    """The victim set, or None. ``budget_left`` None ignores disruption budgets (explanations only).
+
+    Greedy-then-prune in candidate order gives a minimal set; to find a *smallest* one it is repeated with
+    each of the first ``SEEDS`` candidates forced first; the smallest result wins, ties to the earlier seed
+    (so the preference order decides between equally small sets)."""
+    best = _greedy(cands, None, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+    if best is None or len(best) == 1:
+        return best
+    for seed in cands[:SEEDS]:
+        if any(seed is c for c in best):
+            continue
+        found = _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+        if found is not None and len(found) < len(best):
+            best = found
+            if len(best) == 1:
+                break
+    return best
+
+
+def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left):
+    base = pool.now.capacity(g)
+    free = pool.free
+
+    def fits(chosen: list[Candidate]) -> bool:
+        delta: dict[int, int] = defaultdict(int)
+        removed: dict[str, int] = defaultdict(int)
+        for c in chosen:
+            removed[c.job.department] += c.job.gpus
+            for i in c.nodes:
+                delta[i] += c.job.gpus_per_pod
+        cap = base
+        for i, d in delta.items():
+            cap += max(0, free[i] + d) // g - max(0, free[i]) // g
+        return cap >= pods and quota.check(dept, flavor, k, removed)[0] is None
+
+    chosen: list[Candidate] = []
+    delta: dict[int, int] = defaultdict(int)
+    removed: dict[str, int] = defaultdict(int)
+    used_budget: dict[str, int] = defaultdict(int)
+    cap = base
+    order = cands if seed is None else [seed, *(c for c in cands if c is not seed)]
+    for c in order:
+        job = c.job
+        if not eligible(job, removed):
+            continue
+        budget = job.disruption_budget
+        if budget_left is not None and budget is not None and budget in budget_left:
+            if used_budget[budget] + job.pods > budget_left[budget]:
+                continue
+            used_budget[budget] += job.pods
+        chosen.append(c)
+        removed[job.department] += job.gpus
+        for i in c.nodes:
+            old = free[i] + delta[i]
+            delta[i] += job.gpus_per_pod
+            cap += max(0, old + job.gpus_per_pod) // g - max(0, old) // g
+        if cap >= pods and quota.check(dept, flavor, k, removed)[0] is None:
+            break
+    else:
+        return None
+    for c in reversed(list(chosen)):
+        trial = [x for x in chosen if x is not c]
+        if fits(trial):
+            chosen = trial
+    return chosen

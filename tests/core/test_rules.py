@@ -1,0 +1,434 @@
+"""Table-driven tests of the engine's rules (issue 3, rules 1-10), written with the fluent builders."""
+
+from __future__ import annotations
+
+import pytest
+from core_builders import NOW, Snap, job, run
+
+from scheduling.core import reasons
+from scheduling.core.types import TIERS
+
+HOUR = 3600.0
+
+
+# ---------------------------------------------------------------- rule 1: tiers
+
+
+@pytest.mark.parametrize(
+    ("tiers", "winner"),
+    [
+        (("backfill", "elastic", "realtime"), 3),
+        (("realtime", "elastic", "backfill"), 1),
+        (("backfill", "elastic", "backfill"), 2),
+    ],
+)
+def test_tier_order_decides_who_gets_the_last_gpus(tiers, winner):
+    snap = Snap().nodes(1, gpus=4).quota("A", 8)
+    for i, tier in enumerate(tiers, start=1):
+        snap.pending(job(i, gpus=4, tier=tier, urgency="critical" if tier == "backfill" else "low"))
+    res = snap.decide()
+    assert set(res.admitted) == {winner}
+
+
+# ---------------------------------------------------------------- rule 2: score within a tier
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "winner"),
+    [
+        ({"urgency": "critical"}, {"urgency": "low"}, 1),
+        ({"urgency": "normal", "user_tier": "standard"}, {"urgency": "normal", "user_tier": "pi"}, 2),
+        # aging: a low job waiting 3 hours overtakes a fresh normal one
+        ({"urgency": "low", "submitted_at": NOW - 3 * HOUR}, {"urgency": "normal"}, 1),
+        # deadline proximity
+        ({"deadline": NOW + 600}, {"deadline": None}, 1),
+        # bid
+        ({"bid": 0}, {"bid": 5000}, 2),
+        # equal everything: the smaller id
+        ({}, {}, 1),
+    ],
+)
+def test_score_orders_jobs_within_a_tier(a, b, winner):
+    res = Snap().nodes(1, gpus=1).quota("A", 8).pending(job(1, **a), job(2, **b)).decide()
+    assert set(res.admitted) == {winner}
+
+
+def test_fair_share_favours_the_department_that_used_less():
+    res = (
+        Snap().nodes(1, gpus=1).quota("A", 8).quota("B", 8).usage(A=1e6, B=1e3)
+        .pending(job(1, dept="A"), job(2, dept="B")).decide()
+    )  # fmt: skip
+    assert set(res.admitted) == {2}
+
+
+def test_policy_weights_matter():
+    snap = Snap().nodes(1, gpus=1).quota("A", 8).pending(job(1, urgency="low"), job(2, urgency="high"))
+    assert set(snap.decide().admitted) == {2}
+    snap.policy(weights={("low", "standard"): 1000.0, ("high", "standard"): 1.0})
+    assert set(snap.decide().admitted) == {1}
+
+
+# ---------------------------------------------------------------- rule 3: quotas, borrowing, bids, budgets
+
+
+@pytest.mark.parametrize(
+    ("nominal", "borrow", "other_nominal", "other_lend", "gpus", "expect", "borrowed"),
+    [
+        (4, None, 4, None, 4, "admitted", False),  # within nominal
+        (4, None, 4, None, 6, "admitted", True),  # borrows B's idle GPUs
+        (4, 1, 4, None, 6, reasons.BORROW_LIMIT, None),  # limited to nominal + 1
+        (4, 0, 4, None, 5, reasons.QUOTA_EXHAUSTED, None),  # may not borrow at all
+        (4, None, 4, 1, 6, reasons.QUOTA_EXHAUSTED, None),  # B lends only 1 GPU
+        (4, None, 4, 2, 6, "admitted", True),  # B lends exactly 2
+        (0, None, 8, None, 2, "admitted", True),  # no nominal at all, borrows
+    ],
+)
+def test_quota_borrowing_and_lending(nominal, borrow, other_nominal, other_lend, gpus, expect, borrowed):
+    res = (
+        Snap().nodes(2).quota("A", nominal, borrow=borrow).quota("B", other_nominal, lend=other_lend)
+        .pending(job(1, gpus=gpus)).decide()
+    )  # fmt: skip
+    assert res.code(1) == expect
+    if borrowed is not None:
+        assert res.admitted[1].borrowed is borrowed
+
+
+def test_department_without_quota_row_cannot_use_the_flavor():
+    res = Snap().nodes(1).quota("B", 8, lend=0).pending(job(1, dept="A")).decide()
+    assert res.code(1) == reasons.QUOTA_EXHAUSTED
+    assert res.reason[1].detail["never"] is True
+
+
+def test_higher_bid_wins_borrowed_capacity_and_sets_the_clearing_price():
+    res = (
+        Snap().nodes(1, gpus=4).quota("A", 0).quota("B", 0).quota("C", 4)
+        .pending(job(1, dept="A", gpus=2, bid=100), job(2, dept="B", gpus=2, bid=300), job(3, dept="A", gpus=2, bid=200))
+        .decide()
+    )  # fmt: skip
+    assert set(res.admitted) == {2, 3}
+    assert res.raw.clearing_prices == {"a100": 200}  # lowest winning bid
+    assert all(a.borrowed and a.price == 200 for a in res.raw.admissions)
+    assert res.code(1) == reasons.QUOTA_EXHAUSTED
+
+
+def test_nominal_jobs_come_before_borrowers_of_the_same_tier():
+    res = (
+        Snap().nodes(1, gpus=4).quota("A", 0).quota("B", 4)
+        .pending(job(1, dept="A", gpus=4, urgency="critical", bid=10_000), job(2, dept="B", gpus=4, urgency="low"))
+        .decide()
+    )  # fmt: skip
+    assert set(res.admitted) == {2}
+
+
+@pytest.mark.parametrize(
+    ("credits", "holds", "admitted", "missing"),
+    [
+        (1000, (400, 400), {1, 2}, None),
+        (1000, (600, 600), {1}, 200),  # the first hold reduces what is left in the cycle
+        (100, (600, 50), {2}, 500),
+        (None, (10**9, 10**9), {1, 2}, None),  # credits not enforced
+    ],
+)
+def test_budget_holds(credits, holds, admitted, missing):
+    snap = Snap().nodes(1).quota("A", 8).pending(job(1, hold=holds[0]), job(2, hold=holds[1]))
+    if credits is not None:
+        snap.credits(A=credits)
+    res = snap.decide()
+    assert set(res.admitted) == admitted
+    if missing is not None:
+        (blocked,) = set(res.reason)
+        r = res.reason[blocked]
+        assert r.code == reasons.BUDGET_INSUFFICIENT
+        assert r.detail["missing"] == missing and str(missing) in r.message
+        assert r.estimated_start is None
+
+
+# ---------------------------------------------------------------- rule 4: reclaim
+
+
+@pytest.mark.parametrize("borrower_tier", ["elastic", "backfill"])
+def test_department_below_nominal_reclaims_from_borrowers_even_of_a_higher_tier(borrower_tier):
+    res = (
+        Snap().nodes(1, gpus=8).quota("A", 4).quota("B", 4)
+        .running(run(10, dept="B", gpus=8, tier=borrower_tier, borrowed=True))
+        .pending(job(1, dept="A", gpus=4, tier="backfill")).decide()
+    )  # fmt: skip
+    assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS
+    (p,) = res.raw.preemptions
+    assert p.preemptor_id == 1 and p.victim_ids == (10,) and p.reason == "reclaim"
+
+
+def test_no_reclaim_from_a_department_within_its_nominal():
+    res = (
+        Snap().nodes(1, gpus=8).quota("A", 4).quota("B", 8)
+        .running(run(10, dept="B", gpus=8, borrowed=True))  # flagged borrowed long ago, now within nominal
+        .pending(job(1, dept="A", gpus=4)).decide()
+    )  # fmt: skip
+    assert not res.raw.preemptions
+    assert res.code(1) != reasons.PREEMPTION_IN_PROGRESS
+
+
+# ---------------------------------------------------------------- rule 5: gang
+
+
+@pytest.mark.parametrize(
+    ("pods", "per_pod", "admitted"),
+    [(2, 4, True), (3, 4, False), (4, 2, True), (5, 2, False), (1, 8, False)],
+)
+def test_gang_is_all_or_nothing(pods, per_pod, admitted):
+    # two nodes with 4 free each (8 free in total, no node fully free)
+    res = (
+        Snap().nodes(2).quota("A", 32)
+        .running(run(10, on="n0", gpus=4), run(11, on="n1", gpus=4))
+        .pending(job(1, pods=pods, gpus=per_pod)).decide()
+    )  # fmt: skip
+    assert (1 in res.admitted) is admitted
+    if admitted:
+        assert len(res.placement(1)) == pods
+    else:
+        assert res.code(1) in (reasons.NO_FITTING_NODE, reasons.NO_CAPACITY)
+
+
+# ---------------------------------------------------------------- rule 6: placement
+
+
+def test_best_fit_keeps_whole_nodes_free():
+    res = (
+        Snap().nodes(3).quota("A", 32)
+        .running(run(10, on="n1", gpus=6), run(11, on="n2", gpus=3))
+        .pending(job(1, gpus=2), job(2, gpus=8)).decide()
+    )  # fmt: skip
+    assert res.placement(1) == ("n1",)  # exactly 2 free there
+    assert res.placement(2) == ("n0",)  # the whole node stayed free for the big job
+
+
+def test_mig_profiles_are_their_own_flavors():
+    res = (
+        Snap().node("n0", "a100", 8).node("n0", "mig-3g", 2).quota("A", 8).quota("A", 2, flavor="mig-3g")
+        .pending(job(1, flavor="mig-3g", gpus=2), job(2, flavor="mig-3g"), job(3, flavor="h100")).decide()
+    )  # fmt: skip
+    assert res.placement(1) == ("n0",)
+    assert res.code(2) in (reasons.BORROW_LIMIT, reasons.QUOTA_EXHAUSTED, reasons.NO_CAPACITY)
+    assert res.code(3) == reasons.UNKNOWN_FLAVOR
+
+
+@pytest.mark.parametrize(
+    ("node_kw", "job_kw", "expect"),
+    [
+        ({"schedulable": False}, {}, reasons.NO_CAPACITY),
+        ({"taints": ("maintenance",)}, {}, reasons.EXCEEDS_CAPACITY),
+        ({"taints": ("maintenance",)}, {"tolerations": ("maintenance",)}, "admitted"),
+        ({"labels": (("zone", "a"),)}, {"node_selector": (("zone", "a"),)}, "admitted"),
+        ({"labels": (("zone", "a"),)}, {"node_selector": (("zone", "b"),)}, reasons.NO_MATCHING_NODE),
+    ],
+)
+def test_labels_taints_and_cordon(node_kw, job_kw, expect):
+    res = Snap().node("n0", "a100", 8, **node_kw).quota("A", 8).pending(job(1, **job_kw)).decide()
+    assert res.code(1) == expect
+
+
+# ---------------------------------------------------------------- rule 7: EASY backfill
+
+
+def _head_blocked(extra_job):
+    # n0: 4 busy until NOW+1h; n1: 8 busy until NOW+2h. The head wants 8 on one node -> n0 at NOW+1h.
+    return (
+        Snap().nodes(2).quota("A", 64)
+        .running(run(10, on="n0", gpus=4, ran=0, max_runtime_s=HOUR), run(11, on="n1", gpus=8, ran=0,
+                 max_runtime_s=2 * HOUR))
+        .pending(job(1, gpus=8, urgency="critical"), extra_job).decide()
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("runtime", "expect"),
+    [(HOUR / 2, "admitted"), (HOUR, "admitted"), (3 * HOUR, reasons.RESERVED_FOR_HEAD)],
+)
+def test_backfill_only_jobs_that_do_not_delay_the_head(runtime, expect):
+    res = _head_blocked(job(2, gpus=2, max_runtime_s=runtime))
+    assert res.code(2) == expect
+    head = res.reason[1]
+    assert head.estimated_start == NOW + HOUR
+    assert head.detail["reserved_from"] == NOW + HOUR
+
+
+def test_backfill_on_nodes_the_head_does_not_need():
+    res = (
+        Snap().nodes(3).quota("A", 64)
+        .running(run(10, on="n0", gpus=4, ran=0, max_runtime_s=HOUR), run(11, on="n1", gpus=8, ran=0),
+                 run(12, on="n2", gpus=6, ran=0))
+        .pending(job(1, gpus=8, urgency="critical"), job(2, gpus=2, max_runtime_s=10 * HOUR)).decide()
+    )  # fmt: skip
+    assert res.placement(2) == ("n2",)
+
+
+# ---------------------------------------------------------------- rule 8: preemption
+
+
+def _full(*running, **snap_kw):
+    snap = Snap().nodes(1).quota("A", 8).quota("B", 8)
+    return snap.running(*running)
+
+
+@pytest.mark.parametrize(
+    ("running", "victims"),
+    [
+        # lower tier first
+        ((run(10, dept="B", gpus=4, tier="elastic"), run(11, dept="B", gpus=4, tier="backfill")), (11,)),
+        # borrowers first
+        ((run(10, dept="B", gpus=4, borrowed=True), run(11, dept="B", gpus=4, tier="backfill")), (10,)),
+        # lower score first
+        ((run(10, dept="B", gpus=4, urgency="high"), run(11, dept="B", gpus=4, urgency="low")), (11,)),
+        # least work lost
+        ((run(10, dept="B", gpus=4, ran=5 * HOUR), run(11, dept="B", gpus=4, ran=HOUR)), (11,)),
+        # id tie-break
+        ((run(11, dept="B", gpus=4), run(10, dept="B", gpus=4)), (10,)),
+        # smallest set first: one 4-GPU elastic job rather than four 1-GPU backfill ones
+        ((run(10, dept="B", gpus=4), *(run(20 + i, dept="B", gpus=1, tier="backfill") for i in range(4))),
+         (10,)),
+        # among equally small sets, the preference order (backfill first)
+        ((run(10, dept="B", gpus=4), run(11, dept="B", gpus=4, tier="backfill")), (11,)),
+    ],
+)
+def test_realtime_preemption_victim_order(running, victims):
+    res = Snap().nodes(1).quota("A", 8).quota("B", 8).running(*running).pending(
+        job(1, gpus=4, tier="realtime")
+    ).decide()
+    (p,) = res.raw.preemptions
+    assert p.victim_ids == victims and p.reason == "priority"
+    assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS
+
+
+def test_victim_set_is_minimal():
+    # 2 GPUs needed, 8 busy in 1-GPU backfill jobs: exactly two victims, the first two in order
+    res = (
+        Snap().nodes(1).quota("A", 8).quota("B", 8)
+        .running(*(run(20 + i, dept="B", gpus=1, tier="backfill") for i in range(8)))
+        .pending(job(1, gpus=2, tier="realtime")).decide()
+    )  # fmt: skip
+    (p,) = res.raw.preemptions
+    assert p.victim_ids == (20, 21)
+
+
+@pytest.mark.parametrize(
+    ("victim_kw", "snap_kw", "code"),
+    [
+        ({"ran": 300}, {}, reasons.PREEMPTION_COOLDOWN),
+        ({"ran": 300}, {"min_runtime_s": 60}, reasons.PREEMPTION_IN_PROGRESS),
+        ({"tier": "realtime", "preemptible": False}, {}, reasons.NO_CAPACITY),
+        ({"preemptible": False}, {}, reasons.NO_CAPACITY),
+        ({"tier": "realtime", "borrowed": True}, {}, reasons.NO_CAPACITY),
+        ({"disruption_budget": "pdb"}, {}, reasons.DISRUPTION_BUDGET),
+        ({}, {"preemption_rate_limit": 0}, reasons.PREEMPTION_RATE_LIMIT),
+    ],
+)
+def test_preemption_guards(victim_kw, snap_kw, code):
+    snap = (
+        Snap().nodes(1).quota("A", 8).quota("B", 8).budget("pdb", 0)
+        .running(run(10, dept="B", gpus=8, **victim_kw)).pending(job(1, gpus=8, tier="realtime"))
+    )  # fmt: skip
+    if snap_kw:
+        snap.policy(**snap_kw)
+    res = snap.decide()
+    assert res.code(1) == code
+    if code != reasons.PREEMPTION_IN_PROGRESS:
+        assert not res.raw.preemptions
+
+
+def test_rate_limit_counts_recent_preemptions():
+    snap = (
+        Snap().nodes(1).quota("A", 8).quota("B", 8).policy(preemption_rate_limit=3).recent_preemptions(2)
+        .running(run(10, dept="B", gpus=4), run(11, dept="B", gpus=4))
+    )  # fmt: skip
+    assert snap.pending(job(1, gpus=4, tier="realtime")).decide().code(1) == reasons.PREEMPTION_IN_PROGRESS
+    assert snap.pending(job(2, gpus=4, tier="realtime")).decide().code(2) == reasons.PREEMPTION_RATE_LIMIT
+
+
+def test_elastic_jobs_do_not_preempt_for_priority():
+    res = (
+        Snap().nodes(1).quota("A", 8).quota("B", 8).running(run(10, dept="B", gpus=8, tier="backfill"))
+        .pending(job(1, gpus=8, tier="elastic", urgency="critical")).decide()
+    )  # fmt: skip
+    assert not res.raw.preemptions
+
+
+def test_borrowing_realtime_job_does_not_preempt_a_department_within_nominal():
+    res = (
+        Snap().nodes(1).quota("A", 0).quota("B", 8).running(run(10, dept="B", gpus=8, tier="backfill"))
+        .pending(job(1, gpus=8, tier="realtime")).decide()
+    )  # fmt: skip
+    assert not res.raw.preemptions
+
+
+# ---------------------------------------------------------------- rule 9: reasons
+
+
+def test_every_pending_job_has_a_documented_reason_with_one_line_message():
+    snap = (
+        Snap().nodes(2).quota("A", 8, borrow=2).quota("B", 4).credits(A=10, B=0)
+        .running(run(10, dept="B", on="n1", gpus=8, ran=60))
+    )  # fmt: skip
+    for i in range(1, 30):
+        snap.pending(
+            job(i, dept="AB"[i % 2], gpus=1 + i % 8, pods=1 + i % 3, tier=TIERS[i % 3], hold=i % 5,
+                flavor="a100" if i % 7 else "h100")
+        )  # fmt: skip
+    res = snap.decide()
+    assert len(res.admitted) + len(res.reason) == 29
+    for r in res.raw.pending:
+        assert r.code in reasons.CODES
+        assert r.message and "\n" not in r.message
+        assert isinstance(dict(r.detail), dict)
+
+
+def test_waiting_for_higher_priority_when_capacity_went_to_others_this_cycle():
+    res = Snap().nodes(1, gpus=4).quota("A", 8).pending(job(1, gpus=4), job(2, gpus=4)).decide()
+    assert res.code(2) == reasons.WAITING_FOR_HIGHER_PRIORITY
+
+
+@pytest.mark.parametrize(
+    ("gpus", "pods", "code"),
+    [(9, 1, reasons.EXCEEDS_CAPACITY), (4, 5, reasons.EXCEEDS_CAPACITY), (0, 1, reasons.INVALID_REQUEST)],
+)
+def test_impossible_requests(gpus, pods, code):
+    res = Snap().nodes(2).quota("A", 64).pending(job(1, gpus=gpus, pods=pods)).decide()
+    assert res.code(1) == code
+    assert res.reason[1].estimated_start is None
+
+
+# ---------------------------------------------------------------- rule 10: estimated start
+
+
+def test_estimates_follow_running_jobs_ending_at_max_runtime():
+    res = (
+        Snap().nodes(1).quota("A", 8)
+        .running(run(10, gpus=8, ran=600, max_runtime_s=HOUR))
+        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR), job(2, gpus=4), job(3, gpus=8, pods=2)).decide()
+    )  # fmt: skip
+    assert res.reason[1].estimated_start == NOW - 600 + HOUR
+    assert res.reason[2].estimated_start == NOW - 600 + 3 * HOUR  # after job 1 (in queue order)
+    assert res.reason[3].estimated_start is None  # 16 GPUs on an 8-GPU flavor: never
+
+
+def test_overdue_running_jobs_are_treated_as_ending_now():
+    res = Snap().nodes(1).quota("A", 8).running(run(10, gpus=8, ran=2 * HOUR, max_runtime_s=HOUR)).pending(
+        job(1, gpus=8)
+    ).decide()
+    assert res.reason[1].estimated_start == NOW
+
+
+def test_estimate_accounts_for_quota():
+    res = (
+        Snap().nodes(2).quota("A", 4, borrow=0).quota("B", 12)
+        .running(run(10, gpus=4, ran=0, max_runtime_s=HOUR))
+        .pending(job(1, gpus=4)).decide()
+    )  # fmt: skip
+    assert res.code(1) == reasons.QUOTA_EXHAUSTED
+    assert res.reason[1].estimated_start == NOW + HOUR
+
+
+def test_cycle_figures():
+    res = Snap().nodes(2).quota("A", 8).pending(job(1, gpus=8), job(2, gpus=8)).decide()
+    f = res.raw.figures
+    assert f["admitted"] == 1 and f["admitted_gpus"] == 8 and f["capacity_gpus"] == 16
+    assert f["still_pending"] == 1 and f["reason.quota_exhausted"] == 1
