@@ -1,0 +1,310 @@
+"""Pure builders: a ``PodSet`` -> the Kubernetes manifests (plain dicts) of its gated pods and PDB.
+
+No I/O here, so the shape of what the portal asks the cluster for is easy to read and to test. Users never pass a
+raw pod spec: every field below comes from validated ``PodSet`` values, and the security context is fixed
+(PodSecurity ``restricted``: non-root, no privilege escalation, drop ALL, seccomp RuntimeDefault, no host
+namespaces, no hostPath, no service-account token).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from scheduling.backends.base import MANAGED_BY, InvalidPodSpec, PodSet
+
+# The portal's scheduling gate: a pod carrying it is never considered by kube-scheduler.
+ADMISSION_GATE = "gpu-portal.io/admission"
+
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB_ID = "gpu-portal.io/job-id"
+LABEL_ATTEMPT = "gpu-portal.io/attempt"
+LABEL_POD_INDEX = "gpu-portal.io/pod-index"
+LABEL_DEPARTMENT = "gpu-portal.io/department"
+LABEL_TIER = "gpu-portal.io/tier"
+LABEL_CLUSTER = "gpu-portal.io/cluster"
+LABEL_TASK_TYPE = "ai-task-type"
+LABEL_URGENCY = "urgency-level"
+
+ANNOTATION_USER_TIER = "user-tier"
+ANNOTATION_DEADLINE = "deadline"
+ANNOTATION_BID = "gpu-portal.io/bid"
+ANNOTATION_OWNER = "gpu-portal.io/owner"
+ANNOTATION_JOB_NAME = "gpu-portal.io/job-name"
+ANNOTATION_DEPARTMENT = "gpu-portal.io/department"
+
+MAIN_CONTAINER = "main"
+# Narrowing the affinity to one node uses the node's name (exact), not the hostname label (which may differ).
+NODE_NAME_FIELD = "metadata.name"
+
+PORTAL_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+# By default the portal's pods tolerate the taint GPU node pools commonly carry (GKE, AKS, many operators).
+DEFAULT_TOLERATIONS: tuple[Mapping[str, Any], ...] = (
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
+
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def label_value(value: object) -> str:
+    """Coerce any value into a valid label value (<= 63 chars, alphanumeric at both ends)."""
+    text = _LABEL_VALUE_BAD.sub("-", str(value))[:63]
+    return text.strip("-_.")
+
+
+def attempt_selector(job_id: int, attempt: int) -> str:
+    return f"{PORTAL_SELECTOR},{LABEL_JOB_ID}={job_id},{LABEL_ATTEMPT}={attempt}"
+
+
+def attempt_base_name(job_id: int, attempt: int) -> str:
+    """Name shared by an attempt's single pod and its PodDisruptionBudget."""
+    return f"job-{job_id}-a{attempt}"
+
+
+def pod_labels(podset: PodSet, index: int, *, cluster: str) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_JOB_ID: str(podset.job_id),
+        LABEL_ATTEMPT: str(podset.attempt),
+        LABEL_POD_INDEX: str(index),
+        LABEL_DEPARTMENT: label_value(podset.department),
+        LABEL_TIER: label_value(podset.tier),
+        LABEL_CLUSTER: label_value(cluster),
+        LABEL_TASK_TYPE: label_value(podset.task_type),
+        LABEL_URGENCY: label_value(podset.urgency),
+    }
+
+
+def pod_annotations(podset: PodSet) -> dict[str, str]:
+    annotations = {
+        ANNOTATION_USER_TIER: podset.user_tier,
+        ANNOTATION_BID: str(podset.bid),
+        ANNOTATION_OWNER: podset.owner,
+        ANNOTATION_JOB_NAME: podset.job_name,
+        ANNOTATION_DEPARTMENT: podset.department,
+    }
+    if podset.deadline:
+        annotations[ANNOTATION_DEADLINE] = podset.deadline
+    return annotations
+
+
+def restricted_container_security_context(run_as_user: int | None) -> dict[str, Any]:
+    ctx: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if run_as_user is not None:
+        ctx["runAsUser"] = run_as_user
+    return ctx
+
+
+def restricted_pod_security_context(run_as_user: int | None) -> dict[str, Any]:
+    ctx: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if run_as_user is not None:
+        ctx.update(runAsUser=run_as_user, runAsGroup=run_as_user, fsGroup=run_as_user)
+    return ctx
+
+
+def node_affinity(node_labels: Iterable[tuple[str, str]]) -> dict[str, Any] | None:
+    """Required node affinity on the flavor's labels: one term, ``key In [value]`` per label."""
+    expressions = [{"key": k, "operator": "In", "values": [v]} for k, v in node_labels]
+    if not expressions:
+        return None
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    }
+
+
+def resources(podset: PodSet) -> dict[str, dict[str, str]]:
+    """Requests == limits for everything: GPUs must (extended resources), CPU/memory by choice (Guaranteed QoS,
+    so the portal's accounting and the kubelet's agree)."""
+    amounts = {"cpu": f"{int(podset.cpu_millicores)}m", "memory": f"{int(podset.memory_mib)}Mi"}
+    if podset.gpus_per_pod:
+        amounts[podset.gpu_resource] = str(int(podset.gpus_per_pod))
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def validate_podset(podset: PodSet) -> None:
+    """Refuse values the cluster would reject or that could smuggle anything into the spec."""
+    problems = []
+    if podset.pods < 1:
+        problems.append("pods must be >= 1")
+    if not isinstance(podset.gpus_per_pod, int) or podset.gpus_per_pod < 0:
+        problems.append("gpus_per_pod must be a non-negative integer")
+    if podset.gpus_per_pod and "/" not in podset.gpu_resource:
+        problems.append(f"gpu_resource {podset.gpu_resource!r} is not an extended resource name")
+    if podset.cpu_millicores <= 0 or podset.memory_mib <= 0:
+        problems.append("cpu and memory must be positive")
+    if not podset.image or any(c.isspace() for c in podset.image):
+        problems.append("image is empty or contains whitespace")
+    for name, _ in podset.env:
+        if not _ENV_NAME.match(name):
+            problems.append(f"invalid environment variable name {name!r}")
+    if podset.termination_grace_s < 0:
+        problems.append("termination_grace_s must be >= 0")
+    if podset.pdb_min_available is not None and not (0 <= podset.pdb_min_available <= podset.pods):
+        problems.append("pdb_min_available must be between 0 and pods")
+    if problems:
+        raise InvalidPodSpec("; ".join(problems))
+
+
+def pod_manifest(
+    podset: PodSet,
+    index: int,
+    *,
+    cluster: str = "default",
+    tolerations: Iterable[Mapping[str, Any]] = DEFAULT_TOLERATIONS,
+    run_as_user: int | None = 1000,
+    gate: str = ADMISSION_GATE,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": MAIN_CONTAINER,
+        "image": podset.image,
+        "env": [{"name": k, "value": v} for k, v in podset.env],
+        "resources": resources(podset),
+        "securityContext": restricted_container_security_context(run_as_user),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if podset.command:
+        container["command"] = list(podset.command)
+    spec: dict[str, Any] = {
+        "schedulingGates": [{"name": gate}],
+        "priorityClassName": podset.priority_class,
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": int(podset.termination_grace_s),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "securityContext": restricted_pod_security_context(run_as_user),
+        "tolerations": [dict(t) for t in tolerations],
+        "containers": [container],
+    }
+    if podset.max_runtime_s and podset.max_runtime_s > 0:
+        # The kubelet kills the pod (reason DeadlineExceeded) once it has run this long: a hard stop even if
+        # the portal is down. Counted from the pod's start on the node, not from creation.
+        spec["activeDeadlineSeconds"] = int(podset.max_runtime_s)
+    affinity = node_affinity(podset.node_labels)
+    if affinity:
+        spec["affinity"] = affinity
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": podset.pod_name(index),
+            "namespace": podset.namespace,
+            "labels": pod_labels(podset, index, cluster=cluster),
+            "annotations": pod_annotations(podset),
+        },
+        "spec": spec,
+    }
+
+
+def pdb_manifest(podset: PodSet) -> dict[str, Any]:
+    name = attempt_base_name(podset.job_id, podset.attempt)
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": name,
+            "namespace": podset.namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_JOB_ID: str(podset.job_id),
+                LABEL_ATTEMPT: str(podset.attempt),
+            },
+        },
+        "spec": {
+            "minAvailable": int(podset.pdb_min_available or 0),
+            "selector": {
+                "matchLabels": {
+                    LABEL_MANAGED_BY: MANAGED_BY,
+                    LABEL_JOB_ID: str(podset.job_id),
+                    LABEL_ATTEMPT: str(podset.attempt),
+                }
+            },
+        },
+    }
+
+
+def is_ours(obj: Mapping[str, Any], *, job_id: int | None = None, attempt: int | None = None) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return False
+    if job_id is not None and labels.get(LABEL_JOB_ID) != str(job_id):
+        return False
+    return attempt is None or labels.get(LABEL_ATTEMPT) == str(attempt)
+
+
+def admission_patch(pod: Mapping[str, Any], node: str, *, gate: str = ADMISSION_GATE) -> list[dict[str, Any]]:
+    """JSON patch (RFC 6902) that narrows a gated pod to ``node`` and removes the portal's gate.
+
+    * ``replace /metadata/resourceVersion`` with the version we read: the API server then applies optimistic
+      concurrency and answers 409 Conflict if the pod changed since (a stale read never wins).
+    * every existing ``nodeSelectorTerm`` gets an extra ``matchFields metadata.name In [node]`` requirement:
+      narrowing only (terms are ORed, so each must be narrowed), which Kubernetes allows while the pod is gated;
+      no term -> the required affinity is created (allowed when it was empty).
+    * ``test`` that the gate is at the index we remove, then ``remove`` it (the server re-checks, 422 if not).
+    Returns [] when the gate is already gone (nothing to do).
+    """
+    spec = pod.get("spec") or {}
+    gates = spec.get("schedulingGates") or []
+    names = [g.get("name") for g in gates]
+    if gate not in names:
+        return []
+    index = names.index(gate)
+    requirement = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    ops: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": pod["metadata"]["resourceVersion"]}
+    ]
+    affinity = spec.get("affinity")
+    node_aff = (affinity or {}).get("nodeAffinity")
+    required = (node_aff or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = (required or {}).get("nodeSelectorTerms") or []
+    fresh = {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
+    if affinity is None:
+        ops.append({"op": "add", "path": "/spec/affinity",
+                    "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": fresh}}})
+    elif node_aff is None:
+        ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity",
+                    "value": {"requiredDuringSchedulingIgnoredDuringExecution": fresh}})
+    elif not terms:
+        ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
+                    "value": fresh})
+    else:
+        base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
+        for t, term in enumerate(terms):
+            fields = term.get("matchFields") or []
+            if requirement in fields:
+                continue
+            if fields:
+                ops.append({"op": "add", "path": f"{base}/{t}/matchFields/-", "value": requirement})
+            else:
+                ops.append({"op": "add", "path": f"{base}/{t}/matchFields", "value": [requirement]})
+    ops.append({"op": "test", "path": f"/spec/schedulingGates/{index}", "value": gates[index]})
+    ops.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
+    return ops
+
+
+def pinned_nodes(pod: Mapping[str, Any]) -> set[str]:
+    """Nodes a pod's required affinity already pins it to via ``matchFields metadata.name`` (any term)."""
+    spec = pod.get("spec") or {}
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    pinned: set[str] = set()
+    for term in required.get("nodeSelectorTerms") or []:
+        for req in term.get("matchFields") or []:
+            if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In":
+                pinned.update(req.get("values") or [])
+    return pinned

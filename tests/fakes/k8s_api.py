@@ -1,0 +1,1359 @@
+"""A stateful fake Kubernetes API server: the executable spec of BRIEF section 6.
+
+It serves the real REST paths the official ``kubernetes`` client calls, over HTTP (stdlib
+``ThreadingHTTPServer`` in a thread), and enforces the rules the portal depends on, with the status codes and
+``Status`` bodies a real API server returns:
+
+====================================================  ======================================================
+rule                                                  answer
+====================================================  ======================================================
+pod name already taken in the namespace               409 ``AlreadyExists``
+``metadata.resourceVersion`` on an update is stale    409 ``Conflict``
+JSON patch ``test`` op fails                          422 (as ``patch.go`` does)
+``spec.schedulingGates`` added after creation         422 ``only deletion is allowed``
+node affinity / nodeSelector widened or changed       422 while gated (only additions); any change once ungated
+``priorityClassName`` unknown                         403 ``no PriorityClass with name ... was found``
+``priorityClassName`` (or any other immutable field)  422 ``pod updates may not change fields ...``
+extended resource not an integer / requests!=limits   422 ``must be an integer`` / ``must be equal to ... limit``
+PodSecurity ``restricted`` namespace, unsafe pod      403 ``violates PodSecurity "restricted:latest"``
+Eviction while a PDB allows no disruption             429 ``TooManyRequests`` with a ``DisruptionBudget`` cause
+watch from a resourceVersion older than the history   200 + ``ERROR`` event with a 410 ``Expired`` Status
+PriorityClass ``value`` / ``preemptionPolicy`` change  422 (immutable)
+====================================================  ======================================================
+
+Simplifications (documented, deliberate): no authentication/RBAC; strategic merge patch is applied as a JSON
+merge patch; no scheduler or kubelet runs by itself - tests drive them with the helpers at the end
+(:meth:`FakeKube.bind`, :meth:`FakeKube.run`, :meth:`FakeKube.terminate`, ...), which check the scheduler's
+own rules (gates, affinity, cordons, taints, capacity).
+
+Fault injection: :meth:`FakeKube.fail_next` (N requests answer e.g. 500), :meth:`FakeKube.hang_next` (N
+requests hang past the client's timeout, then are dropped or applied), :meth:`FakeKube.race_next` (run a
+concurrent write just before N requests, e.g. to make a read stale). Every request is recorded in
+``FakeKube.requests``.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import math
+import re
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from kubernetes.utils.quantity import parse_quantity
+
+from .k8s_patch import (
+    GENERIC_FIELDS,
+    NODE_FIELDS,
+    POD_FIELDS,
+    PatchError,
+    SelectorError,
+    apply_json_patch,
+    apply_merge_patch,
+    field_selector_matches,
+    label_selector_matches,
+    match_labels_selector,
+)
+
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                           "projected", "secret"}
+MUTABLE_POD_SPEC_FIELDS = {"activeDeadlineSeconds", "tolerations", "schedulingGates", "affinity", "nodeSelector"}
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiFailure(Exception):
+    """Raised inside the fake to answer with a ``Status`` body."""
+
+    def __init__(self, code: int, reason: str, message: str, causes: list[dict[str, str]] | None = None,
+                 kind: str = "", name: str = "") -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+        self.causes, self.kind, self.name = causes or [], kind, name
+
+    def status(self) -> dict[str, Any]:
+        details: dict[str, Any] = {}
+        if self.name:
+            details["name"] = self.name
+        if self.kind:
+            details["kind"] = self.kind
+        if self.causes:
+            details["causes"] = self.causes
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "code": self.code}
+        if details:
+            body["details"] = details
+        return body
+
+
+def not_found(kind: str, name: str) -> ApiFailure:
+    return ApiFailure(404, "NotFound", f'{kind} "{name}" not found', kind=kind, name=name)
+
+
+def invalid(kind: str, name: str, errors: list[str]) -> ApiFailure:
+    return ApiFailure(422, "Invalid", f'{kind.capitalize()} "{name}" is invalid: ' + "; ".join(errors),
+                      causes=[{"reason": "FieldValueInvalid", "message": e} for e in errors], kind=kind, name=name)
+
+
+class SchedulingError(AssertionError):
+    """A kubelet/scheduler helper was asked to do what the real scheduler would refuse."""
+
+
+@dataclass
+class Fault:
+    kind: str  # "status" | "hang" | "race"
+    remaining: int
+    method: str | None = None
+    path: str | None = None  # regex searched in the path
+    status: int = 500
+    seconds: float = 0.0
+    then: str = "drop"  # for hangs: "drop" (never applied) or "apply" (applied after the hang)
+    action: Callable[[FakeKube], None] | None = None
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method is None or self.method == method) and (self.path is None or re.search(self.path, path))
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any = None
+    content_type: str = ""
+
+
+@dataclass
+class Event:
+    rv: int
+    type: str
+    kind: str  # "pods", "nodes", ...
+    obj: dict[str, Any]
+    old: dict[str, Any] | None = None
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any = None
+    stream: Iterator[bytes] | None = None
+    content_type: str = "application/json"
+    drop: bool = False
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _q(amount: Any) -> Decimal:
+    return parse_quantity(amount)
+
+
+def is_extended_resource(name: str) -> bool:
+    if "/" not in name:
+        return False
+    domain = name.split("/", 1)[0]
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+def _all_containers(spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for i, c in enumerate(spec.get(key) or []):
+            out.append((f"spec.{key}[{i}]", c))
+    return out
+
+
+class FakeKube:
+    """The cluster state, the API rules, fault injection and the scheduler/kubelet helpers."""
+
+    def __init__(self, *, history: int = 500) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.closing = threading.Event()
+        self.rv = 100
+        self.history: deque[Event] = deque(maxlen=history)
+        self.compacted_rv = self.rv  # events at or below this resourceVersion are no longer available
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.priority_classes: dict[str, dict[str, Any]] = {}
+        self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.logs: dict[tuple[str, str], list[str]] = {}
+        self.requests: list[Recorded] = []
+        self.faults: list[Fault] = []
+        for name, value in (("system-cluster-critical", 2000000000), ("system-node-critical", 2000001000)):
+            self.add_priority_class(name, value)
+        self.url = ""
+
+    # ================================================================ bookkeeping
+
+    def _next_rv(self) -> int:
+        self.rv += 1
+        return self.rv
+
+    def _record(self, kind: str, type_: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        if len(self.history) == self.history.maxlen:
+            self.compacted_rv = self.history[0].rv
+        self.history.append(Event(int(obj["metadata"]["resourceVersion"]), type_, kind, copy.deepcopy(obj),
+                                  copy.deepcopy(old) if old else None))
+        self.changed.notify_all()
+
+    def _stamp_new(self, obj: dict[str, Any], namespace: str | None) -> None:
+        meta = obj.setdefault("metadata", {})
+        if namespace is not None:
+            meta["namespace"] = namespace
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_iso()
+        meta["resourceVersion"] = str(self._next_rv())
+        meta.setdefault("labels", {})
+        meta.setdefault("annotations", {})
+
+    def compact(self) -> None:
+        """Forget the whole event history (like etcd compaction): older watches get 410 Gone."""
+        with self.lock:
+            self.history.clear()
+            self.compacted_rv = self.rv
+
+    def count(self, method: str | None = None, path: str | None = None) -> int:
+        with self.lock:
+            return sum(1 for r in self.requests
+                       if (method is None or r.method == method) and (path is None or re.search(path, r.path)))
+
+    # ================================================================ fault injection
+
+    def fail_next(self, n: int = 1, *, status: int = 500, method: str | None = None, path: str | None = None) -> None:
+        with self.lock:
+            self.faults.append(Fault("status", n, method, path, status=status))
+
+    def hang_next(self, n: int = 1, *, seconds: float = 2.0, then: str = "drop", method: str | None = None,
+                  path: str | None = None) -> None:
+        """The next N matching requests get no answer for ``seconds`` (past the client's timeout), then the
+        connection is cut. ``then="drop"``: the request never reaches storage; ``then="apply"``: it is applied
+        first (the write happened, the client never heard back: the ambiguous case retries must handle)."""
+        with self.lock:
+            self.faults.append(Fault("hang", n, method, path, seconds=seconds, then=then))
+
+    def race_next(self, action: Callable[[FakeKube], None], n: int = 1, *, method: str | None = None,
+                  path: str | None = None) -> None:
+        """Run ``action(fake)`` (a concurrent writer) just before each of the next N matching requests."""
+        with self.lock:
+            self.faults.append(Fault("race", n, method, path, action=action))
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.remaining > 0 and fault.matches(method, path):
+                    fault.remaining -= 1
+                    if fault.remaining == 0:
+                        self.faults.remove(fault)
+                    return fault
+        return None
+
+    # ================================================================ HTTP entry point
+
+    ROUTES: list[tuple[str, str, str]] = [
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "list_pods"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "create_pod"),
+        ("GET", r"/api/v1/pods", "list_pods"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)", "get_pod"),
+        ("PATCH", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)", "update_pod"),
+        ("PUT", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)", "update_pod"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)", "delete_pod"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/eviction", "evict_pod"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log", "pod_log"),
+        ("GET", r"/api/v1/nodes", "list_nodes"),
+        ("GET", r"/api/v1/nodes/(?P<name>[^/]+)", "get_node"),
+        ("GET", r"/api/v1/namespaces", "list_namespaces"),
+        ("POST", r"/api/v1/namespaces", "create_namespace"),
+        ("GET", r"/api/v1/namespaces/(?P<name>[^/]+)", "get_namespace"),
+        ("DELETE", r"/api/v1/namespaces/(?P<name>[^/]+)", "delete_namespace"),
+        ("GET", r"/apis/scheduling\.k8s\.io/v1/priorityclasses", "list_priority_classes"),
+        ("POST", r"/apis/scheduling\.k8s\.io/v1/priorityclasses", "create_priority_class"),
+        ("GET", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "get_priority_class"),
+        ("PUT", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "update_priority_class"),
+        ("PATCH", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "update_priority_class"),
+        ("DELETE", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "delete_priority_class"),
+        ("GET", r"/apis/policy/v1/poddisruptionbudgets", "list_pdbs"),
+        ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "list_pdbs"),
+        ("POST", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "create_pdb"),
+        ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "get_pdb"),
+        ("DELETE", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "delete_pdb"),
+    ]
+
+    def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Response:
+        parts = urlsplit(raw_path)
+        path = parts.path.rstrip("/")
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        content_type = (headers.get("content-type") or "").split(";")[0].strip()
+        try:
+            payload = json.loads(body) if body else None
+        except ValueError:
+            return Response(400, ApiFailure(400, "BadRequest", "invalid JSON body").status())
+        with self.lock:
+            self.requests.append(Recorded(method, path, query, payload, content_type))
+        fault = self._take_fault(method, path)
+        if fault is not None:
+            if fault.kind == "status":
+                reason = {409: "Conflict", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(
+                    fault.status, "InternalError")
+                return Response(fault.status, ApiFailure(fault.status, reason, "injected fault").status())
+            if fault.kind == "hang" and fault.then == "drop":  # never reaches storage
+                self.closing.wait(fault.seconds)
+                return Response(504, drop=True)
+            if fault.kind == "race" and fault.action is not None:
+                fault.action(self)
+        response = self._route(method, path, query, payload, content_type)
+        if fault is not None and fault.kind == "hang":  # applied, but the answer never arrives
+            self.closing.wait(fault.seconds)
+            return Response(504, drop=True)
+        return response
+
+    def _route(self, method: str, path: str, query: dict[str, str], payload: Any, content_type: str) -> Response:
+        for route_method, pattern, handler in self.ROUTES:
+            match = re.fullmatch(pattern, path)
+            if match and route_method == method:
+                try:
+                    with self.lock:
+                        return getattr(self, "_" + handler)(query=query, body=payload, content_type=content_type,
+                                                            **match.groupdict())
+                except ApiFailure as failure:
+                    return Response(failure.code, failure.status())
+                except SelectorError as exc:
+                    return Response(400, ApiFailure(400, "BadRequest", str(exc)).status())
+        if any(re.fullmatch(p, path) for _, p, _ in self.ROUTES):
+            return Response(405, ApiFailure(405, "MethodNotAllowed", f"{method} is not supported").status())
+        return Response(404, ApiFailure(404, "NotFound", "the server could not find the requested resource").status())
+
+    # ================================================================ generic list / watch
+
+    def _list(self, kind: str, items: list[dict[str, Any]], query: dict[str, str], fields: dict[str, Any],
+              match_extra: Callable[[dict[str, Any]], bool] = lambda o: True) -> Response:
+        label_sel, field_sel = query.get("labelSelector"), query.get("fieldSelector")
+
+        def matches(obj: dict[str, Any]) -> bool:
+            return (match_extra(obj) and label_selector_matches(label_sel, _labels(obj))
+                    and field_selector_matches(field_sel, obj, fields))
+
+        if query.get("watch") in ("true", "1"):
+            return Response(200, stream=self._watch_stream(kind, matches, query), content_type="application/json")
+        selected = sorted((o for o in items if matches(o)),
+                          key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        start = 0
+        if query.get("continue"):
+            start = json.loads(base64.b64decode(query["continue"]))["start"]
+        limit = int(query.get("limit") or 0)
+        page = selected[start:start + limit] if limit else selected[start:]
+        meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
+        if limit and start + limit < len(selected):
+            meta["continue"] = base64.b64encode(json.dumps({"start": start + limit}).encode()).decode()
+            meta["remainingItemCount"] = len(selected) - start - limit
+        return Response(200, {"kind": "List", "apiVersion": "v1", "metadata": meta,
+                              "items": [self._present(kind, o) for o in page]})
+
+    def _present(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        if kind == "poddisruptionbudgets":
+            return self._pdb_with_status(obj)
+        return copy.deepcopy(obj)
+
+    def _watch_stream(self, kind: str, matches: Callable[[dict[str, Any]], bool],
+                      query: dict[str, str]) -> Iterator[bytes]:
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+        requested = query.get("resourceVersion") or ""
+
+        def line(type_: str, obj: dict[str, Any]) -> bytes:
+            return (json.dumps({"type": type_, "object": obj}) + "\n").encode()
+
+        def expired(rv: int) -> bytes:
+            return line("ERROR", ApiFailure(410, "Expired", f"too old resource version: {rv} ({self.compacted_rv})"
+                                            ).status())
+
+        with self.lock:
+            if requested in ("", "0"):
+                cursor = self.rv
+                store = {"pods": self.pods, "nodes": self.nodes}[kind]
+                backlog = [line("ADDED", copy.deepcopy(o)) for o in store.values() if matches(o)]
+            else:
+                cursor = int(requested)
+                backlog = []
+        yield from backlog
+        while not self.closing.is_set():
+            with self.lock:
+                if cursor < self.compacted_rv:
+                    yield expired(cursor)
+                    return
+                pending = [e for e in self.history if e.rv > cursor and e.kind == kind]
+                if not pending:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    self.changed.wait(min(remaining, 0.25))
+                    continue
+            for event in pending:
+                cursor = event.rv
+                now_match = matches(event.obj)
+                was_match = event.old is not None and matches(event.old)
+                if event.type == "MODIFIED" and was_match and not now_match:
+                    yield line("DELETED", event.obj)
+                elif event.type == "MODIFIED" and now_match and not was_match:
+                    yield line("ADDED", event.obj)
+                elif now_match:
+                    yield line(event.type, event.obj)
+
+    # ================================================================ namespaces
+
+    def add_namespace(self, name: str, *, restricted: bool = True, labels: dict[str, str] | None = None) -> None:
+        all_labels = {"kubernetes.io/metadata.name": name, **(labels or {})}
+        if restricted:
+            all_labels[PSA_ENFORCE] = "restricted"
+        with self.lock:
+            obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": all_labels},
+                   "status": {"phase": "Active"}}
+            self._stamp_new(obj, None)
+            self.namespaces[name] = obj
+
+    def _list_namespaces(self, *, query: dict[str, str], **_: Any) -> Response:
+        return self._list("namespaces", list(self.namespaces.values()), query, GENERIC_FIELDS)
+
+    def _create_namespace(self, *, body: dict[str, Any], **_: Any) -> Response:
+        name = body["metadata"]["name"]
+        if name in self.namespaces:
+            raise ApiFailure(409, "AlreadyExists", f'namespaces "{name}" already exists', kind="namespaces", name=name)
+        labels = dict(body["metadata"].get("labels") or {})
+        self.add_namespace(name, restricted=False, labels=labels)
+        return Response(201, copy.deepcopy(self.namespaces[name]))
+
+    def _get_namespace(self, *, name: str, **_: Any) -> Response:
+        if name not in self.namespaces:
+            raise not_found("namespaces", name)
+        return Response(200, copy.deepcopy(self.namespaces[name]))
+
+    def _delete_namespace(self, *, name: str, **_: Any) -> Response:
+        if name not in self.namespaces:
+            raise not_found("namespaces", name)
+        for key in [k for k in self.pods if k[0] == name]:
+            self._remove_pod(key)
+        for key in [k for k in self.pdbs if k[0] == name]:
+            del self.pdbs[key]
+        return Response(200, self.namespaces.pop(name))
+
+    # ================================================================ pods: create
+
+    def _list_pods(self, *, query: dict[str, str], ns: str | None = None, **_: Any) -> Response:
+        if ns is not None and ns not in self.namespaces:
+            return self._list("pods", [], query, POD_FIELDS)
+        return self._list("pods", list(self.pods.values()), query, POD_FIELDS,
+                          lambda o: ns is None or o["metadata"]["namespace"] == ns)
+
+    def _create_pod(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        if not isinstance(body, dict) or body.get("kind", "Pod") != "Pod":
+            raise ApiFailure(400, "BadRequest", "the body is not a Pod")
+        pod = copy.deepcopy(body)
+        meta = pod.setdefault("metadata", {})
+        name = meta.get("name") or ""
+        if meta.get("namespace") not in (None, "", ns):
+            raise ApiFailure(400, "BadRequest", "the namespace of the object does not match the namespace on the URL")
+        if not name or not DNS1123.match(name) or len(name) > 253:
+            raise invalid("pods", name, [f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain'])
+        if (ns, name) in self.pods:
+            raise ApiFailure(409, "AlreadyExists", f'pods "{name}" already exists', kind="pods", name=name)
+        spec = pod.setdefault("spec", {})
+        # --- mutating admission: Priority plugin resolves the class (403 if it does not exist)
+        class_name = spec.get("priorityClassName")
+        if class_name:
+            if class_name not in self.priority_classes:
+                raise ApiFailure(403, "Forbidden",
+                                 f'pods "{name}" is forbidden: no PriorityClass with name {class_name} was found',
+                                 kind="pods", name=name)
+            spec["priority"] = self.priority_classes[class_name]["value"]
+            spec.setdefault("preemptionPolicy", self.priority_classes[class_name].get("preemptionPolicy",
+                                                                                    "PreemptLowerPriority"))
+        else:
+            spec["priority"] = 0
+        # defaults
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("schedulerName", "default-scheduler")
+        for _, container in _all_containers(spec):
+            res = container.setdefault("resources", {})
+            limits = res.get("limits") or {}
+            requests = res.setdefault("requests", {})
+            for rname, amount in limits.items():
+                requests.setdefault(rname, amount)  # requests default to limits
+        # --- validation
+        errors = self._validate_pod_spec(spec)
+        if errors:
+            raise invalid("pods", name, errors)
+        # --- validating admission: PodSecurity
+        if self.namespaces[ns]["metadata"]["labels"].get(PSA_ENFORCE) == "restricted":
+            violations = restricted_violations(spec)
+            if violations:
+                raise ApiFailure(403, "Forbidden",
+                                 f'pods "{name}" is forbidden: violates PodSecurity "restricted:latest": '
+                                 + ", ".join(violations), kind="pods", name=name)
+        self._stamp_new(pod, ns)
+        gated = bool(spec.get("schedulingGates"))
+        pod["status"] = {
+            "phase": "Pending",
+            "qosClass": "Guaranteed",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                            "message": "Scheduling is blocked due to non-empty scheduling gates"}] if gated else [],
+        }
+        self.pods[(ns, name)] = pod
+        self._record("pods", "ADDED", pod)
+        return Response(201, copy.deepcopy(pod))
+
+    def _validate_pod_spec(self, spec: dict[str, Any]) -> list[str]:
+        errors: list[str] = []
+        if not spec.get("containers"):
+            errors.append("spec.containers: Required value")
+        for path, c in _all_containers(spec):
+            if not c.get("name"):
+                errors.append(f"{path}.name: Required value")
+            if not c.get("image") and "containers" in path:
+                errors.append(f"{path}.image: Required value")
+            res = c.get("resources") or {}
+            limits, requests = res.get("limits") or {}, res.get("requests") or {}
+            for kind, amounts in (("limits", limits), ("requests", requests)):
+                for rname, amount in amounts.items():
+                    try:
+                        q = _q(amount)
+                    except (ValueError, TypeError):
+                        errors.append(f'{path}.resources.{kind}[{rname}]: Invalid value: "{amount}": quantity')
+                        continue
+                    if is_extended_resource(rname) and q != q.to_integral_value():
+                        errors.append(f'{path}.resources.{kind}[{rname}]: Invalid value: "{amount}": must be an integer')
+            for rname, amount in requests.items():
+                if is_extended_resource(rname):
+                    if rname not in limits:
+                        errors.append(f"{path}.resources.limits[{rname}]: Required value: "
+                                      "Limit must be set for non overcommitable resources")
+                    elif _q(amount) != _q(limits[rname]):
+                        errors.append(f'{path}.resources.requests[{rname}]: Invalid value: "{amount}": '
+                                      f"must be equal to {rname} limit of {limits[rname]}")
+                elif rname in limits and _q(amount) > _q(limits[rname]):
+                    errors.append(f'{path}.resources.requests[{rname}]: Invalid value: "{amount}": '
+                                  f"must be less than or equal to {rname} limit of {limits[rname]}")
+        gates = [g.get("name") for g in spec.get("schedulingGates") or []]
+        if len(gates) != len(set(gates)):
+            errors.append("spec.schedulingGates: Duplicate value")
+        if gates and spec.get("nodeName"):
+            errors.append("spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared")
+        if spec.get("restartPolicy") not in ("Always", "OnFailure", "Never"):
+            errors.append(f"spec.restartPolicy: Unsupported value: {spec.get('restartPolicy')!r}")
+        return errors
+
+    # ================================================================ pods: read / update / delete
+
+    def _pod(self, ns: str, name: str) -> dict[str, Any]:
+        pod = self.pods.get((ns, name))
+        if pod is None:
+            raise not_found("pods", name)
+        return pod
+
+    def _get_pod(self, *, ns: str, name: str, **_: Any) -> Response:
+        return Response(200, copy.deepcopy(self._pod(ns, name)))
+
+    def _apply_update(self, current: dict[str, Any], body: Any, content_type: str, method: str) -> dict[str, Any]:
+        try:
+            if method == "PUT":
+                return copy.deepcopy(body)
+            if content_type == "application/json-patch+json":
+                return apply_json_patch(current, body)
+            if content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                return apply_merge_patch(current, body)
+        except PatchError as exc:
+            raise ApiFailure(422, "", str(exc))  # what patch.go answers for a failed JSON patch
+        raise ApiFailure(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: "
+                         f"{content_type}")
+
+    def _check_meta_update(self, kind: str, current: dict[str, Any], new: dict[str, Any]) -> None:
+        name = current["metadata"]["name"]
+        meta = new.setdefault("metadata", {})
+        if meta.get("name") != name:
+            raise ApiFailure(400, "BadRequest", "the name of the object does not match the name on the URL")
+        if meta.get("uid") not in (None, current["metadata"]["uid"]):
+            raise ApiFailure(409, "Conflict", f'Operation cannot be fulfilled on {kind} "{name}": '
+                             "Precondition failed: UID in precondition", kind=kind, name=name)
+        sent = meta.get("resourceVersion")
+        if sent and sent != current["metadata"]["resourceVersion"]:
+            raise ApiFailure(409, "Conflict", f'Operation cannot be fulfilled on {kind} "{name}": the object has been '
+                             "modified; please apply your changes to the latest version and try again",
+                             kind=kind, name=name)
+        for system in ("uid", "creationTimestamp", "namespace", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            if system in current["metadata"]:
+                meta[system] = current["metadata"][system]
+            else:
+                meta.pop(system, None)
+
+    def _update_pod(self, *, ns: str, name: str, body: Any, content_type: str, **_: Any) -> Response:
+        current = self._pod(ns, name)
+        method = "PUT" if not content_type.endswith("patch+json") else "PATCH"
+        new = self._apply_update(current, body, content_type, method)
+        self._check_meta_update("pods", current, new)
+        errors = validate_pod_update(current["spec"], new.get("spec") or {})
+        errors += [e for e in self._validate_pod_spec(new.get("spec") or {}) if "nodeName" not in e]
+        if errors:
+            raise invalid("pods", name, errors)
+        new["status"] = copy.deepcopy(current.get("status") or {})  # status only through the status subresource
+        if current["spec"].get("schedulingGates") and not new["spec"].get("schedulingGates"):
+            new["status"]["conditions"] = [c for c in new["status"].get("conditions") or []
+                                           if c.get("reason") != "SchedulingGated"]
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        old = self.pods[(ns, name)]
+        self.pods[(ns, name)] = new
+        self._record("pods", "MODIFIED", new, old)
+        return Response(200, copy.deepcopy(new))
+
+    def _remove_pod(self, key: tuple[str, str]) -> dict[str, Any]:
+        pod = self.pods.pop(key)
+        pod["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._record("pods", "DELETED", pod)
+        return pod
+
+    def _graceful_delete(self, pod: dict[str, Any], grace: int | None) -> dict[str, Any]:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if grace is None:
+            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+        phase = (pod.get("status") or {}).get("phase")
+        if not pod["spec"].get("nodeName") or phase in ("Succeeded", "Failed") or grace == 0:
+            return self._remove_pod(key)  # nothing runs: gone at once, as on a real cluster
+        if pod["metadata"].get("deletionTimestamp"):
+            return copy.deepcopy(pod)
+        old = copy.deepcopy(pod)
+        pod["metadata"]["deletionTimestamp"] = now_iso()
+        pod["metadata"]["deletionGracePeriodSeconds"] = grace
+        pod["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._record("pods", "MODIFIED", pod, old)
+        return copy.deepcopy(pod)
+
+    def _delete_pod(self, *, ns: str, name: str, query: dict[str, str], body: Any, **_: Any) -> Response:
+        pod = self._pod(ns, name)
+        options = body or {}
+        pre = options.get("preconditions") or {}
+        if pre.get("resourceVersion") and pre["resourceVersion"] != pod["metadata"]["resourceVersion"]:
+            raise ApiFailure(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": precondition '
+                             "failed: resourceVersion", kind="pods", name=name)
+        grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        return Response(200, self._graceful_delete(pod, None if grace is None else int(grace)))
+
+    # ================================================================ eviction
+
+    def _evict_pod(self, *, ns: str, name: str, body: Any, **_: Any) -> Response:
+        pod = self._pod(ns, name)
+        if not isinstance(body, dict) or body.get("kind") != "Eviction" or \
+                (body.get("metadata") or {}).get("name") != name:
+            raise ApiFailure(400, "BadRequest", "name in URL does not match name in Eviction object")
+        phase = (pod.get("status") or {}).get("phase")
+        terminating = bool(pod["metadata"].get("deletionTimestamp"))
+        # canIgnorePDB: terminal, pending or already terminating pods are evicted without a PDB check.
+        if not (phase in ("Succeeded", "Failed", "Pending") or terminating):
+            pdbs = [p for (pns, _), p in self.pdbs.items()
+                    if pns == ns and match_labels_selector(p["spec"].get("selector"), _labels(pod))]
+            if len(pdbs) > 1:
+                raise ApiFailure(500, "InternalError",
+                                 "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                                 "does not support.")
+            if pdbs:
+                status = self._pdb_with_status(pdbs[0])["status"]
+                healthy_self = _pod_healthy(pod)
+                allowed = status["disruptionsAllowed"] > 0 if healthy_self else \
+                    status["currentHealthy"] >= status["desiredHealthy"]
+                if not allowed:
+                    pdb_name = pdbs[0]["metadata"]["name"]
+                    raise ApiFailure(
+                        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                        causes=[{"reason": "DisruptionBudget",
+                                 "message": f"The disruption budget {pdb_name} needs {status['desiredHealthy']} "
+                                            f"healthy pods and has {status['currentHealthy']} currently"}])
+        if not terminating and phase not in ("Succeeded", "Failed"):
+            old = copy.deepcopy(pod)
+            conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+            conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                               "message": "Eviction API: evicting", "lastTransitionTime": now_iso()})
+            pod["metadata"]["resourceVersion"] = str(self._next_rv())
+            self._record("pods", "MODIFIED", pod, old)
+        grace = ((body.get("deleteOptions") or {}).get("gracePeriodSeconds"))
+        self._graceful_delete(pod, grace)
+        return Response(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+
+    # ================================================================ logs
+
+    def _pod_log(self, *, ns: str, name: str, query: dict[str, str], **_: Any) -> Response:
+        pod = self._pod(ns, name)
+        container = query.get("container") or pod["spec"]["containers"][0]["name"]
+        if container not in [c["name"] for c in pod["spec"]["containers"]]:
+            raise ApiFailure(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        if not pod["spec"].get("nodeName"):
+            raise ApiFailure(400, "BadRequest", f"pod {name} does not have a host assigned")
+        if (pod.get("status") or {}).get("phase") == "Pending":
+            raise ApiFailure(400, "BadRequest",
+                             f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
+        lines = self.logs.get((ns, name), [])
+        tail = query.get("tailLines")
+        start = max(0, len(lines) - int(tail)) if tail else 0
+        if query.get("follow") not in ("true", "1"):
+            return Response(200, stream=iter([("".join(f"{x}\n" for x in lines[start:])).encode()]),
+                            content_type="text/plain")
+        return Response(200, stream=self._follow_log(ns, name, start), content_type="text/plain")
+
+    def _follow_log(self, ns: str, name: str, start: int) -> Iterator[bytes]:
+        sent = start
+        while not self.closing.is_set():
+            with self.lock:
+                lines = self.logs.get((ns, name), [])
+                fresh = lines[sent:]
+                sent = len(lines)
+                pod = self.pods.get((ns, name))
+                done = pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                if not fresh and not done:
+                    self.changed.wait(0.25)
+            if fresh:
+                yield "".join(f"{x}\n" for x in fresh).encode()
+            elif done:
+                return
+
+    # ================================================================ nodes
+
+    def _list_nodes(self, *, query: dict[str, str], **_: Any) -> Response:
+        return self._list("nodes", list(self.nodes.values()), query, NODE_FIELDS)
+
+    def _get_node(self, *, name: str, **_: Any) -> Response:
+        if name not in self.nodes:
+            raise not_found("nodes", name)
+        return Response(200, copy.deepcopy(self.nodes[name]))
+
+    # ================================================================ priority classes
+
+    def add_priority_class(self, name: str, value: int, *, labels: dict[str, str] | None = None,
+                           preemption_policy: str = "PreemptLowerPriority") -> None:
+        with self.lock:
+            obj = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                   "metadata": {"name": name, "labels": dict(labels or {})}, "value": value,
+                   "preemptionPolicy": preemption_policy, "globalDefault": False}
+            self._stamp_new(obj, None)
+            self.priority_classes[name] = obj
+
+    def _list_priority_classes(self, *, query: dict[str, str], **_: Any) -> Response:
+        return self._list("priorityclasses", list(self.priority_classes.values()), query, GENERIC_FIELDS)
+
+    def _get_priority_class(self, *, name: str, **_: Any) -> Response:
+        if name not in self.priority_classes:
+            raise not_found("priorityclasses.scheduling.k8s.io", name)
+        return Response(200, copy.deepcopy(self.priority_classes[name]))
+
+    def _validate_priority_class(self, obj: dict[str, Any]) -> list[str]:
+        errors = []
+        if not isinstance(obj.get("value"), int) or isinstance(obj.get("value"), bool):
+            errors.append("value: Required value")
+        elif obj["value"] > 1000000000 and not obj["metadata"]["name"].startswith("system-"):
+            errors.append("value: Invalid value: must be no greater than 1000000000")
+        if obj.get("preemptionPolicy", "PreemptLowerPriority") not in ("PreemptLowerPriority", "Never"):
+            errors.append("preemptionPolicy: Unsupported value")
+        if obj.get("globalDefault") and any(p.get("globalDefault") for n, p in self.priority_classes.items()
+                                            if n != obj["metadata"]["name"]):
+            errors.append("globalDefault: Invalid value: true: only one PriorityClass can be marked as globalDefault")
+        return errors
+
+    def _create_priority_class(self, *, body: dict[str, Any], **_: Any) -> Response:
+        name = (body.get("metadata") or {}).get("name", "")
+        if name.startswith("system-"):
+            raise ApiFailure(403, "Forbidden", f'priorityclasses "{name}" is forbidden: priority class names with '
+                             '"system-" prefix are reserved', kind="priorityclasses", name=name)
+        if name in self.priority_classes:
+            raise ApiFailure(409, "AlreadyExists", f'priorityclasses.scheduling.k8s.io "{name}" already exists',
+                             kind="priorityclasses", name=name)
+        obj = copy.deepcopy(body)
+        obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        errors = self._validate_priority_class(obj)
+        if errors:
+            raise invalid("priorityclasses", name, errors)
+        self._stamp_new(obj, None)
+        self.priority_classes[name] = obj
+        return Response(201, copy.deepcopy(obj))
+
+    def _update_priority_class(self, *, name: str, body: Any, content_type: str, **_: Any) -> Response:
+        current = self.priority_classes.get(name)
+        if current is None:
+            raise not_found("priorityclasses.scheduling.k8s.io", name)
+        method = "PUT" if not content_type.endswith("patch+json") else "PATCH"
+        new = self._apply_update(current, body, content_type, method)
+        self._check_meta_update("priorityclasses", current, new)
+        new.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        errors = self._validate_priority_class(new)
+        if new.get("value") != current.get("value"):
+            errors.append("value: Forbidden: may not be changed in an update.")
+        if new.get("preemptionPolicy") != current.get("preemptionPolicy"):
+            errors.append("preemptionPolicy: Invalid value: field is immutable")
+        if errors:
+            raise invalid("priorityclasses", name, errors)
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self.priority_classes[name] = new
+        return Response(200, copy.deepcopy(new))
+
+    def _delete_priority_class(self, *, name: str, **_: Any) -> Response:
+        if name not in self.priority_classes:
+            raise not_found("priorityclasses.scheduling.k8s.io", name)
+        if name.startswith("system-"):
+            raise ApiFailure(403, "Forbidden", f"cannot delete system priority class {name}")
+        del self.priority_classes[name]
+        return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    # ================================================================ pod disruption budgets
+
+    def _pdb_with_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
+        out = copy.deepcopy(pdb)
+        ns = pdb["metadata"]["namespace"]
+        covered = [p for (pns, _), p in self.pods.items()
+                   if pns == ns and match_labels_selector(pdb["spec"].get("selector"), _labels(p))
+                   and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        expected = len(covered)
+        healthy = sum(1 for p in covered if _pod_healthy(p))
+        spec = pdb["spec"]
+        if "minAvailable" in spec:
+            desired = _int_or_percent(spec["minAvailable"], expected)
+        else:
+            desired = max(0, expected - _int_or_percent(spec.get("maxUnavailable", 0), expected))
+        out["status"] = {"currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected,
+                         "disruptionsAllowed": max(0, healthy - desired),
+                         "observedGeneration": pdb["metadata"].get("generation", 1)}
+        return out
+
+    def _list_pdbs(self, *, query: dict[str, str], ns: str | None = None, **_: Any) -> Response:
+        return self._list("poddisruptionbudgets", list(self.pdbs.values()), query, GENERIC_FIELDS,
+                          lambda o: ns is None or o["metadata"]["namespace"] == ns)
+
+    def _create_pdb(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        name = (body.get("metadata") or {}).get("name", "")
+        if (ns, name) in self.pdbs:
+            raise ApiFailure(409, "AlreadyExists", f'poddisruptionbudgets.policy "{name}" already exists',
+                             kind="poddisruptionbudgets", name=name)
+        spec = body.get("spec") or {}
+        if ("minAvailable" in spec) == ("maxUnavailable" in spec):
+            raise invalid("poddisruptionbudgets", name, ["spec: minAvailable and maxUnavailable cannot be both set"
+                                                         " or both unset"])
+        obj = copy.deepcopy(body)
+        self._stamp_new(obj, ns)
+        obj["metadata"]["generation"] = 1
+        self.pdbs[(ns, name)] = obj
+        return Response(201, self._pdb_with_status(obj))
+
+    def _get_pdb(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.pdbs:
+            raise not_found("poddisruptionbudgets.policy", name)
+        return Response(200, self._pdb_with_status(self.pdbs[(ns, name)]))
+
+    def _delete_pdb(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.pdbs:
+            raise not_found("poddisruptionbudgets.policy", name)
+        del self.pdbs[(ns, name)]
+        return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    # ================================================================ scheduler / kubelet helpers (tests only)
+
+    def add_node(self, name: str, *, gpus: int = 0, resource: str = "nvidia.com/gpu",
+                 labels: dict[str, str] | None = None, extra: dict[str, Any] | None = None, cpu: str = "64",
+                 memory: str = "512Gi", taints: list[dict[str, str]] | None = None, unschedulable: bool = False,
+                 ready: bool = True) -> None:
+        allocatable: dict[str, Any] = {"cpu": cpu, "memory": memory, "pods": "110"}
+        if gpus:
+            allocatable[resource] = str(gpus)
+        allocatable.update({k: str(v) for k, v in (extra or {}).items()})
+        taints = list(taints or [])
+        if unschedulable:
+            taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+        node = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "spec": {"unschedulable": unschedulable, "taints": taints},
+            "status": {"capacity": dict(allocatable), "allocatable": allocatable,
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        }
+        with self.lock:
+            self._stamp_new(node, None)
+            node["metadata"].pop("namespace", None)
+            self.nodes[name] = node
+            self._record("nodes", "ADDED", node)
+
+    def cordon(self, name: str, cordoned: bool = True) -> None:
+        with self.lock:
+            node = self.nodes[name]
+            node["spec"]["unschedulable"] = cordoned
+            node["spec"]["taints"] = [t for t in node["spec"].get("taints") or []
+                                      if t["key"] != "node.kubernetes.io/unschedulable"]
+            if cordoned:
+                node["spec"]["taints"].append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+            node["metadata"]["resourceVersion"] = str(self._next_rv())
+            self._record("nodes", "MODIFIED", node)
+
+    def add_foreign_pod(self, ns: str, name: str, *, node: str, gpus: int = 0, resource: str = "nvidia.com/gpu",
+                        phase: str = "Running", labels: dict[str, str] | None = None) -> None:
+        """A pod the portal does not own (another team's, a daemon): stored as a running pod on ``node``."""
+        amounts = {resource: str(gpus)} if gpus else {}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": dict(labels or {})},
+               "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox",
+                                                          "resources": {"requests": amounts, "limits": amounts}}]},
+               "status": {"phase": phase}}
+        with self.lock:
+            if ns not in self.namespaces:
+                self.add_namespace(ns, restricted=False)
+            self._stamp_new(pod, ns)
+            self.pods[(ns, name)] = pod
+            self._record("pods", "ADDED", pod)
+
+    def pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            pod = self.pods.get((ns, name))
+            return copy.deepcopy(pod) if pod else None
+
+    def _mutate_pod(self, ns: str, name: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        with self.lock:
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                raise SchedulingError(f"no pod {ns}/{name}")
+            old = copy.deepcopy(pod)
+            change(pod)
+            pod["metadata"]["resourceVersion"] = str(self._next_rv())
+            self._record("pods", "MODIFIED", pod, old)
+            return copy.deepcopy(pod)
+
+    def touch(self, ns: str, name: str) -> None:
+        """A concurrent writer (another controller) changes the pod: its resourceVersion moves on."""
+        self._mutate_pod(ns, name, lambda p: p["metadata"].setdefault("annotations", {}).update(
+            {"example.com/touched": str(time.monotonic_ns())}))
+
+    def node_fits(self, pod: dict[str, Any], node_name: str) -> list[str]:
+        """Why the scheduler would not put ``pod`` on ``node_name`` (empty list: it fits)."""
+        node = self.nodes.get(node_name)
+        if node is None:
+            return [f"node {node_name} does not exist"]
+        problems = []
+        spec = pod["spec"]
+        if spec.get("schedulingGates"):
+            problems.append("pod is gated")
+        if node["spec"].get("unschedulable"):
+            problems.append("node is cordoned")
+        if not any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"]):
+            problems.append("node is not Ready")
+        labels = node["metadata"]["labels"]
+        for key, value in (spec.get("nodeSelector") or {}).items():
+            if labels.get(key) != value:
+                problems.append(f"nodeSelector {key}={value} does not match")
+        required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution"))
+        if required and not any(_term_matches(t, node) for t in required.get("nodeSelectorTerms") or []):
+            problems.append("required node affinity does not match")
+        for taint in node["spec"].get("taints") or []:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
+                    _tolerates(t, taint) for t in spec.get("tolerations") or []):
+                problems.append(f"untolerated taint {taint['key']}")
+        for rname, amount in node["status"]["allocatable"].items():
+            if not is_extended_resource(rname):
+                continue
+            want = _pod_request(pod, rname)
+            if not want:
+                continue
+            used = sum(_pod_request(p, rname) for p in self.pods.values()
+                       if p["spec"].get("nodeName") == node_name and p is not pod
+                       and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+            if used + want > _q(amount):
+                problems.append(f"insufficient {rname}")
+        for rname in _requested_resources(pod):
+            if is_extended_resource(rname) and rname not in node["status"]["allocatable"]:
+                problems.append(f"insufficient {rname}")
+        return problems
+
+    def bind(self, ns: str, name: str, node: str | None = None) -> str:
+        """Act as kube-scheduler: bind an ungated pod to ``node`` (or the node its affinity pins it to)."""
+        with self.lock:
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                raise SchedulingError(f"no pod {ns}/{name}")
+            if pod["spec"].get("nodeName"):
+                return pod["spec"]["nodeName"]
+            candidates = [node] if node else sorted(self.nodes)
+            for candidate in candidates:
+                if not self.node_fits(pod, candidate):
+                    break
+            else:
+                raise SchedulingError(f"{ns}/{name} fits no node: "
+                                      + "; ".join(f"{c}: {self.node_fits(pod, c)}" for c in candidates))
+
+            def change(p: dict[str, Any]) -> None:
+                p["spec"]["nodeName"] = candidate
+                p["status"]["conditions"] = [c for c in p["status"].get("conditions") or []
+                                             if c["type"] != "PodScheduled"]
+                p["status"]["conditions"].append({"type": "PodScheduled", "status": "True"})
+
+            self._mutate_pod(ns, name, change)
+            return candidate
+
+    def run(self, ns: str, name: str, node: str | None = None) -> None:
+        """Bind (if needed) and start the pod's containers: phase Running, Ready."""
+        self.bind(ns, name, node)
+
+        def change(p: dict[str, Any]) -> None:
+            started = now_iso()
+            p["status"].update(phase="Running", startTime=started)
+            p["status"]["containerStatuses"] = [
+                {"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image"),
+                 "state": {"running": {"startedAt": started}}} for c in p["spec"]["containers"]]
+            p["status"]["conditions"] = [c for c in p["status"]["conditions"] if c["type"] != "Ready"]
+            p["status"]["conditions"].append({"type": "Ready", "status": "True"})
+
+        self._mutate_pod(ns, name, change)
+
+    def terminate(self, ns: str, name: str, *, exit_code: int = 0, reason: str | None = None,
+                  message: str = "") -> None:
+        """The main container exits: Succeeded on 0, else Failed (``reason`` e.g. ``OOMKilled``, ``Error``)."""
+
+        def change(p: dict[str, Any]) -> None:
+            started = p["status"].get("startTime") or now_iso()
+            p["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+            p["status"]["containerStatuses"] = [
+                {"name": c["name"], "ready": False, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0
+                                                                                       else "Error"),
+                                          "message": message, "startedAt": started, "finishedAt": now_iso()}}}
+                for c in p["spec"]["containers"]]
+            p["status"]["conditions"] = [c for c in p["status"].get("conditions") or [] if c["type"] != "Ready"]
+            p["status"]["conditions"].append({"type": "Ready", "status": "False", "reason": "PodCompleted"})
+
+        self._mutate_pod(ns, name, change)
+
+    def oom_kill(self, ns: str, name: str) -> None:
+        self.terminate(ns, name, exit_code=137, reason="OOMKilled")
+
+    def wait_container(self, ns: str, name: str, reason: str = "ImagePullBackOff", message: str = "") -> None:
+        """The main container cannot start (``ErrImagePull``, ``ImagePullBackOff``, ``CrashLoopBackOff``...)."""
+        self.bind(ns, name)
+
+        def change(p: dict[str, Any]) -> None:
+            p["status"]["containerStatuses"] = [
+                {"name": c["name"], "ready": False, "restartCount": 0,
+                 "state": {"waiting": {"reason": reason, "message": message}}} for c in p["spec"]["containers"]]
+
+        self._mutate_pod(ns, name, change)
+
+    def mark_unschedulable(self, ns: str, name: str, message: str = "0/3 nodes are available") -> None:
+        """kube-scheduler gave up on an (ungated) pod for now."""
+
+        def change(p: dict[str, Any]) -> None:
+            if p["spec"].get("schedulingGates"):
+                raise SchedulingError("the scheduler never sees gated pods")
+            p["status"]["conditions"] = [c for c in p["status"].get("conditions") or [] if c["type"] != "PodScheduled"]
+            p["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                              "message": message})
+
+        self._mutate_pod(ns, name, change)
+
+    def kubelet_evict(self, ns: str, name: str, message: str = "The node was low on resource: memory.") -> None:
+        """Node-pressure eviction by the kubelet (no Eviction API, no PDB): phase Failed, reason Evicted."""
+
+        def change(p: dict[str, Any]) -> None:
+            p["status"].update(phase="Failed", reason="Evicted", message=message)
+
+        self._mutate_pod(ns, name, change)
+
+    def finish_termination(self, ns: str, name: str) -> None:
+        """The kubelet has stopped a terminating pod's containers: the pod object goes away."""
+        with self.lock:
+            if (ns, name) in self.pods:
+                self._remove_pod((ns, name))
+
+    def append_log(self, ns: str, name: str, *lines: str) -> None:
+        with self.lock:
+            self.logs.setdefault((ns, name), []).extend(lines)
+            self.changed.notify_all()
+
+
+# ==================================================================== rules as functions
+
+
+def _int_or_percent(value: Any, total: int) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(total * int(value[:-1]) / 100)
+    return int(value)
+
+
+def _pod_healthy(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return (status.get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+            and any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []))
+
+
+def _requested_resources(pod: dict[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for _, c in _all_containers(pod["spec"]):
+        names.update(((c.get("resources") or {}).get("requests") or {}).keys())
+    return names
+
+
+def _pod_request(pod: dict[str, Any], resource: str) -> Decimal:
+    total = Decimal(0)
+    for c in pod["spec"].get("containers") or []:
+        amount = ((c.get("resources") or {}).get("requests") or {}).get(resource)
+        total += _q(amount) if amount is not None else 0
+    return total
+
+
+def _tolerates(tol: dict[str, Any], taint: dict[str, Any]) -> bool:
+    if tol.get("effect") and tol["effect"] != taint.get("effect"):
+        return False
+    if tol.get("operator", "Equal") == "Exists":
+        return not tol.get("key") or tol["key"] == taint.get("key")
+    return tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", "")
+
+
+def _term_matches(term: dict[str, Any], node: dict[str, Any]) -> bool:
+    labels = node["metadata"]["labels"]
+    fields = {"metadata.name": node["metadata"]["name"]}
+    if not term.get("matchExpressions") and not term.get("matchFields"):
+        return False  # an empty term matches no objects
+    for reqs, source in ((term.get("matchExpressions") or [], labels), (term.get("matchFields") or [], fields)):
+        for req in reqs:
+            key, op, values = req["key"], req["operator"], req.get("values") or []
+            present = key in source
+            if op == "In" and source.get(key) not in values:
+                return False
+            if op == "NotIn" and source.get(key) in values:
+                return False
+            if op == "Exists" and not present:
+                return False
+            if op == "DoesNotExist" and present:
+                return False
+    return True
+
+
+def validate_pod_update(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``ValidatePodUpdate``, the parts BRIEF section 6 relies on."""
+    errors: list[str] = []
+    old_gates = [g.get("name") for g in old.get("schedulingGates") or []]
+    new_gates = [g.get("name") for g in new.get("schedulingGates") or []]
+    added = [g for g in new_gates if g not in old_gates]
+    if added:
+        errors.append(f"spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling "
+                      f"gate '{added[0]}'")
+    gated = bool(old_gates)
+    old_aff = ((old.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    new_aff = ((new.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if gated:
+        errors += _node_selector_narrowing(old_aff, new_aff)
+        old_sel, new_sel = old.get("nodeSelector") or {}, new.get("nodeSelector") or {}
+        if any(new_sel.get(k) != v for k, v in old_sel.items()):
+            errors.append("spec.nodeSelector: Invalid value: only additions to spec.nodeSelector are allowed "
+                          "(no mutations or deletions)")
+    else:
+        if old_aff != new_aff or (old.get("nodeSelector") or {}) != (new.get("nodeSelector") or {}):
+            errors.append("spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                          "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
+                          "additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be "
+                          "set to 1 if it was previously negative); node affinity is immutable once ungated")
+    if old.get("priorityClassName") != new.get("priorityClassName"):
+        errors.append("spec.priorityClassName: Forbidden: pod updates may not change fields other than ... "
+                      "(priorityClassName is immutable)")
+    old_deadline, new_deadline = old.get("activeDeadlineSeconds"), new.get("activeDeadlineSeconds")
+    if new_deadline != old_deadline and (new_deadline is None or (old_deadline is not None and new_deadline > old_deadline)):
+        errors.append("spec.activeDeadlineSeconds: Invalid value: must be less than or equal to previous value")
+    old_tol = old.get("tolerations") or []
+    if any(t not in (new.get("tolerations") or []) for t in old_tol):
+        errors.append("spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds")
+
+    def strip(spec: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in spec.items() if k not in MUTABLE_POD_SPEC_FIELDS and k != "priorityClassName"}
+        out["containers"] = [{k: v for k, v in c.items() if k != "image"} for c in spec.get("containers") or []]
+        out["initContainers"] = [{k: v for k, v in c.items() if k != "image"} for c in spec.get("initContainers") or []]
+        aff = copy.deepcopy(spec.get("affinity") or {})
+        aff.pop("nodeAffinity", None)
+        out["affinity-other"] = aff
+        return out
+
+    if strip(old) != strip(new):
+        errors.append("spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                      "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
+                      "additions to existing tolerations), `spec.terminationGracePeriodSeconds`")
+    return errors
+
+
+def _node_selector_narrowing(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
+    """While gated: an empty/absent required affinity may be set to anything; otherwise the list of terms keeps
+    its length and each term only gains requirements (matchExpressions / matchFields appended, none changed)."""
+    path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    old_terms = (old or {}).get("nodeSelectorTerms") or []
+    if not old_terms:
+        return []
+    new_terms = (new or {}).get("nodeSelectorTerms") or []
+    if len(new_terms) != len(old_terms):
+        return [f"{path}.nodeSelectorTerms: Invalid value: no additions/deletions to non-empty NodeSelectorTerms "
+                "list are allowed"]
+    errors = []
+    for i, (o, n) in enumerate(zip(old_terms, new_terms, strict=True)):
+        if not o.get("matchExpressions") and not o.get("matchFields"):
+            continue
+        for key in ("matchExpressions", "matchFields"):
+            olds, news = o.get(key) or [], n.get(key) or []
+            if len(news) < len(olds) or news[:len(olds)] != olds:
+                errors.append(f"{path}.nodeSelectorTerms[{i}].{key}: Invalid value: only addition of "
+                              f"{key} to a term is allowed (existing requirements are immutable)")
+    return errors
+
+
+def restricted_violations(spec: dict[str, Any]) -> list[str]:
+    """PodSecurity ``restricted`` (latest), the checks that matter for the portal's pods."""
+    out: list[str] = []
+    hosts = [k for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    if hosts:
+        out.append(f"host namespaces ({', '.join(f'{k}=true' for k in hosts)})")
+    pod_ctx = spec.get("securityContext") or {}
+    containers = _all_containers(spec)
+    privileged = [c["name"] for _, c in containers if (c.get("securityContext") or {}).get("privileged")]
+    if privileged:
+        out.append(f'privileged (containers {privileged} must not set securityContext.privileged=true)')
+    ape = [c["name"] for _, c in containers if (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is not False]
+    if ape:
+        out.append(f"allowPrivilegeEscalation != false (containers {ape} must set "
+                   "securityContext.allowPrivilegeEscalation=false)")
+    caps_bad = []
+    for _, c in containers:
+        caps = (c.get("securityContext") or {}).get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []) or any(a != "NET_BIND_SERVICE" for a in caps.get("add") or []):
+            caps_bad.append(c["name"])
+    if caps_bad:
+        out.append(f'unrestricted capabilities (containers {caps_bad} must set securityContext.capabilities.drop=["ALL"])')
+    volumes = [v.get("name") for v in spec.get("volumes") or [] if "hostPath" in v]
+    if volumes:
+        out.append(f"restricted volume types (volumes {volumes} use hostPath)")
+    other_volumes = [v.get("name") for v in spec.get("volumes") or []
+                     if not (set(v) - {"name"}) <= RESTRICTED_VOLUME_TYPES]
+    if other_volumes and not volumes:
+        out.append(f"restricted volume types (volumes {other_volumes})")
+    host_ports = [c["name"] for _, c in containers for p in c.get("ports") or [] if p.get("hostPort")]
+    if host_ports:
+        out.append(f"hostPort (containers {host_ports} use hostPort)")
+    pod_non_root = pod_ctx.get("runAsNonRoot") is True
+    non_root_bad = [c["name"] for _, c in containers
+                    if (c.get("securityContext") or {}).get("runAsNonRoot", pod_non_root) is not True]
+    if non_root_bad:
+        out.append(f"runAsNonRoot != true (pod or containers {non_root_bad} must set securityContext.runAsNonRoot=true)")
+    if pod_ctx.get("runAsUser") == 0 or any((c.get("securityContext") or {}).get("runAsUser") == 0 for _, c in containers):
+        out.append("runAsUser=0 (pod and containers must not set runAsUser=0)")
+    pod_seccomp = (pod_ctx.get("seccompProfile") or {}).get("type")
+    seccomp_bad = [c["name"] for _, c in containers
+                   if ((c.get("securityContext") or {}).get("seccompProfile") or {}).get("type", pod_seccomp)
+                   not in ("RuntimeDefault", "Localhost")]
+    if seccomp_bad:
+        out.append(f'seccompProfile (pod or containers {seccomp_bad} must set securityContext.seccompProfile.type to '
+                   '"RuntimeDefault" or "Localhost")')
+    return out
+
+
+# ==================================================================== the HTTP server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet test output
+        pass
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        response = self.server.fake.handle(self.command, self.path, headers, body)
+        if response.drop:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+            return
+        if response.stream is None:
+            data = json.dumps(response.body).encode() if response.body is not None else b""
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+            return
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in response.stream:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    fake: FakeKube
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
+@dataclass
+class FakeKubeServer:
+    """Serve a :class:`FakeKube` on ``127.0.0.1:<free port>`` in a background thread."""
+
+    fake: FakeKube = field(default_factory=FakeKube)
+    _server: _Server | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> FakeKubeServer:
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.fake = self.fake
+        self.fake.url = f"http://127.0.0.1:{self._server.server_port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-kube-api", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return self.fake.url
+
+    def stop(self) -> None:
+        self.fake.closing.set()
+        with self.fake.lock:
+            self.fake.changed.notify_all()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
