@@ -55,7 +55,9 @@ def search(
     each of the first ``SEEDS`` candidates forced first; the smallest result wins, ties to the earlier seed
     (so the preference order decides between equally small sets)."""
     best = _greedy(cands, None, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
-    if best is None or len(best) == 1:
+    if not best:
+        return None  # no set, or the job fits without victims (it waits on a reservation, not on capacity)
+    if len(best) == 1:
         return best
     for seed in cands[:SEEDS]:
         if any(seed is c for c in best):

@@ -1,0 +1,257 @@
+"""Hypothesis property tests of the engine's invariants on random snapshots (issue 3, "Tests")."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling.core import reasons, schedule
+from scheduling.core.policy import DEFAULT_POLICY
+from scheduling.core.types import (
+    TIERS,
+    URGENCIES,
+    DisruptionBudget,
+    Node,
+    PendingJob,
+    Quota,
+    RunningJob,
+    Snapshot,
+)
+
+NOW = 50_000.0
+DEPTS = ("A", "B", "C")
+FLAVORS = ("a100", "mig")
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def snapshots(draw):
+    nodes = []
+    for flavor in FLAVORS:
+        for i in range(draw(st.integers(1 if flavor == "a100" else 0, 4))):
+            gpus = draw(st.sampled_from([1, 2, 4, 8]))
+            nodes.append(
+                Node(
+                    name=f"{flavor}-{i}",
+                    flavor=flavor,
+                    gpus=gpus,
+                    used_by_others=draw(st.integers(0, 1)) if gpus > 1 else 0,
+                    schedulable=draw(st.booleans()) or draw(st.booleans()),
+                    taints=("gpu-maint",) if draw(st.integers(0, 9)) == 0 else (),
+                )
+            )
+    free = {n.name: n.gpus - n.used_by_others for n in nodes}
+    flavor_of = {n.name: n.flavor for n in nodes}
+    running = []
+    next_id = 1000
+    for _ in range(draw(st.integers(0, 16))):
+        if not nodes:
+            break
+        name = draw(st.sampled_from([n.name for n in nodes]))
+        pods = draw(st.integers(1, 2))
+        g = draw(st.integers(1, 4))
+        names = [name] + [draw(st.sampled_from([n.name for n in nodes if n.flavor == flavor_of[name]]))
+                          for _ in range(pods - 1)]  # fmt: skip
+        need = defaultdict(int)
+        for n in names:
+            need[n] += g
+        if any(free[n] < need[n] for n in need):
+            continue
+        for n in need:
+            free[n] -= need[n]
+        tier = draw(st.sampled_from(TIERS))
+        running.append(
+            RunningJob(
+                id=next_id,
+                department=draw(st.sampled_from(DEPTS)),
+                flavor=flavor_of[name],
+                tier=tier,
+                placement=tuple(names),
+                gpus_per_pod=g,
+                started_at=NOW - draw(st.sampled_from([0, 60, 300, 900, 3600, 7200])),
+                max_runtime_s=draw(st.sampled_from([600, 3600, 7200])),
+                borrowed=draw(st.booleans()),
+                urgency=draw(st.sampled_from(URGENCIES)),
+                preemptible=tier != "realtime" and draw(st.integers(0, 5)) > 0,
+                disruption_budget=draw(st.sampled_from([None, None, "pdb-a", "pdb-b"])),
+            )
+        )
+        next_id += 1
+    quotas = []
+    for dept in DEPTS:
+        for flavor in FLAVORS:
+            if draw(st.integers(0, 5)) == 0:
+                continue
+            nominal = draw(st.integers(0, 12))
+            quotas.append(
+                Quota(
+                    dept,
+                    flavor,
+                    nominal,
+                    draw(st.one_of(st.none(), st.integers(0, 8))),
+                    draw(st.one_of(st.none(), st.integers(0, nominal))),
+                )
+            )
+    pending = []
+    for i in range(draw(st.integers(0, 14))):
+        pending.append(
+            PendingJob(
+                id=i + 1,
+                department=draw(st.sampled_from(DEPTS)),
+                flavor=draw(st.sampled_from(FLAVORS + ("h100",))) if draw(st.integers(0, 9)) == 0
+                else draw(st.sampled_from(FLAVORS)),
+                tier=draw(st.sampled_from(TIERS + ("realtime",))),
+                pods=draw(st.integers(1, 3)),
+                gpus_per_pod=draw(st.sampled_from([1, 1, 2, 4, 8])),
+                urgency=draw(st.sampled_from(URGENCIES)),
+                submitted_at=NOW - draw(st.integers(0, 7200)),
+                max_runtime_s=draw(st.sampled_from([300, 1800, 3600, 14400])),
+                bid=draw(st.integers(0, 500)),
+                hold=draw(st.sampled_from([0, 0, 100, 1000])),
+            )
+        )
+    credits = draw(st.one_of(st.none(), st.fixed_dictionaries({d: st.integers(0, 2000) for d in DEPTS})))
+    policy = replace(
+        DEFAULT_POLICY,
+        min_runtime_s=draw(st.sampled_from([60.0, 600.0, 1200.0])),
+        preemption_rate_limit=draw(st.integers(0, 4)),
+    )
+    return Snapshot(
+        now=NOW,
+        nodes=tuple(nodes),
+        running=tuple(running),
+        pending=tuple(pending),
+        quotas=tuple(quotas),
+        policy=policy,
+        credits=credits,
+        usage={d: draw(st.floats(0, 1e6)) for d in DEPTS},
+        disruption_budgets=(DisruptionBudget("pdb-a", draw(st.integers(0, 2))), DisruptionBudget("pdb-b", 1)),
+        recent_preemptions=draw(st.integers(0, 2)),
+    )
+
+
+def _usage(snapshot):
+    usage = defaultdict(int)
+    for job in snapshot.running:
+        usage[(job.department, job.flavor)] += job.gpus
+    return usage
+
+
+@SETTINGS
+@given(snapshots())
+def test_every_pending_job_is_admitted_or_explained_exactly_once(snap):
+    res = schedule(snap)
+    ids = [a.job_id for a in res.admissions] + [r.job_id for r in res.pending]
+    assert sorted(ids) == sorted(j.id for j in snap.pending)
+    assert all(r.code in reasons.CODES and "\n" not in r.message for r in res.pending)
+
+
+@SETTINGS
+@given(snapshots())
+def test_no_node_over_committed_and_gangs_whole(snap):
+    res = schedule(snap)
+    jobs = {j.id: j for j in snap.pending}
+    nodes = {(n.cluster, n.flavor, n.name): n for n in snap.nodes}
+    used = defaultdict(int)
+    for r in snap.running:
+        for name in r.placement:
+            used[(r.cluster, r.flavor, name)] += r.gpus_per_pod
+    for a in res.admissions:
+        job = jobs[a.job_id]
+        assert len(a.placement) == job.pods  # a gang is never partly admitted
+        for name in a.placement:
+            key = (a.cluster, job.flavor, name)
+            node = nodes[key]
+            assert node.schedulable and set(node.taints) <= set(job.tolerations)
+            used[key] += job.gpus_per_pod
+    for key, gpus in used.items():
+        assert gpus + nodes[key].used_by_others <= nodes[key].gpus, key
+
+
+@SETTINGS
+@given(snapshots())
+def test_no_department_grows_above_nominal_plus_borrowing_limit(snap):
+    res = schedule(snap)
+    jobs = {j.id: j for j in snap.pending}
+    usage = _usage(snap)
+    before = dict(usage)
+    for a in res.admissions:
+        job = jobs[a.job_id]
+        usage[(job.department, job.flavor)] += job.gpus
+    limits = {(q.department, q.flavor): q for q in snap.quotas}
+    for key, used in usage.items():
+        if used == before.get(key, 0):
+            continue
+        q = limits.get(key)
+        assert q is not None, key
+        if q.borrowing_limit is not None:
+            assert used <= q.nominal + q.borrowing_limit
+    credits = snap.credits
+    if credits is not None:
+        spent = defaultdict(int)
+        for a in res.admissions:
+            spent[jobs[a.job_id].department] += jobs[a.job_id].hold
+        for dept, amount in spent.items():
+            assert amount <= credits.get(dept, 0)
+
+
+@SETTINGS
+@given(snapshots())
+def test_preemption_safety(snap):
+    res = schedule(snap)
+    running = {r.id: r for r in snap.running}
+    jobs = {j.id: j for j in snap.pending}
+    usage = _usage(snap)
+    nominal = defaultdict(int, {(q.department, q.flavor): q.nominal for q in snap.quotas})
+    victims = [v for p in res.preemptions for v in p.victim_ids]
+    assert len(victims) == len(set(victims))
+    assert len(victims) <= max(0, snap.policy.preemption_rate_limit - snap.recent_preemptions)
+    pods_per_budget = defaultdict(int)
+    for p in res.preemptions:
+        pre = jobs[p.preemptor_id]
+        for vid in p.victim_ids:
+            v = running[vid]
+            assert v.tier != "realtime" and v.preemptible
+            assert snap.now - v.started_at >= snap.policy.min_runtime_s
+            if v.disruption_budget:
+                pods_per_budget[v.disruption_budget] += v.pods
+            if v.department != pre.department and usage[(v.department, v.flavor)] <= nominal[(v.department, v.flavor)]:
+                # a department within its nominal quota is only preempted by a realtime job that is itself
+                # within nominal, never for another department's borrowing
+                assert pre.tier == "realtime"
+                assert usage[(pre.department, pre.flavor)] + pre.gpus <= nominal[(pre.department, pre.flavor)]
+    for budget in snap.disruption_budgets:
+        assert pods_per_budget[budget.name] <= budget.disruptions_allowed
+
+
+@SETTINGS
+@given(snapshots(), st.randoms(use_true_random=False))
+def test_same_decision_for_any_input_order(snap, rnd):
+    def shuffled(items):
+        items = list(items)
+        rnd.shuffle(items)
+        return tuple(items)
+
+    other = replace(
+        snap,
+        nodes=shuffled(snap.nodes),
+        running=shuffled(snap.running),
+        pending=shuffled(snap.pending),
+        quotas=shuffled(snap.quotas),
+        disruption_budgets=shuffled(snap.disruption_budgets),
+        usage=dict(reversed(list(snap.usage.items()))),
+    )
+    assert schedule(snap) == schedule(other)
+
+
+@SETTINGS
+@given(snapshots())
+def test_the_input_is_not_mutated_and_estimates_are_not_in_the_past(snap):
+    before = repr(snap)
+    res = schedule(snap)
+    assert repr(snap) == before
+    for r in res.pending:
+        assert r.estimated_start is None or r.estimated_start >= snap.now

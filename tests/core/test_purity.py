@@ -1,0 +1,44 @@
+"""The core stays pure: importing it loads no Django, Kubernetes, Celery, DRF or Redis, and reads no clock."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CORE = ROOT / "scheduling" / "core"
+FORBIDDEN = ("django", "kubernetes", "celery", "rest_framework", "redis", "kombu", "psycopg")
+
+
+def test_import_in_a_fresh_interpreter_loads_no_framework():
+    code = (
+        "import sys\n"
+        "import scheduling.core, scheduling.core.engine, scheduling.core.policy\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)  # noqa: S603
+    assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("path", sorted(CORE.glob("*.py")), ids=lambda p: p.name)
+def test_no_clock_reads(path):
+    source = path.read_text()
+    for pattern in (r"^\s*import time\b", r"^\s*from time import", r"\bdatetime\b", r"time\.time\(",
+                    r"monotonic\(", r"perf_counter\(", r"\brandom\b"):  # fmt: skip
+        assert not re.search(pattern, source, re.MULTILINE), f"{path.name}: {pattern}"
+
+
+def test_fifo_baseline_is_still_available():
+    from scheduling.core import fifo_schedule
+    from scheduling.core.types import Node, PendingJob, Quota, Snapshot
+
+    res = fifo_schedule(
+        Snapshot(now=0.0, nodes=(Node("n0", "a100", 8),), pending=(PendingJob(1, "A", "a100"),),
+                 quotas=(Quota("A", "a100", 8),))
+    )  # fmt: skip
+    assert [a.job_id for a in res.admissions] == [1]
