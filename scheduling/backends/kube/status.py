@@ -129,7 +129,7 @@ def pod_state(pod: Mapping[str, Any], *, gate: str = ADMISSION_GATE) -> PodState
         message = disruption.get("message", "")
     elif status.get("reason"):
         reason, message = status["reason"], status.get("message", "")
-    elif terminated and (terminated.get("reason") or exit_code):
+    elif terminated and (exit_code or terminated.get("reason") not in (None, "", "Completed")):
         reason = terminated.get("reason") or "Error"
         message = terminated.get("message", "")
     elif waiting and waiting.get("reason") in WAITING_ERRORS:
