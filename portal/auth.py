@@ -32,3 +32,17 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return self.keyword
+
+
+try:  # document the scheme in the OpenAPI schema
+    from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+    class BearerTokenScheme(OpenApiAuthenticationExtension):
+        target_class = "portal.auth.BearerTokenAuthentication"
+        name = "bearerToken"
+
+        def get_security_definition(self, auto_schema):
+            return {"type": "http", "scheme": "bearer", "bearerFormat": "gpp_<id>_<secret>",
+                    "description": "API token from POST /api/v1/tokens (shown once)."}
+except ImportError:  # pragma: no cover
+    pass

@@ -6,6 +6,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quotas.models import Flavor
@@ -44,6 +45,7 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+@extend_schema_field({"type": "string", "example": "500m", "description": "cores or millicores"})
 class CpuField(serializers.Field):
     default_error_messages = {"invalid": 'CPU as cores ("4", 0.5) or millicores ("500m").',
                               "range": "CPU must be between 100m and 256 cores."}
@@ -66,6 +68,7 @@ class CpuField(serializers.Field):
         return f"{value}m"
 
 
+@extend_schema_field({"type": "string", "example": "16Gi", "description": "Kubernetes quantity"})
 class MemoryField(serializers.Field):
     default_error_messages = {"invalid": 'Memory as a Kubernetes quantity, e.g. "16Gi" or "512Mi".',
                               "range": "Memory must be between 128Mi and 4Ti."}
@@ -165,13 +168,31 @@ class JobSubmitSerializer(serializers.Serializer):
             raise serializers.ValidationError("The deadline is in the past.", code="past")
         return value
 
-    def validate(self, attrs):
-        from scheduling.services.jobs import validate_gpus_fit
+    def _largest(self, flavor_name) -> int | None:
+        from scheduling.services.jobs import largest_node_gpus
 
+        flavor = Flavor.objects.filter(name=flavor_name).first() if isinstance(flavor_name, str) else None
+        return None if flavor is None else largest_node_gpus(flavor=flavor)
+
+    def validate_flavor(self, flavor):
+        if self._largest(flavor.name) is None:
+            raise serializers.ValidationError(f"No node offers flavor {flavor.name!r}.", code="no_nodes")
+        return flavor
+
+    def validate_gpus(self, value):
+        largest = self._largest(self.initial_data.get("flavor"))
+        if largest is not None and value > largest:
+            raise serializers.ValidationError(
+                f"{value} GPUs per pod do not fit on any node: the largest node of this type has {largest}. "
+                "Use several pods (a gang) instead.",
+                code="exceeds_largest_node",
+            )
+        return value
+
+    def validate(self, attrs):
         if attrs.get("pdb_min_available") is not None and attrs["pdb_min_available"] > attrs.get("pods", 1):
             raise serializers.ValidationError(
                 {"pdb_min_available": ["Cannot exceed the number of pods."]}, code="invalid")
-        validate_gpus_fit(flavor=attrs["flavor"], gpus=attrs["gpus"])
         return attrs
 
 

@@ -6,7 +6,7 @@ from django.db import migrations
 FUNCTION = """
 CREATE OR REPLACE FUNCTION portal_forbid_change() RETURNS trigger AS $$
 BEGIN
-    RAISE EXCEPTION '% is append-only', TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+    RAISE EXCEPTION USING MESSAGE = TG_TABLE_NAME || ' is append-only', ERRCODE = 'restrict_violation';
 END;
 $$ LANGUAGE plpgsql;
 """
@@ -15,7 +15,7 @@ $$ LANGUAGE plpgsql;
 def forwards(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    schema_editor.execute(FUNCTION)
+    schema_editor.execute(FUNCTION, params=None)
     for table in ("scheduling_jobevent", "portal_auditentry"):
         schema_editor.execute(
             f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, ValidationFailed
+from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition
 from portal.models import Membership
 from portal.tenancy import can_manage_job, membership_of
 from quotas.models import Flavor
@@ -218,26 +218,10 @@ def namespace_for(department_slug: str) -> str:
     return settings.KUBE_NAMESPACE_TEMPLATE.format(department=department_slug)
 
 
-def validate_gpus_fit(*, flavor: Flavor, gpus: int) -> None:
-    """GPUs per pod must fit on the largest schedulable node of the flavor (else the job never starts)."""
+def largest_node_gpus(*, flavor: Flavor) -> int | None:
+    """GPUs of the largest node offering ``flavor`` (None when no node offers it)."""
     from django.db.models import Max
 
     from scheduling.models import Node
 
-    largest = Node.objects.filter(flavor=flavor).aggregate(m=Max("gpus"))["m"]
-    if largest is None:
-        raise ValidationFailed(
-            fields={"flavor": [{"code": "no_nodes", "message": f"No node offers flavor {flavor.name!r}."}]}
-        )
-    if gpus > largest:
-        raise ValidationFailed(
-            fields={
-                "gpus": [
-                    {
-                        "code": "exceeds_largest_node",
-                        "message": f"{gpus} GPUs per pod do not fit on any node: the largest {flavor.name} "
-                        f"node has {largest}. Use several pods (gang) instead.",
-                    }
-                ]
-            }
-        )
+    return Node.objects.filter(flavor=flavor).aggregate(m=Max("gpus"))["m"]

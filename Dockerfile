@@ -1,0 +1,17 @@
+# The portal image: one image, four roles (web, worker, beat, watcher) chosen by the command.
+FROM python:3.11-slim AS base
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DATA_DIR=/var/lib/portal
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY portal ./portal
+COPY quotas ./quotas
+COPY scheduling ./scheduling
+COPY templates ./templates
+COPY manage.py ./
+RUN pip install --no-cache-dir . gunicorn \
+ && useradd --system --uid 10001 --home /var/lib/portal portal \
+ && mkdir -p /var/lib/portal && chown portal /var/lib/portal \
+ && SECRET_KEY=build-only-not-secret-000000000000000000 python manage.py collectstatic --noinput
+USER 10001
+EXPOSE 8000
+CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

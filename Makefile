@@ -1,0 +1,38 @@
+# Developer entry points. Every target works from a fresh checkout (it creates .venv when needed).
+PY ?= .venv/bin/python
+VENV_STAMP := .venv/.installed
+
+.PHONY: demo test lint bench bench-quick bench-engine bench-e2e ci clean
+
+$(VENV_STAMP): pyproject.toml
+	python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q -e '.[dev]'
+	touch $(VENV_STAMP)
+
+demo: $(VENV_STAMP)          ## run the portal on embedded defaults with demo data
+	$(PY) manage.py demo
+
+test: $(VENV_STAMP)          ## the whole test suite (PostgreSQL/Redis tests skip without DATABASE_URL/Redis)
+	$(PY) -m pytest
+
+lint: $(VENV_STAMP)
+	$(PY) -m ruff check .
+
+bench-engine: $(VENV_STAMP)  ## engine cycle time and memory for 1k-50k pending x 100-5000 nodes
+	$(PY) -m benchmarks.engine
+
+bench: $(VENV_STAMP)         ## policy comparison on the public traces: markdown report + PNG plots
+	$(PY) -m scheduling.sim report --out reports/sim
+
+bench-quick: $(VENV_STAMP)
+	$(PY) -m scheduling.sim report --out reports/sim-quick --quick
+
+bench-e2e: $(VENV_STAMP)     ## control-plane throughput through Django + PostgreSQL (needs DATABASE_URL)
+	$(PY) -m benchmarks.e2e
+
+ci:
+	bash .ci/run
+
+clean:
+	rm -rf .venv var reports .pytest_cache .ruff_cache

@@ -1,0 +1,83 @@
+"""The dashboard shell: login, jobs list, submit form (same validation as the API), job page, cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_login_page_and_redirect(client, lab):
+    assert client.get("/").status_code == 302
+    r = client.post("/login/", {"username": "alice", "password": "pw-alice-long-enough"})
+    assert r.status_code == 302 and r["Location"] == "/"
+    page = client.get("/")
+    assert page.status_code == 200 and b"alice" in page.content and b"vision" in page.content
+
+
+def test_wrong_password(client, lab):
+    r = client.post("/login/", {"username": "alice", "password": "nope"})
+    assert r.status_code == 200 and b"Wrong username or password" in r.content
+
+
+def test_submit_form_creates_a_job_and_shows_its_page(client, lab):
+    client.force_login(lab.alice)
+    r = client.post("/jobs/new", {
+        "name": "from-form", "image": "pytorch/pytorch:2.3", "command": "python train.py --epochs 3",
+        "flavor": "a100-80gb", "gpus": "2", "pods": "1", "cpu": "4", "memory": "16Gi", "tier": "elastic",
+        "urgency": "high", "task_type": "train", "max_runtime_s": "1800", "bid": "0", "env": "SEED=1\nLR=0.1",
+        "idempotency_key": "form-1",
+    })
+    assert r.status_code == 302, r.content.decode()[:2000]
+    job = Job.objects.get()
+    assert (job.name, job.gpus, job.urgency, job.env) == ("from-form", 2, "high", {"SEED": "1", "LR": "0.1"})
+    assert job.command == ["/bin/sh", "-c", "python train.py --epochs 3"]
+    page = client.get(r["Location"])
+    assert b"from-form" in page.content and b"Timeline" in page.content and b"Why is it waiting?" in page.content
+    # a double-click re-posts the same form: the idempotency key returns the same job
+    again = client.post("/jobs/new", {"name": "from-form", "image": "pytorch/pytorch:2.3",
+                                      "command": "python train.py --epochs 3", "flavor": "a100-80gb",
+                                      "gpus": "2", "pods": "1", "cpu": "4", "memory": "16Gi", "tier": "elastic",
+                                      "urgency": "high", "task_type": "train", "max_runtime_s": "1800",
+                                      "bid": "0", "env": "SEED=1\nLR=0.1", "idempotency_key": "form-1"})
+    assert again.status_code == 302 and Job.objects.count() == 1
+
+
+def test_submit_form_shows_field_errors_and_keeps_values(client, lab):
+    client.force_login(lab.alice)
+    r = client.post("/jobs/new", {"name": "bad", "image": "NOT VALID", "command": "", "flavor": "a100-80gb",
+                                  "gpus": "9", "env": "CUDA_VISIBLE_DEVICES=0"})
+    assert r.status_code == 400
+    html = r.content.decode()
+    assert 'data-error-for="image"' in html and 'data-error-for="gpus"' in html
+    assert "reserved for the platform" in html and 'value="bad"' in html
+    assert Job.objects.count() == 0
+
+
+def test_cancel_from_the_job_page(client, lab, submit):
+    job = submit(lab.alice)
+    client.force_login(lab.alice)
+    assert b"Cancel job" in client.get(f"/jobs/{job.pk}/").content
+    r = client.post(f"/jobs/{job.pk}/cancel")
+    assert r.status_code == 302
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    client.force_login(lab.amy)  # same department, not the owner: no button, refused
+    assert b"Cancel job" not in client.get(f"/jobs/{job.pk}/").content
+
+
+def test_cluster_page(client, lab):
+    client.force_login(lab.root)
+    html = client.get("/cluster/").content.decode()
+    assert "a100-80gb" in html and "n0" in html
+    client.force_login(lab.alice)
+    assert "n0" not in client.get("/cluster/").content.decode()
+
+
+def test_static_assets_are_served_by_the_portal(client, lab):
+    client.force_login(lab.alice)
+    assert client.get("/static/portal/app.css").status_code == 200
+    html = client.get("/").content.decode()
+    assert "https://" not in html.split("<body>")[0]  # no CDN in <head>

@@ -1,0 +1,68 @@
+"""API tokens: hashed at rest, expiring, revocable; created from a session only."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from portal.models import ApiToken
+
+pytestmark = pytest.mark.django_db
+
+
+def bearer(secret):
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return c
+
+
+def test_token_roundtrip_and_storage(lab, client_for):
+    r = client_for(lab.alice).post("/api/v1/tokens", {"name": "notebook"}, format="json")
+    assert r.status_code == 201
+    secret = r.json()["token"]
+    stored = ApiToken.objects.get()
+    assert secret not in (stored.key_hash, stored.key_id) and len(stored.key_hash) == 64
+    me = bearer(secret).get("/api/v1/me")
+    assert me.status_code == 200 and me.json()["username"] == "alice"
+    assert "token" not in client_for(lab.alice).get("/api/v1/tokens").json()["results"][0]
+
+
+def test_expired_revoked_and_wrong_tokens_are_401(lab):
+    token, secret = ApiToken.issue(user=lab.alice, name="x")
+    assert bearer(secret).get("/api/v1/me").status_code == 200
+    assert bearer(secret[:-2] + "zz").get("/api/v1/me").status_code == 401
+    assert bearer("gpp_nope").get("/api/v1/me").status_code == 401
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    r = bearer(secret).get("/api/v1/me")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "authentication_failed"
+    token2, secret2 = ApiToken.issue(user=lab.alice, name="y")
+    APIClient().force_authenticate(lab.alice)
+    c = APIClient()
+    c.force_login(lab.alice)
+    assert c.post(f"/api/v1/tokens/{token2.pk}/revoke").status_code == 200
+    assert bearer(secret2).get("/api/v1/me").status_code == 401
+
+
+def test_token_cannot_mint_tokens_and_tokens_are_private(lab):
+    _, secret = ApiToken.issue(user=lab.alice, name="x")
+    assert bearer(secret).post("/api/v1/tokens", {"name": "more"}, format="json").status_code == 403
+    other, _ = ApiToken.issue(user=lab.bob, name="bobs")
+    c = APIClient()
+    c.force_login(lab.alice)
+    assert c.post(f"/api/v1/tokens/{other.pk}/revoke").status_code == 404
+
+
+def test_submit_with_token_from_a_notebook(lab, payload):
+    _, secret = ApiToken.issue(user=lab.bob, name="nb")
+    r = bearer(secret).post("/api/v1/jobs", payload(), format="json")
+    assert r.status_code == 201 and r.json()["department"] == "nlp"
+
+
+def test_session_api_writes_need_csrf(lab, payload):
+    c = APIClient(enforce_csrf_checks=True)
+    c.force_login(lab.alice)
+    r = c.post("/api/v1/jobs", payload(), format="json")
+    assert r.status_code == 403

@@ -1,0 +1,128 @@
+"""Every bad submission gets HTTP 400 with field-level errors, and nothing is written."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from portal.models import AuditEntry
+from scheduling.models import Job, JobEvent, SimPod
+
+pytestmark = pytest.mark.django_db
+
+PAST = (timezone.now() - timedelta(hours=1)).isoformat()
+
+BAD = [
+    # (overrides, field, code or None)
+    ({"gpus": 0}, "gpus", "min_value"),
+    ({"gpus": -1}, "gpus", "min_value"),
+    ({"gpus": 1.5}, "gpus", "invalid"),
+    ({"gpus": "2"}, "gpus", "invalid"),
+    ({"gpus": True}, "gpus", "invalid"),
+    ({"gpus": 5}, "gpus", "exceeds_largest_node"),  # nodes have 4 GPUs
+    ({"pods": 0}, "pods", "min_value"),
+    ({"flavor": "h100"}, "flavor", "does_not_exist"),
+    ({"flavor": "a100-mig-3g.40gb"}, "flavor", "no_nodes"),  # a flavor no node offers
+    ({"image": "Not An Image!"}, "image", "invalid_image"),
+    ({"image": "repo/img:tag with space"}, "image", "invalid_image"),
+    ({"image": ""}, "image", "blank"),
+    ({"command": []}, "command", "empty"),
+    ({"command": "python train.py"}, "command", "not_a_list"),
+    ({"command": [""]}, "command", "blank"),
+    ({"command": ["x" * 9000]}, "command", None),
+    ({"command": ["a" * 8000] * 5}, "command", "too_long"),
+    ({"env": {"KUBERNETES_SERVICE_HOST": "x"}}, "env", "invalid_env"),
+    ({"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "env", "invalid_env"),
+    ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env", "invalid_env"),
+    ({"env": {"1BAD": "x"}}, "env", "invalid_env"),
+    ({"env": {"A-B": "x"}}, "env", "invalid_env"),
+    ({"env": ["A=1"]}, "env", "not_a_dict"),
+    ({"deadline": PAST}, "deadline", "past"),
+    ({"deadline": "tomorrow"}, "deadline", "invalid"),
+    ({"tier": "gold"}, "tier", "invalid_choice"),
+    ({"urgency": "asap"}, "urgency", "invalid_choice"),
+    ({"task_type": "mining"}, "task_type", "invalid_choice"),
+    ({"max_runtime_s": 10}, "max_runtime_s", "min_value"),
+    ({"bid": -5}, "bid", "min_value"),
+    ({"cpu": "lots"}, "cpu", "invalid"),
+    ({"memory": "16GB"}, "memory", "invalid"),
+    ({"memory": "1Mi"}, "memory", "range"),
+    ({"privileged": True}, "privileged", "unknown_field"),
+    ({"hostPath": "/"}, "hostPath", "unknown_field"),
+    ({"spec": {"containers": [{"name": "x"}]}}, "spec", "unknown_field"),
+    ({"securityContext": {"privileged": True}}, "securityContext", "unknown_field"),
+    ({"name": "bad/name"}, "name", None),
+    ({"pods": 2, "pdb_min_available": 3}, "pdb_min_available", None),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field", "code"), BAD, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_submission_is_400_with_field_error_and_writes_nothing(lab, client_for, payload, overrides, field,
+                                                                   code):
+    before = (Job.objects.count(), JobEvent.objects.count(), SimPod.objects.count(), AuditEntry.objects.count())
+    r = client_for(lab.alice).post("/api/v1/jobs", payload(**overrides), format="json")
+    assert r.status_code == 400, r.content
+    error = r.json()["error"]
+    assert error["code"] == "validation_error"
+    matching = [e for k, errs in error["fields"].items() if k == field or k.startswith(field + ".") for e in errs]
+    assert matching, error
+    if code:
+        assert code in [e["code"] for e in matching], matching
+    assert all(e["message"] for errs in error["fields"].values() for e in errs)
+    after = (Job.objects.count(), JobEvent.objects.count(), SimPod.objects.count(), AuditEntry.objects.count())
+    assert after == before
+
+
+@pytest.mark.parametrize("missing", ["name", "image", "command", "flavor", "gpus"])
+def test_required_fields(lab, client_for, payload, missing):
+    body = payload()
+    del body[missing]
+    r = client_for(lab.alice).post("/api/v1/jobs", body, format="json")
+    assert r.status_code == 400
+    assert r.json()["error"]["fields"][missing][0]["code"] == "required"
+
+
+def test_several_errors_are_reported_together(lab, client_for, payload):
+    r = client_for(lab.alice).post("/api/v1/jobs", payload(gpus=0, image="!", privileged=True), format="json")
+    assert set(r.json()["error"]["fields"]) >= {"gpus", "image", "privileged"}
+
+
+@pytest.mark.parametrize("body", ["not json", "[1, 2]", "null"])
+def test_malformed_bodies(lab, client_for, body):
+    r = client_for(lab.alice).post("/api/v1/jobs", body, content_type="application/json")
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] in ("malformed_request", "validation_error")
+    assert Job.objects.count() == 0
+
+
+def test_good_images_are_accepted(lab, client_for, payload):
+    for i, image in enumerate([
+        "pytorch/pytorch",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+        "registry.lab.local:5000/team/train@sha256:" + "a" * 64,
+        "ghcr.io/org/img:v1.2.3",
+    ]):
+        r = client_for(lab.alice).post("/api/v1/jobs", payload(image=image, name=f"ok-{i}"), format="json")
+        assert r.status_code == 201, (image, r.content)
+
+
+def test_quantities_are_parsed(lab, client_for, payload):
+    r = client_for(lab.alice).post("/api/v1/jobs", payload(cpu="500m", memory="2Gi"), format="json")
+    assert r.status_code == 201
+    assert (r.json()["cpu"], r.json()["memory"]) == ("500m", "2048Mi")
+
+
+def test_bad_log_tail(lab, submit, client_for):
+    job = submit(lab.alice)
+    r = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs?tail=abc")
+    assert r.status_code == 400 and "tail" in r.json()["error"]["fields"]
+
+
+def test_bad_cancel_body(lab, submit, client_for):
+    job = submit(lab.alice)
+    r = client_for(lab.alice).post(f"/api/v1/jobs/{job.pk}/cancel", {"comment": "x" * 301}, format="json")
+    assert r.status_code == 400 and "comment" in r.json()["error"]["fields"]
+    job.refresh_from_db()
+    assert job.state == "queued"
