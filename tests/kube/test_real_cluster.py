@@ -1,0 +1,242 @@
+"""The contract scenarios against a real cluster (kind, k3s, ...): ``KUBECONFIG=... pytest -m kube tests/kube``.
+
+Skipped unless ``KUBECONFIG`` is set. Each run creates a namespace ``gpu-portal-test-<random>`` labelled
+PodSecurity ``restricted`` and PriorityClasses prefixed with the same random id, and deletes them afterwards.
+No GPUs needed: pods request CPU only (``gpus_per_pod=0``) except where a test only checks validation.
+Needs: Kubernetes >= 1.30 (scheduling gates GA, mutable scheduling directives) and the image ``busybox:1.36``
+pullable by the nodes. See docs/kubernetes.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import replace
+
+import pytest
+
+pytestmark = [
+    pytest.mark.kube,
+    pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG"),
+]
+
+if os.environ.get("KUBECONFIG"):
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    from scheduling.backends.base import PodSet
+    from scheduling.backends.kube import ADMISSION_GATE, KubernetesBackend, PriorityClassNotOwned
+
+RUN = uuid.uuid4().hex[:6]
+NS = f"gpu-portal-test-{RUN}"
+CLASSES = {f"gpt-{RUN}-realtime": 1000000, f"gpt-{RUN}-elastic": 100000, f"gpt-{RUN}-backfill": 1000}
+ELASTIC = f"gpt-{RUN}-elastic"
+
+
+def wait_for(predicate, timeout=120.0, step=1.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = KubernetesBackend(kubeconfig=os.environ["KUBECONFIG"], qps=20, burst=40, timeout_s=15, watch_timeout_s=30)
+    core = k8s.CoreV1Api(b.api_client)
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted",
+                               "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    b.ensure_priority_classes(CLASSES)
+    yield b
+    core.delete_namespace(NS, grace_period_seconds=0)
+    sched = k8s.SchedulingV1Api(b.api_client)
+    for name in [*CLASSES, f"gpt-{RUN}-foreign"]:
+        try:
+            sched.delete_priority_class(name)
+        except ApiException:
+            pass
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def core(backend):
+    return k8s.CoreV1Api(backend.api_client)
+
+
+@pytest.fixture(scope="module")
+def node(core):
+    for n in core.list_node().items:
+        ready = any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        control_plane = any(t.effect == "NoSchedule" for t in n.spec.taints or [])
+        if ready and not n.spec.unschedulable and not control_plane:
+            return n.metadata.name
+    pytest.skip("no schedulable worker node")
+
+
+_JOB_IDS = iter(range(1, 10_000))
+
+
+def podset(**overrides):
+    base = PodSet(
+        job_id=next(_JOB_IDS), attempt=1, namespace=NS, department="vision", job_name="real cluster test",
+        owner="tester", image="busybox:1.36", command=("sh", "-c", "echo hello from the portal; sleep 3600"),
+        env=(), pods=1, gpus_per_pod=0, gpu_resource="nvidia.com/gpu",
+        node_labels=(("kubernetes.io/os", "linux"),), cpu_millicores=50, memory_mib=32, tier="elastic",
+        priority_class=ELASTIC, max_runtime_s=600, termination_grace_s=5,
+    )
+    return replace(base, **overrides)
+
+
+def read(core, name):
+    return core.read_namespaced_pod(name, NS)
+
+
+def raw_patch(core, name, ops):
+    try:
+        core.patch_namespaced_pod(name, NS, ops)
+        return 200
+    except ApiException as exc:
+        return exc.status
+
+
+def test_gated_pod_is_accepted_by_pod_security_and_adopted_on_retry(backend, core):
+    ps = podset()
+    assert backend.ensure_pods(ps) == {ps.pod_name(0): "created"}
+    assert backend.ensure_pods(ps) == {ps.pod_name(0): "adopted"}
+    pod = read(core, ps.pod_name(0))
+    assert [g.name for g in pod.spec.scheduling_gates] == [ADMISSION_GATE]
+    assert pod.spec.priority == CLASSES[ELASTIC]
+    assert pod.status.phase == "Pending"
+
+
+def test_admission_narrows_and_the_pod_runs_on_the_placement(backend, core, node):
+    ps = podset()
+    backend.ensure_pods(ps)
+    backend.admit(ps, (node,))
+    backend.admit(ps, (node,))  # idempotent
+    pod = wait_for(lambda: (p := read(core, ps.pod_name(0))).status.phase == "Running" and p, what="Running")
+    assert pod.spec.node_name == node
+    lines = wait_for(lambda: list(backend.logs(job_id=ps.job_id, attempt=1, namespace=NS, tail_lines=5)),
+                     timeout=30, what="log lines")
+    assert "hello from the portal" in lines
+    assert any(s.name == ps.pod_name(0) and s.phase == "Running" for s in backend.inventory().pods)
+
+
+def test_api_server_rules_the_adapter_relies_on(backend, core):
+    ps = podset()
+    backend.ensure_pods(ps)
+    name = ps.pod_name(0)
+    rv = read(core, name).metadata.resource_version
+    core.patch_namespaced_pod(name, NS, {"metadata": {"labels": {"touched": "yes"}}})
+    # stale resourceVersion -> 409, failed JSON-patch test -> 422
+    assert raw_patch(core, name, [{"op": "replace", "path": "/metadata/resourceVersion", "value": rv},
+                                  {"op": "remove", "path": "/spec/schedulingGates/0"}]) == 409
+    assert raw_patch(core, name, [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]) == 422
+    # gates cannot be added; affinity cannot be widened while gated
+    assert raw_patch(core, name, [{"op": "add", "path": "/spec/schedulingGates/-",
+                                   "value": {"name": "example.com/x"}}]) == 422
+    terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
+    assert raw_patch(core, name, [{"op": "remove", "path": f"{terms}/0/matchExpressions/0"}]) == 422
+    # priorityClassName is immutable
+    assert raw_patch(core, name, [{"op": "replace", "path": "/spec/priorityClassName",
+                                   "value": f"gpt-{RUN}-realtime"}]) == 422
+
+
+def test_admission_survives_a_concurrent_writer(backend, core, node):
+    ps = podset()
+    backend.ensure_pods(ps)
+    name = ps.pod_name(0)
+    original = backend.call.json
+
+    def touching_json(fn, *args, **kwargs):  # a concurrent write right before our first PATCH
+        if fn == backend.core.patch_namespaced_pod and not touching_json.done:
+            touching_json.done = True
+            core.patch_namespaced_pod(name, NS, {"metadata": {"annotations": {"racer": "1"}}})
+        return original(fn, *args, **kwargs)
+
+    touching_json.done = False
+    backend.call.json = touching_json
+    try:
+        backend.admit(ps, (node,))
+    finally:
+        backend.call.json = original
+    assert not read(core, name).spec.scheduling_gates
+
+
+def test_gang_waits_for_every_pod(backend, core, node):
+    from scheduling.backends.kube import GangIncomplete
+
+    ps = podset(pods=2)
+    backend.ensure_pods(ps)
+    core.delete_namespaced_pod(ps.pod_name(1), NS, grace_period_seconds=0)
+    wait_for(lambda: not [p for p in core.list_namespaced_pod(NS).items if p.metadata.name == ps.pod_name(1)],
+             timeout=30, what="pod 1 gone")
+    with pytest.raises(GangIncomplete):
+        backend.admit(ps, (node, node))
+    assert read(core, ps.pod_name(0)).spec.scheduling_gates
+
+
+def test_eviction_respects_pdbs_and_never_deletes(backend, core, node):
+    guarded = podset(pdb_min_available=1)
+    backend.ensure_pods(guarded)
+    backend.admit(guarded, (node,))
+    wait_for(lambda: read(core, guarded.pod_name(0)).status.phase == "Running", what="Running")
+    # the disruption controller must have computed the PDB status first
+    wait_for(lambda: backend.disruption_budgets(), timeout=30, what="PDB status")
+    outcome = backend.evict(job_id=guarded.job_id, attempt=1, namespace=NS)
+    assert outcome.status == "blocked", outcome
+    assert read(core, guarded.pod_name(0)).metadata.deletion_timestamp is None
+
+    free = podset()
+    backend.ensure_pods(free)
+    backend.admit(free, (node,))
+    wait_for(lambda: read(core, free.pod_name(0)).status.phase == "Running", what="Running")
+    assert backend.evict(job_id=free.job_id, attempt=1, namespace=NS).status == "accepted"
+    backend.delete_pods(job_id=guarded.job_id, attempt=1, namespace=NS, grace_period_s=0)
+
+
+def test_watch_sees_changes_and_recovers_from_410(backend, core):
+    watch = backend.watch_pods(resource_version="1", timeout_s=10)  # far too old: 410 -> re-list
+    ps = podset()
+    backend.ensure_pods(ps)
+    deadline = time.monotonic() + 60
+    seen = None
+    for kind, state in watch:  # the re-list (or the watch) reports the new pod
+        if state.name == ps.pod_name(0):
+            seen = kind
+            break
+        assert time.monotonic() < deadline, "no watch event for the new pod"
+    watch.stop()
+    assert seen in ("ADDED", "MODIFIED")
+    assert watch.relists >= 1
+
+
+def test_restricted_namespace_rejects_unsafe_pods_and_fractional_gpus(backend, core):
+    unsafe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"unsafe-{RUN}"}, "spec": {
+        "containers": [{"name": "c", "image": "busybox:1.36", "securityContext": {"privileged": True}}]}}
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod(NS, unsafe)
+    assert err.value.status == 403 and "PodSecurity" in json.loads(err.value.body)["message"]
+    fractional = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"frac-{RUN}"}, "spec": {
+        "containers": [{"name": "c", "image": "busybox:1.36",
+                        "resources": {"limits": {"example.com/gpu": "500m"}}}]}}
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("default", fractional)
+    assert err.value.status == 422
+
+
+def test_priority_class_ownership(backend):
+    sched = k8s.SchedulingV1Api(backend.api_client)
+    foreign = f"gpt-{RUN}-foreign"
+    sched.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                 "metadata": {"name": foreign}, "value": 10})
+    with pytest.raises(PriorityClassNotOwned):
+        backend.ensure_priority_classes({foreign: 20})
+    assert sched.read_priority_class(foreign).value == 10
+    assert backend.ensure_priority_classes(CLASSES) == []
