@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 
 from portal.models import Department
 
@@ -64,4 +66,235 @@ class Quota(models.Model):
         return f"{self.department}/{self.flavor}: {self.nominal}"
 
 
-__all__ = ["Flavor", "Quota", "MinValueValidator"]
+# ------------------------------------------------------------------------------------------ budgets (issue 5)
+#
+# Money is integer milli-credits (mcr), never floats. 1 credit = 1000 mcr.
+
+TIERS = (("realtime", "Realtime"), ("elastic", "Elastic"), ("backfill", "Backfill"))
+
+
+class Wallet(models.Model):
+    """A department's credits. ``balance`` is what it owns (including what is held); ``held`` is committed
+    to admitted jobs. available = balance - held. Changed only by ``quotas.services`` under a row lock, each
+    change with a LedgerEntry, so that balance == sum(entries.amount) and held == sum(entries.held_change)."""
+
+    department = models.OneToOneField(Department, on_delete=models.PROTECT, related_name="wallet")
+    balance = models.BigIntegerField(default=0)
+    held = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["department__slug"]
+        constraints = [
+            models.CheckConstraint(condition=Q(balance__gte=0), name="wallet_balance_non_negative"),
+            models.CheckConstraint(condition=Q(held__gte=0), name="wallet_held_non_negative"),
+            models.CheckConstraint(condition=Q(held__lte=F("balance")), name="wallet_held_within_balance"),
+        ]
+
+    def __str__(self) -> str:
+        return f"wallet {self.department_id}: {self.balance} mcr ({self.held} held)"
+
+    @property
+    def available(self) -> int:
+        return self.balance - self.held
+
+
+class Allowance(models.Model):
+    """Optional per-user cap inside the department's wallet: what one user may commit (spent + held) per
+    period. A job that would exceed it waits for a department admin's approval."""
+
+    PERIODS = (("weekly", "Weekly"), ("monthly", "Monthly"))
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="allowance")
+    wallet = models.ForeignKey(Wallet, on_delete=models.CASCADE, related_name="allowances")
+    limit = models.BigIntegerField(validators=[MinValueValidator(0)])
+    period = models.CharField(max_length=10, choices=PERIODS, default="monthly")
+
+    class Meta:
+        ordering = ["wallet_id", "user_id"]
+        constraints = [models.CheckConstraint(condition=Q(limit__gte=0), name="allowance_limit_non_negative")]
+
+    def __str__(self) -> str:
+        return f"allowance {self.user_id}: {self.limit} mcr/{self.period}"
+
+
+class LedgerKind(models.TextChoices):
+    REFILL = "refill", "Refill"
+    HOLD = "hold", "Hold"
+    SETTLE = "settle", "Settle"
+    RELEASE = "release", "Release"
+    REFUND = "refund", "Refund"
+    ADJUSTMENT = "adjustment", "Adjustment"
+
+
+class LedgerEntry(models.Model):
+    """One movement of credits. Append-only (Python guards here, a PostgreSQL trigger in the database).
+
+    ``amount`` changes the balance, ``held_change`` the held part:
+    refill +a/0, hold 0/+h, settle -c/-c, release 0/-r, refund +r/0, adjustment +-a/0.
+    ``balance_after``/``held_after`` are the wallet's values right after this entry (for statements)."""
+
+    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="entries")
+    kind = models.CharField(max_length=12, choices=LedgerKind.choices)
+    amount = models.BigIntegerField(default=0)
+    held_change = models.BigIntegerField(default=0)
+    balance_after = models.BigIntegerField()
+    held_after = models.BigIntegerField()
+    job = models.ForeignKey("scheduling.Job", null=True, blank=True, on_delete=models.PROTECT,
+                            related_name="ledger_entries")
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                             related_name="+", help_text="whose job (for per-user reports)")
+    flavor = models.ForeignKey(Flavor, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="+", help_text="who caused it (None = the platform)")
+    rate = models.BigIntegerField(null=True, blank=True, help_text="mcr per GPU-hour")
+    gpus = models.PositiveIntegerField(default=0)
+    gpu_seconds = models.BigIntegerField(default=0, help_text="GPU-seconds charged (settle entries)")
+    outcome = models.CharField(max_length=20, blank=True)
+    memo = models.CharField(max_length=300, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["wallet", "created_at"]),
+            models.Index(fields=["job", "attempt"]),
+            models.Index(fields=["kind", "created_at"]),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=LedgerKind.values), name="ledger_kind_valid"),
+            models.CheckConstraint(
+                condition=(
+                    Q(kind="refill", amount__gt=0, held_change=0)
+                    | Q(kind="hold", amount=0, held_change__gt=0)
+                    | Q(kind="settle", amount__lte=0, held_change=F("amount"))
+                    | Q(kind="release", amount=0, held_change__lt=0)
+                    | Q(kind="refund", amount__gt=0, held_change=0)
+                    | Q(kind="adjustment", held_change=0)
+                ),
+                name="ledger_kind_signs",
+            ),
+            models.CheckConstraint(condition=Q(balance_after__gte=0) & Q(held_after__gte=0)
+                                   & Q(held_after__lte=F("balance_after")), name="ledger_after_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount:+d}/{self.held_change:+d} ({self.idempotency_key})"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("ledger entries are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("ledger entries are append-only")
+
+
+class Price(models.Model):
+    """Base price per GPU-hour of one flavor in one tier (realtime dearer), in milli-credits. Work inside a
+    department's nominal quota pays it; borrowed work pays the cycle's clearing price instead."""
+
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="prices")
+    tier = models.CharField(max_length=10, choices=TIERS)
+    per_gpu_hour = models.PositiveBigIntegerField()
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["flavor__name", "tier"]
+        constraints = [
+            models.UniqueConstraint(fields=["flavor", "tier"], name="price_unique_flavor_tier"),
+            models.CheckConstraint(condition=Q(per_gpu_hour__gte=0), name="price_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flavor_id}/{self.tier}: {self.per_gpu_hour} mcr/GPU-h"
+
+
+class RefillRule(models.Model):
+    """How a department's wallet is refilled each period: a fixed amount, or an amount per nominal GPU of
+    its quotas (proportional to nominal quota)."""
+
+    PERIODS = (("weekly", "Weekly"), ("monthly", "Monthly"))
+    MODES = (("fixed", "Fixed amount"), ("per_nominal_gpu", "Per nominal GPU"))
+
+    department = models.OneToOneField(Department, on_delete=models.CASCADE, related_name="refill_rule")
+    mode = models.CharField(max_length=20, choices=MODES, default="fixed")
+    amount = models.PositiveBigIntegerField(default=0, help_text="mcr per period (fixed) or per nominal GPU")
+    period = models.CharField(max_length=10, choices=PERIODS, default="monthly")
+    active = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["department__slug"]
+        constraints = [models.CheckConstraint(condition=Q(amount__gte=0), name="refill_amount_non_negative")]
+
+    def __str__(self) -> str:
+        return f"refill {self.department_id}: {self.amount} {self.mode} {self.period}"
+
+
+class RefillRecord(models.Model):
+    """Proof that a department was refilled for a period ("2026-11" or "2026-W48"): unique, so a refill
+    happens exactly once per department and period however often beat fires."""
+
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="refills")
+    period = models.CharField(max_length=10)
+    amount = models.BigIntegerField()
+    entry = models.OneToOneField(LedgerEntry, null=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["department", "period"], name="refill_once_per_period"),
+        ]
+
+    def __str__(self) -> str:
+        return f"refill {self.department_id} {self.period}"
+
+
+class ApprovalRule(models.Model):
+    """When a department's jobs need an admin's approval (any condition that is set applies)."""
+
+    department = models.OneToOneField(Department, on_delete=models.CASCADE, related_name="approval_rule")
+    gpus_above = models.PositiveIntegerField(null=True, blank=True, help_text="total GPUs > this")
+    cost_above = models.PositiveBigIntegerField(null=True, blank=True, help_text="estimated mcr > this")
+    realtime = models.BooleanField(default=False, help_text="every realtime job")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["department__slug"]
+
+    def __str__(self) -> str:
+        return f"approval rule {self.department_id}"
+
+
+class Approval(models.Model):
+    """A department admin's decision on a job that waited in pending_approval."""
+
+    DECISIONS = (("approved", "Approved"), ("rejected", "Rejected"))
+
+    job = models.OneToOneField("scheduling.Job", on_delete=models.CASCADE, related_name="approval")
+    decision = models.CharField(max_length=10, choices=DECISIONS)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    comment = models.TextField(blank=True)
+    reason = models.CharField(max_length=300, blank=True, help_text="why approval was required")
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-decided_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(decision__in=["approved", "rejected"]), name="approval_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.decision}"
+
+
+__all__ = [
+    "Allowance", "Approval", "ApprovalRule", "Flavor", "LedgerEntry", "LedgerKind", "MinValueValidator",
+    "Price", "Quota", "RefillRecord", "RefillRule", "Wallet",
+]

@@ -1,0 +1,43 @@
+"""Fixtures for budget tests: wallets and prices on top of the shared ``lab``."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def go(django_capture_on_commit_callbacks):
+    """go(fn, *a) runs fn with on-commit side effects (Celery tasks, eager) executed."""
+
+    def run(fn, *args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@pytest.fixture
+def money(lab):
+    """Prices for a100 (realtime 3000, elastic 1000, backfill 500 mcr/GPU-h) and wallets: vision 100 credits,
+    nlp 10 credits."""
+    from quotas import services
+    from quotas.models import Price
+
+    services._invalidate_cache()
+    for tier, p in (("realtime", 3000), ("elastic", 1000), ("backfill", 500)):
+        Price.objects.create(flavor=lab.a100, tier=tier, per_gpu_hour=p)
+    lab.vwallet = services.wallet_create(department=lab.vision, actor=lab.root, balance=100_000)
+    lab.nwallet = services.wallet_create(department=lab.nlp, actor=lab.root, balance=10_000)
+    yield lab
+    services._invalidate_cache()
+
+
+@pytest.fixture
+def consistent():
+    """consistent() asserts balance == sum(entries) and held == sum(held changes) for every wallet."""
+    from quotas.services import ledger_drift
+
+    def check():
+        assert ledger_drift() == []
+
+    return check
