@@ -1,0 +1,87 @@
+"""What a researcher clicks: log in, submit a job in the form, watch it go queued -> running -> succeeded
+(the job page follows the state live), see a bad submission's field errors. Drives Debian's Chromium through
+Playwright; skipped on a laptop without Chromium, required in CI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import timedelta
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture
+def page(live_server):
+    if CHROMIUM is None:
+        if IN_CI:
+            pytest.fail("CI needs Debian's chromium for the browser test")
+        pytest.skip("no chromium on this machine")
+    playwright = pytest.importorskip("playwright.sync_api")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )
+        pg = browser.new_page()
+        pg.set_default_timeout(15_000)
+        yield pg
+        browser.close()
+
+
+def _advance_cluster():
+    from django.utils import timezone
+
+    from scheduling.models import SimPod
+    from scheduling.services.clusters import sync_cluster
+    from scheduling.services.cycle import run_cycle
+
+    run_cycle()
+    sync_cluster()
+    SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(days=1))
+    sync_cluster()
+
+
+def test_researcher_submits_and_follows_a_job(page, live_server, lab, tmp_path):
+    page.goto(f"{live_server.url}/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "pw-alice-long-enough")
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1:has-text('Jobs')")
+    page.click("text=Submit a job")
+
+    # a mistake first: the form shows field errors and keeps what was typed
+    page.fill("input[name=name]", "browser-job")
+    page.fill("input[name=image]", "Not An Image")
+    page.fill("textarea[name=command]", "python train.py")
+    page.fill("input[name=gpus]", "2")
+    page.click("button:has-text('Submit')")
+    assert page.locator("[data-error-for=image]").is_visible()
+    assert page.input_value("input[name=name]") == "browser-job"
+
+    page.fill("input[name=image]", "nvcr.io/nvidia/pytorch:24.05-py3")
+    page.click("button:has-text('Submit')")
+    page.wait_for_selector("#job-state")
+    assert page.inner_text("#job-state") == "queued"
+    assert page.locator("text=Why is it waiting?").is_visible()
+    page.screenshot(path=str(tmp_path / "queued.png"))
+
+    _advance_cluster()
+    # the page polls the API and reloads when the state changes
+    page.wait_for_function("document.getElementById('job-state').textContent === 'succeeded'", timeout=20_000)
+    timeline = page.inner_text("#timeline")
+    for step in ("queued", "admitted", "running", "succeeded"):
+        assert step in timeline
+    page.screenshot(path=str(tmp_path / "succeeded.png"))
+
+    page.click("text=Jobs")
+    page.wait_for_selector("tr[data-job]")
+    assert "browser-job" in page.inner_text("table.jobs")
+    assert "succeeded" in page.inner_text("table.jobs")
