@@ -540,7 +540,11 @@ class KubernetesBackend(ClusterBackend):
                     )
             elif (current.get("value"), current.get("preemptionPolicy", "PreemptLowerPriority")) != (value, policy):
                 plan.append(("recreate", desired, current))
-            elif current.get("description") != desired["description"] or current.get("globalDefault"):
+            elif current.get("globalDefault") or (
+                name in descriptions and current.get("description") != desired["description"]
+            ):  # descriptions are only enforced when given: an administrator's wording is kept otherwise
+                if name not in descriptions:
+                    desired["description"] = current.get("description", "")
                 plan.append(("update", desired, current))
         if refused:
             raise PriorityClassNotOwned("refusing to change PriorityClasses: " + "; ".join(refused))
