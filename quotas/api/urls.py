@@ -1,3 +1,27 @@
-"""Budget, price, report and approval endpoints (mounted under /api/v1/)."""
+"""Budget, price, report and approval endpoints (mounted under /api/v1/). Trailing slashes optional."""
 
-urlpatterns: list = []
+from django.urls import re_path
+
+from quotas.api import budgets as v
+
+SLUG = r"(?P<slug>[a-z0-9-]+)"
+
+urlpatterns = [
+    re_path(r"^wallets/?$", v.WalletListView.as_view(), name="wallet-list"),
+    re_path(rf"^wallets/{SLUG}/?$", v.WalletDetailView.as_view(), name="wallet-detail"),
+    re_path(rf"^wallets/{SLUG}/adjust/?$", v.WalletAdjustView.as_view(), name="wallet-adjust"),
+    re_path(rf"^wallets/{SLUG}/refill-rule/?$", v.RefillRuleView.as_view(), name="wallet-refill-rule"),
+    re_path(rf"^wallets/{SLUG}/approval-rule/?$", v.ApprovalRuleView.as_view(), name="wallet-approval-rule"),
+    re_path(r"^allowances/?$", v.AllowanceListView.as_view(), name="allowance-list"),
+    re_path(r"^allowances/(?P<username>[\w.@+-]+)/?$", v.AllowanceDetailView.as_view(), name="allowance-detail"),
+    re_path(r"^prices/?$", v.PriceListView.as_view(), name="price-list"),
+    re_path(r"^prices/(?P<pk>[0-9]+)/?$", v.PriceDetailView.as_view(), name="price-detail"),
+    re_path(r"^ledger/?$", v.LedgerListView.as_view(), name="ledger-list"),
+    re_path(r"^approvals/?$", v.ApprovalListView.as_view(), name="approval-list"),
+    re_path(r"^approvals/(?P<pk>[0-9]+)/approve/?$", v.ApprovalDecisionView.as_view(decision="approve"),
+            name="approval-approve"),
+    re_path(r"^approvals/(?P<pk>[0-9]+)/reject/?$", v.ApprovalDecisionView.as_view(decision="reject"),
+            name="approval-reject"),
+    re_path(r"^jobs/(?P<pk>[0-9]+)/cost/?$", v.JobCostView.as_view(), name="job-cost"),
+    re_path(r"^reports/usage/?$", v.UsageReportView.as_view(), name="report-usage"),
+]

@@ -1,0 +1,555 @@
+"""Budget endpoints: wallets, prices, ledger, approvals inbox, reports (mounted under /api/v1/).
+
+Interfaces only: they validate input, scope by tenancy (another department's object is a 404) and call
+quotas.services. Money is integer milli-credits (mcr) everywhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime, time
+
+from django.utils import timezone
+from rest_framework import serializers, status
+from rest_framework.generics import GenericAPIView
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.errors import Forbidden, NotFound, ValidationFailed
+from portal.models import Department, Membership
+from portal.tenancy import membership_of
+from quotas import services
+from quotas.models import Allowance, ApprovalRule, Flavor, LedgerEntry, LedgerKind, Price, RefillRule, Wallet
+
+# ------------------------------------------------------------------------------------------ plumbing
+
+
+class StrictSerializer(serializers.Serializer):
+    """Unknown fields are an error (a typo must not be silently ignored)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {k: [serializers.ErrorDetail("Unknown field.", code="unknown_field")] for k in unknown})
+        return super().to_internal_value(data)
+
+
+def _valid(serializer_class, data, **kwargs) -> dict:
+    s = serializer_class(data=data, **kwargs)
+    s.is_valid(raise_exception=True)
+    return s.validated_data
+
+
+def _member(request) -> Membership:
+    m = membership_of(request.user)
+    if m is None:
+        raise Forbidden("You are not a member of any department.")
+    return m
+
+
+def _platform_admin(request) -> Membership:
+    m = _member(request)
+    if not m.is_platform_admin:
+        raise Forbidden("Only platform admins can do this.")
+    return m
+
+
+def _department(request, slug: str) -> Department:
+    """The department ``slug`` if the user may see it (their own, or any for platform admins), else 404."""
+    m = _member(request)
+    if not m.is_platform_admin and m.department.slug != slug:
+        raise NotFound("No such department.")
+    dept = Department.objects.filter(slug=slug).first()
+    if dept is None:
+        raise NotFound("No such department.")
+    return dept
+
+
+def _wallet(request, slug: str) -> Wallet:
+    dept = _department(request, slug)
+    wallet = Wallet.objects.select_related("department").filter(department=dept).first()
+    if wallet is None:
+        raise NotFound("This department has no wallet (its budget is not metered).")
+    return wallet
+
+
+# ------------------------------------------------------------------------------------------ wallets
+
+
+class WalletSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    available = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Wallet
+        fields = ["department", "balance", "held", "available", "updated_at"]
+
+
+class HoldSerializer(serializers.ModelSerializer):
+    job_name = serializers.CharField(source="job.name", read_only=True)
+    owner = serializers.CharField(source="user.username", read_only=True, default=None)
+    flavor = serializers.CharField(source="flavor.name", read_only=True, default=None)
+    amount = serializers.IntegerField(source="held_change")
+    basis = serializers.SerializerMethodField()
+
+    class Meta:
+        model = LedgerEntry
+        fields = ["job", "job_name", "attempt", "owner", "flavor", "gpus", "rate", "basis", "amount", "created_at"]
+
+    def get_basis(self, entry) -> str | None:
+        return (entry.data or {}).get("basis")
+
+
+class RefillRuleSerializer(StrictSerializer):
+    mode = serializers.ChoiceField(choices=RefillRule.MODES, default="fixed")
+    amount = serializers.IntegerField(min_value=0, max_value=10**15)
+    period = serializers.ChoiceField(choices=RefillRule.PERIODS, default="monthly")
+    active = serializers.BooleanField(default=True)
+
+
+class ApprovalRuleSerializer(StrictSerializer):
+    gpus_above = serializers.IntegerField(min_value=0, max_value=100_000, allow_null=True, required=False)
+    cost_above = serializers.IntegerField(min_value=0, max_value=10**15, allow_null=True, required=False)
+    realtime = serializers.BooleanField(required=False)
+
+
+def _rule_dict(rule, fields) -> dict | None:
+    return None if rule is None else {f: getattr(rule, f) for f in fields}
+
+
+class WalletCreateSerializer(StrictSerializer):
+    department = serializers.SlugRelatedField(slug_field="slug", queryset=Department.objects.all())
+    balance = serializers.IntegerField(min_value=0, max_value=10**15, default=0)
+
+
+class WalletListView(GenericAPIView):
+    """GET: wallets I may see (my department's; platform admins all). POST (platform admins): create one."""
+
+    serializer_class = WalletSerializer
+
+    def get_queryset(self):
+        return services.wallets_for(self.request.user).order_by("department__slug")
+
+    def get(self, request):
+        _member(request)
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(WalletSerializer(page, many=True).data)
+
+    def post(self, request):
+        _platform_admin(request)
+        data = _valid(WalletCreateSerializer, request.data)
+        if Wallet.objects.filter(department=data["department"]).exists():
+            raise ValidationFailed(fields={"department": [{"code": "exists",
+                                                           "message": "This department already has a wallet."}]})
+        wallet = services.wallet_create(department=data["department"], actor=request.user, balance=data["balance"])
+        return Response(WalletSerializer(wallet).data, status=status.HTTP_201_CREATED)
+
+
+class WalletBudgetSerializer(StrictSerializer):
+    balance = serializers.IntegerField(min_value=0, max_value=10**15)
+    comment = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+
+class WalletDetailView(APIView):
+    """GET: balance, held, available, burn rate, open holds, refill and approval rules.
+    PUT/PATCH (platform admins): set the budget (balance), recorded as an audited adjustment."""
+
+    def get(self, request, slug: str):
+        wallet = _wallet(request, slug)
+        holds = services.open_holds(wallet=wallet)
+        dept = wallet.department
+        body = WalletSerializer(wallet).data
+        body.update(
+            burn_rate=services.burn_rate(wallet=wallet),
+            holds=HoldSerializer(holds, many=True).data,
+            refill_rule=_rule_dict(RefillRule.objects.filter(department=dept).first(), services.RULE_FIELDS),
+            approval_rule=_rule_dict(ApprovalRule.objects.filter(department=dept).first(),
+                                     services.APPROVAL_FIELDS),
+        )
+        return Response(body)
+
+    def put(self, request, slug: str):
+        _platform_admin(request)
+        dept = _department(request, slug)
+        data = _valid(WalletBudgetSerializer, request.data)
+        services.wallet_set_balance(department=dept, balance=data["balance"], actor=request.user,
+                                    comment=data["comment"])
+        return Response(WalletSerializer(Wallet.objects.get(department=dept)).data)
+
+    patch = put
+
+
+class AdjustSerializer(StrictSerializer):
+    amount = serializers.IntegerField(min_value=-(10**15), max_value=10**15)
+    comment = serializers.CharField(max_length=300)
+
+
+class WalletAdjustView(APIView):
+    """POST (platform admins): add or take credits, with a comment (audited). Idempotency-Key supported."""
+
+    def post(self, request, slug: str):
+        _platform_admin(request)
+        wallet = _wallet(request, slug)
+        data = _valid(AdjustSerializer, request.data)
+        key = request.headers.get("Idempotency-Key")
+        entry = services.wallet_adjust(department=wallet.department, amount=data["amount"], actor=request.user,
+                                       comment=data["comment"], key=f"adjust:{wallet.pk}:{key}" if key else None)
+        return Response(LedgerEntrySerializer(entry).data, status=status.HTTP_201_CREATED)
+
+
+class RefillRuleView(APIView):
+    """GET the department's refill rule; PUT (platform admins) to set it; DELETE to remove it."""
+
+    def get(self, request, slug: str):
+        dept = _department(request, slug)
+        rule = RefillRule.objects.filter(department=dept).first()
+        if rule is None:
+            raise NotFound("No refill rule.")
+        return Response(_rule_dict(rule, services.RULE_FIELDS) | {"next_amount": services.refill_amount(rule=rule)})
+
+    def put(self, request, slug: str):
+        _platform_admin(request)
+        dept = _department(request, slug)
+        data = _valid(RefillRuleSerializer, request.data)
+        rule = services.refill_rule_set(department=dept, actor=request.user, **data)
+        return Response(_rule_dict(rule, services.RULE_FIELDS) | {"next_amount": services.refill_amount(rule=rule)})
+
+    def delete(self, request, slug: str):
+        _platform_admin(request)
+        dept = _department(request, slug)
+        rule = RefillRule.objects.filter(department=dept).first()
+        if rule is None:
+            raise NotFound("No refill rule.")
+        services.audit(actor=request.user, action="refill_rule.delete", obj=rule, department=dept,
+                       old=_rule_dict(rule, services.RULE_FIELDS))
+        rule.delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ApprovalRuleView(APIView):
+    """GET the department's approval rule; PUT (its department admins or platform admins) to set it."""
+
+    def get(self, request, slug: str):
+        dept = _department(request, slug)
+        rule = ApprovalRule.objects.filter(department=dept).first()
+        return Response(_rule_dict(rule, services.APPROVAL_FIELDS) or {"gpus_above": None, "cost_above": None,
+                                                                       "realtime": False})
+
+    def put(self, request, slug: str):
+        dept = _department(request, slug)
+        if not _member(request).is_department_admin:
+            raise Forbidden("Only department admins can set approval rules.")
+        data = _valid(ApprovalRuleSerializer, request.data)
+        rule = services.approval_rule_set(department=dept, actor=request.user, **data)
+        return Response(_rule_dict(rule, services.APPROVAL_FIELDS))
+
+    patch = put
+
+
+class AllowanceSerializer(StrictSerializer):
+    limit = serializers.IntegerField(min_value=0, max_value=10**15)
+    period = serializers.ChoiceField(choices=Allowance.PERIODS, default="monthly")
+
+
+class AllowanceListView(APIView):
+    """GET: allowances in my department (platform admins: all), with what each user used this period."""
+
+    def get(self, request):
+        m = _member(request)
+        qs = Allowance.objects.select_related("user", "wallet__department").order_by("wallet__department__slug",
+                                                                                     "user__username")
+        if not m.is_platform_admin:
+            qs = qs.filter(wallet__department_id=m.department_id)
+        return Response([{"user": a.user.username, "department": a.wallet.department.slug, "limit": a.limit,
+                          "period": a.period, "used": services.allowance_used(allowance=a)} for a in qs])
+
+
+class AllowanceDetailView(APIView):
+    """PUT/DELETE (department admins of the user's department, platform admins): a user's allowance."""
+
+    def _target(self, request, username: str):
+        m = _member(request)
+        target = Membership.objects.select_related("user", "department").filter(user__username=username).first()
+        if target is None or (not m.is_platform_admin and target.department_id != m.department_id):
+            raise NotFound("No such member.")
+        if not m.is_department_admin:
+            raise Forbidden("Only department admins can set allowances.")
+        return target.user
+
+    def put(self, request, username: str):
+        user = self._target(request, username)
+        data = _valid(AllowanceSerializer, request.data)
+        a = services.allowance_set(user=user, limit=data["limit"], period=data["period"], actor=request.user)
+        return Response({"user": username, "limit": a.limit, "period": a.period})
+
+    def delete(self, request, username: str):
+        services.allowance_set(user=self._target(request, username), limit=None, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# ------------------------------------------------------------------------------------------ prices
+
+
+class PriceSerializer(serializers.ModelSerializer):
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Price
+        fields = ["id", "flavor", "tier", "per_gpu_hour", "updated_at"]
+
+
+class PriceInputSerializer(StrictSerializer):
+    flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
+    tier = serializers.ChoiceField(choices=services.TIER_NAMES)
+    per_gpu_hour = serializers.IntegerField(min_value=0, max_value=10**12)
+
+
+class PriceListView(GenericAPIView):
+    """GET (members): base prices per flavor and tier. POST (platform admins): set one (create or change)."""
+
+    serializer_class = PriceSerializer
+
+    def get(self, request):
+        _member(request)
+        qs = Price.objects.select_related("flavor").order_by("flavor__name", "tier")
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response(PriceSerializer(page, many=True).data)
+
+    def post(self, request):
+        _platform_admin(request)
+        data = _valid(PriceInputSerializer, request.data)
+        price, created = services.price_set(actor=request.user, **data)
+        return Response(PriceSerializer(price).data, status=status.HTTP_201_CREATED if created else 200)
+
+
+class PriceDetailView(APIView):
+    def _price(self, request, pk: int) -> Price:
+        _member(request)
+        price = Price.objects.select_related("flavor").filter(pk=pk).first()
+        if price is None:
+            raise NotFound("No such price.")
+        return price
+
+    def get(self, request, pk: int):
+        return Response(PriceSerializer(self._price(request, pk)).data)
+
+    def patch(self, request, pk: int):
+        price = self._price(request, pk)
+        _platform_admin(request)
+        data = _valid(PriceInputSerializer, {"flavor": price.flavor.name, "tier": price.tier, **request.data}
+                      if isinstance(request.data, dict) else request.data)
+        price, _ = services.price_set(actor=request.user, **data)
+        return Response(PriceSerializer(price).data)
+
+    put = patch
+
+    def delete(self, request, pk: int):
+        price = self._price(request, pk)
+        _platform_admin(request)
+        services.price_delete(price=price, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# ------------------------------------------------------------------------------------------ ledger
+
+
+class LedgerEntrySerializer(serializers.ModelSerializer):
+    department = serializers.CharField(source="wallet.department.slug", read_only=True)
+    user = serializers.CharField(source="user.username", read_only=True, default=None)
+    actor = serializers.CharField(source="actor.username", read_only=True, default=None)
+    flavor = serializers.CharField(source="flavor.name", read_only=True, default=None)
+
+    class Meta:
+        model = LedgerEntry
+        fields = ["id", "created_at", "department", "kind", "amount", "held_change", "balance_after",
+                  "held_after", "job", "attempt", "user", "flavor", "actor", "rate", "gpus", "gpu_seconds",
+                  "outcome", "memo", "idempotency_key"]
+
+
+class LedgerFilterSerializer(StrictSerializer):
+    department = serializers.SlugField(required=False)
+    job = serializers.IntegerField(min_value=1, required=False)
+    kind = serializers.ChoiceField(choices=LedgerKind.values, required=False)
+    since = serializers.DateTimeField(required=False)
+    until = serializers.DateTimeField(required=False)
+    page = serializers.IntegerField(min_value=1, required=False)
+    page_size = serializers.IntegerField(min_value=1, max_value=500, required=False)
+
+
+class LedgerListView(GenericAPIView):
+    """GET: ledger entries I may see (my department's; platform admins all), newest first, filterable."""
+
+    serializer_class = LedgerEntrySerializer
+
+    def get(self, request):
+        _member(request)
+        f = _valid(LedgerFilterSerializer, request.query_params.dict())
+        qs = services.ledger_for(request.user)
+        if "department" in f:
+            qs = qs.filter(wallet__department=_department(request, f["department"]))
+        if "job" in f:
+            qs = qs.filter(job_id=f["job"])
+        if "kind" in f:
+            qs = qs.filter(kind=f["kind"])
+        if "since" in f:
+            qs = qs.filter(created_at__gte=f["since"])
+        if "until" in f:
+            qs = qs.filter(created_at__lt=f["until"])
+        page = self.paginate_queryset(qs.order_by("-created_at", "-id"))
+        return self.get_paginated_response(LedgerEntrySerializer(page, many=True).data)
+
+
+# ------------------------------------------------------------------------------------------ approvals
+
+
+class PendingJobSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    owner = serializers.CharField(source="owner.username")
+    department = serializers.CharField(source="department.slug")
+    flavor = serializers.CharField(source="flavor.name")
+    gpus = serializers.IntegerField()
+    pods = serializers.IntegerField()
+    tier = serializers.CharField()
+    urgency = serializers.CharField()
+    max_runtime_s = serializers.IntegerField()
+    bid = serializers.IntegerField()
+    reason_message = serializers.CharField()
+    submitted_at = serializers.DateTimeField()
+    estimated_cost = serializers.SerializerMethodField()
+
+    def get_estimated_cost(self, job) -> int:
+        prices = self.context.get("prices")
+        return services.cost_of(rate=services.worst_case_rate(job=job, prices=prices),
+                                gpu_seconds=job.gpus * job.pods * job.max_runtime_s)
+
+
+def pending_approvals(user):
+    """Jobs waiting for approval that ``user`` may decide on (department admins: their department's)."""
+    from scheduling.models import Job, JobState
+
+    m = membership_of(user)
+    if m is None or not m.is_department_admin:
+        return Job.objects.none()
+    return (Job.objects.for_user(user).filter(state=JobState.PENDING_APPROVAL)
+            .select_related("owner", "department", "flavor").order_by("submitted_at", "id"))
+
+
+class ApprovalListView(GenericAPIView):
+    """GET (department admins): the approvals inbox, oldest first."""
+
+    serializer_class = PendingJobSerializer
+
+    def get(self, request):
+        if not _member(request).is_department_admin:
+            raise Forbidden("Only department admins have an approvals inbox.")
+        page = self.paginate_queryset(pending_approvals(request.user))
+        prices = {(f, t): p for f, t, p in Price.objects.values_list("flavor_id", "tier", "per_gpu_hour")}
+        return self.get_paginated_response(PendingJobSerializer(page, many=True, context={"prices": prices}).data)
+
+
+class DecisionSerializer(StrictSerializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class ApprovalDecisionView(APIView):
+    """POST /approvals/<job>/approve | reject {"comment": "..."} (a comment is required to reject)."""
+
+    decision = "approve"
+
+    def post(self, request, pk: int):
+        from scheduling.models import Job
+
+        _member(request)
+        job = Job.objects.for_user(request.user).select_related("department", "owner").filter(pk=pk).first()
+        if job is None:
+            raise NotFound("No such job.")
+        data = _valid(DecisionSerializer, request.data)
+        if self.decision == "approve":
+            job = services.job_approve(user=request.user, job=job, comment=data["comment"])
+        else:
+            job = services.job_reject(user=request.user, job=job, comment=data["comment"])
+        return Response({"id": job.pk, "state": job.state, "decision": job.approval.decision,
+                         "comment": job.approval.comment, "actor": request.user.get_username()})
+
+
+class JobCostView(APIView):
+    """GET /jobs/<id>/cost: the job's hold, cost to date and final charge (scoped like the job)."""
+
+    def get(self, request, pk: int):
+        from scheduling.models import Job
+
+        _member(request)
+        job = Job.objects.for_user(request.user).filter(pk=pk).first()
+        if job is None:
+            raise NotFound("No such job.")
+        return Response(services.job_cost(job=job))
+
+
+# ------------------------------------------------------------------------------------------ reports
+
+
+class CSVRenderer(BaseRenderer):
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(services.REPORT_COLUMNS)
+        for row in data or []:
+            w.writerow(["" if row.get(c) is None else row.get(c) for c in services.REPORT_COLUMNS])
+        return out.getvalue().encode()
+
+
+class ReportFilterSerializer(StrictSerializer):
+    group_by = serializers.CharField(required=False, default="department")
+    period = serializers.ChoiceField(choices=("day", "month"), default="month")
+    since = serializers.DateField(required=False)
+    until = serializers.DateField(required=False)
+    department = serializers.SlugField(required=False)
+    format = serializers.ChoiceField(choices=("json", "csv"), required=False)
+
+    def validate_group_by(self, value):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        bad = [p for p in parts if p not in services.GROUPS]
+        if bad:
+            raise serializers.ValidationError(f"Unknown grouping {', '.join(bad)}; use "
+                                              f"{', '.join(services.GROUPS)}.", code="invalid_choice")
+        return list(dict.fromkeys(parts))
+
+    def validate(self, attrs):
+        if attrs.get("since") and attrs.get("until") and attrs["until"] <= attrs["since"]:
+            raise serializers.ValidationError({"until": ["Must be after since."]})
+        return attrs
+
+
+class UsageReportView(APIView):
+    """GET /reports/usage?group_by=department,user,flavor&period=day|month&since=&until=&department=
+    &format=csv: GPU-hours, credits charged, refunds, preemptions; scoped by tenancy."""
+
+    renderer_classes = [JSONRenderer, CSVRenderer]
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer = JSONRenderer()  # errors keep the one JSON shape, even for ?format=csv
+        self.request.accepted_media_type = "application/json"
+        return response
+
+    def get(self, request):
+        f = _valid(ReportFilterSerializer, request.query_params.dict())
+        tz = timezone.get_current_timezone()
+        since = datetime.combine(f["since"], time.min, tzinfo=tz) if f.get("since") else None
+        until = datetime.combine(f["until"], time.min, tzinfo=tz) if f.get("until") else None
+        rows = services.usage_report(user=request.user, group_by=f["group_by"], period=f["period"], since=since,
+                                     until=until, department=f.get("department"))
+        if getattr(request.accepted_renderer, "format", "") == "csv":
+            return Response(rows, headers={"Content-Disposition": 'attachment; filename="usage.csv"'})
+        return Response({"group_by": f["group_by"], "period": f["period"], "rows": rows})
+
