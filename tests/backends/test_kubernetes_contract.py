@@ -128,6 +128,16 @@ def test_create_that_timed_out_after_being_applied_is_adopted_on_retry(kube_fake
     assert len([k for k in kube_fake.pods if k[0] == NS]) == 1
 
 
+def test_a_gang_create_interrupted_halfway_is_completed_on_retry(kube_backend, kube_fake, make_podset):
+    podset = make_podset(pods=3, gpus_per_pod=1)
+    kube_fake.fail_next(1, status=503, method="POST", path=r"/pods$", after=1)  # pod 0 created, then 503
+    with pytest.raises(ClusterUnavailable):
+        kube_backend.ensure_pods(podset)
+    assert [k[1] for k in kube_fake.pods if k[0] == NS] == ["job-42-a1-0"]
+    assert kube_backend.ensure_pods(podset) == {
+        "job-42-a1-0": "adopted", "job-42-a1-1": "created", "job-42-a1-2": "created"}
+
+
 def test_name_taken_by_a_pod_that_is_not_ours_is_refused(kube_backend, kube_fake, make_podset):
     kube_fake.add_foreign_pod(NS, "job-42-a1", node="nowhere")
     with pytest.raises(PodNameTaken):

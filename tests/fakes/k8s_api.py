@@ -124,6 +124,7 @@ class Fault:
     seconds: float = 0.0
     then: str = "drop"  # for hangs: "drop" (never applied) or "apply" (applied after the hang)
     action: Callable[[FakeKube], None] | None = None
+    skip: int = 0  # let this many matching requests through first
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or self.method == method) and (self.path is None or re.search(self.path, path))
@@ -237,9 +238,11 @@ class FakeKube:
 
     # ================================================================ fault injection
 
-    def fail_next(self, n: int = 1, *, status: int = 500, method: str | None = None, path: str | None = None) -> None:
+    def fail_next(self, n: int = 1, *, status: int = 500, method: str | None = None, path: str | None = None,
+                  after: int = 0) -> None:
+        """The next N matching requests (after letting ``after`` through) answer ``status``."""
         with self.lock:
-            self.faults.append(Fault("status", n, method, path, status=status))
+            self.faults.append(Fault("status", n, method, path, status=status, skip=after))
 
     def hang_next(self, n: int = 1, *, seconds: float = 2.0, then: str = "drop", method: str | None = None,
                   path: str | None = None) -> None:
@@ -259,6 +262,9 @@ class FakeKube:
         with self.lock:
             for fault in self.faults:
                 if fault.remaining > 0 and fault.matches(method, path):
+                    if fault.skip > 0:
+                        fault.skip -= 1
+                        continue
                     fault.remaining -= 1
                     if fault.remaining == 0:
                         self.faults.remove(fault)

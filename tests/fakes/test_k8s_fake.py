@@ -408,13 +408,16 @@ def test_fault_injection_hooks(kube_fake, core, created):
     assert call(core.read_namespaced_pod, "p", NS)[0] == 503
     assert call(core.read_namespaced_pod, "p", NS)[0] == 503
     assert call(core.read_namespaced_pod, "p", NS)[0] == 200
+    kube_fake.fail_next(1, status=500, method="GET", after=1)
+    assert call(core.read_namespaced_pod, "p", NS)[0] == 200
+    assert call(core.read_namespaced_pod, "p", NS)[0] == 500
     kube_fake.race_next(lambda fake: fake.touch(NS, "p"), method="PATCH")
     rv = kube_fake.pod(NS, "p")["metadata"]["resourceVersion"]
     assert patch(core, {"metadata": {"resourceVersion": rv}})[0] == 409
     kube_fake.hang_next(1, seconds=1.0)
     with pytest.raises(Exception):  # noqa: B017 - urllib3 read timeout
         core.read_namespaced_pod("p", NS, _request_timeout=(1, 0.2))
-    assert kube_fake.count("GET", "/pods/p$") == 4
+    assert kube_fake.count("GET", "/pods/p$") == 6
 
 
 def test_logs_need_a_started_container(kube_fake, core, created):
