@@ -1,0 +1,15 @@
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Create or update the tier PriorityClasses (ai-realtime, ai-elastic, ai-backfill) in every cluster."
+
+    def handle(self, *args, **options):
+        from scheduling.backends.base import BackendError
+        from scheduling.services.clusters import ensure_priority_classes
+
+        try:
+            changed = ensure_priority_classes()
+        except BackendError as exc:
+            raise CommandError(str(exc))
+        self.stdout.write("changed: " + (", ".join(changed) if changed else "nothing (already up to date)"))

@@ -1,0 +1,76 @@
+"""Follow the portal's pods in the cluster and move their jobs (the Kubernetes backend's status feed).
+
+One active instance: the command waits for the "pod-watcher" lock, so running it on several hosts gives a hot
+standby, not duplicate work. A watch that expires (410 Gone) re-lists and resumes; a restart re-lists, and the
+reconciler covers anything missed while no watcher ran.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+from django.core.management.base import BaseCommand
+
+log = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = "Watch the portal's pods and apply their states to jobs (one active instance at a time)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--cluster", default="default")
+        parser.add_argument("--max-events", type=int, default=0, help="Stop after N events (tests).")
+        parser.add_argument("--lock-wait-s", type=float, default=5.0, help="Seconds between lock attempts.")
+
+    def handle(self, *args, cluster, max_events, lock_wait_s, **options):
+        from scheduling.services.locks import exclusive
+
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                signal.signal(sig, lambda *_: stop.set())
+            except ValueError:  # not the main thread (tests)
+                pass
+        while not stop.is_set():
+            with exclusive(f"pod-watcher-{cluster}") as acquired:
+                if acquired:
+                    self.stdout.write(f"watching pods of cluster {cluster!r}")
+                    n = watch(cluster=cluster, stop=stop, max_events=max_events)
+                    self.stdout.write(f"watch ended after {n} events")
+                    if max_events:
+                        return
+                    continue
+            stop.wait(lock_wait_s)
+
+
+def watch(*, cluster: str, stop: threading.Event, max_events: int = 0) -> int:
+    """Apply pod events until ``stop`` is set (or ``max_events``); returns the number of events applied."""
+    from django.db import close_old_connections
+
+    from scheduling.backends import get_backend
+    from scheduling.backends.base import ClusterUnavailable
+    from scheduling.services.clusters import apply_pod_states
+
+    backend = get_backend(cluster)
+    n = 0
+    while not stop.is_set():
+        try:
+            stream = backend.watch_pods(stop=stop)
+            for kind, state in stream:
+                close_old_connections()
+                if kind != "DELETED":
+                    apply_pod_states([state])
+                n += 1
+                if max_events and n >= max_events:
+                    stream.stop()
+                    return n
+        except ClusterUnavailable as exc:
+            log.warning("cluster %s unreachable (%s); retrying in 10 s", cluster, exc)
+            stop.wait(10)
+        except Exception:  # noqa: BLE001 - keep watching; the reconciler repairs what was missed
+            log.exception("pod watch failed; restarting in 5 s")
+            time.sleep(5)
+    return n

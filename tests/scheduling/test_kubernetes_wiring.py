@@ -1,0 +1,149 @@
+"""The portal on the Kubernetes backend, end to end against the fake API server over HTTP: the cycle's
+decisions become gated pods, ungated with narrowed affinity; pod states (from sync and from the watcher)
+move jobs; OOM kills fail them; evictions under a PodDisruptionBudget are refused (429) and recorded; the
+reconciler deletes orphans; the API being down leaves jobs waiting with a reason instead of hot-looping."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from scheduling import backends
+from scheduling.models import Job, JobState, Node
+from scheduling.services.clusters import reconcile, sync_cluster
+from scheduling.services.cycle import run_cycle
+from tests.fakes.k8s_fixtures import kube_fake, sleeps  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def kube(lab, kube_fake, sleeps, settings):  # noqa: F811
+    from scheduling.backends.factory import kubernetes_backend
+
+    settings.SCHEDULING_BACKEND = "kubernetes"
+    lab.cluster.backend = "kubernetes"
+    lab.cluster.save()
+    Node.objects.all().delete()  # inventory comes from the cluster now
+    for ns in ("gpu-vision", "gpu-nlp"):
+        kube_fake.add_namespace(ns)
+    for i in range(2):
+        kube_fake.add_node(f"gpu-{i}", gpus=4, labels={"gpu-type": "a100"})
+    kube_fake.add_node("cpu-0", labels={"role": "cpu"})
+    backend = kubernetes_backend("default", host=kube_fake.url, qps=0, timeout_s=2.0, connect_timeout_s=1.0,
+                                 watch_timeout_s=2, sleep=sleeps)
+    backends._cache["default"] = backend
+    sync_cluster()
+    yield kube_fake
+    backend.close()
+
+
+@pytest.fixture
+def go(django_capture_on_commit_callbacks):
+    def run(fn, *args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def test_inventory_becomes_nodes(kube):
+    nodes = {n.name: n for n in Node.objects.select_related("flavor")}
+    assert set(nodes) == {"gpu-0", "gpu-1"}
+    assert {n.flavor.name for n in nodes.values()} == {"a100-80gb"} and nodes["gpu-0"].gpus == 4
+
+
+def test_job_runs_and_succeeds_on_kubernetes(kube, lab, submit, go):
+    job = go(submit, lab.alice, gpus=2, tier="elastic", urgency="high")
+    pod = kube.pod("gpu-vision", f"job-{job.pk}-a1")
+    assert pod["spec"]["schedulingGates"] == [{"name": "gpu-portal.io/admission"}]
+    assert pod["spec"]["priorityClassName"] == "ai-elastic"
+    assert pod["metadata"]["labels"]["urgency-level"] == "high"
+
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    pod = kube.pod("gpu-vision", f"job-{job.pk}-a1")
+    assert not pod["spec"].get("schedulingGates")
+    assert job.placement[0] in str(pod["spec"]["affinity"]["nodeAffinity"])
+
+    kube.run("gpu-vision", f"job-{job.pk}-a1", node=job.placement[0])
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+
+    kube.terminate("gpu-vision", f"job-{job.pk}-a1", exit_code=0)
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert (job.state, job.exit_code) == (JobState.SUCCEEDED, 0)
+
+
+def test_oom_killed_job_fails_with_the_reason(kube, lab, submit, go):
+    job = go(submit, lab.alice)
+    go(run_cycle)
+    name = f"job-{job.pk}-a1"
+    kube.run("gpu-vision", name, node=Job.objects.get(pk=job.pk).placement[0])
+    kube.oom_kill("gpu-vision", name)
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.reason_code == "OOMKilled" and job.exit_code == 137
+
+
+def test_watcher_moves_jobs(kube, lab, submit, go):
+    from scheduling.management.commands.watch_pods import watch
+
+    job = go(submit, lab.alice)
+    go(run_cycle)
+    kube.run("gpu-vision", f"job-{job.pk}-a1", node=Job.objects.get(pk=job.pk).placement[0])
+    stop = threading.Event()
+    n = watch(cluster="default", stop=stop, max_events=1)
+    assert n == 1
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+
+
+def test_eviction_blocked_by_pdb_is_recorded_and_retried_later(kube, lab, submit, go):
+    from django.utils import timezone
+
+    from scheduling import core
+    from scheduling.models import PreemptionVictim
+    from scheduling.services.cycle import apply_result
+    from scheduling.services.snapshot import build_snapshot
+
+    victim = go(submit, lab.bob, gpus=4, pods=1, pdb_min_available=1, name="serving")
+    go(run_cycle)
+    victim.refresh_from_db()
+    kube.run("gpu-nlp", f"job-{victim.pk}-a1", node=victim.placement[0])
+    go(sync_cluster)
+    preemptor = go(submit, lab.alice, gpus=4, tier="realtime")
+    _, ctx = build_snapshot(now=timezone.now())
+    go(apply_result, result=core.CycleResult(preemptions=(
+        core.Preemption(preemptor_id=preemptor.pk, victim_ids=(victim.pk,), reason="priority"),)), ctx=ctx)
+    v = PreemptionVictim.objects.get(job=victim)
+    assert v.status == PreemptionVictim.Status.BLOCKED
+    victim.refresh_from_db()
+    assert victim.state == JobState.RUNNING  # never deleted behind the PDB's back
+    assert kube.pod("gpu-nlp", f"job-{victim.pk}-a1") is not None
+    assert "disruption_budget" in [e.reason_code for e in victim.events.all()]
+    assert kube.count("DELETE") == 0
+
+
+def test_reconciler_deletes_orphan_pods(kube, lab, submit, go):
+    job = go(submit, lab.alice)
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)  # pods left behind by a crash
+    counts = go(reconcile)
+    assert counts["orphans_deleted"] == 1
+    assert kube.pod("gpu-vision", f"job-{job.pk}-a1") is None or kube.pod(
+        "gpu-vision", f"job-{job.pk}-a1")["metadata"].get("deletionTimestamp")
+
+
+def test_cluster_down_leaves_job_waiting_with_a_reason(kube, lab, submit, go):
+    from celery.exceptions import Retry
+
+    kube.fail_next(50, status=503)
+    with pytest.raises((Retry, Exception)):
+        go(submit, lab.alice)
+    job = Job.objects.get()
+    assert job.state == JobState.QUEUED and job.reason_code == "cluster_unreachable"
+    assert sync_cluster() == {"unreachable": 1}
