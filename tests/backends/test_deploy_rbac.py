@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -13,11 +14,14 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SA = ("gpu-portal", "gpu-portal-system")
 
 
+@functools.cache
+def _documents():
+    return tuple(doc for path in sorted(DEPLOY.rglob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+                 if doc and doc.get("kind") != "Kustomization")
+
+
 def documents():
-    for path in sorted(DEPLOY.rglob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") != "Kustomization":
-                yield doc
+    return iter(_documents())
 
 
 def bound_rules():
