@@ -143,6 +143,13 @@ def test_portal_deployments_are_restricted_and_configured():
             assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
             refs = {next(iter(r.values()))["name"] for r in c["envFrom"]}
             assert refs == {"gpu-portal"}
+    commands = {n: d["spec"]["template"]["spec"]["containers"][0]["command"] for n, d in deployments.items()}
+    assert commands["gpu-portal-watcher"] == ["python", "manage.py", "watch_pods"]
+    inits = deployments["gpu-portal-worker"]["spec"]["template"]["spec"]["initContainers"]
+    assert inits[0]["command"] == ["python", "manage.py", "ensure_priority_classes"]
+    commands_dir = Path(__file__).resolve().parents[2] / "scheduling" / "management" / "commands"
+    if commands_dir.is_dir():  # the management commands the manifests run exist
+        assert {"watch_pods.py", "ensure_priority_classes.py"} <= {p.name for p in commands_dir.iterdir()}
     for single in ("gpu-portal-beat", "gpu-portal-watcher"):
         assert deployments[single]["spec"]["replicas"] == 1
         assert deployments[single]["spec"]["strategy"]["type"] == "Recreate"
