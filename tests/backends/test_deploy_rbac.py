@@ -147,6 +147,7 @@ def test_portal_deployments_are_restricted_and_configured():
     assert commands["gpu-portal-watcher"] == ["python", "manage.py", "watch_pods"]
     inits = deployments["gpu-portal-worker"]["spec"]["template"]["spec"]["initContainers"]
     assert inits[0]["command"] == ["python", "manage.py", "ensure_priority_classes"]
+    assert "--queues=default,cycle,pods" in commands["gpu-portal-worker"]  # CELERY_TASK_ROUTES' queues
     commands_dir = Path(__file__).resolve().parents[2] / "scheduling" / "management" / "commands"
     if commands_dir.is_dir():  # the management commands the manifests run exist
         assert {"watch_pods.py", "ensure_priority_classes.py"} <= {p.name for p in commands_dir.iterdir()}
