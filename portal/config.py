@@ -41,6 +41,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CSRF_TRUSTED_ORIGINS", "", "Comma-separated origins (scheme://host) trusted for CSRF."),
     Setting("DATABASE_URL", "", "PostgreSQL URL, e.g. postgres://user:pw@host:5432/portal. Empty: SQLite "
             "file var/portal.sqlite3 (embedded default).", "url", secret=True),
+    Setting("DB_CONN_MAX_AGE", "60", "Seconds a database connection is reused (0: one per request; use 0 with "
+            "threaded servers that start a thread per request).", "int"),
     Setting("CELERY_BROKER_URL", "", "Celery broker, e.g. redis://127.0.0.1:6379/0. Empty: kombu filesystem "
             "transport under var/broker (embedded default, no server).", "url", secret=True),
     Setting("REDIS_URL", "", "Redis for the cache and locks; defaults to CELERY_BROKER_URL when it is Redis.",

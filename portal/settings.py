@@ -83,7 +83,7 @@ TEMPLATES = [
 
 # ------------------------------------------------------------------------------------------ database
 if ENV["DATABASE_URL"]:
-    DATABASES = {"default": dj_database_url.parse(str(ENV["DATABASE_URL"]), conn_max_age=60)}
+    DATABASES = {"default": dj_database_url.parse(str(ENV["DATABASE_URL"]), conn_max_age=int(ENV["DB_CONN_MAX_AGE"]))}
     if DATABASES["default"]["ENGINE"].endswith("postgresql"):
         DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends.postgresql"
 else:
