@@ -187,6 +187,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "JobTierEnum": "scheduling.models.Tier",
+        "UrgencyEnum": "scheduling.models.Urgency",
+        "TaskTypeEnum": "scheduling.models.TaskType",
+        "JobStateEnum": "scheduling.models.JobState",
+    },
 }
 
 # ------------------------------------------------------------------------------------------ i18n / static
