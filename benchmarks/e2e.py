@@ -51,9 +51,17 @@ def main() -> None:
     if not db.startswith("postgres") or not broker.startswith("redis"):
         sys.exit("set DATABASE_URL=postgres://... and CELERY_BROKER_URL=redis://... (the real stack)")
     _recreate_database(db)
-    env = {**os.environ, "DATA_DIR": tempfile.mkdtemp(prefix="portal-e2e-"), "SIM_SPEEDUP": "120",
-           "CYCLE_INTERVAL_S": "1", "DB_CONN_MAX_AGE": "0", "RECONCILE_INTERVAL_S": "600", "LOG_LEVEL": "WARNING",
-           "DJANGO_SETTINGS_MODULE": "portal.settings", "ALLOWED_HOSTS": "127.0.0.1"}
+    env = {
+        **os.environ,
+        "DATA_DIR": tempfile.mkdtemp(prefix="portal-e2e-"),
+        "SIM_SPEEDUP": "120",
+        "CYCLE_INTERVAL_S": "1",
+        "DB_CONN_MAX_AGE": "0",
+        "RECONCILE_INTERVAL_S": "600",
+        "LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "ALLOWED_HOSTS": "127.0.0.1",
+    }
     os.environ.update(env)
     _run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], env)
 
@@ -63,16 +71,65 @@ def main() -> None:
     tokens = _seed(args.departments, args.nodes)
     _flush_broker(broker)
 
-    procs = [subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{args.port}", "--noreload"],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{args.port}", "--noreload"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     for i in range(args.workers):
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "pods,default", "-c", "4",
-             "--pool=threads", "-n", f"pods{i}@%h", "-l", "WARNING"], cwd=ROOT, env=env))
-    procs.append(subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-B", "-Q", "cycle", "-c", "1",
-         "--pool=solo", "-n", "cycle@%h", "-l", "WARNING", "-s", str(Path(env["DATA_DIR"]) / "beat")],
-        cwd=ROOT, env=env))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "portal",
+                    "worker",
+                    "-Q",
+                    "pods,default",
+                    "-c",
+                    "4",
+                    "--pool=threads",
+                    "-n",
+                    f"pods{i}@%h",
+                    "-l",
+                    "WARNING",
+                ],
+                cwd=ROOT,
+                env=env,
+            )
+        )
+    procs.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "-B",
+                "-Q",
+                "cycle",
+                "-c",
+                "1",
+                "--pool=solo",
+                "-n",
+                "cycle@%h",
+                "-l",
+                "WARNING",
+                "-s",
+                str(Path(env["DATA_DIR"]) / "beat"),
+            ],
+            cwd=ROOT,
+            env=env,
+        )
+    )
     try:
         _wait_http(f"http://127.0.0.1:{args.port}/healthz")
         result = _drive(args, tokens)
@@ -120,8 +177,12 @@ def _seed(departments: int, nodes: int) -> list[str]:
 
     a100 = Flavor.objects.create(name="a100-80gb", node_labels={"gpu-type": "a100"})
     cluster = Cluster.objects.create(name="default", is_default=True)
-    Node.objects.bulk_create([Node(cluster=cluster, name=f"sim-{i:04d}", flavor=a100, gpus=8,
-                                   labels={"gpu-type": "a100"}) for i in range(nodes)])
+    Node.objects.bulk_create(
+        [
+            Node(cluster=cluster, name=f"sim-{i:04d}", flavor=a100, gpus=8, labels={"gpu-type": "a100"})
+            for i in range(nodes)
+        ]
+    )
     share = nodes * 8 // departments
     tokens = []
     User = get_user_model()
@@ -171,12 +232,28 @@ def _drive(args, tokens: list[str]) -> dict:
             if item is None:
                 return
             i, cls, pods, gpus, sim_s, token = item
-            body = json.dumps({"name": f"{cls}-{i}", "image": "ghcr.io/lab/bench:1", "command": ["sleep", "1"],
-                               "flavor": "a100-80gb", "gpus": gpus, "pods": pods, "max_runtime_s": 3600,
-                               "env": {"SIM_DURATION_S": str(sim_s)}}).encode()
-            req = urllib.request.Request(url, data=body, method="POST", headers={
-                "Authorization": f"Bearer {token}", "Content-Type": "application/json",
-                "Idempotency-Key": f"bench-{i}"})
+            body = json.dumps(
+                {
+                    "name": f"{cls}-{i}",
+                    "image": "ghcr.io/lab/bench:1",
+                    "command": ["sleep", "1"],
+                    "flavor": "a100-80gb",
+                    "gpus": gpus,
+                    "pods": pods,
+                    "max_runtime_s": 3600,
+                    "env": {"SIM_DURATION_S": str(sim_s)},
+                }
+            ).encode()
+            req = urllib.request.Request(
+                url,
+                data=body,
+                method="POST",
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": f"bench-{i}",
+                },
+            )
             t0 = time.perf_counter()
             for attempt in range(5):
                 try:
@@ -199,8 +276,10 @@ def _drive(args, tokens: list[str]) -> dict:
 
     def count_admitted():
         with connection.cursor() as cur:
-            cur.execute("SELECT count(*) FROM scheduling_job WHERE admitted_at IS NOT NULL OR state IN "
-                        "('admitted','running','succeeded')")
+            cur.execute(
+                "SELECT count(*) FROM scheduling_job WHERE admitted_at IS NOT NULL OR state IN "
+                "('admitted','running','succeeded')"
+            )
             return cur.fetchone()[0]
 
     while time.time() - start < args.timeout:
@@ -210,8 +289,14 @@ def _drive(args, tokens: list[str]) -> dict:
     connection.close()
     finished = time.time()
     rows = _admission_rows()
-    return {"start": start, "submitted": submitted_at, "finished": finished, "errors": errors,
-            "submit_latency": lat, "rows": rows}
+    return {
+        "start": start,
+        "submitted": submitted_at,
+        "finished": finished,
+        "errors": errors,
+        "submit_latency": lat,
+        "rows": rows,
+    }
 
 
 def _admission_rows():
@@ -248,8 +333,8 @@ def _report(args, r) -> str:
         "120x. Classes: small 1x1 GPU (60%), medium 1x4 GPUs (30%), large 2x8 GPUs gang (10%).",
         "",
         f"- submitted in {r['submitted'] - first:.1f} s ({args.jobs / max(1e-9, r['submitted'] - first):.1f} "
-        f"submissions/s; p50 {_pct(r['submit_latency'], .5) * 1000:.0f} ms, p95 "
-        f"{_pct(r['submit_latency'], .95) * 1000:.0f} ms per request); {len(r['errors'])} failed submissions",
+        f"submissions/s; p50 {_pct(r['submit_latency'], 0.5) * 1000:.0f} ms, p95 "
+        f"{_pct(r['submit_latency'], 0.95) * 1000:.0f} ms per request); {len(r['errors'])} failed submissions",
         f"- admitted {admitted} of {args.jobs} in {span:.1f} s from the first submission: "
         f"**{admitted / span:.1f} admissions/s** (Kueue's published baseline: ~43/s, 351 s for 15,000)",
         "",
@@ -259,8 +344,10 @@ def _report(args, r) -> str:
     for cls in CLASSES:
         waits = [float(w) for c, w, _ in rows if c == cls]
         if waits:
-            lines.append(f"| {cls} | {len(waits)} | {statistics.median(waits):.1f} | {_pct(waits, .9):.1f} | "
-                         f"{_pct(waits, .99):.1f} | {max(waits):.1f} |")
+            lines.append(
+                f"| {cls} | {len(waits)} | {statistics.median(waits):.1f} | {_pct(waits, 0.9):.1f} | "
+                f"{_pct(waits, 0.99):.1f} | {max(waits):.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -131,6 +131,7 @@ class Cycle:
         self.winning_bids: dict[str, list[int]] = defaultdict(list)
         self.fail_cache: dict[tuple, tuple[str, dict]] = {}
         self.scores: dict[int, float] = {}
+        self.pool_cache: dict[tuple[str, str | None], list[Pool]] = {}
         self.heads: dict[int, float] = {}  # reservation heads -> reserved start
         self.job_gpus = {j.id: j.gpus for j in snapshot.pending}
 
@@ -168,8 +169,9 @@ class Cycle:
     # ------------------------------------------------------------ the cycle
 
     def run(self) -> CycleResult:
-        pending = sorted(self.snap.pending, key=lambda j: j.id)
-        order = sorted(pending, key=lambda j: (tier_rank(j.tier), -self.score(j), j.submitted_at, j.id))
+        order = sorted(
+            self.snap.pending, key=lambda j: (tier_rank(j.tier), -self.score(j), j.submitted_at, j.id)
+        )
         deferred: list[PendingJob] = []
         for job in order:
             if self.consider(job, borrowing_pass=False):
@@ -190,11 +192,9 @@ class Cycle:
         estimates = estimate_pending(self, still)
         pending_out = []
         for job in still:
-            r = self.reasons[job.id]
-            est = None if r.code in _NO_ESTIMATE else estimates.get(job.id)
-            pending_out.append(
-                PendingReason(r.job_id, r.code, r.message, MappingProxyType(dict(r.detail)), est)
-            )
+            code, message, detail = self.reasons[job.id]
+            est = None if code in _NO_ESTIMATE else estimates.get(job.id)
+            pending_out.append(PendingReason(job.id, code, message, MappingProxyType(detail), est))
         return CycleResult(
             admissions=tuple(admissions),
             preemptions=tuple(self.preemptions),
@@ -211,7 +211,10 @@ class Cycle:
             return self.pend(
                 job, reasons.INVALID_REQUEST, {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod}
             )
-        pools = [p for p in self.pools_by_flavor.get(flavor, ()) if job.cluster in (None, p.cluster)]
+        pools = self.pool_cache.get((flavor, job.cluster))
+        if pools is None:
+            pools = [p for p in self.pools_by_flavor.get(flavor, ()) if job.cluster in (None, p.cluster)]
+            self.pool_cache[(flavor, job.cluster)] = pools
         if not pools:
             if flavor in self.known_flavors and job.cluster is None:
                 return self.pend(
@@ -228,7 +231,7 @@ class Cycle:
                     {"hold": job.hold, "available": available, "missing": missing},
                     f"needs {job.hold}, has {available}, missing {missing} milli-credits",
                 )
-        never = self.quota.never(job.department, flavor, k)
+        never = None if borrowing_pass else self.quota.never(job.department, flavor, k)
         if never is not None:
             detail = self.quota.detail(job.department, flavor, k)
             detail["never"] = True
@@ -342,6 +345,9 @@ class Cycle:
                     best = (pool, found)
             return best
 
+        if self.rate_left <= 0:
+            # The window's preemptions are used up: do not search (a cycle may see thousands of blocked jobs).
+            return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(0))
         best = attempt(False, self.budget_left)
         if best is not None:
             pool, victims = best
@@ -367,15 +373,7 @@ class Cycle:
                     {"victims": list(ids), "reason": why, "cluster": pool.cluster},
                 )
                 return None
-            result = (
-                reasons.PREEMPTION_RATE_LIMIT,
-                {
-                    "victims_needed": len(victims),
-                    "allowed_now": max(0, self.rate_left),
-                    "limit": self.policy.preemption_rate_limit,
-                    "window_s": self.policy.preemption_window_s,
-                },
-            )
+            result = (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(len(victims)))
             return result  # not cached: the rate budget is what blocks
         relaxed = attempt(True, self.budget_left)
         if relaxed is not None:
@@ -395,6 +393,16 @@ class Cycle:
             result = (None, {})
         self.fail_cache[cache_key] = result
         return result
+
+    def rate_detail(self, needed: int) -> dict[str, object]:
+        detail: dict[str, object] = {
+            "allowed_now": max(0, self.rate_left),
+            "limit": self.policy.preemption_rate_limit,
+            "window_s": self.policy.preemption_window_s,
+        }
+        if needed:
+            detail["victims_needed"] = needed
+        return detail
 
     def blocked(self, job: PendingJob, pools: list[Pool], selective: bool) -> bool:
         g, n, k = job.gpus_per_pod, job.pods, job.gpus
@@ -461,7 +469,7 @@ class Cycle:
         message = reasons.CODES[code]
         if note:
             message = f"{message[:-1]}: {note}."
-        self.reasons[job.id] = PendingReason(job.id, code, message, detail)
+        self.reasons[job.id] = (code, message, detail)
         return False
 
     def figures(self, admissions: list[Admission], pending: list[PendingReason]) -> dict[str, float]:

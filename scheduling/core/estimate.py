@@ -35,7 +35,7 @@ def estimate_pending(cycle: Cycle, still: list[PendingJob]) -> dict[int, float |
     out: dict[int, float | None] = {}
     by_flavor: dict[str, list[PendingJob]] = defaultdict(list)
     for job in still:
-        if cycle.reasons[job.id].code in _NO_ESTIMATE or job.node_selector or job.tolerations:
+        if cycle.reasons[job.id][0] in _NO_ESTIMATE or job.node_selector or job.tolerations:
             continue
         by_flavor[job.flavor].append(job)
     for flavor, jobs in sorted(by_flavor.items()):

@@ -33,7 +33,8 @@ class Candidate:
         self.key = key
 
 
-SEEDS = 32  # how many alternative first victims the search tries when looking for a smaller set
+MAX_SET_FOR_SEEDS = 4  # beyond this size the seeded retries cost more than they save
+SEEDS = 4  # how many alternative first victims the search tries when looking for a smaller set
 
 
 def search(
@@ -59,6 +60,11 @@ def search(
         return None  # no set, or the job fits without victims (it waits on a reservation, not on capacity)
     if len(best) == 1:
         return best
+    single = _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+    if single is not None:
+        return single
+    if len(best) > MAX_SET_FOR_SEEDS:
+        return best
     for seed in cands[:SEEDS]:
         if any(seed is c for c in best):
             continue
@@ -70,27 +76,62 @@ def search(
     return best
 
 
-def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left):
-    base = pool.now.capacity(g)
+def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left):
+    """The first candidate (in preference order) whose eviction alone lets the preemptor in, or None."""
     free = pool.free
-
-    def fits(chosen: list[Candidate]) -> bool:
-        delta: dict[int, int] = defaultdict(int)
-        removed: dict[str, int] = defaultdict(int)
-        for c in chosen:
-            removed[c.job.department] += c.job.gpus
-            for i in c.nodes:
-                delta[i] += c.job.gpus_per_pod
+    base = pool.now.capacity(g)
+    for c in cands:
+        job = c.job
+        if not eligible(job, {}):
+            continue
+        budget = job.disruption_budget
+        if budget_left is not None and budget is not None and job.pods > budget_left.get(budget, job.pods):
+            continue
         cap = base
-        for i, d in delta.items():
-            cap += max(0, free[i] + d) // g - max(0, free[i]) // g
-        return cap >= pods and quota.check(dept, flavor, k, removed)[0] is None
+        seen: dict[int, int] = {}
+        for i in c.nodes:
+            old = free[i] + seen.get(i, 0)
+            seen[i] = seen.get(i, 0) + job.gpus_per_pod
+            cap += max(0, old + job.gpus_per_pod) // g - max(0, old) // g
+        if cap >= pods and quota.check(dept, flavor, k, {job.department: job.gpus})[0] is None:
+            return [c]
+    return None
 
-    chosen: list[Candidate] = []
+
+def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left):
+    free = pool.free
     delta: dict[int, int] = defaultdict(int)
     removed: dict[str, int] = defaultdict(int)
     used_budget: dict[str, int] = defaultdict(int)
-    cap = base
+    cap = pool.now.capacity(g)
+    # quota, incrementally: the cohort pool's draw after the removals, and the preemptor's own limits
+    usage = quota.usage
+    draw = quota.pool_used.get(flavor, 0)
+    pool_cap = quota.pool_cap.get(flavor, 0)
+    nominal, limit, _ = quota.limits.get((dept, flavor), (0, 0, 0))
+    ceiling = None if limit is None else nominal + limit
+
+    def apply(c: Candidate, sign: int) -> None:
+        nonlocal cap, draw
+        job = c.job
+        d = job.department
+        before = usage[(d, flavor)] - removed[d]
+        removed[d] += sign * job.gpus
+        draw += quota.over(d, flavor, before - sign * job.gpus) - quota.over(d, flavor, before)
+        for i in c.nodes:
+            old = free[i] + delta[i]
+            delta[i] += sign * job.gpus_per_pod
+            cap += max(0, old + sign * job.gpus_per_pod) // g - max(0, old) // g
+
+    def fits() -> bool:
+        if cap < pods:
+            return False
+        used = usage[(dept, flavor)] - removed[dept]
+        if ceiling is not None and used + k > ceiling:
+            return False
+        return draw + quota.over(dept, flavor, used + k) - quota.over(dept, flavor, used) <= pool_cap
+
+    chosen: list[Candidate] = []
     order = cands if seed is None else [seed, *(c for c in cands if c is not seed)]
     for c in order:
         job = c.job
@@ -102,17 +143,17 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
                 continue
             used_budget[budget] += job.pods
         chosen.append(c)
-        removed[job.department] += job.gpus
-        for i in c.nodes:
-            old = free[i] + delta[i]
-            delta[i] += job.gpus_per_pod
-            cap += max(0, old + job.gpus_per_pod) // g - max(0, old) // g
-        if cap >= pods and quota.check(dept, flavor, k, removed)[0] is None:
+        apply(c, 1)
+        if fits():
             break
     else:
         return None
-    for c in reversed(list(chosen)):
-        trial = [x for x in chosen if x is not c]
-        if fits(trial):
-            chosen = trial
-    return chosen
+    # Drop every victim that can be spared, last added first (incremental: O(victims)).
+    kept = list(chosen)
+    for c in reversed(chosen):
+        apply(c, -1)
+        if fits():
+            kept.remove(c)
+        else:
+            apply(c, 1)
+    return kept

@@ -79,7 +79,17 @@ class QuotaBook:
         """(None, {}) when ``k`` more GPUs are admissible after ``removed`` GPUs per department are freed,
         else (reason code, detail)."""
         nominal, limit, guaranteed = self.limits.get((dept, flavor), (0, 0, 0))
-        removed = removed or {}
+        if not removed:  # the hot path: one job, nothing freed
+            used = self.usage[(dept, flavor)]
+            new = used + k
+            if limit is not None and new > nominal + limit:
+                code = reasons.QUOTA_EXHAUSTED if limit == 0 else reasons.BORROW_LIMIT
+                return code, self.detail(dept, flavor, k, used)
+            draw = self.pool_used.get(flavor, 0) + max(0, new - guaranteed) - max(0, used - guaranteed)
+            if draw > self.pool_cap.get(flavor, 0):
+                code = reasons.QUOTA_LENT_OUT if new <= nominal else reasons.QUOTA_EXHAUSTED
+                return code, self.detail(dept, flavor, k, used)
+            return None, {}
         used = self.usage[(dept, flavor)] - removed.get(dept, 0)
         new = used + k
         if limit is not None and new > nominal + limit:
@@ -105,6 +115,10 @@ class QuotaBook:
             "requested": k,
             "cohort_idle": max(0, self.pool_cap.get(flavor, 0) - self.pool_used.get(flavor, 0)),
         }
+
+    def over(self, dept: str, flavor: str, used: int) -> int:
+        """GPUs of ``used`` that draw on the cohort pool (above the guaranteed part)."""
+        return max(0, used - self.guaranteed(dept, flavor))
 
     def add(self, dept: str, flavor: str, k: int) -> None:
         g = self.guaranteed(dept, flavor)

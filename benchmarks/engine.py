@@ -1,0 +1,144 @@
+"""Benchmark of the scheduling engine: ``python -m benchmarks.engine [--quick]``.
+
+Generates snapshots of pending x nodes in {1k, 10k, 50k} x {100, 1,000, 5,000} (8 GPUs per node, half busy,
+10 departments in one cohort, elastic/backfill/realtime mix with gangs) and reports the cycle time (median of
+a few runs, ``time.perf_counter``) and the cycle's peak Python memory (``tracemalloc``, measured in a separate
+run because tracing slows the cycle down), as a markdown table, plus the growth from 1k to 50k pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import resource
+import statistics
+import sys
+import time
+import tracemalloc
+
+from scheduling.core import schedule
+from scheduling.core.policy import DEFAULT_POLICY
+from scheduling.core.types import TIERS, URGENCIES, USER_TIERS, Node, PendingJob, Quota, RunningJob, Snapshot
+
+NOW = 1_000_000.0
+DEPTS = tuple(f"dept{i}" for i in range(10))
+FLAVOR = "a100-80gb"
+
+
+def make_snapshot(pending: int, nodes: int, seed: int = 7) -> Snapshot:
+    rnd = random.Random(seed)
+    node_list = tuple(Node(f"node-{i:05d}", FLAVOR, 8) for i in range(nodes))
+    running = []
+    jid = 10_000_000
+    for node in node_list:
+        left = 4  # half busy
+        while left:
+            g = rnd.choice([g for g in (1, 2, 4) if g <= left])
+            left -= g
+            tier = rnd.choice(TIERS)
+            running.append(
+                RunningJob(
+                    id=jid,
+                    department=rnd.choice(DEPTS),
+                    flavor=FLAVOR,
+                    tier=tier,
+                    placement=(node.name,),
+                    gpus_per_pod=g,
+                    started_at=NOW - rnd.uniform(0, 6 * 3600),
+                    max_runtime_s=rnd.choice([3600.0, 4 * 3600.0, 12 * 3600.0]),
+                    borrowed=rnd.random() < 0.2,
+                    preemptible=tier != "realtime",
+                )
+            )
+            jid += 1
+    capacity = nodes * 8
+    quotas = tuple(Quota(d, FLAVOR, capacity // len(DEPTS), None, None) for d in DEPTS)
+    jobs = []
+    for i in range(pending):
+        pods, g = rnd.choice([(1, 1), (1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (2, 4)])
+        tier = rnd.choices(TIERS, weights=[1, 6, 3])[0]
+        jobs.append(
+            PendingJob(
+                id=i + 1,
+                department=rnd.choice(DEPTS),
+                flavor=FLAVOR,
+                tier=tier,
+                pods=pods,
+                gpus_per_pod=g,
+                urgency=rnd.choice(URGENCIES),
+                user_tier=rnd.choice(USER_TIERS),
+                submitted_at=NOW - rnd.uniform(0, 86400),
+                deadline=NOW + rnd.uniform(0, 86400) if rnd.random() < 0.2 else None,
+                max_runtime_s=rnd.choice([600.0, 3600.0, 4 * 3600.0, 24 * 3600.0]),
+                bid=rnd.randrange(0, 1000),
+                hold=rnd.randrange(0, 5000),
+            )
+        )
+    return Snapshot(
+        now=NOW,
+        nodes=node_list,
+        running=tuple(running),
+        pending=tuple(jobs),
+        quotas=quotas,
+        policy=DEFAULT_POLICY,
+        credits={d: 10**9 for d in DEPTS},
+        usage={d: rnd.uniform(0, 1e7) for d in DEPTS},
+    )
+
+
+def measure(pending: int, nodes: int, runs: int) -> dict[str, float]:
+    snap = make_snapshot(pending, nodes)
+    times = []
+    result = None
+    for _ in range(runs):
+        gc.collect()
+        start = time.perf_counter()
+        result = schedule(snap)
+        times.append(time.perf_counter() - start)
+    gc.collect()
+    tracemalloc.start()
+    schedule(snap)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {
+        "ms": statistics.median(times) * 1000,
+        "peak_mb": peak / 2**20,
+        "admitted": len(result.admissions),
+        "preemptions": len(result.preemptions),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one run each, skip 50k x 5000")
+    args = parser.parse_args(argv)
+    runs = 1 if args.quick else 3
+    pendings = (1_000, 10_000, 50_000)
+    node_counts = (100, 1_000, 5_000)
+    rows = {}
+    print("| pending | nodes | cycle ms (median) | cycle peak MB (tracemalloc) | admitted | preemptions |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for p in pendings:
+        for n in node_counts:
+            if args.quick and (p, n) == (50_000, 5_000):
+                continue
+            r = measure(p, n, runs)
+            rows[(p, n)] = r
+            print(
+                f"| {p:,} | {n:,} | {r['ms']:.0f} | {r['peak_mb']:.1f} | {r['admitted']} | {r['preemptions']} |"
+            )
+            sys.stdout.flush()
+    print()
+    for n in node_counts:
+        if (1_000, n) in rows and (50_000, n) in rows:
+            t = rows[(50_000, n)]["ms"] / rows[(1_000, n)]["ms"]
+            m = rows[(50_000, n)]["peak_mb"] / max(rows[(1_000, n)]["peak_mb"], 1e-9)
+            print(f"- {n:,} nodes: 1k -> 50k pending (x50): time x{t:.1f}, peak memory x{m:.1f}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"- process max RSS (snapshots + cycles): {rss:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
