@@ -132,7 +132,8 @@ class Cycle:
         self.fail_cache: dict[tuple, tuple[str, dict]] = {}
         self.scores: dict[int, float] = {}
         self.pool_cache: dict[tuple[str, str | None], list[Pool]] = {}
-        self.heads: dict[int, float] = {}  # reservation heads -> reserved start
+        self.heads: dict[int, float] = {}
+        self.late_realtime = 0  # pending realtime jobs already past their start target  # reservation heads -> reserved start
         self.job_gpus = {j.id: j.gpus for j in snapshot.pending}
 
     # ------------------------------------------------------------ scoring
@@ -194,6 +195,10 @@ class Cycle:
         for job in still:
             code, message, detail = self.reasons[job.id]
             est = None if code in _NO_ESTIMATE else estimates.get(job.id)
+            if tier_rank(job.tier) == REALTIME:
+                target = job.submitted_at + self.policy.realtime_start_target_s
+                detail["start_target"] = target
+                self.late_realtime += self.now > target
             pending_out.append(PendingReason(job.id, code, message, MappingProxyType(detail), est))
         return CycleResult(
             admissions=tuple(admissions),
@@ -492,6 +497,7 @@ class Cycle:
             "free_gpus_after": free,
             "utilisation_after": (capacity - free) / capacity if capacity else 0.0,
             "estimates_known": sum(1 for r in pending if r.estimated_start is not None),
+            "realtime_past_target": self.late_realtime,
         }
         for code in sorted(by_code):
             out[f"reason.{code}"] = by_code[code]

@@ -432,3 +432,23 @@ def test_cycle_figures():
     f = res.raw.figures
     assert f["admitted"] == 1 and f["admitted_gpus"] == 8 and f["capacity_gpus"] == 16
     assert f["still_pending"] == 1 and f["reason.quota_exhausted"] == 1
+
+
+def test_realtime_jobs_carry_their_start_target():
+    res = (
+        Snap().nodes(1).quota("A", 8).running(run(10, gpus=8, tier="realtime", preemptible=False))
+        .pending(job(1, tier="realtime", submitted_at=NOW - 600), job(2, tier="realtime")).decide()
+    )  # fmt: skip
+    assert res.reason[1].detail["start_target"] == NOW - 300
+    assert res.reason[2].detail["start_target"] == NOW + 300
+    assert res.raw.figures["realtime_past_target"] == 1
+
+
+def test_a_preemptor_holds_its_credits_for_the_cycle():
+    res = (
+        Snap().nodes(2).quota("A", 16).quota("B", 8).credits(A=1000)
+        .running(run(10, dept="B", on="n0", gpus=8, tier="backfill"), run(11, dept="B", on="n1", gpus=4))
+        .pending(job(1, gpus=8, tier="realtime", hold=800), job(2, gpus=4, hold=500)).decide()
+    )  # fmt: skip
+    assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS
+    assert res.code(2) == reasons.BUDGET_INSUFFICIENT
