@@ -25,7 +25,7 @@ Key = tuple[str, str]
 
 
 class QuotaBook:
-    __slots__ = ("limits", "usage", "pool_cap", "pool_used")
+    __slots__ = ("limits", "usage", "running_usage", "pool_cap", "pool_used")
 
     def __init__(self, quotas: Iterable[Quota], running: Iterable[RunningJob]):
         # (nominal, borrowing_limit or None, guaranteed)
@@ -40,6 +40,7 @@ class QuotaBook:
         self.usage: dict[Key, int] = defaultdict(int)
         for job in running:
             self.usage[(job.department, job.flavor)] += job.gpus
+        self.running_usage: dict[Key, int] = dict(self.usage)  # before this cycle's admissions
         self.pool_used: dict[str, int] = defaultdict(int)
         for (dept, flavor), used in sorted(self.usage.items()):
             self.pool_used[flavor] += max(0, used - self.guaranteed(dept, flavor))
@@ -49,6 +50,7 @@ class QuotaBook:
         other.limits = self.limits
         other.pool_cap = self.pool_cap
         other.usage = defaultdict(int, self.usage)
+        other.running_usage = self.running_usage
         other.pool_used = defaultdict(int, self.pool_used)
         return other
 
@@ -59,7 +61,9 @@ class QuotaBook:
         return self.limits.get((dept, flavor), (0, 0, 0))[2]
 
     def over_nominal(self, dept: str, flavor: str, removed: int = 0) -> bool:
-        return self.usage[(dept, flavor)] - removed > self.nominal(dept, flavor)
+        """Whether the department's *running* jobs (not this cycle's admissions) exceed its nominal quota
+        after ``removed`` GPUs of them are evicted: only then may its borrowed jobs be victims."""
+        return self.running_usage.get((dept, flavor), 0) - removed > self.nominal(dept, flavor)
 
     def borrows(self, dept: str, flavor: str, k: int) -> bool:
         return self.usage[(dept, flavor)] + k > self.nominal(dept, flavor)

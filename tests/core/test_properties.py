@@ -255,3 +255,21 @@ def test_the_input_is_not_mutated_and_estimates_are_not_in_the_past(snap):
     assert repr(snap) == before
     for r in res.pending:
         assert r.estimated_start is None or r.estimated_start >= snap.now
+
+
+@SETTINGS
+@given(snapshots())
+def test_borrowed_admissions_pay_the_lowest_winning_bid(snap):
+    res = schedule(snap)
+    jobs = {j.id: j for j in snap.pending}
+    bids = defaultdict(list)
+    for a in res.admissions:
+        if a.borrowed:
+            bids[jobs[a.job_id].flavor].append(jobs[a.job_id].bid)
+    assert dict(res.clearing_prices) == {f: min(b) for f, b in bids.items()}
+    for a in res.admissions:
+        job = jobs[a.job_id]
+        if a.borrowed:
+            assert a.price == res.clearing_prices[job.flavor] <= job.bid
+        else:
+            assert a.price is None
