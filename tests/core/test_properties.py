@@ -273,3 +273,31 @@ def test_borrowed_admissions_pay_the_lowest_winning_bid(snap):
             assert a.price == res.clearing_prices[job.flavor] <= job.bid
         else:
             assert a.price is None
+
+
+@SETTINGS
+@given(snapshots())
+def test_backfill_never_delays_a_reserved_head(snap):
+    """EASY: at the reserved time T, the head's gang fits among pods still running then (running jobs and this
+    cycle's admissions ending at their max runtime)."""
+    res = schedule(snap)
+    jobs = {j.id: j for j in snap.pending}
+    for r in res.pending:
+        if "reserved_from" not in r.detail:
+            continue
+        head, when, cluster = jobs[r.job_id], r.detail["reserved_from"], r.detail["cluster"]
+        free = {
+            n.name: n.gpus - n.used_by_others
+            for n in snap.nodes
+            if n.flavor == head.flavor and n.cluster == cluster and n.schedulable and not n.taints
+        }
+        busy = [(max(snap.now, j.expected_end), j.placement, j.gpus_per_pod) for j in snap.running
+                if j.flavor == head.flavor and j.cluster == cluster]  # fmt: skip
+        busy += [(snap.now + jobs[a.job_id].max_runtime_s, a.placement, jobs[a.job_id].gpus_per_pod)
+                 for a in res.admissions if jobs[a.job_id].flavor == head.flavor and a.cluster == cluster]  # fmt: skip
+        for end, placement, g in busy:
+            if end > when:
+                for name in placement:
+                    if name in free:
+                        free[name] -= g
+        assert sum(max(0, f) // head.gpus_per_pod for f in free.values()) >= head.pods
