@@ -12,32 +12,18 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from .types import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS  # re-exported
 from .types import TIER_RANK, TIERS, URGENCIES, USER_TIERS, Policy
 
 MIN_RUNTIME_FLOOR_S = 600.0  # the brief's 10-minute cooldown; lower only with allow_short_min_runtime
 
-# Score points of the urgency x user-tier matrix. One point = one minute of waiting (aging_per_minute=1),
-# so a "low" job overtakes a fresh "normal" one after about 90 minutes: weights matter, nobody starves.
-DEFAULT_WEIGHTS: Mapping[tuple[str, str], float] = MappingProxyType(
-    {
-        ("low", "standard"): 10.0,
-        ("low", "senior"): 15.0,
-        ("low", "pi"): 20.0,
-        ("normal", "standard"): 100.0,
-        ("normal", "senior"): 115.0,
-        ("normal", "pi"): 130.0,
-        ("high", "standard"): 200.0,
-        ("high", "senior"): 230.0,
-        ("high", "pi"): 260.0,
-        ("critical", "standard"): 400.0,
-        ("critical", "senior"): 450.0,
-        ("critical", "pi"): 500.0,
-    }
-)
-
-DEFAULT_POLICY = Policy(version=0, weights=DEFAULT_WEIGHTS, default_weight=100.0)
+# The default matrix lives in types.py (Policy's own default): weight x weight_points (100) score points, and
+# one point = one minute of waiting (aging_per_minute=1), so a "low" job (10 points) overtakes a fresh "normal"
+# one (100 points) after about 90 minutes of waiting: weights matter, nobody starves.
+DEFAULT_POLICY = Policy()
 
 _NUMBER_FIELDS = (
+    "weight_points",
     "default_weight",
     "aging_per_minute",
     "deadline_boost",
@@ -203,10 +189,10 @@ def job_score(
     share: float,
     aging: bool = True,
 ) -> float:
-    """score = weight[urgency, user_tier] + aging_per_minute * minutes waited
+    """score = weight_points * weight[urgency, user_tier] + aging_per_minute * minutes waited
     + deadline_boost * proximity (0 at >= horizon away, 1 at or past the deadline)
     + bid_weight * bid - fair_share_weight * department share of decayed usage."""
-    score = policy.weights.get((urgency, user_tier), policy.default_weight)
+    score = policy.weight_points * policy.weights.get((urgency, user_tier), policy.default_weight)
     if aging:
         score += policy.aging_per_minute * max(0.0, now - submitted_at) / 60.0
     if deadline is not None and policy.deadline_horizon_s > 0:

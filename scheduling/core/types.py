@@ -23,6 +23,25 @@ DEFAULT_CLUSTER = "default"
 _EMPTY: Mapping = MappingProxyType({})
 
 
+# Urgency x user tier weights of the default policy (multipliers of Policy.weight_points).
+DEFAULT_WEIGHTS: Mapping[tuple[str, str], float] = MappingProxyType(
+    {
+        ("low", "standard"): 0.10,
+        ("low", "senior"): 0.15,
+        ("low", "pi"): 0.20,
+        ("normal", "standard"): 1.00,
+        ("normal", "senior"): 1.15,
+        ("normal", "pi"): 1.30,
+        ("high", "standard"): 2.00,
+        ("high", "senior"): 2.30,
+        ("high", "pi"): 2.60,
+        ("critical", "standard"): 4.00,
+        ("critical", "senior"): 4.50,
+        ("critical", "pi"): 5.00,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """One node's GPUs of one flavor.
@@ -133,11 +152,13 @@ class DisruptionBudget:
 class Policy:
     """The scoring and preemption policy. Versioned and edited at runtime by platform admins.
 
-    ``weights`` maps (urgency, user_tier) to a weight; missing pairs weigh ``default_weight``.
+    ``weights`` maps (urgency, user_tier) to a weight (a multiplier of ``weight_points`` score points; one point
+    is one minute of waiting at the default aging); missing pairs weigh ``default_weight``. The default matrix
+    is ``DEFAULT_WEIGHTS`` (see docs/scheduling.md), so ``Policy()`` is the documented default policy.
     """
 
     version: int = 0
-    weights: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
+    weights: Mapping[tuple[str, str], float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
     default_weight: float = 1.0
     aging_per_minute: float = 1.0
     deadline_boost: float = 50.0
@@ -149,6 +170,7 @@ class Policy:
     preemption_rate_limit: int = 10  # at most this many victims per window
     preemption_window_s: float = 600.0
     realtime_start_target_s: float = 300.0
+    weight_points: float = 100.0  # score points per unit of weight (added by issue 3)
     priority_classes: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType(
             {"realtime": "ai-realtime", "elastic": "ai-elastic", "backfill": "ai-backfill"}

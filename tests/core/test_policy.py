@@ -12,7 +12,7 @@ from scheduling.core.policy import DEFAULT_POLICY, PolicyError, job_score, polic
 def test_default_round_trips_through_json():
     data = json.loads(json.dumps(policy_to_dict(DEFAULT_POLICY)))
     assert policy_from_dict(data) == DEFAULT_POLICY
-    assert data["weights"]["critical"]["pi"] == 500.0
+    assert data["weights"]["critical"]["pi"] == 5.0 and data["weight_points"] == 100.0
 
 
 def test_empty_dict_is_the_default():
@@ -82,3 +82,10 @@ def test_score_terms(kw, delta):
     base = {"urgency": "normal", "user_tier": "standard", "submitted_at": 0.0, "deadline": None, "bid": 0,
             "share": 0.0}  # fmt: skip
     assert job_score(DEFAULT_POLICY, 0.0, **{**base, **kw}) == pytest.approx(100.0 + delta)
+
+
+def test_the_plain_policy_is_the_documented_default():
+    from scheduling.core.types import Policy
+
+    assert Policy() == DEFAULT_POLICY
+    assert Policy().weights[("critical", "pi")] == 5.0
