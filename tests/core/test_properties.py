@@ -30,44 +30,49 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 @st.composite
 def snapshots(draw):
     nodes = []
+    clusters = ("default", "east") if draw(st.integers(0, 3)) == 0 else ("default",)
     for flavor in FLAVORS:
         for i in range(draw(st.integers(1 if flavor == "a100" else 0, 4))):
             gpus = draw(st.sampled_from([1, 2, 4, 8]))
             nodes.append(
                 Node(
-                    name=f"{flavor}-{i}",
+                    name=f"{flavor}-{i}",  # the same name may exist in both clusters
                     flavor=flavor,
                     gpus=gpus,
                     used_by_others=draw(st.integers(0, 1)) if gpus > 1 else 0,
+                    cluster=draw(st.sampled_from(clusters)),
+                    labels=(("zone", draw(st.sampled_from("ab"))),),
                     schedulable=draw(st.booleans()) or draw(st.booleans()),
                     taints=("gpu-maint",) if draw(st.integers(0, 9)) == 0 else (),
                 )
             )
-    free = {n.name: n.gpus - n.used_by_others for n in nodes}
-    flavor_of = {n.name: n.flavor for n in nodes}
+    nodes = list({(n.cluster, n.flavor, n.name): n for n in nodes}.values())
+    free = {(n.cluster, n.flavor, n.name): n.gpus - n.used_by_others for n in nodes}
     running = []
     next_id = 1000
     for _ in range(draw(st.integers(0, 16))):
         if not nodes:
             break
-        name = draw(st.sampled_from([n.name for n in nodes]))
+        first = draw(st.sampled_from(nodes))
         pods = draw(st.integers(1, 2))
         g = draw(st.integers(1, 4))
-        names = [name] + [draw(st.sampled_from([n.name for n in nodes if n.flavor == flavor_of[name]]))
-                          for _ in range(pods - 1)]  # fmt: skip
+        same_pool = [n for n in nodes if (n.cluster, n.flavor) == (first.cluster, first.flavor)]
+        members = [first] + [draw(st.sampled_from(same_pool)) for _ in range(pods - 1)]
         need = defaultdict(int)
-        for n in names:
-            need[n] += g
-        if any(free[n] < need[n] for n in need):
+        for n in members:
+            need[(n.cluster, n.flavor, n.name)] += g
+        if any(free[key] < need[key] for key in need):
             continue
-        for n in need:
-            free[n] -= need[n]
+        for key in need:
+            free[key] -= need[key]
+        names = [n.name for n in members]
         tier = draw(st.sampled_from(TIERS))
         running.append(
             RunningJob(
                 id=next_id,
                 department=draw(st.sampled_from(DEPTS)),
-                flavor=flavor_of[name],
+                flavor=first.flavor,
+                cluster=first.cluster,
                 tier=tier,
                 placement=tuple(names),
                 gpus_per_pod=g,
@@ -111,6 +116,9 @@ def snapshots(draw):
                 max_runtime_s=draw(st.sampled_from([300, 1800, 3600, 14400])),
                 bid=draw(st.integers(0, 500)),
                 hold=draw(st.sampled_from([0, 0, 100, 1000])),
+                cluster=draw(st.sampled_from((None, None, None, "east"))),
+                node_selector=(("zone", "a"),) if draw(st.integers(0, 7)) == 0 else (),
+                tolerations=("gpu-maint",) if draw(st.integers(0, 7)) == 0 else (),
             )
         )
     credits = draw(st.one_of(st.none(), st.fixed_dictionaries({d: st.integers(0, 2000) for d in DEPTS})))
@@ -166,6 +174,8 @@ def test_no_node_over_committed_and_gangs_whole(snap):
             key = (a.cluster, job.flavor, name)
             node = nodes[key]
             assert node.schedulable and set(node.taints) <= set(job.tolerations)
+            assert all(dict(node.labels).get(k) == v for k, v in job.node_selector)
+            assert job.cluster in (None, a.cluster)
             used[key] += job.gpus_per_pod
     for key, gpus in used.items():
         assert gpus + nodes[key].used_by_others <= nodes[key].gpus, key
