@@ -1,0 +1,166 @@
+"""Metrics of one replay (see docs/simulator.md for the definitions). Pure functions over a ``SimResult``."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+
+from scheduling.core.types import TIERS, URGENCIES
+
+REALTIME_TARGET_S = 300.0
+
+
+def percentile(xs, p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); NaN for an empty list."""
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    if len(xs) == 1:
+        return float(xs[0])
+    pos = (len(xs) - 1) * p / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def jain(xs) -> float:
+    """Jain's fairness index (sum x)^2 / (n * sum x^2): 1 = equal, 1/n = one takes all."""
+    xs = list(xs)
+    if not xs:
+        return float("nan")
+    s2 = sum(x * x for x in xs)
+    return (sum(xs) ** 2) / (len(xs) * s2) if s2 > 0 else 1.0
+
+
+def utilisation(busy_gpu_s: float, capacity: int, window: tuple[float, float]) -> float:
+    span = window[1] - window[0]
+    return busy_gpu_s / (capacity * span) if capacity > 0 and span > 0 else float("nan")
+
+
+def srpt_fluid_bound(arrivals_work, capacity: int) -> float:
+    """Mean completion time of preemptive SRPT on one fluid server of ``capacity`` GPUs processing each job's
+    GPU-seconds: a lower bound on the mean JCT of any GPU schedule (jobs made perfectly divisible)."""
+    jobs = sorted(arrivals_work)
+    if not jobs or capacity <= 0:
+        return float("nan")
+    heap: list[tuple[float, int]] = []
+    t = jobs[0][0]
+    i = 0
+    total = 0.0
+    n = len(jobs)
+    arr = {}
+    k = 0
+    while i < n or heap:
+        if not heap:
+            t = max(t, jobs[i][0])
+        while i < n and jobs[i][0] <= t:
+            heapq.heappush(heap, (jobs[i][1], k))
+            arr[k] = jobs[i][0]
+            k += 1
+            i += 1
+        rem, kid = heapq.heappop(heap)
+        nxt = jobs[i][0] if i < n else math.inf
+        done_at = t + rem / capacity
+        if done_at <= nxt:
+            t = done_at
+            total += t - arr[kid]
+        else:
+            heapq.heappush(heap, (rem - (nxt - t) * capacity, kid))
+            t = nxt
+    return total / n
+
+
+def _stats(xs) -> dict[str, float]:
+    return {"n": len(xs), "avg": mean(xs), "p50": percentile(xs, 50), "p95": percentile(xs, 95),
+            "p99": percentile(xs, 99)}
+
+
+def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None = None,
+            keep_samples: bool = True) -> dict:
+    """All metrics of one replay as a plain dict (JSON-able)."""
+    jobs = res.jobs
+    util = utilisation(res.busy_gpu_s, res.capacity, res.window)
+    started = [r for r in jobs if r.first_start is not None]
+    finished = [r for r in jobs if r.finish is not None]
+    wait_of = {r.spec.id: r.first_start - r.spec.submit for r in started}
+    by_tier = defaultdict(list)
+    by_dept = defaultdict(list)
+    by_urg = defaultdict(list)
+    for r in started:
+        w = wait_of[r.spec.id]
+        by_tier[r.spec.tier].append(w)
+        by_dept[r.spec.department].append(w)
+        by_urg[r.spec.urgency].append(w)
+    rt = [r for r in jobs if r.spec.tier == "realtime"]
+    rt_ok = sum(1 for r in rt if r.first_start is not None and r.first_start - r.spec.submit <= REALTIME_TARGET_S)
+    dl = [r for r in jobs if r.spec.deadline is not None]
+    dl_ok = sum(1 for r in dl if r.finish is not None and r.finish <= r.spec.deadline + 1e-9)
+    jct = [r.finish - r.spec.submit for r in finished]
+    dur_lb = mean(r.spec.duration_s for r in finished)
+    srpt_lb = srpt_fluid_bound([(r.spec.submit, r.spec.gpus * r.spec.duration_s) for r in finished], res.capacity)
+    lb = max(dur_lb, srpt_lb) if finished else float("nan")
+    busy_total = sum(r.attained_gpu_s for r in jobs)
+    lost = sum(r.lost_gpu_s for r in jobs)
+    ct = res.cycle_times
+    out = {
+        "policy": res.policy,
+        "jobs": len(jobs),
+        "finished": len(finished),
+        "never_started": len(jobs) - len(started),
+        "rho": rho,
+        "utilisation": util,
+        "util_over_min_rho": util / min(1.0, rho) if rho > 0 else float("nan"),
+        "wait": _stats(list(wait_of.values())),
+        "wait_tier": {t: _stats(by_tier[t]) for t in TIERS if by_tier.get(t)},
+        "wait_dept": {d: _stats(v) for d, v in sorted(by_dept.items())},
+        "wait_urgency": {u: _stats(by_urg[u]) for u in URGENCIES if by_urg.get(u)},
+        "realtime_jobs": len(rt),
+        "realtime_within_5min": (rt_ok / len(rt)) if rt else float("nan"),
+        "deadline_jobs": len(dl),
+        "deadline_attainment": (dl_ok / len(dl)) if dl else float("nan"),
+        "jct_avg": mean(jct),
+        "jct_p95": percentile(jct, 95),
+        "jct_lb_duration": dur_lb,
+        "jct_lb_srpt_fluid": srpt_lb,
+        "jct_over_lb": mean(jct) / lb if finished and lb > 0 else float("nan"),
+        "jain": res.jain_time_avg if res.jain_time_avg is not None else float("nan"),
+        "dept_share_ratio": {d: v["ratio_avg"] for d, v in sorted(res.dept_share.items())},
+        "preemptions": res.preemption_events,
+        "preemptions_per_job": res.preemption_events / len(jobs) if jobs else 0.0,
+        "gpu_hours_lost": lost / 3600.0,
+        "lost_pct_of_busy": 100.0 * lost / busy_total if busy_total > 0 else 0.0,
+        "realtime_preempted": res.realtime_preempted,
+        "cycle_ms_avg": 1000 * mean(ct) if ct else float("nan"),
+        "cycle_ms_p95": 1000 * percentile(ct, 95) if ct else float("nan"),
+        "cycle_ms_max": 1000 * max(ct) if ct else float("nan"),
+        "cycles": res.cycles,
+        "invalid": res.invalid,
+        "wall_s": res.wall_s,
+        "sim_end_s": res.end_time,
+    }
+    if alone_waits is not None:
+        out["sharing"] = sharing_safety(wait_of, alone_waits)
+    if keep_samples:
+        out["samples"] = {t: sorted(by_tier[t]) for t in TIERS if by_tier.get(t)}
+    return out
+
+
+def sharing_safety(wait_of: dict[int, float], alone: dict[str, dict[int, float]], slack_s: float = 60.0) -> dict:
+    """Per department: average wait in the shared cluster vs alone on its nominal quota, over the jobs that could
+    run alone. ``safe`` when shared <= alone + ``slack_s``."""
+    per = {}
+    for d, aw in sorted(alone.items()):
+        ids = [i for i in aw if i in wait_of]
+        if not ids:
+            continue
+        s = mean(wait_of[i] for i in ids)
+        a = mean(aw[i] for i in ids)
+        per[d] = {"shared_avg": s, "alone_avg": a, "safe": s <= a + slack_s}
+    safe = sum(1 for v in per.values() if v["safe"])
+    return {"departments": per, "safe": safe, "of": len(per)}

@@ -1,0 +1,110 @@
+"""Preemptive order-based baselines: Tiresias discretised 2D-LAS and SRTF with known durations (the "ideal").
+
+Each cycle orders all jobs (running and pending) by a key, selects greedily by GPU count per flavor what the
+capacity holds, evicts running jobs outside the selection (worst first, only as many as the selected waiting jobs
+need, only preemptible jobs that have run the lease ``policy.min_runtime_s``), admits selected waiting jobs that
+fit, and then any other waiting job that fits (work-conserving).
+
+- Tiresias (non-clairvoyant): key = (queue of attained GPU-service, submission, id) with queue thresholds
+  ``thresholds_gpu_s`` (default 1 and 10 GPU-hours). Attained service comes from the simulator (``bind``).
+- SRTF (oracle): key = (remaining run time, id); it is told true remaining durations by the simulator.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ._common import View, evicting, preemption, result
+
+
+class _OrderPolicy:
+    name = "order"
+
+    def __init__(self):
+        self.ctx = None
+
+    def bind(self, ctx):
+        self.ctx = ctx
+
+    def key(self, job, now):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, snap):
+        v = View(snap)
+        now = snap.now
+        lease = snap.policy.min_runtime_s
+        items = []
+        for rj in snap.running:
+            if evicting(rj):
+                continue
+            items.append((self.key(rj, now), 1, rj))
+        for j in snap.pending:
+            items.append((self.key(j, now), 0, j))
+        items.sort(key=lambda x: x[0])
+        budget = dict(v.flavor_cap)
+        for fl in budget:
+            budget[fl] -= sum(rj.gpus for rj in snap.running if evicting(rj) and rj.flavor == fl)
+        selected_pending = []
+        unselected_running = defaultdict(list)
+        for _key, is_running, job in items:
+            fl = job.flavor
+            if job.gpus <= budget.get(fl, 0):
+                budget[fl] -= job.gpus
+                if not is_running:
+                    selected_pending.append(job)
+            elif is_running:
+                unselected_running[fl].append(job)
+        adm, pre, waiting = [], [], []
+        for job in selected_pending:
+            pl = v.place(job.flavor, job.pods, job.gpus_per_pod)
+            if pl is not None:
+                adm.append(v.admission(job, pl))
+            else:
+                waiting.append(job)
+        taken: set[int] = set()
+        for job in waiting:
+            fl = job.flavor
+            if v.soon_free[fl] >= job.gpus:
+                v.soon_free[fl] -= job.gpus
+                continue
+            cands = [
+                rj for rj in reversed(unselected_running[fl])
+                if rj.preemptible and rj.id not in taken and now - rj.started_at >= lease
+            ]
+            victims = v.victims_for(job, cands) if cands else None
+            if victims:
+                taken.update(x.id for x in victims)
+                pre.append(preemption(job, victims))
+        chosen = {a.job_id for a in adm}
+        for _key, is_running, job in items:
+            if is_running or job.id in chosen:
+                continue
+            if v.flavor_free.get(job.flavor, 0) < job.gpus:
+                continue
+            pl = v.place(job.flavor, job.pods, job.gpus_per_pod)
+            if pl is not None:
+                adm.append(v.admission(job, pl))
+        return result(adm, pre)
+
+
+class Tiresias(_OrderPolicy):
+    name = "tiresias"
+    time_dependent = True  # needs periodic cycles even without events
+
+    def __init__(self, thresholds_gpu_s=(3600.0, 36000.0)):
+        super().__init__()
+        self.thresholds = tuple(thresholds_gpu_s)
+
+    def key(self, job, now):
+        att = self.ctx.attained_gpu_s(job.id, now) if self.ctx else 0.0
+        q = sum(1 for th in self.thresholds if att >= th)
+        return (q, job.submitted_at, job.id)
+
+
+class SRTF(_OrderPolicy):
+    name = "srtf-oracle"
+    time_dependent = False  # needs periodic cycles even without events
+
+    def key(self, job, now):
+        rem = self.ctx.remaining_s(job.id, now) if self.ctx else job.max_runtime_s
+        return (rem, job.id)

@@ -1,0 +1,469 @@
+"""Scenario files (YAML): the cluster, the departments and their quotas, policy overrides, the trace and how
+to fill what the trace lacks (tiers, urgency, users, max runtime), and the target load.
+
+See docs/simulator.md for the full format. ``load_scenario(path)`` returns a ``Scenario``; ``build_jobs`` turns
+trace rows into the simulator's ``JobSpec`` list deterministically for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from scheduling.core import Node, Policy, Quota
+from scheduling.core.types import TIERS, URGENCIES, USER_TIERS
+
+from . import trace as tr
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    name: str
+    count: int
+    gpus_per_node: int
+    flavor: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuota:
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Department:
+    name: str
+    quotas: dict[str, FlavorQuota]
+    budget: int | None = None
+    members: dict[str, str] = field(default_factory=dict)  # user -> user tier
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job as the simulator sees it (immutable); ``duration_s`` is the true run time, already capped by
+    ``max_runtime_s`` (the engine only ever sees ``max_runtime_s``)."""
+
+    id: int
+    key: str  # the trace's job_id
+    submit: float
+    duration_s: float
+    pods: int
+    gpus_per_pod: int
+    department: str
+    flavor: str
+    tier: str = "elastic"
+    urgency: str = "normal"
+    user: str = ""
+    user_tier: str = "standard"
+    deadline: float | None = None
+    bid: int = 0
+    max_runtime_s: float = 3600.0
+
+    @property
+    def gpus(self) -> int:
+        return self.pods * self.gpus_per_pod
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    min_cycle_interval_s: float = 0.0  # cycles closer than this are merged into one at the later time
+    tick_s: float | None = 300.0  # periodic cycle while jobs are pending (aging, cooldowns); None = off
+    preemption_grace_s: float = 30.0  # a victim holds its GPUs this long after the eviction
+    checkpoint_interval_s: float | None = 1800.0  # progress survives preemption at this granularity; None=lost
+    follow_up_cycles: int = 2  # extra cycles at the same instant after a cycle that preempted with grace 0
+    strict: bool = False  # raise on an invalid decision instead of counting and skipping it
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    node_groups: tuple[NodeGroup, ...]
+    departments: dict[str, Department]
+    policy_overrides: dict[str, Any]
+    trace: dict[str, Any]
+    assign: dict[str, Any]
+    load: float | None = None  # target offered load (None = keep the trace's own arrival times)
+    seed: int = 0
+    options: SimOptions = SimOptions()
+    auto_departments: dict[str, Any] | None = None  # quota shares derived from the trace
+    base_dir: Path = Path(".")
+
+    # ---------------------------------------------------------------- cluster
+    def nodes(self) -> tuple[Node, ...]:
+        out = []
+        for g in self.node_groups:
+            width = len(str(max(g.count - 1, 0)))
+            for i in range(g.count):
+                out.append(
+                    Node(name=f"{g.name}-{i:0{width}d}", flavor=g.flavor, gpus=g.gpus_per_node, labels=g.labels)
+                )
+        return tuple(out)
+
+    def capacity(self, flavor: str | None = None) -> int:
+        return sum(g.count * g.gpus_per_node for g in self.node_groups if flavor is None or g.flavor == flavor)
+
+    def flavors(self) -> list[str]:
+        seen: list[str] = []
+        for g in self.node_groups:
+            if g.flavor not in seen:
+                seen.append(g.flavor)
+        return seen
+
+    def node_size(self, flavor: str) -> int:
+        return max((g.gpus_per_node for g in self.node_groups if g.flavor == flavor), default=1)
+
+    def quotas(self) -> tuple[Quota, ...]:
+        out = []
+        for d in sorted(self.departments):
+            for fl, q in sorted(self.departments[d].quotas.items()):
+                out.append(Quota(d, fl, q.nominal, q.borrowing_limit, q.lending_limit))
+        return tuple(out)
+
+    def policy(self) -> Policy:
+        return make_policy(self.policy_overrides)
+
+    def with_departments(self, departments: dict[str, Department]) -> Scenario:
+        return replace(self, departments=departments)
+
+
+def make_policy(overrides: dict[str, Any] | None) -> Policy:
+    """Build a core ``Policy`` from YAML overrides. ``weights`` may be given as ``{"critical/pi": 8}``."""
+    kw = dict(overrides or {})
+    if "weights" in kw:
+        w = dict(Policy().weights)  # overrides merge into the engine's default matrix
+        for k, v in dict(kw["weights"]).items():
+            u, _, t = str(k).partition("/")
+            if u not in URGENCIES or t not in USER_TIERS:
+                raise ScenarioError(f"policy weight key {k!r} is not urgency/user_tier")
+            w[(u, t)] = float(v)
+        kw["weights"] = MappingProxyType(w)
+    if "priority_classes" in kw:
+        kw["priority_classes"] = MappingProxyType(dict(kw["priority_classes"]))
+    valid = set(Policy.__dataclass_fields__)
+    bad = set(kw) - valid
+    if bad:
+        raise ScenarioError(f"unknown policy field(s): {', '.join(sorted(bad))}")
+    return Policy(**kw)
+
+
+# -------------------------------------------------------------------- parsing
+
+
+def _limit(v):
+    return None if v is None else int(v)
+
+
+def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError("scenario must be a mapping")
+    groups = []
+    for i, g in enumerate((data.get("cluster") or {}).get("node_groups") or []):
+        labels = tuple(sorted((str(k), str(v)) for k, v in (g.get("labels") or {}).items()))
+        groups.append(
+            NodeGroup(
+                name=str(g.get("name") or f"g{i}"),
+                count=int(g["count"]),
+                gpus_per_node=int(g["gpus_per_node"]),
+                flavor=str(g.get("flavor") or "gpu"),
+                labels=labels,
+            )
+        )
+    if not groups:
+        raise ScenarioError("cluster.node_groups is empty")
+    depts: dict[str, Department] = {}
+    auto = None
+    raw_depts = data.get("departments")
+    if isinstance(raw_depts, dict) and "auto" in raw_depts:
+        auto = dict(raw_depts["auto"] or {})
+    elif raw_depts:
+        for name, d in raw_depts.items():
+            d = d or {}
+            quotas = {}
+            for fl, q in (d.get("quotas") or {}).items():
+                if isinstance(q, int | float):
+                    q = {"nominal": q}
+                quotas[str(fl)] = FlavorQuota(
+                    int(q.get("nominal", 0)), _limit(q.get("borrowing_limit")), _limit(q.get("lending_limit"))
+                )
+            members = {str(u): str(t) for u, t in (d.get("members") or {}).items()}
+            for u, t in members.items():
+                if t not in USER_TIERS:
+                    raise ScenarioError(f"department {name}: member {u} has unknown tier {t}")
+            depts[str(name)] = Department(str(name), quotas, d.get("budget"), members)
+    sim = data.get("simulation") or {}
+    opt_fields = set(SimOptions.__dataclass_fields__)
+    bad = set(sim) - opt_fields
+    if bad:
+        raise ScenarioError(f"unknown simulation option(s): {', '.join(sorted(bad))}")
+    sc = Scenario(
+        name=str(data.get("name") or "scenario"),
+        node_groups=tuple(groups),
+        departments=depts,
+        policy_overrides=dict(data.get("policy") or {}),
+        trace=dict(data.get("trace") or {}),
+        assign=dict(data.get("assign") or {}),
+        load=(data.get("load") or {}).get("target") if isinstance(data.get("load"), dict) else data.get("load"),
+        seed=int(data.get("seed", 0)),
+        options=SimOptions(**sim),
+        auto_departments=auto,
+        base_dir=base_dir,
+    )
+    sc.policy()  # validate early
+    return sc
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    p = Path(path)
+    with open(p) as fh:
+        data = yaml.safe_load(fh)
+    return parse_scenario(data, base_dir=p.parent)
+
+
+# -------------------------------------------------------------------- trace -> jobs
+
+
+def load_trace(sc: Scenario, *, seed: int | None = None, trace_dir: str | Path | None = None):
+    """Load the scenario's trace rows (and department quota shares if the loader knows them)."""
+    from . import loaders, synth
+
+    spec = dict(sc.trace)
+    kind = spec.pop("loader", "csv")
+    limit = spec.pop("limit", None)
+    path = spec.pop("path", None)
+    seed = sc.seed if seed is None else seed
+    if kind == "synthetic":
+        rows, shares = synth.generate(sc, seed=seed, **spec), None
+    else:
+        if path is None:
+            raise ScenarioError("trace.path is required for loader " + kind)
+        resolved = loaders.resolve_path(path, base_dir=sc.base_dir, trace_dir=trace_dir)
+        rows, shares = loaders.load(kind, resolved, **spec)
+    rows = tr.sort_rows(rows)
+    if limit:
+        rows = rows[: int(limit)]
+    return rows, shares
+
+
+def resolve_departments(sc: Scenario, rows: list[tr.TraceRow], shares: dict[str, float] | None) -> Scenario:
+    """Fill ``departments: {auto: ...}``: nominal quota per flavor proportional to the trace's shares (or equal
+    shares), rounded by largest remainder so it sums to the capacity; borrowing/lending as given (default
+    unlimited)."""
+    if sc.auto_departments is None:
+        return sc
+    auto = sc.auto_departments
+    names = sorted({r.department for r in rows if r.department})
+    if auto.get("shares"):
+        names = [n for n in names if n in auto["shares"]] if not shares else names
+    fold = auto.get("fold_unknown_into")
+    w = {}
+    for n in names:
+        if shares and n in shares:
+            w[n] = float(shares[n])
+        elif shares and fold:
+            w[fold] = float(auto.get("unknown_share", min(shares.values())))
+        else:
+            w[n] = 1.0
+    for n, s in (auto.get("shares") or {}).items():
+        w[str(n)] = float(s)
+    depts = {}
+    borrow = auto.get("borrowing_limit")
+    lend = auto.get("lending_limit")
+    per_flavor = {fl: _largest_remainder(w, sc.capacity(fl)) for fl in sc.flavors()}
+    for n in sorted(w):
+        q = {fl: FlavorQuota(per_flavor[fl][n], _limit(borrow), _limit(lend)) for fl in sc.flavors()}
+        depts[n] = Department(n, q, auto.get("budget"), {})
+    return sc.with_departments(depts)
+
+
+def _largest_remainder(weights: dict[str, float], total: int) -> dict[str, int]:
+    s = sum(weights.values()) or 1.0
+    exact = {k: total * v / s for k, v in weights.items()}
+    out = {k: int(math.floor(v)) for k, v in exact.items()}
+    left = total - sum(out.values())
+    for k in sorted(exact, key=lambda k: (-(exact[k] - out[k]), k))[:left]:
+        out[k] += 1
+    return out
+
+
+def fold_departments(sc: Scenario, rows: list[tr.TraceRow]) -> list[tr.TraceRow]:
+    """Rename trace departments the scenario does not know to ``auto.fold_unknown_into`` (if set)."""
+    fold = (sc.auto_departments or {}).get("fold_unknown_into")
+    if not fold:
+        return rows
+    known = set(sc.departments)
+    return [r if r.department in known else replace(r, department=fold) for r in rows]
+
+
+def _pick(rng: random.Random, fractions: dict[str, float], default: str) -> str:
+    if not fractions:
+        return default
+    items = sorted(fractions.items())
+    total = sum(v for _, v in items)
+    x = rng.random() * total
+    for k, v in items:
+        x -= v
+        if x < 0:
+            return k
+    return items[-1][0]
+
+
+def _matches(cond: dict[str, Any], r: tr.TraceRow) -> bool:
+    for k, v in cond.items():
+        if k == "gpus_max" and r.gpus > v:
+            return False
+        if k == "gpus_min" and r.gpus < v:
+            return False
+        if k == "duration_max_s" and r.duration_s > v:
+            return False
+        if k == "duration_min_s" and r.duration_s < v:
+            return False
+        if k == "department" and r.department not in (v if isinstance(v, list) else [v]):
+            return False
+        if k == "has_deadline" and (r.deadline_s is not None) != bool(v):
+            return False
+    return True
+
+
+def split_pods(gpus: int, node_size: int) -> tuple[int, int]:
+    """Default pod shape: one pod if it fits a node, else the fewest pods (>= ceil(gpus/node)) that divide the
+    GPUs evenly (12 on 8-GPU nodes -> 2 x 6; 20 -> 4 x 5)."""
+    if gpus <= node_size:
+        return 1, max(gpus, 0)
+    p = -(-gpus // node_size)
+    while gpus % p:
+        p += 1
+    return p, gpus // p
+
+
+def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobSpec]:
+    """Turn trace rows into JobSpecs, filling missing values by the scenario's ``assign`` rules (seeded)."""
+    a = sc.assign
+    rng_dept = random.Random(f"{seed}:department")
+    rng_tier = random.Random(f"{seed}:tier")
+    rng_urg = random.Random(f"{seed}:urgency")
+    rng_user = random.Random(f"{seed}:user")
+    rules = a.get("rules") or []
+    tier_frac = a.get("tier") or {}
+    urg_frac = a.get("urgency") or {}
+    ut_frac = a.get("user_tier") or {}
+    dept_frac = a.get("department") or {}
+    users_per_dept = int(a.get("users_per_department", 5))
+    mr = a.get("max_runtime") or {}
+    factor = float(mr.get("factor", 2.0))
+    round_up = float(mr.get("round_up_s", 3600))
+    mr_min = float(mr.get("min_s", 600))
+    mr_max = mr.get("max_s")
+    flavors = sc.flavors()
+    user_tier_cache: dict[tuple[str, str], str] = {}
+    jobs = []
+    for i, r in enumerate(rows):
+        dept = r.department
+        if (not dept or dept not in sc.departments) and dept_frac:
+            dept = _pick(rng_dept, dept_frac, dept)
+        if dept not in sc.departments:
+            raise ScenarioError(f"job {r.job_id}: department {dept!r} not in the scenario")
+        tier, urgency = r.tier, r.urgency
+        for rule in rules:
+            if _matches(rule.get("if") or {}, r) and rng_tier.random() < float(rule.get("p", 1.0)):
+                tier = tier or rule.get("tier")
+                urgency = urgency or rule.get("urgency")
+                break
+        tier = tier or _pick(rng_tier, tier_frac, "elastic")
+        urgency = urgency or _pick(rng_urg, urg_frac, "normal")
+        if tier not in TIERS or urgency not in URGENCIES:
+            raise ScenarioError(f"job {r.job_id}: bad tier/urgency {tier}/{urgency}")
+        members = sc.departments[dept].members
+        user = r.user
+        if not user:
+            if members:
+                user = sorted(members)[rng_user.randrange(len(members))]
+            else:
+                user = f"{dept}-u{rng_user.randrange(max(users_per_dept, 1))}"
+        if user in members:
+            ut = members[user]
+        else:
+            key = (dept, user)
+            if key not in user_tier_cache:
+                user_tier_cache[key] = _pick(rng_user, ut_frac, "standard")
+            ut = user_tier_cache[key]
+        flavor = r.flavor or flavors[0]
+        if flavor not in flavors:
+            raise ScenarioError(f"job {r.job_id}: flavor {flavor!r} not in the cluster")
+        if r.max_runtime_s:
+            max_rt = float(r.max_runtime_s)
+        else:
+            max_rt = max(mr_min, math.ceil(r.duration_s * factor / round_up) * round_up)
+            if mr_max is not None:
+                max_rt = min(max_rt, float(mr_max))
+        if r.pods:
+            pods = r.pods
+            if r.gpus % pods:
+                raise ScenarioError(f"job {r.job_id}: {r.gpus} GPUs not divisible into {pods} pods")
+            per = r.gpus // pods
+        else:
+            pods, per = split_pods(r.gpus, sc.node_size(flavor))
+        jobs.append(
+            JobSpec(
+                id=i + 1,
+                key=r.job_id,
+                submit=float(r.submit_time_s),
+                duration_s=min(float(r.duration_s), max_rt),
+                pods=pods,
+                gpus_per_pod=per,
+                department=dept,
+                flavor=flavor,
+                tier=tier,
+                urgency=urgency,
+                user=user,
+                user_tier=ut,
+                deadline=r.deadline_s,
+                bid=int(r.bid or 0),
+                max_runtime_s=max_rt,
+            )
+        )
+    return jobs
+
+
+def prepare(
+    sc: Scenario, *, seed: int | None = None, load: float | None = None, trace_dir: str | Path | None = None,
+    rows: list[tr.TraceRow] | None = None,
+) -> tuple[Scenario, list[JobSpec], dict[str, float]]:
+    """Scenario + seed + target load -> (scenario with departments resolved, jobs, info).
+
+    ``info`` holds ``rho`` (offered load after compression), ``rho_trace`` (before) and ``compression``.
+    """
+    seed = sc.seed if seed is None else seed
+    shares = None
+    if rows is None:
+        rows, shares = load_trace(sc, seed=seed, trace_dir=trace_dir)
+    sc = resolve_departments(sc, rows, shares)
+    rows = fold_departments(sc, rows)
+    # drop jobs that can never run on this cluster (more GPUs than the flavor has)
+    cap = {fl: sc.capacity(fl) for fl in sc.flavors()}
+    default_fl = sc.flavors()[0]
+    rows = [r for r in rows if 0 < r.gpus <= cap.get(r.flavor or default_fl, 0) and r.duration_s > 0]
+    jobs0 = build_jobs(sc, rows, seed=seed)
+    # offered load from the capped durations, then compress arrivals to the target
+    capped = [replace(r, duration_s=j.duration_s) for r, j in zip(rows, jobs0, strict=True)]
+    rho_trace = tr.offered_load(capped, sc.capacity())
+    target = sc.load if load is None else load
+    factor = 1.0
+    if target:
+        capped, factor = tr.compress_to_load(capped, sc.capacity(), float(target))
+        jobs0 = [
+            replace(j, submit=r.submit_time_s, deadline=r.deadline_s) for j, r in zip(jobs0, capped, strict=True)
+        ]
+    rho = tr.offered_load(capped, sc.capacity())
+    return sc, jobs0, {"rho": rho, "rho_trace": rho_trace, "compression": factor, "jobs": len(jobs0)}

@@ -1,0 +1,416 @@
+"""The discrete-event simulator: replays JobSpecs on a cluster under one policy (``Snapshot -> CycleResult``).
+
+Events: submit, finish, eviction complete (end of a preemption's grace period) and a periodic tick while jobs
+wait. All events at the same instant are applied first, then one scheduling cycle runs on a fresh ``Snapshot``
+(optionally no more often than ``min_cycle_interval_s``). Preempted jobs are requeued as a new attempt keeping
+their original submission time; work since the last checkpoint (and the grace period) is lost. Deterministic:
+no clock, no randomness; ties are broken by event sequence numbers and job ids.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from scheduling.core import PendingJob, Quota, RunningJob, Snapshot
+
+from .scenario import JobSpec, SimOptions
+
+FINISH, EVICTED, SUBMIT, TICK = 0, 1, 2, 3
+COOLDOWN_CODES = frozenset({"preemption_cooldown", "preemption_rate_limit"})
+LN2 = math.log(2.0)
+
+
+class SimulationError(RuntimeError):
+    pass
+
+
+@dataclass(slots=True)
+class JobRecord:
+    spec: JobSpec
+    attempt: int = 0
+    state: str = "future"  # future, pending, running, evicting, done
+    start: float | None = None  # start of the current attempt
+    first_start: float | None = None
+    finish: float | None = None
+    progress_s: float = 0.0  # checkpointed run time carried across attempts
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    attained_gpu_s: float = 0.0  # GPU-seconds executed by finished attempts (incl. lost work)
+    queued_s: float = 0.0  # total time spent pending over all attempts
+    pending_since: float = 0.0
+    borrowed: bool = False
+    evict_at: float | None = None  # when the current attempt's eviction was decided
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: list[JobRecord]
+    capacity: int
+    window: tuple[float, float]
+    busy_gpu_s: float  # allocated GPU-seconds inside the window
+    useful_gpu_s: float  # busy minus work lost to preemption (whole run)
+    end_time: float
+    jain_time_avg: float | None
+    dept_share: dict[str, dict[str, float]]  # dept -> {backlogged_s, ratio_avg}
+    cycle_times: list[float]
+    cycles: int
+    invalid: dict[str, int]
+    wall_s: float
+    preemption_events: int
+    realtime_preempted: int
+    quotas: dict[str, int] = field(default_factory=dict)  # dept -> nominal GPUs (all flavors)
+
+
+class SimContext:
+    """What an oracle/baseline policy may know beyond the snapshot (the engine gets none of it)."""
+
+    def __init__(self, sim: Simulator):
+        self._sim = sim
+
+    def attained_gpu_s(self, job_id: int, now: float) -> float:
+        rec = self._sim.records[job_id]
+        cur = 0.0
+        if rec.state in ("running", "evicting") and rec.start is not None:
+            cur = (now - rec.start) * rec.spec.gpus
+        return rec.attained_gpu_s + cur
+
+    def remaining_s(self, job_id: int, now: float) -> float:
+        rec = self._sim.records[job_id]
+        left = rec.spec.duration_s - rec.progress_s
+        if rec.state in ("running", "evicting") and rec.start is not None:
+            left -= now - rec.start
+        return max(left, 0.0)
+
+    def duration_s(self, job_id: int) -> float:
+        return self._sim.records[job_id].spec.duration_s
+
+
+class Simulator:
+    def __init__(self, *, nodes, quotas: tuple[Quota, ...], policy_obj, jobs: list[JobSpec], decide,
+                 options: SimOptions | None = None, name: str = "policy"):
+        self.nodes = tuple(nodes)
+        self.quotas = tuple(quotas)
+        self.policy_obj = policy_obj
+        self.decide = decide
+        self.opt = options or SimOptions()
+        self.name = name
+        self.capacity = sum(n.gpus - n.used_by_others for n in self.nodes if n.usable)
+        self.node_free = {n.name: n.gpus - n.used_by_others for n in self.nodes}
+        self.node_flavor = {n.name: n.flavor for n in self.nodes}
+        self.node_ok = {n.name: n.usable for n in self.nodes}
+        self.node_cluster = {n.name: n.cluster for n in self.nodes}
+        self.records: dict[int, JobRecord] = {j.id: JobRecord(spec=j) for j in jobs}
+        if len(self.records) != len(jobs):
+            raise SimulationError("duplicate job ids")
+        self.pending: dict[int, PendingJob] = {}
+        self.running: dict[int, RunningJob] = {}
+        self.events: list[tuple] = []
+        self.seq = 0
+        nominal: dict[str, int] = {}
+        for q in self.quotas:
+            nominal[q.department] = nominal.get(q.department, 0) + q.nominal
+        self.nominal = nominal
+        depts = sorted({j.department for j in jobs} | set(nominal))
+        self.held = dict.fromkeys(depts, 0)
+        self.pend_gpus = dict.fromkeys(depts, 0)
+        self.pend_count = dict.fromkeys(depts, 0)
+        self.usage = dict.fromkeys(depts, 0.0)
+        self.busy = 0
+        subs = [j.submit for j in jobs]
+        self.window = (min(subs), max(subs)) if subs else (0.0, 0.0)
+        self.t = self.window[0]
+        self.busy_gpu_s = 0.0
+        self.jain_int = 0.0
+        self.jain_time = 0.0
+        self.dept_back = dict.fromkeys(depts, 0.0)
+        self.dept_ratio = dict.fromkeys(depts, 0.0)
+        self.preempt_times: deque[tuple[float, int]] = deque()
+        self.cycle_times: list[float] = []
+        self.invalid = {"admission": 0, "preemption": 0}
+        self.preemption_events = 0
+        self.realtime_preempted = 0
+        self.next_tick: float | None = None
+        self.last_cycle = -math.inf
+        self.pending_cycle: float | None = None
+        self.ctx = SimContext(self)
+        # policies whose decision changes with time alone (aging, attained service) get periodic ticks
+        self.time_dependent = bool(getattr(decide, "time_dependent", True))
+        self.last_codes: set[str] = set()
+        if hasattr(policy_obj, "bind"):
+            policy_obj.bind(self.ctx)
+        for j in jobs:
+            self._push(j.submit, SUBMIT, j.id, 0)
+
+    # ---------------------------------------------------------------- events
+    def _push(self, t, kind, job_id, attempt):
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, job_id, attempt))
+
+    def _advance(self, t: float) -> None:
+        """Integrate utilisation, usage and fairness from self.t to t (state constant in between)."""
+        dt = t - self.t
+        if dt <= 0:
+            return
+        w0, w1 = self.window
+        lo, hi = max(self.t, w0), min(t, w1)
+        dtw = hi - lo if hi > lo else 0.0
+        if dtw > 0:
+            self.busy_gpu_s += self.busy * dtw
+            self._fairness(dtw)
+        hl = self.policy_obj.usage_half_life_s
+        if hl and hl > 0:
+            f = 2.0 ** (-dt / hl)
+            k = hl / LN2 * (1.0 - f)
+            for d, g in self.held.items():
+                self.usage[d] = self.usage[d] * f + g * k
+        self.t = t
+
+    def _fairness(self, dt: float) -> None:
+        cap = self.capacity or 1
+        ratios = []
+        for d, n in self.pend_count.items():
+            if n <= 0:
+                continue
+            nom = self.nominal.get(d, 0)
+            if nom <= 0:
+                continue
+            fair = min(self.held[d] + self.pend_gpus[d], nom) / cap
+            r = (self.held[d] / cap) / fair
+            ratios.append(r)
+            self.dept_back[d] += dt
+            self.dept_ratio[d] += r * dt
+        if ratios:
+            s = sum(ratios)
+            s2 = sum(r * r for r in ratios)
+            jain = (s * s) / (len(ratios) * s2) if s2 > 0 else 0.0
+            self.jain_int += jain * dt
+            self.jain_time += dt
+
+    # ---------------------------------------------------------------- state changes
+    def _enqueue(self, rec: JobRecord, t: float) -> None:
+        s = rec.spec
+        rec.attempt += 1
+        rec.state = "pending"
+        rec.pending_since = t
+        self.pending[s.id] = PendingJob(
+            id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, pods=s.pods, gpus_per_pod=s.gpus_per_pod,
+            urgency=s.urgency, user_tier=s.user_tier, user=s.user, submitted_at=s.submit, deadline=s.deadline,
+            max_runtime_s=s.max_runtime_s, bid=s.bid, attempt=rec.attempt,
+        )
+        self.pend_gpus[s.department] += s.gpus
+        self.pend_count[s.department] += 1
+
+    def _start(self, rec: JobRecord, placement, borrowed: bool, cluster: str, t: float) -> None:
+        s = rec.spec
+        del self.pending[s.id]
+        self.pend_gpus[s.department] -= s.gpus
+        self.pend_count[s.department] -= 1
+        for name in placement:
+            self.node_free[name] -= s.gpus_per_pod
+        rec.state = "running"
+        rec.start = t
+        rec.queued_s += t - rec.pending_since
+        rec.borrowed = borrowed
+        if rec.first_start is None:
+            rec.first_start = t
+        self.held[s.department] += s.gpus
+        self.busy += s.gpus
+        self.running[s.id] = RunningJob(
+            id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, placement=tuple(placement),
+            gpus_per_pod=s.gpus_per_pod, started_at=t, max_runtime_s=s.max_runtime_s, borrowed=borrowed,
+            urgency=s.urgency, user_tier=s.user_tier, submitted_at=s.submit, bid=s.bid, cluster=cluster,
+            preemptible=s.tier != "realtime",
+        )
+        self._push(t + max(s.duration_s - rec.progress_s, 0.0), FINISH, s.id, rec.attempt)
+
+    def _release(self, rec: JobRecord, t: float) -> None:
+        s = rec.spec
+        rj = self.running.pop(s.id)
+        for name in rj.placement:
+            self.node_free[name] += s.gpus_per_pod
+        self.held[s.department] -= s.gpus
+        self.busy -= s.gpus
+        rec.attained_gpu_s += (t - rec.start) * s.gpus
+
+    def _finish(self, rec: JobRecord, t: float) -> None:
+        self._release(rec, t)
+        rec.state = "done"
+        rec.finish = t
+        rec.progress_s = rec.spec.duration_s
+
+    def _evicted(self, rec: JobRecord, t: float) -> None:
+        """End of grace: free the GPUs, keep checkpointed progress, requeue as a new attempt."""
+        ran = t - rec.start
+        ck = self.opt.checkpoint_interval_s
+        ran_before = (rec.evict_at if rec.evict_at is not None else t) - rec.start
+        kept = 0.0 if not ck else math.floor(ran_before / ck) * ck
+        kept = min(kept, rec.spec.duration_s - rec.progress_s)
+        rec.lost_gpu_s += max(ran - kept, 0.0) * rec.spec.gpus
+        rec.progress_s += kept
+        self._release(rec, t)
+        self._enqueue(rec, t)
+
+    # ---------------------------------------------------------------- the cycle
+    def _snapshot(self, t: float) -> Snapshot:
+        win = self.policy_obj.preemption_window_s
+        while self.preempt_times and self.preempt_times[0][0] <= t - win:
+            self.preempt_times.popleft()
+        return Snapshot(
+            now=t, nodes=self.nodes, running=tuple(self.running.values()), pending=tuple(self.pending.values()),
+            quotas=self.quotas, policy=self.policy_obj, credits=None, usage=MappingProxyType(dict(self.usage)),
+            recent_preemptions=sum(n for _, n in self.preempt_times),
+        )
+
+    def _bad(self, kind: str, msg: str) -> None:
+        if self.opt.strict:
+            raise SimulationError(f"{self.name}: invalid {kind}: {msg}")
+        self.invalid[kind] += 1
+
+    def _cycle(self, t: float) -> tuple[int, int]:
+        snap = self._snapshot(t)
+        c0 = time.perf_counter()
+        res = self.decide(snap)
+        self.cycle_times.append(time.perf_counter() - c0)
+        self.last_cycle = t
+        self.last_codes = {p.code for p in res.pending} if res.pending else set()
+        n_pre = 0
+        grace = self.opt.preemption_grace_s
+        for p in res.preemptions:
+            for vid in p.victim_ids:
+                rj = self.running.get(vid)
+                rec = self.records.get(vid)
+                if rj is None or rec is None or rec.state != "running":
+                    self._bad("preemption", f"victim {vid} is not running")
+                    continue
+                if rj.tier == "realtime":
+                    self.realtime_preempted += 1
+                n_pre += 1
+                rec.preemptions += 1
+                rec.state = "evicting"
+                rec.evict_at = t
+                self.preempt_times.append((t, 1))
+                if grace > 0:
+                    self.running[vid] = replace(rj, preemptible=False)
+                    self._push(t + grace, EVICTED, vid, rec.attempt)
+                else:
+                    self._evicted(rec, t)
+        self.preemption_events += n_pre
+        n_adm = 0
+        for a in res.admissions:
+            rec = self.records.get(a.job_id)
+            if rec is None or rec.state != "pending":
+                self._bad("admission", f"job {a.job_id} is not pending")
+                continue
+            s = rec.spec
+            if len(a.placement) != s.pods:
+                self._bad("admission", f"job {s.id}: {len(a.placement)} placements for {s.pods} pods")
+                continue
+            need: dict[str, int] = {}
+            for name in a.placement:
+                need[name] = need.get(name, 0) + s.gpus_per_pod
+            ok = all(
+                self.node_flavor.get(n) == s.flavor and self.node_ok.get(n) and self.node_free[n] >= g
+                for n, g in need.items()
+            )
+            if not ok:
+                self._bad("admission", f"job {s.id} does not fit on {a.placement}")
+                continue
+            self._start(rec, a.placement, a.borrowed, a.cluster, t)
+            n_adm += 1
+        return n_adm, n_pre
+
+    def _wake_for_cooldown(self, t: float) -> float | None:
+        """The next instant a cooldown or the preemption rate window expires (the engine may act then)."""
+        pol = self.policy_obj
+        times = [rj.started_at + pol.min_runtime_s for rj in self.running.values()
+                 if rj.preemptible and rj.started_at + pol.min_runtime_s > t]
+        if self.preempt_times:
+            times.append(self.preempt_times[0][0] + pol.preemption_window_s)
+        times = [x for x in times if x > t]
+        return min(times) if times else None
+
+    # ---------------------------------------------------------------- main loop
+    def run(self) -> SimResult:
+        w0 = time.perf_counter()
+        ev = self.events
+        opt = self.opt
+        idle_ticks = 0
+        while ev:
+            t = ev[0][0]
+            self._advance(t)
+            real = False
+            while ev and ev[0][0] == t:
+                _, kind, _, jid, attempt = heapq.heappop(ev)
+                rec = self.records.get(jid)
+                if kind == SUBMIT:
+                    self._enqueue(rec, t)
+                    real = True
+                elif kind == FINISH:
+                    if rec.attempt == attempt and rec.state in ("running", "evicting"):
+                        self._finish(rec, t)
+                        real = True
+                elif kind == EVICTED:
+                    if rec.attempt == attempt and rec.state == "evicting":
+                        self._evicted(rec, t)
+                        real = True
+                elif kind == TICK:
+                    if self.pending_cycle == t:
+                        self.pending_cycle = None
+                    if self.next_tick == t:
+                        self.next_tick = None
+            if not self.pending:
+                continue
+            if opt.min_cycle_interval_s and t - self.last_cycle < opt.min_cycle_interval_s:
+                at = self.last_cycle + opt.min_cycle_interval_s
+                if self.pending_cycle is None or self.pending_cycle > at:
+                    self.pending_cycle = at
+                    self._push(at, TICK, 0, 0)
+                continue
+            n_adm, n_pre = self._cycle(t)
+            rounds = 0
+            while n_pre and opt.preemption_grace_s <= 0 and rounds < opt.follow_up_cycles and self.pending:
+                n_adm2, n_pre = self._cycle(t)
+                n_adm += n_adm2
+                rounds += 1
+            # stop ticking when nothing can change any more (nothing running or arriving, cycle did nothing)
+            idle_ticks = 0 if (real or n_adm or n_pre) else idle_ticks + 1
+            if not self.pending:
+                continue
+            wake = self._wake_for_cooldown(t) if self.last_codes & COOLDOWN_CODES else None
+            if self.time_dependent and opt.tick_s and (self.running or len(ev) > 0 or idle_ticks < 3):
+                wake = t + opt.tick_s if wake is None else min(wake, t + opt.tick_s)
+            if wake is not None and (self.next_tick is None or self.next_tick <= t or wake < self.next_tick):
+                self.next_tick = wake
+                self._push(wake, TICK, 0, 0)
+        end = self.t
+        lost = sum(r.lost_gpu_s for r in self.records.values())
+        total_exec = sum(r.attained_gpu_s for r in self.records.values())
+        dept_share = {
+            d: {"backlogged_s": self.dept_back[d],
+                "ratio_avg": (self.dept_ratio[d] / self.dept_back[d]) if self.dept_back[d] > 0 else float("nan")}
+            for d in self.dept_back
+        }
+        return SimResult(
+            policy=self.name, jobs=list(self.records.values()), capacity=self.capacity, window=self.window,
+            busy_gpu_s=self.busy_gpu_s, useful_gpu_s=total_exec - lost, end_time=end,
+            jain_time_avg=(self.jain_int / self.jain_time) if self.jain_time > 0 else None,
+            dept_share=dept_share, cycle_times=self.cycle_times, cycles=len(self.cycle_times),
+            invalid=dict(self.invalid), wall_s=time.perf_counter() - w0, preemption_events=self.preemption_events,
+            realtime_preempted=self.realtime_preempted, quotas=dict(self.nominal),
+        )
+
+
+def simulate(*, scenario, jobs: list[JobSpec], policy, name: str | None = None,
+             options: SimOptions | None = None) -> SimResult:
+    """Run one replay. ``policy`` is a callable ``Snapshot -> CycleResult`` (may have ``bind(ctx)``)."""
+    sim = Simulator(
+        nodes=scenario.nodes(), quotas=scenario.quotas(), policy_obj=scenario.policy(), jobs=jobs, decide=policy,
+        options=options or scenario.options, name=name or getattr(policy, "name", "policy"),
+    )
+    return sim.run()

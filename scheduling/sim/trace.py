@@ -1,0 +1,160 @@
+"""The simulator's trace format: one row per job, read from / written to CSV.
+
+Required columns: ``job_id, submit_time_s, duration_s, gpus, department``.
+Optional columns (blank or absent = the default in brackets): ``user`` [assigned from the department's members,
+seeded], ``tier`` [assigned by the scenario's rules/fractions, else ``elastic``], ``urgency`` [same, else
+``normal``], ``flavor`` [the cluster's first flavor], ``deadline_s`` [none; absolute seconds on the trace clock],
+``bid`` [0], ``max_runtime_s`` [scenario ``max_runtime`` rule], ``pods`` [smallest pod count that divides the
+GPUs and fits the flavor's node size].
+
+Times are seconds on the trace's own clock (any origin). Nothing here reads a clock or imports Django.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+REQUIRED = ("job_id", "submit_time_s", "duration_s", "gpus", "department")
+OPTIONAL = ("user", "tier", "urgency", "flavor", "deadline_s", "bid", "max_runtime_s", "pods")
+COLUMNS = REQUIRED + OPTIONAL
+
+
+class TraceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    job_id: str
+    submit_time_s: float
+    duration_s: float
+    gpus: int
+    department: str
+    user: str = ""
+    tier: str | None = None
+    urgency: str | None = None
+    flavor: str | None = None
+    deadline_s: float | None = None
+    bid: int = 0
+    max_runtime_s: float | None = None
+    pods: int | None = None
+
+
+def _opt_float(v: str | None) -> float | None:
+    v = (v or "").strip()
+    return float(v) if v else None
+
+
+def _opt_int(v: str | None) -> int | None:
+    v = (v or "").strip()
+    return int(float(v)) if v else None
+
+
+def _opt_str(v: str | None) -> str | None:
+    v = (v or "").strip()
+    return v or None
+
+
+def parse_rows(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceRow]:
+    """Parse trace CSV text (an iterable of lines, header first) into rows, validating the columns."""
+    reader = csv.DictReader(lines)
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
+    if missing:
+        raise TraceError(f"{source}: missing required column(s) {', '.join(missing)}")
+    out: list[TraceRow] = []
+    for n, rec in enumerate(reader, start=2):
+        try:
+            row = TraceRow(
+                job_id=rec["job_id"].strip(),
+                submit_time_s=float(rec["submit_time_s"]),
+                duration_s=float(rec["duration_s"]),
+                gpus=int(float(rec["gpus"])),
+                department=rec["department"].strip(),
+                user=(rec.get("user") or "").strip(),
+                tier=_opt_str(rec.get("tier")),
+                urgency=_opt_str(rec.get("urgency")),
+                flavor=_opt_str(rec.get("flavor")),
+                deadline_s=_opt_float(rec.get("deadline_s")),
+                bid=_opt_int(rec.get("bid")) or 0,
+                max_runtime_s=_opt_float(rec.get("max_runtime_s")),
+                pods=_opt_int(rec.get("pods")),
+            )
+        except (TypeError, ValueError) as exc:
+            raise TraceError(f"{source}:{n}: {exc}") from None
+        if row.gpus < 0 or row.duration_s < 0:
+            raise TraceError(f"{source}:{n}: negative gpus or duration")
+        out.append(row)
+    return out
+
+
+def read_csv(path: str | Path) -> list[TraceRow]:
+    with open(path, newline="") as fh:
+        return parse_rows(fh, source=str(path))
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(int(v)) if v.is_integer() else repr(round(v, 3))
+    return str(v)
+
+
+def write_csv(rows: Iterable[TraceRow], out: str | Path | io.TextIOBase) -> None:
+    """Write rows in the trace format (all columns, blanks for unset optional values)."""
+    own = not hasattr(out, "write")
+    fh = open(out, "w", newline="") if own else out  # noqa: SIM115
+    try:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        for r in rows:
+            w.writerow([_fmt(getattr(r, c)) for c in COLUMNS])
+    finally:
+        if own:
+            fh.close()
+
+
+def offered_load(rows: list[TraceRow], capacity_gpus: int) -> float:
+    """rho = offered GPU-seconds / (capacity x arrival span). The span is last minus first submission."""
+    if not rows or capacity_gpus <= 0:
+        return 0.0
+    t0 = min(r.submit_time_s for r in rows)
+    t1 = max(r.submit_time_s for r in rows)
+    span = max(t1 - t0, 1.0)
+    work = sum(r.gpus * _effective_duration(r) for r in rows)
+    return work / (capacity_gpus * span)
+
+
+def _effective_duration(r: TraceRow) -> float:
+    return min(r.duration_s, r.max_runtime_s) if r.max_runtime_s else r.duration_s
+
+
+def compress_to_load(rows: list[TraceRow], capacity_gpus: int, target: float) -> tuple[list[TraceRow], float]:
+    """Scale inter-arrival times (durations untouched) so the offered load equals ``target``.
+
+    Returns the new rows (submit times start at 0; deadlines keep their slack after submission) and the factor
+    applied to the arrival clock (<1 compresses, >1 stretches).
+    """
+    if not rows:
+        return [], 1.0
+    rho = offered_load(rows, capacity_gpus)
+    factor = rho / target if target > 0 and rho > 0 else 1.0
+    t0 = min(r.submit_time_s for r in rows)
+    out = []
+    for r in rows:
+        sub = (r.submit_time_s - t0) * factor
+        dl = None if r.deadline_s is None else sub + (r.deadline_s - r.submit_time_s)
+        out.append(replace(r, submit_time_s=sub, deadline_s=dl))
+    return out, factor
+
+
+def sort_rows(rows: Iterable[TraceRow]) -> list[TraceRow]:
+    return sorted(rows, key=lambda r: (r.submit_time_s, r.job_id))
+
+
+def iter_field_names() -> Iterator[str]:
+    return (f.name for f in fields(TraceRow))
