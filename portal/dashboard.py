@@ -159,10 +159,52 @@ def cluster(request):
                                                       "show_nodes": m.is_platform_admin})
 
 
+@login_required
+@require_http_methods(["GET", "POST"])
+def policy(request):
+    """Everyone sees the weights; platform admins edit the whole policy (validated, versioned, audited)."""
+    from scheduling.core.types import URGENCIES, USER_TIERS
+    from scheduling.models import PolicyVersion
+    from scheduling.services.policy import current_policy, policy_as_dict, policy_update
+
+    m = _member(request)
+    errors: dict = {}
+    text, comment = None, ""
+    if request.method == "POST":
+        if not m.is_platform_admin:
+            raise Http404("Only platform admins change the policy.")
+        text, comment = request.POST.get("policy", ""), request.POST.get("comment", "")
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError("the policy must be a JSON object")
+            policy_update(user=request.user, data=data, comment=comment)
+            from django.contrib import messages
+
+            messages.success(request, "Saved. The next admission cycle uses it.")
+            return redirect("dashboard:policy")
+        except (ValueError, json.JSONDecodeError) as exc:
+            errors = {"policy": [f"Not valid JSON: {exc}"]}
+        except PortalError as exc:
+            errors = {k: [i["message"] for i in v] for k, v in (exc.fields or {}).items()} or {
+                "policy": [exc.message]}
+    current, version = current_policy()
+    data = policy_as_dict(current)
+    weights = data.get("weights", {})
+    matrix = [(u, [weights.get(u, {}).get(t, "") for t in USER_TIERS]) for u in URGENCIES]
+    return render(request, "dashboard/policy.html", {
+        "membership": m, "policy": data, "version": version, "matrix": matrix, "user_tiers": USER_TIERS,
+        "policy_json": text if text is not None else json.dumps(data, indent=2, sort_keys=True),
+        "comment": comment, "errors": errors, "can_edit": m.is_platform_admin,
+        "versions": PolicyVersion.objects.select_related("author").order_by("-version")[:50],
+    }, status=400 if errors else 200)
+
+
 urlpatterns = [
     path("", jobs, name="jobs"),
     path("jobs/new", submit, name="submit"),
     path("jobs/<int:pk>/", job_detail, name="job"),
     path("jobs/<int:pk>/cancel", cancel, name="cancel"),
     path("cluster/", cluster, name="cluster"),
+    path("policy/", policy, name="policy"),
 ]

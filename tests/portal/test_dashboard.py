@@ -81,3 +81,29 @@ def test_static_assets_are_served_by_the_portal(client, lab):
     assert client.get("/static/portal/app.css").status_code == 200
     html = client.get("/").content.decode()
     assert "https://" not in html.split("<body>")[0]  # no CDN in <head>
+
+
+def test_policy_page_shows_weights_and_only_platform_admins_edit(client, lab):
+    import json
+
+    from scheduling.models import PolicyVersion
+    from scheduling.services.policy import current_policy, policy_as_dict
+
+    client.force_login(lab.alice)
+    page = client.get("/policy/")
+    assert page.status_code == 200 and b"urgency" in page.content and b"<textarea" not in page.content
+    data = policy_as_dict(current_policy()[0])
+    assert client.post("/policy/", {"policy": json.dumps(data)}).status_code == 404
+
+    client.force_login(lab.root)
+    data["aging_per_minute"] = 3.0
+    r = client.post("/policy/", {"policy": json.dumps(data), "comment": "faster aging"})
+    assert r.status_code == 302 and PolicyVersion.objects.get().comment == "faster aging"
+    assert current_policy()[0].aging_per_minute == 3.0
+
+    bad = client.post("/policy/", {"policy": "{not json"})
+    assert bad.status_code == 400 and b"Not valid JSON" in bad.content
+    data["aging_per_minute"] = -1
+    bad = client.post("/policy/", {"policy": json.dumps(data)})
+    assert bad.status_code == 400 and b"aging_per_minute" in bad.content
+    assert PolicyVersion.objects.count() == 1
