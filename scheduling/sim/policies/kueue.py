@@ -72,7 +72,10 @@ class Kueue:
                     v.soon_free[fl] -= job.gpus
                     v.used[key] += job.gpus
                     continue
-            # preemption: reclaim borrowed capacity (any priority) if within nominal; own lower priority
+            # preemption (only for a workload that then fits its nominal quota): reclaim borrowed capacity of
+            # others (any priority) and own lower-priority workloads
+            if job.gpus > nominal(d, fl):
+                continue
             within = v.used[key] + job.gpus <= nominal(d, fl)
             p = prio(job)
             cands = []
@@ -86,7 +89,8 @@ class Kueue:
                 continue
             cands.sort(key=lambda rj: (rj.department == d, prio(rj), -rj.started_at, -rj.id))
             victims = v.victims_for(job, cands)
-            if victims:
+            own = sum(x.gpus for x in victims or () if x.department == d)
+            if victims and v.used[key] - own + job.gpus <= nominal(d, fl):  # preempt only to fit within nominal
                 taken.update(x.id for x in victims)
                 for x in victims:
                     v.used[(x.department, fl)] -= x.gpus

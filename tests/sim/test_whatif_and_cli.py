@@ -1,0 +1,42 @@
+from pathlib import Path
+
+from scheduling.sim import policies
+from scheduling.sim.__main__ import main
+from scheduling.sim.whatif import compare, format_diff
+
+from .helpers import rows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_whatif_compare_reports_per_department_and_tier_differences():
+    rs = rows(40)
+    res = compare(
+        rs,
+        node_groups=[{"name": "n", "count": 2, "gpus_per_node": 4, "flavor": "a100"}],
+        quotas={"a": {"a100": 4}, "b": {"a100": 4}},
+        current=policies.make("fcfs"),
+        proposed_policy={"aging_per_minute": 2.0},
+    )
+    assert set(res) == {"current", "proposed", "diff"}
+    assert set(res["current"]["wait_dept"]) == {"a", "b"}
+    assert "realtime" in res["diff"]["wait_tier"]
+    d = res["diff"]["wait_avg"]
+    assert d == res["proposed"]["wait_avg"] - res["current"]["wait_avg"]
+    assert "dept a" in format_diff(res)
+
+
+def test_cli_run_on_lab_slice(capsys):
+    assert main(["run", str(ROOT / "scenarios" / "lab8.yaml"), "--policy", "fcfs,slurm-easy", "--limit", "150"]) == 0
+    out = capsys.readouterr().out
+    assert "fcfs" in out and "slurm-easy" in out
+
+
+def test_cli_report_writes_markdown_and_plots(tmp_path):
+    out = tmp_path / "r"
+    assert main(["report", "--out", str(out), "--scenarios", str(ROOT / "scenarios" / "lab8.yaml"),
+                 "--loads", "0.9", "--seeds", "1", "--limit", "120", "--workers", "1",
+                 "--policies", "fcfs,portal"]) == 0
+    md = (out / "report.md").read_text()
+    assert "| portal |" in md and "| fcfs |" in md
+    assert (out / "lab8_utilisation.png").exists() and (out / "lab8_wait_cdf.png").exists()
