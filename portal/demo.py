@@ -73,9 +73,39 @@ def seed(*, jobs: bool = True) -> dict[str, str]:
     for slug, (nominal, borrow, lend) in QUOTAS.items():
         Quota.objects.get_or_create(department=depts[slug], flavor=a100,
                                     defaults={"nominal": nominal, "borrowing_limit": borrow, "lending_limit": lend})
+    _demo_budgets(a100, admin=User.objects.get(username="admin"))
     if jobs and not Job.objects.exists():
         _demo_jobs(a100)
     return creds
+
+
+# Budgets (issue 5): different budgets and refill rules per department, so that bids compete for the A100s.
+PRICES = {"realtime": 3000, "elastic": 1000, "backfill": 400}  # mcr per GPU-hour of a100-80gb
+WALLETS = {  # department: (opening credits in mcr, refill mode, refill amount, period)
+    "vision": (200_000, "per_nominal_gpu", 25_000, "weekly"),
+    "nlp": (60_000, "fixed", 100_000, "monthly"),
+    "robotics": (15_000, "fixed", 20_000, "weekly"),
+}
+APPROVALS = {"vision": {"gpus_above": 4}, "robotics": {"realtime": True}}
+
+
+def _demo_budgets(a100: Flavor, *, admin) -> None:
+    """Idempotent: creates what is missing, never changes what an admin has edited since."""
+    from quotas import services
+    from quotas.models import ApprovalRule, Price, RefillRule, Wallet
+
+    for tier, price in PRICES.items():
+        if not Price.objects.filter(flavor=a100, tier=tier).exists():
+            Price.objects.create(flavor=a100, tier=tier, per_gpu_hour=price)
+    depts = {d.slug: d for d in Department.objects.filter(slug__in=WALLETS)}
+    for slug, (opening, mode, amount, period) in WALLETS.items():
+        if not Wallet.objects.filter(department=depts[slug]).exists():
+            services.wallet_create(department=depts[slug], actor=admin, balance=opening)
+        if not RefillRule.objects.filter(department=depts[slug]).exists():
+            services.refill_rule_set(department=depts[slug], actor=admin, mode=mode, amount=amount, period=period)
+    for slug, rule in APPROVALS.items():
+        if not ApprovalRule.objects.filter(department=depts[slug]).exists():
+            services.approval_rule_set(department=depts[slug], actor=admin, **rule)
 
 
 def _demo_jobs(a100: Flavor) -> None:
@@ -89,6 +119,11 @@ def _demo_jobs(a100: Flavor) -> None:
         ("carol", "eval-server", 1, 1, "realtime", "critical", 900, 0),
         ("erin", "policy-sweep", 1, 1, "backfill", "low", 1200, 0),
         ("dave", "tokenizer-prep", 1, 1, "backfill", "normal", 600, 0),
+        # bids for spare GPUs: borrowed capacity goes to the highest bids, all paying the clearing price
+        ("erin", "grasp-rl", 2, 1, "elastic", "high", 3600, 900),
+        ("bob", "segformer-ablation", 2, 1, "elastic", "normal", 2700, 300),
+        ("dave", "distill-7b", 2, 1, "elastic", "normal", 3600, 650),
+        ("alice", "vit-huge", 4, 2, "elastic", "normal", 7200, 400),  # 8 GPUs > 4: waits for approval
     ]
     for username, name, gpus, pods, tier, urgency, runtime, bid in specs:
         job_submit(
