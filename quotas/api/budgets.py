@@ -159,6 +159,8 @@ class WalletDetailView(APIView):
     """GET: balance, held, available, burn rate, open holds, refill and approval rules.
     PUT/PATCH (platform admins): set the budget (balance), recorded as an audited adjustment."""
 
+    serializer_class = WalletBudgetSerializer
+
     def get(self, request, slug: str):
         wallet = _wallet(request, slug)
         holds = services.open_holds(wallet=wallet)
@@ -192,6 +194,8 @@ class AdjustSerializer(StrictSerializer):
 class WalletAdjustView(APIView):
     """POST (platform admins): add or take credits, with a comment (audited). Idempotency-Key supported."""
 
+    serializer_class = AdjustSerializer
+
     def post(self, request, slug: str):
         _platform_admin(request)
         wallet = _wallet(request, slug)
@@ -204,6 +208,8 @@ class WalletAdjustView(APIView):
 
 class RefillRuleView(APIView):
     """GET the department's refill rule; PUT (platform admins) to set it; DELETE to remove it."""
+
+    serializer_class = RefillRuleSerializer
 
     def get(self, request, slug: str):
         dept = _department(request, slug)
@@ -234,6 +240,8 @@ class RefillRuleView(APIView):
 class ApprovalRuleView(APIView):
     """GET the department's approval rule; PUT (its department admins or platform admins) to set it."""
 
+    serializer_class = ApprovalRuleSerializer
+
     def get(self, request, slug: str):
         dept = _department(request, slug)
         rule = ApprovalRule.objects.filter(department=dept).first()
@@ -259,6 +267,8 @@ class AllowanceSerializer(StrictSerializer):
 class AllowanceListView(APIView):
     """GET: allowances in my department (platform admins: all), with what each user used this period."""
 
+    serializer_class = AllowanceSerializer
+
     def get(self, request):
         m = _member(request)
         qs = Allowance.objects.select_related("user", "wallet__department").order_by("wallet__department__slug",
@@ -271,6 +281,8 @@ class AllowanceListView(APIView):
 
 class AllowanceDetailView(APIView):
     """PUT/DELETE (department admins of the user's department, platform admins): a user's allowance."""
+
+    serializer_class = AllowanceSerializer
 
     def _target(self, request, username: str):
         m = _member(request)
@@ -328,6 +340,8 @@ class PriceListView(GenericAPIView):
 
 
 class PriceDetailView(APIView):
+    serializer_class = PriceSerializer
+
     def _price(self, request, pk: int) -> Price:
         _member(request)
         price = Price.objects.select_related("flavor").filter(pk=pk).first()
@@ -460,6 +474,8 @@ class DecisionSerializer(StrictSerializer):
 class ApprovalDecisionView(APIView):
     """POST /approvals/<job>/approve | reject {"comment": "..."} (a comment is required to reject)."""
 
+    serializer_class = DecisionSerializer
+
     decision = "approve"
 
     def post(self, request, pk: int):
@@ -478,8 +494,22 @@ class ApprovalDecisionView(APIView):
                          "comment": job.approval.comment, "actor": request.user.get_username()})
 
 
+class JobCostSerializer(serializers.Serializer):
+    metered = serializers.BooleanField()
+    hold = serializers.IntegerField()
+    rate = serializers.IntegerField(allow_null=True)
+    basis = serializers.CharField(allow_null=True)
+    cost_to_date = serializers.IntegerField()
+    charged = serializers.IntegerField()
+    refunded = serializers.IntegerField()
+    final = serializers.IntegerField(allow_null=True)
+    attempts = serializers.DictField()
+
+
 class JobCostView(APIView):
     """GET /jobs/<id>/cost: the job's hold, cost to date and final charge (scoped like the job)."""
+
+    serializer_class = JobCostSerializer
 
     def get(self, request, pk: int):
         from scheduling.models import Job
@@ -533,6 +563,8 @@ class ReportFilterSerializer(StrictSerializer):
 class UsageReportView(APIView):
     """GET /reports/usage?group_by=department,user,flavor&period=day|month&since=&until=&department=
     &format=csv: GPU-hours, credits charged, refunds, preemptions; scoped by tenancy."""
+
+    serializer_class = ReportFilterSerializer
 
     renderer_classes = [JSONRenderer, CSVRenderer]
 

@@ -185,3 +185,18 @@ def test_snapshot_queries_stay_bounded_with_budgets(money, submit, go, django_as
         snapshot, _ = build_snapshot(now=timezone.now())
     assert snapshot.credits == {"vision": 100_000, "nlp": 10_000}
     assert all(p.hold == 1000 for p in snapshot.pending)
+
+
+def test_eviction_not_decided_by_the_portal_is_refunded(money, submit, go, consistent):
+    """Node pressure or a drain evicted the pod: no PreemptionVictim exists, so the platform pays."""
+    lab = money
+    job = go(submit, lab.alice, gpus=1)
+    _admit(go, 15)
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert go(requeue, job=job, outcome="preempted", reason="Evicted", message="node pressure")
+    settle = LedgerEntry.objects.get(job=job, attempt=1, kind="settle")
+    assert settle.outcome == "preempted" and settle.amount < 0
+    assert LedgerEntry.objects.get(job=job, attempt=1, kind="refund").amount == -settle.amount
+    assert "refunded" in job.events.filter(kind="budget", reason_code="settle").get().message
+    consistent()
