@@ -140,6 +140,10 @@ CELERY_BEAT_SCHEDULE = {
     "admission-cycle": {"task": "scheduling.cycle.run", "schedule": float(ENV["CYCLE_INTERVAL_S"])},
     "sync-cluster": {"task": "scheduling.cycle.sync", "schedule": float(ENV["CYCLE_INTERVAL_S"])},
     "reconcile": {"task": "scheduling.cycle.reconcile", "schedule": float(ENV["RECONCILE_INTERVAL_S"])},
+    # budgets (quotas.tasks): refills happen once per department and period however often this fires
+    "quotas-refill": {"task": "quotas.refill", "schedule": 3600.0},
+    "quotas-check-ledger": {"task": "quotas.check_ledger", "schedule": 900.0},
+    "quotas-reconcile-holds": {"task": "quotas.reconcile_holds", "schedule": 600.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 

@@ -6,6 +6,7 @@ The same code serves the simulated and the Kubernetes backend (and the Kubernete
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
@@ -185,14 +186,16 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
 
 
 def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at) -> bool:
-    ok = transition(job=job, to=state, allowed_from=[JobState.ADMITTED, JobState.RUNNING], attempt=job.attempt,
-                    reason_code=reason, message=message, exit_code=exit_code,
-                    finished_at=finished_at or timezone.now())
-    if ok:
-        from quotas.services import on_attempt_ended
+    """End the job; the settlement of its hold commits or rolls back with the transition."""
+    from quotas.services import on_attempt_ended
 
-        on_attempt_ended(job=job, attempt=job.attempt,
-                         outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
+    with transaction.atomic():
+        ok = transition(job=job, to=state, allowed_from=[JobState.ADMITTED, JobState.RUNNING],
+                        attempt=job.attempt, reason_code=reason, message=message, exit_code=exit_code,
+                        finished_at=finished_at or timezone.now())
+        if ok:
+            on_attempt_ended(job=job, attempt=job.attempt,
+                             outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
     return ok
 
 
@@ -213,10 +216,10 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
             PreemptionVictim.objects.filter(job=job, attempt=old_attempt).update(
                 status=PreemptionVictim.Status.REQUEUED, evicted_at=now, requeued_at=now
             )
-        ok = _requeue_cas(job, old_attempt, message, now)
-        if not ok:
+        ended = copy.copy(job)  # the attempt as it ran (admission time, borrowed, price) for settlement
+        if not _requeue_cas(job, old_attempt, message, now):
             return False
-        on_attempt_ended(job=job, attempt=old_attempt, outcome=outcome)
+        on_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
         ns = namespace_for(job.department.slug)
         transaction.on_commit(lambda: tasks.delete_pods.delay(job.pk, old_attempt, ns))
         enqueue_pod_creation(job)

@@ -188,6 +188,11 @@ def job_cancel(*, user, job: Job, comment: str = "") -> Job:
     if job.state in (JobState.SUCCEEDED, JobState.FAILED):
         raise InvalidTransition(f"The job already {job.state}; there is nothing to cancel.")
     attempt, had_pods = job.attempt, job.state != JobState.PENDING_APPROVAL
+    with transaction.atomic():  # the state change and the hold's release commit together
+        return _cancel(user=user, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
+
+
+def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Job:
     ok = transition(
         job=job,
         to=JobState.CANCELLED,
