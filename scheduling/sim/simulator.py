@@ -366,8 +366,8 @@ class Simulator:
                         self.next_tick = None
             if not self.pending:
                 continue
-            if opt.min_cycle_interval_s and t - self.last_cycle < opt.min_cycle_interval_s:
-                at = self.last_cycle + opt.min_cycle_interval_s
+            at = self.last_cycle + opt.min_cycle_interval_s
+            if opt.min_cycle_interval_s and at > t:  # (float-safe: the deferred tick lands exactly on ``at``)
                 if self.pending_cycle is None or self.pending_cycle > at:
                     self.pending_cycle = at
                     self._push(at, TICK, 0, 0)
