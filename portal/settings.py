@@ -196,6 +196,8 @@ SPECTACULAR_SETTINGS = {
         "UrgencyEnum": "scheduling.models.Urgency",
         "TaskTypeEnum": "scheduling.models.TaskType",
         "JobStateEnum": "scheduling.models.JobState",
+        "BudgetPeriodEnum": "quotas.models.RefillRule.PERIODS",
+        "ReportPeriodEnum": [("day", "day"), ("month", "month")],
     },
 }
 

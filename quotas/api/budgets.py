@@ -11,6 +11,7 @@ import io
 from datetime import datetime, time
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -135,6 +136,7 @@ class WalletListView(GenericAPIView):
     def get_queryset(self):
         return services.wallets_for(self.request.user).order_by("department__slug")
 
+    @extend_schema(operation_id="v1_wallets_list", responses=WalletSerializer(many=True))
     def get(self, request):
         _member(request)
         page = self.paginate_queryset(self.get_queryset())
@@ -326,6 +328,7 @@ class PriceListView(GenericAPIView):
 
     serializer_class = PriceSerializer
 
+    @extend_schema(operation_id="v1_prices_list", responses=PriceSerializer(many=True))
     def get(self, request):
         _member(request)
         qs = Price.objects.select_related("flavor").order_by("flavor__name", "tier")
