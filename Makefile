@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: demo test lint bench bench-quick bench-engine bench-e2e ci clean
+.PHONY: demo test lint bench bench-philly bench-quick bench-engine bench-e2e ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -22,8 +22,11 @@ lint: $(VENV_STAMP)
 bench-engine: $(VENV_STAMP)  ## engine cycle time and memory for 1k-50k pending x 100-5000 nodes
 	$(PY) -m benchmarks.engine
 
-bench: $(VENV_STAMP)         ## policy comparison on the public traces: markdown report + PNG plots
-	$(PY) -m scheduling.sim report --out reports/sim
+bench: $(VENV_STAMP)         ## policy comparison, lab scenario, loads 0.5-1.1, 3 seeds: markdown + PNG plots
+	$(PY) -m scheduling.sim report --out reports/sim --scenarios scenarios/lab8.yaml --seeds 3
+
+bench-philly: $(VENV_STAMP)  ## the Philly trace (15k jobs, 256 GPUs) at load 0.9: about half an hour here
+	$(PY) -m scheduling.sim report --out reports/philly --scenarios scenarios/philly.yaml --loads 0.9 --seeds 1
 
 bench-quick: $(VENV_STAMP)
 	$(PY) -m scheduling.sim report --out reports/sim-quick --quick
