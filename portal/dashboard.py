@@ -13,7 +13,7 @@ from django.urls import path
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.errors import PortalError
-from portal.tenancy import can_manage_job, membership_of
+from portal.tenancy import can_manage_job, member_or_404
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer
 from scheduling.models import Job, JobEvent, JobState, TaskType, Tier, Urgency
@@ -23,11 +23,7 @@ from scheduling.services.jobs import job_cancel, job_submit
 app_name = "dashboard"
 
 
-def _member(request):
-    m = membership_of(request.user)
-    if m is None:
-        raise Http404("You are not a member of any department.")
-    return m
+_member = member_or_404
 
 
 @login_required

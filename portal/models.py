@@ -123,7 +123,23 @@ class ApiToken(models.Model):
         return token
 
 
-class AuditEntry(models.Model):
+class AppendOnlyModel(models.Model):
+    """Rows that are written once and never changed or deleted (timelines, audit logs, ledgers). The guard
+    here catches the ORM; a PostgreSQL trigger (see the migrations) catches everything else."""
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError(f"{self._meta.verbose_name_plural} are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError(f"{self._meta.verbose_name_plural} are append-only")
+
+
+class AuditEntry(AppendOnlyModel):
     """Who changed what, when, from which value to which (quotas, budgets, prices, policy, approvals).
 
     Append-only: the model refuses updates and deletes; on PostgreSQL a trigger refuses them too.
@@ -145,11 +161,3 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.object_type}:{self.object_id}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise ValueError("audit entries are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise ValueError("audit entries are append-only")

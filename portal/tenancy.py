@@ -27,3 +27,13 @@ def can_manage_job(user, job) -> bool:
     if job.department_id != m.department_id:
         return False
     return m.is_department_admin or job.owner_id == user.pk
+
+
+def member_or_404(request):
+    """The requesting user's membership for dashboard pages; a 404 for users who belong nowhere."""
+    from django.http import Http404
+
+    m = membership_of(request.user)
+    if m is None:
+        raise Http404("You are not a member of any department.")
+    return m

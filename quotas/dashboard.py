@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.errors import PortalError
-from portal.tenancy import membership_of
+from portal.tenancy import member_or_404
 from quotas import services
 from quotas.api.budgets import pending_approvals
 from quotas.models import ApprovalRule, Price, RefillRule
@@ -22,11 +22,7 @@ from quotas.models import ApprovalRule, Price, RefillRule
 app_name = "budgets"
 
 
-def _member(request):
-    m = membership_of(request.user)
-    if m is None:
-        raise Http404("You are not a member of any department.")
-    return m
+_member = member_or_404
 
 
 @login_required

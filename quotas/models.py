@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from portal.models import Department
+from portal.models import AppendOnlyModel, Department
 
 RESOURCE_NAME = RegexValidator(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?$",
@@ -128,7 +128,7 @@ class LedgerKind(models.TextChoices):
     ADJUSTMENT = "adjustment", "Adjustment"
 
 
-class LedgerEntry(models.Model):
+class LedgerEntry(AppendOnlyModel):
     """One movement of credits. Append-only (Python guards here, a PostgreSQL trigger in the database).
 
     ``amount`` changes the balance, ``held_change`` the held part:
@@ -185,13 +185,6 @@ class LedgerEntry(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.amount:+d}/{self.held_change:+d} ({self.idempotency_key})"
 
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise ValueError("ledger entries are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise ValueError("ledger entries are append-only")
 
 
 class Price(models.Model):

@@ -367,19 +367,25 @@ def price_delete(*, price: Price, actor) -> None:
 RULE_FIELDS = ("mode", "amount", "period", "active")
 
 
-def refill_rule_set(*, department: Department, actor, **values) -> RefillRule:
+def _rule_set(model, fields, action: str, *, department: Department, actor, values: dict):
+    """Create or update a department's one rule row of ``model``, audited with old and new values."""
     with transaction.atomic():
-        rule = RefillRule.objects.select_for_update().filter(department=department).first()
-        old = None if rule is None else {f: getattr(rule, f) for f in RULE_FIELDS}
+        rule = model.objects.select_for_update().filter(department=department).first()
+        old = None if rule is None else {f: getattr(rule, f) for f in fields}
         if rule is None:
-            rule = RefillRule(department=department)
-        for f in RULE_FIELDS:
+            rule = model(department=department)
+        for f in fields:
             if f in values:
                 setattr(rule, f, values[f])
         rule.updated_at = timezone.now()
         rule.save()
-        audit(actor=actor, action="refill_rule.set", obj=rule, department=department, old=old,
-              new={f: getattr(rule, f) for f in RULE_FIELDS})
+        audit(actor=actor, action=action, obj=rule, department=department, old=old,
+              new={f: getattr(rule, f) for f in fields})
+    return rule
+
+
+def refill_rule_set(*, department: Department, actor, **values) -> RefillRule:
+    rule = _rule_set(RefillRule, RULE_FIELDS, "refill_rule.set", department=department, actor=actor, values=values)
     if not Wallet.objects.filter(department=department).exists():
         wallet_create(department=department, actor=actor)
     return rule
@@ -389,19 +395,8 @@ APPROVAL_FIELDS = ("gpus_above", "cost_above", "realtime")
 
 
 def approval_rule_set(*, department: Department, actor, **values) -> ApprovalRule:
-    with transaction.atomic():
-        rule = ApprovalRule.objects.select_for_update().filter(department=department).first()
-        old = None if rule is None else {f: getattr(rule, f) for f in APPROVAL_FIELDS}
-        if rule is None:
-            rule = ApprovalRule(department=department)
-        for f in APPROVAL_FIELDS:
-            if f in values:
-                setattr(rule, f, values[f])
-        rule.updated_at = timezone.now()
-        rule.save()
-        audit(actor=actor, action="approval_rule.set", obj=rule, department=department, old=old,
-              new={f: getattr(rule, f) for f in APPROVAL_FIELDS})
-    return rule
+    return _rule_set(ApprovalRule, APPROVAL_FIELDS, "approval_rule.set", department=department, actor=actor,
+                     values=values)
 
 
 QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")

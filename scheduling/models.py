@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.models import Department
+from portal.models import AppendOnlyModel, Department
 from quotas.models import Flavor
 
 
@@ -204,7 +204,7 @@ class Job(models.Model):
         return self.state in FINAL_STATES
 
 
-class JobEvent(models.Model):
+class JobEvent(AppendOnlyModel):
     """The append-only timeline of a job: every transition and every decision, with its reason."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
@@ -224,14 +224,6 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.kind} {self.to_state or self.reason_code}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise ValueError("job events are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise ValueError("job events are append-only")
 
 
 class PolicyVersion(models.Model):
