@@ -505,7 +505,10 @@ class Cycle:
 
 
 def _quota_note(detail: dict) -> str:
-    return f"{detail.get('in_use')} of nominal {detail.get('nominal')} in use, {detail.get('requested')} requested"
+    note = f"{detail.get('in_use')} of nominal {detail.get('nominal')} in use, {detail.get('requested')} requested"
+    if "cohort_idle" in detail:  # what could be borrowed: the number that explains most quota waits
+        note += f", {detail['cohort_idle']} idle in the cohort to borrow"
+    return note
 
 
 def engine_schedule(snapshot: Snapshot) -> CycleResult:
