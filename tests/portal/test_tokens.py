@@ -66,3 +66,14 @@ def test_session_api_writes_need_csrf(lab, payload):
     c.force_login(lab.alice)
     r = c.post("/api/v1/jobs", payload(), format="json")
     assert r.status_code == 403
+
+
+def test_issue_token_command(lab, capsys):
+    from django.core.management import CommandError, call_command
+
+    call_command("issue_token", "bob", "--name", "nb", "--days", "7")
+    secret = capsys.readouterr().out.strip()
+    assert bearer(secret).get("/api/v1/me").json()["username"] == "bob"
+    for args in (["nobody"], ["bob", "--days", "0"], ["bob", "--name", " "]):
+        with pytest.raises(CommandError):
+            call_command("issue_token", *args)
