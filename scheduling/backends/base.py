@@ -113,6 +113,9 @@ class ClusterBackend(abc.ABC):
     """One cluster. ``name`` is the Cluster row's name."""
 
     name: str = "default"
+    # True when inventory() is the truth about nodes and the portal must store them; False for a backend
+    # whose nodes already live in the portal's database (the simulated cluster reads the Node table).
+    owns_inventory: bool = True
 
     @abc.abstractmethod
     def inventory(self) -> Inventory:

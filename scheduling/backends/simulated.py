@@ -20,6 +20,7 @@ from scheduling.core.types import Node as CoreNode
 
 
 class SimulatedBackend(ClusterBackend):
+    owns_inventory = False  # its nodes are the Node table itself
     def __init__(self, name: str = "default", speedup: float | None = None):
         self.name = name
         self.speedup = speedup or settings.SIM_SPEEDUP

@@ -98,7 +98,7 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
         Cluster.objects.filter(pk=cluster.pk).update(reachable=False, last_error=str(exc)[:2000])
         return {"unreachable": 1}
     Cluster.objects.filter(pk=cluster.pk).update(reachable=True, last_error="", last_sync_at=timezone.now())
-    if cluster.backend != "simulated":
+    if backend.owns_inventory:
         store_nodes(cluster=cluster, inventory=inv)
     counts = apply_pod_states(inv.pods, complete=True)
     return counts

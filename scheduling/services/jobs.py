@@ -79,7 +79,8 @@ def transition(
         values.setdefault("reason_code", reason_code)
         values.setdefault("reason_message", message[:300])
     with transaction.atomic():
-        previous = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+        # Lock the row so the state recorded as from_state is the one the compare-and-set replaced.
+        previous = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
         if not Job.objects.filter(**filters).update(**values):
             return False
         for k, v in values.items():

@@ -22,9 +22,7 @@ pytestmark = pytest.mark.django_db
 def kube(lab, kube_fake, sleeps, settings):  # noqa: F811
     from scheduling.backends.factory import kubernetes_backend
 
-    settings.SCHEDULING_BACKEND = "kubernetes"
-    lab.cluster.backend = "kubernetes"
-    lab.cluster.save()
+    settings.SCHEDULING_BACKEND = "kubernetes"  # the cluster row still says "simulated": the backend decides
     Node.objects.all().delete()  # inventory comes from the cluster now
     for ns in ("gpu-vision", "gpu-nlp"):
         kube_fake.add_namespace(ns)
