@@ -198,10 +198,8 @@ def wallet_settle(*, job, attempt: int, amount: int, gpu_seconds: int = 0, outco
                         rate=hold.rate, gpus=hold.gpus, gpu_seconds=int(gpu_seconds), outcome=outcome,
                         memo=memo[:300], data={"requested": int(amount), "capped": charge < amount})
         if remaining - charge > 0:
-            _append(wallet, kind=LedgerKind.RELEASE, held_change=-(remaining - charge),
-                    key=f"release:{job.pk}:{attempt}", job=job, attempt=attempt, user_id=hold.user_id,
-                    flavor_id=hold.flavor_id, actor=actor, rate=hold.rate, gpus=hold.gpus, outcome=outcome,
-                    memo="rest of the hold released")
+            _release(wallet, hold, job=job, attempt=attempt, amount=remaining - charge, actor=actor,
+                     outcome=outcome, memo="rest of the hold released")
         return entry
 
 
@@ -219,9 +217,15 @@ def wallet_release(*, job, attempt: int, actor=None, memo: str = "") -> LedgerEn
         remaining = open_hold(job_id=job.pk, attempt=attempt)
         if remaining <= 0:
             return None
-        return _append(wallet, kind=LedgerKind.RELEASE, held_change=-remaining, key=key, job=job,
-                       attempt=attempt, user_id=hold.user_id, flavor_id=hold.flavor_id, actor=actor,
-                       rate=hold.rate, gpus=hold.gpus, memo=memo[:300] or "hold released")
+        return _release(wallet, hold, job=job, attempt=attempt, amount=remaining, actor=actor,
+                        memo=memo[:300] or "hold released")
+
+
+def _release(wallet, hold, *, job, attempt: int, amount: int, actor, memo: str, outcome: str = "") -> LedgerEntry:
+    """The one RELEASE entry of an attempt (key ``release:<job>:<attempt>``): ``amount`` mcr stop being held."""
+    return _append(wallet, kind=LedgerKind.RELEASE, held_change=-amount, key=f"release:{job.pk}:{attempt}",
+                   job=job, attempt=attempt, user_id=hold.user_id, flavor_id=hold.flavor_id, actor=actor,
+                   rate=hold.rate, gpus=hold.gpus, outcome=outcome, memo=memo)
 
 
 def wallet_refund(*, job, attempt: int, amount: int, reason: str, actor=None) -> LedgerEntry | None:
