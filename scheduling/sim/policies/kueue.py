@@ -24,35 +24,44 @@ class Kueue:
         qs = {(q.department, q.flavor): q for q in snap.quotas}
         adm, pre = [], []
         taken: set[int] = set()
+        # A victim search that found nothing fails again for any workload with the same shape and rights until
+        # the cycle's state changes (an admission or a preemption): without this memo a cycle with thousands
+        # of blocked workloads repeats the same O(running x nodes) search for each of them.
+        failed: set[tuple] = set()
         depts_of = defaultdict(set)
         for d, fl in list(qs) + [(j.department, j.flavor) for j in snap.pending]:
             depts_of[fl].add(d)
 
-        def nominal(d, fl):
-            q = qs.get((d, fl))
-            return q.nominal if q else 0
+        nom = {k: q.nominal for k, q in qs.items()}
+        lend = {k: q.nominal if q.lending_limit is None else min(q.lending_limit, q.nominal) for k, q in qs.items()}
+        guar = {k: nom[k] - lend[k] for k in qs}
+        pool_left: dict[str, int] = {}  # flavor -> the cohort's unused lendable GPUs; dropped when usage changes
 
-        def lendable(d, fl):
-            q = qs.get((d, fl))
-            if q is None:
-                return 0
-            return q.nominal if q.lending_limit is None else min(q.lending_limit, q.nominal)
+        def nominal(d, fl):
+            return nom.get((d, fl), 0)
+
+        def cohort_left(fl):
+            left = pool_left.get(fl)
+            if left is None:
+                left = sum(lend.get((x, fl), 0) - max(0, v.used[(x, fl)] - guar.get((x, fl), 0))
+                           for x in depts_of[fl])
+                pool_left[fl] = left
+            return left
 
         def fits_quota(d, fl, g):
-            use = v.used[(d, fl)] + g
-            q = qs.get((d, fl))
-            nom = nominal(d, fl)
-            if use > nom and q is not None and q.borrowing_limit is not None and use - nom > q.borrowing_limit:
+            k = (d, fl)
+            u = v.used[k]
+            use = u + g
+            q = qs.get(k)
+            n = nom.get(k, 0)
+            if use > n and (q is None or (q.borrowing_limit is not None and use - n > q.borrowing_limit)):
                 return False
-            if use > nom and q is None:
-                return False
-            pool = 0
-            for x in depts_of[fl]:
-                lend = lendable(x, fl)
-                guaranteed = nominal(x, fl) - lend
-                ux = v.used[(x, fl)] + (g if x == d else 0)
-                pool += lend - max(0, ux - guaranteed)
-            return pool >= 0
+            gu = guar.get(k, 0)
+            return cohort_left(fl) - (max(0, use - gu) - max(0, u - gu)) >= 0
+
+        def changed():
+            failed.clear()
+            pool_left.clear()
 
         order = sorted(
             snap.pending,
@@ -67,10 +76,12 @@ class Kueue:
                 pl = v.place(fl, job.pods, job.gpus_per_pod)
                 if pl is not None:
                     adm.append(v.admission(job, pl, borrowed=borrowing))
+                    changed()
                     continue
                 if v.soon_free[fl] >= job.gpus:
                     v.soon_free[fl] -= job.gpus
                     v.used[key] += job.gpus
+                    changed()
                     continue
             # preemption (only for a workload that then fits its nominal quota): reclaim borrowed capacity of
             # others (any priority) and own lower-priority workloads
@@ -78,6 +89,9 @@ class Kueue:
                 continue
             within = v.used[key] + job.gpus <= nominal(d, fl)
             p = prio(job)
+            shape = (d, fl, p, within, job.pods, job.gpus_per_pod)
+            if shape in failed:
+                continue
             cands = []
             for rj in snap.running:
                 if not rj.preemptible or rj.id in taken or rj.flavor != fl:
@@ -85,7 +99,8 @@ class Kueue:
                 other_borrowing = rj.department != d and v.used[(rj.department, fl)] > nominal(rj.department, fl)
                 if (within and other_borrowing) or (rj.department == d and prio(rj) < p):
                     cands.append(rj)
-            if not cands:
+            if not cands or sum(x.gpus for x in cands) + v.flavor_free[fl] < job.gpus:
+                failed.add(shape)
                 continue
             cands.sort(key=lambda rj: (rj.department == d, prio(rj), -rj.started_at, -rj.id))
             victims = v.victims_for(job, cands)
@@ -96,4 +111,7 @@ class Kueue:
                     v.used[(x.department, fl)] -= x.gpus
                 v.used[key] += job.gpus
                 pre.append(preemption(job, victims, "reclaim" if within else "priority"))
+                changed()
+            else:
+                failed.add(shape)
         return result(adm, pre)
