@@ -190,7 +190,7 @@ class Cycle:
                     adm = Admission(adm.job_id, adm.placement, adm.cluster, True, clearing[job.flavor])
                 admissions.append(adm)
         still = [job for job in order if job.id in self.reasons]
-        estimates = estimate_pending(self, still)
+        estimates = estimate_pending(self, still) if self.snap.estimates else dict(self.heads)
         pending_out = []
         for job in still:
             code, message, detail = self.reasons[job.id]

@@ -190,6 +190,9 @@ class Snapshot:
     usage: Mapping[str, float] = field(default_factory=lambda: _EMPTY)  # decayed GPU-seconds
     disruption_budgets: tuple[DisruptionBudget, ...] = ()
     recent_preemptions: int = 0  # victims preempted within policy.preemption_window_s before now
+    # Estimated starts for still-pending jobs (a forward replay per flavor, a quarter of a busy cycle's cost).
+    # The portal shows them; the trace simulator does not read them and turns them off.
+    estimates: bool = True
 
 
 # ---------------------------------------------------------------- decisions (the engine's output)

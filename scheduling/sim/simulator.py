@@ -264,7 +264,7 @@ class Simulator:
         return Snapshot(
             now=t, nodes=self.nodes, running=tuple(self.running.values()), pending=tuple(self.pending.values()),
             quotas=self.quotas, policy=self.policy_obj, credits=None, usage=MappingProxyType(dict(self.usage)),
-            recent_preemptions=sum(n for _, n in self.preempt_times),
+            recent_preemptions=sum(n for _, n in self.preempt_times), estimates=False,
         )
 
     def _bad(self, kind: str, msg: str) -> None:
