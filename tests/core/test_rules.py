@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from core_builders import NOW, Snap, job, run
 
-from scheduling.core import reasons
+from scheduling.core import reasons, schedule
 from scheduling.core.types import TIERS
 
 HOUR = 3600.0
@@ -452,3 +454,19 @@ def test_a_preemptor_holds_its_credits_for_the_cycle():
     )  # fmt: skip
     assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS
     assert res.code(2) == reasons.BUDGET_INSUFFICIENT
+
+
+def test_estimates_off_changes_no_decision_and_keeps_only_reservation_times():
+    """The simulator asks for no estimates: decisions, codes and a reserved head's start stay the same."""
+    built = (
+        Snap().nodes(1).quota("A", 16)
+        .running(run(10, gpus=8, ran=600, max_runtime_s=HOUR))
+        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR), job(2, gpus=4), job(3, gpus=2)).build()
+    )  # fmt: skip
+    on, off = schedule(built), schedule(replace(built, estimates=False))
+    assert on.admissions == off.admissions and on.preemptions == off.preemptions
+    assert [(r.job_id, r.code) for r in on.pending] == [(r.job_id, r.code) for r in off.pending]
+    est_off = {r.job_id: r.estimated_start for r in off.pending}
+    assert est_off[1] == NOW - 600 + HOUR  # the EASY head keeps its reservation time
+    assert est_off[2] is None and est_off[3] is None
+    assert {r.job_id: r.estimated_start for r in on.pending}[2] is not None
