@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from django.db.models import Max
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -88,6 +89,25 @@ class MemoryField(serializers.Field):
         return f"{value}Mi"
 
 
+class FlavorField(serializers.SlugRelatedField):
+    """A flavor by name, read together with the GPUs of its largest node (``largest_node_gpus``, None when no
+    node offers it) in one query. Flavors already read by this field instance are reused, so a list of jobs
+    costs one query per distinct flavor."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("slug_field", "name")
+        kwargs.setdefault("queryset", Flavor.objects.annotate(largest_node_gpus=Max("nodes__gpus")))
+        super().__init__(**kwargs)
+        self._seen: dict[str, Flavor] = {}
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and data in self._seen:
+            return self._seen[data]
+        flavor = super().to_internal_value(data)
+        self._seen[flavor.name] = flavor
+        return flavor
+
+
 class JobSubmitSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=63)
     image = serializers.CharField(max_length=512)
@@ -95,7 +115,7 @@ class JobSubmitSerializer(serializers.Serializer):
                                     allow_empty=False, max_length=MAX_COMMAND_ITEMS)
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False), required=False, default=dict)
-    flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
+    flavor = FlavorField()
     gpus = StrictIntegerField(min_value=1, max_value=64, help_text="GPUs per pod")
     pods = StrictIntegerField(min_value=1, max_value=64, required=False, default=1,
                               help_text="pods admitted all-or-nothing (gang)")
@@ -116,6 +136,7 @@ class JobSubmitSerializer(serializers.Serializer):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
         unknown = sorted(set(data) - set(self.fields))
+        self._item_flavor = data.get("flavor")  # per item: one child serializer validates a whole list
         errors = {}
         try:
             value = super().to_internal_value(data)
@@ -168,19 +189,15 @@ class JobSubmitSerializer(serializers.Serializer):
             raise serializers.ValidationError("The deadline is in the past.", code="past")
         return value
 
-    def _largest(self, flavor_name) -> int | None:
-        from scheduling.services.jobs import largest_node_gpus
-
-        flavor = Flavor.objects.filter(name=flavor_name).first() if isinstance(flavor_name, str) else None
-        return None if flavor is None else largest_node_gpus(flavor=flavor)
-
     def validate_flavor(self, flavor):
-        if self._largest(flavor.name) is None:
+        if flavor.largest_node_gpus is None:
             raise serializers.ValidationError(f"No node offers flavor {flavor.name!r}.", code="no_nodes")
         return flavor
 
     def validate_gpus(self, value):
-        largest = self._largest(self.initial_data.get("flavor"))
+        # ``flavor`` is declared before ``gpus``, so the item's flavor (if valid) was read already.
+        flavor = self.fields["flavor"]._seen.get(self._item_flavor) if isinstance(self._item_flavor, str) else None
+        largest = None if flavor is None else flavor.largest_node_gpus
         if largest is not None and value > largest:
             raise serializers.ValidationError(
                 f"{value} GPUs per pod do not fit on any node: the largest node of this type has {largest}. "

@@ -74,7 +74,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise ValidationFailed(fields={"Idempotency-Key": [{"code": "too_long",
                                                                 "message": "At most 200 characters."}]})
         job, created = job_submit(user=request.user, data=serializer.validated_data, idempotency_key=key)
-        job = self.get_queryset().prefetch_related("events").get(pk=job.pk)
+        if created:  # complete in memory: its relations came with the request, its timeline is one event
+            _prefetched_timeline(job, [job.submission_event])
+        else:  # a replay: render the stored job as it is now
+            job = self.get_queryset().prefetch_related(
+                Prefetch("events", JobEvent.objects.select_related("actor"))).get(pk=job.pk)
         body = JobDetailSerializer(job, context={"request": request}).data
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers={"Location": f"/api/v1/jobs/{job.pk}"})
@@ -115,3 +119,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                              tail_lines=tail, follow=follow)
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),
                                      content_type="text/plain; charset=utf-8")
+
+
+def _prefetched_timeline(job, events) -> None:
+    """Set ``job.events`` as if prefetched (what Django's prefetch_related stores), for rendering only."""
+    qs = job.events.all()
+    qs._result_cache, qs._prefetch_done = list(events), True
+    job._prefetched_objects_cache = {"events": qs}
