@@ -140,15 +140,22 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False) -> d
     for s in states:
         by_job[s.job_id].append(s)
     counts: dict[str, int] = defaultdict(int)
-    jobs = Job.objects.filter(pk__in=list(by_job), state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
+    jobs = Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
         "department", "flavor", "owner"
     )
-    for job in jobs:
-        pods = [p for p in by_job[job.pk] if p.attempt == job.attempt]
-        if pods:
-            outcome = _apply_job(job, pods)
-            if outcome:
-                counts[outcome] += 1
+    if len(by_job) <= 1000:  # a watcher's few events; a full inventory also lists every finished job's pods,
+        jobs = jobs.filter(pk__in=list(by_job))  # and the active jobs (bounded by capacity) are the fewer rows
+    # One transaction for the whole batch instead of one per job: each change is still a compare-and-set on
+    # its row, and a failure leaves every job as it was for the next sync to retry.
+    with transaction.atomic():
+        for job in jobs:
+            if job.pk not in by_job:
+                continue
+            pods = [p for p in by_job[job.pk] if p.attempt == job.attempt]
+            if pods:
+                outcome = _apply_job(job, pods)
+                if outcome:
+                    counts[outcome] += 1
     return dict(counts)
 
 
@@ -189,7 +196,7 @@ def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finish
     """End the job; the settlement of its hold commits or rolls back with the transition."""
     from quotas.services import on_attempt_ended
 
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         ok = transition(job=job, to=state, allowed_from=[JobState.ADMITTED, JobState.RUNNING],
                         attempt=job.attempt, reason_code=reason, message=message, exit_code=exit_code,
                         finished_at=finished_at or timezone.now())

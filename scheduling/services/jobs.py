@@ -78,9 +78,13 @@ def transition(
     if reason_code or message or "reason_code" not in fields:
         values.setdefault("reason_code", reason_code)
         values.setdefault("reason_message", message[:300])
-    with transaction.atomic():
-        # Lock the row so the state recorded as from_state is the one the compare-and-set replaced.
-        previous = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
+    # No savepoint of its own: nothing here is worth rolling back alone, and inside the cycle's or a finish's
+    # transaction a savepoint per job cost two round trips. An error still aborts the enclosing transaction.
+    with transaction.atomic(savepoint=False):
+        if len(sources) == 1:  # the compare-and-set itself proves the state it replaced
+            previous = sources[0]
+        else:  # lock the row so the state recorded as from_state is the one the compare-and-set replaced
+            previous = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
         if not Job.objects.filter(**filters).update(**values):
             return False
         for k, v in values.items():
