@@ -13,6 +13,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from scheduling.backends.base import ClusterBackend, EvictionOutcome, Inventory, PodSet, PodState
@@ -31,15 +33,20 @@ class SimulatedBackend(ClusterBackend):
         from scheduling.models import SimPod
 
         now = timezone.now()
+        ended: dict[bool, list[int]] = {False: [], True: []}  # failed? -> pod ids
+        for pk, started_at, runtime_s, exit_code in SimPod.objects.filter(
+            cluster=self.name, phase="Running"
+        ).values_list("pk", "started_at", "runtime_s", "exit_code"):
+            if started_at and now >= started_at + timedelta(seconds=runtime_s / self.speedup):
+                ended[exit_code not in (None, 0)].append(pk)
         done = 0
-        for pod in SimPod.objects.filter(cluster=self.name, phase="Running"):
-            if pod.started_at and now >= pod.started_at + timedelta(seconds=pod.runtime_s / self.speedup):
-                fail = pod.exit_code not in (None, 0)
-                done += SimPod.objects.filter(pk=pod.pk, phase="Running").update(
+        for fail, pks in ended.items():  # two UPDATEs, whatever the number of pods that ended
+            if pks:
+                done += SimPod.objects.filter(pk__in=pks, phase="Running").update(
                     phase="Failed" if fail else "Succeeded",
                     reason="Error" if fail else "Completed",
                     finished_at=now,
-                    log=pod.log + ("exited with an error\n" if fail else "done\n"),
+                    log=Concat(F("log"), Value("exited with an error\n" if fail else "done\n")),
                 )
         return done
 
@@ -61,7 +68,8 @@ class SimulatedBackend(ClusterBackend):
             )
             for n in Node.objects.filter(cluster__name=self.name).select_related("flavor")
         )
-        pods = tuple(_state(p) for p in SimPod.objects.filter(cluster=self.name).order_by("job_id", "index"))
+        pods = tuple(_state(p) for p in SimPod.objects.filter(cluster=self.name).defer("log").order_by(
+            "job_id", "index"))
         return Inventory(nodes=nodes, pods=pods)
 
     def ensure_pods(self, podset: PodSet) -> None:
