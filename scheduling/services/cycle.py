@@ -9,13 +9,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from scheduling import core
 from scheduling.core import reasons
-from scheduling.models import Cluster, Job, JobState, Preemption, PreemptionVictim
+from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
 from scheduling.services.jobs import record_event, transition
 from scheduling.services.locks import exclusive
 from scheduling.services.snapshot import SnapshotContext, build_snapshot
@@ -106,33 +107,53 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
         for pre in result.preemptions:
             preempted += _record_preemption(pre, ctx)
 
-        for pr in result.pending:
-            job = ctx.jobs.get(pr.job_id)
-            if job is None or job.state != JobState.QUEUED:
-                continue
-            est = _dt(pr.estimated_start)
-            code_changed = job.reason_code != pr.code
-            est_changed = (est is None) != (job.estimated_start is None) or (
-                est is not None and abs(est - job.estimated_start) > ESTIMATE_SLACK
-            )
-            if not (code_changed or est_changed or job.reason_message != pr.message):
-                continue
-            Job.objects.filter(pk=job.pk, state=JobState.QUEUED, attempt=job.attempt).update(
-                reason_code=pr.code,
-                reason_message=pr.message[:300],
-                reason_detail=_jsonable(pr.detail),
-                estimated_start=est,
-            )
-            if code_changed:
-                changed += 1
-                record_event(
-                    job=job,
-                    kind="reason",
-                    reason_code=pr.code,
-                    message=pr.message,
-                    data={"detail": _jsonable(pr.detail), "estimated_start": est.isoformat() if est else None},
-                )
+        changed = _apply_pending(result.pending, ctx)
     return admitted, preempted, changed
+
+
+def _apply_pending(pending, ctx: SnapshotContext) -> int:
+    """Store the reasons and estimated starts that changed, in a constant number of statements.
+
+    The estimates of a long queue move every cycle, so this can be most of the queue: one UPDATE per job made
+    the cycle's cost grow with the backlog. Compare-and-set as before: the rows still queued in the attempt
+    the decision saw are locked first, and only those are written. A changed reason code is recorded on the
+    job's timeline."""
+    wanted: dict[int, tuple[Job, Any, datetime | None, bool]] = {}
+    for pr in pending:
+        job = ctx.jobs.get(pr.job_id)
+        if job is None or job.state != JobState.QUEUED:
+            continue
+        est = _dt(pr.estimated_start)
+        code_changed = job.reason_code != pr.code
+        est_changed = (est is None) != (job.estimated_start is None) or (
+            est is not None and abs(est - job.estimated_start) > ESTIMATE_SLACK
+        )
+        if code_changed or est_changed or job.reason_message != pr.message:
+            wanted[job.pk] = (job, pr, est, code_changed)
+    if not wanted:
+        return 0
+    current = dict(
+        Job.objects.select_for_update().filter(pk__in=list(wanted), state=JobState.QUEUED)
+        .values_list("pk", "attempt")
+    )
+    rows, events = [], []
+    for pk, (job, pr, est, code_changed) in wanted.items():
+        if current.get(pk) != job.attempt:
+            continue  # cancelled, admitted or requeued meanwhile: the decision no longer applies
+        detail = _jsonable(pr.detail)
+        job.reason_code, job.reason_message = pr.code, pr.message[:300]
+        job.reason_detail, job.estimated_start = detail, est
+        rows.append(job)
+        if code_changed:
+            events.append(JobEvent(
+                job=job, kind="reason", reason_code=pr.code, message=pr.message[:500], attempt=job.attempt,
+                at=timezone.now(),
+                data={"detail": detail, "estimated_start": est.isoformat() if est else None},
+            ))
+    Job.objects.filter(state=JobState.QUEUED).bulk_update(
+        rows, ["reason_code", "reason_message", "reason_detail", "estimated_start"], batch_size=500)
+    JobEvent.objects.bulk_create(events, batch_size=500)
+    return len(events)
 
 
 def _on_admitted(job: Job) -> None:

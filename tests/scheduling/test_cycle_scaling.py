@@ -1,0 +1,71 @@
+"""The cycle's and the sync's database work does not grow one statement per waiting or finishing job."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduling import core
+from scheduling.models import Job, JobEvent, JobState, SimPod
+from scheduling.services.clusters import sync_cluster
+from scheduling.services.cycle import apply_result, run_cycle
+from scheduling.services.snapshot import build_snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def go(django_capture_on_commit_callbacks):
+    def run(fn, *args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def _queries_of_a_cycle_with(n, lab, submit, go):
+    """n gangs of 3 x 4 GPUs wait on 2 nodes of 4: every one gets a new reason in the first cycle."""
+    Job.objects.filter(state=JobState.QUEUED).update(state=JobState.CANCELLED)  # out of the way
+    jobs = [go(submit, lab.alice if i % 2 else lab.bob, name=f"big{i}", gpus=4, pods=3) for i in range(n)]
+    with CaptureQueriesContext(connection) as q:
+        outcome = go(run_cycle)
+    assert outcome.admitted == 0 and outcome.reasons_changed == n
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.reason_code != "queued" and job.reason_message
+        assert job.events.filter(kind="reason", reason_code=job.reason_code, attempt=job.attempt).count() == 1
+    return len(q.captured_queries)
+
+
+def test_pending_reasons_are_written_in_constant_statements(lab, submit, go):
+    assert _queries_of_a_cycle_with(3, lab, submit, go) == _queries_of_a_cycle_with(12, lab, submit, go)
+
+
+def test_a_job_requeued_meanwhile_keeps_its_own_reason(lab, submit, go):
+    job = go(submit, lab.alice, gpus=4, pods=3)
+    snapshot, ctx = build_snapshot(now=timezone.now())
+    result = core.schedule(snapshot)
+    assert [p.job_id for p in result.pending] == [job.pk]
+    Job.objects.filter(pk=job.pk).update(attempt=2, reason_code="queued")  # a new attempt since the decision
+    assert apply_result(result=result, ctx=ctx)[2] == 0
+    assert Job.objects.get(pk=job.pk).reason_code == "queued"
+    assert not JobEvent.objects.filter(job=job, kind="reason").exists()
+
+
+def test_sync_finishes_many_jobs_with_the_same_timeline_as_one(lab, submit, go):
+    jobs = [go(submit, lab.alice, name=f"s{i}", gpus=1) for i in range(6)]
+    assert go(run_cycle).admitted == 6
+    go(sync_cluster)  # running
+    SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(days=30))
+    go(sync_cluster)  # the simulated kubelet ends them all at once; the sync settles them in one transaction
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.state == JobState.SUCCEEDED
+        assert [(e.from_state, e.to_state) for e in job.events.filter(kind="transition")] == [
+            ("", "queued"), ("queued", "admitted"), ("admitted", "running"), ("running", "succeeded")]
+    assert set(SimPod.objects.values_list("phase", "reason")) == {("Succeeded", "Completed")}
+    assert all(log.endswith("done\n") for log in SimPod.objects.values_list("log", flat=True))
