@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import task_postrun, task_prerun, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -23,3 +23,17 @@ def _prepare_cluster(**_kwargs):  # pragma: no cover - exercised by running a wo
         import logging
 
         logging.getLogger(__name__).exception("could not ensure PriorityClasses at worker start")
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _recycle_db_connections(sender=None, **_kwargs):
+    """Database connections live as in a web request: reused up to DB_CONN_MAX_AGE, dropped when broken.
+
+    Celery's Django fix-up would otherwise close every connection before and after every task (see
+    CELERY_DB_REUSE_MAX in settings), so each pod task and each cycle opened a new PostgreSQL session."""
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()

@@ -132,13 +132,20 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 120
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# Connections are recycled by portal.celery like Django's request cycle does (DB_CONN_MAX_AGE); this stops
+# Celery's own fix-up from closing them around every task (it only closes after this many tasks).
+CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_ROUTES = {
     "scheduling.cycle.*": {"queue": "cycle"},
     "scheduling.pods.*": {"queue": "pods"},
 }
 CELERY_BEAT_SCHEDULE = {
-    "admission-cycle": {"task": "scheduling.cycle.run", "schedule": float(ENV["CYCLE_INTERVAL_S"])},
-    "sync-cluster": {"task": "scheduling.cycle.sync", "schedule": float(ENV["CYCLE_INTERVAL_S"])},
+    # A cycle or sync still queued after ten intervals is dropped: later ones read the world afresh, and a
+    # worker slower than the beat must not build an ever longer backlog of stale ones.
+    "admission-cycle": {"task": "scheduling.cycle.run", "schedule": float(ENV["CYCLE_INTERVAL_S"]),
+                        "options": {"expires": 10 * float(ENV["CYCLE_INTERVAL_S"])}},
+    "sync-cluster": {"task": "scheduling.cycle.sync", "schedule": float(ENV["CYCLE_INTERVAL_S"]),
+                     "options": {"expires": 10 * float(ENV["CYCLE_INTERVAL_S"])}},
     "reconcile": {"task": "scheduling.cycle.reconcile", "schedule": float(ENV["RECONCILE_INTERVAL_S"])},
     # budgets (quotas.tasks): refills happen once per department and period however often this fires
     "quotas-refill": {"task": "quotas.refill", "schedule": 3600.0},
