@@ -69,6 +69,10 @@ def create_pods(job_id: int, attempt: int) -> str:
 
 @shared_task(name="scheduling.pods.admit", time_limit=60, soft_time_limit=50, **RETRY)
 def admit_pods(job_id: int, attempt: int) -> str:
+    return _admit(job_id, attempt)
+
+
+def _admit(job_id: int, attempt: int) -> str:
     from scheduling.services.clusters import podset_for
 
     job = _job(job_id, attempt, (JobState.ADMITTED,))
@@ -79,6 +83,23 @@ def admit_pods(job_id: int, attempt: int) -> str:
     backend.ensure_pods(podset)  # a lost create task must not block the admission
     backend.admit(podset, tuple(job.placement))
     return "admitted"
+
+
+@shared_task(name="scheduling.pods.admit_many", time_limit=120, soft_time_limit=110)
+def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
+    """Ungate the pods of several admitted (job id, attempt) pairs: one message for a cycle's admissions
+    instead of one broker round trip each. A pair that fails is handed to ``admit_pods`` on its own, with that
+    task's retries and back-off, so one unreachable cluster or bad pod never holds up the others."""
+    counts: dict[str, int] = {}
+    for job_id, attempt in pairs:
+        try:
+            outcome = _admit(job_id, attempt)
+        except Exception:  # noqa: BLE001 - retried alone below
+            log.warning("admitting job %s attempt %s failed; retrying it alone", job_id, attempt, exc_info=True)
+            admit_pods.delay(job_id, attempt)
+            outcome = "retrying"
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
 
 
 @shared_task(name="scheduling.pods.evict", time_limit=60, soft_time_limit=50, **RETRY)

@@ -196,8 +196,12 @@ def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finish
     """End the job; the settlement of its hold commits or rolls back with the transition."""
     from quotas.services import on_attempt_ended
 
+    # From the state the job was read in (the compare-and-set then proves it, with no extra lock); a job that
+    # moved meanwhile is left for the next sync.
+    sources = [job.state] if job.state in (JobState.ADMITTED, JobState.RUNNING) else [JobState.ADMITTED,
+                                                                                        JobState.RUNNING]
     with transaction.atomic(savepoint=False):
-        ok = transition(job=job, to=state, allowed_from=[JobState.ADMITTED, JobState.RUNNING],
+        ok = transition(job=job, to=state, allowed_from=sources,
                         attempt=job.attempt, reason_code=reason, message=message, exit_code=exit_code,
                         finished_at=finished_at or timezone.now())
         if ok:

@@ -23,6 +23,8 @@ from scheduling.services.snapshot import SnapshotContext, build_snapshot
 
 log = logging.getLogger(__name__)
 
+# Admitted jobs per pod-worker message: few broker round trips per cycle, still spread over the workers.
+ADMIT_BATCH = 8
 # An estimated start that moved less than this is not rewritten (avoids a write per job per cycle).
 ESTIMATE_SLACK = timedelta(seconds=30)
 
@@ -76,6 +78,7 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
     from scheduling import tasks
 
     admitted = preempted = changed = 0
+    to_ungate: list[list[int]] = []
     clusters = {c.name: c for c in Cluster.objects.all()}
     with transaction.atomic():
         for adm in result.admissions:
@@ -102,7 +105,10 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
             if ok:
                 admitted += 1
                 _on_admitted(job)
-                transaction.on_commit(lambda j=job.pk, a=job.attempt: tasks.admit_pods.delay(j, a))
+                to_ungate.append([job.pk, job.attempt])
+        for i in range(0, len(to_ungate), ADMIT_BATCH):  # a few messages per cycle, not one per admission
+            chunk = to_ungate[i:i + ADMIT_BATCH]
+            transaction.on_commit(lambda c=chunk: tasks.admit_pods_many.delay(c))
 
         for pre in result.preemptions:
             preempted += _record_preemption(pre, ctx)

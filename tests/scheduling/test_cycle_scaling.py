@@ -69,3 +69,28 @@ def test_sync_finishes_many_jobs_with_the_same_timeline_as_one(lab, submit, go):
             ("", "queued"), ("queued", "admitted"), ("admitted", "running"), ("running", "succeeded")]
     assert set(SimPod.objects.values_list("phase", "reason")) == {("Succeeded", "Completed")}
     assert all(log.endswith("done\n") for log in SimPod.objects.values_list("log", flat=True))
+
+
+def test_a_cycle_ungates_its_admissions_in_few_messages_and_a_failure_is_retried_alone(
+    lab, submit, monkeypatch, django_capture_on_commit_callbacks
+):
+    from scheduling import tasks
+    from scheduling.services import cycle
+
+    jobs = [submit(lab.alice, name=f"a{i}", gpus=1) for i in range(5)]
+    monkeypatch.setattr(cycle, "ADMIT_BATCH", 2)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert run_cycle().admitted == 5
+    assert len(callbacks) == 3  # 2 + 2 + 1, not one message per admitted job
+    real, retried = tasks._admit, []
+
+    def flaky(job_id, attempt):
+        if job_id == jobs[1].pk:
+            raise tasks.BackendError("apiserver hiccup")
+        return real(job_id, attempt)
+
+    monkeypatch.setattr(tasks, "_admit", flaky)
+    monkeypatch.setattr(tasks.admit_pods, "delay", lambda j, a: retried.append((j, a)))
+    outcome = tasks.admit_pods_many([[j.pk, j.attempt] for j in jobs])
+    assert outcome == {"admitted": 4, "retrying": 1} and retried == [(jobs[1].pk, 1)]
+    assert SimPod.objects.filter(gated=False).count() == 4
