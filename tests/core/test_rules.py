@@ -301,6 +301,18 @@ def test_realtime_preemption_victim_order(running, victims):
     assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS
 
 
+def test_single_victim_frees_the_fewest_gpus():
+    # a 1-GPU realtime job: the 1-GPU elastic job goes, not the 4-GPU borrowed gang that comes first in the
+    # preference order (evicting it would leave 3 GPUs idle until a job of that size arrives)
+    res = (
+        Snap().nodes(1).quota("A", 8).quota("B", 8)
+        .running(run(10, dept="B", gpus=4, borrowed=True), run(11, dept="B", gpus=1), run(12, dept="B", gpus=3))
+        .pending(job(1, gpus=1, tier="realtime")).decide()
+    )  # fmt: skip
+    (p,) = res.raw.preemptions
+    assert p.victim_ids == (11,)
+
+
 def test_victim_set_is_minimal():
     # 2 GPUs needed, 8 busy in 1-GPU backfill jobs: exactly two victims, the first two in order
     res = (
