@@ -35,6 +35,9 @@ def main(argv=None) -> int:
     rp.add_argument("--scenarios", default=None, help="comma-separated scenario files (default lab8, philly)")
     rp.add_argument("--loads", type=_floats, default=None)
     rp.add_argument("--seeds", type=int, default=None, help="number of seeds (1..N)")
+    rp.add_argument("--fresh", action="store_true",
+                    help="ignore replays already recorded in OUT/replays.jsonl (by default an interrupted report "
+                         "continues where it stopped)")
     rp.add_argument("--policies", default=None)
     rp.add_argument("--limit", type=int, default=None)
     rp.add_argument("--workers", type=int, default=None)
@@ -93,7 +96,8 @@ def _report(a) -> int:
     print(f"simulating {len(scen)} scenario(s) x {len(loads)} load(s) x {len(seeds)} seed(s) x {len(pols)} "
           f"policies{f' (first {limit} jobs)' if limit else ''}", flush=True)
     results = run_grid(scen, policies_=pols, loads=loads, seeds=seeds, trace_dir=a.trace_dir, limit=limit,
-                       workers=a.workers, log=lambda s: print(s, flush=True))
+                       workers=a.workers, log=lambda s: print(s, flush=True),
+                       checkpoint=None if a.fresh else Path(a.out) / "replays.jsonl")
     meta = {
         "engine": policies.REGISTRY["portal"].engine_name(),
         "scenarios": ", ".join(s.name for s in scen),

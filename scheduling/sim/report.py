@@ -3,12 +3,14 @@ and PNG plots (utilisation vs load, wait CDFs per tier, per-department fairness)
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import os
 import time
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from . import policies
@@ -29,24 +31,70 @@ def _task(args):
     return m
 
 
+_CODE = Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=16)
+def _fingerprint(path: str) -> str:
+    """The scenario file and the engine/simulator source: a recorded replay is reused only while both match."""
+    h = hashlib.sha256(Path(path).read_bytes())
+    for src in sorted([*(_CODE / "core").rglob("*.py"), *(_CODE / "sim").rglob("*.py")]):
+        h.update(src.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _key(path, pol, load, seed, limit) -> str:
+    return json.dumps([Path(path).stem, pol, load, seed, limit, _fingerprint(path)])
+
+
 def run_grid(scenarios, *, policies_=policies.DEFAULT, loads=LOADS, seeds=(1, 2, 3), trace_dir=None,
-             limit=None, workers=None, log=print):
+             limit=None, workers=None, log=print, checkpoint: Path | None = None):
+    """Every (scenario, load, seed, policy) replay. With ``checkpoint`` (a JSON-lines file) each finished replay
+    is appended as it completes and replays already in the file are not run again: a grid that takes an hour
+    survives an interruption and is continued by running the same command again."""
     tasks = [(str(s), p, ld, sd, trace_dir, limit) for s in scenarios for ld in loads for sd in seeds
              for p in policies_]
-    slow_first = {"portal": 0, "tiresias": 1}  # start the long replays first so the pool finishes together
-    tasks.sort(key=lambda t: slow_first.get(t[1], 2))
-    workers = workers or min(2, os.cpu_count() or 1)
+    done: dict[str, dict] = {}
+    if checkpoint is not None and checkpoint.exists():
+        for line in checkpoint.read_text().splitlines():
+            try:
+                m = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by the interruption
+            done[m.get("_key", "")] = m
     out = []
+    todo = []
+    for t in tasks:
+        m = done.get(_key(t[0], t[1], t[2], t[3], t[5]))
+        if m is not None and "error" not in m:
+            out.append(m)
+        else:
+            todo.append(t)
+    if out:
+        log(f"  {len(out)} replay(s) taken from {checkpoint}, {len(todo)} to run")
+    slow_first = {"portal": 0, "tiresias": 1}  # start the long replays first so the pool finishes together
+    todo.sort(key=lambda t: slow_first.get(t[1], 2))
+    workers = workers or min(2, os.cpu_count() or 1)
+
+    def finished(t, m):
+        m["_key"] = _key(t[0], t[1], t[2], t[3], t[5])
+        out.append(m)
+        if checkpoint is not None:
+            checkpoint.parent.mkdir(parents=True, exist_ok=True)
+            with checkpoint.open("a") as fh:
+                fh.write(json.dumps(m, default=str) + "\n")
+        log(_line(m))
+
     if workers <= 1:
-        for t in tasks:
-            out.append(_task(t))
-            log(_line(out[-1]))
+        for t in todo:
+            finished(t, _task(t))
     else:
-        # tasks sharing a prepared trace go to the same worker when possible (chunks keep scenario order)
         with ProcessPoolExecutor(max_workers=workers) as ex:
-            for m in ex.map(_task, tasks, chunksize=1):
-                out.append(m)
-                log(_line(m))
+            futures = {ex.submit(_task, t): t for t in todo}
+            for fut in as_completed(futures):
+                finished(futures[fut], fut.result())
+    order = {_key(t[0], t[1], t[2], t[3], t[5]): i for i, t in enumerate(tasks)}
+    out.sort(key=lambda m: order.get(m["_key"], len(order)))
     return out
 
 
@@ -280,6 +328,6 @@ def write_report(results, out: Path, *, meta=None) -> Path:
     plots(results, agg, out)
     md = markdown(results, agg, out=out, meta=meta)
     (out / "report.md").write_text(md)
-    slim = [{k: v for k, v in m.items() if k != "samples"} for m in results]
+    slim = [{k: v for k, v in m.items() if k not in ("samples", "_key")} for m in results]
     (out / "results.json").write_text(json.dumps(slim, indent=1, default=str))
     return out / "report.md"

@@ -40,3 +40,25 @@ def test_cli_report_writes_markdown_and_plots(tmp_path):
     md = (out / "report.md").read_text()
     assert "| portal |" in md and "| fcfs |" in md
     assert (out / "lab8_utilisation.png").exists() and (out / "lab8_wait_cdf.png").exists()
+
+
+def test_report_grid_continues_from_its_checkpoint(tmp_path):
+    from scheduling.sim.report import run_grid
+
+    ck = tmp_path / "replays.jsonl"
+    grid = {"scenarios": [ROOT / "scenarios" / "lab8.yaml"], "policies_": ("fcfs", "slurm-easy"), "loads": (0.9,),
+            "seeds": (1,), "limit": 80, "workers": 1}
+    logs: list[str] = []
+    first = run_grid(**grid, checkpoint=ck, log=logs.append)
+    assert len(ck.read_text().splitlines()) == 2
+    # an interruption mid-write leaves a partial line; the finished replays are not run again
+    with ck.open("a") as fh:
+        fh.write('{"policy": "fcf')
+    logs.clear()
+    again = run_grid(**grid, checkpoint=ck, log=logs.append)
+    assert logs == [f"  2 replay(s) taken from {ck}, 0 to run"]
+    assert [(m["policy"], m["utilisation"]) for m in again] == [(m["policy"], m["utilisation"]) for m in first]
+    # another job limit is another replay
+    logs.clear()
+    run_grid(**{**grid, "limit": 60}, checkpoint=ck, log=logs.append)
+    assert len(logs) == 2 and all("taken" not in line for line in logs)
