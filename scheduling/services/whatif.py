@@ -1,0 +1,322 @@
+"""What-if for admins: replay the portal's recorded job history under the policy in force and a proposed one
+(and/or proposed quotas) on the current cluster, and compare. Used by ``manage.py whatif`` and the dashboard's
+What-if page; the replay itself is ``scheduling.sim.whatif.compare``.
+
+Nothing here writes to the database. Two guards keep a replay bounded, so a web request always returns:
+
+- at most ``settings.WHATIF_MAX_JOBS`` jobs (default 1000): the most recent ones of the window; the result
+  says when the history was capped;
+- at most ``settings.WHATIF_TIME_LIMIT_S`` seconds of wall time (default 20) for both replays together;
+  past it the replay stops with ``ReplayTooLong`` (shorten the window).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+TRACE_COLUMNS = ("job_id", "submit_time_s", "duration_s", "gpus", "department", "user", "tier", "urgency",
+                 "flavor", "deadline_s", "bid", "max_runtime_s", "pods")
+DEFAULT_MAX_JOBS = 1000
+DEFAULT_TIME_LIMIT_S = 20.0
+QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
+
+
+class WhatIfError(ValueError):
+    """Bad input or nothing to replay. ``errors`` maps a field (``policy``, ``weights.high.pi``, ``quotas``,
+    ``days``, ``__all__``) to messages, for a form to show beside the field."""
+
+    def __init__(self, message: str, errors: dict[str, list[str]] | None = None):
+        self.message = message
+        self.errors = errors or {"__all__": [message]}
+        super().__init__(message)
+
+
+class ReplayTooLong(WhatIfError):
+    pass
+
+
+def max_jobs() -> int:
+    return int(getattr(settings, "WHATIF_MAX_JOBS", DEFAULT_MAX_JOBS))
+
+
+def time_limit_s() -> float:
+    return float(getattr(settings, "WHATIF_TIME_LIMIT_S", DEFAULT_TIME_LIMIT_S))
+
+
+# ------------------------------------------------------------------------------------------ the history
+
+
+def _history(since):
+    from scheduling.models import Job, JobState
+
+    return (Job.objects.filter(submitted_at__gte=since)
+            .exclude(state=JobState.PENDING_APPROVAL)
+            # never ran and never will: not part of the offered load
+            .exclude(state=JobState.CANCELLED, started_at__isnull=True))
+
+
+def export_rows(*, since, limit: int | None = None) -> list:
+    """The history since ``since`` as simulator TraceRows (times relative to the first submission; the
+    duration is what the job actually ran, its max runtime when it never ran). With ``limit``, only the most
+    recent ``limit`` jobs."""
+    from scheduling.sim.trace import TraceRow
+
+    qs = _history(since).select_related("department", "flavor", "owner")
+    if limit is not None:
+        jobs = list(qs.order_by("-submitted_at", "-id")[:limit])[::-1]
+    else:
+        jobs = list(qs.order_by("submitted_at", "id"))
+    if not jobs:
+        return []
+    t0 = jobs[0].submitted_at
+    rows = []
+    for j in jobs:
+        ran = (j.finished_at - j.started_at).total_seconds() if j.started_at and j.finished_at else None
+        rows.append(TraceRow(
+            job_id=str(j.pk), submit_time_s=(j.submitted_at - t0).total_seconds(),
+            duration_s=max(1.0, ran if ran is not None else float(j.max_runtime_s)),
+            gpus=j.gpus * j.pods, department=j.department.slug, user=j.owner.get_username(), tier=j.tier,
+            urgency=j.urgency, flavor=j.flavor.name,
+            deadline_s=(j.deadline - t0).total_seconds() if j.deadline else None, bid=j.bid,
+            max_runtime_s=float(j.max_runtime_s), pods=j.pods,
+        ))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ the inputs
+
+
+def validate_policy(doc: Any) -> dict:
+    """A proposed policy document, validated exactly like the policy editor and PUT /api/v1/policy (the
+    engine's codec); returns it normalised. Raises WhatIfError with the codec's per-field messages."""
+    from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
+
+    if not isinstance(doc, dict):
+        raise WhatIfError("The proposed policy must be a JSON object.", {"policy": ["Must be a JSON object."]})
+    try:
+        return policy_to_dict(policy_from_dict(doc))
+    except PolicyError as exc:
+        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.errors.items())
+        raise WhatIfError(f"The proposed policy is invalid: {problems}", dict(exc.errors))
+
+
+def sim_policy(data: dict) -> dict:
+    """A portal policy document (as stored) -> the simulator's policy overrides."""
+    from scheduling.core.policy import policy_from_dict
+
+    policy = policy_from_dict(data)
+    out = {}
+    for name in policy.__dataclass_fields__:
+        if name in ("version",):
+            continue
+        value = getattr(policy, name)
+        if name == "weights":
+            value = {f"{u}/{t}": w for (u, t), w in value.items()}
+        elif name == "priority_classes":
+            value = dict(value)
+        out[name] = value
+    return out
+
+
+def current_policy_doc() -> tuple[dict, int]:
+    from scheduling.services.policy import current_policy, policy_as_dict
+
+    policy, version = current_policy()
+    return policy_as_dict(policy), version
+
+
+def current_quotas() -> dict[str, dict[str, dict[str, int | None]]]:
+    """``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"}}}`` as in force."""
+    from quotas.models import Quota
+
+    out: dict = {}
+    for q in Quota.objects.select_related("department", "flavor"):
+        out.setdefault(q.department.slug, {})[q.flavor.name] = {
+            "nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit}
+    return out
+
+
+@dataclass(frozen=True)
+class QuotaChange:
+    department: str
+    flavor: str
+    nominal: int
+    borrowing_limit: int | None = None  # None = unlimited
+    lending_limit: int | None = None  # None = all of the nominal
+
+
+def _gpus(raw, label: str, where: str) -> int | None:
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "-")):
+        return None
+    value = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and re.fullmatch(r"\s*-?\d+\s*", raw):
+        value = int(raw)
+    if value is None:
+        raise WhatIfError(f"{where}: {label} must be a whole number of GPUs (quotas are whole numbers of GPUs).",
+                          {"quotas": [f"{where}: {label}: quotas are whole numbers of GPUs."]})
+    if value < 0:
+        raise WhatIfError(f"{where}: {label} cannot be negative.",
+                          {"quotas": [f"{where}: {label}: quotas cannot be negative."]})
+    return value
+
+
+def quota_change(department: str, flavor: str, nominal=None, borrowing_limit=None, lending_limit=None,
+                 *, departments: Iterable[str] | None = None, flavors: Iterable[str] | None = None) -> QuotaChange:
+    """Validate one proposed quota (values may be strings from a form or a command line; blank nominal = 0,
+    blank limits = unlimited). Unknown departments and flavors, non-integers, negatives and a lending limit
+    above the nominal quota are WhatIfErrors naming the quota."""
+    from portal.models import Department
+    from quotas.models import Flavor
+
+    where = f"{department}/{flavor}"
+    known_depts = set(departments) if departments is not None else set(
+        Department.objects.values_list("slug", flat=True))
+    known_flavors = set(flavors) if flavors is not None else set(Flavor.objects.values_list("name", flat=True))
+    if department not in known_depts:
+        raise WhatIfError(f"{where}: unknown department {department!r}.",
+                          {"quotas": [f"{where}: unknown department {department!r}."]})
+    if flavor not in known_flavors:
+        raise WhatIfError(f"{where}: unknown flavor {flavor!r}.",
+                          {"quotas": [f"{where}: unknown flavor {flavor!r}."]})
+    nom = _gpus(nominal, "nominal", where) or 0
+    borrow = _gpus(borrowing_limit, "borrowing limit", where)
+    lend = _gpus(lending_limit, "lending limit", where)
+    if lend is not None and lend > nom:
+        raise WhatIfError(f"{where}: the lending limit cannot exceed the nominal quota.",
+                          {"quotas": [f"{where}: the lending limit ({lend}) cannot exceed the nominal quota "
+                                      f"({nom})."]})
+    return QuotaChange(department, flavor, nom, borrow, lend)
+
+
+def apply_quota_changes(quotas: dict, changes: Iterable[QuotaChange]) -> dict:
+    """A copy of ``quotas`` with ``changes`` applied (each replaces that department x flavor's quota)."""
+    proposed = {d: {f: dict(v) for f, v in per.items()} for d, per in quotas.items()}
+    for c in changes:
+        proposed.setdefault(c.department, {})[c.flavor] = {
+            "nominal": c.nominal, "borrowing_limit": c.borrowing_limit, "lending_limit": c.lending_limit}
+    return proposed
+
+
+def node_groups() -> list[dict]:
+    """The current cluster (schedulable nodes) as the simulator's node groups."""
+    from scheduling.models import Node
+
+    groups = Counter(Node.objects.filter(schedulable=True).values_list("flavor__name", "gpus"))
+    if not groups:
+        raise WhatIfError("There are no schedulable nodes to replay on.")
+    return [{"name": f"{flavor}-{gpus}", "count": n, "gpus_per_node": gpus, "flavor": flavor}
+            for (flavor, gpus), n in sorted(groups.items())]
+
+
+def member_tiers() -> dict[str, dict[str, str]]:
+    from portal.models import Membership
+
+    out: dict = {}
+    for m in Membership.objects.select_related("department", "user"):
+        out.setdefault(m.department.slug, {})[m.user.get_username()] = m.user_tier
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the replay
+
+
+class _Bounded:
+    """The portal's decision function, stopped at a wall-clock deadline, counting preemption victims per
+    department (the simulator's summary only has the total)."""
+
+    name = "portal"
+    time_dependent = True
+
+    def __init__(self, deadline: float, limit_s: float):
+        from scheduling.sim.policies import Portal
+
+        self.inner = Portal()
+        self.deadline = deadline
+        self.limit_s = limit_s
+        self.victims: Counter[str] = Counter()
+
+    def __call__(self, snap):
+        if time.monotonic() > self.deadline:
+            raise ReplayTooLong(
+                f"The replay did not finish within {self.limit_s:g} s. Choose a shorter history window.")
+        result = self.inner(snap)
+        if result.preemptions:
+            dept = {r.id: r.department for r in snap.running}
+            for p in result.preemptions:
+                for vid in p.victim_ids:
+                    if vid in dept:
+                        self.victims[dept[vid]] += 1
+        return result
+
+
+@dataclass
+class WhatIf:
+    """One comparison: ``result`` is ``scheduling.sim.whatif.compare``'s output plus ``preemptions_dept``
+    (victims per department) in each summary and in ``diff``."""
+
+    result: dict
+    days: float
+    jobs: int  # replayed
+    total: int  # in the window
+    max_jobs: int
+    policy_changed: bool
+    quota_changes: list[QuotaChange] = field(default_factory=list)
+    current_version: int = 0
+    proposed_policy: dict | None = None
+    wall_s: float = 0.0
+
+    @property
+    def capped(self) -> bool:
+        return self.jobs < self.total
+
+
+def run_whatif(*, days: float, proposed_policy: dict | None = None, quota_changes: Iterable[QuotaChange] = (),
+               limit: int | None = None, time_limit: float | None = None) -> WhatIf:
+    """Replay the last ``days`` of history (at most ``limit`` jobs, the most recent) under the policy and quotas
+    in force and under the proposal; raise WhatIfError on bad input or nothing to compare."""
+    from scheduling.sim.whatif import compare
+
+    if not days or days <= 0:
+        raise WhatIfError("The history window must be a positive number of days.",
+                          {"days": ["Must be a positive number of days."]})
+    changes = list(quota_changes)
+    current_doc, version = current_policy_doc()
+    proposed_doc = current_doc if proposed_policy is None else validate_policy(proposed_policy)
+    strip = lambda d: {k: v for k, v in d.items() if k != "version"}  # noqa: E731
+    policy_changed = strip(proposed_doc) != strip(current_doc)
+    quotas = current_quotas()
+    proposed_quotas = apply_quota_changes(quotas, changes)
+    if not policy_changed and proposed_quotas == quotas:
+        raise WhatIfError("Nothing to compare: change the policy or a quota.")
+    limit = max_jobs() if limit is None else limit
+    since = timezone.now() - timedelta(days=days)
+    total = _history(since).count()
+    rows = export_rows(since=since, limit=limit)
+    if not rows:
+        message = f"No jobs in the last {days:g} day{'' if days == 1 else 's'} to replay."
+        raise WhatIfError(message, {"days": [message]})
+    groups = node_groups()
+    budget = time_limit_s() if time_limit is None else time_limit
+    t0 = time.monotonic()
+    current, proposed = _Bounded(t0 + budget, budget), _Bounded(t0 + budget, budget)
+    result = compare(rows, node_groups=groups, quotas=quotas, proposed_quotas=proposed_quotas,
+                     current_policy=sim_policy(current_doc), proposed_policy=sim_policy(proposed_doc),
+                     current=current, proposed=proposed, members=member_tiers())
+    depts = sorted(set(current.victims) | set(proposed.victims) | {r.department for r in rows})
+    result["current"]["preemptions_dept"] = {d: current.victims.get(d, 0) for d in depts}
+    result["proposed"]["preemptions_dept"] = {d: proposed.victims.get(d, 0) for d in depts}
+    result["diff"]["preemptions_dept"] = {d: proposed.victims.get(d, 0) - current.victims.get(d, 0) for d in depts}
+    return WhatIf(result=result, days=days, jobs=len(rows), total=total, max_jobs=limit,
+                  policy_changed=policy_changed, quota_changes=changes, current_version=version,
+                  proposed_policy=proposed_doc if policy_changed else None, wall_s=time.monotonic() - t0)
