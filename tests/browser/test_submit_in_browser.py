@@ -85,3 +85,38 @@ def test_researcher_submits_and_follows_a_job(page, live_server, lab, tmp_path):
     page.wait_for_selector("tr[data-job]")
     assert "browser-job" in page.inner_text("table.jobs")
     assert "succeeded" in page.inner_text("table.jobs")
+
+
+def test_admin_tries_a_policy_in_whatif_and_opens_it_in_the_editor(page, live_server, lab, submit, tmp_path):
+    import json
+
+    from django.utils import timezone
+
+    from scheduling.models import Job
+    from scheduling.services.policy import current_policy, policy_as_dict
+
+    t0 = timezone.now() - timedelta(days=1)
+    for i in range(6):
+        job = submit((lab.alice, lab.bob)[i % 2], name=f"h{i}", gpus=4, max_runtime_s=7200)
+        Job.objects.filter(pk=job.pk).update(state="succeeded", submitted_at=t0 + timedelta(minutes=i),
+                                              started_at=t0 + timedelta(minutes=i),
+                                              finished_at=t0 + timedelta(minutes=i + 40))
+    proposal = policy_as_dict(current_policy()[0])
+    proposal["aging_per_minute"] = 5.0
+
+    page.goto(f"{live_server.url}/")
+    page.fill("input[name=username]", "root")
+    page.fill("input[name=password]", "pw-root-long-enough")
+    page.click("button[type=submit]")
+    page.click("nav >> text=What-if")
+    page.fill("textarea[name=policy]", json.dumps(proposal))
+    page.fill("input[name='quota:nlp:a100-80gb:nominal']", "2")
+    page.click("button:has-text('Replay and compare')")
+    page.wait_for_selector("#whatif-result")
+    assert page.locator("tr[data-dept=vision]").is_visible() and page.locator("tr[data-dept=nlp]").is_visible()
+    assert "aging_per_minute: 1.0 → 5.0" in page.inner_text("#whatif-result")
+    page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
+
+    page.click("#whatif-apply")
+    page.wait_for_selector("#from-whatif")
+    assert json.loads(page.input_value("textarea[name=policy]"))["aging_per_minute"] == 5.0

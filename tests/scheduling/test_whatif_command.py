@@ -53,6 +53,10 @@ def test_compare_prints_differences(history, tmp_path, capsys):
     (["--quota", "nlp:a100-80gb:x"], "whole numbers"),
     (["--quota", "nlp:h100:2"], "unknown flavor"),
     (["--quota", "nlp"], "DEPT:FLAVOR:NOMINAL"),
+    (["--quota", "physics:a100-80gb:2"], "unknown department"),
+    (["--quota", "nlp:a100-80gb:2:0:3"], "cannot exceed the nominal"),
+    (["--quota", "nlp:a100-80gb:-1"], "cannot be negative"),
+    (["--policy", "/nonexistent.json", "--days", "0.0001"], "cannot read"),
     ([], "nothing to compare"),
     (["--days", "0", "--quota", "nlp:a100-80gb:2"], "positive"),
 ])
@@ -69,3 +73,8 @@ def test_invalid_proposed_policy(history, tmp_path):
     path.write_text("{broken")
     with pytest.raises(CommandError, match="cannot read"):
         call_command("whatif", "--policy", str(path))
+
+
+def test_the_replay_is_capped_to_the_most_recent_jobs(history, capsys):
+    call_command("whatif", "--quota", "nlp:a100-80gb:2:0", "--max-jobs", "5")
+    assert "replayed 5 jobs of the last 30 days (the most recent 5 of 12: capped)" in capsys.readouterr().out
