@@ -321,7 +321,14 @@ class Cycle:
                 if not relax_cooldown and now - v.started_at < min_run:
                     return False
                 if v.department == dept:
-                    return realtime and tier_rank(v.tier) > rank
+                    # A borrowing preemptor must not evict its department's work inside the nominal quota: the
+                    # victim would come back in the next cycle's nominal pass, ahead of the preemptor, and the
+                    # preemption would repeat every min_runtime_s for nothing.
+                    return (
+                        realtime
+                        and tier_rank(v.tier) > rank
+                        and (not borrows or quota.over_nominal(dept, flavor, removed.get(dept, 0)))
+                    )
                 if realtime and not borrows and tier_rank(v.tier) > rank:
                     return True
                 return v.borrowed and quota.over_nominal(v.department, flavor, removed.get(v.department, 0))

@@ -249,7 +249,9 @@ class Simulator:
         ran = t - rec.start
         ck = self.opt.checkpoint_interval_s
         ran_before = (rec.evict_at if rec.evict_at is not None else t) - rec.start
-        kept = 0.0 if not ck else math.floor(ran_before / ck) * ck
+        # (the epsilon: an eviction decided exactly at a checkpoint, e.g. at min_runtime_s, keeps that checkpoint
+        # despite float error in start + interval - start)
+        kept = 0.0 if not ck else math.floor(ran_before / ck + 1e-9) * ck
         kept = min(kept, rec.spec.duration_s - rec.progress_s)
         rec.lost_gpu_s += max(ran - kept, 0.0) * rec.spec.gpus
         rec.progress_s += kept

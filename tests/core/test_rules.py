@@ -313,6 +313,25 @@ def test_single_victim_frees_the_fewest_gpus():
     assert p.victim_ids == (11,)
 
 
+def test_borrowing_realtime_job_does_not_evict_its_departments_work_within_nominal():
+    # A holds 4 of its nominal 4 with an elastic job; its 8-GPU realtime job would borrow. Evicting the elastic
+    # job would not help: it is back first in the next cycle's nominal pass, and the eviction repeats forever.
+    res = (
+        Snap().nodes(2, gpus=4).quota("A", 4).quota("B", 4)
+        .running(run(10, gpus=4, ran=HOUR))
+        .pending(job(1, gpus=4, pods=2, tier="realtime")).decide()
+    )  # fmt: skip
+    assert not res.raw.preemptions
+    assert res.code(1) == reasons.QUOTA_EXHAUSTED
+    # above its nominal quota, the department's own lower-tier work is fair game again
+    res = (
+        Snap().nodes(2, gpus=4).quota("A", 2).quota("B", 6)
+        .running(run(10, gpus=4, ran=HOUR, borrowed=True))
+        .pending(job(1, gpus=4, pods=2, tier="realtime")).decide()
+    )  # fmt: skip
+    assert res.victims == {10}
+
+
 def test_victim_set_is_minimal():
     # 2 GPUs needed, 8 busy in 1-GPU backfill jobs: exactly two victims, the first two in order
     res = (

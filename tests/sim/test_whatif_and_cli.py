@@ -62,3 +62,22 @@ def test_report_grid_continues_from_its_checkpoint(tmp_path):
     logs.clear()
     run_grid(**{**grid, "limit": 60}, checkpoint=ck, log=logs.append)
     assert len(logs) == 2 and all("taken" not in line for line in logs)
+
+
+def test_replay_ends_when_a_preemption_cannot_help():
+    """Regression: a borrowing realtime job evicted its department's job inside nominal, which came back first
+    in the next cycle; the replay evicted it every 10 simulated minutes forever."""
+    import signal
+
+    def too_long(*_):
+        raise AssertionError("the replay did not end")
+
+    old = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(60)
+    try:
+        res = compare(rows(41), node_groups=[{"name": "n", "count": 2, "gpus_per_node": 4, "flavor": "a100"}],
+                      quotas={"a": {"a100": 4}, "b": {"a100": 4}})
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert res["current"]["never_started"] == 0 and res["current"]["preemptions"] < 10
