@@ -321,13 +321,17 @@ class Cycle:
                 if not relax_cooldown and now - v.started_at < min_run:
                     return False
                 if v.department == dept:
-                    # A borrowing preemptor must not evict its department's work inside the nominal quota: the
-                    # victim would come back in the next cycle's nominal pass, ahead of the preemptor, and the
-                    # preemption would repeat every min_runtime_s for nothing.
+                    # A preemptor that would still borrow must not evict its department's work inside the
+                    # nominal quota: the victim would come back in the next cycle's nominal pass, ahead of the
+                    # preemptor, and the preemption would repeat every min_runtime_s for nothing. It may when
+                    # the victim comes back as a borrower, or when the preemptor then fits inside nominal.
+                    if not (realtime and tier_rank(v.tier) > rank):
+                        return False
+                    gone = removed.get(dept, 0)
                     return (
-                        realtime
-                        and tier_rank(v.tier) > rank
-                        and (not borrows or quota.over_nominal(dept, flavor, removed.get(dept, 0)))
+                        not borrows
+                        or quota.over_nominal(dept, flavor, gone)
+                        or quota.usage[(dept, flavor)] - gone - v.gpus + k <= quota.nominal(dept, flavor)
                     )
                 if realtime and not borrows and tier_rank(v.tier) > rank:
                     return True

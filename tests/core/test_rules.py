@@ -323,6 +323,13 @@ def test_borrowing_realtime_job_does_not_evict_its_departments_work_within_nomin
     )  # fmt: skip
     assert not res.raw.preemptions
     assert res.code(1) == reasons.QUOTA_EXHAUSTED
+    # when the realtime job fits inside nominal once the victim is gone, it comes first next cycle: allowed
+    res = (
+        Snap().nodes(1, gpus=4).quota("A", 4).quota("B", 4)
+        .running(run(10, gpus=4, ran=HOUR))
+        .pending(job(1, gpus=2, tier="realtime")).decide()
+    )  # fmt: skip
+    assert res.victims == {10}
     # above its nominal quota, the department's own lower-tier work is fair game again
     res = (
         Snap().nodes(2, gpus=4).quota("A", 2).quota("B", 6)
