@@ -186,9 +186,10 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "portal.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_THROTTLE_RATES": {"submit": "120/min"},
+    "DEFAULT_THROTTLE_RATES": {"submit": "120/min"},  # jobs per user, a batch counts each of its jobs
     "UNAUTHENTICATED_USER": None,
 }
+JOBS_BATCH_MAX = 500  # most jobs in one POST /api/v1/jobs/batch (docs/api.md)
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU portal API",
     "DESCRIPTION": "Submit and follow GPU jobs; read quotas, flavors and departments.",

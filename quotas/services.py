@@ -490,10 +490,20 @@ def estimated_cost(*, job) -> int:
     return cost_of(rate=worst_case_rate(job=job), gpu_seconds=job.gpus * job.pods * job.max_runtime_s)
 
 
-def approval_required(*, job) -> str | None:
-    """Why ``job`` must wait for a department admin's approval, or None to queue it directly."""
-    rule = ApprovalRule.objects.filter(department_id=job.department_id).first()
-    allowance = Allowance.objects.filter(user_id=job.owner_id).first() if job.owner_id else None
+def approval_inputs(*, department_id, owner_id) -> tuple[ApprovalRule | None, Allowance | None]:
+    """What ``approval_required`` reads about a submitter: the department's rule and the user's allowance.
+    A batch of jobs by one user reads them once and passes them to every job's check."""
+    rule = ApprovalRule.objects.filter(department_id=department_id).first()
+    allowance = Allowance.objects.filter(user_id=owner_id).first() if owner_id else None
+    return rule, allowance
+
+
+def approval_required(*, job, inputs: tuple[ApprovalRule | None, Allowance | None] | None = None) -> str | None:
+    """Why ``job`` must wait for a department admin's approval, or None to queue it directly.
+
+    ``inputs`` is ``approval_inputs(...)`` for the job's department and owner, read here when not given."""
+    rule, allowance = inputs if inputs is not None else approval_inputs(
+        department_id=job.department_id, owner_id=job.owner_id)
     if rule is None and allowance is None:
         return None
     why: list[str] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -213,6 +214,37 @@ class JobSubmitSerializer(serializers.Serializer):
         return attrs
 
 
+class JobBatchSubmitSerializer(serializers.Serializer):
+    """Several jobs, each validated exactly as a POST /api/v1/jobs body; errors are keyed by the item's
+    position (``jobs.3.gpus``)."""
+
+    # One child serializer validates every item, so each distinct flavor is read once per batch.
+    jobs = JobSubmitSerializer(many=True, allow_empty=False,
+                               help_text="Job bodies as for POST /api/v1/jobs, at most JOBS_BATCH_MAX (500)")
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": [serializers.ErrorDetail(
+                'Expected a JSON object: {"jobs": [...]}.', code="invalid")]})
+        unknown = sorted(set(data) - {"jobs"})
+        if unknown:
+            raise serializers.ValidationError({name: [serializers.ErrorDetail(
+                f"Unknown field {name!r}; the body is {{\"jobs\": [...]}}.", code="unknown_field")]
+                for name in unknown})
+        jobs = data.get("jobs")
+        problem = None  # checked before any item is validated, and reported on "jobs" itself
+        if "jobs" in data and jobs is not None and not isinstance(jobs, list):
+            problem = ("A JSON list of job bodies is required.", "not_a_list")
+        elif isinstance(jobs, list) and not jobs:
+            problem = ("The list is empty: submit at least one job.", "empty")
+        elif isinstance(jobs, list) and len(jobs) > settings.JOBS_BATCH_MAX:
+            problem = (f"At most {settings.JOBS_BATCH_MAX} jobs per batch; this one has {len(jobs)}. Split it.",
+                       "too_many")
+        if problem:
+            raise serializers.ValidationError({"jobs": [serializers.ErrorDetail(problem[0], code=problem[1])]})
+        return super().to_internal_value(data)
+
+
 class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -257,6 +289,12 @@ class JobDetailSerializer(JobSerializer):
         from scheduling.selectors import queue_position
 
         return queue_position(job=job)
+
+
+class JobBatchSerializer(serializers.Serializer):
+    """The jobs of a batch, in the order submitted, each as in the jobs list (GET /api/v1/jobs)."""
+
+    jobs = JobSerializer(many=True, read_only=True)
 
 
 class CancelSerializer(serializers.Serializer):

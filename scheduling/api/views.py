@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Prefetch
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.settings import api_settings
+from rest_framework.throttling import SimpleRateThrottle
 
-from portal.errors import Forbidden
+from portal.errors import Forbidden, ValidationFailed
 from portal.tenancy import can_manage_job, membership_of
 from scheduling.api.serializers import (
     CancelSerializer,
+    JobBatchSerializer,
+    JobBatchSubmitSerializer,
     JobDetailSerializer,
     JobSerializer,
     JobSubmitSerializer,
 )
 from scheduling.models import JobEvent
 from scheduling.selectors import jobs_for
-from scheduling.services.jobs import job_cancel, job_submit
+from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
 
 FILTERS = [
     OpenApiParameter("state", str, description="Comma-separated states, e.g. queued,running"),
@@ -32,6 +36,65 @@ FILTERS = [
     OpenApiParameter("department", str, description="Department slug (platform admins)"),
     OpenApiParameter("q", str, description="Name contains"),
 ]
+
+
+IDEMPOTENCY_KEY_MAX = 200
+
+
+class SubmitThrottle(SimpleRateThrottle):
+    """The per-user ``submit`` rate (``DEFAULT_THROTTLE_RATES["submit"]``), counted in jobs.
+
+    A single submission costs one; a batch costs the number of jobs in its body (at most JOBS_BATCH_MAX),
+    counted before validation as a single submission is. Both share one bucket, so batching saves HTTP
+    round trips but is never a way around the limit. A batch larger than the whole rate can never pass: it
+    is refused at once (429, no Retry-After) with a message to split it.
+    """
+
+    scope = "submit"
+
+    def __init__(self):  # the rate is read per request, so a changed setting applies (tests, reloads)
+        pass
+
+    def get_rate(self):
+        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+
+    def get_cache_key(self, request, view):
+        ident = request.user.pk if request.user and request.user.is_authenticated else self.get_ident(request)
+        return self.cache_format % {"scope": self.scope, "ident": ident}
+
+    @staticmethod
+    def cost(request, view) -> int:
+        if getattr(view, "action", None) != "batch":
+            return 1
+        data = request.data
+        jobs = data.get("jobs") if isinstance(data, dict) else None
+        return max(1, min(len(jobs), settings.JOBS_BATCH_MAX)) if isinstance(jobs, list) else 1
+
+    def allow_request(self, request, view):
+        self.rate = self.get_rate()
+        if self.rate is None:
+            return True
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        self.key = self.get_cache_key(request, view)
+        cost = self.cost(request, view)
+        if cost > self.num_requests:
+            raise exceptions.Throttled(detail=(
+                f"A batch of {cost} jobs is more than the submit rate allows ({self.rate} per user); "
+                f"split it into batches of at most {self.num_requests}."))
+        self.history = self.cache.get(self.key, [])
+        self.now = self.timer()
+        while self.history and self.history[-1] <= self.now - self.duration:
+            self.history.pop()
+        self.missing = len(self.history) + cost - self.num_requests
+        if self.missing > 0:
+            return self.throttle_failure()
+        self.history[:0] = [self.now] * cost  # newest first, one entry per job, as DRF keeps requests
+        self.cache.set(self.key, self.history, self.duration)
+        return True
+
+    def wait(self):
+        """Seconds until enough of the oldest submissions leave the window for this one to fit."""
+        return max(0.0, self.duration - (self.now - self.history[-self.missing]))
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -47,9 +110,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return JobDetailSerializer if self.action == "retrieve" else JobSerializer
 
     def get_throttles(self):
-        if self.action == "create":
-            self.throttle_scope = "submit"
-            return [ScopedRateThrottle()]
+        if self.action in ("create", "batch"):
+            return [SubmitThrottle()]
         return super().get_throttles()
 
     @extend_schema(parameters=FILTERS)
@@ -67,12 +129,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise Forbidden("You are not a member of any department; ask a platform admin to add you.")
         serializer = JobSubmitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        key = request.headers.get("Idempotency-Key") or None
-        if key is not None and len(key) > 200:
-            from portal.errors import ValidationFailed
-
-            raise ValidationFailed(fields={"Idempotency-Key": [{"code": "too_long",
-                                                                "message": "At most 200 characters."}]})
+        key = _idempotency_key(request)
         job, created = job_submit(user=request.user, data=serializer.validated_data, idempotency_key=key)
         if created:  # complete in memory: its relations came with the request, its timeline is one event
             _prefetched_timeline(job, [job.submission_event])
@@ -82,6 +139,32 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = JobDetailSerializer(job, context={"request": request}).data
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers={"Location": f"/api/v1/jobs/{job.pk}"})
+
+    @extend_schema(
+        request=JobBatchSubmitSerializer,
+        responses={201: JobBatchSerializer, 200: JobBatchSerializer},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                     description="Retry-safe batch: the same key returns the same jobs (200)")],
+        summary="Submit several jobs at once",
+        description=(
+            "All or nothing, in one transaction: every job is validated and submitted as by POST /api/v1/jobs "
+            "(department and user tier from your membership, approval rules, timeline, pods after commit). "
+            "A bad item answers 400 with field errors keyed by its position (`jobs.3.gpus`) and writes "
+            "nothing. At most JOBS_BATCH_MAX (500) jobs; each job counts against the per-user submit rate."),
+    )
+    @action(detail=False, methods=["post"], url_path="batch")
+    def batch(self, request):
+        if membership_of(request.user) is None:
+            raise Forbidden("You are not a member of any department; ask a platform admin to add you.")
+        serializer = JobBatchSubmitSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        jobs, created = job_submit_batch(user=request.user, items=serializer.validated_data["jobs"],
+                                         idempotency_key=_idempotency_key(request))
+        if not created:  # a replay: render the stored jobs as they are now, in the batch's order
+            rows = jobs_for(request.user, {}).in_bulk([j.pk for j in jobs])
+            jobs = [rows[j.pk] for j in jobs]
+        body = JobBatchSerializer({"jobs": jobs}, context={"request": request}).data
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
@@ -110,8 +193,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         try:
             tail = max(1, min(5000, int(request.query_params.get("tail", 200))))
         except ValueError:
-            from portal.errors import ValidationFailed
-
             raise ValidationFailed(fields={"tail": [{"code": "invalid", "message": "An integer is required."}]})
         follow = request.query_params.get("follow") in ("1", "true", "yes")
         backend = get_backend(job.cluster.name if job.cluster_id else "default")
@@ -119,6 +200,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                              tail_lines=tail, follow=follow)
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),
                                      content_type="text/plain; charset=utf-8")
+
+
+def _idempotency_key(request) -> str | None:
+    key = request.headers.get("Idempotency-Key") or None
+    if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
+        raise ValidationFailed(fields={"Idempotency-Key": [
+            {"code": "too_long", "message": f"At most {IDEMPOTENCY_KEY_MAX} characters."}]})
+    return key
 
 
 def _prefetched_timeline(job, events) -> None:

@@ -35,7 +35,27 @@ def record_event(
     at: datetime | None = None,
     attempt: int | None = None,
 ) -> JobEvent:
-    return JobEvent.objects.create(
+    event = new_event(job=job, kind=kind, message=message, reason_code=reason_code, from_state=from_state,
+                      to_state=to_state, data=data, actor=actor, at=at, attempt=attempt)
+    event.save(force_insert=True)
+    return event
+
+
+def new_event(
+    *,
+    job: Job,
+    kind: str,
+    message: str = "",
+    reason_code: str = "",
+    from_state: str = "",
+    to_state: str = "",
+    data: dict | None = None,
+    actor=None,
+    at: datetime | None = None,
+    attempt: int | None = None,
+) -> JobEvent:
+    """An unsaved JobEvent (``record_event`` saves one; a batch of submissions inserts many at once)."""
+    return JobEvent(
         job=job,
         kind=kind,
         message=message[:500],
@@ -107,11 +127,18 @@ def request_hash(data: dict) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _approval_reason(*, job: Job) -> str | None:
+def _approval_reason(*, job: Job, inputs=None) -> str | None:
     """A department rule that puts the job in pending_approval, or None (quotas.services decides)."""
     from quotas.services import approval_required
 
-    return approval_required(job=job)
+    return approval_required(job=job, inputs=inputs)
+
+
+def _member(user) -> Membership:
+    membership: Membership | None = membership_of(user)
+    if membership is None:
+        raise Forbidden("You are not a member of any department; ask a platform admin to add you.")
+    return membership
 
 
 def job_submit(*, user, data: dict, idempotency_key: str | None = None) -> tuple[Job, bool]:
@@ -120,54 +147,113 @@ def job_submit(*, user, data: dict, idempotency_key: str | None = None) -> tuple
     Returns (job, created). With an ``idempotency_key`` a retry of the same request returns the same job;
     the same key with a different body raises IdempotencyKeyReused. Pods are created after commit.
     """
-    membership: Membership | None = membership_of(user)
-    if membership is None:
-        raise Forbidden("You are not a member of any department; ask a platform admin to add you.")
+    membership = _member(user)
     digest = request_hash(data)
     # No look-up of the idempotency key first: the unique (owner, idempotency_key) constraint decides, and a
     # retry (rare) pays for the rolled-back insert instead of every first submission paying for a SELECT.
-    flavor: Flavor = data["flavor"]
-    fields = {k: v for k, v in data.items() if k != "flavor"}
     try:
         with transaction.atomic():
-            job = Job(
-                owner=user,
-                department=membership.department,
-                user_tier=membership.user_tier,
-                flavor=flavor,
-                idempotency_key=idempotency_key or None,
-                request_hash=digest,
-                state=JobState.QUEUED,
-                reason_code=reasons.QUEUED,
-                reason_message=reasons.CODES[reasons.QUEUED],
-                **fields,
-            )
-            approval = _approval_reason(job=job)
-            if approval:
-                job.state = JobState.PENDING_APPROVAL
-                job.reason_code = reasons.AWAITING_APPROVAL
-                job.reason_message = approval[:300]
-            else:
-                job.queued_at = job.submitted_at
-            job.save()
-            event = record_event(
-                job=job,
-                kind="transition",
-                to_state=job.state,
-                reason_code=job.reason_code,
-                message="submitted" + (f": {approval}" if approval else ""),
-                actor=user,
-            )
-            if job.state == JobState.QUEUED:
-                enqueue_pod_creation(job)
+            [job] = _create_jobs(user=user, membership=membership, items=[data],
+                                 keys=[idempotency_key or None], digest=digest)
     except IntegrityError:
         # Two identical requests raced on the unique (owner, idempotency_key): the loser replays the winner.
         if not idempotency_key:
             raise
         existing = Job.objects.get(owner=user, idempotency_key=idempotency_key)
         return _replay(existing, digest), False
-    job.submission_event = event  # a new job's whole timeline: the API renders it without a re-read
     return job, True
+
+
+def job_submit_batch(*, user, items: list[dict], idempotency_key: str | None = None) -> tuple[list[Job], bool]:
+    """Create several jobs for ``user`` at once: all or none, in one transaction, in the order given.
+
+    Every job follows ``job_submit``'s rules (department and user tier from the membership, approval rules,
+    the submission event, pod creation after commit); only the inserts are batched. ``items`` are validated
+    inputs (see JobBatchSubmitSerializer). Returns (jobs, created). With an ``idempotency_key`` a retry of
+    the same batch returns the same jobs; the same key with a different batch raises IdempotencyKeyReused.
+    The key is the batch's own: a single submission with the same key is another request.
+    """
+    membership = _member(user)
+    if not items:
+        return [], True
+    digest = request_hash({"jobs": items})  # every job of the batch stores the whole batch's hash
+    keys = [batch_item_key(idempotency_key, i) for i in range(len(items))] if idempotency_key else [None] * len(
+        items)
+    try:
+        with transaction.atomic():
+            jobs = _create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest)
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        found = {j.idempotency_key: j for j in Job.objects.filter(owner=user, idempotency_key__in=keys)}
+        if not found:
+            raise
+        if len(found) != len(keys) or any(j.request_hash != digest for j in found.values()):
+            raise IdempotencyKeyReused(
+                "This Idempotency-Key was already used with a different batch.",
+                detail={"job_ids": sorted(j.pk for j in found.values())})
+        return [found[k] for k in keys], False
+    return jobs, True
+
+
+def batch_item_key(idempotency_key: str, index: int) -> str:
+    """The stored key of a batch's ``index``-th job: fits the column whatever the key's length, and never
+    equals a key a client would send to the single-job endpoint."""
+    return f"batch:{hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]}:{index}"
+
+
+def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[str | None],
+                 digest: str) -> list[Job]:
+    """The one place a submission becomes rows: jobs, their first event, pod creation after commit.
+
+    Must run inside a transaction. The approval inputs are read once for all ``items`` (one submitter); each
+    job is checked on its own, so a job of a batch is treated exactly as if it were submitted alone.
+    """
+    from quotas.services import approval_inputs
+
+    inputs = approval_inputs(department_id=membership.department_id, owner_id=user.pk)
+    now = timezone.now()
+    jobs: list[Job] = []
+    events: list[JobEvent] = []
+    for data, key in zip(items, keys, strict=True):
+        fields = {k: v for k, v in data.items() if k != "flavor"}
+        job = Job(
+            owner=user,
+            department=membership.department,
+            user_tier=membership.user_tier,
+            flavor=data["flavor"],
+            idempotency_key=key,
+            request_hash=digest,
+            state=JobState.QUEUED,
+            reason_code=reasons.QUEUED,
+            reason_message=reasons.CODES[reasons.QUEUED],
+            submitted_at=now,
+            **fields,
+        )
+        approval = _approval_reason(job=job, inputs=inputs)
+        if approval:
+            job.state = JobState.PENDING_APPROVAL
+            job.reason_code = reasons.AWAITING_APPROVAL
+            job.reason_message = approval[:300]
+        else:
+            job.queued_at = job.submitted_at
+        jobs.append(job)
+        events.append(new_event(
+            job=job,
+            kind="transition",
+            to_state=job.state,
+            reason_code=job.reason_code,
+            message="submitted" + (f": {approval}" if approval else ""),
+            actor=user,
+            at=now,
+        ))
+    Job.objects.bulk_create(jobs)  # ids come back (RETURNING on PostgreSQL and SQLite), in order
+    JobEvent.objects.bulk_create(events)
+    for job, event in zip(jobs, events, strict=True):
+        if job.state == JobState.QUEUED:
+            enqueue_pod_creation(job)
+        job.submission_event = event  # a new job's whole timeline: the API renders it without a re-read
+    return jobs
 
 
 def _replay(existing: Job, digest: str) -> Job:
