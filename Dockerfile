@@ -8,7 +8,7 @@ COPY quotas ./quotas
 COPY scheduling ./scheduling
 COPY templates ./templates
 COPY manage.py ./
-RUN pip install --no-cache-dir . gunicorn \
+RUN pip install --no-cache-dir . \
  && useradd --system --uid 10001 --home /var/lib/portal portal \
  && mkdir -p /var/lib/portal && chown portal /var/lib/portal \
  && SECRET_KEY=build-only-not-secret-000000000000000000 python manage.py collectstatic --noinput
