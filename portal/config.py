@@ -59,6 +59,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KUBE_QPS", "20", "Kubernetes client requests per second.", "float"),
     Setting("KUBE_BURST", "40", "Kubernetes client burst.", "int"),
     Setting("API_TOKEN_TTL_DAYS", "90", "Default lifetime of API tokens, in days.", "int"),
+    Setting("WHATIF_MAX_JOBS", "1000", "What-if page and command: replay at most this many of the most recent "
+            "jobs.", "int"),
+    Setting("WHATIF_TIME_LIMIT_S", "20", "What-if: give up after this many seconds for both replays (keep it "
+            "under the web server's request timeout).", "float"),
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("SECURE_SSL", "false", "Behind TLS: secure cookies, HSTS, redirect to https.", "bool"),
     Setting("DATA_DIR", str(BASE_DIR / "var"), "Where the embedded defaults keep SQLite, broker and locks."),
@@ -89,6 +93,8 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("CELERY_BROKER_URL must be a redis:// URL (or filesystem:// / memory://).")
         if float(values["CYCLE_INTERVAL_S"]) <= 0 or float(values["SIM_SPEEDUP"]) <= 0:
             problems.append("CYCLE_INTERVAL_S and SIM_SPEEDUP must be positive.")
+        if int(values["WHATIF_MAX_JOBS"]) <= 0 or float(values["WHATIF_TIME_LIMIT_S"]) <= 0:
+            problems.append("WHATIF_MAX_JOBS and WHATIF_TIME_LIMIT_S must be positive.")
         if "{department}" not in str(values["KUBE_NAMESPACE_TEMPLATE"]):
             problems.append("KUBE_NAMESPACE_TEMPLATE must contain {department}.")
     if problems:

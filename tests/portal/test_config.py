@@ -26,8 +26,9 @@ def test_every_problem_is_reported_at_once():
 def test_cross_checks():
     with pytest.raises(config.ConfigError) as exc:
         config.load({"DATABASE_URL": "mysql://x/y", "SECRET_KEY": "short", "CYCLE_INTERVAL_S": "0",
-                     "KUBE_NAMESPACE_TEMPLATE": "jobs"})
-    assert len(exc.value.problems) == 4
+                     "KUBE_NAMESPACE_TEMPLATE": "jobs", "WHATIF_MAX_JOBS": "0"})
+    assert len(exc.value.problems) == 5
+    assert any("WHATIF_MAX_JOBS" in p for p in exc.value.problems)
 
 
 def test_secrets_are_masked():
