@@ -372,9 +372,9 @@ class Cycle:
                 why = "priority" if realtime else "reclaim"
                 for c in victims:
                     self.taken.add(c.job.id)
-                    b = c.job.disruption_budget
-                    if b is not None and b in self.budget_left:
-                        self.budget_left[b] -= c.job.pods
+                    for b in c.job.disruption_budgets:
+                        if b in self.budget_left:
+                            self.budget_left[b] -= c.job.pods
                 self.rate_left -= len(victims)
                 if self.credits is not None and job.hold > 0:
                     self.credits[dept] = self.credits.get(dept, 0) - job.hold
@@ -404,7 +404,18 @@ class Cycle:
                 },
             )
         elif attempt(True, None) is not None:
-            result = (reasons.DISRUPTION_BUDGET, {"budgets": sorted(self.budget_left)})
+            # Name the candidates' budgets that are short (else all of the candidates' budgets: together they
+            # are), not every budget of the snapshot: with the cluster's own PDBs read, that may be every PDB of
+            # every job namespace.
+            covering = {
+                (b, self.budget_left[b] < c.job.pods)
+                for pool in pools
+                for c in self.cands.get((pool.cluster, flavor), ())
+                for b in c.job.disruption_budgets
+                if b in self.budget_left
+            }
+            short = sorted({b for b, is_short in covering if is_short}) or sorted({b for b, _ in covering})
+            result = (reasons.DISRUPTION_BUDGET, {"budgets": short})
         else:
             result = (None, {})
         self.fail_cache[cache_key] = result

@@ -13,8 +13,9 @@ above): evicting a 4-GPU gang for a 1-GPU job leaves 3 GPUs idle until a job of 
 on a small cluster costs more utilisation than the preference order saves.
 
 Never a victim: realtime jobs, ``preemptible=False`` jobs, jobs taken as victims earlier in the cycle, jobs
-that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a wait), jobs whose disruption
-budget has no room left for their pods.
+that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a wait), jobs of which any
+disruption budget has no room left for their pods (a pod may be covered by several budgets; the Eviction API
+refuses if any of them has no room, so every one of the job's budgets is charged all of its pods).
 """
 
 from __future__ import annotations
@@ -89,8 +90,7 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
         job = c.job
         if not eligible(job, {}):
             continue
-        budget = job.disruption_budget
-        if budget_left is not None and budget is not None and job.pods > budget_left.get(budget, job.pods):
+        if budget_left is not None and any(job.pods > budget_left.get(b, job.pods) for b in job.disruption_budgets):
             continue
         cap = base
         seen: dict[int, int] = {}
@@ -142,11 +142,12 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
         job = c.job
         if not eligible(job, removed):
             continue
-        budget = job.disruption_budget
-        if budget_left is not None and budget is not None and budget in budget_left:
-            if used_budget[budget] + job.pods > budget_left[budget]:
+        if budget_left is not None and job.disruption_budgets:
+            budgets = [b for b in job.disruption_budgets if b in budget_left]
+            if any(used_budget[b] + job.pods > budget_left[b] for b in budgets):
                 continue
-            used_budget[budget] += job.pods
+            for b in budgets:
+                used_budget[b] += job.pods
         chosen.append(c)
         apply(c, 1)
         if fits():

@@ -123,7 +123,9 @@ class RunningJob:
     submitted_at: float = 0.0
     bid: int = 0
     cluster: str = DEFAULT_CLUSTER
-    disruption_budget: str | None = None  # name of the DisruptionBudget covering its pods
+    # Names of the DisruptionBudgets covering its pods (a team's PDB, a namespace-wide one, the job's own):
+    # it is a victim only while every one of them has room left for all of its pods.
+    disruption_budgets: tuple[str, ...] = ()
     preemptible: bool = True  # False for realtime jobs and jobs being evicted already
 
     @property

@@ -111,7 +111,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 submitted_at=ts(j.submitted_at),
                 bid=j.bid,
                 cluster=j.cluster.name if j.cluster else core.DEFAULT_CLUSTER,
-                disruption_budget=budget,
+                disruption_budgets=(budget,) if budget else (),
                 preemptible=j.tier != "realtime" and j.pk not in ctx.evicting,
             )
         )

@@ -81,7 +81,7 @@ def snapshots(draw):
                 borrowed=draw(st.booleans()),
                 urgency=draw(st.sampled_from(URGENCIES)),
                 preemptible=tier != "realtime" and draw(st.integers(0, 5)) > 0,
-                disruption_budget=draw(st.sampled_from([None, None, "pdb-a", "pdb-b"])),
+                disruption_budgets=draw(st.sampled_from([(), (), ("pdb-a",), ("pdb-b",), ("pdb-a", "pdb-b")])),
             )
         )
         next_id += 1
@@ -226,8 +226,8 @@ def test_preemption_safety(snap):
             v = running[vid]
             assert v.tier != "realtime" and v.preemptible
             assert snap.now - v.started_at >= snap.policy.min_runtime_s
-            if v.disruption_budget:
-                pods_per_budget[v.disruption_budget] += v.pods
+            for b in v.disruption_budgets:
+                pods_per_budget[b] += v.pods
             if v.department != pre.department and usage[(v.department, v.flavor)] <= nominal[(v.department, v.flavor)]:
                 # a department within its nominal quota is only preempted by a realtime job that is itself
                 # within nominal, never for another department's borrowing

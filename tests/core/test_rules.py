@@ -358,7 +358,7 @@ def test_victim_set_is_minimal():
         ({"tier": "realtime", "preemptible": False}, {}, reasons.NO_CAPACITY),
         ({"preemptible": False}, {}, reasons.NO_CAPACITY),
         ({"tier": "realtime", "borrowed": True}, {}, reasons.NO_CAPACITY),
-        ({"disruption_budget": "pdb"}, {}, reasons.DISRUPTION_BUDGET),
+        ({"disruption_budgets": ("pdb",)}, {}, reasons.DISRUPTION_BUDGET),
         ({}, {"preemption_rate_limit": 0}, reasons.PREEMPTION_RATE_LIMIT),
     ],
 )
@@ -373,6 +373,62 @@ def test_preemption_guards(victim_kw, snap_kw, code):
     assert res.code(1) == code
     if code != reasons.PREEMPTION_IN_PROGRESS:
         assert not res.raw.preemptions
+
+
+# A pod may be covered by several budgets (the job's own PDB, a team's PDB by label, a namespace-wide one): the
+# Eviction API refuses if any of them has no room, so a victim needs room in every one of its budgets, and its
+# pods are charged to each of them for the rest of the cycle.
+@pytest.mark.parametrize(
+    ("budgets", "covers", "preemptors", "victims", "codes"),
+    [
+        # the team's budget has no room: the other job goes, though the job's own budget has room
+        ({"team": 0, "job-10": 1}, {10: ("team", "job-10")}, (4,), {11}, ("preemption_in_progress",)),
+        # the job's own budget has no room, the team's has: still not that job
+        ({"team": 1, "job-10": 0}, {10: ("team", "job-10")}, (4,), {11}, ("preemption_in_progress",)),
+        # room in both: the preference order decides as without budgets
+        ({"team": 1, "job-10": 1}, {10: ("team", "job-10")}, (4,), {10}, ("preemption_in_progress",)),
+        # a name without a DisruptionBudget in the snapshot limits nothing
+        ({}, {10: ("gone",)}, (4,), {10}, ("preemption_in_progress",)),
+        # one shared disruption left: one victim of the two a whole-node preemptor needs
+        ({"ns": 1}, {10: ("ns",), 11: ("ns",)}, (8,), set(), ("disruption_budget",)),
+        # a budget shared by both victims is used up by the first preemption of the cycle
+        ({"team": 1, "ns": 1}, {10: ("team", "ns"), 11: ("ns",)}, (4, 4), {10},
+         ("preemption_in_progress", "disruption_budget")),
+        # ... and the second victim's other budget does not matter then
+        ({"ns": 2, "team": 1}, {10: ("ns",), 11: ("ns", "team")}, (4, 4), {10, 11},
+         ("preemption_in_progress", "preemption_in_progress")),
+    ],
+)
+def test_victims_need_room_in_every_budget(budgets, covers, preemptors, victims, codes):
+    snap = Snap().nodes(1).quota("A", 8).quota("B", 8).running(
+        *(run(i, dept="B", gpus=4, disruption_budgets=covers.get(i, ())) for i in (10, 11))
+    )
+    for name, allowed in budgets.items():
+        snap.budget(name, allowed)
+    snap.pending(*(job(i, gpus=g, tier="realtime") for i, g in enumerate(preemptors, start=1)))
+    res = snap.decide()
+    assert res.victims == victims
+    assert tuple(res.code(i) for i in range(1, len(preemptors) + 1)) == codes
+
+
+@pytest.mark.parametrize(
+    ("budgets", "covers", "named"),
+    [
+        # only the budgets that are short for a candidate, not every budget of the snapshot
+        ({"a": 0, "b": 5, "c": 0, "elsewhere": 0}, {10: ("a", "b"), 11: ("c",)}, ["a", "c"]),
+        # none is short for one victim alone, together they are: the candidates' budgets
+        ({"ns": 1, "elsewhere": 0}, {10: ("ns",), 11: ("ns",)}, ["ns"]),
+    ],
+)
+def test_disruption_budget_reason_names_the_blocking_budgets(budgets, covers, named):
+    snap = Snap().nodes(1).quota("A", 8).quota("B", 8).running(
+        *(run(i, dept="B", gpus=4, disruption_budgets=covers.get(i, ())) for i in (10, 11))
+    )
+    for name, allowed in budgets.items():
+        snap.budget(name, allowed)
+    res = snap.pending(job(1, gpus=8, tier="realtime")).decide()
+    assert res.code(1) == reasons.DISRUPTION_BUDGET and not res.raw.preemptions
+    assert res.reason[1].detail["budgets"] == named
 
 
 def test_rate_limit_counts_recent_preemptions():
