@@ -395,6 +395,17 @@ def refill_rule_set(*, department: Department, actor, **values) -> RefillRule:
     return rule
 
 
+def refill_rule_delete(*, department: Department, actor) -> None:
+    """Remove the department's refill rule (audited with its last values). NotFound when it has none."""
+    with transaction.atomic():
+        rule = RefillRule.objects.select_for_update().filter(department=department).first()
+        if rule is None:
+            raise NotFound("No refill rule.")
+        audit(actor=actor, action="refill_rule.delete", obj=rule, department=department,
+              old={f: getattr(rule, f) for f in RULE_FIELDS})
+        rule.delete()
+
+
 APPROVAL_FIELDS = ("gpus_above", "cost_above", "realtime")
 
 
@@ -421,6 +432,22 @@ def quota_set(*, quota: Quota, actor, **values) -> Quota:
         audit(actor=actor, action="quota.set", obj=quota, department=quota.department, old=old,
               new={f: getattr(quota, f) for f in QUOTA_FIELDS})
     return quota
+
+
+def allowance_member(*, actor, username: str):
+    """The user whose allowance ``actor`` may set: a member of the actor's own department (platform admins:
+    anyone's). Another department's member, or nobody, is NotFound; a non-admin actor is Forbidden."""
+    m = membership_of(actor)
+    if m is None:
+        raise Forbidden("You are not a member of any department.")
+    from portal.models import Membership
+
+    target = Membership.objects.select_related("user", "department").filter(user__username=username).first()
+    if target is None or (not m.is_platform_admin and target.department_id != m.department_id):
+        raise NotFound("No such member.")
+    if not m.is_department_admin:
+        raise Forbidden("Only department admins can set allowances.")
+    return target.user
 
 
 def allowance_set(*, user, limit: int | None, period: str = "monthly", actor) -> Allowance | None:
@@ -772,6 +799,20 @@ def job_reject(*, user, job, comment: str):
 # ------------------------------------------------------------------------------------------ selectors
 
 
+def department_for(user, slug: str) -> Department:
+    """The department ``slug`` if ``user`` may see it (their own; platform admins any), else NotFound: the
+    one tenancy rule for a department named in a URL."""
+    m = membership_of(user)
+    if m is None:
+        raise Forbidden("You are not a member of any department.")
+    if not m.is_platform_admin and m.department.slug != slug:
+        raise NotFound("No such department.")
+    dept = Department.objects.filter(slug=slug).first()
+    if dept is None:
+        raise NotFound("No such department.")
+    return dept
+
+
 def wallets_for(user):
     """The one scoping rule for wallets: platform admins all, members their department's, others none."""
     m = membership_of(user)
@@ -779,6 +820,16 @@ def wallets_for(user):
     if m is None:
         return qs.none()
     return qs if m.is_platform_admin else qs.filter(department_id=m.department_id)
+
+
+def allowances_for(user):
+    """Allowances ``user`` may see: members their department's, platform admins all, others none."""
+    m = membership_of(user)
+    qs = Allowance.objects.select_related("user", "wallet__department").order_by("wallet__department__slug",
+                                                                                 "user__username")
+    if m is None:
+        return qs.none()
+    return qs if m.is_platform_admin else qs.filter(wallet__department_id=m.department_id)
 
 
 def ledger_for(user):

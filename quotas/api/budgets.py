@@ -62,13 +62,7 @@ def _platform_admin(request) -> Membership:
 
 def _department(request, slug: str) -> Department:
     """The department ``slug`` if the user may see it (their own, or any for platform admins), else 404."""
-    m = _member(request)
-    if not m.is_platform_admin and m.department.slug != slug:
-        raise NotFound("No such department.")
-    dept = Department.objects.filter(slug=slug).first()
-    if dept is None:
-        raise NotFound("No such department.")
-    return dept
+    return services.department_for(request.user, slug)
 
 
 def _wallet(request, slug: str) -> Wallet:
@@ -229,13 +223,7 @@ class RefillRuleView(APIView):
 
     def delete(self, request, slug: str):
         _platform_admin(request)
-        dept = _department(request, slug)
-        rule = RefillRule.objects.filter(department=dept).first()
-        if rule is None:
-            raise NotFound("No refill rule.")
-        services.audit(actor=request.user, action="refill_rule.delete", obj=rule, department=dept,
-                       old=_rule_dict(rule, services.RULE_FIELDS))
-        rule.delete()
+        services.refill_rule_delete(department=_department(request, slug), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -272,11 +260,8 @@ class AllowanceListView(APIView):
     serializer_class = AllowanceSerializer
 
     def get(self, request):
-        m = _member(request)
-        qs = Allowance.objects.select_related("user", "wallet__department").order_by("wallet__department__slug",
-                                                                                     "user__username")
-        if not m.is_platform_admin:
-            qs = qs.filter(wallet__department_id=m.department_id)
+        _member(request)
+        qs = services.allowances_for(request.user)
         return Response([{"user": a.user.username, "department": a.wallet.department.slug, "limit": a.limit,
                           "period": a.period, "used": services.allowance_used(allowance=a)} for a in qs])
 
@@ -287,13 +272,7 @@ class AllowanceDetailView(APIView):
     serializer_class = AllowanceSerializer
 
     def _target(self, request, username: str):
-        m = _member(request)
-        target = Membership.objects.select_related("user", "department").filter(user__username=username).first()
-        if target is None or (not m.is_platform_admin and target.department_id != m.department_id):
-            raise NotFound("No such member.")
-        if not m.is_department_admin:
-            raise Forbidden("Only department admins can set allowances.")
-        return target.user
+        return services.allowance_member(actor=request.user, username=username)
 
     def put(self, request, username: str):
         user = self._target(request, username)
