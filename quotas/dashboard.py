@@ -1,23 +1,40 @@
 """Dashboard pages for budgets and approvals (mounted under /budgets/, namespace ``budgets``).
 
 Server-rendered over the same services and selectors as the API: wallets_for/ledger_for scope every read
-(another department's wallet is a 404), job_approve/job_reject decide."""
+(another department's wallet is a 404), job_approve/job_reject decide.
+
+The admin forms (prices, wallet adjustments, refill rules, approval rules, allowances) are plain HTML forms
+read by the API's own input serializers and applied by the same service functions the API calls, so the
+dashboard and the API accept exactly the same input, write the same ledger entries and the same audit
+entries. Bad input re-renders the form with field errors (HTTP 400) and writes nothing. A missing role is a
+403, another department's object a 404 (as in the API)."""
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.utils import timezone
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.errors import PortalError
+from portal.errors import Forbidden, NotFound, PortalError, ValidationFailed
+from portal.models import Department, Membership
 from portal.tenancy import member_or_404
 from quotas import services
-from quotas.api.budgets import pending_approvals
-from quotas.models import ApprovalRule, Price, RefillRule
+from quotas.api.budgets import (
+    AdjustSerializer,
+    AllowanceSerializer,
+    ApprovalRuleSerializer,
+    PriceInputSerializer,
+    RefillRuleSerializer,
+    pending_approvals,
+)
+from quotas.models import Allowance, ApprovalRule, Flavor, Price, RefillRule
 
 app_name = "budgets"
 
@@ -32,7 +49,8 @@ def wallets(request):
     if not m.is_platform_admin:
         return redirect("budgets:wallet", slug=m.department.slug)
     rows = [(w, services.burn_rate(wallet=w)) for w in services.wallets_for(request.user).order_by("department__slug")]
-    return render(request, "budgets/wallets.html", {"membership": m, "rows": rows,
+    unmetered = Department.objects.filter(wallet__isnull=True).order_by("slug")
+    return render(request, "budgets/wallets.html", {"membership": m, "rows": rows, "unmetered": unmetered,
                                                     "prices": Price.objects.select_related("flavor")})
 
 
@@ -53,6 +71,7 @@ def wallet(request, slug: str):
         "refill_rule": RefillRule.objects.filter(department=w.department).first(),
         "approval_rule": ApprovalRule.objects.filter(department=w.department).first(),
         "is_admin": m.is_department_admin,
+        "is_platform_admin": m.is_platform_admin,
     })
 
 
@@ -100,10 +119,299 @@ def reject(request, pk: int):
     return _decide(request, pk, "reject")
 
 
+# ------------------------------------------------------------------------------------------ admin forms
+
+
+def _platform_admin(request):
+    m = _member(request)
+    if not m.is_platform_admin:
+        raise PermissionDenied("Only platform admins can do this.")
+    return m
+
+
+def _department_admin(request):
+    m = _member(request)
+    if not m.is_department_admin:
+        raise PermissionDenied("Only department admins can do this.")
+    return m
+
+
+def _department(request, slug: str) -> Department:
+    """The department in the URL, scoped like the API (another department is a 404)."""
+    try:
+        return services.department_for(request.user, slug)
+    except NotFound as exc:
+        raise Http404(exc.message) from None
+    except Forbidden as exc:
+        raise PermissionDenied(exc.message) from None
+
+
+def _payload(post, fields, *, nullable=(), checkboxes=()) -> dict:
+    """The HTML form -> the API's payload. Values stay strings (the serializer parses and reports them
+    exactly as the API would); a blank optional number is null, a blank required one is left out (so the
+    serializer says it is required); an unticked checkbox is false."""
+    payload: dict = {}
+    for name in fields:
+        if name in checkboxes:
+            payload[name] = name in post
+            continue
+        raw = post.get(name, "").strip()
+        if raw != "":
+            payload[name] = raw
+        elif name in nullable:
+            payload[name] = None
+    return payload
+
+
+def _errors(exc: PortalError) -> dict[str, list[str]]:
+    """A service's refusal as form errors (NotFound and Forbidden are not form errors: 404 and 403)."""
+    if isinstance(exc, NotFound):
+        raise Http404(exc.message)
+    if isinstance(exc, Forbidden):
+        raise PermissionDenied(exc.message)
+    if exc.fields:
+        return {k: [i["message"] for i in v] for k, v in exc.fields.items()}
+    return {"non_field_errors": [exc.message]}
+
+
+def _submit(serializer_class, payload: dict, apply, errors: dict | None = None) -> dict[str, list[str]]:
+    """Validate ``payload`` with the API's serializer, then ``apply(validated_data)`` (a service call).
+    Returns the field errors ({} when it was applied). Nothing is applied when any error is known."""
+    errors = dict(errors or {})
+    s = serializer_class(data=payload)
+    if not s.is_valid():
+        for k, v in s.errors.items():
+            errors.setdefault(k, []).extend(str(e) for e in v)
+    if errors:
+        return errors
+    try:
+        apply(s.validated_data)
+    except PortalError as exc:
+        return _errors(exc)
+    return {}
+
+
+def _form(request, template: str, context: dict, errors: dict):
+    return render(request, template, {**context, "errors": errors}, status=400 if errors else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def prices(request):
+    """Platform admins: set (create or change) and delete the base price of a flavor in a tier."""
+    m = _platform_admin(request)
+    errors: dict = {}
+    values = request.GET.dict()
+    if request.method == "POST":
+        values = request.POST.dict()
+
+        def apply(data):
+            price, created = services.price_set(actor=request.user, **data)
+            messages.success(request, f"Price of {price.flavor.name}/{price.tier} "
+                                      f"{'set' if created else 'changed'}: {price.per_gpu_hour} mcr per GPU-hour.")
+
+        errors = _submit(PriceInputSerializer, _payload(request.POST, ("flavor", "tier", "per_gpu_hour")), apply)
+        if not errors:
+            return redirect("budgets:prices")
+    elif "flavor" in values and "tier" in values and "per_gpu_hour" not in values:
+        current = Price.objects.filter(flavor__name=values["flavor"], tier=values["tier"]).first()
+        if current is not None:
+            values["per_gpu_hour"] = str(current.per_gpu_hour)
+    return _form(request, "budgets/prices.html", {
+        "membership": m, "values": values, "tiers": services.TIER_NAMES,
+        "flavors": Flavor.objects.order_by("name"),
+        "prices": Price.objects.select_related("flavor").order_by("flavor__name", "tier"),
+    }, errors)
+
+
+@login_required
+@require_POST
+def price_delete(request, pk: int):
+    _platform_admin(request)
+    price = Price.objects.select_related("flavor").filter(pk=pk).first()
+    if price is None:
+        raise Http404("No such price.")
+    services.price_delete(price=price, actor=request.user)
+    messages.success(request, f"Price of {price.flavor.name}/{price.tier} deleted: that tier is now free.")
+    return redirect("budgets:prices")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def adjust(request, slug: str):
+    """Platform admins: credit or debit a department's wallet with a comment (an audited adjustment entry).
+    The form carries an idempotency key, so a double submit adds one entry."""
+    m = _platform_admin(request)
+    w = services.wallets_for(request.user).filter(department__slug=slug).first()
+    if w is None:
+        raise Http404("No such wallet.")
+    errors: dict = {}
+    values = {"direction": "credit", "idempotency_key": uuid.uuid4().hex}
+    if request.method == "POST":
+        values = request.POST.dict()
+        values.setdefault("idempotency_key", "")
+        payload = _payload(request.POST, ("amount", "comment"))
+        pre: dict = {}
+        direction = values.get("direction")
+        if direction not in ("credit", "debit"):
+            pre["direction"] = ["Choose credit (add) or debit (take away)."]
+        if payload.get("amount", "").startswith("-"):
+            pre["amount"] = ["Enter a positive number of mcr; choose debit to take credits away."]
+        key = values["idempotency_key"].strip()[:64]
+
+        def apply(data):
+            amount = data["amount"]
+            if amount < 0:
+                raise ValidationFailed(fields={"amount": [{
+                    "code": "min_value",
+                    "message": "Enter a positive number of mcr; choose debit to take credits away."}]})
+            if direction == "debit":
+                amount = -amount
+            entry = services.wallet_adjust(department=w.department, amount=amount, actor=request.user,
+                                           comment=data["comment"], key=f"adjust:{w.pk}:{key}" if key else None)
+            messages.success(request, f"Wallet {slug}: {entry.amount:+d} mcr recorded (balance "
+                                      f"{entry.balance_after} mcr).")
+
+        errors = _submit(AdjustSerializer, payload, apply, pre)
+        if not errors:
+            return redirect("budgets:wallet", slug=slug)
+    return _form(request, "budgets/adjust.html", {"membership": m, "wallet": w, "values": values}, errors)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def refill_rule(request, slug: str):
+    """Platform admins: create or change a department's refill rule (a wallet is created if missing)."""
+    m = _platform_admin(request)
+    dept = _department(request, slug)
+    rule = RefillRule.objects.filter(department=dept).first()
+    errors: dict = {}
+    if rule is not None:
+        values = {f: getattr(rule, f) for f in services.RULE_FIELDS}
+    else:
+        values = {"mode": "fixed", "period": "monthly", "active": True}
+    if request.method == "POST":
+        values = request.POST.dict() | {"active": "active" in request.POST}
+
+        def apply(data):
+            saved = services.refill_rule_set(department=dept, actor=request.user, **data)
+            messages.success(request, f"Refill rule of {slug} saved: next refill "
+                                      f"{services.refill_amount(rule=saved)} mcr.")
+
+        errors = _submit(RefillRuleSerializer, _payload(request.POST, services.RULE_FIELDS, checkboxes=("active",)),
+                         apply)
+        if not errors:
+            return redirect("budgets:refill_rule", slug=slug)
+    return _form(request, "budgets/refill_rule.html", {
+        "membership": m, "department": dept, "rule": rule, "values": values,
+        "next_amount": services.refill_amount(rule=rule) if rule else None,
+        "modes": RefillRule.MODES, "periods": RefillRule.PERIODS,
+    }, errors)
+
+
+@login_required
+@require_POST
+def refill_rule_delete(request, slug: str):
+    _platform_admin(request)
+    dept = _department(request, slug)
+    try:
+        services.refill_rule_delete(department=dept, actor=request.user)
+    except NotFound as exc:
+        raise Http404(exc.message) from None
+    messages.success(request, f"Refill rule of {slug} deleted: no more automatic refills.")
+    return redirect("budgets:refill_rule", slug=slug)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def approval_rule(request, slug: str):
+    """Department admins (of this department) and platform admins: when jobs need approval."""
+    dept = _department(request, slug)
+    m = _department_admin(request)
+    rule = ApprovalRule.objects.filter(department=dept).first()
+    errors: dict = {}
+    values = {f: getattr(rule, f) for f in services.APPROVAL_FIELDS} if rule else {"realtime": False}
+    if request.method == "POST":
+        values = request.POST.dict() | {"realtime": "realtime" in request.POST}
+
+        def apply(data):
+            services.approval_rule_set(department=dept, actor=request.user, **data)
+            messages.success(request, f"Approval rule of {slug} saved.")
+
+        payload = _payload(request.POST, services.APPROVAL_FIELDS, nullable=("gpus_above", "cost_above"),
+                           checkboxes=("realtime",))
+        errors = _submit(ApprovalRuleSerializer, payload, apply)
+        if not errors:
+            return redirect("budgets:approval_rule", slug=slug)
+    return _form(request, "budgets/approval_rule.html", {"membership": m, "department": dept, "rule": rule,
+                                                          "values": values}, errors)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def allowances(request):
+    """Department admins: per-user allowances of their department's members (platform admins: anyone's)."""
+    m = _department_admin(request)
+    errors: dict = {}
+    values = {"period": "monthly", **request.GET.dict()}
+    if request.method == "POST":
+        values = request.POST.dict()
+        username = values.get("user", "").strip()
+        pre: dict = {}
+        target = None
+        if not username:
+            pre["user"] = ["Choose a member."]
+        else:
+            try:
+                target = services.allowance_member(actor=request.user, username=username)
+            except NotFound:
+                pre["user"] = ["No such member of your department."]
+
+        def apply(data):
+            a = services.allowance_set(user=target, limit=data["limit"], period=data["period"], actor=request.user)
+            messages.success(request, f"Allowance of {username} set: {a.limit} mcr {a.period}.")
+
+        errors = _submit(AllowanceSerializer, _payload(request.POST, ("limit", "period")), apply, pre)
+        if not errors:
+            return redirect("budgets:allowances")
+    elif "user" in values and "limit" not in values:
+        current = Allowance.objects.filter(user__username=values["user"]).first()
+        if current is not None:
+            values.update(limit=str(current.limit), period=current.period)
+    rows = [(a, services.allowance_used(allowance=a)) for a in services.allowances_for(request.user)]
+    members = Membership.objects.select_related("user", "department").order_by("department__slug", "user__username")
+    if not m.is_platform_admin:
+        members = members.filter(department_id=m.department_id)
+    return _form(request, "budgets/allowances.html", {
+        "membership": m, "rows": rows, "members": members, "values": values, "periods": Allowance.PERIODS,
+    }, errors)
+
+
+@login_required
+@require_POST
+def allowance_delete(request, username: str):
+    _department_admin(request)
+    try:
+        user = services.allowance_member(actor=request.user, username=username)
+    except NotFound as exc:
+        raise Http404(exc.message) from None
+    services.allowance_set(user=user, limit=None, actor=request.user)
+    messages.success(request, f"Allowance of {username} removed.")
+    return redirect("budgets:allowances")
+
+
 urlpatterns = [
     path("", wallets, name="wallets"),
     path("approvals/", approvals, name="approvals"),
     path("approvals/<int:pk>/approve", approve, name="approve"),
     path("approvals/<int:pk>/reject", reject, name="reject"),
+    path("prices/", prices, name="prices"),
+    path("prices/<int:pk>/delete", price_delete, name="price_delete"),
+    path("allowances/", allowances, name="allowances"),
+    path("allowances/<str:username>/delete", allowance_delete, name="allowance_delete"),
     path("<slug:slug>/", wallet, name="wallet"),
+    path("<slug:slug>/adjust", adjust, name="adjust"),
+    path("<slug:slug>/refill-rule", refill_rule, name="refill_rule"),
+    path("<slug:slug>/refill-rule/delete", refill_rule_delete, name="refill_rule_delete"),
+    path("<slug:slug>/approval-rule", approval_rule, name="approval_rule"),
 ]
