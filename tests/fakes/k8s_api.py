@@ -70,6 +70,14 @@ PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
                            "projected", "secret"}
+# What a list of each resource is called on the wire (``kind``/``apiVersion`` of the list object).
+LIST_KINDS = {
+    "pods": ("PodList", "v1"),
+    "nodes": ("NodeList", "v1"),
+    "namespaces": ("NamespaceList", "v1"),
+    "priorityclasses": ("PriorityClassList", "scheduling.k8s.io/v1"),
+    "poddisruptionbudgets": ("PodDisruptionBudgetList", "policy/v1"),
+}
 MUTABLE_POD_SPEC_FIELDS = {"activeDeadlineSeconds", "tolerations", "schedulingGates", "affinity", "nodeSelector"}
 
 
@@ -369,7 +377,8 @@ class FakeKube:
         if limit and start + limit < len(selected):
             meta["continue"] = base64.b64encode(json.dumps({"start": start + limit}).encode()).decode()
             meta["remainingItemCount"] = len(selected) - start - limit
-        return Response(200, {"kind": "List", "apiVersion": "v1", "metadata": meta,
+        list_kind, api_version = LIST_KINDS.get(kind, ("List", "v1"))
+        return Response(200, {"kind": list_kind, "apiVersion": api_version, "metadata": meta,
                               "items": [self._present(kind, o) for o in page]})
 
     def _present(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -680,9 +689,12 @@ class FakeKube:
                                  "does not support.")
             if pdbs:
                 status = self._pdb_with_status(pdbs[0])["status"]
-                healthy_self = _pod_healthy(pod)
-                allowed = status["disruptionsAllowed"] > 0 if healthy_self else \
-                    status["currentHealthy"] >= status["desiredHealthy"]
+                # An unready pod goes without charging the budget under AlwaysAllow, or (IfHealthyBudget, the
+                # default) while the application is healthy enough; otherwise the budget decides as for any pod.
+                unready_ok = not _pod_healthy(pod) and (
+                    pdbs[0]["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
+                    or 0 < status["desiredHealthy"] <= status["currentHealthy"])
+                allowed = unready_ok or status["disruptionsAllowed"] > 0
                 if not allowed:
                     pdb_name = pdbs[0]["metadata"]["name"]
                     raise ApiFailure(

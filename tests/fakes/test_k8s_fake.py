@@ -305,6 +305,59 @@ def test_two_pdbs_on_one_pod_is_500(raw_api, core, two_running):
     assert _evict(core)[0] == 500
 
 
+def _raw_pdb(raw_api, name, spec):
+    body = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name}, "spec": spec}
+    assert call(k8s.PolicyV1Api(raw_api).create_namespaced_pod_disruption_budget, NS, body)[0] == 201
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ({}, 2),  # policy/v1: an empty selector selects every pod of the namespace
+        (None, 0),  # a null selector selects none
+        ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["x", "y"]}]}, 2),
+        ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]}, 0),
+        ({"matchLabels": {"app": "x"}, "matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, 2),
+    ],
+)
+def test_pdb_selector_semantics(raw_api, two_running, selector, expected):
+    spec = {"maxUnavailable": 0}
+    if selector is not None:
+        spec["selector"] = selector
+    _raw_pdb(raw_api, "sel", spec)
+    _, body = call(k8s.PolicyV1Api(raw_api).read_namespaced_pod_disruption_budget, "sel", NS)
+    assert body["status"]["expectedPods"] == expected
+
+
+def test_pdb_list_has_the_api_shape(raw_api, two_running):
+    _pdb(raw_api, 1)
+    status, body = call(k8s.PolicyV1Api(raw_api).list_pod_disruption_budget_for_all_namespaces)
+    assert status == 200 and (body["kind"], body["apiVersion"]) == ("PodDisruptionBudgetList", "policy/v1")
+    (item,) = body["items"]
+    assert item["metadata"]["namespace"] == NS and item["spec"]["selector"] == {"matchLabels": {"app": "x"}}
+    assert item["status"]["disruptionsAllowed"] == 1 and item["status"]["observedGeneration"] == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "status"),
+    [
+        # IfHealthyBudget (default): the unready pod goes while the healthy ones meet the budget, uncharged
+        ({"minAvailable": 1}, 201),
+        # ... not when they do not (and the budget has no room)
+        ({"minAvailable": 2}, 429),
+        # AlwaysAllow: an unready pod always goes
+        ({"minAvailable": 2, "unhealthyPodEvictionPolicy": "AlwaysAllow"}, 201),
+    ],
+)
+def test_unready_pod_eviction_follows_the_unhealthy_pod_policy(kube_fake, raw_api, core, two_running, spec, status):
+    def unready(p):
+        p["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+    kube_fake._mutate_pod(NS, "p", unready)
+    _raw_pdb(raw_api, "pdb", {**spec, "selector": {"matchLabels": {"app": "x"}}})
+    assert _evict(core, "p")[0] == status
+
+
 def test_eviction_of_a_missing_pod_is_404(core):
     assert _evict(core, "ghost")[0] == 404
 
