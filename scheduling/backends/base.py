@@ -11,7 +11,7 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from scheduling.core.types import Node
+from scheduling.core.types import DisruptionBudget, Node
 
 MANAGED_BY = "gpu-portal"
 
@@ -109,6 +109,20 @@ class Inventory:
     pods: tuple[PodState, ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetCoverage:
+    """The cluster's disruption budgets over the portal's pods, read for one admission cycle.
+
+    ``budgets``: one per budget that covers at least one of the portal's evictable pods (for Kubernetes every
+    PodDisruptionBudget, whoever created it, named ``namespace/name``), with the disruptions it allows now.
+    ``jobs``: ``(job_id, attempt)`` -> the names of the budgets covering that attempt's evictable pods. A job
+    absent from ``jobs`` has no pod a budget guards.
+    """
+
+    budgets: tuple[DisruptionBudget, ...] = ()
+    jobs: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
+
+
 class ClusterBackend(abc.ABC):
     """One cluster. ``name`` is the Cluster row's name."""
 
@@ -144,6 +158,11 @@ class ClusterBackend(abc.ABC):
     ) -> Iterator[str]:
         """Lines of the attempt's first pod's log."""
         return iter(())
+
+    def budget_coverage(self) -> BudgetCoverage | None:
+        """The cluster's disruption budgets over the portal's pods, or None when the backend has none of its
+        own (the simulated cluster: the snapshot then derives each job's budget from ``pdb_min_available``)."""
+        return None
 
     def ensure_priority_classes(self, classes: dict[str, int]) -> list[str]:
         """Create/update the tier PriorityClasses; returns what changed. Backends without them no-op."""

@@ -27,6 +27,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from scheduling.backends.base import (
     MANAGED_BY,
     BackendError,
+    BudgetCoverage,
     ClusterBackend,
     ClusterUnavailable,
     EvictionOutcome,
@@ -41,6 +42,8 @@ from .client import _TRANSPORT_ERRORS, ApiError, KubeCaller, TokenBucket, build_
 from .podspec import (
     ADMISSION_GATE,
     DEFAULT_TOLERATIONS,
+    LABEL_ATTEMPT,
+    LABEL_JOB_ID,
     LABEL_MANAGED_BY,
     LABEL_POD_INDEX,
     MAIN_CONTAINER,
@@ -62,6 +65,8 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 NOT_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/")
 SYSTEM_PRIORITY_PREFIX = "system-"
+# The Eviction API's answer (500) for a pod selected by more than one PodDisruptionBudget (eviction.go).
+MULTIPLE_PDBS = "more than one PodDisruptionBudget"
 
 
 class GangIncomplete(BackendError):
@@ -146,6 +151,41 @@ def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any
         if op == "Equal" and tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
             return True
     return False
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A ``metav1.LabelSelector`` as the Eviction API applies a PDB's: a null selector selects no pod, an
+    empty one (``{}``) every pod of the namespace (policy/v1); matchLabels and matchExpressions are ANDed.
+    A requirement the API server could not parse makes the selector invalid, which matches nothing."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), set(expr.get("values") or ())
+        if op == "In":
+            ok = key in labels and labels[key] in values
+        elif op == "NotIn":
+            ok = key not in labels or labels[key] not in values
+        elif op == "Exists":
+            ok = key in labels
+        elif op == "DoesNotExist":
+            ok = key not in labels
+        else:
+            return False
+        if not ok:
+            return False
+    return True
+
+
+def _pdb_allows(pdb: Mapping[str, Any]) -> int:
+    """Disruptions a PDB allows now, as the Eviction API decides: none while its status lags its spec
+    (``observedGeneration < generation`` answers 429), none when negative (403), else ``disruptionsAllowed``."""
+    meta, status = pdb.get("metadata") or {}, pdb.get("status") or {}
+    if int(status.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+        return 0
+    return max(0, int(status.get("disruptionsAllowed") or 0))
 
 
 def _is_patch_test_failure(err: ApiError) -> bool:
@@ -300,6 +340,57 @@ class KubernetesBackend(ClusterBackend):
             key=lambda b: b.name,
         ))
 
+    @_mapped
+    def budget_coverage(self) -> BudgetCoverage:
+        """Every PodDisruptionBudget (the portal's and anyone else's) over the portal's evictable pods: two
+        lists, the portal's running pods and the PDBs of all namespaces (only those of the pods' namespaces are
+        used). Not cached: ``disruptionsAllowed`` moves with every eviction and every pod that becomes ready.
+
+        Kubernetes semantics (``pkg/registry/core/pod/storage/eviction.go``): a pod is guarded by the PDBs of
+        its namespace whose selector matches its labels; Pending, terminated and terminating pods are evicted
+        without a PDB check, so only Running pods count. A pod selected by more than one PDB cannot be evicted
+        at all (500 "more than one PodDisruptionBudget"): such a set of PDBs becomes a budget allowing 0,
+        named ``ns/a & ns/b``. Unready pods are charged like ready ones (conservative: the API may let them go
+        without charging the budget).
+        """
+        pods, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, label_selector=PORTAL_SELECTOR,
+                                     field_selector="status.phase=Running", page_size=self.page_size)
+        pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        if not pods:
+            return BudgetCoverage()
+        namespaces = {p["metadata"]["namespace"] for p in pods}
+        items, _ = self.call.list_all(self.policy.list_pod_disruption_budget_for_all_namespaces,
+                                      page_size=self.page_size)
+        by_ns: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for pdb in items:
+            ns = pdb["metadata"].get("namespace", "")
+            if ns in namespaces:
+                by_ns.setdefault(ns, []).append((f"{ns}/{pdb['metadata']['name']}", pdb))
+        budgets: dict[str, int] = {}
+        jobs: dict[tuple[int, int], set[str]] = {}
+        for pod in pods:
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            try:
+                key = (int(labels[LABEL_JOB_ID]), int(labels[LABEL_ATTEMPT]))
+            except (KeyError, ValueError):
+                continue
+            covering = sorted((name, pdb) for name, pdb in by_ns.get(meta["namespace"], ())
+                              if selector_matches((pdb.get("spec") or {}).get("selector"), labels))
+            if not covering:
+                continue
+            if len(covering) == 1:
+                name, pdb = covering[0]
+                budgets[name] = _pdb_allows(pdb)
+            else:
+                name = " & ".join(n for n, _ in covering)
+                budgets[name] = 0
+            jobs.setdefault(key, set()).add(name)
+        return BudgetCoverage(
+            budgets=tuple(DisruptionBudget(name=n, disruptions_allowed=a) for n, a in sorted(budgets.items())),
+            jobs={k: tuple(sorted(v)) for k, v in sorted(jobs.items())},
+        )
+
     # ------------------------------------------------------------------ creating
 
     @_mapped
@@ -406,7 +497,8 @@ class KubernetesBackend(ClusterBackend):
         """POST an Eviction (policy/v1) per pod, in index order; stop at the first 429 (a PDB forbids it).
 
         Never falls back to DELETE: a blocked eviction is reported as ``blocked`` and the next cycle decides
-        again. Pods already terminating count as accepted.
+        again. So is the 500 the API answers for a pod selected by more than one PDB (a misconfiguration no
+        retry cures). Pods already terminating count as accepted.
         """
         pods = self._attempt_pods(namespace, job_id, attempt)
         accepted: list[str] = []
@@ -431,6 +523,13 @@ class KubernetesBackend(ClusterBackend):
                     raise BackendError(f"eviction of {namespace}/{name} conflicted; retry") from exc
                 else:
                     raise
+            except ClusterUnavailable as exc:
+                if MULTIPLE_PDBS not in str(exc):
+                    raise
+                # 500, but not a failing server: the pod is selected by several PDBs, which the Eviction API
+                # never supports; retrying cannot help until someone changes the PDBs.
+                note = f" (already evicted: {', '.join(accepted)})" if accepted else ""
+                return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}" + note)
         if accepted:
             return EvictionOutcome("accepted", pods=tuple(accepted))
         return EvictionOutcome("gone", pods=tuple(gone))

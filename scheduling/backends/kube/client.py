@@ -144,7 +144,10 @@ class KubeCaller:
             return fn(*args, _preload_content=False, _request_timeout=(self.connect_timeout_s, read), **kwargs)
         except ApiException as exc:
             if not exc.status or exc.status >= 500:
-                raise ClusterUnavailable(f"Kubernetes API {exc.status or 'unreachable'}: {exc.reason}") from exc
+                detail = ApiError.from_exception(exc).message if exc.status else ""
+                detail = "" if detail == str(exc.reason or "") else f" ({detail})"
+                raise ClusterUnavailable(
+                    f"Kubernetes API {exc.status or 'unreachable'}: {exc.reason}{detail}") from exc
             raise ApiError.from_exception(exc) from exc
         except _TRANSPORT_ERRORS as exc:
             raise ClusterUnavailable(f"Kubernetes API unreachable: {type(exc).__name__}: {exc}") from exc
