@@ -3,22 +3,31 @@
 Queries: nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
 preemption count (8, whatever the number of jobs or nodes). ``SnapshotContext`` keeps the Job rows the cycle
 read so that applying the result compares against what the decision was made on.
+
+Disruption budgets: when jobs wait and others could be preempted, each reachable cluster's backend is asked
+for its budgets (``budget_coverage``: for Kubernetes two LISTs, every PodDisruptionBudget over the portal's
+running pods, whoever created it). A backend without budgets of its own (the simulated cluster) or one that
+cannot answer leaves each job with the budget its ``pdb_min_available`` implies.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db.models import Q
 
 from quotas import services as quota_services
 from quotas.models import Quota
+from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import types as core
 from scheduling.models import Job, JobState, Node, PreemptionVictim
 from scheduling.services.policy import current_policy
+
+log = logging.getLogger(__name__)
 
 
 def ts(dt: datetime | None) -> float | None:
@@ -85,15 +94,27 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
             status__in=(PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED),
         ).values_list("job_id", flat=True)
     )
+    queued = list(
+        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner")
+        .defer(*UNUSED_FIELDS).order_by("id")
+    )
+    coverage = (
+        cluster_budgets(active)
+        if queued and any(j.tier != "realtime" and j.pk not in ctx.evicting for j in active)
+        else {}
+    )
     running = []
-    disruption: list[core.DisruptionBudget] = []
+    disruption: list[core.DisruptionBudget] = [b for cov in coverage.values() for b in cov.budgets]
     for j in active:
         ctx.jobs[j.pk] = j
-        budget = None
-        if j.pdb_min_available is not None:
-            budget = f"job-{j.pk}"
+        cluster = j.cluster.name if j.cluster else core.DEFAULT_CLUSTER
+        budgets: tuple[str, ...] = ()
+        if cluster in coverage:
+            budgets = coverage[cluster].jobs.get((j.pk, j.attempt), ())
+        elif j.pdb_min_available is not None:
+            budgets = (f"job-{j.pk}",)
             disruption.append(
-                core.DisruptionBudget(name=budget, disruptions_allowed=max(0, j.pods - j.pdb_min_available))
+                core.DisruptionBudget(name=budgets[0], disruptions_allowed=max(0, j.pods - j.pdb_min_available))
             )
         running.append(
             core.RunningJob(
@@ -110,16 +131,12 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 user_tier=j.user_tier,
                 submitted_at=ts(j.submitted_at),
                 bid=j.bid,
-                cluster=j.cluster.name if j.cluster else core.DEFAULT_CLUSTER,
-                disruption_budgets=(budget,) if budget else (),
+                cluster=cluster,
+                disruption_budgets=budgets,
                 preemptible=j.tier != "realtime" and j.pk not in ctx.evicting,
             )
         )
 
-    queued = list(
-        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner")
-        .defer(*UNUSED_FIELDS).order_by("id")
-    )
     pending = []
     for j in queued:
         ctx.jobs[j.pk] = j
@@ -159,6 +176,38 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         recent_preemptions=recent,
     )
     return snapshot, ctx
+
+
+def cluster_budgets(active: list[Job]) -> dict[str, BudgetCoverage]:
+    """The disruption budgets of each reachable cluster that runs active jobs and has budgets of its own, by
+    cluster name; budget names are qualified by the cluster unless it is the default one. Asked every cycle
+    (a budget's room changes with every eviction and every pod that becomes ready); a cluster whose API fails
+    is left out (its jobs fall back to their own ``pdb_min_available``) and logged."""
+    from scheduling.backends import get_backend
+
+    reachable: dict[str, bool] = {}
+    for j in active:
+        name = j.cluster.name if j.cluster else core.DEFAULT_CLUSTER
+        reachable[name] = reachable.get(name, True) and (j.cluster.reachable if j.cluster else True)
+    out: dict[str, BudgetCoverage] = {}
+    for name, ok in sorted(reachable.items()):
+        if not ok:
+            continue
+        try:
+            cov = get_backend(name).budget_coverage()
+        except BackendError as exc:
+            log.warning("cluster %s: disruption budgets unavailable this cycle (%s); using the jobs' own", name, exc)
+            continue
+        if cov is None:
+            continue
+        if name != core.DEFAULT_CLUSTER:
+            qualify = f"{name}:".__add__
+            cov = BudgetCoverage(
+                budgets=tuple(replace(b, name=qualify(b.name)) for b in cov.budgets),
+                jobs={k: tuple(map(qualify, v)) for k, v in cov.jobs.items()},
+            )
+        out[name] = cov
+    return out
 
 
 def decayed_usage(*, now: datetime, half_life_s: float) -> dict[str, float]:

@@ -939,6 +939,13 @@ class FakeKube:
             self.pods[(ns, name)] = pod
             self._record("pods", "ADDED", pod)
 
+    def add_pdb(self, ns: str, name: str, spec: dict[str, Any], *, labels: dict[str, str] | None = None) -> None:
+        """A PodDisruptionBudget someone else created (a team's, a namespace-wide one), validated as on create."""
+        body = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": name, "labels": dict(labels or {})}, "spec": copy.deepcopy(spec)}
+        with self.lock:
+            self._create_pdb(ns=ns, body=body)
+
     def pod(self, ns: str, name: str) -> dict[str, Any] | None:
         with self.lock:
             pod = self.pods.get((ns, name))

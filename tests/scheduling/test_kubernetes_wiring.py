@@ -127,6 +127,92 @@ def test_eviction_blocked_by_pdb_is_recorded_and_retried_later(kube, lab, submit
     assert kube.count("DELETE") == 0
 
 
+@pytest.fixture
+def full(kube, lab, submit, go):
+    """bob (nlp) runs jobs a and b (2 GPUs each, his nominal quota), alice (vision) c (4 GPUs): the cluster is
+    full, everyone has run for an hour; a realtime job of bob's may evict a or b (a first, by id)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    a = go(submit, lab.bob, gpus=2, name="a")
+    b = go(submit, lab.bob, gpus=2, name="b")
+    c = go(submit, lab.alice, gpus=4, name="c")
+    go(run_cycle)
+    for job, ns in ((a, "gpu-nlp"), (b, "gpu-nlp"), (c, "gpu-vision")):
+        job.refresh_from_db()
+        assert job.state == JobState.ADMITTED
+        kube.run(ns, f"job-{job.pk}-a1", node=job.placement[0])
+    go(sync_cluster)
+    Job.objects.filter(pk__in=(a.pk, b.pk, c.pk)).update(started_at=timezone.now() - timedelta(hours=1))
+    return a, b, c
+
+
+def test_a_foreign_pdb_with_no_room_keeps_its_pods_from_being_chosen(kube, lab, submit, go, full):
+    from scheduling.models import PreemptionVictim
+
+    a, b, _ = full
+    # A team's PDB over job a's pod, created by someone else (not labelled as the portal's), allowing nothing.
+    kube.add_pdb("gpu-nlp", "serving", {"minAvailable": 1,
+                                        "selector": {"matchLabels": {"gpu-portal.io/job-id": str(a.pk)}}})
+    rt = go(submit, lab.bob, gpus=2, tier="realtime")
+    go(run_cycle)
+    assert list(PreemptionVictim.objects.filter(preemption__preemptor=rt).values_list("job_id", flat=True)) == [b.pk]
+    assert kube.pod("gpu-nlp", f"job-{b.pk}-a1")["metadata"].get("deletionTimestamp")  # evicted, not refused
+    assert not kube.pod("gpu-nlp", f"job-{a.pk}-a1")["metadata"].get("deletionTimestamp")
+
+
+def test_a_namespace_wide_pdb_with_no_room_explains_the_wait(kube, lab, submit, go, full):
+    from scheduling.models import PreemptionVictim
+
+    kube.add_pdb("gpu-nlp", "freeze", {"minAvailable": "100%", "selector": {}})  # every pod of the namespace
+    rt = go(submit, lab.bob, gpus=2, tier="realtime")
+    go(run_cycle)
+    rt.refresh_from_db()
+    assert rt.state == JobState.QUEUED and rt.reason_code == "disruption_budget"
+    assert rt.reason_detail["budgets"] == ["gpu-nlp/freeze"]
+    assert not PreemptionVictim.objects.exists()
+    assert not [r for r in kube.requests if r.path.endswith("/eviction")]  # no round wasted on a 429
+
+
+def test_a_pod_under_its_own_and_a_namespace_pdb_is_not_chosen(kube, lab, submit, go):
+    """The Eviction API refuses (500) any pod that more than one PDB selects, whatever their room."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    a = go(submit, lab.bob, gpus=2, pods=2, pdb_min_available=1, name="a")  # its own PDB allows 1
+    c = go(submit, lab.alice, gpus=4, name="c")
+    go(run_cycle)
+    a.refresh_from_db()
+    c.refresh_from_db()
+    for i, node in enumerate(a.placement):
+        kube.run("gpu-nlp", f"job-{a.pk}-a1-{i}", node=node)
+    kube.run("gpu-vision", f"job-{c.pk}-a1", node=c.placement[0])
+    go(sync_cluster)
+    Job.objects.filter(pk__in=(a.pk, c.pk)).update(started_at=timezone.now() - timedelta(hours=1))
+    kube.add_pdb("gpu-nlp", "generous", {"maxUnavailable": 10, "selector": {}})
+    rt = go(submit, lab.bob, gpus=4, tier="realtime")
+    go(run_cycle)
+    rt.refresh_from_db()
+    assert rt.reason_code == "disruption_budget"
+    assert rt.reason_detail["budgets"] == [f"gpu-nlp/generous & gpu-nlp/job-{a.pk}-a1"]
+
+
+def test_without_the_clusters_pdbs_a_cycle_still_decides_on_the_jobs_own(kube, lab, submit, go, full, caplog):
+    from scheduling.models import PreemptionVictim
+
+    a, _, _ = full
+    kube.add_pdb("gpu-nlp", "serving", {"minAvailable": 1,
+                                        "selector": {"matchLabels": {"gpu-portal.io/job-id": str(a.pk)}}})
+    rt = go(submit, lab.bob, gpus=2, tier="realtime")
+    kube.fail_next(1, status=503, path="poddisruptionbudgets")
+    go(run_cycle)  # the PDB list fails: logged, budgets as before this change (a has none of its own)
+    assert "disruption budgets unavailable" in caplog.text
+    assert list(PreemptionVictim.objects.filter(preemption__preemptor=rt).values_list("job_id", flat=True)) == [a.pk]
+    assert PreemptionVictim.objects.get(job=a).status == PreemptionVictim.Status.BLOCKED  # the API still refuses
+
+
 def test_reconciler_deletes_orphan_pods(kube, lab, submit, go):
     job = go(submit, lab.alice)
     Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)  # pods left behind by a crash
