@@ -34,7 +34,7 @@ def covered(coverage):
 
 
 def test_a_teams_pdb_covers_the_pods_it_selects_with_its_status(kube_backend, raw_api, two_jobs):
-    pdb(raw_api, "vision", {"maxUnavailable": 1, "selector": {"matchLabels": {"gpu-portal.io/department": "vision"}}})
+    pdb(raw_api, "vision", {"minAvailable": 2, "selector": {"matchLabels": {"gpu-portal.io/department": "vision"}}})
     coverage = kube_backend.budget_coverage()
     assert coverage.budgets == (DisruptionBudget("team-a/vision", 1),)  # status.disruptionsAllowed: 3 healthy - 2
     assert coverage.jobs == {(42, 1): ("team-a/vision",), (43, 1): ("team-a/vision",)}
@@ -62,18 +62,24 @@ def test_empty_selector_covers_the_namespace_null_selector_nothing_other_namespa
     pdb(raw_api, "none", {"maxUnavailable": 0})  # null selector: no pod
     pdb(raw_api, "elsewhere", {"maxUnavailable": 0, "selector": {}}, ns="team-b")  # selects team-b's pods only
     assert kube_backend.budget_coverage().jobs == {}
-    pdb(raw_api, "everyone", {"maxUnavailable": 1, "selector": {}})
+    pdb(raw_api, "everyone", {"minAvailable": 2, "selector": {}})
     coverage = kube_backend.budget_coverage()
     assert covered(coverage) == {42: ("team-a/everyone",), 43: ("team-a/everyone",)}
     assert coverage.budgets == (DisruptionBudget("team-a/everyone", 1),)
 
 
 def test_disruptions_allowed_comes_from_the_status(kube_backend, raw_api, two_jobs):
-    pdb(raw_api, "strict", {"minAvailable": "100%", "selector": {"matchLabels": {"gpu-portal.io/job-id": "42"}}})
-    assert kube_backend.budget_coverage().budgets == (DisruptionBudget("team-a/strict", 0),)
-    pdb(raw_api, "loose", {"maxUnavailable": 2, "selector": {"matchLabels": {"gpu-portal.io/job-id": "43"}}})
-    assert dict((b.name, b.disruptions_allowed) for b in kube_backend.budget_coverage().budgets) == {
-        "team-a/strict": 0, "team-a/loose": 1}  # one healthy pod, at most 2 unavailable: 1 disruption left
+    def one(job, index):
+        return {"matchLabels": {"gpu-portal.io/job-id": job, "gpu-portal.io/pod-index": index}}
+
+    pdb(raw_api, "strict", {"minAvailable": "100%", "selector": one("42", "0")})
+    pdb(raw_api, "loose", {"minAvailable": 0, "selector": one("43", "0")})
+    # maxUnavailable needs a controller's scale: over the portal's bare pods the controller allows nothing
+    pdb(raw_api, "scaled", {"maxUnavailable": 1, "selector": one("42", "1")})
+    coverage = kube_backend.budget_coverage()
+    assert {b.name: b.disruptions_allowed for b in coverage.budgets} == {
+        "team-a/strict": 0, "team-a/loose": 1, "team-a/scaled": 0}
+    assert covered(coverage) == {42: ("team-a/scaled", "team-a/strict"), 43: ("team-a/loose",)}
 
 
 @pytest.mark.parametrize(
@@ -97,7 +103,7 @@ def test_a_pod_under_two_pdbs_cannot_be_evicted(kube_backend, kube_fake, raw_api
     for name in podset.pod_names:
         kube_fake.run(NS, name)
     assert kube_backend.budget_coverage().jobs == {(42, 1): ("team-a/job-42-a1",)}
-    pdb(raw_api, "namespace", {"maxUnavailable": 5, "selector": {}})
+    pdb(raw_api, "namespace", {"minAvailable": 0, "selector": {}})
     coverage = kube_backend.budget_coverage()
     # the Eviction API answers 500 for a pod selected by more than one PDB, whatever their room
     assert coverage.budgets == (DisruptionBudget("team-a/job-42-a1 & team-a/namespace", 0),)
@@ -114,7 +120,7 @@ def test_pending_and_terminating_pods_are_not_guarded(kube_backend, kube_fake, r
 
 
 def test_two_lists_per_call_and_none_without_running_pods(kube_backend, kube_fake, raw_api, two_jobs):
-    pdb(raw_api, "all", {"maxUnavailable": 1, "selector": {}})
+    pdb(raw_api, "all", {"minAvailable": 1, "selector": {}})
     before = kube_fake.count("GET")
     kube_backend.budget_coverage()
     assert kube_fake.count("GET") - before == 2

@@ -850,8 +850,12 @@ class FakeKube:
             desired = _int_or_percent(spec["minAvailable"], expected)
         else:
             desired = max(0, expected - _int_or_percent(spec.get("maxUnavailable", 0), expected))
+        # The disruption controller needs a controller's scale for maxUnavailable or a percentage; a covered
+        # pod without a controller (the portal's are bare pods) makes it fail safe: no disruption allowed.
+        needs_scale = "minAvailable" not in spec or str(spec["minAvailable"]).endswith("%")
+        bare = any(not any(o.get("controller") for o in p["metadata"].get("ownerReferences") or []) for p in covered)
         out["status"] = {"currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected,
-                         "disruptionsAllowed": max(0, healthy - desired),
+                         "disruptionsAllowed": 0 if needs_scale and bare else max(0, healthy - desired),
                          "observedGeneration": pdb["metadata"].get("generation", 1)}
         return out
 

@@ -329,6 +329,18 @@ def test_pdb_selector_semantics(raw_api, two_running, selector, expected):
     assert body["status"]["expectedPods"] == expected
 
 
+@pytest.mark.parametrize(
+    ("spec", "allowed"),
+    [({"minAvailable": 1}, 1), ({"minAvailable": "50%"}, 0), ({"maxUnavailable": 1}, 0)],
+)
+def test_pdb_over_bare_pods_needs_an_integer_min_available(raw_api, two_running, spec, allowed):
+    """The disruption controller needs a controller's scale for maxUnavailable and percentages; bare pods have
+    none, so it fails safe (as the Kubernetes docs say: arbitrary workloads only with an integer minAvailable)."""
+    _raw_pdb(raw_api, "bare", {**spec, "selector": {"matchLabels": {"app": "x"}}})
+    _, body = call(k8s.PolicyV1Api(raw_api).read_namespaced_pod_disruption_budget, "bare", NS)
+    assert body["status"]["disruptionsAllowed"] == allowed
+
+
 def test_pdb_list_has_the_api_shape(raw_api, two_running):
     _pdb(raw_api, 1)
     status, body = call(k8s.PolicyV1Api(raw_api).list_pod_disruption_budget_for_all_namespaces)

@@ -191,7 +191,7 @@ def test_a_pod_under_its_own_and_a_namespace_pdb_is_not_chosen(kube, lab, submit
     kube.run("gpu-vision", f"job-{c.pk}-a1", node=c.placement[0])
     go(sync_cluster)
     Job.objects.filter(pk__in=(a.pk, c.pk)).update(started_at=timezone.now() - timedelta(hours=1))
-    kube.add_pdb("gpu-nlp", "generous", {"maxUnavailable": 10, "selector": {}})
+    kube.add_pdb("gpu-nlp", "generous", {"minAvailable": 0, "selector": {}})
     rt = go(submit, lab.bob, gpus=4, tier="realtime")
     go(run_cycle)
     rt.refresh_from_db()
