@@ -25,7 +25,7 @@ bench-engine: $(VENV_STAMP)  ## engine cycle time and memory for 1k-50k pending 
 bench: $(VENV_STAMP)         ## policy comparison, lab scenario, loads 0.5-1.1, 3 seeds: markdown + PNG plots
 	$(PY) -m scheduling.sim report --out reports/sim --scenarios scenarios/lab8.yaml --seeds 3
 
-bench-philly: $(VENV_STAMP)  ## the Philly trace (15k jobs, 256 GPUs), loads 0.5-1.1, 2 seeds: about an hour; resumable
+bench-philly: $(VENV_STAMP)  ## the Philly trace (15k jobs, 256 GPUs), 8 policies x loads 0.5-1.1 x 2 seeds: ~2 h here, resumable
 	$(PY) -m scheduling.sim report --out reports/philly --scenarios scenarios/philly.yaml --seeds 2
 
 bench-quick: $(VENV_STAMP)
