@@ -254,10 +254,18 @@ def test_query_budget_per_job(lab, client_for, batch, no_pod_tasks, settings, n,
     sql = [x["sql"] for x in q.captured_queries]
     # membership, flavor (once per distinct flavor), approval rule, allowance, one INSERT of jobs, one of
     # events, + transaction statements: constant, however many jobs. A generous bound per job all the same.
-    assert len(sql) <= 12, "\n".join(sql)
+    # SQLite splits a bulk INSERT to stay under its limit of bound variables (999), so there the INSERTs grow
+    # with the batch, one per few dozen jobs; PostgreSQL takes each in one statement.
+    inserts = [s for s in sql if s.startswith("INSERT INTO")]
+    job_inserts = sum(s.startswith('INSERT INTO "scheduling_job" ') for s in sql)
+    assert len(sql) - len(inserts) <= 10, "\n".join(sql)
     assert len(sql) / n <= 1.2
     assert sum('FROM "quotas_flavor"' in s for s in sql) == 1
-    assert sum(s.startswith('INSERT INTO "scheduling_job"') for s in sql) == 1
+    if connection.vendor == "postgresql":
+        assert len(sql) <= 12, "\n".join(sql)
+        assert job_inserts == 1
+    else:
+        assert 1 <= job_inserts <= max(1, -(-n // 20))
 
 
 def test_openapi_schema_documents_the_batch(client):
