@@ -150,3 +150,14 @@ def submit(lab):
         return job
 
     return make
+
+
+@pytest.fixture
+def go(django_capture_on_commit_callbacks):
+    """go(fn, *a) runs fn with on-commit side effects (Celery tasks, eager) executed."""
+
+    def run(fn, *args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    return run

@@ -6,17 +6,6 @@ import pytest
 
 
 @pytest.fixture
-def go(django_capture_on_commit_callbacks):
-    """go(fn, *a) runs fn with on-commit side effects (Celery tasks, eager) executed."""
-
-    def run(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return run
-
-
-@pytest.fixture
 def money(lab):
     """Prices for a100 (realtime 3000, elastic 1000, backfill 500 mcr/GPU-h) and wallets: vision 100 credits,
     nlp 10 credits."""

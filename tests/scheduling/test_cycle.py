@@ -19,16 +19,6 @@ from scheduling.services.snapshot import build_snapshot
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def go(django_capture_on_commit_callbacks):
-    """go(fn, *a) runs fn with on-commit side effects (Celery tasks, eager) executed."""
-
-    def run(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return run
-
 
 def _finish_all_pods():
     SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(days=30))

@@ -18,14 +18,6 @@ from scheduling.services.snapshot import build_snapshot
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def go(django_capture_on_commit_callbacks):
-    def run(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return run
-
 
 def _queries_of_a_cycle_with(n, lab, submit, go):
     """n gangs of 3 x 4 GPUs wait on 2 nodes of 4: every one gets a new reason in the first cycle."""

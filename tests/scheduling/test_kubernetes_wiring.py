@@ -37,14 +37,6 @@ def kube(lab, kube_fake, sleeps, settings):  # noqa: F811
     backend.close()
 
 
-@pytest.fixture
-def go(django_capture_on_commit_callbacks):
-    def run(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return run
-
 
 def test_inventory_becomes_nodes(kube):
     nodes = {n.name: n for n in Node.objects.select_related("flavor")}
