@@ -94,65 +94,14 @@ def main() -> None:
                "--workers", str(args.web_workers), "--backlog", "256"]
     else:
         web = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{args.port}", "--noreload"]
-    procs = [
-        subprocess.Popen(
-            web,
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
+    celery = [sys.executable, "-m", "celery", "-A", "portal", "worker", "-l", "WARNING"]
+    procs = [subprocess.Popen(web, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     for i in range(args.workers):
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "portal",
-                    "worker",
-                    "-Q",
-                    "pods,default",
-                    "-c",
-                    "4",
-                    "--pool=threads",
-                    "-n",
-                    f"pods{i}@%h",
-                    "-l",
-                    "WARNING",
-                ],
-                cwd=ROOT,
-                env=env,
-            )
-        )
-    procs.append(
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "worker",
-                "-B",
-                "-Q",
-                "cycle",
-                "-c",
-                "1",
-                "--pool=solo",
-                "-n",
-                "cycle@%h",
-                "-l",
-                "WARNING",
-                "-s",
-                str(Path(env["DATA_DIR"]) / "beat"),
-            ],
-            cwd=ROOT,
-            env=env,
-        )
-    )
+        procs.append(subprocess.Popen(
+            [*celery, "-Q", "pods,default", "-c", "4", "--pool=threads", "-n", f"pods{i}@%h"], cwd=ROOT, env=env))
+    procs.append(subprocess.Popen(
+        [*celery, "-B", "-Q", "cycle", "-c", "1", "--pool=solo", "-n", "cycle@%h",
+         "-s", str(Path(env["DATA_DIR"]) / "beat")], cwd=ROOT, env=env))
     try:
         _wait_http(f"http://127.0.0.1:{args.port}/healthz")
         result = _drive(args, tokens)
