@@ -101,6 +101,9 @@ class PendingJob:
     # and the job may use a tainted node only when it tolerates every one of the node's taint keys.
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[str, ...] = ()
+    # How often the job saves a checkpoint it can resume from (None: never, or unknown). The engine prefers
+    # victims that lose the least work since their last checkpoint.
+    checkpoint_interval_s: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -127,6 +130,10 @@ class RunningJob:
     # it is a victim only while every one of them has room left for all of its pods.
     disruption_budgets: tuple[str, ...] = ()
     preemptible: bool = True  # False for realtime jobs and jobs being evicted already
+    checkpoint_interval_s: float | None = None  # see PendingJob; None: all work since the start is at risk
+    # Set while the job is being evicted (or its pods are terminating) to make room for that pending job: its
+    # GPUs are already promised to the preemptor, which therefore waits instead of choosing more victims.
+    evicting_for: int | None = None
 
     @property
     def pods(self) -> int:
