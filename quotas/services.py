@@ -97,6 +97,20 @@ def lock_wallets(ids) -> dict[int, Wallet]:
     return {w.pk: w for w in rows}
 
 
+def lock_department_wallets(department_ids) -> dict[int, Wallet]:
+    """Lock the wallets of these departments (those that have one) in primary-key order, keyed by department.
+
+    The portal's one lock order is: wallets in primary-key order first, then jobs in primary-key order. A
+    transaction that may move money for a job (cancel, finish, requeue, admission) calls this before it
+    touches the job row, so it can never hold a job while waiting for a wallet that another transaction
+    holds while waiting for that job. Must run inside ``transaction.atomic``."""
+    ids = sorted({d for d in department_ids if d is not None})
+    if not ids:
+        return {}
+    rows = Wallet.objects.select_for_update().filter(department_id__in=ids).order_by("pk")
+    return {w.department_id: w for w in rows}
+
+
 def _lock_one(wallet_id: int) -> Wallet:
     wallet = lock_wallets([wallet_id]).get(wallet_id)
     if wallet is None:

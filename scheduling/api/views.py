@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Prefetch
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -172,8 +171,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = self.get_object()  # 404 for another tenant's job
         serializer = CancelSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
-        with transaction.atomic():
-            job_cancel(user=request.user, job=job, comment=serializer.validated_data["comment"])
+        job_cancel(user=request.user, job=job, comment=serializer.validated_data["comment"])
         job = self.get_queryset().prefetch_related("events").get(pk=job.pk)
         return Response(JobDetailSerializer(job, context={"request": request}).data)
 

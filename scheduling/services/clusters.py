@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from portal.db import retry_on_conflict
 from quotas.models import Flavor
 from scheduling.backends import get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
@@ -145,18 +146,32 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False) -> d
     )
     if len(by_job) <= 1000:  # a watcher's few events; a full inventory also lists every finished job's pods,
         jobs = jobs.filter(pk__in=list(by_job))  # and the active jobs (bounded by capacity) are the fewer rows
-    # One transaction for the whole batch instead of one per job: each change is still a compare-and-set on
-    # its row, and a failure leaves every job as it was for the next sync to retry.
-    with transaction.atomic():
-        for job in jobs:
-            if job.pk not in by_job:
-                continue
-            pods = [p for p in by_job[job.pk] if p.attempt == job.attempt]
-            if pods:
-                outcome = _apply_job(job, pods)
-                if outcome:
-                    counts[outcome] += 1
+    # One transaction per job, in primary-key order: nothing ties two jobs' changes together, and a batch-wide
+    # transaction held one job's row while it waited for another department's wallet (a deadlock with the
+    # cycle and with cancels). A job that changes nothing issues no write, so its transaction costs nothing.
+    # One bad pod or job is logged and skipped: it must not stop the sync of every other job.
+    for job in jobs.order_by("pk"):
+        if job.pk not in by_job:
+            continue
+        pods = [p for p in by_job[job.pk] if p.attempt == job.attempt]
+        if not pods:
+            continue
+        try:
+            outcome = retry_on_conflict(lambda j=job, p=pods: _apply_job_atomically(j, p),
+                                        what=f"pod sync of job {job.pk}")
+        except Exception:  # noqa: BLE001 - isolated on purpose, see above
+            log.exception("pod sync of job %s failed; the other jobs go on", job.pk)
+            counts["errors"] += 1
+            continue
+        if outcome:
+            counts[outcome] += 1
     return dict(counts)
+
+
+def _apply_job_atomically(job: Job, pods: list[PodState]) -> str | None:
+    snapshot = copy.copy(job)  # a retry starts from the job as read, not as a rolled-back attempt left it
+    with transaction.atomic():
+        return _apply_job(snapshot, pods)
 
 
 def _apply_job(job: Job, pods: list[PodState]) -> str | None:
@@ -200,7 +215,10 @@ def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finish
     # moved meanwhile is left for the next sync.
     sources = [job.state] if job.state in (JobState.ADMITTED, JobState.RUNNING) else [JobState.ADMITTED,
                                                                                         JobState.RUNNING]
+    from quotas.services import lock_department_wallets
+
     with transaction.atomic(savepoint=False):
+        lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
         ok = transition(job=job, to=state, allowed_from=sources,
                         attempt=job.attempt, reason_code=reason, message=message, exit_code=exit_code,
                         finished_at=finished_at or timezone.now())
@@ -218,7 +236,10 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
 
     old_attempt = job.attempt
     now = timezone.now()
+    from quotas.services import lock_department_wallets
+
     with transaction.atomic():
+        lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
         if outcome == "preempted":
             if not transition(job=job, to=JobState.PREEMPTED, allowed_from=[JobState.ADMITTED, JobState.RUNNING],
                               attempt=old_attempt, reason_code=reason, message=message,

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from portal.db import retry_on_conflict
 from scheduling import core
 from scheduling.core import reasons
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
@@ -45,14 +46,19 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
     with exclusive("admission-cycle") as acquired:
         if not acquired:
             return None
-        t0 = time.perf_counter()
-        now = now or timezone.now()
-        snapshot, ctx = build_snapshot(now=now)
-        t1 = time.perf_counter()
-        result = core.schedule(snapshot)
-        t2 = time.perf_counter()
-        outcome = apply_result(result=result, ctx=ctx)
-        t3 = time.perf_counter()
+
+        def decide_and_apply():
+            t0 = time.perf_counter()
+            snapshot, ctx = build_snapshot(now=now or timezone.now())
+            t1 = time.perf_counter()
+            result = core.schedule(snapshot)
+            t2 = time.perf_counter()
+            applied = apply_result(result=result, ctx=ctx)
+            return snapshot, ctx, result, applied, t0, t1, t2, time.perf_counter()
+
+        # A lost lock race rolls the whole apply back; deciding again on a fresh snapshot is then safe.
+        snapshot, ctx, result, outcome, t0, t1, t2, t3 = retry_on_conflict(decide_and_apply,
+                                                                          what="admission cycle")
     outcome = CycleOutcome(
         admitted=outcome[0],
         preempted=outcome[1],
@@ -80,7 +86,9 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
     admitted = preempted = changed = 0
     to_ungate: list[list[int]] = []
     clusters = {c.name: c for c in Cluster.objects.all()}
+    pending = _pending_changes(result.pending, ctx)
     with transaction.atomic():
+        _lock_in_order(result, ctx, pending)
         for adm in result.admissions:
             job = ctx.jobs.get(adm.job_id)
             if job is None:
@@ -113,17 +121,28 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
         for pre in result.preemptions:
             preempted += _record_preemption(pre, ctx)
 
-        changed = _apply_pending(result.pending, ctx)
+        changed = _apply_pending(pending, ctx)
     return admitted, preempted, changed
 
 
-def _apply_pending(pending, ctx: SnapshotContext) -> int:
-    """Store the reasons and estimated starts that changed, in a constant number of statements.
+def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: dict) -> None:
+    """Take every row lock the apply needs up front, in the portal's one order: the wallets of the admitted
+    jobs' departments (holds are placed on them) in primary-key order, then every job the apply writes in
+    primary-key order. Without this the apply locked job, wallet, job, wallet... in decision order, and a
+    cancel or a pod sync locking the same rows the other way round deadlocked with it."""
+    from quotas.services import lock_department_wallets
 
-    The estimates of a long queue move every cycle, so this can be most of the queue: one UPDATE per job made
-    the cycle's cost grow with the backlog. Compare-and-set as before: the rows still queued in the attempt
-    the decision saw are locked first, and only those are written. A changed reason code is recorded on the
-    job's timeline."""
+    admitted = [ctx.jobs[a.job_id] for a in result.admissions if a.job_id in ctx.jobs]
+    lock_department_wallets([j.department_id for j in admitted])
+    ids = {j.pk for j in admitted} | set(pending)
+    ids |= {p.preemptor_id for p in result.preemptions if p.preemptor_id in ctx.jobs}
+    if ids:
+        list(Job.objects.select_for_update(no_key=True).filter(pk__in=sorted(ids)).order_by("pk")
+             .values_list("pk", flat=True))
+
+
+def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any, datetime | None, bool]]:
+    """The queued jobs whose reason or estimated start the decision changes (read only; nothing locked)."""
     wanted: dict[int, tuple[Job, Any, datetime | None, bool]] = {}
     for pr in pending:
         job = ctx.jobs.get(pr.job_id)
@@ -136,12 +155,19 @@ def _apply_pending(pending, ctx: SnapshotContext) -> int:
         )
         if code_changed or est_changed or job.reason_message != pr.message:
             wanted[job.pk] = (job, pr, est, code_changed)
+    return wanted
+
+
+def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ctx: SnapshotContext) -> int:
+    """Store the reasons and estimated starts that changed, in a constant number of statements.
+
+    The estimates of a long queue move every cycle, so this can be most of the queue: one UPDATE per job made
+    the cycle's cost grow with the backlog. Compare-and-set as before: only the rows still queued in the
+    attempt the decision saw (locked by ``_lock_in_order``) are written. A changed reason code is recorded on
+    the job's timeline."""
     if not wanted:
         return 0
-    current = dict(
-        Job.objects.select_for_update().filter(pk__in=list(wanted), state=JobState.QUEUED)
-        .values_list("pk", "attempt")
-    )
+    current = dict(Job.objects.filter(pk__in=list(wanted), state=JobState.QUEUED).values_list("pk", "attempt"))
     rows, events = [], []
     for pk, (job, pr, est, code_changed) in wanted.items():
         if current.get(pk) != job.attempt:

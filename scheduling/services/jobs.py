@@ -12,6 +12,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from portal.db import retry_on_conflict
 from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition
 from portal.models import Membership
 from portal.tenancy import can_manage_job, membership_of
@@ -104,7 +105,9 @@ def transition(
         if len(sources) == 1:  # the compare-and-set itself proves the state it replaced
             previous = sources[0]
         else:  # lock the row so the state recorded as from_state is the one the compare-and-set replaced
-            previous = Job.objects.select_for_update().filter(pk=job.pk).values_list("state", flat=True).first()
+            # FOR NO KEY UPDATE: it still serialises writers of the row, but not the inserts of rows that
+            # reference the job (events, ledger entries), which only need the key to stay.
+            previous = Job.objects.select_for_update(no_key=True).filter(pk=job.pk).values_list("state", flat=True).first()
         if not Job.objects.filter(**filters).update(**values):
             return False
         for k, v in values.items():
@@ -278,8 +281,16 @@ def job_cancel(*, user, job: Job, comment: str = "") -> Job:
     if job.state in (JobState.SUCCEEDED, JobState.FAILED):
         raise InvalidTransition(f"The job already {job.state}; there is nothing to cancel.")
     attempt, had_pods = job.attempt, job.state != JobState.PENDING_APPROVAL
-    with transaction.atomic():  # the state change and the hold's release commit together
-        return _cancel(user=user, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
+
+    def run() -> Job:
+        from quotas.services import lock_department_wallets
+
+        with transaction.atomic():  # the state change and the hold's release commit together
+            # The wallet before the job: the one lock order (see lock_department_wallets).
+            lock_department_wallets([job.department_id])
+            return _cancel(user=user, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
+
+    return retry_on_conflict(run, what=f"cancel of job {job.pk}")
 
 
 def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Job:
