@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -14,15 +15,24 @@ from rest_framework import serializers
 from quotas.models import Flavor
 from scheduling.models import Job, JobEvent, TaskType, Tier, Urgency
 
-# OCI/Docker reference: [registry[:port]/]path[:tag][@digest], lower-case path components.
+# The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
+#   reference := name [ ":" tag ] [ "@" digest ];  name := [domain "/"] path-component ["/" path-component]*
+# As container runtimes resolve it, the first component is a registry only when it contains "." or ":" or is
+# "localhost"; otherwise it is part of the path, and path components are lower-case. So "UPPER/case" is
+# refused (the runtime would refuse it at pull time, long after the job was accepted).
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = (rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})+(?::[0-9]+)?|{_DOMAIN_COMPONENT}:[0-9]+"
+           r"|localhost(?::[0-9]+)?|\[[a-fA-F0-9:]+\](?::[0-9]+)?)")
 IMAGE_RE = re.compile(
-    r"^(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
-    r"(?::[0-9]+)?/)?"
-    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[\w][\w.-]{0,127})?"
-    r"(?:@sha256:[a-f0-9]{64})?$"
+    rf"(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,
 )
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IMAGE_NAME_MAX = 255  # the grammar's limit on the name part
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+ENV_NAME_MAX = 128
 RESERVED_ENV_PREFIXES = ("KUBERNETES_", "NVIDIA_")
 RESERVED_ENV_NAMES = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
@@ -34,6 +44,19 @@ CPU_RE = re.compile(r"^([0-9]+(?:\.[0-9]{1,3})?)(m?)$")
 MEM_RE = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
 MEM_MIB = {"Ki": Decimal(1) / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024, "K": Decimal(1000) / 1048576,
            "M": Decimal(10**6) / 1048576, "G": Decimal(10**9) / 1048576, "T": Decimal(10**12) / 1048576, None: Decimal(1) / 1048576}
+
+
+# Variables the simulated cluster reads (runtime in seconds, exit code): checked at submit, because one job's
+# "nan" or "1e400" would otherwise reach the simulated kubelet's clock arithmetic.
+SIM_NUMBERS = {"SIM_DURATION_S": (0, MAX_RUNTIME_S, False), "SIM_EXIT_CODE": (0, 255, True)}
+
+
+def _bounded_number(text: str, low: float, high: float, integer: bool) -> bool:
+    try:
+        number = int(text) if integer else float(text)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return math.isfinite(number) and low <= number <= high
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -157,7 +180,8 @@ class JobSubmitSerializer(serializers.Serializer):
         return value
 
     def validate_image(self, value):
-        if not IMAGE_RE.match(value):
+        m = IMAGE_RE.fullmatch(value)
+        if m is None or len(m.group("name")) > IMAGE_NAME_MAX:
             raise serializers.ValidationError(
                 "Not a valid image reference (e.g. nvcr.io/nvidia/pytorch:24.05-py3 or repo/img@sha256:...).",
                 code="invalid_image",
@@ -177,10 +201,15 @@ class JobSubmitSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"At most {MAX_ENV} variables.", code="too_many")
         bad = []
         for key in value:
-            if not ENV_NAME_RE.match(key):
+            if len(key) > ENV_NAME_MAX:
+                bad.append(f"{key[:40]!r}... is longer than {ENV_NAME_MAX} characters.")
+            elif not ENV_NAME_RE.fullmatch(key):
                 bad.append(f"{key!r} is not a valid variable name.")
             elif key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
                 bad.append(f"{key!r} is reserved for the platform.")
+            elif key in SIM_NUMBERS and not _bounded_number(value[key], *SIM_NUMBERS[key]):
+                low, high, integer = SIM_NUMBERS[key]
+                bad.append(f"{key} must be a finite {'whole ' if integer else ''}number from {low} to {high}.")
         if bad:
             raise serializers.ValidationError(bad, code="invalid_env")
         return value

@@ -8,6 +8,7 @@ by ``SIM_SPEEDUP``, an eviction ends it with reason ``Evicted``. ``advance()`` i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -37,6 +38,8 @@ class SimulatedBackend(ClusterBackend):
         for pk, started_at, runtime_s, exit_code in SimPod.objects.filter(
             cluster=self.name, phase="Running"
         ).values_list("pk", "started_at", "runtime_s", "exit_code"):
+            if not math.isfinite(runtime_s or 0.0):  # a row written before submit checked it: end it now
+                runtime_s = 0.0
             if started_at and now >= started_at + timedelta(seconds=runtime_s / self.speedup):
                 ended[exit_code not in (None, 0)].append(pk)
         done = 0
@@ -75,8 +78,10 @@ class SimulatedBackend(ClusterBackend):
     def ensure_pods(self, podset: PodSet) -> None:
         from scheduling.models import SimPod
 
-        runtime = float(dict(podset.env).get("SIM_DURATION_S", podset.max_runtime_s))
-        exit_code = int(dict(podset.env).get("SIM_EXIT_CODE", 0))
+        env = dict(podset.env)
+        runtime = _number(env.get("SIM_DURATION_S"), float, default=podset.max_runtime_s,
+                          low=0, high=podset.max_runtime_s)
+        exit_code = _number(env.get("SIM_EXIT_CODE"), int, default=0, low=0, high=255)
         for i, name in enumerate(podset.pod_names):
             try:
                 with transaction.atomic():
@@ -87,7 +92,7 @@ class SimulatedBackend(ClusterBackend):
                         job_id=podset.job_id,
                         attempt=podset.attempt,
                         index=i,
-                        runtime_s=min(runtime, podset.max_runtime_s),
+                        runtime_s=runtime,
                         exit_code=exit_code or None,
                         log=f"$ {' '.join(podset.command)}\n",
                     )
@@ -153,3 +158,18 @@ def _state(p) -> PodState:
         started_at=p.started_at.timestamp() if p.started_at else None,
         finished_at=p.finished_at.timestamp() if p.finished_at else None,
     )
+
+
+def _number(text, kind, *, default, low, high):
+    """``text`` as a finite number of ``kind`` within [low, high]; ``default`` for anything else. Submit
+    validation refuses such values already; this keeps one old or hand-made row from stopping the
+    simulated kubelet for every job."""
+    if text is None:
+        return default
+    try:
+        value = kind(text)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    if not math.isfinite(value):
+        return default
+    return min(max(value, low), high)

@@ -39,6 +39,19 @@ BAD = [
     ({"env": {"1BAD": "x"}}, "env", "invalid_env"),
     ({"env": {"A-B": "x"}}, "env", "invalid_env"),
     ({"env": ["A=1"]}, "env", "not_a_dict"),
+    ({"env": {"A" * 129: "x"}}, "env", "invalid_env"),
+    ({"env": {"A\n": "x"}}, "env", "invalid_env"),
+    ({"env": {"SIM_DURATION_S": "nan"}}, "env", "invalid_env"),
+    ({"env": {"SIM_DURATION_S": "inf"}}, "env", "invalid_env"),
+    ({"env": {"SIM_DURATION_S": "1e400"}}, "env", "invalid_env"),
+    ({"env": {"SIM_DURATION_S": "-5"}}, "env", "invalid_env"),
+    ({"env": {"SIM_EXIT_CODE": "1.5"}}, "env", "invalid_env"),
+    ({"env": {"SIM_EXIT_CODE": "999"}}, "env", "invalid_env"),
+    ({"image": "UPPER/case"}, "image", "invalid_image"),
+    ({"image": "pytorch/py\ntorch"}, "image", "invalid_image"),
+    ({"image": "repo/img:t\u00e9g"}, "image", "invalid_image"),
+    ({"image": "Repo/img"}, "image", "invalid_image"),
+    ({"image": "a" * 256}, "image", "invalid_image"),
     ({"deadline": PAST}, "deadline", "past"),
     ({"deadline": "tomorrow"}, "deadline", "invalid"),
     ({"tier": "gold"}, "tier", "invalid_choice"),
@@ -103,6 +116,9 @@ def test_good_images_are_accepted(lab, client_for, payload):
         "nvcr.io/nvidia/pytorch:24.05-py3",
         "registry.lab.local:5000/team/train@sha256:" + "a" * 64,
         "ghcr.io/org/img:v1.2.3",
+        "localhost:5000/img:Latest_1",
+        "Registry.Example.ORG/team/img",
+        "img@sha512:" + "b" * 128,
     ]):
         r = client_for(lab.alice).post("/api/v1/jobs", payload(image=image, name=f"ok-{i}"), format="json")
         assert r.status_code == 201, (image, r.content)
@@ -126,3 +142,34 @@ def test_bad_cancel_body(lab, submit, client_for):
     assert r.status_code == 400 and "comment" in r.json()["error"]["fields"]
     job.refresh_from_db()
     assert job.state == "queued"
+
+
+def test_one_bad_simulated_pod_does_not_stop_the_sync_for_everyone(lab, submit, go):
+    """A pod row with a NaN runtime (written before submit checked it) ends at once, and a job whose sync
+    fails is skipped while every other job still moves."""
+    from unittest import mock
+
+    from scheduling.services import clusters
+    from scheduling.services.clusters import sync_cluster
+    from scheduling.services.cycle import run_cycle
+
+    bad, good, other = (go(submit, u, name=n) for u, n in ((lab.alice, "bad"), (lab.bob, "good"),
+                                                             (lab.amy, "other")))
+    SimPod.objects.filter(job_id=bad.pk).update(runtime_s=float("nan"))
+    assert go(run_cycle).admitted == 3
+    real = clusters._apply_job
+
+    def broken_for_other(job, pods):
+        if job.pk == other.pk:
+            raise ValueError("a pod the sync cannot make sense of")
+        return real(job, pods)
+
+    with mock.patch.object(clusters, "_apply_job", broken_for_other):
+        counts = go(sync_cluster)
+    assert counts["errors"] == 1
+    states = dict(Job.objects.values_list("name", "state"))
+    assert states["bad"] == "succeeded"  # its NaN runtime ended it instead of breaking the clock arithmetic
+    assert states["good"] == "running"
+    assert states["other"] == "admitted"  # skipped, and retried by the next sync
+    go(sync_cluster)
+    assert Job.objects.get(pk=other.pk).state == "running"
