@@ -108,7 +108,10 @@ REDIS_URL = str(ENV["REDIS_URL"]) or (
     str(ENV["CELERY_BROKER_URL"]) if str(ENV["CELERY_BROKER_URL"]).startswith("redis") else ""
 )
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    # Short timeouts: with Redis down, a request that uses the cache (the submit throttle) must fail over in
+    # about a second, not hang until the web server's worker timeout.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -125,6 +128,12 @@ if CELERY_BROKER_URL == "filesystem://":
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+elif CELERY_BROKER_URL.startswith("redis"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+# A web request that sends a task after commit gives up on an unreachable broker within a few seconds; the
+# job is already committed, and the reconciler sends what was lost (see docs/operations.md, failure modes).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5,
+                                    "interval_max": 1}
 CELERY_TASK_ALWAYS_EAGER = bool(ENV["CELERY_TASK_ALWAYS_EAGER"])
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True  # a task whose worker dies is redelivered; every task is idempotent
@@ -240,7 +249,7 @@ if ENV["SECURE_SSL"]:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 LOGGING = {
     "version": 1,

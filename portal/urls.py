@@ -30,10 +30,11 @@ api_v1 = [
 ]
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
-PUBLIC_URL_NAMES = {"healthz", "login", "schema", "swagger-ui", "redoc", "prometheus-django-metrics"}
+PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc", "prometheus-django-metrics"}
 
 urlpatterns = [
     path("healthz", portal_views.healthz, name="healthz"),
+    path("readyz", portal_views.readyz, name="readyz"),
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),

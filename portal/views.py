@@ -17,13 +17,53 @@ from portal.tenancy import membership_of
 
 
 def healthz(request):
-    """Liveness + database reachability, for load balancers and Kubernetes probes (no auth)."""
-    try:
-        with connection.cursor() as cur:
-            cur.execute("SELECT 1")
-        return JsonResponse({"status": "ok"})
-    except Exception as exc:  # noqa: BLE001
-        return JsonResponse({"status": "error", "error": type(exc).__name__}, status=503)
+    """Liveness, for Kubernetes liveness probes and container health checks (no auth): the process answers.
+
+    It checks no dependency on purpose: restarting a web process cannot bring a database or Redis back, and
+    a liveness probe that failed with them would restart every replica in a loop during their outage."""
+    return JsonResponse({"status": "ok"})
+
+
+def _check_database() -> None:
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1")
+
+
+def _check_cache() -> None:
+    from django.core.cache import cache
+
+    cache.set("readyz", "1", 10)
+    if cache.get("readyz") != "1":
+        raise RuntimeError("the cache did not return what was stored")
+
+
+def _check_broker() -> None:
+    from portal.celery import app
+
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0.1, interval_max=0.1, timeout=2)
+
+
+READINESS_CHECKS = {"database": _check_database, "cache": _check_cache, "broker": _check_broker}
+# Without these the portal cannot answer at all; without the others it runs degraded (see
+# docs/operations.md, failure modes): submissions are still accepted, and pods follow once they are back.
+CRITICAL = {"database"}
+
+
+def readyz(request):
+    """Readiness (no auth): the state of every dependency. 503 when the database is unreachable (take the
+    replica out of the load balancer); 200 "degraded" when only the cache or the broker is, because
+    submissions, cancels and every page still work then."""
+    checks: dict[str, str] = {}
+    for name, check in READINESS_CHECKS.items():
+        try:
+            check()
+            checks[name] = "ok"
+        except Exception as exc:  # noqa: BLE001 - reported, never raised
+            checks[name] = f"error: {type(exc).__name__}"
+    failed = {n for n, v in checks.items() if v != "ok"}
+    status_ = "error" if failed & CRITICAL else ("degraded" if failed else "ok")
+    return JsonResponse({"status": status_, "checks": checks}, status=503 if status_ == "error" else 200)
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.db.models import Prefetch
 from django.http import StreamingHttpResponse
@@ -26,6 +28,8 @@ from scheduling.api.serializers import (
 from scheduling.models import JobEvent
 from scheduling.selectors import jobs_for
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
+
+log = logging.getLogger(__name__)
 
 FILTERS = [
     OpenApiParameter("state", str, description="Comma-separated states, e.g. queued,running"),
@@ -80,7 +84,13 @@ class SubmitThrottle(SimpleRateThrottle):
             raise exceptions.Throttled(detail=(
                 f"A batch of {cost} jobs is more than the submit rate allows ({self.rate} per user); "
                 f"split it into batches of at most {self.num_requests}."))
-        self.history = self.cache.get(self.key, [])
+        try:
+            self.history = self.cache.get(self.key, [])
+        except Exception:  # noqa: BLE001 - any cache failure: Redis down, timeout, bad payload
+            # Fail open: an accepted job must not depend on the cache. The limit is a courtesy to the shared
+            # queue, and the database does not need it to stay consistent.
+            log.warning("submit throttle: the cache is unreachable; allowing the request", exc_info=True)
+            return True
         self.now = self.timer()
         while self.history and self.history[-1] <= self.now - self.duration:
             self.history.pop()
@@ -88,7 +98,10 @@ class SubmitThrottle(SimpleRateThrottle):
         if self.missing > 0:
             return self.throttle_failure()
         self.history[:0] = [self.now] * cost  # newest first, one entry per job, as DRF keeps requests
-        self.cache.set(self.key, self.history, self.duration)
+        try:
+            self.cache.set(self.key, self.history, self.duration)
+        except Exception:  # noqa: BLE001 - as above
+            log.warning("submit throttle: could not record the request in the cache", exc_info=True)
         return True
 
     def wait(self):

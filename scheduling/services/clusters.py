@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from portal.broker import send
 from portal.db import retry_on_conflict
 from quotas.models import Flavor
 from scheduling.backends import get_backend
@@ -253,7 +254,7 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
             return False
         on_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
         ns = namespace_for(job.department.slug)
-        transaction.on_commit(lambda: tasks.delete_pods.delay(job.pk, old_attempt, ns))
+        transaction.on_commit(lambda: send(tasks.delete_pods, job.pk, old_attempt, ns))
         enqueue_pod_creation(job)
     return True
 

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from portal.broker import send
 from portal.db import retry_on_conflict
 from scheduling import core
 from scheduling.core import reasons
@@ -116,7 +117,7 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
                 to_ungate.append([job.pk, job.attempt])
         for i in range(0, len(to_ungate), ADMIT_BATCH):  # a few messages per cycle, not one per admission
             chunk = to_ungate[i:i + ADMIT_BATCH]
-            transaction.on_commit(lambda c=chunk: tasks.admit_pods_many.delay(c))
+            transaction.on_commit(lambda c=chunk: send(tasks.admit_pods_many, c))
 
         for pre in result.preemptions:
             preempted += _record_preemption(pre, ctx)
@@ -227,7 +228,7 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext) -> int:
             data={"preemption_id": record.pk, "preemptor": pre.preemptor_id},
         )
         ns = namespace_for(v.department.slug)
-        transaction.on_commit(lambda j=v.pk, a=v.attempt, n=ns, p=record.pk: tasks.evict_pods.delay(j, a, n, p))
+        transaction.on_commit(lambda j=v.pk, a=v.attempt, n=ns, p=record.pk: send(tasks.evict_pods, j, a, n, p))
     if preemptor is not None:
         msg = f"preempting job(s) {', '.join(str(v.pk) for v in victims)} ({pre.reason})"
         Job.objects.filter(pk=preemptor.pk, state=JobState.QUEUED).update(

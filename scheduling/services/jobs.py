@@ -12,6 +12,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from portal.broker import send
 from portal.db import retry_on_conflict
 from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition
 from portal.models import Membership
@@ -269,7 +270,9 @@ def enqueue_pod_creation(job: Job) -> None:
     from scheduling import tasks
 
     job_id, attempt = job.pk, job.attempt
-    transaction.on_commit(lambda: tasks.create_pods.delay(job_id, attempt))
+    # The job is committed and accepted whatever the broker does (``send`` logs an unreachable broker), and
+    # the reconciler creates the pods of every queued job that has none.
+    transaction.on_commit(lambda: send(tasks.create_pods, job_id, attempt))
 
 
 def job_cancel(*, user, job: Job, comment: str = "") -> Job:
@@ -311,7 +314,7 @@ def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Jo
         from scheduling import tasks
 
         job_id, ns = job.pk, namespace_for(job.department.slug)
-        transaction.on_commit(lambda: tasks.delete_pods.delay(job_id, attempt, ns))
+        transaction.on_commit(lambda: send(tasks.delete_pods, job_id, attempt, ns))
     from quotas.services import on_attempt_ended
 
     on_attempt_ended(job=job, attempt=attempt, outcome="cancelled")
