@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class PortalConfig(AppConfig):
     name = "portal"
     verbose_name = "Portal and tenancy"
+
+    def ready(self):
+        from portal import lockout  # noqa: F401 - connects the lockout audit receiver

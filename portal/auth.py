@@ -18,12 +18,21 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         parts = header.split()
+        if not parts:  # only whitespace (e.g. a lone no-break space): as malformed as a missing token
+            raise exceptions.AuthenticationFailed("Malformed Authorization header: use 'Bearer <token>'.")
         if parts[0] not in (self.keyword, "Token"):
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Malformed Authorization header: use 'Bearer <token>'.")
+        from portal.lockout import token_attempt_allowed, token_attempt_failed
+
+        # Guessing tokens is throttled like guessing passwords: per token id and per client IP address.
+        key_id = parts[1].split("_")[1][:64] if parts[1].count("_") >= 2 else parts[1][:64]
+        if not token_attempt_allowed(request, key_id):
+            raise exceptions.Throttled(detail="Too many failed attempts. Try again later.")
         token = ApiToken.authenticate(parts[1])
         if token is None or not token.user.is_active:
+            token_attempt_failed(request, key_id)
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked API token.")
         now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=5):
