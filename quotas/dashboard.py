@@ -375,7 +375,9 @@ def allowances(request):
         if not errors:
             return redirect("budgets:allowances")
     elif "user" in values and "limit" not in values:
-        current = Allowance.objects.filter(user__username=values["user"]).first()
+        # Through the one scoping rule: another department's member must not be prefilled (a leak of
+        # their allowance), exactly as if they did not exist.
+        current = services.allowances_for(request.user).filter(user__username=values["user"]).first()
         if current is not None:
             values.update(limit=str(current.limit), period=current.period)
     rows = [(a, services.allowance_used(allowance=a)) for a in services.allowances_for(request.user)]
