@@ -531,20 +531,32 @@ def estimated_cost(*, job) -> int:
     return cost_of(rate=worst_case_rate(job=job), gpu_seconds=job.gpus * job.pods * job.max_runtime_s)
 
 
-def approval_inputs(*, department_id, owner_id) -> tuple[ApprovalRule | None, Allowance | None]:
-    """What ``approval_required`` reads about a submitter: the department's rule and the user's allowance.
-    A batch of jobs by one user reads them once and passes them to every job's check."""
+@dataclass
+class ApprovalInputs:
+    """What ``approval_required`` reads about a submitter: the department's rule, the user's allowance and
+    what that allowance already has committed. A batch of jobs by one user reads them once; every job the
+    check lets through directly is added to ``used``, so the next job of the batch counts it too."""
+
+    rule: ApprovalRule | None
+    allowance: Allowance | None
+    used: int = 0
+
+
+def approval_inputs(*, department_id, owner_id) -> ApprovalInputs:
     rule = ApprovalRule.objects.filter(department_id=department_id).first()
     allowance = Allowance.objects.filter(user_id=owner_id).first() if owner_id else None
-    return rule, allowance
+    used = allowance_used(allowance=allowance) if allowance is not None else 0
+    return ApprovalInputs(rule=rule, allowance=allowance, used=used)
 
 
-def approval_required(*, job, inputs: tuple[ApprovalRule | None, Allowance | None] | None = None) -> str | None:
-    """Why ``job`` must wait for a department admin's approval, or None to queue it directly.
+def approval_required(*, job, inputs: ApprovalInputs | None = None) -> str | None:
+    """Why ``job`` must wait for a department admin's approval, or None to queue it directly (then the job's
+    estimated cost counts against the owner's allowance in ``inputs`` from now on).
 
     ``inputs`` is ``approval_inputs(...)`` for the job's department and owner, read here when not given."""
-    rule, allowance = inputs if inputs is not None else approval_inputs(
-        department_id=job.department_id, owner_id=job.owner_id)
+    if inputs is None:
+        inputs = approval_inputs(department_id=job.department_id, owner_id=job.owner_id)
+    rule, allowance = inputs.rule, inputs.allowance
     if rule is None and allowance is None:
         return None
     why: list[str] = []
@@ -561,15 +573,20 @@ def approval_required(*, job, inputs: tuple[ApprovalRule | None, Allowance | Non
                 why.append(f"estimated cost {cost} mcr > {rule.cost_above}")
     if allowance is not None:
         cost = estimated_cost(job=job) if cost is None else cost
-        used = allowance_used(allowance=allowance)
-        if used + cost > allowance.limit:
+        if inputs.used + cost > allowance.limit:
             why.append(f"exceeds {job.owner.get_username()}'s {allowance.period} allowance "
-                       f"({used} + {cost} > {allowance.limit} mcr)")
+                       f"({inputs.used} + {cost} > {allowance.limit} mcr)")
+        elif not why:
+            inputs.used += cost
     return ("Needs a department admin's approval: " + "; ".join(why)) if why else None
 
 
 def allowance_used(*, allowance: Allowance, now: datetime | None = None) -> int:
-    """What the user committed this period: charges net of refunds plus open holds."""
+    """What the user committed this period: charges net of refunds, plus open holds, plus the worst-case cost
+    of their queued jobs (they hold nothing until admitted, but each one will; without them any number of
+    jobs could queue under the allowance before the first was admitted)."""
+    from scheduling.models import Job, JobState
+
     now = now or timezone.now()
     start = period_start(period=allowance.period, at=now)
     rows = LedgerEntry.objects.filter(wallet_id=allowance.wallet_id, user_id=allowance.user_id)
@@ -577,7 +594,15 @@ def allowance_used(*, allowance: Allowance, now: datetime | None = None) -> int:
         s=Sum("amount"))["s"] or 0
     held = rows.filter(kind__in=(LedgerKind.HOLD, LedgerKind.SETTLE, LedgerKind.RELEASE)).aggregate(
         s=Sum("held_change"))["s"] or 0
-    return -charged + held
+    queued = list(Job.objects.filter(owner_id=allowance.user_id, state=JobState.QUEUED,
+                                     department__wallet__id=allowance.wallet_id)
+                  .values_list("flavor_id", "tier", "gpus", "pods", "max_runtime_s", "bid"))
+    waiting = 0
+    if queued:
+        prices = {(f, t): p for f, t, p in Price.objects.values_list("flavor_id", "tier", "per_gpu_hour")}
+        waiting = sum(cost_of(rate=max(prices.get((f, t), 0), bid or 0), gpu_seconds=g * n * r)
+                      for f, t, g, n, r, bid in queued)
+    return -charged + held + waiting
 
 
 def period_start(*, period: str, at: datetime) -> datetime:
@@ -837,13 +862,17 @@ def wallets_for(user):
 
 
 def allowances_for(user):
-    """Allowances ``user`` may see: members their department's, platform admins all, others none."""
+    """Allowances ``user`` may see: platform admins all, department admins their department's, researchers
+    only their own (a colleague's limit and spending are the department admins' business), others none."""
     m = membership_of(user)
     qs = Allowance.objects.select_related("user", "wallet__department").order_by("wallet__department__slug",
-                                                                                 "user__username")
+                                                                                 "user__username", "id")
     if m is None:
         return qs.none()
-    return qs if m.is_platform_admin else qs.filter(wallet__department_id=m.department_id)
+    if m.is_platform_admin:
+        return qs
+    qs = qs.filter(wallet__department_id=m.department_id)
+    return qs if m.is_department_admin else qs.filter(user=user)
 
 
 def ledger_for(user):

@@ -255,7 +255,8 @@ class AllowanceSerializer(StrictSerializer):
 
 
 class AllowanceListView(APIView):
-    """GET: allowances in my department (platform admins: all), with what each user used this period."""
+    """GET: allowances with what each user used this period: department admins their department's,
+    platform admins all, researchers their own."""
 
     serializer_class = AllowanceSerializer
 

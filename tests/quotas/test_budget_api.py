@@ -275,8 +275,36 @@ def test_cost_rule_and_allowance_require_approval(money, submit, client_for):
     assert submit(money.amy, gpus=1).state == JobState.QUEUED  # 1000 <= 1500
     over = submit(money.amy, gpus=2)
     assert over.state == JobState.PENDING_APPROVAL and "allowance" in over.reason_message
-    listed = client_for(money.vadmin).get("/api/v1/allowances").json()
-    assert listed == [{"user": "amy", "department": "vision", "limit": 1500, "period": "monthly", "used": 0}]
+    listed = client_for(money.vadmin).get("/api/v1/allowances").json()  # amy's queued 1000 mcr job counts
+    assert listed == [{"user": "amy", "department": "vision", "limit": 1500, "period": "monthly", "used": 1000}]
+
+
+def test_queued_jobs_count_against_the_allowance_alone_and_in_a_batch(money, submit, client_for, payload):
+    """A 10,000 mcr allowance and 7,200 mcr jobs: the second already needs approval, submitted one by one or
+    in one batch, and a cancelled job frees its share again."""
+    assert client_for(money.vadmin).put("/api/v1/allowances/amy", {"limit": 10_000}, format="json").status_code == 200
+    big = {"gpus": 2, "max_runtime_s": 12_960}  # 2 GPUs x 3.6 h x 1000 mcr/GPU-h = 7200 mcr
+    jobs = [submit(money.amy, name=f"a{i}", **big) for i in range(5)]
+    assert [j.state for j in jobs] == [JobState.QUEUED] + [JobState.PENDING_APPROVAL] * 4
+    assert "(7200 + 7200 > 10000 mcr)" in jobs[1].reason_message
+    used = client_for(money.vadmin).get("/api/v1/allowances").json()[0]["used"]
+    assert used == 7200
+    client_for(money.amy).post(f"/api/v1/jobs/{jobs[0].pk}/cancel", {}, format="json")
+    assert submit(money.amy, name="again", **big).state == JobState.QUEUED
+
+    Job.objects.filter(owner=money.amy).update(state=JobState.CANCELLED)
+    r = client_for(money.amy).post("/api/v1/jobs/batch", {"jobs": [payload(name=f"b{i}", **big)
+                                                                   for i in range(5)]}, format="json")
+    assert r.status_code == 201, r.content
+    assert [j["state"] for j in r.json()["jobs"]] == ["queued"] + ["pending_approval"] * 4
+
+
+def test_researchers_read_only_their_own_allowance(money, client_for):
+    for user, limit in ((money.alice, 5000), (money.amy, 6000)):
+        client_for(money.vadmin).put(f"/api/v1/allowances/{user.username}", {"limit": limit}, format="json")
+    assert [a["user"] for a in client_for(money.alice).get("/api/v1/allowances").json()] == ["alice"]
+    assert [a["user"] for a in client_for(money.vadmin).get("/api/v1/allowances").json()] == ["alice", "amy"]
+    assert client_for(money.bob).get("/api/v1/allowances").json() == []
 
 
 # ------------------------------------------------------------------------------------------ ledger, reports
