@@ -54,6 +54,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "portal.middleware.HostileInputMiddleware",  # NUL characters, oversized bodies: a JSON 400 at the door
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -209,7 +210,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["portal.api.JSONParser"],  # refuses NUL and absurd nesting with a 400
     "DEFAULT_THROTTLE_RATES": {"submit": "120/min"},  # jobs per user, a batch counts each of its jobs
     "UNAUTHENTICATED_USER": None,
 }
@@ -272,6 +273,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": str(ENV["LOG_LEVEL"])},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
-        "kombu.connection": {"level": "ERROR"},  # the filesystem broker has no hostname, by design
+        "kombu.connection": {"level": "ERROR"},
+        "axes": {"level": "WARNING"},  # one INFO line per log-in otherwise; failures and lockouts still show  # the filesystem broker has no hostname, by design
     },
 }

@@ -30,7 +30,8 @@ api_v1 = [
 ]
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
-PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc", "prometheus-django-metrics"}
+PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc",
+                    "prometheus-django-metrics"}
 
 urlpatterns = [
     path("healthz", portal_views.healthz, name="healthz"),
@@ -46,3 +47,8 @@ urlpatterns = [
     path("budgets/", include(("quotas.dashboard", "budgets"), namespace="budgets")),
     path("", include(("portal.dashboard", "dashboard"), namespace="dashboard")),
 ]
+
+handler400 = "portal.views.bad_request"
+handler403 = "portal.views.permission_denied"
+handler404 = "portal.views.page_not_found"
+handler500 = "portal.views.server_error"

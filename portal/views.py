@@ -145,3 +145,43 @@ class TokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         token.refresh_from_db()
         return Response(TokenSerializer(token).data)
+
+
+# Error pages: under /api/ the one JSON error shape (a client parsing JSON must never get an HTML page, e.g.
+# for a body Django refuses as too large before any view runs); elsewhere Django's own pages.
+def _api_or(request, default, status_: int, code: str, message: str, exception=None):
+    if request.path.startswith("/api/"):
+        from portal.errors import error_body
+
+        return JsonResponse(error_body(code, message), status=status_)
+    return default(request, exception) if exception is not None else default(request)
+
+
+def bad_request(request, exception=None):
+    from django.core.exceptions import RequestDataTooBig
+    from django.views import defaults
+
+    if isinstance(exception, RequestDataTooBig):
+        return _api_or(request, defaults.bad_request, 400, "request_too_large", "The request body is too large.",
+                       exception)
+    return _api_or(request, defaults.bad_request, 400, "malformed_request", "The request could not be read.",
+                   exception)
+
+
+def permission_denied(request, exception=None):
+    from django.views import defaults
+
+    return _api_or(request, defaults.permission_denied, 403, "permission_denied",
+                   "You do not have permission to do this.", exception)
+
+
+def page_not_found(request, exception=None):
+    from django.views import defaults
+
+    return _api_or(request, defaults.page_not_found, 404, "not_found", "Not found.", exception)
+
+
+def server_error(request):
+    from django.views import defaults
+
+    return _api_or(request, defaults.server_error, 500, "server_error", "Internal error; it has been logged.")

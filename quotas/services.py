@@ -19,6 +19,7 @@ Money rules (house rule 4):
 from __future__ import annotations
 
 import calendar
+import hashlib
 import logging
 import math
 import threading
@@ -34,7 +35,14 @@ from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 from django.utils import timezone
 
-from portal.errors import Conflict, Forbidden, InvalidTransition, NotFound, ValidationFailed
+from portal.errors import (
+    Conflict,
+    Forbidden,
+    IdempotencyKeyReused,
+    InvalidTransition,
+    NotFound,
+    ValidationFailed,
+)
 from portal.models import AuditEntry, Department
 from portal.tenancy import membership_of
 from quotas.models import (
@@ -296,10 +304,18 @@ def wallet_refill(*, department: Department, period: str, amount: int, actor=Non
         return None
 
 
+def adjust_key(wallet: Wallet, client_key: str) -> str:
+    """The ledger key of an adjustment retried with the client's Idempotency-Key (fits the column whatever
+    the key's length)."""
+    key = f"adjust:{wallet.pk}:{client_key}"
+    return key if len(key) <= 200 else f"adjust:{wallet.pk}:sha256:{hashlib.sha256(client_key.encode()).hexdigest()}"
+
+
 def wallet_adjust(*, department: Department, amount: int, actor, comment: str, key: str | None = None
                   ) -> LedgerEntry:
     """A manual correction or budget grant by a platform admin (audited). Negative adjustments cannot take
-    more than is available (held credits belong to running jobs)."""
+    more than is available (held credits belong to running jobs). A retry with the same ``key`` returns the
+    first entry; the same key with another amount or comment raises IdempotencyKeyReused (as jobs do)."""
     if amount == 0:
         raise _field_error("amount", "The amount must not be zero.")
     wallet = Wallet.objects.filter(department=department).first()
@@ -310,6 +326,9 @@ def wallet_adjust(*, department: Department, amount: int, actor, comment: str, k
         wallet = _lock_one(wallet.pk)
         existing = _entry(key)
         if existing is not None:
+            if (existing.kind, existing.wallet_id, existing.amount, existing.memo) != (
+                    LedgerKind.ADJUSTMENT, wallet.pk, amount, comment[:300]):
+                raise IdempotencyKeyReused(detail={"entry_id": existing.pk})
             return existing
         if amount < 0 and -amount > wallet.available:
             raise _field_error("amount", f"Only {wallet.available} mcr are available to take away "

@@ -18,6 +18,7 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api import idempotency_key
 from portal.errors import Forbidden, NotFound, ValidationFailed
 from portal.models import Department, Membership
 from portal.tenancy import membership_of
@@ -196,9 +197,9 @@ class WalletAdjustView(APIView):
         _platform_admin(request)
         wallet = _wallet(request, slug)
         data = _valid(AdjustSerializer, request.data)
-        key = request.headers.get("Idempotency-Key")
+        key = idempotency_key(request)
         entry = services.wallet_adjust(department=wallet.department, amount=data["amount"], actor=request.user,
-                                       comment=data["comment"], key=f"adjust:{wallet.pk}:{key}" if key else None)
+                                       comment=data["comment"], key=services.adjust_key(wallet, key) if key else None)
         return Response(LedgerEntrySerializer(entry).data, status=status.HTTP_201_CREATED)
 
 
@@ -555,6 +556,12 @@ class UsageReportView(APIView):
         response = super().handle_exception(exc)
         self.request.accepted_renderer = JSONRenderer()  # errors keep the one JSON shape, even for ?format=csv
         self.request.accepted_media_type = "application/json"
+        return response
+
+    def options(self, request, *args, **kwargs):
+        response = super().options(request, *args, **kwargs)
+        request.accepted_renderer = JSONRenderer()  # the metadata is a JSON object, never a CSV table
+        request.accepted_media_type = "application/json"
         return response
 
     def get(self, request):

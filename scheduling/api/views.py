@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
+from portal.api import idempotency_key
 from portal.errors import Forbidden, ValidationFailed
 from portal.tenancy import can_manage_job, membership_of
 from scheduling.api.serializers import (
@@ -39,9 +40,6 @@ FILTERS = [
     OpenApiParameter("department", str, description="Department slug (platform admins)"),
     OpenApiParameter("q", str, description="Name contains"),
 ]
-
-
-IDEMPOTENCY_KEY_MAX = 200
 
 
 class SubmitThrottle(SimpleRateThrottle):
@@ -214,11 +212,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
 
 def _idempotency_key(request) -> str | None:
-    key = request.headers.get("Idempotency-Key") or None
-    if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
-        raise ValidationFailed(fields={"Idempotency-Key": [
-            {"code": "too_long", "message": f"At most {IDEMPOTENCY_KEY_MAX} characters."}]})
-    return key
+    return idempotency_key(request)
 
 
 def _prefetched_timeline(job, events) -> None:

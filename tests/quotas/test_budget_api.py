@@ -367,3 +367,20 @@ def test_usage_report_json_and_csv(money, submit, client_for, django_capture_on_
     got = {(t["department"], t["flavor"]): t for t in table}
     assert got[("vision", "a100-80gb")]["charged_mcr"] == "2000"
     assert got[("nlp", "a100-80gb")]["gpu_hours"] == "1.0" and got[("nlp", "a100-80gb")]["user"] == ""
+
+
+def test_a_wallet_adjust_replayed_with_another_body_is_a_422(money, client_for):
+    admin = client_for(money.root)
+    first = admin.post("/api/v1/wallets/vision/adjust", {"amount": 500, "comment": "grant"}, format="json",
+                       HTTP_IDEMPOTENCY_KEY="adj-1")
+    assert first.status_code == 201
+    again = admin.post("/api/v1/wallets/vision/adjust", {"amount": 500, "comment": "grant"}, format="json",
+                       HTTP_IDEMPOTENCY_KEY="adj-1")
+    assert again.status_code == 201 and again.json()["id"] == first.json()["id"]
+    for body in ({"amount": 900, "comment": "grant"}, {"amount": 500, "comment": "another"}):
+        r = admin.post("/api/v1/wallets/vision/adjust", body, format="json", HTTP_IDEMPOTENCY_KEY="adj-1")
+        assert r.status_code == 422 and r.json()["error"]["code"] == "idempotency_key_reused"
+    assert Wallet.objects.get(department=money.vision).balance == 100_500
+    long_key = "k" * 200  # the longest key a client may send still fits the ledger's column
+    assert admin.post("/api/v1/wallets/vision/adjust", {"amount": 1, "comment": "x"}, format="json",
+                      HTTP_IDEMPOTENCY_KEY=long_key).status_code == 201

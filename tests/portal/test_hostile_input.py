@@ -1,0 +1,75 @@
+"""Hostile input gets the documented JSON error (400), never a 500 or an HTML page."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+pytestmark = pytest.mark.django_db
+
+
+def _json_error(r, status=400):
+    assert r.status_code == status, (r.status_code, r.content[:300])
+    assert r["Content-Type"].startswith("application/json"), r["Content-Type"]
+    body = r.json()
+    assert set(body) == {"error"} and body["error"]["code"] and body["error"]["message"]
+    return body["error"]
+
+
+@pytest.fixture
+def api(lab):
+    c = Client(raise_request_exception=False)
+    c.force_login(lab.root)
+    return c
+
+
+@pytest.mark.parametrize("url", [
+    "/api/v1/jobs?state=queued\x00",
+    "/api/v1/jobs?q=%00",
+    "/api/v1/jobs?department=vi%00sion",
+    "/api/v1/wallets/vi%00sion",
+    "/api/v1/departments/vi%00sion",
+    "/api/v1/flavors/a100%00",
+    "/api/v1/allowances/al%00ice",
+    "/api/v1/reports/usage?department=%00",
+    "/budgets/allowances/?user=%00",
+])
+def test_a_nul_byte_in_the_path_or_query_is_a_400(api, url):
+    _json_error(api.get(url))
+
+
+def test_a_nul_byte_in_a_json_field_a_form_field_or_the_idempotency_key_is_a_400(api, payload):
+    _json_error(api.post("/api/v1/jobs", payload(flavor="a100\x00"), content_type="application/json"))
+    _json_error(api.post("/api/v1/jobs", payload(env={"A\x00": "x"}), content_type="application/json"))
+    _json_error(api.post("/api/v1/jobs", payload(), content_type="application/json",
+                         HTTP_IDEMPOTENCY_KEY="k\x00"))
+    _json_error(api.post("/jobs/new", {"name": "x\x00", "image": "x"}))
+    _json_error(api.post("/budgets/allowances/", {"user": "al\x00ice", "limit": "5"}))
+
+
+def test_json_nested_deeper_than_anyone_needs_is_a_400(api):
+    deep = "[" * 50_000 + "]" * 50_000
+    _json_error(api.post("/api/v1/jobs", deep, content_type="application/json"))
+    deep_object = '{"a":' * 5_000 + "1" + "}" * 5_000
+    _json_error(api.post("/api/v1/jobs/batch", deep_object, content_type="application/json"))
+
+
+def test_options_on_every_report_format_answers(api):
+    for url in ("/api/v1/reports/usage", "/api/v1/reports/usage?format=csv"):
+        r = api.options(url)
+        assert r.status_code == 200, (url, r.content[:300])
+
+
+def test_an_over_long_idempotency_key_on_wallet_adjust_is_a_400(lab, api):
+    from quotas import services
+
+    services.wallet_create(department=lab.vision, actor=lab.root, balance=1000)
+    r = api.post("/api/v1/wallets/vision/adjust", {"amount": 5, "comment": "x"}, content_type="application/json",
+                 HTTP_IDEMPOTENCY_KEY="k" * 300)
+    assert "Idempotency-Key" in _json_error(r)["fields"]
+
+
+def test_a_body_over_the_size_limit_gets_the_json_error(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    r = api.post("/api/v1/jobs", '{"name": "' + "x" * 20_000 + '"}', content_type="application/json")
+    assert _json_error(r)["code"] == "request_too_large"
