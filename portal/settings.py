@@ -56,6 +56,7 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "portal.middleware.HostileInputMiddleware",  # NUL characters, oversized bodies: a JSON 400 at the door
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -104,6 +105,9 @@ else:
         }
     }
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
+# A reused connection is checked before its first query in each request or task, so a connection the server
+# ended (a restart, a failover, an idle timeout) is replaced instead of failing that request.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 IS_POSTGRES = "postgresql" in DATABASES["default"]["ENGINE"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from scheduling.backends import get_backend
@@ -19,7 +20,8 @@ from scheduling.models import Job, JobState, PreemptionVictim
 log = logging.getLogger(__name__)
 
 RETRY = {
-    "autoretry_for": (ClusterUnavailable, BackendError),
+    # A database connection the server ended (restart, failover) fails a task once; the retry gets a new one.
+    "autoretry_for": (ClusterUnavailable, BackendError, OperationalError, InterfaceError),
     "retry_backoff": 2,
     "retry_backoff_max": 300,
     "retry_jitter": True,
