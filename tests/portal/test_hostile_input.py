@@ -73,3 +73,18 @@ def test_a_body_over_the_size_limit_gets_the_json_error(api, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
     r = api.post("/api/v1/jobs", '{"name": "' + "x" * 20_000 + '"}', content_type="application/json")
     assert _json_error(r)["code"] == "request_too_large"
+
+
+def test_every_page_has_a_strict_content_security_policy_and_no_inline_code(api, lab):
+    import re as _re
+
+    for url in ("/", "/jobs/new", "/policy/", "/whatif/", "/budgets/", "/login/", "/api/v1/jobs"):
+        r = api.get(url)
+        policy = r["Content-Security-Policy"]
+        assert "script-src 'self';" in policy and "'unsafe-inline'" not in policy, url
+        assert "frame-ancestors 'none'" in policy and "http" not in policy
+        body = r.content.decode()
+        assert not _re.search(r"<script(?![^>]*\bsrc=)[^>]*>", body), f"inline script on {url}"
+        assert not _re.search(r"\sstyle=\"", body), f"inline style on {url}"
+        assert not _re.search(r"\son[a-z]+=\"", body), f"inline handler on {url}"
+    assert "script-src 'self' 'unsafe-inline'" in api.get("/api/redoc/")["Content-Security-Policy"]
