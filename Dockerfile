@@ -14,4 +14,5 @@ RUN pip install --no-cache-dir . \
  && SECRET_KEY=build-only-not-secret-000000000000000000 python manage.py collectstatic --noinput
 USER 10001
 EXPOSE 8000
-CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
+# portal/gunicorn_conf.py: 3 workers on :8000, and Prometheus multiprocess mode so /metrics sums the workers.
+CMD ["gunicorn", "-c", "python:portal.gunicorn_conf", "portal.wsgi:application"]

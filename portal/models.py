@@ -161,3 +161,21 @@ class AuditEntry(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.object_type}:{self.object_id}"
+
+
+class MetricValue(models.Model):
+    """A metric written by whichever process observes it (the cycle and ledger checks run in Celery
+    workers) and read by ``/metrics`` in the web process at scrape time: the database is the one place every
+    process shares. Counters only ever grow (``portal.metrics.add``); gauges are set."""
+
+    name = models.CharField(max_length=100)
+    labels = models.CharField(max_length=200, blank=True, default="")  # canonical "k=v,k2=v2", sorted
+    value = models.FloatField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["name", "labels"], name="metricvalue_name_labels_unique")]
+        ordering = ["name", "labels", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.labels}}} {self.value}"

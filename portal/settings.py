@@ -54,6 +54,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "portal.middleware.ProbeMiddleware",  # /healthz, /readyz: answered whatever the Host header says
     "portal.middleware.HostileInputMiddleware",  # NUL characters, oversized bodies: a JSON 400 at the door
     "django.middleware.security.SecurityMiddleware",
     "portal.middleware.ContentSecurityPolicyMiddleware",
@@ -170,6 +171,8 @@ CELERY_BEAT_SCHEDULE = {
     "quotas-reconcile-holds": {"task": "quotas.reconcile_holds", "schedule": 600.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
+CELERY_BEAT_SYNC_EVERY = 1
 
 # ------------------------------------------------------------------------------------------ scheduling
 SCHEDULING_BACKEND = str(ENV["SCHEDULING_BACKEND"])

@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from portal import metrics as portal_metrics
 from portal import views as portal_views
 from quotas.api import views as quota_views
 from scheduling.api import policy as policy_views
@@ -43,7 +44,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("admin/", admin.site.urls),
-    path("", include("django_prometheus.urls")),
+    path("metrics", portal_metrics.metrics_view, name="prometheus-django-metrics"),
     path("budgets/", include(("quotas.dashboard", "budgets"), namespace="budgets")),
     path("", include(("portal.dashboard", "dashboard"), namespace="dashboard")),
 ]

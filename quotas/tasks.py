@@ -9,16 +9,10 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from prometheus_client import Gauge
 
 from quotas import services
 
 log = logging.getLogger(__name__)
-
-LEDGER_DRIFT = Gauge("portal_ledger_drift_mcr",
-                     "Wallet balance minus the sum of its ledger entries (must be 0).", ["department", "column"])
-LEDGER_DRIFTING = Gauge("portal_ledger_drifting_wallets", "Wallets whose balance != sum(ledger entries).")
-WALLET_AVAILABLE = Gauge("portal_wallet_available_mcr", "Available credits (balance - held).", ["department"])
 
 BEAT_SCHEDULE = {
     "quotas-refill": {"task": "quotas.refill", "schedule": 3600.0},
@@ -38,19 +32,19 @@ def refill() -> int:
 
 @shared_task(name="quotas.check_ledger", time_limit=300, soft_time_limit=280)
 def check_ledger() -> int:
-    """balance == sum(entries.amount) and held == sum(entries.held_change) for every wallet; alert on drift."""
-    from quotas.models import Wallet
+    """balance == sum(entries.amount) and held == sum(entries.held_change) for every wallet; alert on drift.
+    The result is stored for /metrics (``portal_ledger_drifting_wallets``, ``portal_ledger_drift_mcr``)."""
+    from portal import metrics
 
     drift = services.ledger_drift()
-    LEDGER_DRIFT.clear()
+    values: dict[str, float] = {}
     for d in drift:
         log.error("ledger drift in %s: balance %s != ledger %s, held %s != ledger %s",
                   d.department, d.balance, d.ledger_balance, d.held, d.ledger_held)
-        LEDGER_DRIFT.labels(department=d.department, column="balance").set(d.balance - d.ledger_balance)
-        LEDGER_DRIFT.labels(department=d.department, column="held").set(d.held - d.ledger_held)
-    LEDGER_DRIFTING.set(len(drift))
-    for slug, balance, held in Wallet.objects.values_list("department__slug", "balance", "held"):
-        WALLET_AVAILABLE.labels(department=slug).set(balance - held)
+        values[f"{d.department}|balance"] = d.balance - d.ledger_balance
+        values[f"{d.department}|held"] = d.held - d.ledger_held
+    metrics.set_gauges(metrics.LEDGER_DRIFTING, len(drift))
+    metrics.set_drift(values)
     return len(drift)
 
 

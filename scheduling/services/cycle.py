@@ -69,9 +69,9 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
         total_ms=(t3 - t0) * 1000,
         policy_version=ctx.policy_version,
     )
-    from scheduling import metrics
+    from portal import metrics
 
-    metrics.observe_cycle(outcome, snapshot=snapshot, result=result)
+    metrics.observe_cycle(outcome, snapshot=snapshot, result=result, at=time.time())
     return outcome
 
 

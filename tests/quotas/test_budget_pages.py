@@ -115,14 +115,15 @@ def test_period_keys_and_proportional_refill(money):
     assert Wallet.objects.get(department=money.vision).balance == 120_000
 
 
-def test_ledger_check_alerts_on_drift(money, caplog):
+def test_ledger_check_alerts_on_drift(money, caplog, client):
     assert tasks.check_ledger.delay().get() == 0
-    assert tasks.LEDGER_DRIFTING._value.get() == 0
+    assert "portal_ledger_drifting_wallets 0.0" in client.get("/metrics").content.decode()
     Wallet.objects.filter(department=money.nlp).update(balance=10_500)  # someone bypassed the services
     assert tasks.check_ledger.delay().get() == 1
     assert "ledger drift in nlp" in caplog.text
-    assert tasks.LEDGER_DRIFTING._value.get() == 1
-    assert tasks.LEDGER_DRIFT.labels(department="nlp", column="balance")._value.get() == 500
+    scraped = client.get("/metrics").content.decode()
+    assert "portal_ledger_drifting_wallets 1.0" in scraped
+    assert 'portal_ledger_drift_mcr{column="balance",department="nlp"} 500.0' in scraped
     assert set(tasks.BEAT_SCHEDULE) >= {"quotas-refill", "quotas-check-ledger"}
     assert {e["task"] for e in tasks.BEAT_SCHEDULE.values()} == {"quotas.refill", "quotas.check_ledger",
                                                                  "quotas.reconcile_holds"}

@@ -28,6 +28,7 @@ class Command(BaseCommand):
         from scheduling.services.locks import exclusive
 
         stop = threading.Event()
+        _keep_alive(stop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 signal.signal(sig, lambda *_: stop.set())
@@ -43,6 +44,22 @@ class Command(BaseCommand):
                         return
                     continue
             stop.wait(lock_wait_s)
+
+
+def _keep_alive(stop: threading.Event) -> None:
+    """Touch DATA_DIR/watcher.alive every 10 s while the command runs (its liveness probe reads the age)."""
+    from django.conf import settings
+
+    from portal.heartbeat import touch
+
+    path = str(settings.DATA_DIR / "watcher.alive")
+
+    def beat():
+        while not stop.wait(10):
+            touch(path)
+
+    touch(path)
+    threading.Thread(target=beat, name="watcher-heartbeat", daemon=True).start()
 
 
 def watch(*, cluster: str, stop: threading.Event, max_events: int = 0) -> int:
