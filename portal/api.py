@@ -66,3 +66,47 @@ def idempotency_key(request) -> str | None:
         raise ValidationFailed(fields={"Idempotency-Key": [
             {"code": "invalid", "message": "Only printable characters."}]})
     return key
+
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object",
+        "required": ["code", "message"],
+        "properties": {
+            "code": {"type": "string", "example": "validation_error"},
+            "message": {"type": "string"},
+            "fields": {"type": "object", "additionalProperties": {"type": "array", "items": {
+                "type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+            "detail": {"type": "object"},
+        },
+    }},
+}
+ERROR_RESPONSES = {
+    "400": "Invalid input (`validation_error` with `fields`, `malformed_request`, `request_too_large`).",
+    "401": "Not authenticated, or a bad token.",
+    "403": "Authenticated but not allowed (or CSRF missing for a session).",
+    "404": "No such object, or another department's.",
+    "405": "Method not allowed.",
+    "409": "The object's state does not allow this.",
+    "415": "Unsupported media type (send JSON).",
+    "422": "Idempotency-Key reused with another body.",
+    "429": "Throttled or locked out; see Retry-After.",
+}
+
+
+def document_errors(result, generator, request, public):
+    """drf-spectacular postprocessing hook: every operation may answer the one error shape with these
+    statuses (portal/errors.py), so clients and schema-driven tests know them."""
+    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    ref = {"$ref": "#/components/schemas/Error"}
+    for path_item in result.get("paths", {}).values():
+        for method, operation in path_item.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            responses = operation.setdefault("responses", {})
+            for status_code, description in ERROR_RESPONSES.items():
+                responses.setdefault(status_code, {"description": description,
+                                                   "content": {"application/json": {"schema": ref}}})
+    return result

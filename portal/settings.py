@@ -231,6 +231,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.api.document_errors"],
     "ENUM_NAME_OVERRIDES": {
         "JobTierEnum": "scheduling.models.Tier",
         "UrgencyEnum": "scheduling.models.Urgency",

@@ -255,12 +255,21 @@ class AllowanceSerializer(StrictSerializer):
     period = serializers.ChoiceField(choices=Allowance.PERIODS, default="monthly")
 
 
+class AllowanceOutSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    department = serializers.CharField()
+    limit = serializers.IntegerField()
+    period = serializers.ChoiceField(choices=Allowance.PERIODS)
+    used = serializers.IntegerField(help_text="mcr committed this period, queued jobs included")
+
+
 class AllowanceListView(APIView):
     """GET: allowances with what each user used this period: department admins their department's,
     platform admins all, researchers their own."""
 
     serializer_class = AllowanceSerializer
 
+    @extend_schema(responses=AllowanceOutSerializer(many=True))
     def get(self, request):
         _member(request)
         qs = services.allowances_for(request.user)
@@ -384,6 +393,7 @@ class LedgerListView(GenericAPIView):
 
     serializer_class = LedgerEntrySerializer
 
+    @extend_schema(parameters=[LedgerFilterSerializer], responses=LedgerEntrySerializer(many=True))
     def get(self, request):
         _member(request)
         f = _valid(LedgerFilterSerializer, request.query_params.dict())
@@ -443,6 +453,7 @@ class ApprovalListView(GenericAPIView):
 
     serializer_class = PendingJobSerializer
 
+    @extend_schema(responses=PendingJobSerializer(many=True))  # a page of them, as the ledger
     def get(self, request):
         if not _member(request).is_department_admin:
             raise Forbidden("Only department admins have an approvals inbox.")
@@ -544,6 +555,25 @@ class ReportFilterSerializer(StrictSerializer):
         return attrs
 
 
+class UsageRowSerializer(serializers.Serializer):
+    period = serializers.CharField()
+    department = serializers.CharField(allow_null=True)
+    user = serializers.CharField(allow_null=True)
+    flavor = serializers.CharField(allow_null=True)
+    gpu_hours = serializers.FloatField()
+    charged_mcr = serializers.IntegerField()
+    refunded_mcr = serializers.IntegerField()
+    net_mcr = serializers.IntegerField()
+    attempts = serializers.IntegerField()
+    preemptions = serializers.IntegerField()
+
+
+class UsageReportSerializer(serializers.Serializer):
+    group_by = serializers.ListField(child=serializers.CharField())
+    period = serializers.CharField()
+    rows = UsageRowSerializer(many=True)
+
+
 class UsageReportView(APIView):
     """GET /reports/usage?group_by=department,user,flavor&period=day|month&since=&until=&department=
     &format=csv: GPU-hours, credits charged, refunds, preemptions; scoped by tenancy."""
@@ -564,6 +594,9 @@ class UsageReportView(APIView):
         request.accepted_media_type = "application/json"
         return response
 
+    @extend_schema(parameters=[ReportFilterSerializer],
+                   responses={(200, "application/json"): UsageReportSerializer,
+                              (200, "text/csv"): {"type": "string", "description": "one row per group"}})
     def get(self, request):
         f = _valid(ReportFilterSerializer, request.query_params.dict())
         tz = timezone.get_current_timezone()

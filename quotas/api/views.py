@@ -4,6 +4,7 @@ admins change them with PATCH, audited through quotas.services.quota_set)."""
 from __future__ import annotations
 
 from django.db.models import Count, Sum
+from django.db.models.functions import Coalesce
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.response import Response
 
@@ -28,7 +29,9 @@ class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         if membership_of(self.request.user) is None:
             return Flavor.objects.none()
-        return Flavor.objects.annotate(total_gpus=Sum("nodes__gpus"), node_count=Count("nodes")).order_by("name")
+        # Coalesce: a flavor no node offers has 0 GPUs, not null (the schema promises an integer).
+        return Flavor.objects.annotate(total_gpus=Coalesce(Sum("nodes__gpus"), 0),
+                                       node_count=Count("nodes")).order_by("name")
 
 
 class QuotaSerializer(serializers.ModelSerializer):

@@ -136,7 +136,7 @@ class JobSubmitSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=63)
     image = serializers.CharField(max_length=512)
     command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
-                                    allow_empty=False, max_length=MAX_COMMAND_ITEMS)
+                                    allow_empty=False, min_length=1, max_length=MAX_COMMAND_ITEMS)
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False), required=False, default=dict)
     flavor = FlavorField()
@@ -286,7 +286,7 @@ class JobSerializer(serializers.ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     cpu = CpuField(source="cpu_millicores", read_only=True)
     memory = MemoryField(source="memory_mib", read_only=True)
     reason = serializers.SerializerMethodField()
