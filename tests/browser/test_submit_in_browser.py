@@ -75,7 +75,10 @@ def test_researcher_submits_and_follows_a_job(page, live_server, lab, tmp_path):
 
     _advance_cluster()
     # the page polls the API and reloads when the state changes
-    page.wait_for_function("document.getElementById('job-state').textContent === 'succeeded'", timeout=20_000)
+    # A locator assertion, not wait_for_function: the page's Content-Security-Policy forbids evaluating strings.
+    from playwright.sync_api import expect
+
+    expect(page.locator("#job-state")).to_have_text("succeeded", timeout=20_000)
     timeline = page.inner_text("#timeline")
     for step in ("queued", "admitted", "running", "succeeded"):
         assert step in timeline
