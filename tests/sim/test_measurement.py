@@ -337,3 +337,46 @@ def test_synthetic_mix_rejects_unknown_keys():
 
 def test_nan_free_helpers():
     assert math.isnan(metrics.mean([]))
+
+
+# ------------------------------------------------------------------ the Targets section
+
+
+def _agg_row(**kw):
+    base = {"utilisation": 0.9, "rho": 0.9, "realtime_within_5min": 1.0, "wait_realtime_p95": 20.0,
+            "wait_gpus": {"1": {"avg": 10.0}, "8": {"avg": 100.0}}, "wait_urgent_nonrt_avg": 10.0, "jain": 0.6,
+            "lost_pct_of_busy": 1.0, "jct_avg": 100.0, "min_cycle_interval_s": 0.0}
+    base.update(kw)
+    return base
+
+
+def test_targets_judge_the_portal_against_the_baselines_of_the_run():
+    from scheduling.sim.report import targets
+
+    agg = {
+        ("lab", 0.9, "fcfs"): _agg_row(utilisation=0.85, wait_urgent_nonrt_avg=100.0,
+                                       wait_gpus={"8": {"avg": 200.0}}),
+        ("lab", 0.9, "slurm-easy"): _agg_row(utilisation=0.88),
+        ("lab", 0.9, "tiresias"): _agg_row(wait_gpus={"8": {"avg": 40.0}}),
+        ("lab", 0.9, "volcano-drf"): _agg_row(jain=0.7),
+        ("lab", 0.9, "srtf-oracle"): _agg_row(jct_avg=90.0),
+        ("lab", 0.9, "portal"): _agg_row(utilisation=0.86, wait_urgent_nonrt_avg=15.0, lost_pct_of_busy=3.5),
+        ("lab", 0.7, "portal"): _agg_row(min_cycle_interval_s=60.0),
+    }
+    t = targets(agg)
+    got = {label.split(":")[0]: (st, fig) for st, label, fig in t[("lab", 0.9)]}
+    assert got["utilisation >= max(FCFS, Slurm-EASY)"][0] == "missed"  # 0.86 < 0.88
+    assert got["utilisation >= 0.95 x min(1, rho)"][0] == "met"  # 0.86 >= 0.855
+    assert got[">= 99% of realtime jobs started within 5 min"][0] == "met"
+    assert got["realtime p95 wait < 60 s"][0] == "met"
+    big = got["largest GPU class (8 GPU) average wait <= 2x Tiresias's and <= FCFS's"]
+    assert big[0] == "missed" and "Tiresias 40s" in big[1]  # 100 s > 2 x 40 s
+    urgent = got["average first wait of high + critical non-realtime jobs <= 0.5x FCFS's"]
+    assert urgent[0] == "met" and "goal 0.2x: met" in urgent[1]
+    assert got["Jain index >= Volcano-DRF's"][0] == "missed"
+    assert got["GPU-hours lost to preemption <= 3%"][0] == "missed"
+    assert got["average JCT <= 1.3x the SRTF oracle's"][0] == "met"
+    # load 0.7: no utilisation-vs-rho line, cycles 60 s apart make the p95 target n/a, references missing
+    low = {label.split(":")[0]: st for st, label, _ in t[("lab", 0.7)]}
+    assert "utilisation >= 0.95 x min(1, rho)" not in low
+    assert low["realtime p95 wait < 60 s"] == "n/a" and low["utilisation >= max(FCFS, Slurm-EASY)"] == "n/a"
