@@ -345,10 +345,14 @@ def targets(agg) -> dict[tuple[str, float], list[tuple[str, str, str]]]:
         else:
             add("realtime p95 wait < 60 s", None if _nan(p95) else p95 < 60, _h(p95))
         # the largest GPU-count class
-        classes = [c for c in GPU_CLASSES if c in p["wait_gpus"]]
+        # (the largest class any policy started: a class the portal never started is a miss, not skipped)
+        classes = [c for c in GPU_CLASSES if any(c in v["wait_gpus"] for v in a.values())]
         why = need("tiresias", "fcfs")
         if not classes or why:
             add("largest GPU class's average wait <= 2x Tiresias's and <= FCFS's", None, why or "no jobs")
+        elif classes[-1] not in p["wait_gpus"]:
+            add(f"largest GPU class ({classes[-1]} GPU) average wait <= 2x Tiresias's and <= FCFS's", False,
+                "the portal's policy started none of them")
         else:
             c = classes[-1]
             pw = p["wait_gpus"][c]["avg"]

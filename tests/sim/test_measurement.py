@@ -380,3 +380,33 @@ def test_targets_judge_the_portal_against_the_baselines_of_the_run():
     low = {label.split(":")[0]: st for st, label, _ in t[("lab", 0.7)]}
     assert "utilisation >= 0.95 x min(1, rho)" not in low
     assert low["realtime p95 wait < 60 s"] == "n/a" and low["utilisation >= max(FCFS, Slurm-EASY)"] == "n/a"
+
+
+def test_a_gpu_class_the_portal_never_started_is_a_missed_target():
+    from scheduling.sim.report import targets
+
+    agg = {
+        ("lab", 0.9, "fcfs"): _agg_row(),
+        ("lab", 0.9, "tiresias"): _agg_row(),
+        ("lab", 0.9, "portal"): _agg_row(wait_gpus={"1": {"avg": 10.0}}),
+    }
+    got = {label.split(":")[0]: (st, fig) for st, label, fig in targets(agg)[("lab", 0.9)]}
+    assert got["largest GPU class (8 GPU) average wait <= 2x Tiresias's and <= FCFS's"] == (
+        "missed", "the portal's policy started none of them")
+
+
+def test_convert_keeps_per_job_checkpoint_intervals(tmp_path):
+    from scheduling.sim.__main__ import main
+    from scheduling.sim.trace import read_csv, write_csv
+
+    src = tmp_path / "in.csv"
+    write_csv([TraceRow("a", 0, 100, 1, "a", checkpoint_interval_s=120.0), TraceRow("b", 5, 100, 1, "b")], src)
+    scen = tmp_path / "s.yaml"
+    scen.write_text(
+        "cluster: {node_groups: [{name: n, count: 1, gpus_per_node: 8, flavor: a100}]}\n"
+        "departments: {a: {quotas: {a100: 4}}, b: {quotas: {a100: 4}}}\n"
+        f"trace: {{loader: csv, path: {src}}}\n"
+    )
+    out = tmp_path / "out.csv"
+    assert main(["convert", str(scen), "--out", str(out)]) == 0
+    assert [r.checkpoint_interval_s for r in read_csv(out)] == [120.0, None]
