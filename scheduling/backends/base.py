@@ -104,6 +104,9 @@ class PodState:
     deletion_deadline: float | None = None
     # Since when ``reason`` has held, for a scheduling failure (PodScheduled's lastTransitionTime).
     since: float | None = None
+    # The GPUs it requests (0 where the backend does not say) and of which resource (e.g. nvidia.com/gpu).
+    gpus: int = 0
+    gpu_resource: str = ""
 
     def holds_node(self, now: float) -> bool:
         """Still occupies its node's resources: not finished, and not past its deletion deadline."""

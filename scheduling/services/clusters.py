@@ -109,12 +109,34 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
         return {"unreachable": 1}
     Cluster.objects.filter(pk=cluster.pk).update(reachable=True, last_error="", last_sync_at=timezone.now())
     if backend.owns_inventory:
-        store_nodes(cluster=cluster, inventory=inv)
+        store_nodes(cluster=cluster, inventory=inv, terminating=_terminating_gpus(inv.pods))
     counts = apply_pod_states(inv.pods, complete=True)
     return counts
 
 
-def store_nodes(*, cluster: Cluster, inventory: Inventory) -> None:
+def _terminating_gpus(pods: Iterable[PodState]) -> dict[tuple[str, str], int]:
+    """GPUs still held, per (node, resource), by the portal's pods that no active job attempt accounts for: a
+    cancelled or requeued attempt's pods keep their GPUs while they terminate (up to their grace period), and
+    kube-scheduler places nothing into them until they are gone. An active attempt's pods (a victim being
+    evicted) are counted through its job's placement already."""
+    now = timezone.now().timestamp()
+    holding = [p for p in pods if p.deleting and p.node and p.gpus and p.holds_node(now)]
+    if not holding:
+        return {}
+    live = set(Job.objects.filter(pk__in={p.job_id for p in holding},
+                                  state__in=(JobState.ADMITTED, JobState.RUNNING)).values_list("pk", "attempt"))
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    for p in holding:
+        if (p.job_id, p.attempt) not in live:
+            out[(p.node, p.gpu_resource)] += p.gpus
+    return dict(out)
+
+
+def store_nodes(*, cluster: Cluster, inventory: Inventory, terminating: dict[tuple[str, str], int] | None = None
+                ) -> None:
+    """Store the cluster's nodes. ``terminating``: GPUs per (node, resource) that terminating pods of the
+    portal's no-longer-active attempts still hold, counted as used by others until those pods are gone."""
+    terminating = terminating or {}
     flavors = {f.name: f for f in Flavor.objects.all()}
     seen = set()
     with transaction.atomic():
@@ -124,7 +146,8 @@ def store_nodes(*, cluster: Cluster, inventory: Inventory) -> None:
             if flavor is None:
                 continue
             seen.add((cn.name, cn.flavor))
-            values = {"gpus": cn.gpus, "used_by_others": cn.used_by_others, "labels": dict(cn.labels),
+            used = min(cn.gpus, cn.used_by_others + terminating.get((cn.name, flavor.resource_name), 0))
+            values = {"gpus": cn.gpus, "used_by_others": used, "labels": dict(cn.labels),
                       "taints": list(cn.taints), "schedulable": cn.schedulable}
             row = existing.get((cn.name, cn.flavor))
             if row is None:

@@ -297,3 +297,24 @@ def test_logs_answer_a_clear_error_when_the_kubelet_does_not(kube, lab, submit, 
     resp = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs")
     assert resp.status_code == 409
     assert resp.json()["error"]["code"] == "logs_unavailable"
+
+
+def test_a_cancelled_jobs_terminating_pod_keeps_its_gpus_until_gone(kube, lab, submit, go):
+    from scheduling.models import Node
+    from scheduling.services.jobs import job_cancel
+
+    job = go(submit, lab.alice, gpus=4, name="big")
+    started(kube, go, job)
+    job.refresh_from_db()
+    node = job.placement[0]
+    go(job_cancel, user=lab.alice, job=job)
+    assert kube.pod("gpu-vision", pod_name(job))["metadata"]["deletionTimestamp"]  # grace 30 s
+    go(sync_cluster)
+    assert Node.objects.get(name=node).used_by_others == 4
+    nxt = go(submit, lab.bob, gpus=4, name="next")
+    go(run_cycle)
+    nxt.refresh_from_db()
+    assert nxt.state == JobState.ADMITTED and nxt.placement[0] != node  # not into the terminating pod's GPUs
+    kube.advance(31)
+    go(sync_cluster)
+    assert Node.objects.get(name=node).used_by_others == 0

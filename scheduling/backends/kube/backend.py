@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
@@ -193,6 +193,18 @@ def _pdb_allows(pdb: Mapping[str, Any]) -> int:
     return max(0, int(status.get("disruptionsAllowed") or 0))
 
 
+def _with_gpus(state: PodState | None, pod: Mapping[str, Any]) -> PodState | None:
+    """The pod's GPU request (the first GPU-like resource of its main container), for what a terminating pod
+    still holds on its node."""
+    if state is None:
+        return None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for resource in sorted((container.get("resources") or {}).get("limits") or {}):
+            if resource.startswith(GPU_RESOURCE_PREFIXES):
+                return replace(state, gpus=pod_request(pod, resource), gpu_resource=resource)
+    return state
+
+
 def _is_patch_test_failure(err: ApiError) -> bool:
     return err.status == 422 and "test" in err.message.lower()
 
@@ -282,7 +294,7 @@ class KubernetesBackend(ClusterBackend):
         with the database."""
         items, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, label_selector=PORTAL_SELECTOR,
                                       page_size=self.page_size)
-        return tuple(s for s in (pod_state(p, gate=self.gate) for p in items) if s is not None)
+        return tuple(s for s in (_with_gpus(pod_state(p, gate=self.gate), p) for p in items) if s is not None)
 
     @_mapped
     def inventory(self) -> Inventory:
