@@ -325,6 +325,7 @@ class FakeKube:
     ROUTES: list[tuple[str, str, str]] = [
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "list_pods"),
         ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "create_pod"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "delete_pods"),
         ("GET", r"/api/v1/pods", "list_pods"),
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)", "get_pod"),
         ("PATCH", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)", "update_pod"),
@@ -717,6 +718,15 @@ class FakeKube:
                              "failed: resourceVersion", kind="pods", name=name)
         grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
         return Response(200, self._graceful_delete(pod, None if grace is None else int(grace)))
+
+    def _delete_pods(self, *, ns: str, query: dict[str, str], body: Any, **_: Any) -> Response:
+        """deletecollection: every pod of the namespace the label selector matches, each deleted gracefully."""
+        grace = query.get("gracePeriodSeconds", (body or {}).get("gracePeriodSeconds"))
+        selector = query.get("labelSelector")
+        deleted = [self._graceful_delete(p, None if grace is None else int(grace))
+                   for (pns, _), p in sorted(self.pods.items())
+                   if pns == ns and label_selector_matches(selector, _labels(p))]
+        return Response(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": deleted})
 
     # ================================================================ eviction
 
@@ -1160,7 +1170,8 @@ class FakeKube:
                 p["spec"]["nodeName"] = candidate
                 p["status"]["conditions"] = [c for c in p["status"].get("conditions") or []
                                              if c["type"] != "PodScheduled"]
-                p["status"]["conditions"].append({"type": "PodScheduled", "status": "True"})
+                p["status"]["conditions"].append({"type": "PodScheduled", "status": "True",
+                                                  "lastTransitionTime": iso(self.now())})
 
             self._mutate_pod(ns, name, change)
             return candidate
@@ -1173,7 +1184,7 @@ class FakeKube:
             started = now_iso()
             p["status"].update(phase="Running", startTime=started)
             p["status"]["containerStatuses"] = [
-                {"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image"),
+                {"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image"), "imageID": "",
                  "state": {"running": {"startedAt": started}}} for c in p["spec"]["containers"]]
             p["status"]["conditions"] = [c for c in p["status"]["conditions"] if c["type"] != "Ready"]
             p["status"]["conditions"].append({"type": "Ready", "status": "True"})
@@ -1188,7 +1199,7 @@ class FakeKube:
             started = p["status"].get("startTime") or now_iso()
             p["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
             p["status"]["containerStatuses"] = [
-                {"name": c["name"], "ready": False, "restartCount": 0,
+                {"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image"), "imageID": "",
                  "state": {"terminated": {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0
                                                                                        else "Error"),
                                           "message": message, "startedAt": started, "finishedAt": now_iso()}}}
@@ -1207,7 +1218,7 @@ class FakeKube:
 
         def change(p: dict[str, Any]) -> None:
             p["status"]["containerStatuses"] = [
-                {"name": c["name"], "ready": False, "restartCount": 0,
+                {"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image"), "imageID": "",
                  "state": {"waiting": {"reason": reason, "message": message}}} for c in p["spec"]["containers"]]
 
         self._mutate_pod(ns, name, change)
