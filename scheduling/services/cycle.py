@@ -199,6 +199,19 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: se
     from scheduling.services.jobs import namespace_for
 
     preemptor = ctx.jobs.get(pre.preemptor_id)
+    in_flight = sorted(j for j, p in ctx.evicting_for.items() if p == pre.preemptor_id)
+    if in_flight:
+        # Its earlier victims' pods are still terminating: their GPUs are already promised to it, so it waits
+        # for them rather than evicting more (whatever the engine proposes); once they are gone it is admitted,
+        # or the next cycle chooses again.
+        if preemptor is not None:
+            msg = f"preempting job(s) {', '.join(map(str, in_flight))} ({pre.reason}): waiting for their pods to go"
+            detail = {"victims": in_flight, "reason": pre.reason}
+            Job.objects.filter(pk=preemptor.pk, state=JobState.QUEUED).update(
+                reason_code=reasons.PREEMPTION_IN_PROGRESS, reason_message=msg[:300], reason_detail=detail,
+                estimated_start=None)
+            explained.add(preemptor.pk)
+        return 0
     victims = [ctx.jobs[v] for v in pre.victim_ids if v in ctx.jobs and v not in ctx.evicting]
     victims = [v for v in victims if v.state in (JobState.ADMITTED, JobState.RUNNING)]
     if not victims:

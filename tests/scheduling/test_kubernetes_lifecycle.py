@@ -227,15 +227,12 @@ def test_a_gang_is_requeued_only_once_every_pod_is_evicted_and_never_deleted_pas
 
 def test_reason_and_detail_name_the_same_victims(kube, lab, submit, go, full):
     v, c = full
-    other = go(submit, lab.bob, gpus=1, name="other")
-    rt = go(submit, lab.bob, gpus=4, tier="realtime", name="rt")
-    preempt(go, rt, v)  # v's eviction is under way
-    other_job = Job.objects.get(pk=other.pk)
-    assert other_job.state == JobState.QUEUED
+    first = go(submit, lab.bob, gpus=4, tier="realtime", name="first")
+    preempt(go, first, v)  # v's eviction is under way, for another job
+    Job.objects.filter(pk=c.pk).update(tier="elastic")
+    rt = go(submit, lab.alice, gpus=4, tier="realtime", name="rt")
     _, ctx = build_snapshot(now=timezone.now())
     # The engine names v again along with c; only c is new: the reason and its detail must agree.
-    Job.objects.filter(pk=c.pk).update(tier="elastic")
-    _, ctx = build_snapshot(now=timezone.now())
     go(apply_result, result=core.CycleResult(
         preemptions=(core.Preemption(preemptor_id=rt.pk, victim_ids=(v.pk, c.pk), reason="priority"),),
         pending=(core.PendingReason(job_id=rt.pk, code="preemption_in_progress", message="x",
@@ -318,3 +315,24 @@ def test_a_cancelled_jobs_terminating_pod_keeps_its_gpus_until_gone(kube, lab, s
     kube.advance(31)
     go(sync_cluster)
     assert Node.objects.get(name=node).used_by_others == 0
+
+
+def test_a_preemptor_waiting_for_its_victims_gets_no_new_ones(kube, lab, submit, go):
+    """Whatever the engine proposes, a pending job whose victims are still terminating evicts nobody else."""
+    a = go(submit, lab.bob, gpus=2, name="a")
+    b = go(submit, lab.bob, gpus=2, name="b")
+    c = go(submit, lab.alice, gpus=4, name="c")
+    started(kube, go, a, b, c)
+    rt = go(submit, lab.bob, gpus=2, tier="realtime", name="rt")
+    preempt(go, rt, a)
+    assert kube.pod("gpu-nlp", pod_name(a))["metadata"]["deletionTimestamp"]
+    go(sync_cluster)
+    _, ctx = build_snapshot(now=timezone.now())
+    assert ctx.evicting_for == {a.pk: rt.pk}
+    go(apply_result, result=core.CycleResult(preemptions=(
+        core.Preemption(preemptor_id=rt.pk, victim_ids=(b.pk,), reason="priority"),)), ctx=ctx)
+    assert list(PreemptionVictim.objects.values_list("job_id", flat=True)) == [a.pk]  # b is left alone
+    assert not kube.pod("gpu-nlp", pod_name(b))["metadata"].get("deletionTimestamp")
+    rt.refresh_from_db()
+    assert rt.reason_code == "preemption_in_progress" and rt.reason_detail["victims"] == [a.pk]
+    assert str(a.pk) in rt.reason_message
