@@ -405,7 +405,7 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
             if len(mine) < job.pods and not at_admission:
                 tasks.create_pods.delay(job.pk, job.attempt)
                 counts["created"] += 1
-        elif job.state == JobState.ADMITTED and at_admission and len(mine) < job.pods:
+        elif job.state == JobState.ADMITTED and at_admission and len(mine) < job.pods and job.pk not in evicting:
             # The pods are created when the job is admitted: the start task was lost, or is backing off (a
             # namespace quota full). Ask again; after a bounded wait give the GPUs back to the queue.
             since = job.admitted_at or now

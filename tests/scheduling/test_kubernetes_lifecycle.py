@@ -336,3 +336,22 @@ def test_a_preemptor_waiting_for_its_victims_gets_no_new_ones(kube, lab, submit,
     rt.refresh_from_db()
     assert rt.reason_code == "preemption_in_progress" and rt.reason_detail["victims"] == [a.pk]
     assert str(a.pk) in rt.reason_message
+
+
+def test_the_reconciler_never_recreates_a_pod_of_an_admitted_job_being_evicted(kube, lab, submit, go):
+    a = go(submit, lab.bob, gpus=4, name="a")
+    c = go(submit, lab.alice, gpus=4, name="c", tier="realtime")
+    go(run_cycle)
+    a.refresh_from_db()
+    assert a.state == JobState.ADMITTED  # created, not yet running
+    rt = go(submit, lab.bob, gpus=4, tier="realtime", name="rt")
+    preempt(go, rt, a)
+    assert kube.pod("gpu-nlp", pod_name(a)) is None  # a pending pod is evicted at once
+    Job.objects.filter(pk=a.pk).update(admitted_at=timezone.now() - timedelta(seconds=40))
+    posts = kube.count("POST", "/pods$")
+    counts = go(reconcile)
+    assert "admitted" not in counts and kube.count("POST", "/pods$") == posts
+    go(sync_cluster)
+    a.refresh_from_db()
+    assert (a.state, a.attempt, a.preemption_count) == (JobState.QUEUED, 2, 1)  # its pods are gone: preempted
+    assert c.pk
