@@ -12,7 +12,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from scheduling.backends import get_backend
-from scheduling.backends.base import BackendError, ClusterUnavailable, QuotaExceeded
+from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec, QuotaExceeded
 from scheduling.core import reasons
 from scheduling.models import Job, JobState, PreemptionVictim
 
@@ -93,6 +93,15 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
     except QuotaExceeded as exc:
         _quota_refused(job, exc)
         raise
+    except InvalidPodSpec as exc:
+        # The cluster refuses these pods as they are (a missing namespace, a stricter PodSecurity level):
+        # retrying cannot help, so the job fails with the API server's reason and gives its GPUs back. Any pod
+        # of a gang created before the refusal is an orphan the reconciler deletes.
+        from scheduling.services.clusters import finish
+
+        finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
+               message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
+        return "refused"
     return "admitted"
 
 

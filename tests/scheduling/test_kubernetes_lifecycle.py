@@ -355,3 +355,12 @@ def test_the_reconciler_never_recreates_a_pod_of_an_admitted_job_being_evicted(k
     a.refresh_from_db()
     assert (a.state, a.attempt, a.preemption_count) == (JobState.QUEUED, 2, 1)  # its pods are gone: preempted
     assert c.pk
+
+
+def test_pods_the_cluster_refuses_fail_the_job_instead_of_holding_its_gpus(kube, lab, submit, go):
+    job = go(submit, lab.alice, gpus=2)
+    del kube.namespaces["gpu-vision"]  # the department's namespace was never created
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.reason_code == "InvalidPodSpec"
+    assert "gpu-vision" in job.reason_message and "not found" in job.reason_message
