@@ -345,6 +345,8 @@ class FakeKube:
         ("PUT", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "update_priority_class"),
         ("PATCH", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "update_priority_class"),
         ("DELETE", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "delete_priority_class"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas", "create_quota"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "get_quota"),
         ("GET", r"/apis/policy/v1/poddisruptionbudgets", "list_pdbs"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "list_pdbs"),
         ("POST", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "create_pdb"),
@@ -1020,6 +1022,21 @@ class FakeKube:
             self.quotas[(ns, name)] = obj
             self.resync_quotas(ns)
 
+    def _create_quota(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        name = (body.get("metadata") or {}).get("name", "")
+        if (ns, name) in self.quotas:
+            raise ApiFailure(409, "AlreadyExists", f'resourcequotas "{name}" already exists', kind="resourcequotas",
+                             name=name)
+        self.add_resource_quota(ns, name, (body.get("spec") or {}).get("hard") or {})
+        return Response(201, copy.deepcopy(self.quotas[(ns, name)]))
+
+    def _get_quota(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.quotas:
+            raise not_found("resourcequotas", name)
+        return Response(200, copy.deepcopy(self.quotas[(ns, name)]))
+
     def quota_used(self, ns: str, name: str) -> dict[str, Decimal]:
         with self.lock:
             return {k: _q(v) for k, v in self.quotas[(ns, name)]["status"]["used"].items()}
@@ -1274,6 +1291,30 @@ class FakeKube:
         with self.lock:
             if (ns, name) in self.pods:
                 self._remove_pod((ns, name))
+
+    def autopilot(self, stop: threading.Event, *, log_line: str = "", every_s: float = 0.1) -> threading.Thread:
+        """A stand-in kube-scheduler + kubelet in a thread, until ``stop``: every ungated pending pod is
+        scheduled as :meth:`schedule` does, and a bound one is started (with ``log_line`` in its log)."""
+
+        def loop() -> None:
+            while not stop.is_set():
+                with self.lock:
+                    waiting = [k for k, p in sorted(self.pods.items())
+                               if not p["spec"].get("schedulingGates") and not p["metadata"].get("deletionTimestamp")
+                               and (p.get("status") or {}).get("phase") == "Pending"]
+                for ns, name in waiting:
+                    try:
+                        if self.schedule(ns, name):
+                            self.run(ns, name)
+                            if log_line:
+                                self.append_log(ns, name, log_line)
+                    except SchedulingError:
+                        pass
+                stop.wait(every_s)
+
+        thread = threading.Thread(target=loop, name="fake-kube-autopilot", daemon=True)
+        thread.start()
+        return thread
 
     def append_log(self, ns: str, name: str, *lines: str) -> None:
         with self.lock:
