@@ -205,7 +205,7 @@ def _evicting_jobs():
         status__in=IN_FLIGHT, job__state__in=(JobState.ADMITTED, JobState.RUNNING)
     ).values_list("job_id", flat=True)
     return [j for j in Job.objects.filter(pk__in=list(ids)).select_related("department", "flavor", "owner")
-            if PreemptionVictim.objects.filter(job=j, attempt=j.attempt, status__in=IN_FLIGHT).exists()]
+            .order_by("pk") if PreemptionVictim.objects.filter(job=j, attempt=j.attempt, status__in=IN_FLIGHT).exists()]
 
 
 def attempt_gone(*, job: Job) -> bool:
