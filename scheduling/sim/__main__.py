@@ -11,6 +11,8 @@ from pathlib import Path
 from . import policies
 from .report import LOADS, SCENARIO_DIR, run_grid, write_report
 
+TIMINGS = ("wall_s", "cycle_ms_avg", "cycle_ms_p95", "cycle_ms_max", "task_s")
+
 
 def _floats(s):
     return tuple(float(x) for x in s.split(",") if x)
@@ -27,7 +29,10 @@ def main(argv=None) -> int:
     r.add_argument("--seed", type=int, default=None)
     r.add_argument("--limit", type=int, default=None, help="only the first N jobs of the trace")
     r.add_argument("--trace-dir", default=None)
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--json", action="store_true", help="one JSON object per policy (every metric)")
+    r.add_argument("--no-timings", action="store_true",
+                   help="leave out wall-clock figures (replay and cycle times), so the same replay prints "
+                        "byte-identical output")
 
     rp = sub.add_parser("report", help="the full policy comparison: markdown + PNG plots")
     rp.add_argument("--out", default="reports/sim")
@@ -72,14 +77,17 @@ def _run(a) -> int:
     for p in names:
         m = run_one(a.scenario, p, load=a.load, seed=a.seed, trace_dir=a.trace_dir, limit=a.limit,
                     keep_samples=False)
+        if a.no_timings:
+            m = {k: v for k, v in m.items() if k not in TIMINGS}
         if a.json:
             print(json.dumps(m, default=str))
             continue
         wt = {t: round(v["avg"]) for t, v in m["wait_tier"].items()}
+        timing = "" if a.no_timings else f" cycle_ms={m['cycle_ms_avg']:.2f} wall={m['wall_s']:.1f}s"
         print(f"{p:20s} rho={m['rho']:.2f} util={m['utilisation']:.3f} wait_avg={m['wait']['avg']:.0f}s "
               f"tiers={wt} rt<5min={m['realtime_within_5min']:.3f} jct={m['jct_avg']:.0f}s jain={m['jain']:.3f} "
-              f"preempt={m['preemptions']} lost={m['lost_pct_of_busy']:.1f}% cycles={m['cycles']} "
-              f"cycle_ms={m['cycle_ms_avg']:.2f} wall={m['wall_s']:.1f}s invalid={m['invalid']}")
+              f"preempt={m['preemptions']} lost={m['lost_pct_of_busy']:.1f}% cycles={m['cycles']}{timing} "
+              f"invalid={m['invalid']}")
     return 0
 
 
@@ -119,7 +127,7 @@ def _convert(a) -> int:
     sc, jobs, info = prepare(sc, seed=a.seed, load=a.load, trace_dir=a.trace_dir)
     rows = [
         TraceRow(j.key, j.submit, j.duration_s, j.gpus, j.department, j.user, j.tier, j.urgency, j.flavor, j.deadline,
-                 j.bid, j.max_runtime_s, j.pods)
+                 j.bid, j.max_runtime_s, j.pods, j.checkpoint_interval_s)
         for j in jobs
     ]
     write_csv(rows, a.out)

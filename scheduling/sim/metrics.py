@@ -9,6 +9,15 @@ from collections import defaultdict
 from scheduling.core.types import TIERS, URGENCIES
 
 REALTIME_TARGET_S = 300.0
+GPU_CLASSES = ("1", "2", "4", "8", ">8")
+
+
+def gpu_class(gpus: int) -> str:
+    """A job's GPU-count class: the smallest of 1, 2, 4, 8 that is >= its total GPUs, else ">8"."""
+    for c in (1, 2, 4, 8):
+        if gpus <= c:
+            return str(c)
+    return ">8"
 
 
 def percentile(xs, p: float) -> float:
@@ -82,7 +91,8 @@ def _stats(xs) -> dict[str, float]:
 
 
 def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None = None,
-            keep_samples: bool = True) -> dict:
+            keep_samples: bool = True, fcfs_waits: dict[int, float] | None = None,
+            over_quota: dict[str, list[int]] | None = None) -> dict:
     """All metrics of one replay as a plain dict (JSON-able)."""
     jobs = res.jobs
     util = utilisation(res.busy_gpu_s, res.capacity, res.window)
@@ -92,11 +102,16 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
     by_tier = defaultdict(list)
     by_dept = defaultdict(list)
     by_urg = defaultdict(list)
+    by_gpus = defaultdict(list)
+    urgent = []  # high and critical jobs outside the realtime tier
     for r in started:
         w = wait_of[r.spec.id]
         by_tier[r.spec.tier].append(w)
         by_dept[r.spec.department].append(w)
         by_urg[r.spec.urgency].append(w)
+        by_gpus[gpu_class(r.spec.gpus)].append(w)
+        if r.spec.tier != "realtime" and r.spec.urgency in ("high", "critical"):
+            urgent.append(w)
     rt = [r for r in jobs if r.spec.tier == "realtime"]
     rt_ok = sum(1 for r in rt if r.first_start is not None and r.first_start - r.spec.submit <= REALTIME_TARGET_S)
     dl = [r for r in jobs if r.spec.deadline is not None]
@@ -120,6 +135,12 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
         "wait_tier": {t: _stats(by_tier[t]) for t in TIERS if by_tier.get(t)},
         "wait_dept": {d: _stats(v) for d, v in sorted(by_dept.items())},
         "wait_urgency": {u: _stats(by_urg[u]) for u in URGENCIES if by_urg.get(u)},
+        "wait_gpus": {c: _stats(by_gpus[c]) for c in GPU_CLASSES if by_gpus.get(c)},
+        "wait_urgent_nonrt": _stats(urgent),
+        # total time queued over all attempts (first wait + every wait after a preemption), finished jobs
+        "queued": _stats([r.queued_s for r in finished]),
+        "first_wait_finished": _stats([wait_of[r.spec.id] for r in finished]),
+        "requeued_jobs": sum(1 for r in jobs if r.attempt > 1),
         "realtime_jobs": len(rt),
         "realtime_within_5min": (rt_ok / len(rt)) if rt else float("nan"),
         "deadline_jobs": len(dl),
@@ -143,24 +164,53 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
         "invalid": res.invalid,
         "wall_s": res.wall_s,
         "sim_end_s": res.end_time,
+        "spend": res.spend,
+        "budget_blocked_jobs": sum(1 for r in jobs if r.budget_blocked),
     }
     if alone_waits is not None:
-        out["sharing"] = sharing_safety(wait_of, alone_waits)
+        out["sharing"] = sharing_safety(wait_of, alone_waits, fcfs=fcfs_waits, over_quota=over_quota)
     if keep_samples:
         out["samples"] = {t: sorted(by_tier[t]) for t in TIERS if by_tier.get(t)}
     return out
 
 
-def sharing_safety(wait_of: dict[int, float], alone: dict[str, dict[int, float]], slack_s: float = 60.0) -> dict:
-    """Per department: average wait in the shared cluster vs alone on its nominal quota, over the jobs that could
-    run alone. ``safe`` when shared <= alone + ``slack_s``."""
+def sharing_safety(wait_of: dict[int, float], alone: dict[str, dict[int, float]], slack_s: float = 60.0, *,
+                   fcfs: dict[int, float] | None = None, over_quota: dict[str, list[int]] | None = None) -> dict:
+    """Per department: wait in the shared cluster vs alone on its nominal quota, over the jobs that could run
+    alone (and started in both). ``safe`` when the shared average <= the alone average + ``slack_s``;
+    ``safe_worst`` when the longest shared wait <= the longest alone wait + ``slack_s``.
+
+    A job larger than its department's private cluster can never start alone, so it has no alone wait; such
+    jobs (``over_quota``: dept -> job ids) are compared with their wait under FCFS on the shared cluster
+    (``fcfs``: job id -> wait) instead, and reported separately (a job that never started is left out)."""
     per = {}
     for d, aw in sorted(alone.items()):
-        ids = [i for i in aw if i in wait_of]
+        ids = sorted(i for i in aw if i in wait_of)
         if not ids:
             continue
-        s = mean(wait_of[i] for i in ids)
-        a = mean(aw[i] for i in ids)
-        per[d] = {"shared_avg": s, "alone_avg": a, "safe": s <= a + slack_s}
-    safe = sum(1 for v in per.values() if v["safe"])
-    return {"departments": per, "safe": safe, "of": len(per)}
+        sw = [wait_of[i] for i in ids]
+        al = [aw[i] for i in ids]
+        s, a = mean(sw), mean(al)
+        per[d] = {"n": len(ids), "shared_avg": s, "alone_avg": a, "shared_max": max(sw), "alone_max": max(al),
+                  "safe": s <= a + slack_s, "safe_worst": max(sw) <= max(al) + slack_s}
+    out = {"departments": per, "safe": sum(1 for v in per.values() if v["safe"]),
+           "safe_worst": sum(1 for v in per.values() if v["safe_worst"]), "of": len(per)}
+    if over_quota is not None and fcfs is not None:
+        big = {}
+        all_s, all_f = [], []
+        for d, ids in sorted(over_quota.items()):
+            both = [i for i in sorted(ids) if i in wait_of and i in fcfs]
+            if not both:
+                continue
+            sw = [wait_of[i] for i in both]
+            fw = [fcfs[i] for i in both]
+            all_s += sw
+            all_f += fw
+            big[d] = {"n": len(both), "shared_avg": mean(sw), "fcfs_avg": mean(fw), "shared_max": max(sw),
+                      "fcfs_max": max(fw)}
+        out["over_quota"] = {
+            "departments": big, "n": len(all_s), "shared_avg": mean(all_s), "fcfs_avg": mean(all_f),
+            "shared_max": max(all_s) if all_s else float("nan"), "fcfs_max": max(all_f) if all_f else float("nan"),
+            "jobs": sum(len(v) for v in over_quota.values()),
+        }
+    return out

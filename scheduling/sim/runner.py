@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import metrics, policies
-from .scenario import Department, FlavorQuota, NodeGroup, Scenario, load_scenario, prepare
+from .scenario import Department, FlavorQuota, NodeGroup, Scenario, fits_nodes, load_scenario, prepare
 from .simulator import simulate
 
 
@@ -19,24 +19,46 @@ def _prepared(path: str, seed: int, load: float | None, trace_dir: str | None, l
     return prepare(sc, seed=seed, load=load, trace_dir=trace_dir)
 
 
+def _private_groups(sc: Scenario, d: str) -> list[NodeGroup]:
+    """A department's private cluster: its nominal quota per flavor as nodes of the flavor's size, the last
+    one partial."""
+    groups = []
+    for fl, q in sorted(sc.departments[d].quotas.items()):
+        size = sc.node_size(fl)
+        full, part = divmod(q.nominal, size)
+        if full:
+            groups.append(NodeGroup(f"{d}-{fl}", full, size, fl))
+        if part:
+            groups.append(NodeGroup(f"{d}-{fl}-p", 1, part, fl))
+    return groups
+
+
+def _fits_alone(job, groups) -> bool:
+    return fits_nodes(job, [g for g in groups if g.flavor == job.flavor])
+
+
+def over_quota_jobs(sc: Scenario, jobs) -> dict[str, list[int]]:
+    """dept -> ids of its jobs that can never start on its private cluster (larger than its nominal quota, or
+    a gang whose pods do not fit its nodes): they have no alone baseline."""
+    out: dict[str, list[int]] = {}
+    for d in sorted(sc.departments):
+        groups = _private_groups(sc, d)
+        ids = [j.id for j in jobs if j.department == d and not _fits_alone(j, groups)]
+        if ids:
+            out[d] = ids
+    return out
+
+
 def alone_waits(sc: Scenario, jobs, policy_name: str = "fcfs") -> dict[str, dict[int, float]]:
-    """Each department replayed alone on a private cluster of its nominal quota (per flavor, nodes of the
-    flavor's size, the last one partial) under ``policy_name``. Returns dept -> {job id: wait}; jobs larger than
-    the private cluster are left out."""
+    """Each department replayed alone on its private cluster (``_private_groups``) under ``policy_name``.
+    Returns dept -> {job id: wait}; jobs that cannot fit the private cluster are left out (see
+    ``over_quota_jobs``)."""
     out: dict[str, dict[int, float]] = {}
     for d, dept in sorted(sc.departments.items()):
-        groups = []
-        for fl, q in sorted(dept.quotas.items()):
-            size = sc.node_size(fl)
-            full, part = divmod(q.nominal, size)
-            if full:
-                groups.append(NodeGroup(f"{d}-{fl}", full, size, fl))
-            if part:
-                groups.append(NodeGroup(f"{d}-{fl}-p", 1, part, fl))
+        groups = _private_groups(sc, d)
         if not groups:
             continue
-        cap = {fl: q.nominal for fl, q in dept.quotas.items()}
-        mine = [j for j in jobs if j.department == d and j.gpus <= cap.get(j.flavor, 0)]
+        mine = [j for j in jobs if j.department == d and _fits_alone(j, groups)]
         if not mine:
             continue
         sub = replace(sc, node_groups=tuple(groups),
@@ -49,7 +71,18 @@ def alone_waits(sc: Scenario, jobs, policy_name: str = "fcfs") -> dict[str, dict
 @functools.lru_cache(maxsize=8)
 def _alone(path: str, seed: int, load: float | None, trace_dir: str | None, limit: int | None):
     sc, jobs, _ = _prepared(path, seed, load, trace_dir, limit)
-    return alone_waits(sc, jobs)
+    return alone_waits(sc, jobs), over_quota_jobs(sc, jobs)
+
+
+def _waits(res) -> dict[int, float]:
+    return {r.spec.id: r.first_start - r.spec.submit for r in res.jobs if r.first_start is not None}
+
+
+@functools.lru_cache(maxsize=8)
+def _fcfs(path: str, seed: int, load: float | None, trace_dir: str | None, limit: int | None):
+    """Waits under FCFS on the shared cluster: the reference for jobs that cannot run alone."""
+    sc, jobs, _ = _prepared(path, seed, load, trace_dir, limit)
+    return _waits(simulate(scenario=sc, jobs=jobs, policy=policies.make("fcfs"), name="fcfs"))
 
 
 def run_one(path: str | Path, policy: str, *, load: float | None = None, seed: int | None = None,
@@ -60,11 +93,17 @@ def run_one(path: str | Path, policy: str, *, load: float | None = None, seed: i
         seed = load_scenario(path).seed
     sc, jobs, info = _prepared(path, seed, load, trace_dir, limit)
     res = simulate(scenario=sc, jobs=jobs, policy=policies.make(policy), name=policy)
-    alone = _alone(path, seed, load, trace_dir, limit) if sharing else None
-    m = metrics.compute(res, rho=info["rho"], alone_waits=alone, keep_samples=keep_samples)
+    alone, big, fcfs = None, None, None
+    if sharing:
+        alone, big = _alone(path, seed, load, trace_dir, limit)
+        if big:
+            fcfs = _waits(res) if policy == "fcfs" else _fcfs(path, seed, load, trace_dir, limit)
+    m = metrics.compute(res, rho=info["rho"], alone_waits=alone, keep_samples=keep_samples, fcfs_waits=fcfs,
+                        over_quota=big if big else None)
     m.update(scenario=sc.name, load=load if load is not None else sc.load, seed=seed,
-             compression=info["compression"], capacity=sc.capacity(),
+             compression=info["compression"], capacity=sc.capacity(), policy_kind=policies.kind(policy),
+             min_cycle_interval_s=sc.options.min_cycle_interval_s, budgets=sc.budgets(),
              quota={d: sum(q.nominal for q in dep.quotas.values()) for d, dep in sc.departments.items()})
-    if policy == "portal":
-        m["engine"] = policies.REGISTRY["portal"].engine_name()
+    if m["policy_kind"] == "portal":
+        m["engine"] = policies.REGISTRY[policy].engine_name()
     return m

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -70,10 +71,15 @@ class JobSpec:
     deadline: float | None = None
     bid: int = 0
     max_runtime_s: float = 3600.0
+    # This job's checkpoint interval; None = SimOptions.checkpoint_interval_s, 0 = never checkpoints.
+    checkpoint_interval_s: float | None = None
 
     @property
     def gpus(self) -> int:
         return self.pods * self.gpus_per_pod
+
+
+REFILL_PERIODS = {"weekly": 7 * 86400.0, "monthly": 30 * 86400.0, "none": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,11 @@ class SimOptions:
     checkpoint_interval_s: float | None = 1800.0  # progress survives preemption at this granularity; None=lost
     follow_up_cycles: int = 2  # extra cycles at the same instant after a cycle that preempted with grace 0
     strict: bool = False  # raise on an invalid decision instead of counting and skipping it
+    budget_refill: str = "weekly"  # departments' budgets are added again every period: weekly, monthly, none
+
+    def __post_init__(self):
+        if self.budget_refill not in REFILL_PERIODS:
+            raise ScenarioError(f"simulation.budget_refill must be one of {', '.join(REFILL_PERIODS)}")
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,8 @@ class Scenario:
     options: SimOptions = SimOptions()
     auto_departments: dict[str, Any] | None = None  # quota shares derived from the trace
     base_dir: Path = Path(".")
+    prices: dict[tuple[str, str], int] = field(default_factory=dict)  # (flavor, tier) -> base mcr per GPU-hour
+    unfittable: str = "error"  # jobs no node set of their flavor can ever hold: "error" or "drop" (with a warning)
 
     # ---------------------------------------------------------------- cluster
     def nodes(self) -> tuple[Node, ...]:
@@ -136,6 +149,22 @@ class Scenario:
 
     def with_departments(self, departments: dict[str, Department]) -> Scenario:
         return replace(self, departments=departments)
+
+    def budgets(self) -> dict[str, int]:
+        """Departments that have a budget (the metered ones, as departments with a wallet in the portal)."""
+        return {d: int(dep.budget) for d, dep in sorted(self.departments.items()) if dep.budget is not None}
+
+    def fits(self, job: JobSpec) -> bool:
+        """Whether the job fits the empty cluster: enough nodes of its flavor hold one pod each (gangs
+        all-or-nothing, several pods may share a node)."""
+        return fits_nodes(job, [g for g in self.node_groups if g.flavor == job.flavor])
+
+
+def fits_nodes(job: JobSpec, groups) -> bool:
+    if job.gpus_per_pod <= 0:
+        return False
+    slots = sum(g.count * (g.gpus_per_node // job.gpus_per_pod) for g in groups)
+    return slots >= job.pods
 
 
 def make_policy(overrides: dict[str, Any] | None) -> Policy:
@@ -207,6 +236,17 @@ def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scena
     bad = set(sim) - opt_fields
     if bad:
         raise ScenarioError(f"unknown simulation option(s): {', '.join(sorted(bad))}")
+    prices: dict[tuple[str, str], int] = {}
+    for fl, per in (data.get("prices") or {}).items():
+        for tier, p in (per or {}).items():
+            if tier not in TIERS:
+                raise ScenarioError(f"prices.{fl}: unknown tier {tier!r}")
+            if int(p) < 0:
+                raise ScenarioError(f"prices.{fl}.{tier} must not be negative")
+            prices[(str(fl), str(tier))] = int(p)
+    unfittable = str(data.get("unfittable", "error"))
+    if unfittable not in ("error", "drop"):
+        raise ScenarioError("unfittable must be 'error' or 'drop'")
     sc = Scenario(
         name=str(data.get("name") or "scenario"),
         node_groups=tuple(groups),
@@ -219,6 +259,8 @@ def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scena
         options=SimOptions(**sim),
         auto_departments=auto,
         base_dir=base_dir,
+        prices=prices,
+        unfittable=unfittable,
     )
     sc.policy()  # validate early
     return sc
@@ -431,6 +473,7 @@ def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobS
                 deadline=r.deadline_s,
                 bid=int(r.bid or 0),
                 max_runtime_s=max_rt,
+                checkpoint_interval_s=r.checkpoint_interval_s,
             )
         )
     return jobs
@@ -450,11 +493,21 @@ def prepare(
         rows, shares = load_trace(sc, seed=seed, trace_dir=trace_dir)
     sc = resolve_departments(sc, rows, shares)
     rows = fold_departments(sc, rows)
-    # drop jobs that can never run on this cluster (more GPUs than the flavor has)
-    cap = {fl: sc.capacity(fl) for fl in sc.flavors()}
-    default_fl = sc.flavors()[0]
-    rows = [r for r in rows if 0 < r.gpus <= cap.get(r.flavor or default_fl, 0) and r.duration_s > 0]
+    rows = [r for r in rows if r.gpus > 0 and r.duration_s > 0]  # nothing to run
     jobs0 = build_jobs(sc, rows, seed=seed)
+    # A job no set of nodes of its flavor can hold would wait forever and still count in rho: refuse the
+    # scenario, or drop such jobs when the scenario says so (a public trace recorded on a larger cluster).
+    bad = [i for i, j in enumerate(jobs0) if not sc.fits(j)]
+    dropped = 0
+    if bad:
+        msg = unfittable_message(sc, [jobs0[i] for i in bad])
+        if sc.unfittable != "drop":
+            raise ScenarioError(msg + " (set 'unfittable: drop' in the scenario to drop them)")
+        warnings.warn(f"{sc.name}: dropped {msg}", stacklevel=2)
+        skip = set(bad)
+        rows = [r for i, r in enumerate(rows) if i not in skip]
+        jobs0 = [replace(j, id=k + 1) for k, j in enumerate(j for i, j in enumerate(jobs0) if i not in skip)]
+        dropped = len(bad)
     # offered load from the capped durations, then compress arrivals to the target
     capped = [replace(r, duration_s=j.duration_s) for r, j in zip(rows, jobs0, strict=True)]
     rho_trace = tr.offered_load(capped, sc.capacity())
@@ -466,4 +519,15 @@ def prepare(
             replace(j, submit=r.submit_time_s, deadline=r.deadline_s) for j, r in zip(jobs0, capped, strict=True)
         ]
     rho = tr.offered_load(capped, sc.capacity())
-    return sc, jobs0, {"rho": rho, "rho_trace": rho_trace, "compression": factor, "jobs": len(jobs0)}
+    return sc, jobs0, {"rho": rho, "rho_trace": rho_trace, "compression": factor, "jobs": len(jobs0),
+                       "dropped_unfittable": dropped}
+
+
+def unfittable_message(sc: Scenario, jobs: list[JobSpec], show: int = 20) -> str:
+    """One line naming jobs that can never fit: trace id, shape, and the flavor's largest node and total."""
+    parts = []
+    for j in jobs[:show]:
+        parts.append(f"{j.key} ({j.pods} x {j.gpus_per_pod} GPUs of {j.flavor}; largest node "
+                     f"{sc.node_size(j.flavor)}, flavor total {sc.capacity(j.flavor)})")
+    more = f" and {len(jobs) - show} more" if len(jobs) > show else ""
+    return f"{len(jobs)} job(s) can never fit any node set: " + "; ".join(parts) + more

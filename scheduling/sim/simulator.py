@@ -5,6 +5,16 @@ wait. All events at the same instant are applied first, then one scheduling cycl
 (optionally no more often than ``min_cycle_interval_s``). Preempted jobs are requeued as a new attempt keeping
 their original submission time; work since the last checkpoint (and the grace period) is lost. Deterministic:
 no clock, no randomness; ties are broken by event sequence numbers and job ids.
+
+Credits (departments with a ``budget``) follow the portal's ledger (quotas/services.py), simplified: the snapshot
+carries each metered department's available credits (balance minus open holds) and each pending job's ``hold``
+(worst-case rate = max(base price, bid) x GPUs x max runtime, 0 for an unmetered department); an admitted
+attempt holds its admission rate (the cycle's clearing price when borrowed, else the base price) x GPUs x max
+runtime, at most what is available; when the attempt ends it is charged its GPU-seconds (up to the end, or up to
+the eviction decision) at that rate, capped at the hold, and the rest is released. A preemption refunds the
+charge in full when the attempt ran inside its department's nominal quota and nothing when it borrowed. Budgets
+are added again every ``budget_refill`` period counted from the first submission (the portal uses calendar
+weeks or months).
 """
 
 from __future__ import annotations
@@ -17,8 +27,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from scheduling.core import PendingJob, Quota, RunningJob, Snapshot
+from scheduling.core.reasons import BUDGET_INSUFFICIENT
 
-from .scenario import JobSpec, SimOptions
+from .scenario import REFILL_PERIODS, JobSpec, SimOptions
 
 FINISH, EVICTED, SUBMIT, TICK = 0, 1, 2, 3
 COOLDOWN_CODES = frozenset({"preemption_cooldown", "preemption_rate_limit"})
@@ -27,6 +38,13 @@ LN2 = math.log(2.0)
 
 class SimulationError(RuntimeError):
     pass
+
+
+def cost_of(rate: int, gpu_seconds: float) -> int:
+    """quotas.services.cost_of: milli-credits for GPU-seconds at a rate per GPU-hour, rounded up."""
+    if rate <= 0 or gpu_seconds <= 0:
+        return 0
+    return math.ceil(rate * int(math.ceil(gpu_seconds)) / 3600)
 
 
 @dataclass(slots=True)
@@ -45,6 +63,10 @@ class JobRecord:
     pending_since: float = 0.0
     borrowed: bool = False
     evict_at: float | None = None  # when the current attempt's eviction was decided
+    last_run_s: float = 0.0  # run time of the last attempt that ended (preempted), for Tiresias's guard
+    hold: int = 0  # milli-credits held for the current attempt
+    rate: int = 0  # milli-credits per GPU-hour the current attempt is charged
+    budget_blocked: bool = False  # was ever pending for lack of credits
 
 
 @dataclass
@@ -65,6 +87,8 @@ class SimResult:
     preemption_events: int
     realtime_preempted: int
     quotas: dict[str, int] = field(default_factory=dict)  # dept -> nominal GPUs (all flavors)
+    # dept -> {budget, refilled, charged, refunded, spent, balance_end} (metered departments only)
+    spend: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class SimContext:
@@ -90,10 +114,19 @@ class SimContext:
     def duration_s(self, job_id: int) -> float:
         return self._sim.records[job_id].spec.duration_s
 
+    def last_run_s(self, job_id: int) -> float:
+        """How long the job's last ended (preempted) attempt ran; 0 before its first preemption."""
+        return self._sim.records[job_id].last_run_s
+
+    def pending_since(self, job_id: int) -> float:
+        """When the job's current attempt started waiting (its submission, or its last eviction)."""
+        return self._sim.records[job_id].pending_since
+
 
 class Simulator:
     def __init__(self, *, nodes, quotas: tuple[Quota, ...], policy_obj, jobs: list[JobSpec], decide,
-                 options: SimOptions | None = None, name: str = "policy"):
+                 options: SimOptions | None = None, name: str = "policy", budgets: dict[str, int] | None = None,
+                 prices: dict[tuple[str, str], int] | None = None):
         self.nodes = tuple(nodes)
         self.quotas = tuple(quotas)
         self.policy_obj = policy_obj
@@ -135,6 +168,15 @@ class Simulator:
         self.invalid = {"admission": 0, "preemption": 0}
         self.preemption_events = 0
         self.realtime_preempted = 0
+        # credits: only departments with a budget are metered (as departments with a wallet in the portal)
+        self.budgets = dict(sorted((budgets or {}).items()))
+        self.prices = dict(prices or {})
+        self.balance = dict(self.budgets)
+        self.held_credits = dict.fromkeys(self.budgets, 0)
+        self.spent = {d: {"budget": b, "refilled": 0, "charged": 0, "refunded": 0} for d, b in self.budgets.items()}
+        period = REFILL_PERIODS[self.opt.budget_refill]
+        self.refill_period = period
+        self.next_refill = self.window[0] + period if (period and self.budgets) else math.inf
         self.next_tick: float | None = None
         self.last_cycle = -math.inf
         self.pending_cycle: float | None = None
@@ -142,8 +184,10 @@ class Simulator:
         # policies whose decision changes with time alone (aging, attained service) get periodic ticks
         self.time_dependent = bool(getattr(decide, "time_dependent", True))
         self.last_codes: set[str] = set()
-        if hasattr(policy_obj, "bind"):
-            policy_obj.bind(self.ctx)
+        # the oracle/baseline gets its context (attained service, true remaining time); ``policy_obj`` is the
+        # core Policy, which has none
+        if hasattr(decide, "bind"):
+            decide.bind(self.ctx)
         for j in jobs:
             self._push(j.submit, SUBMIT, j.id, 0)
 
@@ -201,12 +245,67 @@ class Simulator:
         self.pending[s.id] = PendingJob(
             id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, pods=s.pods, gpus_per_pod=s.gpus_per_pod,
             urgency=s.urgency, user_tier=s.user_tier, user=s.user, submitted_at=s.submit, deadline=s.deadline,
-            max_runtime_s=s.max_runtime_s, bid=s.bid, attempt=rec.attempt,
+            max_runtime_s=s.max_runtime_s, bid=s.bid, attempt=rec.attempt, hold=self._worst_hold(s),
+            checkpoint_interval_s=self._ckpt(s),
         )
         self.pend_gpus[s.department] += s.gpus
         self.pend_count[s.department] += 1
 
-    def _start(self, rec: JobRecord, placement, borrowed: bool, cluster: str, t: float) -> None:
+    def _ckpt(self, s: JobSpec) -> float | None:
+        ck = s.checkpoint_interval_s if s.checkpoint_interval_s is not None else self.opt.checkpoint_interval_s
+        return ck if ck else None
+
+    # ---------------------------------------------------------------- credits
+    def _worst_hold(self, s: JobSpec) -> int:
+        """quotas.services.hold_for: worst-case rate (base price, or the bid if higher) x GPUs x max runtime."""
+        if s.department not in self.budgets:
+            return 0
+        return cost_of(max(self.prices.get((s.flavor, s.tier), 0), s.bid), s.gpus * s.max_runtime_s)
+
+    def _refill(self, t: float) -> None:
+        while t >= self.next_refill:
+            for d, b in self.budgets.items():
+                self.balance[d] += b
+                self.spent[d]["refilled"] += b
+            self.next_refill += self.refill_period
+
+    def _credits(self):
+        if not self.budgets:
+            return None
+        return MappingProxyType({d: self.balance[d] - self.held_credits[d] for d in self.budgets})
+
+    def _hold(self, rec: JobRecord, price: int | None) -> None:
+        """quotas.services.on_job_admitted: hold the admission rate x GPUs x max runtime (partial if short)."""
+        s = rec.spec
+        rec.hold = rec.rate = 0
+        d = s.department
+        if d not in self.budgets:
+            return
+        rate = int(price) if (rec.borrowed and price is not None) else self.prices.get((s.flavor, s.tier), 0)
+        want = cost_of(rate, s.gpus * s.max_runtime_s)
+        rec.rate = rate
+        rec.hold = max(0, min(want, self.balance[d] - self.held_credits[d]))
+        self.held_credits[d] += rec.hold
+
+    def _settle(self, rec: JobRecord, end: float, preempted: bool) -> None:
+        """quotas.services.settle_attempt: charge the GPU-seconds used at the held rate (capped at the hold),
+        release the rest; a preempted attempt inside nominal quota is refunded in full, a borrowed one not."""
+        s = rec.spec
+        d = s.department
+        if d not in self.budgets:
+            return
+        seconds = min(max(end - rec.start, 0.0), s.max_runtime_s)
+        charge = min(cost_of(rec.rate, math.ceil(seconds) * s.gpus), rec.hold)
+        self.held_credits[d] -= rec.hold
+        self.balance[d] -= charge
+        self.spent[d]["charged"] += charge
+        if preempted and not rec.borrowed and charge > 0:
+            self.balance[d] += charge
+            self.spent[d]["refunded"] += charge
+        rec.hold = 0
+
+    def _start(self, rec: JobRecord, placement, borrowed: bool, cluster: str, t: float,
+               price: int | None = None) -> None:
         s = rec.spec
         del self.pending[s.id]
         self.pend_gpus[s.department] -= s.gpus
@@ -219,13 +318,14 @@ class Simulator:
         rec.borrowed = borrowed
         if rec.first_start is None:
             rec.first_start = t
+        self._hold(rec, price)
         self.held[s.department] += s.gpus
         self.busy += s.gpus
         self.running[s.id] = RunningJob(
             id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, placement=tuple(placement),
             gpus_per_pod=s.gpus_per_pod, started_at=t, max_runtime_s=s.max_runtime_s, borrowed=borrowed,
             urgency=s.urgency, user_tier=s.user_tier, submitted_at=s.submit, bid=s.bid, cluster=cluster,
-            preemptible=s.tier != "realtime",
+            preemptible=s.tier != "realtime", checkpoint_interval_s=self._ckpt(s),
         )
         self._push(t + max(s.duration_s - rec.progress_s, 0.0), FINISH, s.id, rec.attempt)
 
@@ -239,6 +339,7 @@ class Simulator:
         rec.attained_gpu_s += (t - rec.start) * s.gpus
 
     def _finish(self, rec: JobRecord, t: float) -> None:
+        self._settle(rec, t, preempted=False)
         self._release(rec, t)
         rec.state = "done"
         rec.finish = t
@@ -247,7 +348,7 @@ class Simulator:
     def _evicted(self, rec: JobRecord, t: float) -> None:
         """End of grace: free the GPUs, keep checkpointed progress, requeue as a new attempt."""
         ran = t - rec.start
-        ck = self.opt.checkpoint_interval_s
+        ck = self._ckpt(rec.spec)
         ran_before = (rec.evict_at if rec.evict_at is not None else t) - rec.start
         # (the epsilon: an eviction decided exactly at a checkpoint, e.g. at min_runtime_s, keeps that checkpoint
         # despite float error in start + interval - start)
@@ -255,6 +356,8 @@ class Simulator:
         kept = min(kept, rec.spec.duration_s - rec.progress_s)
         rec.lost_gpu_s += max(ran - kept, 0.0) * rec.spec.gpus
         rec.progress_s += kept
+        rec.last_run_s = ran_before
+        self._settle(rec, rec.evict_at if rec.evict_at is not None else t, preempted=True)
         self._release(rec, t)
         self._enqueue(rec, t)
 
@@ -263,9 +366,11 @@ class Simulator:
         win = self.policy_obj.preemption_window_s
         while self.preempt_times and self.preempt_times[0][0] <= t - win:
             self.preempt_times.popleft()
+        self._refill(t)
         return Snapshot(
             now=t, nodes=self.nodes, running=tuple(self.running.values()), pending=tuple(self.pending.values()),
-            quotas=self.quotas, policy=self.policy_obj, credits=None, usage=MappingProxyType(dict(self.usage)),
+            quotas=self.quotas, policy=self.policy_obj, credits=self._credits(),
+            usage=MappingProxyType(dict(self.usage)),
             recent_preemptions=sum(n for _, n in self.preempt_times), estimates=False,
         )
 
@@ -281,6 +386,10 @@ class Simulator:
         self.cycle_times.append(time.perf_counter() - c0)
         self.last_cycle = t
         self.last_codes = {p.code for p in res.pending} if res.pending else set()
+        if BUDGET_INSUFFICIENT in self.last_codes:
+            for p in res.pending:
+                if p.code == BUDGET_INSUFFICIENT and p.job_id in self.records:
+                    self.records[p.job_id].budget_blocked = True
         n_pre = 0
         grace = self.opt.preemption_grace_s
         for p in res.preemptions:
@@ -298,7 +407,8 @@ class Simulator:
                 rec.evict_at = t
                 self.preempt_times.append((t, 1))
                 if grace > 0:
-                    self.running[vid] = replace(rj, preemptible=False)
+                    # its GPUs are promised to the preemptor until the grace period ends
+                    self.running[vid] = replace(rj, preemptible=False, evicting_for=p.preemptor_id)
                     self._push(t + grace, EVICTED, vid, rec.attempt)
                 else:
                     self._evicted(rec, t)
@@ -323,7 +433,7 @@ class Simulator:
             if not ok:
                 self._bad("admission", f"job {s.id} does not fit on {a.placement}")
                 continue
-            self._start(rec, a.placement, a.borrowed, a.cluster, t)
+            self._start(rec, a.placement, a.borrowed, a.cluster, t, a.price)
             n_adm += 1
         return n_adm, n_pre
 
@@ -385,6 +495,8 @@ class Simulator:
             if not self.pending:
                 continue
             wake = self._wake_for_cooldown(t) if self.last_codes & COOLDOWN_CODES else None
+            if BUDGET_INSUFFICIENT in self.last_codes and self.next_refill < math.inf:
+                wake = self.next_refill if wake is None else min(wake, self.next_refill)
             if self.time_dependent and opt.tick_s and (self.running or len(ev) > 0 or idle_ticks < 3):
                 wake = t + opt.tick_s if wake is None else min(wake, t + opt.tick_s)
             if wake is not None and (self.next_tick is None or self.next_tick <= t or wake < self.next_tick):
@@ -405,6 +517,8 @@ class Simulator:
             dept_share=dept_share, cycle_times=self.cycle_times, cycles=len(self.cycle_times),
             invalid=dict(self.invalid), wall_s=time.perf_counter() - w0, preemption_events=self.preemption_events,
             realtime_preempted=self.realtime_preempted, quotas=dict(self.nominal),
+            spend={d: dict(v, spent=v["charged"] - v["refunded"], balance_end=self.balance[d])
+                   for d, v in self.spent.items()},
         )
 
 
@@ -414,5 +528,6 @@ def simulate(*, scenario, jobs: list[JobSpec], policy, name: str | None = None,
     sim = Simulator(
         nodes=scenario.nodes(), quotas=scenario.quotas(), policy_obj=scenario.policy(), jobs=jobs, decide=policy,
         options=options or scenario.options, name=name or getattr(policy, "name", "policy"),
+        budgets=scenario.budgets(), prices=scenario.prices,
     )
     return sim.run()

@@ -3,7 +3,12 @@
 ``generate(scenario, seed=..., jobs=..., days=..., mix=...)`` draws arrivals with a weekday/daytime rhythm and a
 job mix per tier (GPU count, lognormal duration, urgency, deadlines, bids); users come from the scenario's
 department members, so user tiers are the scenario's. The trace is then compressed to the target load like any
-other trace.
+other trace (choose ``jobs`` so that the trace's own load is near the target to keep ``days`` of submissions).
+
+``mix`` overrides ``DEFAULT_MIX`` per tier and per key (``{"elastic": {"share": 0.5, "gpus": {8: 0.1, ...}}}``
+replaces the elastic share and GPU-count weights and keeps the rest); a tier's keys are ``share``, ``gpus``,
+``median_s``, ``sigma``, ``urgency``, ``deadline_fraction`` and ``bid_fraction``. The draws and their order do
+not depend on the mix, so a scenario without one (lab8) gets the same trace as before.
 """
 
 from __future__ import annotations
@@ -51,10 +56,37 @@ def _weighted(rng: random.Random, weights: dict) -> object:
     return items[-1][0]
 
 
+MIX_KEYS = frozenset({"share", "gpus", "median_s", "sigma", "urgency", "deadline_fraction", "bid_fraction"})
+
+
+def _mix(over: dict | None) -> dict:
+    from scheduling.core.types import TIERS, URGENCIES
+
+    from .scenario import ScenarioError
+
+    over = over or {}
+    for t, m in over.items():
+        if t not in TIERS:
+            raise ScenarioError(f"trace.mix: unknown tier {t!r}")
+        bad = set(m or {}) - MIX_KEYS
+        if bad:
+            raise ScenarioError(f"trace.mix.{t}: unknown key(s) {', '.join(sorted(bad))}")
+        for g in (m or {}).get("gpus", {}):
+            if int(g) < 1:
+                raise ScenarioError(f"trace.mix.{t}.gpus: {g} is not a GPU count")
+        for u in (m or {}).get("urgency", {}):
+            if u not in URGENCIES:
+                raise ScenarioError(f"trace.mix.{t}.urgency: unknown urgency {u!r}")
+    mix = {t: dict(DEFAULT_MIX.get(t, {}), **(over.get(t) or {})) for t in sorted(set(DEFAULT_MIX) | set(over))}
+    if sum(m["share"] for m in mix.values()) <= 0:
+        raise ScenarioError("trace.mix: the tiers' shares add up to 0")
+    return mix
+
+
 def generate(sc, *, seed: int, jobs: int = 1500, days: float = 28.0, mix: dict | None = None,
              max_duration_s: float = 3 * 86400.0) -> list[TraceRow]:
     rng = random.Random(f"{seed}:synthetic")
-    mix = {t: dict(DEFAULT_MIX.get(t, {}), **(mix or {}).get(t, {})) for t in set(DEFAULT_MIX) | set(mix or {})}
+    mix = _mix(mix)
     users = []
     for d in sorted(sc.departments):
         members = sc.departments[d].members or {f"{d}-u0": "standard"}

@@ -5,7 +5,8 @@ Optional columns (blank or absent = the default in brackets): ``user`` [assigned
 seeded], ``tier`` [assigned by the scenario's rules/fractions, else ``elastic``], ``urgency`` [same, else
 ``normal``], ``flavor`` [the cluster's first flavor], ``deadline_s`` [none; absolute seconds on the trace clock],
 ``bid`` [0], ``max_runtime_s`` [scenario ``max_runtime`` rule], ``pods`` [smallest pod count that divides the
-GPUs and fits the flavor's node size].
+GPUs and fits the flavor's node size], ``checkpoint_interval_s`` [the scenario's ``simulation.checkpoint_interval_s``;
+0 = this job never checkpoints].
 
 Times are seconds on the trace's own clock (any origin). Nothing here reads a clock or imports Django.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "gpus", "department")
-OPTIONAL = ("user", "tier", "urgency", "flavor", "deadline_s", "bid", "max_runtime_s", "pods")
+OPTIONAL = ("user", "tier", "urgency", "flavor", "deadline_s", "bid", "max_runtime_s", "pods", "checkpoint_interval_s")
 COLUMNS = REQUIRED + OPTIONAL
 
 
@@ -42,6 +43,7 @@ class TraceRow:
     bid: int = 0
     max_runtime_s: float | None = None
     pods: int | None = None
+    checkpoint_interval_s: float | None = None  # None: the scenario's default; 0: never checkpoints
 
 
 def _opt_float(v: str | None) -> float | None:
@@ -82,11 +84,12 @@ def parse_rows(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceRo
                 bid=_opt_int(rec.get("bid")) or 0,
                 max_runtime_s=_opt_float(rec.get("max_runtime_s")),
                 pods=_opt_int(rec.get("pods")),
+                checkpoint_interval_s=_opt_float(rec.get("checkpoint_interval_s")),
             )
         except (TypeError, ValueError) as exc:
             raise TraceError(f"{source}:{n}: {exc}") from None
-        if row.gpus < 0 or row.duration_s < 0:
-            raise TraceError(f"{source}:{n}: negative gpus or duration")
+        if row.gpus < 0 or row.duration_s < 0 or (row.checkpoint_interval_s or 0) < 0:
+            raise TraceError(f"{source}:{n}: negative gpus, duration or checkpoint interval")
         out.append(row)
     return out
 

@@ -7,6 +7,7 @@ deadline, bid, max runtime, pods) and calls ``compare``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -68,8 +69,10 @@ def compare(
             NodeGroup(str(g.get("name", f"g{i}")), int(g["count"]), int(g["gpus_per_node"]), str(g["flavor"]))
             for i, g in enumerate(node_groups)
         )
+        # recorded jobs that no longer fit the cluster (nodes removed since) are left out, as before; the
+        # summary counts them
         sc = Scenario(name="whatif", node_groups=groups, departments=depts, policy_overrides=dict(pol or {}),
-                      trace={}, assign={}, load=None, options=options or SimOptions())
+                      trace={}, assign={}, load=None, options=options or SimOptions(), unfittable="drop")
         make_policy(sc.policy_overrides)
         return sc
 
@@ -79,9 +82,12 @@ def compare(
         ("proposed", proposed_quotas or quotas, proposed_policy, proposed),
     ):
         sc = scenario(q, pol)
-        sc, jobs, info = prepare(sc, rows=list(rows), load=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sc, jobs, info = prepare(sc, rows=list(rows), load=None)
         res = simulate(scenario=sc, jobs=jobs, policy=decide or Portal(), name=label)
         out[label] = summarise(metrics.compute(res, rho=info["rho"], keep_samples=False))
+        out[label]["dropped_unfittable"] = info["dropped_unfittable"]
     out["diff"] = _diff(out["current"], out["proposed"])
     return out
 

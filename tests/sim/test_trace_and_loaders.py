@@ -117,3 +117,14 @@ def test_real_trace_files_parse():
     assert ali and {r.tier for r in ali} <= {"realtime", "backfill", "elastic"}
     groups = loaders.alibaba_node_groups(TRACES / "openb_node_list_gpu_node.csv")
     assert sum(g["count"] * g["gpus_per_node"] for g in groups) == 6212
+
+
+@pytest.mark.skipif(not (TRACES / "philly_gavel_per_vc.csv").exists(), reason="public traces not present")
+@pytest.mark.parametrize("name", ["philly", "elasticflow", "alibaba"])
+def test_public_trace_scenarios_have_no_unfittable_jobs(name):
+    """Unfittable jobs now fail a scenario at load time: the shipped public-trace scenarios must still load."""
+    from scheduling.sim.scenario import load_scenario
+
+    sc = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.yaml")
+    _, jobs, info = prepare(sc, trace_dir=TRACES)
+    assert jobs and info["dropped_unfittable"] == 0

@@ -40,6 +40,13 @@ def test_cli_report_writes_markdown_and_plots(tmp_path):
     md = (out / "report.md").read_text()
     assert "| portal |" in md and "| fcfs |" in md
     assert (out / "lab8_utilisation.png").exists() and (out / "lab8_wait_cdf.png").exists()
+    assert "## Targets" in md and "First wait by GPU-count class" in md and "queued avg" in md
+    assert "Credits spent per department" in md
+    import json
+
+    res = json.loads((out / "results.json").read_text())
+    assert {m["policy"] for m in res} == {"fcfs", "portal"}
+    assert all("wait_gpus" in m and "queued" in m and "spend" in m for m in res)
 
 
 def test_report_grid_continues_from_its_checkpoint(tmp_path):

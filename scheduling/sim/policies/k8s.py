@@ -3,6 +3,8 @@
 - ``FCFS``: the default kube-scheduler without PriorityClasses or quotas: pods tried in arrival order, each placed
   if it fits (no head-of-line blocking, no preemption). Multi-pod jobs are placed all-or-nothing here (the default
   scheduler has no gang scheduling; this is kinder to it than reality).
+- ``StrictFCFS``: head-of-line FCFS per flavor: jobs start in arrival order and nothing starts ahead of a
+  blocked head (a job that does not fit stops its flavor's queue until it does), no quotas, no preemption.
 - ``QuotaPriority``: a ResourceQuota per department equal to its nominal quota (hard cap, no borrowing) and the
   tiers' PriorityClasses with preemption: a pod that fits its quota but no node preempts strictly lower-priority
   pods (any department, latest started first), with no minimum runtime (the native scheduler has none).
@@ -26,6 +28,26 @@ class FCFS:
             pl = v.place(job.flavor, job.pods, job.gpus_per_pod)
             if pl is not None:
                 adm.append(v.admission(job, pl))
+        return result(adm)
+
+
+class StrictFCFS:
+    name = "fcfs-strict"
+    time_dependent = False
+
+    def __call__(self, snap):
+        v = View(snap)
+        adm = []
+        blocked: set[str] = set()  # flavors whose head does not fit
+        for job in sorted(snap.pending, key=fifo_key):
+            if job.flavor in blocked:
+                continue
+            pl = v.place(job.flavor, job.pods, job.gpus_per_pod) if v.flavor_free.get(job.flavor, 0) >= job.gpus \
+                else None
+            if pl is None:
+                blocked.add(job.flavor)
+                continue
+            adm.append(v.admission(job, pl))
         return result(adm)
 
 

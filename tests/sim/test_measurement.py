@@ -1,0 +1,412 @@
+"""Measurement side of the simulator: waits per GPU class, queued time over attempts, sharing safety for jobs
+larger than their quota, unfittable jobs, strict FCFS, Tiresias's starvation guard, snapshot fields."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scheduling.core import Admission, CycleResult, Preemption
+from scheduling.sim import metrics, policies
+from scheduling.sim.policies.lasrtf import STARVELIMIT, Tiresias
+from scheduling.sim.scenario import ScenarioError, load_scenario, load_trace, prepare
+from scheduling.sim.simulator import simulate
+from scheduling.sim.trace import TraceRow
+
+from .helpers import rows, small_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _one_node(**over):
+    return small_scenario(cluster={"node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "flavor": "a100"}]},
+                          **over)
+
+
+# ------------------------------------------------------------------ waits per GPU-count class
+
+
+@pytest.mark.parametrize(("gpus", "cls"), [(1, "1"), (2, "2"), (3, "4"), (4, "4"), (5, "8"), (8, "8"), (9, ">8"),
+                                           (64, ">8")])
+def test_gpu_class_is_the_smallest_power_that_holds_the_job(gpus, cls):
+    assert metrics.gpu_class(gpus) == cls
+
+
+def test_wait_gpus_has_stats_per_class():
+    sc, jobs, info = prepare(small_scenario(), rows=rows(60), load=0.8)
+    res = simulate(scenario=sc, jobs=jobs, policy=policies.make("fcfs"))
+    m = metrics.compute(res, rho=info["rho"])
+    sizes = {metrics.gpu_class(j.gpus) for j in jobs}
+    assert set(m["wait_gpus"]) == sizes
+    for c, st in m["wait_gpus"].items():
+        assert set(st) == {"n", "avg", "p50", "p95", "p99"}
+        waits = [r.first_start - r.spec.submit for r in res.jobs if metrics.gpu_class(r.spec.gpus) == c]
+        assert st["n"] == len(waits) and st["avg"] == pytest.approx(sum(waits) / len(waits))
+
+
+# ------------------------------------------------------------------ queued time over all attempts
+
+
+class PreemptOnce:
+    """FIFO; at the first cycle where job 2 waits, preempt job 1 for it, then admit job 2 first."""
+
+    name = "preempt-once"
+    time_dependent = False
+
+    def __init__(self, borrowed=False, price=None):
+        self.fcfs = policies.make("fcfs")
+        self.done = False
+        self.borrowed = borrowed
+        self.price = price
+        self.snaps = []
+
+    def __call__(self, snap):
+        from dataclasses import replace
+
+        self.snaps.append(snap)
+        if self.done and any(j.id == 2 for j in snap.pending):
+            snap = replace(snap, pending=tuple(j for j in snap.pending if j.id == 2))
+        res = self.fcfs(snap)
+        adm = tuple(Admission(a.job_id, a.placement, a.cluster, self.borrowed, self.price) for a in res.admissions)
+        running = {r.id for r in snap.running if r.preemptible}
+        if not self.done and 1 in running and any(j.id == 2 for j in snap.pending):
+            self.done = True
+            return CycleResult(admissions=adm, preemptions=(Preemption(2, (1,), "priority"),))
+        return CycleResult(admissions=adm)
+
+
+def _preempt_pair(sc, **kw):
+    rs = [TraceRow("a", 0, 2000, 8, "a", tier="elastic"), TraceRow("b", 700, 100, 8, "b", tier="elastic")]
+    sc, jobs, info = prepare(sc, rows=rs, load=None)
+    pol = PreemptOnce(**kw)
+    return simulate(scenario=sc, jobs=jobs, policy=pol), pol, info
+
+
+def test_queued_time_counts_every_attempt_including_the_last():
+    res, _, info = _preempt_pair(_one_node())
+    a = next(r for r in res.jobs if r.spec.id == 1)
+    # first wait 0; evicted at 730 (grace 30 s), restarted at 830 when b finished: queued 100 s in all
+    assert a.first_start == 0 and a.queued_s == pytest.approx(100)
+    m = metrics.compute(res, rho=info["rho"])
+    assert m["queued"]["avg"] == pytest.approx((100 + 30) / 2)  # b waited out a's 30 s grace period
+    assert m["first_wait_finished"]["avg"] == pytest.approx(30 / 2)
+    assert m["requeued_jobs"] == 1
+
+
+# ------------------------------------------------------------------ sharing safety
+
+
+def test_sharing_safety_reports_worst_waits_and_over_quota_jobs_against_fcfs():
+    out = metrics.sharing_safety({1: 100, 2: 300, 3: 50, 4: 900, 5: 100}, {"a": {1: 100, 2: 400}, "b": {3: 10}},
+                                 fcfs={4: 600, 5: 300}, over_quota={"a": [4], "b": [5, 6]})
+    a = out["departments"]["a"]
+    assert (a["shared_max"], a["alone_max"], a["safe"], a["safe_worst"]) == (300, 400, True, True)
+    assert out["departments"]["b"]["safe_worst"] is True and out["safe_worst"] == 2
+    big = out["over_quota"]
+    assert big["jobs"] == 3 and big["n"] == 2  # job 6 never started: left out of the waits
+    assert (big["shared_avg"], big["fcfs_avg"], big["shared_max"], big["fcfs_max"]) == (500, 450, 900, 600)
+    assert big["departments"]["a"] == {"n": 1, "shared_avg": 900, "fcfs_avg": 600, "shared_max": 900,
+                                       "fcfs_max": 600}
+
+
+def test_jobs_larger_than_their_quota_are_reported_separately(tmp_path):
+    from scheduling.sim.runner import run_one
+
+    m = run_one(ROOT / "scenarios" / "lab1node.yaml", "portal", limit=80)
+    big = m["sharing"]["over_quota"]
+    assert big["jobs"] > 0  # medical's nominal quota is 1 GPU: its 2-8-GPU jobs can never start alone
+    assert "medical" in big["departments"]
+    assert all(d in m["sharing"]["departments"] for d in ("vision", "nlp", "medical"))
+
+
+# ------------------------------------------------------------------ unfittable jobs
+
+
+def test_a_job_that_fits_no_node_set_fails_the_scenario_with_its_id_and_size():
+    sc = _one_node()
+    rs = [TraceRow("ok", 0, 100, 4, "a"), TraceRow("huge", 10, 100, 16, "a"),
+          TraceRow("wide", 20, 100, 12, "b", pods=1)]
+    with pytest.raises(ScenarioError) as exc:
+        prepare(sc, rows=rs, load=None)
+    msg = str(exc.value)
+    assert "2 job(s)" in msg and "huge (2 x 8 GPUs of a100; largest node 8" in msg
+    assert "wide (1 x 12 GPUs" in msg and "unfittable: drop" in msg
+
+
+def test_unfittable_drop_warns_and_leaves_them_out_of_rho():
+    sc = _one_node(unfittable="drop")
+    rs = [TraceRow("ok", 0, 100, 4, "a"), TraceRow("huge", 10, 100, 16, "a"), TraceRow("ok2", 100, 100, 4, "b")]
+    with pytest.warns(UserWarning, match="huge"):
+        _, jobs, info = prepare(sc, rows=rs, load=None)
+    assert [j.key for j in jobs] == ["ok", "ok2"] and [j.id for j in jobs] == [1, 2]
+    assert info["dropped_unfittable"] == 1
+    assert info["rho"] == pytest.approx((4 * 100 * 2) / (8 * 100))
+
+
+def test_a_gang_fits_when_enough_nodes_hold_one_pod_each():
+    sc = small_scenario()  # 2 nodes of 4 GPUs
+    ok = [TraceRow("g", 0, 100, 6, "a", pods=2)]  # 2 x 3: one pod per node
+    _, jobs, _ = prepare(sc, rows=ok, load=None)
+    assert jobs[0].pods == 2
+    with pytest.raises(ScenarioError, match="g3"):
+        prepare(sc, rows=[TraceRow("g3", 0, 100, 9, "a", pods=3)], load=None)  # 3 x 3: two nodes hold two
+
+
+def test_unfittable_option_is_validated():
+    with pytest.raises(ScenarioError, match="unfittable"):
+        small_scenario(unfittable="ignore")
+
+
+@pytest.mark.parametrize("name", ["lab8", "lab1node"])
+def test_shipped_synthetic_scenarios_load(name):
+    _, jobs, info = prepare(load_scenario(ROOT / "scenarios" / f"{name}.yaml"))
+    assert info["dropped_unfittable"] == 0 and jobs
+
+
+# ------------------------------------------------------------------ strict FCFS
+
+
+def test_strict_fcfs_starts_nothing_behind_a_blocked_head():
+    sc = _one_node()
+    rs = [TraceRow("big1", 0, 1000, 6, "a"), TraceRow("big2", 10, 1000, 8, "a"), TraceRow("small", 20, 100, 1, "b")]
+    sc, jobs, _ = prepare(sc, rows=rs, load=None)
+    skip = {r.spec.key: r.first_start for r in simulate(scenario=sc, jobs=jobs, policy=policies.make("fcfs")).jobs}
+    strict = {r.spec.key: r.first_start
+              for r in simulate(scenario=sc, jobs=jobs, policy=policies.make("fcfs-strict")).jobs}
+    assert skip["small"] == 20  # skip-ahead FCFS starts the small job beside big1
+    assert strict["small"] == pytest.approx(2000)  # strict: after big2, which waited for big1
+    assert strict["big2"] == pytest.approx(1000)
+    assert "fcfs-strict" in policies.DEFAULT
+
+
+# ------------------------------------------------------------------ Tiresias
+
+
+class FakeCtx:
+    def __init__(self, attained, last_run, since):
+        self.a, self.last, self.since = attained, last_run, since
+
+    def attained_gpu_s(self, job_id, now):
+        return self.a[job_id]
+
+    def last_run_s(self, job_id):
+        return self.last[job_id]
+
+    def pending_since(self, job_id):
+        return self.since[job_id]
+
+
+def _snap(now, pending):
+    from scheduling.core import Node, Snapshot
+
+    return Snapshot(now=now, nodes=(Node("n", "a100", 8),), pending=tuple(pending))
+
+
+def test_tiresias_promotes_a_job_that_waited_starvelimit_times_its_last_run():
+    from scheduling.core import PendingJob
+
+    old = PendingJob(id=1, department="a", flavor="a100", gpus_per_pod=8, submitted_at=0)
+    t = Tiresias()
+    t.bind(FakeCtx({1: 50_000.0}, {1: 100.0}, {1: 1000.0}))
+    assert t.key(old, 1000 + STARVELIMIT * 100)[0] == 2  # 50,000 GPU-s attained: lowest queue
+    t(_snap(1000 + STARVELIMIT * 100, [old]))  # waited exactly the limit: not yet
+    assert t.promotions == 0
+    t(_snap(1000 + STARVELIMIT * 100 + 1, [old]))
+    assert t.promotions == 1 and t.key(old, 0)[0] == 0  # promoted: its service counts from zero
+    t(_snap(1000 + STARVELIMIT * 100 + 500, [old]))
+    assert t.promotions == 1  # once per wait
+
+
+def test_tiresias_never_promotes_a_job_that_never_ran():
+    from scheduling.core import PendingJob
+
+    t = Tiresias()
+    t.bind(FakeCtx({1: 0.0}, {1: 0.0}, {1: 0.0}))
+    t(_snap(10**7, [PendingJob(id=1, department="a", flavor="a100")]))
+    assert t.promotions == 0
+
+
+def test_baselines_receive_their_context_from_the_simulator():
+    """Regression: the simulator bound the context to the core Policy instead of the decision function, so
+    Tiresias saw no attained service (it ran FIFO) and the SRTF oracle ordered by max runtime."""
+    sc, jobs, _ = prepare(small_scenario(), rows=rows(20), load=0.8)
+    for name in ("tiresias", "srtf-oracle"):
+        pol = policies.make(name)
+        simulate(scenario=sc, jobs=jobs, policy=pol)
+        assert pol.ctx is not None, name
+
+
+# ------------------------------------------------------------------ snapshot fields
+
+
+def test_snapshot_carries_checkpoint_intervals_and_the_preemptor_of_an_evicting_job():
+    sc = _one_node()
+    rs = [TraceRow("a", 0, 2000, 8, "a", tier="elastic", checkpoint_interval_s=300),
+          TraceRow("b", 700, 100, 8, "b", tier="elastic"),
+          TraceRow("c", 710, 10, 8, "b", tier="elastic")]  # a cycle inside a's grace period
+    sc, jobs, _ = prepare(sc, rows=rs, load=None)
+    pol = PreemptOnce()
+    res = simulate(scenario=sc, jobs=jobs, policy=pol)
+    first = pol.snaps[0]
+    assert first.pending[0].checkpoint_interval_s == 300  # the job's own interval
+    during = next(s for s in pol.snaps if any(r.id == 1 and not r.preemptible for r in s.running))
+    victim = next(r for r in during.running if r.id == 1)
+    assert victim.evicting_for == 2 and victim.checkpoint_interval_s == 300
+    b_pending = next(j for j in during.pending if j.id == 2)
+    assert b_pending.checkpoint_interval_s == 600  # the scenario's default
+    a = next(r for r in res.jobs if r.spec.id == 1)
+    # evicted at 700 with a 300 s interval: 600 s kept, 100 s + 30 s grace lost
+    assert a.lost_gpu_s == pytest.approx(130 * 8)
+
+
+def test_zero_checkpoint_interval_means_the_job_never_checkpoints():
+    sc = _one_node()
+    rs = [TraceRow("a", 0, 2000, 8, "a", checkpoint_interval_s=0), TraceRow("b", 700, 100, 8, "b")]
+    sc, jobs, _ = prepare(sc, rows=rs, load=None)
+    pol = PreemptOnce()
+    res = simulate(scenario=sc, jobs=jobs, policy=pol)
+    assert pol.snaps[0].pending[0].checkpoint_interval_s is None
+    assert next(r for r in res.jobs if r.spec.id == 1).lost_gpu_s == pytest.approx(730 * 8)
+
+
+# ------------------------------------------------------------------ determinism across processes
+
+
+def test_same_replay_gives_byte_identical_json_under_different_hash_seeds(tmp_path):
+    outs = []
+    for hs in ("0", "4242"):
+        env = dict(os.environ, PYTHONHASHSEED=hs)
+        p = subprocess.run(
+            [sys.executable, "-m", "scheduling.sim", "run", str(ROOT / "scenarios" / "lab1node.yaml"),
+             "--policy", "portal,fcfs,tiresias", "--limit", "120", "--json", "--no-timings"],
+            capture_output=True, env=env, cwd=ROOT, check=True, timeout=300,
+        )
+        outs.append(p.stdout)
+    assert outs[0] == outs[1]
+    lines = outs[0].decode().splitlines()
+    assert [json.loads(line)["policy"] for line in lines] == ["portal", "fcfs", "tiresias"]
+    assert "wall_s" not in json.loads(lines[0]) and "wait_gpus" in json.loads(lines[0])
+
+
+# ------------------------------------------------------------------ lab1node
+
+
+def test_lab1node_is_one_8_gpu_node_with_quotas_adding_up_to_it():
+    sc = load_scenario(ROOT / "scenarios" / "lab1node.yaml")
+    assert [(n.gpus, n.flavor) for n in sc.nodes()] == [(8, "a100-80gb")]
+    nominal = {q.department: q.nominal for q in sc.quotas()}
+    assert sorted(nominal.values()) == [1, 3, 4] and sum(nominal.values()) == sc.capacity()
+    assert all(q.borrowing_limit is None for q in sc.quotas())
+    assert sc.load == 0.9
+    rows_, _ = load_trace(sc, seed=1)
+    span = max(r.submit_time_s for r in rows_) - min(r.submit_time_s for r in rows_)
+    assert 13 * 86400 <= span <= 14 * 86400
+    tiers = [r.tier for r in rows_]
+    assert abs(tiers.count("realtime") / len(rows_) - 0.12) < 0.04
+    assert abs(tiers.count("elastic") / len(rows_) - 0.5) < 0.06
+    elastic = [r for r in rows_ if r.tier == "elastic"]
+    assert {r.gpus for r in elastic} == {1, 2, 4, 8}
+    assert 0.05 < sum(r.gpus == 8 for r in elastic) / len(elastic) < 0.15
+
+
+def test_lab8_trace_is_unchanged():
+    import hashlib
+
+    sc = load_scenario(ROOT / "scenarios" / "lab8.yaml")
+    digests = []
+    for seed in (1, 2):
+        rs, _ = load_trace(sc, seed=seed)
+        key = [(r.job_id, r.submit_time_s, r.duration_s, r.gpus, r.department, r.user, r.tier, r.urgency,
+                r.deadline_s, r.bid) for r in rs]
+        digests.append(hashlib.sha256(repr(key).encode()).hexdigest()[:16])
+    assert digests == ["0555f1e699457beb", "72803d9441b566ed"]
+
+
+def test_synthetic_mix_rejects_unknown_keys():
+    sc = small_scenario(trace={"loader": "synthetic", "jobs": 10, "mix": {"elastic": {"shares": 0.5}}})
+    with pytest.raises(ScenarioError, match="shares"):
+        load_trace(sc)
+    sc = small_scenario(trace={"loader": "synthetic", "jobs": 10, "mix": {"training": {"share": 0.5}}})
+    with pytest.raises(ScenarioError, match="training"):
+        load_trace(sc)
+
+
+def test_nan_free_helpers():
+    assert math.isnan(metrics.mean([]))
+
+
+# ------------------------------------------------------------------ the Targets section
+
+
+def _agg_row(**kw):
+    base = {"utilisation": 0.9, "rho": 0.9, "realtime_within_5min": 1.0, "wait_realtime_p95": 20.0,
+            "wait_gpus": {"1": {"avg": 10.0}, "8": {"avg": 100.0}}, "wait_urgent_nonrt_avg": 10.0, "jain": 0.6,
+            "lost_pct_of_busy": 1.0, "jct_avg": 100.0, "min_cycle_interval_s": 0.0}
+    base.update(kw)
+    return base
+
+
+def test_targets_judge_the_portal_against_the_baselines_of_the_run():
+    from scheduling.sim.report import targets
+
+    agg = {
+        ("lab", 0.9, "fcfs"): _agg_row(utilisation=0.85, wait_urgent_nonrt_avg=100.0,
+                                       wait_gpus={"8": {"avg": 200.0}}),
+        ("lab", 0.9, "slurm-easy"): _agg_row(utilisation=0.88),
+        ("lab", 0.9, "tiresias"): _agg_row(wait_gpus={"8": {"avg": 40.0}}),
+        ("lab", 0.9, "volcano-drf"): _agg_row(jain=0.7),
+        ("lab", 0.9, "srtf-oracle"): _agg_row(jct_avg=90.0),
+        ("lab", 0.9, "portal"): _agg_row(utilisation=0.86, wait_urgent_nonrt_avg=15.0, lost_pct_of_busy=3.5),
+        ("lab", 0.7, "portal"): _agg_row(min_cycle_interval_s=60.0),
+    }
+    t = targets(agg)
+    got = {label.split(":")[0]: (st, fig) for st, label, fig in t[("lab", 0.9)]}
+    assert got["utilisation >= max(FCFS, Slurm-EASY)"][0] == "missed"  # 0.86 < 0.88
+    assert got["utilisation >= 0.95 x min(1, rho)"][0] == "met"  # 0.86 >= 0.855
+    assert got[">= 99% of realtime jobs started within 5 min"][0] == "met"
+    assert got["realtime p95 wait < 60 s"][0] == "met"
+    big = got["largest GPU class (8 GPU) average wait <= 2x Tiresias's and <= FCFS's"]
+    assert big[0] == "missed" and "Tiresias 40s" in big[1]  # 100 s > 2 x 40 s
+    urgent = got["average first wait of high + critical non-realtime jobs <= 0.5x FCFS's"]
+    assert urgent[0] == "met" and "goal 0.2x: met" in urgent[1]
+    assert got["Jain index >= Volcano-DRF's"][0] == "missed"
+    assert got["GPU-hours lost to preemption <= 3%"][0] == "missed"
+    assert got["average JCT <= 1.3x the SRTF oracle's"][0] == "met"
+    # load 0.7: no utilisation-vs-rho line, cycles 60 s apart make the p95 target n/a, references missing
+    low = {label.split(":")[0]: st for st, label, _ in t[("lab", 0.7)]}
+    assert "utilisation >= 0.95 x min(1, rho)" not in low
+    assert low["realtime p95 wait < 60 s"] == "n/a" and low["utilisation >= max(FCFS, Slurm-EASY)"] == "n/a"
+
+
+def test_a_gpu_class_the_portal_never_started_is_a_missed_target():
+    from scheduling.sim.report import targets
+
+    agg = {
+        ("lab", 0.9, "fcfs"): _agg_row(),
+        ("lab", 0.9, "tiresias"): _agg_row(),
+        ("lab", 0.9, "portal"): _agg_row(wait_gpus={"1": {"avg": 10.0}}),
+    }
+    got = {label.split(":")[0]: (st, fig) for st, label, fig in targets(agg)[("lab", 0.9)]}
+    assert got["largest GPU class (8 GPU) average wait <= 2x Tiresias's and <= FCFS's"] == (
+        "missed", "the portal's policy started none of them")
+
+
+def test_convert_keeps_per_job_checkpoint_intervals(tmp_path):
+    from scheduling.sim.__main__ import main
+    from scheduling.sim.trace import read_csv, write_csv
+
+    src = tmp_path / "in.csv"
+    write_csv([TraceRow("a", 0, 100, 1, "a", checkpoint_interval_s=120.0), TraceRow("b", 5, 100, 1, "b")], src)
+    scen = tmp_path / "s.yaml"
+    scen.write_text(
+        "cluster: {node_groups: [{name: n, count: 1, gpus_per_node: 8, flavor: a100}]}\n"
+        "departments: {a: {quotas: {a100: 4}}, b: {quotas: {a100: 4}}}\n"
+        f"trace: {{loader: csv, path: {src}}}\n"
+    )
+    out = tmp_path / "out.csv"
+    assert main(["convert", str(scen), "--out", str(out)]) == 0
+    assert [r.checkpoint_interval_s for r in read_csv(out)] == [120.0, None]
