@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: demo test lint bench bench-philly bench-traces bench-quick bench-engine bench-e2e ci clean
+.PHONY: demo test lint bench bench-philly bench-traces bench-quick bench-engine bench-e2e bench-e2e-kube ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -40,7 +40,10 @@ bench-quick: $(VENV_STAMP)
 	$(PY) -m scheduling.sim report --out reports/sim-quick --quick
 
 bench-e2e: $(VENV_STAMP)     ## control-plane throughput through Django + PostgreSQL (needs DATABASE_URL)
-	$(PY) -m benchmarks.e2e
+	$(PY) -m benchmarks.e2e $(E2E_ARGS)
+
+bench-e2e-kube: $(VENV_STAMP)  ## the same on the Kubernetes backend against KUBECONFIG, beside the bare scheduler
+	$(PY) -m benchmarks.e2e --backend kubernetes $(E2E_ARGS)
 
 ci:
 	bash .ci/run

@@ -12,6 +12,17 @@ class (Kueue's baseline: about 43 admissions/s, 351 s for the 15,000).
 sends each department's jobs through POST /api/v1/jobs/batch, N at a time. Either way every job counts
 against its user's submit rate (120 jobs/min by default); a 429 is retried after its Retry-After.
 
+``--backend kubernetes`` runs the same stack on the Kubernetes backend against the cluster in ``KUBECONFIG``
+(plus ``manage.py watch_pods``), after measuring the bare kube-scheduler on the same control plane: N plain
+1-GPU pods created by as many clients, pods/s until the last is bound. Then N portal jobs of 1 GPU each
+(``--shape single``, the default there) are submitted over REST, and the report sets the portal's admitted-and-
+bound jobs/s beside the bare scheduler's pods/s (target: at least 0.5x). The cluster needs GPU nodes (or nodes
+advertising the ``--gpu-resource``, e.g. a fake device plugin) and pulls ``--image``; the run creates namespaces
+``gpe-<run>-*`` and deletes them at the end.
+
+    DATABASE_URL=... CELERY_BROKER_URL=redis://... KUBECONFIG=~/.kube/config \
+        python -m benchmarks.e2e --backend kubernetes --jobs 500 --batch 50 --node-label gpu-type=a100
+
 The database named in DATABASE_URL is dropped and re-created. Nothing here is a test: it prints figures.
 """
 
@@ -54,7 +65,22 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8799)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", default="reports/e2e.md")
+    ap.add_argument("--backend", choices=("simulated", "kubernetes"), default="simulated",
+                    help="kubernetes: the cluster in KUBECONFIG, with the bare scheduler's rate as the baseline")
+    ap.add_argument("--shape", choices=("kueue", "single"), default=None,
+                    help="kueue: the 3 size classes above; single: every job 1 pod x 1 GPU (default on kubernetes, "
+                         "the bare baseline's shape)")
+    ap.add_argument("--gpu-resource", default="nvidia.com/gpu", help="kubernetes: the GPU resource nodes advertise")
+    ap.add_argument("--node-label", default="", help="kubernetes: key=value the GPU nodes carry (the flavor's label)")
+    ap.add_argument("--image", default="busybox:1.36", help="kubernetes: the pods' image")
+    ap.add_argument("--job-seconds", type=int, default=600, help="kubernetes: how long each pod sleeps")
+    ap.add_argument("--baseline-clients", type=int, default=8, help="kubernetes: concurrent creators of bare pods")
     args = ap.parse_args()
+    kube = args.backend == "kubernetes"
+    args.shape = args.shape or ("single" if kube else "kueue")
+    if kube and not os.environ.get("KUBECONFIG"):
+        ap.error("--backend kubernetes needs KUBECONFIG (a real cluster; nothing here talks to a fake)")
+    node_label = tuple(args.node_label.split("=", 1)) if args.node_label else None
     if not 1 <= args.batch <= 500:
         ap.error("--batch must be between 1 and 500 (JOBS_BATCH_MAX)")
     if args.web is None:
@@ -67,6 +93,7 @@ def main() -> None:
     if not db.startswith("postgres") or not broker.startswith("redis"):
         sys.exit("set DATABASE_URL=postgres://... and CELERY_BROKER_URL=redis://... (the real stack)")
     _recreate_database(db)
+    run = os.urandom(3).hex()
     env = {
         **os.environ,
         "DATA_DIR": tempfile.mkdtemp(prefix="portal-e2e-"),
@@ -80,14 +107,28 @@ def main() -> None:
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "ALLOWED_HOSTS": "127.0.0.1",
     }
+    if kube:
+        env.update(SCHEDULING_BACKEND="kubernetes", KUBE_NAMESPACE_TEMPLATE=f"gpe-{run}-{{department}}",
+                   RECONCILE_INTERVAL_S="60")
     os.environ.update(env)
     _run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], env)
 
     import django
 
     django.setup()
-    tokens = _seed(args.departments, args.nodes)
+    tokens = _seed(args.departments, args.nodes, kube=kube, gpu_resource=args.gpu_resource, node_label=node_label)
     _flush_broker(broker)
+    baseline, core, namespaces = None, None, []
+    if kube:
+        from benchmarks import e2e_kube
+
+        core = e2e_kube.api(os.environ["KUBECONFIG"])
+        namespaces = [f"gpe-{run}-dept-{d:02d}" for d in range(args.departments)]
+        e2e_kube.create_namespaces(core, [f"gpe-{run}-bare", *namespaces])
+        baseline = e2e_kube.bare_scheduler_rate(
+            core, namespace=f"gpe-{run}-bare", pods=args.jobs, clients=args.baseline_clients, image=args.image,
+            seconds=args.job_seconds, gpu_resource=args.gpu_resource, node_label=node_label, timeout=args.timeout)
+        e2e_kube.delete_and_wait(core, f"gpe-{run}-bare", "bench=bare")  # the portal gets an empty cluster
 
     if args.web == "gunicorn":  # what the image and deploy/base run
         web = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind", f"127.0.0.1:{args.port}",
@@ -102,9 +143,11 @@ def main() -> None:
     procs.append(subprocess.Popen(
         [*celery, "-B", "-Q", "cycle", "-c", "1", "--pool=solo", "-n", "cycle@%h",
          "-s", str(Path(env["DATA_DIR"]) / "beat")], cwd=ROOT, env=env))
+    if kube:  # pod states come back through the watch, as in production
+        procs.append(subprocess.Popen([sys.executable, "manage.py", "watch_pods"], cwd=ROOT, env=env))
     try:
         _wait_http(f"http://127.0.0.1:{args.port}/healthz")
-        result = _drive(args, tokens)
+        result = _drive(args, tokens, core=core, namespaces=namespaces)
     finally:
         for p in procs:
             p.terminate()
@@ -113,7 +156,9 @@ def main() -> None:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
-    report = _report(args, result)
+        if kube:
+            e2e_kube.delete_namespaces(core, [f"gpe-{run}-bare", *namespaces])
+    report = _report(args, result) + (_kube_report(args, result, baseline) if kube else "")
     print(report)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(report)
@@ -140,22 +185,29 @@ def _flush_broker(url: str) -> None:
     redis.Redis.from_url(url).flushdb()
 
 
-def _seed(departments: int, nodes: int) -> list[str]:
+def _seed(departments: int, nodes: int, *, kube: bool = False, gpu_resource: str = "nvidia.com/gpu",
+          node_label: tuple[str, str] | None = ("gpu-type", "a100")) -> list[str]:
     from django.contrib.auth import get_user_model
 
     from portal.models import ApiToken, Department, Membership
     from quotas.models import Flavor, Quota
     from scheduling.models import Cluster, Node
 
-    a100 = Flavor.objects.create(name="a100-80gb", node_labels={"gpu-type": "a100"})
-    cluster = Cluster.objects.create(name="default", is_default=True)
-    Node.objects.bulk_create(
-        [
-            Node(cluster=cluster, name=f"sim-{i:04d}", flavor=a100, gpus=8, labels={"gpu-type": "a100"})
-            for i in range(nodes)
-        ]
-    )
-    share = nodes * 8 // departments
+    if kube:  # the nodes come from the cluster's inventory; the flavor names what they advertise
+        a100 = Flavor.objects.create(name="a100-80gb", resource_name=gpu_resource,
+                                     node_labels=dict([node_label]) if node_label else {})
+        Cluster.objects.create(name="default", is_default=True, backend="kubernetes")
+        share = 100_000  # the cluster's capacity bounds admissions; quotas do not get in the way
+    else:
+        a100 = Flavor.objects.create(name="a100-80gb", node_labels={"gpu-type": "a100"})
+        cluster = Cluster.objects.create(name="default", is_default=True)
+        Node.objects.bulk_create(
+            [
+                Node(cluster=cluster, name=f"sim-{i:04d}", flavor=a100, gpus=8, labels={"gpu-type": "a100"})
+                for i in range(nodes)
+            ]
+        )
+        share = nodes * 8 // departments
     tokens = []
     User = get_user_model()
     for d in range(departments):
@@ -178,7 +230,7 @@ def _wait_http(url: str, timeout: float = 60) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def _drive(args, tokens: list[str]) -> dict:
+def _drive(args, tokens: list[str], *, core=None, namespaces=()) -> dict:
     import random
 
     from django.db import connection
@@ -188,7 +240,7 @@ def _drive(args, tokens: list[str]) -> dict:
     names = list(CLASSES)
     weights = [CLASSES[n][0] for n in names]
     for i in range(args.jobs):
-        name = rng.choices(names, weights)[0]
+        name = "small" if args.shape == "single" else rng.choices(names, weights)[0]
         _share, pods, gpus, sim_s = CLASSES[name]
         plan.append((i, name, pods, gpus, sim_s, tokens[i % len(tokens)]))
     # One request per job, or batches of up to args.batch jobs of one user (a batch is one user's request).
@@ -213,6 +265,10 @@ def _drive(args, tokens: list[str]) -> dict:
 
     def job_body(item) -> dict:
         i, cls, pods, gpus, sim_s, _token = item
+        if args.backend == "kubernetes":
+            return {"name": f"{cls}-{i}", "image": args.image, "command": ["sh", "-c", f"sleep {args.job_seconds}"],
+                    "flavor": "a100-80gb", "gpus": gpus, "pods": pods, "max_runtime_s": 3600,
+                    "cpu": "100m", "memory": "128Mi"}
         return {
             "name": f"{cls}-{i}",
             "image": "ghcr.io/lab/bench:1",
@@ -283,13 +339,27 @@ def _drive(args, tokens: list[str]) -> dict:
             )
             return cur.fetchone()[0]
 
+    bound: dict[int, float] = {}
     while time.time() - start < args.timeout:
+        if core is not None:  # admitted is not enough on a cluster: the pod must be bound to its node
+            from benchmarks import e2e_kube
+
+            bound = e2e_kube.portal_bind_times(core, list(namespaces))
+            if len(bound) >= args.jobs - len(errors):
+                break
+            time.sleep(2)
+            continue
         if count_admitted() >= args.jobs - len(errors):
             break
         time.sleep(1)
-    connection.close()
     finished = time.time()
     rows = _admission_rows()
+    submitted = {}
+    if core is not None:
+        with connection.cursor() as cur:
+            cur.execute("SELECT id, submitted_at FROM scheduling_job")
+            submitted = {pk: at.timestamp() for pk, at in cur.fetchall()}
+    connection.close()
     return {
         "start": start,
         "submitted": submitted_at,
@@ -298,6 +368,8 @@ def _drive(args, tokens: list[str]) -> dict:
         "submit_latency": lat,
         "throttled": len(throttled),
         "rows": rows,
+        "bound": bound,
+        "submitted_at": submitted,
     }
 
 
@@ -336,9 +408,13 @@ def _report(args, r) -> str:
         f"{args.jobs} jobs over REST ({args.submitters} concurrent clients, bearer tokens, idempotency keys; "
         + (f"gunicorn, {args.web_workers} sync workers" if args.web == "gunicorn" else "threaded runserver")
         + "), "
-        f"{args.departments} departments, {args.nodes} simulated nodes x 8 A100, PostgreSQL + Redis + Celery "
-        f"({args.workers} pod workers x 4 threads, one cycle worker with beat every 1 s), simulated backend at "
-        "120x. Classes: small 1x1 GPU (60%), medium 1x4 GPUs (30%), large 2x8 GPUs gang (10%).",
+        f"{args.departments} departments, "
+        + ("the Kubernetes backend on the cluster in KUBECONFIG (its nodes; plus the pod watcher)"
+           if args.backend == "kubernetes" else f"{args.nodes} simulated nodes x 8 A100")
+        + f", PostgreSQL + Redis + Celery ({args.workers} pod workers x 4 threads, one cycle worker with beat "
+        "every 1 s)" + (", simulated backend at 120x" if args.backend != "kubernetes" else "") + ". "
+        + ("Every job 1 pod x 1 GPU." if args.shape == "single"
+           else "Classes: small 1x1 GPU (60%), medium 1x4 GPUs (30%), large 2x8 GPUs gang (10%)."),
         "",
         f"- submitted in {r['submitted'] - first:.1f} s ({args.jobs / max(1e-9, r['submitted'] - first):.1f} "
         f"submissions/s; p50 {_pct(r['submit_latency'], 0.5) * 1000:.0f} ms, p95 "
@@ -359,6 +435,30 @@ def _report(args, r) -> str:
                 f"{_pct(waits, 0.99):.1f} | {max(waits):.1f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _kube_report(args, r, baseline) -> str:
+    bound, submitted = r["bound"], r["submitted_at"]
+    first = float(int(r["start"]))  # lastTransitionTime has whole seconds: compare like with like
+    last = max(bound.values(), default=first)
+    rate = len(bound) / max(1e-9, last - first)
+    waits = [at - submitted[j] for j, at in bound.items() if j in submitted]
+    ratio = rate / baseline["per_s"] if baseline and baseline["per_s"] else float("nan")
+    return "\n".join([
+        "",
+        "## On Kubernetes (the cluster in KUBECONFIG)",
+        "",
+        "| | pods or jobs | bound | seconds | per second |",
+        "|---|---|---|---|---|",
+        f"| bare kube-scheduler: plain 1-GPU pods, {args.baseline_clients} creating clients | {baseline['pods']} | "
+        f"{baseline['bound']} | {baseline['seconds']:.1f} | **{baseline['per_s']:.1f} pods/s** |",
+        f"| the portal: 1-GPU jobs over REST, admitted and bound | {args.jobs} | {len(bound)} | "
+        f"{last - first:.1f} | **{rate:.1f} jobs/s** |",
+        "",
+        f"Ratio: **{ratio:.2f}x** the bare scheduler (target: at least 0.5x). Time from submission to bound: "
+        f"p50 {_pct(waits, 0.5):.1f} s, p90 {_pct(waits, 0.9):.1f} s, max {max(waits, default=float('nan')):.1f} s.",
+        "",
+    ])
 
 
 if __name__ == "__main__":

@@ -54,6 +54,14 @@ class InvalidTransition(Conflict):
     message = "The job is not in a state that allows this."
 
 
+class LogsUnavailable(PortalError):
+    """The cluster cannot show the logs now (no pod yet, container not started, the node's kubelet silent)."""
+
+    code = "logs_unavailable"
+    http_status = status.HTTP_409_CONFLICT
+    message = "The job's logs are unavailable right now."
+
+
 class IdempotencyKeyReused(PortalError):
     code = "idempotency_key_reused"
     http_status = status.HTTP_422_UNPROCESSABLE_ENTITY

@@ -13,7 +13,7 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from scheduling.backends import get_backend
-from scheduling.backends.base import BackendError, ClusterUnavailable
+from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec, QuotaExceeded
 from scheduling.core import reasons
 from scheduling.models import Job, JobState, PreemptionVictim
 
@@ -27,6 +27,12 @@ RETRY = {
     "retry_jitter": True,
     "max_retries": 12,
 }
+
+
+# Event code of an admission the namespace's ResourceQuota refused (an event, not a pending reason).
+NAMESPACE_QUOTA = "namespace_quota"
+# A victim whose eviction is decided, requested or accepted and whose pods may still hold their GPUs.
+IN_FLIGHT = (PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED, PreemptionVictim.Status.EVICTED)
 
 
 def _job(job_id: int, attempt: int, states) -> Job | None:
@@ -71,20 +77,46 @@ def create_pods(job_id: int, attempt: int) -> str:
 
 @shared_task(name="scheduling.pods.admit", time_limit=60, soft_time_limit=50, **RETRY)
 def admit_pods(job_id: int, attempt: int) -> str:
-    return _admit(job_id, attempt)
+    return _admit(job_id, attempt, fresh=False)
 
 
-def _admit(job_id: int, attempt: int) -> str:
+def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
+    """Start the admitted attempt's pods on its placement (create what is missing, ungate). ``fresh``: the
+    cycle's own first try, when the backend may create without reading first; retries and the reconciler
+    read what exists before creating anything."""
     from scheduling.services.clusters import podset_for
 
     job = _job(job_id, attempt, (JobState.ADMITTED,))
     if job is None:
         return "stale"
     backend = get_backend(_cluster_name(job))
-    podset = podset_for(job)
-    backend.ensure_pods(podset)  # a lost create task must not block the admission
-    backend.admit(podset, tuple(job.placement))
+    try:
+        backend.start(podset_for(job), tuple(job.placement), fresh=fresh)
+    except QuotaExceeded as exc:
+        _quota_refused(job, exc)
+        raise
+    except InvalidPodSpec as exc:
+        # The cluster refuses these pods as they are (a missing namespace, a stricter PodSecurity level):
+        # retrying cannot help, so the job fails with the API server's reason and gives its GPUs back. Any pod
+        # of a gang created before the refusal is an orphan the reconciler deletes.
+        from scheduling.services.clusters import finish
+
+        finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
+               message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
+        return "refused"
     return "admitted"
+
+
+def _quota_refused(job: Job, exc: Exception) -> None:
+    """A namespace ResourceQuota refused the admitted job's pods: say so on the job once per attempt (the task
+    backs off and the reconciler gives the GPUs back after a bounded wait), never silently retry."""
+    from scheduling.services.jobs import record_event
+
+    log.warning("job %s attempt %s: namespace quota refused its pods: %s", job.pk, job.attempt, exc)
+    if not job.events.filter(attempt=job.attempt, reason_code=NAMESPACE_QUOTA).exists():
+        record_event(job=job, kind="pod", attempt=job.attempt, reason_code=NAMESPACE_QUOTA,
+                     message=f"the namespace's ResourceQuota refused the job's pods; retrying with back-off "
+                             f"({str(exc)[:300]})")
 
 
 @shared_task(name="scheduling.pods.admit_many", time_limit=120, soft_time_limit=110)
@@ -95,7 +127,7 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for job_id, attempt in pairs:
         try:
-            outcome = _admit(job_id, attempt)
+            outcome = _admit(job_id, attempt, fresh=True)
         except Exception:  # noqa: BLE001 - retried alone below
             log.warning("admitting job %s attempt %s failed; retrying it alone", job_id, attempt, exc_info=True)
             admit_pods.delay(job_id, attempt)
@@ -105,33 +137,59 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
 
 
 @shared_task(name="scheduling.pods.evict", time_limit=60, soft_time_limit=50, **RETRY)
-def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int) -> str:
+def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | None) -> str:
+    """Ask the Eviction API to evict the attempt's pods (never DELETE: PodDisruptionBudgets decide).
+
+    ``preemption_id`` None: the reconciler asks for the rest of a gang that is already partly evicted (by the
+    portal or by someone draining a node). A refusal before any pod went leaves the victim BLOCKED (the next
+    cycle chooses again). A refusal after some pods went leaves it in flight: the gang is broken, so the
+    reconciler asks again each run until every pod is evicted; the job is requeued only once all are gone."""
     from scheduling.services.jobs import record_event
 
-    victim = PreemptionVictim.objects.filter(preemption_id=preemption_id, job_id=job_id, attempt=attempt).first()
     job = Job.objects.filter(pk=job_id).first()
-    if victim is None or job is None:
+    if job is None:
         return "unknown"
-    if victim.status not in (PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED):
-        return "done"
+    victim = None
+    if preemption_id is not None:
+        victim = PreemptionVictim.objects.filter(preemption_id=preemption_id, job_id=job_id, attempt=attempt).first()
+        if victim is None:
+            return "unknown"
+        if victim.status not in IN_FLIGHT:
+            return "done"
+    elif job.attempt != attempt or job.state not in (JobState.ADMITTED, JobState.RUNNING):
+        return "stale"
     cluster = job.cluster.name if job.cluster_id else "default"
     now = timezone.now()
-    if victim.status == PreemptionVictim.Status.DECIDED:
+    if victim is not None and victim.status == PreemptionVictim.Status.DECIDED:
         PreemptionVictim.objects.filter(pk=victim.pk).update(
             status=PreemptionVictim.Status.REQUESTED, eviction_requested_at=now
         )
         record_event(job=job, kind="eviction", attempt=attempt, reason_code="eviction_requested",
                      message="eviction requested through the Eviction API", data={"preemption_id": preemption_id})
     outcome = get_backend(cluster).evict(job_id=job_id, attempt=attempt, namespace=namespace)
+    data = {"preemption_id": preemption_id}
     if outcome.status == "blocked":
-        PreemptionVictim.objects.filter(pk=victim.pk).update(status=PreemptionVictim.Status.BLOCKED)
-        record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
-                     message=f"eviction refused (429): {outcome.message or 'a PodDisruptionBudget forbids it'}",
-                     data={"preemption_id": preemption_id})
-        return "blocked"
+        refused = f"eviction refused: {outcome.message or 'a PodDisruptionBudget forbids it'}"
+        # The reconciler only asks for the rest of a gang some of whose pods are already gone.
+        partial = outcome.partial or preemption_id is None
+        if partial:
+            message = f"{refused}; the gang's other pods are already evicted: asking again until this one may go"
+        else:
+            message = refused
+            if victim is not None:
+                PreemptionVictim.objects.filter(pk=victim.pk).update(status=PreemptionVictim.Status.BLOCKED)
+        pod = outcome.pods[0] if outcome.pods else ""
+        last = job.events.filter(kind="eviction", attempt=attempt).order_by("-at", "-id").first()
+        if not (partial and last is not None and last.reason_code == reasons.DISRUPTION_BUDGET
+                and (last.data or {}).get("pod") == pod):  # asked again every reconcile run: said once
+            record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                         message=message[:500], data={**data, "pod": pod})
+        return "partly_blocked" if partial else "blocked"
+    if victim is not None and outcome.status == "accepted":
+        PreemptionVictim.objects.filter(pk=victim.pk, status=PreemptionVictim.Status.REQUESTED).update(
+            status=PreemptionVictim.Status.EVICTED, evicted_at=now)
     record_event(job=job, kind="eviction", attempt=attempt, reason_code=f"eviction_{outcome.status}",
-                 message=f"eviction {outcome.status}: {', '.join(outcome.pods)}"[:500],
-                 data={"preemption_id": preemption_id})
+                 message=f"eviction {outcome.status}: {', '.join(outcome.pods)}"[:500], data=data)
     return outcome.status
 
 

@@ -16,7 +16,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
 from portal.api import idempotency_key
-from portal.errors import Forbidden, ValidationFailed
+from portal.errors import Forbidden, LogsUnavailable, ValidationFailed
 from portal.tenancy import can_manage_job, membership_of
 from scheduling.api.serializers import (
     CancelSerializer,
@@ -204,9 +204,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         except ValueError:
             raise ValidationFailed(fields={"tail": [{"code": "invalid", "message": "An integer is required."}]})
         follow = request.query_params.get("follow") in ("1", "true", "yes")
+        from scheduling.backends.base import BackendError
+
         backend = get_backend(job.cluster.name if job.cluster_id else "default")
-        lines = backend.logs(job_id=job.pk, attempt=job.attempt, namespace=namespace_for(job.department.slug),
-                             tail_lines=tail, follow=follow)
+        try:
+            lines = backend.logs(job_id=job.pk, attempt=job.attempt,
+                                 namespace=namespace_for(job.department.slug), tail_lines=tail, follow=follow)
+        except BackendError as exc:  # no pod yet, not started, kubelet silent, API down: say so, never a 500
+            raise LogsUnavailable(f"The job's logs are unavailable right now: {exc}") from exc
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),
                                      content_type="text/plain; charset=utf-8")
 

@@ -22,5 +22,27 @@ def get_backend(cluster: str = "default") -> ClusterBackend:
     return _cache[cluster]
 
 
+def _kind_flag(cluster: str, attr: str) -> bool:
+    """A backend class property without building the backend (the web process may have no cluster
+    credentials): the cached instance's, else the configured backend class's."""
+    if cluster in _cache:
+        return bool(getattr(_cache[cluster], attr))
+    if settings.SCHEDULING_BACKEND == "kubernetes":
+        from .kube import KubernetesBackend
+
+        return bool(getattr(KubernetesBackend, attr))
+    from .simulated import SimulatedBackend
+
+    return bool(getattr(SimulatedBackend, attr))
+
+
+def creates_pods_at_admission(cluster: str = "default") -> bool:
+    return _kind_flag(cluster, "creates_pods_at_admission")
+
+
+def owns_inventory(cluster: str = "default") -> bool:
+    return _kind_flag(cluster, "owns_inventory")
+
+
 def reset_backends() -> None:
     _cache.clear()

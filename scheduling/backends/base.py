@@ -28,6 +28,14 @@ class InvalidPodSpec(BackendError):
     """The cluster refused the pod as invalid (4xx other than conflicts): do not retry as is."""
 
 
+class LogsUnavailable(BackendError):
+    """No log to show: no pod, its container has not started, or the node's kubelet does not answer."""
+
+
+class QuotaExceeded(BackendError):
+    """A namespace ResourceQuota refused the pod (403 "exceeded quota"): retry with back-off once pods end."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodSet:
     """Everything a backend needs to materialise one attempt of one job as gated pods."""
@@ -91,6 +99,20 @@ class PodState:
     started_at: float | None = None
     finished_at: float | None = None
     deleting: bool = False
+    # When the pod must be gone by (Kubernetes' deletionTimestamp: the deletion request + its grace period).
+    # Until then a terminating pod keeps its node's GPUs.
+    deletion_deadline: float | None = None
+    # Since when ``reason`` has held, for a scheduling failure (PodScheduled's lastTransitionTime).
+    since: float | None = None
+    # The GPUs it requests (0 where the backend does not say) and of which resource (e.g. nvidia.com/gpu).
+    gpus: int = 0
+    gpu_resource: str = ""
+
+    def holds_node(self, now: float) -> bool:
+        """Still occupies its node's resources: not finished, and not past its deletion deadline."""
+        if self.phase in ("Succeeded", "Failed"):
+            return False
+        return not (self.deleting and self.deletion_deadline is not None and now >= self.deletion_deadline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +123,9 @@ class EvictionOutcome:
     status: str
     pods: tuple[str, ...] = ()
     message: str = ""
+    # "blocked" after some of the attempt's pods were already evicted (or were terminating): the gang is
+    # broken, so the caller keeps asking for the rest (with back-off) instead of choosing again.
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +155,9 @@ class ClusterBackend(abc.ABC):
     # True when inventory() is the truth about nodes and the portal must store them; False for a backend
     # whose nodes already live in the portal's database (the simulated cluster reads the Node table).
     owns_inventory: bool = True
+    # True when a job's pods are created only when it is admitted (``start``), not when it is queued: gated
+    # pods of queued jobs would count against namespace ResourceQuotas (see docs/kubernetes.md).
+    creates_pods_at_admission: bool = False
 
     @abc.abstractmethod
     def inventory(self) -> Inventory:
@@ -152,6 +180,16 @@ class ClusterBackend(abc.ABC):
     @abc.abstractmethod
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
         """Delete the attempt's pods (cancellation, clean-up of orphans). Missing pods are fine."""
+
+    def start(self, podset: PodSet, placement: tuple[str, ...], *, fresh: bool = True) -> None:
+        """Make the admitted attempt's pods run on ``placement``: create what is missing and ungate. ``fresh``:
+        the first try for this admission (a backend may then skip reading what exists)."""
+        self.ensure_pods(podset)
+        self.admit(podset, placement)
+
+    def attempt_pods(self, *, job_id: int, attempt: int, namespace: str) -> tuple[PodState, ...]:
+        """The current states of one attempt's pods (what a watcher re-reads after a pod is deleted)."""
+        return tuple(p for p in self.inventory().pods if p.job_id == job_id and p.attempt == attempt)
 
     def logs(
         self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False

@@ -18,7 +18,7 @@ from django.utils import timezone
 from portal.broker import send
 from portal.db import retry_on_conflict
 from quotas.models import Flavor
-from scheduling.backends import get_backend
+from scheduling.backends import creates_pods_at_admission, get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
 from scheduling.core import reasons
 from scheduling.models import Cluster, Job, JobState, Node, PreemptionVictim
@@ -29,10 +29,20 @@ log = logging.getLogger(__name__)
 
 PRIORITY_VALUES = {"realtime": 1_000_000, "elastic": 100_000, "backfill": 1_000}
 EVICTION_REASONS = {"Evicted", "Preempted", "DisruptionTarget", "TerminationByKubelet"}
-PLATFORM_REASONS = {"NodeLost", "Unschedulable", "NodeAffinity", "NodeShutdown", "UnexpectedAdmissionError"}
+PLATFORM_REASONS = {"NodeLost", "Unschedulable", "SchedulerError", "NodeAffinity", "NodeShutdown",
+                    "UnexpectedAdmissionError"}
+# kube-scheduler's own failures: it keeps retrying the pod by itself (a terminating pod may still hold the
+# GPUs for its grace period), so the portal gives the placement up only after this long.
+SCHEDULING_REASONS = {"Unschedulable", "SchedulerError"}
+SCHEDULING_GRACE = timedelta(seconds=60)
 FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
 # A job admitted longer ago than this whose pods are missing from the cluster is treated as lost.
 LOST_GRACE = timedelta(seconds=60)
+# Backends that create pods at admission: an admitted job still without all its pods this long after its
+# admission has its start asked for again (the task was lost or is backing off) ...
+ADMIT_RETRY = timedelta(seconds=30)
+# ... and after this long it gives its GPUs back and waits in the queue again (e.g. a full namespace quota).
+ADMIT_GIVE_UP = timedelta(minutes=5)
 
 
 def default_cluster() -> Cluster:
@@ -101,12 +111,34 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
         return {"unreachable": 1}
     Cluster.objects.filter(pk=cluster.pk).update(reachable=True, last_error="", last_sync_at=timezone.now())
     if backend.owns_inventory:
-        store_nodes(cluster=cluster, inventory=inv)
+        store_nodes(cluster=cluster, inventory=inv, terminating=_terminating_gpus(inv.pods))
     counts = apply_pod_states(inv.pods, complete=True)
     return counts
 
 
-def store_nodes(*, cluster: Cluster, inventory: Inventory) -> None:
+def _terminating_gpus(pods: Iterable[PodState]) -> dict[tuple[str, str], int]:
+    """GPUs still held, per (node, resource), by the portal's pods that no active job attempt accounts for: a
+    cancelled or requeued attempt's pods keep their GPUs while they terminate (up to their grace period), and
+    kube-scheduler places nothing into them until they are gone. An active attempt's pods (a victim being
+    evicted) are counted through its job's placement already."""
+    now = timezone.now().timestamp()
+    holding = [p for p in pods if p.deleting and p.node and p.gpus and p.holds_node(now)]
+    if not holding:
+        return {}
+    live = set(Job.objects.filter(pk__in={p.job_id for p in holding},
+                                  state__in=(JobState.ADMITTED, JobState.RUNNING)).values_list("pk", "attempt"))
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    for p in holding:
+        if (p.job_id, p.attempt) not in live:
+            out[(p.node, p.gpu_resource)] += p.gpus
+    return dict(out)
+
+
+def store_nodes(*, cluster: Cluster, inventory: Inventory, terminating: dict[tuple[str, str], int] | None = None
+                ) -> None:
+    """Store the cluster's nodes. ``terminating``: GPUs per (node, resource) that terminating pods of the
+    portal's no-longer-active attempts still hold, counted as used by others until those pods are gone."""
+    terminating = terminating or {}
     flavors = {f.name: f for f in Flavor.objects.all()}
     seen = set()
     with transaction.atomic():
@@ -116,7 +148,8 @@ def store_nodes(*, cluster: Cluster, inventory: Inventory) -> None:
             if flavor is None:
                 continue
             seen.add((cn.name, cn.flavor))
-            values = {"gpus": cn.gpus, "used_by_others": cn.used_by_others, "labels": dict(cn.labels),
+            used = min(cn.gpus, cn.used_by_others + terminating.get((cn.name, flavor.resource_name), 0))
+            values = {"gpus": cn.gpus, "used_by_others": used, "labels": dict(cn.labels),
                       "taints": list(cn.taints), "schedulable": cn.schedulable}
             row = existing.get((cn.name, cn.flavor))
             if row is None:
@@ -137,7 +170,8 @@ def _ts(value: float | None) -> datetime | None:
 
 def apply_pod_states(states: Iterable[PodState], *, complete: bool = False) -> dict[str, int]:
     """Move each job according to its current attempt's pods. ``complete``: ``states`` lists every portal
-    pod, so an active job with no pod has lost them (handled by ``reconcile``)."""
+    pod, so an active job whose eviction was under way and that has no pod left is requeued now (other active
+    jobs without pods are ``reconcile``'s: their pods may not have been created yet)."""
     by_job: dict[int, list[PodState]] = defaultdict(list)
     for s in states:
         by_job[s.job_id].append(s)
@@ -166,6 +200,18 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False) -> d
             continue
         if outcome:
             counts[outcome] += 1
+    if complete:  # evicting jobs none of whose pods is listed any more: their eviction is over
+        for job in _evicting_jobs():
+            if any(p.attempt == job.attempt for p in by_job.get(job.pk, ())):
+                continue
+            try:
+                gone = retry_on_conflict(lambda j=job: attempt_gone(job=j), what=f"requeue of job {job.pk}")
+            except Exception:  # noqa: BLE001 - one job must not stop the others, as above
+                log.exception("requeueing evicted job %s failed; the other jobs go on", job.pk)
+                counts["errors"] += 1
+                continue
+            if gone:
+                counts["preempted"] += 1
     return dict(counts)
 
 
@@ -175,15 +221,61 @@ def _apply_job_atomically(job: Job, pods: list[PodState]) -> str | None:
         return _apply_job(snapshot, pods)
 
 
+def _evicting_jobs():
+    """Active jobs whose current attempt is being evicted (decided, requested or accepted)."""
+    from scheduling.tasks import IN_FLIGHT
+
+    ids = PreemptionVictim.objects.filter(
+        status__in=IN_FLIGHT, job__state__in=(JobState.ADMITTED, JobState.RUNNING)
+    ).values_list("job_id", flat=True)
+    return [j for j in Job.objects.filter(pk__in=list(ids)).select_related("department", "flavor", "owner")
+            .order_by("pk") if PreemptionVictim.objects.filter(job=j, attempt=j.attempt, status__in=IN_FLIGHT).exists()]
+
+
+def attempt_gone(*, job: Job) -> bool:
+    """Every pod of the job's current attempt is gone: requeue it, as preempted when its eviction was under
+    way, else as lost (someone deleted its pods)."""
+    from scheduling.tasks import IN_FLIGHT
+
+    if PreemptionVictim.objects.filter(job=job, attempt=job.attempt, status__in=IN_FLIGHT).exists():
+        return requeue(job=job, outcome="preempted", reason="Evicted", message="evicted; its pods are gone")
+    return requeue(job=job, outcome="platform_failure", reason="PodsLost",
+                   message="the job's pods disappeared from the cluster")
+
+
+def apply_pod_deleted(*, state: PodState, cluster: str = "default") -> str | None:
+    """A watcher saw one of the portal's pods go away: re-read that attempt's pods (one list) and move the job,
+    so an externally deleted pod or the end of an eviction is acted on now, not at the next reconcile."""
+    job = Job.objects.filter(pk=state.job_id, attempt=state.attempt,
+                             state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
+        "department", "flavor", "owner").first()
+    if job is None:
+        return None
+    remaining = get_backend(cluster).attempt_pods(job_id=job.pk, attempt=job.attempt, namespace=state.namespace)
+    with transaction.atomic():
+        if remaining:
+            return _apply_job(job, list(remaining))
+        return "requeued" if attempt_gone(job=job) else None
+
+
 def _apply_job(job: Job, pods: list[PodState]) -> str | None:
+    now = timezone.now()
     evicted = [p for p in pods if p.reason in EVICTION_REASONS]
     if evicted:
+        if any(p.holds_node(now.timestamp()) for p in pods):
+            # A terminating pod keeps its node's GPUs until it is gone (or its grace period has passed), and a
+            # gang's pods whose eviction was refused keep running: the job keeps its placement (so nothing is
+            # admitted into those GPUs) and is requeued once every pod has gone. The refused ones are asked
+            # again by the reconciler, never deleted behind their PodDisruptionBudget's back.
+            return None
         return "preempted" if requeue(job=job, outcome="preempted", reason=evicted[0].reason,
                                       message=f"pod {evicted[0].name} evicted") else None
     failed = [p for p in pods if p.phase == "Failed"]
     platform = [p for p in pods if p.reason in PLATFORM_REASONS]
     if platform:
         p = platform[0]
+        if p.reason in SCHEDULING_REASONS and _scheduler_may_still_bind(job, p, now):
+            return None
         return "requeued" if requeue(job=job, outcome="platform_failure", reason=p.reason,
                                      message=f"pod {p.name}: {p.reason} {p.message}".strip()) else None
     fatal = [p for p in pods if p.reason in FATAL_WAITING]
@@ -206,6 +298,27 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
             _mark_restarted(job)
             return "running"
     return None
+
+
+def _broken_gang(job: Job, pods: list[PodState], evicting: set[int]) -> bool:
+    """Some of the attempt's pods are evicted or gone (its eviction under way, or a node drained) while
+    others still run."""
+    running = any(not p.deleting and p.phase not in ("Succeeded", "Failed") for p in pods)
+    disrupted = (any(p.reason in EVICTION_REASONS for p in pods) or job.pk in evicting
+                 or (job.state == JobState.RUNNING and len(pods) < job.pods))
+    return running and disrupted
+
+
+def _scheduler_may_still_bind(job: Job, pod: PodState, now: datetime) -> bool:
+    """kube-scheduler retries an unschedulable pod by itself as soon as resources free up (a terminating
+    victim's GPUs, typically), so a fresh failure is waited on, for ``SCHEDULING_GRACE`` from the condition's
+    transition. Not when a node of the placement has left the inventory: that placement can never bind."""
+    if pod.since is None or now.timestamp() - pod.since >= SCHEDULING_GRACE.total_seconds():
+        return False
+    placement = set(job.placement or ())
+    cluster = job.cluster.name if job.cluster_id else default_cluster().name
+    known = set(Node.objects.filter(cluster__name=cluster, name__in=placement).values_list("name", flat=True))
+    return placement <= known
 
 
 def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at) -> bool:
@@ -290,9 +403,11 @@ def _mark_restarted(job: Job) -> None:
 
 
 def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
-    """Repair drift between the database (truth for intent) and the cluster (truth for pods):
-    queued jobs without pods get them (again), admitted jobs still gated are admitted again, active jobs whose
-    pods vanished are requeued, and portal pods without a live job attempt are deleted."""
+    """Repair drift between the database (truth for intent) and the cluster (truth for pods): queued jobs
+    without pods get them (again) where pods are created at submission; admitted jobs still gated, or still
+    without pods where pods are created at admission, are started again (and requeued after a bounded wait);
+    active jobs whose pods vanished are requeued; gangs partly evicted get the rest of their evictions asked
+    again; and portal pods without a live job attempt are deleted."""
     from scheduling import tasks
 
     cluster = cluster or default_cluster()
@@ -310,22 +425,42 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
         "department", "flavor", "owner"
     )
     live_keys = set()
+    at_admission = creates_pods_at_admission(cluster.name)
+    evicting = {j.pk for j in _evicting_jobs()}
     for job in live:
         key = (job.pk, job.attempt)
         live_keys.add(key)
         mine = pods.get(key, [])
-        if job.state == JobState.QUEUED and len(mine) < job.pods:
-            tasks.create_pods.delay(job.pk, job.attempt)
-            counts["created"] += 1
+        if job.state == JobState.QUEUED:
+            if len(mine) < job.pods and not at_admission:
+                tasks.create_pods.delay(job.pk, job.attempt)
+                counts["created"] += 1
+        elif job.state == JobState.ADMITTED and at_admission and len(mine) < job.pods and job.pk not in evicting:
+            # The pods are created when the job is admitted: the start task was lost, or is backing off (a
+            # namespace quota full). Ask again; after a bounded wait give the GPUs back to the queue.
+            since = job.admitted_at or now
+            if now - since > ADMIT_GIVE_UP:
+                if requeue(job=job, outcome="platform_failure", reason="NotStarted",
+                           message=f"its pods could not be started within {int(ADMIT_GIVE_UP.total_seconds())} s "
+                                   "of its admission (see its events)"):
+                    counts["requeued"] += 1
+            elif now - since > ADMIT_RETRY:
+                tasks.admit_pods.delay(job.pk, job.attempt)
+                counts["admitted"] += 1
         elif job.state == JobState.ADMITTED and mine and any(p.gated for p in mine):
             tasks.admit_pods.delay(job.pk, job.attempt)
             counts["admitted"] += 1
         elif job.state in (JobState.ADMITTED, JobState.RUNNING) and not mine:
             since = job.started_at or job.admitted_at or now
             if now - since > LOST_GRACE:
-                if requeue(job=job, outcome="platform_failure", reason="PodsLost",
-                           message="the job's pods disappeared from the cluster"):
+                if attempt_gone(job=job):
                     counts["requeued"] += 1
+        if job.state in (JobState.ADMITTED, JobState.RUNNING) and _broken_gang(job, mine, evicting):
+            # Some pods are evicted (by a preemption whose other evictions were refused, or by a node drain)
+            # while others still run: ask the Eviction API for the rest again, with this run's cadence as the
+            # back-off. Never a DELETE: their PodDisruptionBudgets still decide.
+            tasks.evict_pods.delay(job.pk, job.attempt, mine[0].namespace, None)
+            counts["evictions_retried"] += 1
     for key, plist in pods.items():
         if key not in live_keys:  # pods of a finished job or of an attempt that moved on
             tasks.delete_pods.delay(key[0], key[1], plist[0].namespace)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -119,10 +119,11 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
             chunk = to_ungate[i:i + ADMIT_BATCH]
             transaction.on_commit(lambda c=chunk: send(tasks.admit_pods_many, c))
 
+        explained: set[int] = set()  # preemptors whose reason _record_preemption wrote from what it recorded
         for pre in result.preemptions:
-            preempted += _record_preemption(pre, ctx)
+            preempted += _record_preemption(pre, ctx, explained)
 
-        changed = _apply_pending(pending, ctx)
+        changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx)
     return admitted, preempted, changed
 
 
@@ -149,6 +150,7 @@ def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any,
         job = ctx.jobs.get(pr.job_id)
         if job is None or job.state != JobState.QUEUED:
             continue
+        pr = _unreachable_reason(pr, job, ctx)
         est = _dt(pr.estimated_start)
         code_changed = job.reason_code != pr.code
         est_changed = (est is None) != (job.estimated_start is None) or (
@@ -189,6 +191,22 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
     return len(events)
 
 
+# Reasons about the job or its department, true whatever the cluster's state: kept during an outage.
+_NOT_ABOUT_THE_CLUSTER = {reasons.BUDGET_INSUFFICIENT, reasons.QUOTA_EXHAUSTED, reasons.BORROW_LIMIT,
+                          reasons.AWAITING_APPROVAL, reasons.INVALID_REQUEST, reasons.QUOTA_LENT_OUT}
+
+
+def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) -> core.PendingReason:
+    """While every cluster offering the job's GPU type is unreachable (or not read yet), the engine sees no
+    schedulable node and would say "no capacity"; the truth is that the cluster cannot be reached."""
+    if not ctx.unavailable_clusters or pr.code in _NOT_ABOUT_THE_CLUSTER or job.flavor.name in ctx.available_flavors:
+        return pr
+    why = "; ".join(ctx.unavailable_clusters[c] for c in sorted(ctx.unavailable_clusters))
+    return replace(pr, code=reasons.CLUSTER_UNREACHABLE,
+                   message=f"{reasons.CODES[reasons.CLUSTER_UNREACHABLE]} ({why})"[:300],
+                   detail={"clusters": sorted(ctx.unavailable_clusters)}, estimated_start=None)
+
+
 def _on_admitted(job: Job) -> None:
     from quotas.services import on_job_admitted
 
@@ -203,11 +221,24 @@ def _admission_message(adm: core.Admission) -> str:
     return f"admitted to {where}{extra}"
 
 
-def _record_preemption(pre: core.Preemption, ctx: SnapshotContext) -> int:
+def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: set[int]) -> int:
     from scheduling import tasks
     from scheduling.services.jobs import namespace_for
 
     preemptor = ctx.jobs.get(pre.preemptor_id)
+    in_flight = sorted(j for j, p in ctx.evicting_for.items() if p == pre.preemptor_id)
+    if in_flight:
+        # Its earlier victims' pods are still terminating: their GPUs are already promised to it, so it waits
+        # for them rather than evicting more (whatever the engine proposes); once they are gone it is admitted,
+        # or the next cycle chooses again.
+        if preemptor is not None:
+            msg = f"preempting job(s) {', '.join(map(str, in_flight))} ({pre.reason}): waiting for their pods to go"
+            detail = {"victims": in_flight, "reason": pre.reason}
+            Job.objects.filter(pk=preemptor.pk, state=JobState.QUEUED).update(
+                reason_code=reasons.PREEMPTION_IN_PROGRESS, reason_message=msg[:300], reason_detail=detail,
+                estimated_start=None)
+            explained.add(preemptor.pk)
+        return 0
     victims = [ctx.jobs[v] for v in pre.victim_ids if v in ctx.jobs and v not in ctx.evicting]
     victims = [v for v in victims if v.state in (JobState.ADMITTED, JobState.RUNNING)]
     if not victims:
@@ -230,11 +261,18 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext) -> int:
         ns = namespace_for(v.department.slug)
         transaction.on_commit(lambda j=v.pk, a=v.attempt, n=ns, p=record.pk: send(tasks.evict_pods, j, a, n, p))
     if preemptor is not None:
-        msg = f"preempting job(s) {', '.join(str(v.pk) for v in victims)} ({pre.reason})"
+        # The message and the detail name the same victims: the ones recorded here (the engine's list may
+        # include jobs whose eviction was already under way).
+        ids = [v.pk for v in victims]
+        msg = f"preempting job(s) {', '.join(map(str, ids))} ({pre.reason})"
+        detail = {"victims": ids, "reason": pre.reason, "preemption_id": record.pk}
         Job.objects.filter(pk=preemptor.pk, state=JobState.QUEUED).update(
-            reason_code=reasons.PREEMPTION_IN_PROGRESS, reason_message=msg[:300]
+            reason_code=reasons.PREEMPTION_IN_PROGRESS, reason_message=msg[:300], reason_detail=detail,
+            estimated_start=None,
         )
-        preemptor.reason_code = reasons.PREEMPTION_IN_PROGRESS
+        preemptor.reason_code, preemptor.reason_message = reasons.PREEMPTION_IN_PROGRESS, msg[:300]
+        preemptor.reason_detail = detail
+        explained.add(preemptor.pk)
         record_event(job=preemptor, kind="preemption", reason_code=reasons.PREEMPTION_IN_PROGRESS, message=msg,
                      data={"preemption_id": record.pk, "victims": [v.pk for v in victims]})
     return len(victims)

@@ -267,8 +267,14 @@ def _replay(existing: Job, digest: str) -> Job:
 
 
 def enqueue_pod_creation(job: Job) -> None:
+    """Queue the creation of the job's gated pods, for a backend that creates them while the job is queued.
+    The Kubernetes backend creates them at admission instead (a gated pod counts against its namespace's
+    ResourceQuota): nothing to do here for it."""
     from scheduling import tasks
+    from scheduling.backends import creates_pods_at_admission
 
+    if creates_pods_at_admission(job.cluster.name if job.cluster_id else "default"):
+        return
     job_id, attempt = job.pk, job.attempt
     # The job is committed and accepted whatever the broker does (``send`` logs an unreachable broker), and
     # the reconciler creates the pods of every queued job that has none.

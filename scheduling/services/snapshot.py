@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db.models import Q
+from django.utils import timezone
 
 from quotas import services as quota_services
 from quotas.models import Quota
@@ -34,12 +35,24 @@ def ts(dt: datetime | None) -> float | None:
     return None if dt is None else dt.timestamp()
 
 
+# When this process started: a cluster whose inventory the portal reads from it (Kubernetes) is not decided on
+# until it has been synced since then; Node rows left from before (a demo seed, a node removed while the
+# portal was down) would place jobs on nodes that may not exist.
+PROCESS_STARTED = timezone.now()
+
+
 @dataclass
 class SnapshotContext:
     now: datetime
     policy_version: int
     jobs: dict[int, Job] = field(default_factory=dict)  # every job the snapshot mentions, by id
     evicting: set[int] = field(default_factory=set)
+    # job id -> the pending job its eviction makes room for (the latest preemption that chose it)
+    evicting_for: dict[int, int] = field(default_factory=dict)
+    # clusters whose nodes this cycle may not use, with why (unreachable, inventory not synced yet)
+    unavailable_clusters: dict[str, str] = field(default_factory=dict)
+    # flavors with at least one node on a cluster this cycle may use
+    available_flavors: set[str] = field(default_factory=set)
 
 
 JOB_FIELDS = (
@@ -59,6 +72,12 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     policy, version = current_policy()
     ctx = SnapshotContext(now=now, policy_version=version)
 
+    node_rows = list(Node.objects.select_related("flavor", "cluster"))
+    for n in node_rows:
+        if n.cluster.name not in ctx.unavailable_clusters:
+            why = cluster_unavailable(n.cluster)
+            if why:
+                ctx.unavailable_clusters[n.cluster.name] = why
     nodes = tuple(
         core.Node(
             name=n.name,
@@ -68,10 +87,11 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
             cluster=n.cluster.name,
             labels=tuple(sorted((str(k), str(v)) for k, v in (n.labels or {}).items())),
             taints=tuple(sorted(str(t) for t in (n.taints or []))),
-            schedulable=n.schedulable and n.cluster.reachable,
+            schedulable=n.schedulable and n.cluster.name not in ctx.unavailable_clusters,
         )
-        for n in Node.objects.select_related("flavor", "cluster")
+        for n in node_rows
     )
+    ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
     quotas = tuple(
         core.Quota(
             department=q.department.slug,
@@ -88,12 +108,19 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
             "department", "flavor", "owner", "cluster"
         ).defer(*UNUSED_FIELDS)
     )
-    ctx.evicting = set(
-        PreemptionVictim.objects.filter(
-            job__state__in=(JobState.ADMITTED, JobState.RUNNING),
-            status__in=(PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED),
-        ).values_list("job_id", flat=True)
-    )
+    # Victims in flight: decided, requested or accepted, their pods not yet gone (their jobs stay active until
+    # then, so their GPUs still count as used). Each is credited to its preemptor, which waits for them
+    # instead of choosing more victims; the latest preemption that chose a job wins (total order by id).
+    attempts = {j.pk: j.attempt for j in active}
+    for job_id, attempt, preemptor_id in PreemptionVictim.objects.filter(
+        job__state__in=(JobState.ADMITTED, JobState.RUNNING),
+        status__in=(PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED,
+                    PreemptionVictim.Status.EVICTED),
+    ).order_by("preemption_id", "id").values_list("job_id", "attempt", "preemption__preemptor_id"):
+        if attempts.get(job_id) == attempt:
+            ctx.evicting.add(job_id)
+            if preemptor_id is not None:
+                ctx.evicting_for[job_id] = preemptor_id
     queued = list(
         Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner")
         .defer(*UNUSED_FIELDS).order_by("id")
@@ -134,6 +161,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 cluster=cluster,
                 disruption_budgets=budgets,
                 preemptible=j.tier != "realtime" and j.pk not in ctx.evicting,
+                evicting_for=ctx.evicting_for.get(j.pk),
             )
         )
 
@@ -176,6 +204,19 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         recent_preemptions=recent,
     )
     return snapshot, ctx
+
+
+def cluster_unavailable(cluster) -> str:
+    """Why a cycle may not place jobs on this cluster's nodes now ("" when it may): its API is unreachable,
+    or its inventory comes from the cluster and has not been read since this process started."""
+    from scheduling.backends import owns_inventory
+
+    if not cluster.reachable:
+        return f"cluster {cluster.name} is unreachable" + (f": {cluster.last_error[:200]}" if cluster.last_error
+                                                           else "")
+    if owns_inventory(cluster.name) and (cluster.last_sync_at is None or cluster.last_sync_at < PROCESS_STARTED):
+        return f"cluster {cluster.name}'s nodes have not been read from it yet since the portal started"
+    return ""
 
 
 def cluster_budgets(active: list[Job]) -> dict[str, BudgetCoverage]:

@@ -89,6 +89,10 @@ def test_every_request_of_a_job_lifecycle_is_allowed(kube_fake, kube_backend, ma
     watch.stop()
     kube_backend.evict(job_id=42, attempt=1, namespace=ns)
     kube_backend.delete_pods(job_id=42, attempt=1, namespace=ns)
+    started = make_podset(namespace=ns, job_id=43, pods=2, gpus_per_pod=1, pdb_min_available=1)
+    kube_backend.start(started, ("n1", "n1"))  # how the portal starts jobs: created at admission
+    kube_backend.start(started, ("n1", "n1"), fresh=False)
+    kube_backend.attempt_pods(job_id=43, attempt=1, namespace=ns)
 
     used = {rbac_of(r) for r in kube_fake.requests}
     denied = [u for u in used if not allowed(*u)]

@@ -19,7 +19,21 @@ PodSecurity ``restricted`` namespace, unsafe pod      403 ``violates PodSecurity
 Eviction while a PDB allows no disruption             429 ``TooManyRequests`` with a ``DisruptionBudget`` cause
 watch from a resourceVersion older than the history   200 + ``ERROR`` event with a 410 ``Expired`` Status
 PriorityClass ``value`` / ``preemptionPolicy`` change  422 (immutable)
+create over a namespace ResourceQuota                 403 ``exceeded quota``, checked BEFORE AlreadyExists (a
+                                                      duplicate that fits is charged, then answers 409)
+pod covered by more than one PDB, evicted             500 (the Eviction API never supports it)
 ====================================================  ======================================================
+
+Quota: admission charges ``status.used`` of every ResourceQuota of the namespace when it admits a create, as
+the real quota admission plugin does, even if storage then refuses the pod as a duplicate; the quota controller
+(:meth:`FakeKube.resync_quotas`, also run when a pod goes away or ends, like its replenishment) recomputes
+``used`` from the pods, gated ones included (a gated pod counts against a quota), terminal ones and pods
+past their deletion deadline excluded.
+
+Deletion: a graceful delete or an accepted eviction sets ``deletionTimestamp`` to the moment the grace period
+ends (now + grace), as the API server does. The pod keeps its node's resources (the scheduler helpers refuse
+to place anything into them) until the kubelet has stopped it: :meth:`FakeKube.finish_termination`, or by
+itself once the grace period has passed on the fake's clock (:meth:`FakeKube.advance` moves it on).
 
 Simplifications (documented, deliberate): no authentication/RBAC; strategic merge patch is applied as a JSON
 merge patch; no scheduler or kubelet runs by itself - tests drive them with the helpers at the end
@@ -83,6 +97,14 @@ MUTABLE_POD_SPEC_FIELDS = {"activeDeadlineSeconds", "tolerations", "schedulingGa
 
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 class ApiFailure(Exception):
@@ -203,6 +225,8 @@ class FakeKube:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.priority_classes: dict[str, dict[str, Any]] = {}
         self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
+        self.clock_offset = 0.0  # seconds the fake's clock (kubelet, deletion deadlines) is ahead of real time
         self.logs: dict[tuple[str, str], list[str]] = {}
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
@@ -238,6 +262,23 @@ class FakeKube:
         with self.lock:
             self.history.clear()
             self.compacted_rv = self.rv
+
+    def now(self) -> float:
+        return time.time() + self.clock_offset
+
+    def advance(self, seconds: float) -> None:
+        """Move the fake's clock on: terminating pods whose grace period has passed are then gone."""
+        with self.lock:
+            self.clock_offset += seconds
+            self._reap()
+
+    def _reap(self) -> None:
+        """The kubelet: a terminating pod whose grace period has passed is stopped, and its object removed."""
+        now = self.now()
+        for key, pod in list(self.pods.items()):
+            deadline = pod["metadata"].get("deletionTimestamp")
+            if deadline and parse_iso(deadline) <= now:
+                self._remove_pod(key)
 
     def count(self, method: str | None = None, path: str | None = None) -> int:
         with self.lock:
@@ -284,6 +325,7 @@ class FakeKube:
     ROUTES: list[tuple[str, str, str]] = [
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "list_pods"),
         ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "create_pod"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", "delete_pods"),
         ("GET", r"/api/v1/pods", "list_pods"),
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)", "get_pod"),
         ("PATCH", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)", "update_pod"),
@@ -303,6 +345,8 @@ class FakeKube:
         ("PUT", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "update_priority_class"),
         ("PATCH", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "update_priority_class"),
         ("DELETE", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "delete_priority_class"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas", "create_quota"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "get_quota"),
         ("GET", r"/apis/policy/v1/poddisruptionbudgets", "list_pdbs"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "list_pdbs"),
         ("POST", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "create_pdb"),
@@ -321,6 +365,7 @@ class FakeKube:
             return Response(400, ApiFailure(400, "BadRequest", "invalid JSON body").status())
         with self.lock:
             self.requests.append(Recorded(method, path, query, payload, content_type))
+            self._reap()
         fault = self._take_fault(method, path)
         if fault is not None:
             if fault.kind == "status":
@@ -488,8 +533,6 @@ class FakeKube:
             raise ApiFailure(400, "BadRequest", "the namespace of the object does not match the namespace on the URL")
         if not name or not DNS1123.match(name) or len(name) > 253:
             raise invalid("pods", name, [f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain'])
-        if (ns, name) in self.pods:
-            raise ApiFailure(409, "AlreadyExists", f'pods "{name}" already exists', kind="pods", name=name)
         spec = pod.setdefault("spec", {})
         # --- mutating admission: Priority plugin resolves the class (403 if it does not exist)
         class_name = spec.get("priorityClassName")
@@ -524,6 +567,12 @@ class FakeKube:
                 raise ApiFailure(403, "Forbidden",
                                  f'pods "{name}" is forbidden: violates PodSecurity "restricted:latest": '
                                  + ", ".join(violations), kind="pods", name=name)
+        # --- validating admission: ResourceQuota charges the namespace's quotas (403 when over). It runs
+        # before storage, so a duplicate that fits is charged and then refused below with 409.
+        self._admit_quota(ns, name, pod)
+        # --- storage
+        if (ns, name) in self.pods:
+            raise ApiFailure(409, "AlreadyExists", f'pods "{name}" already exists', kind="pods", name=name)
         self._stamp_new(pod, ns)
         gated = bool(spec.get("schedulingGates"))
         pod["status"] = {
@@ -642,6 +691,7 @@ class FakeKube:
         pod = self.pods.pop(key)
         pod["metadata"]["resourceVersion"] = str(self._next_rv())
         self._record("pods", "DELETED", pod)
+        self.resync_quotas(key[0])  # the quota controller's replenishment reacts to deletions
         return pod
 
     def _graceful_delete(self, pod: dict[str, Any], grace: int | None) -> dict[str, Any]:
@@ -654,7 +704,8 @@ class FakeKube:
         if pod["metadata"].get("deletionTimestamp"):
             return copy.deepcopy(pod)
         old = copy.deepcopy(pod)
-        pod["metadata"]["deletionTimestamp"] = now_iso()
+        # As the API server: the timestamp is when the grace period ends, the moment the pod may be gone by.
+        pod["metadata"]["deletionTimestamp"] = iso(self.now() + grace)
         pod["metadata"]["deletionGracePeriodSeconds"] = grace
         pod["metadata"]["resourceVersion"] = str(self._next_rv())
         self._record("pods", "MODIFIED", pod, old)
@@ -669,6 +720,15 @@ class FakeKube:
                              "failed: resourceVersion", kind="pods", name=name)
         grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
         return Response(200, self._graceful_delete(pod, None if grace is None else int(grace)))
+
+    def _delete_pods(self, *, ns: str, query: dict[str, str], body: Any, **_: Any) -> Response:
+        """deletecollection: every pod of the namespace the label selector matches, each deleted gracefully."""
+        grace = query.get("gracePeriodSeconds", (body or {}).get("gracePeriodSeconds"))
+        selector = query.get("labelSelector")
+        deleted = [self._graceful_delete(p, None if grace is None else int(grace))
+                   for (pns, _), p in sorted(self.pods.items())
+                   if pns == ns and label_selector_matches(selector, _labels(p))]
+        return Response(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": deleted})
 
     # ================================================================ eviction
 
@@ -917,6 +977,13 @@ class FakeKube:
             self.nodes[name] = node
             self._record("nodes", "ADDED", node)
 
+    def remove_node(self, name: str) -> None:
+        """The node leaves the cluster (scaled down, deleted); pods pinned to it can never be scheduled."""
+        with self.lock:
+            node = self.nodes.pop(name)
+            node["metadata"]["resourceVersion"] = str(self._next_rv())
+            self._record("nodes", "DELETED", node)
+
     def cordon(self, name: str, cordoned: bool = True) -> None:
         with self.lock:
             node = self.nodes[name]
@@ -943,6 +1010,90 @@ class FakeKube:
             self.pods[(ns, name)] = pod
             self._record("pods", "ADDED", pod)
 
+    # ================================================================ resource quotas
+
+    def add_resource_quota(self, ns: str, name: str, hard: dict[str, Any]) -> None:
+        """A namespace ResourceQuota (``hard`` as in its spec, e.g. ``{"requests.nvidia.com/gpu": "64",
+        "pods": "500"}``); its ``status.used`` is computed at once, as the quota controller would."""
+        with self.lock:
+            obj = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name},
+                   "spec": {"hard": {k: str(v) for k, v in hard.items()}}, "status": {"hard": {}, "used": {}}}
+            self._stamp_new(obj, ns)
+            self.quotas[(ns, name)] = obj
+            self.resync_quotas(ns)
+
+    def _create_quota(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        name = (body.get("metadata") or {}).get("name", "")
+        if (ns, name) in self.quotas:
+            raise ApiFailure(409, "AlreadyExists", f'resourcequotas "{name}" already exists', kind="resourcequotas",
+                             name=name)
+        self.add_resource_quota(ns, name, (body.get("spec") or {}).get("hard") or {})
+        return Response(201, copy.deepcopy(self.quotas[(ns, name)]))
+
+    def _get_quota(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.quotas:
+            raise not_found("resourcequotas", name)
+        return Response(200, copy.deepcopy(self.quotas[(ns, name)]))
+
+    def quota_used(self, ns: str, name: str) -> dict[str, Decimal]:
+        with self.lock:
+            return {k: _q(v) for k, v in self.quotas[(ns, name)]["status"]["used"].items()}
+
+    def _counts_against_quota(self, pod: dict[str, Any]) -> bool:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return False
+        deadline = pod["metadata"].get("deletionTimestamp")
+        return not (deadline and parse_iso(deadline) <= self.now())
+
+    @staticmethod
+    def _quota_charge(pod: dict[str, Any], key: str) -> Decimal:
+        """What one pod uses of a quota's ``key``: ``pods``, ``requests.<res>`` / ``limits.<res>``, or a bare
+        ``cpu`` / ``memory`` (= requests)."""
+        if key == "pods":
+            return Decimal(1)
+        kind, resource = ("requests", key) if key in ("cpu", "memory") else key.split(".", 1)
+        if kind not in ("requests", "limits"):
+            return Decimal(0)
+        total = Decimal(0)
+        for c in pod["spec"].get("containers") or []:
+            amount = ((c.get("resources") or {}).get(kind) or {}).get(resource)
+            total += _q(amount) if amount is not None else 0
+        return total
+
+    def resync_quotas(self, ns: str | None = None) -> None:
+        """The quota controller: recompute every quota's ``status.used`` from the pods (gated ones count)."""
+        with self.lock:
+            for (qns, _), quota in self.quotas.items():
+                if ns is not None and qns != ns:
+                    continue
+                pods = [p for (pns, _), p in self.pods.items() if pns == qns and self._counts_against_quota(p)]
+                hard = quota["spec"]["hard"]
+                quota["status"] = {"hard": dict(hard), "used": {
+                    k: str(sum((self._quota_charge(p, k) for p in pods), Decimal(0))) for k in hard}}
+
+    def _admit_quota(self, ns: str, name: str, pod: dict[str, Any]) -> None:
+        quotas = [q for (qns, _), q in sorted(self.quotas.items()) if qns == ns]
+        for quota in quotas:
+            hard, used = quota["spec"]["hard"], quota["status"].get("used") or {}
+            over = []
+            for key, limit in sorted(hard.items()):
+                want = self._quota_charge(pod, key)
+                if want and _q(used.get(key, "0")) + want > _q(limit):
+                    over.append((key, want, used.get(key, "0"), limit))
+            if over:
+                raise ApiFailure(
+                    403, "Forbidden",
+                    f'pods "{name}" is forbidden: exceeded quota: {quota["metadata"]["name"]}, requested: '
+                    + ",".join(f"{k}={w}" for k, w, _, _ in over) + ", used: "
+                    + ",".join(f"{k}={u}" for k, _, u, _ in over) + ", limited: "
+                    + ",".join(f"{k}={h}" for k, _, _, h in over), kind="pods", name=name)
+        for quota in quotas:  # admitted: charged now, before storage (a duplicate stays charged until resync)
+            used = quota["status"].setdefault("used", {})
+            for key in quota["spec"]["hard"]:
+                used[key] = str(_q(used.get(key, "0")) + self._quota_charge(pod, key))
+
     def add_pdb(self, ns: str, name: str, spec: dict[str, Any], *, labels: dict[str, str] | None = None) -> None:
         """A PodDisruptionBudget someone else created (a team's, a namespace-wide one), validated as on create."""
         body = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
@@ -964,6 +1115,9 @@ class FakeKube:
             change(pod)
             pod["metadata"]["resourceVersion"] = str(self._next_rv())
             self._record("pods", "MODIFIED", pod, old)
+            terminal = ("Succeeded", "Failed")
+            if (old.get("status") or {}).get("phase") not in terminal and pod["status"].get("phase") in terminal:
+                self.resync_quotas(ns)  # replenishment: a pod that ended frees its quota
             return copy.deepcopy(pod)
 
     def touch(self, ns: str, name: str) -> None:
@@ -1015,6 +1169,7 @@ class FakeKube:
     def bind(self, ns: str, name: str, node: str | None = None) -> str:
         """Act as kube-scheduler: bind an ungated pod to ``node`` (or the node its affinity pins it to)."""
         with self.lock:
+            self._reap()
             pod = self.pods.get((ns, name))
             if pod is None:
                 raise SchedulingError(f"no pod {ns}/{name}")
@@ -1032,7 +1187,8 @@ class FakeKube:
                 p["spec"]["nodeName"] = candidate
                 p["status"]["conditions"] = [c for c in p["status"].get("conditions") or []
                                              if c["type"] != "PodScheduled"]
-                p["status"]["conditions"].append({"type": "PodScheduled", "status": "True"})
+                p["status"]["conditions"].append({"type": "PodScheduled", "status": "True",
+                                                  "lastTransitionTime": iso(self.now())})
 
             self._mutate_pod(ns, name, change)
             return candidate
@@ -1045,7 +1201,7 @@ class FakeKube:
             started = now_iso()
             p["status"].update(phase="Running", startTime=started)
             p["status"]["containerStatuses"] = [
-                {"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image"),
+                {"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image"), "imageID": "",
                  "state": {"running": {"startedAt": started}}} for c in p["spec"]["containers"]]
             p["status"]["conditions"] = [c for c in p["status"]["conditions"] if c["type"] != "Ready"]
             p["status"]["conditions"].append({"type": "Ready", "status": "True"})
@@ -1060,7 +1216,7 @@ class FakeKube:
             started = p["status"].get("startTime") or now_iso()
             p["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
             p["status"]["containerStatuses"] = [
-                {"name": c["name"], "ready": False, "restartCount": 0,
+                {"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image"), "imageID": "",
                  "state": {"terminated": {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0
                                                                                        else "Error"),
                                           "message": message, "startedAt": started, "finishedAt": now_iso()}}}
@@ -1079,22 +1235,48 @@ class FakeKube:
 
         def change(p: dict[str, Any]) -> None:
             p["status"]["containerStatuses"] = [
-                {"name": c["name"], "ready": False, "restartCount": 0,
+                {"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image"), "imageID": "",
                  "state": {"waiting": {"reason": reason, "message": message}}} for c in p["spec"]["containers"]]
 
         self._mutate_pod(ns, name, change)
 
-    def mark_unschedulable(self, ns: str, name: str, message: str = "0/3 nodes are available") -> None:
-        """kube-scheduler gave up on an (ungated) pod for now."""
+    def mark_unschedulable(self, ns: str, name: str, message: str = "0/3 nodes are available",
+                           *, reason: str = "Unschedulable", ago: float = 0.0) -> None:
+        """kube-scheduler gave up on an (ungated) pod for now: ``PodScheduled=False`` with ``reason``
+        (``Unschedulable``, or ``SchedulerError`` e.g. for a node that vanished), set ``ago`` seconds ago."""
 
         def change(p: dict[str, Any]) -> None:
             if p["spec"].get("schedulingGates"):
                 raise SchedulingError("the scheduler never sees gated pods")
             p["status"]["conditions"] = [c for c in p["status"].get("conditions") or [] if c["type"] != "PodScheduled"]
-            p["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                              "message": message})
+            p["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": reason,
+                                              "message": message, "lastTransitionTime": iso(self.now() - ago)})
 
         self._mutate_pod(ns, name, change)
+
+    def schedule(self, ns: str, name: str) -> str | None:
+        """One kube-scheduler attempt at an ungated pod: bind it to a node it fits (the node its affinity pins
+        it to), else record why not as the scheduler does: ``SchedulerError`` when the pinned node does not
+        exist any more, ``Unschedulable`` otherwise (terminating pods still hold their resources)."""
+        with self.lock:
+            pod = self.pods.get((ns, name))
+            if pod is None:
+                raise SchedulingError(f"no pod {ns}/{name}")
+            if pod["spec"].get("nodeName"):
+                return pod["spec"]["nodeName"]
+            self._reap()
+            candidates = sorted(self.nodes)
+            for node in candidates:
+                if not self.node_fits(pod, node):
+                    return self.bind(ns, name, node)
+            missing = sorted(n for n in _pinned_nodes(pod) if n not in self.nodes)
+            if missing:
+                self.mark_unschedulable(ns, name, f'nodeinfo not found for node name "{missing[0]}"',
+                                        reason="SchedulerError")
+            else:
+                why = sorted({w for n in candidates for w in self.node_fits(pod, n)})
+                self.mark_unschedulable(ns, name, f"0/{len(candidates)} nodes are available: " + "; ".join(why))
+            return None
 
     def kubelet_evict(self, ns: str, name: str, message: str = "The node was low on resource: memory.") -> None:
         """Node-pressure eviction by the kubelet (no Eviction API, no PDB): phase Failed, reason Evicted."""
@@ -1109,6 +1291,30 @@ class FakeKube:
         with self.lock:
             if (ns, name) in self.pods:
                 self._remove_pod((ns, name))
+
+    def autopilot(self, stop: threading.Event, *, log_line: str = "", every_s: float = 0.1) -> threading.Thread:
+        """A stand-in kube-scheduler + kubelet in a thread, until ``stop``: every ungated pending pod is
+        scheduled as :meth:`schedule` does, and a bound one is started (with ``log_line`` in its log)."""
+
+        def loop() -> None:
+            while not stop.is_set():
+                with self.lock:
+                    waiting = [k for k, p in sorted(self.pods.items())
+                               if not p["spec"].get("schedulingGates") and not p["metadata"].get("deletionTimestamp")
+                               and (p.get("status") or {}).get("phase") == "Pending"]
+                for ns, name in waiting:
+                    try:
+                        if self.schedule(ns, name):
+                            self.run(ns, name)
+                            if log_line:
+                                self.append_log(ns, name, log_line)
+                    except SchedulingError:
+                        pass
+                stop.wait(every_s)
+
+        thread = threading.Thread(target=loop, name="fake-kube-autopilot", daemon=True)
+        thread.start()
+        return thread
 
     def append_log(self, ns: str, name: str, *lines: str) -> None:
         with self.lock:
@@ -1144,6 +1350,13 @@ def _pod_request(pod: dict[str, Any], resource: str) -> Decimal:
         amount = ((c.get("resources") or {}).get("requests") or {}).get(resource)
         total += _q(amount) if amount is not None else 0
     return total
+
+
+def _pinned_nodes(pod: dict[str, Any]) -> set[str]:
+    required = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return {v for term in required.get("nodeSelectorTerms") or [] for req in term.get("matchFields") or []
+            if req.get("key") == "metadata.name" and req.get("operator") == "In" for v in req.get("values") or []}
 
 
 def _tolerates(tol: dict[str, Any], taint: dict[str, Any]) -> bool:

@@ -7,6 +7,8 @@ API server's (status codes and reasons), which the contract tests then rely on.
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime
 
 import pytest
 from kubernetes import client as k8s
@@ -487,3 +489,83 @@ def test_fault_injection_hooks(kube_fake, core, created):
 
 def test_logs_need_a_started_container(kube_fake, core, created):
     assert call(core.read_namespaced_pod_log, "p", NS)[0] == 400
+
+
+# ------------------------------------------------------------------------------------------- quota
+
+
+def test_gated_pods_count_against_a_namespace_quota(kube_fake, core):
+    kube_fake.add_resource_quota(NS, "ceiling", {"requests.nvidia.com/gpu": "2", "pods": "10"})
+    assert call(core.create_namespaced_pod, NS, pod("a", gpu="2"))[0] == 201  # gated, yet charged
+    status, body = call(core.create_namespaced_pod, NS, pod("b", gpu="1"))
+    assert status == 403 and body["reason"] == "Forbidden"
+    assert "exceeded quota: ceiling" in body["message"] and "requests.nvidia.com/gpu=1" in body["message"]
+    assert kube_fake.pod(NS, "b") is None
+
+
+def test_quota_admission_runs_before_the_already_exists_check(kube_fake, core):
+    kube_fake.add_resource_quota(NS, "ceiling", {"requests.nvidia.com/gpu": "3"})
+    assert call(core.create_namespaced_pod, NS, pod("a", gpu="2"))[0] == 201
+    # A duplicate that fits is charged by admission, then refused by storage: the quota is over-charged...
+    assert call(core.create_namespaced_pod, NS, pod("b", gpu="1"))[0] == 201
+    assert kube_fake.quota_used(NS, "ceiling")["requests.nvidia.com/gpu"] == 3
+    kube_fake.resync_quotas()
+    # ...and once the quota is full, a duplicate gets 403, not 409: existence cannot be probed by POSTing.
+    status, body = call(core.create_namespaced_pod, NS, pod("a", gpu="2"))
+    assert status == 403 and "exceeded quota" in body["message"]
+    kube_fake.add_resource_quota("team-b", "roomy", {"requests.nvidia.com/gpu": "8"})
+    assert call(core.create_namespaced_pod, "team-b", pod("a", gpu="2"))[0] == 201
+    assert call(core.create_namespaced_pod, "team-b", pod("a", gpu="2"))[0] == 409
+    assert kube_fake.quota_used("team-b", "roomy")["requests.nvidia.com/gpu"] == 4  # over-charged until resync
+    kube_fake.resync_quotas("team-b")
+    assert kube_fake.quota_used("team-b", "roomy")["requests.nvidia.com/gpu"] == 2
+
+
+def test_a_deleted_pod_frees_its_quota(kube_fake, core):
+    kube_fake.add_resource_quota(NS, "ceiling", {"pods": "1"})
+    assert call(core.create_namespaced_pod, NS, pod("a"))[0] == 201
+    assert call(core.create_namespaced_pod, NS, pod("b"))[0] == 403
+    assert call(core.delete_namespaced_pod, "a", NS)[0] == 200  # gated, never bound: gone at once
+    assert call(core.create_namespaced_pod, NS, pod("b"))[0] == 201
+
+
+# ------------------------------------------------------------------------------------------- termination
+
+
+def test_a_terminating_pod_holds_its_gpus_until_its_grace_has_passed(kube_fake, core):
+    kube_fake.add_node("n1", gpus=1, labels={"gpu-type": "a100"})
+    call(core.create_namespaced_pod, NS, pod("old", gates=(), terminationGracePeriodSeconds=30))
+    kube_fake.run(NS, "old", "n1")
+    status, body = call(core.delete_namespaced_pod, "old", NS)
+    assert status == 200
+    deadline = datetime.fromisoformat(body["metadata"]["deletionTimestamp"].replace("Z", "+00:00")).timestamp()
+    assert 25 < deadline - time.time() <= 31  # the moment the grace period ends, not the moment of the delete
+    call(core.create_namespaced_pod, NS, pod("new", gates=()))
+    assert kube_fake.schedule(NS, "new") is None  # the GPU is still held
+    cond = [c for c in kube_fake.pod(NS, "new")["status"]["conditions"] if c["type"] == "PodScheduled"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+    assert "insufficient nvidia.com/gpu" in cond["message"] and cond["lastTransitionTime"]
+    kube_fake.advance(31)
+    assert kube_fake.pod(NS, "old") is None  # the kubelet stopped it once the grace had passed
+    assert kube_fake.schedule(NS, "new") == "n1"
+
+
+def test_an_evicted_pod_terminates_with_its_grace_too(kube_fake, core, two_running):
+    assert _evict(core)[0] == 201
+    assert kube_fake.pod(NS, "p")["metadata"]["deletionTimestamp"]
+    kube_fake.advance(29)
+    assert kube_fake.pod(NS, "p") is not None
+    kube_fake.advance(2)
+    assert kube_fake.pod(NS, "p") is None
+
+
+def test_a_pod_pinned_to_a_vanished_node_gets_a_scheduler_error(kube_fake, core):
+    kube_fake.add_node("n1", gpus=8, labels={"gpu-type": "a100"})
+    spec_pod = pod("p", gates=())
+    spec_pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchFields"] = [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]
+    kube_fake.remove_node("n1")
+    call(core.create_namespaced_pod, NS, spec_pod)
+    assert kube_fake.schedule(NS, "p") is None
+    cond = [c for c in kube_fake.pod(NS, "p")["status"]["conditions"] if c["type"] == "PodScheduled"][0]
+    assert (cond["reason"], cond["message"]) == ("SchedulerError", 'nodeinfo not found for node name "n1"')

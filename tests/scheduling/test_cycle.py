@@ -132,7 +132,7 @@ def test_preemption_chain_on_simulated_cluster(lab, submit, go):
     record = Preemption.objects.get()
     v = PreemptionVictim.objects.get()
     assert (record.preemptor_id, v.job_id, v.attempt) == (preemptor.pk, victim.pk, 1)
-    assert v.status == PreemptionVictim.Status.REQUESTED and v.eviction_requested_at
+    assert v.status == PreemptionVictim.Status.EVICTED and v.eviction_requested_at and v.evicted_at
     assert SimPod.objects.get(job_id=victim.pk, attempt=1).reason == "Evicted"
     preemptor.refresh_from_db()
     assert preemptor.reason_code == "preemption_in_progress"

@@ -76,10 +76,11 @@ def test_a_cycle_ungates_its_admissions_in_few_messages_and_a_failure_is_retried
     assert len(callbacks) == 3  # 2 + 2 + 1, not one message per admitted job
     real, retried = tasks._admit, []
 
-    def flaky(job_id, attempt):
+    def flaky(job_id, attempt, *, fresh):
+        assert fresh  # the cycle's own first try: create without reading first
         if job_id == jobs[1].pk:
             raise tasks.BackendError("apiserver hiccup")
-        return real(job_id, attempt)
+        return real(job_id, attempt, fresh=fresh)
 
     monkeypatch.setattr(tasks, "_admit", flaky)
     monkeypatch.setattr(tasks.admit_pods, "delay", lambda j, a: retried.append((j, a)))

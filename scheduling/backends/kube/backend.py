@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
@@ -33,8 +33,10 @@ from scheduling.backends.base import (
     EvictionOutcome,
     InvalidPodSpec,
     Inventory,
+    LogsUnavailable,
     PodSet,
     PodState,
+    QuotaExceeded,
 )
 from scheduling.core.types import DisruptionBudget, Node
 
@@ -55,6 +57,7 @@ from .podspec import (
     pdb_manifest,
     pinned_nodes,
     pod_manifest,
+    ungate_patch,
     validate_podset,
 )
 from .status import pod_state
@@ -67,6 +70,12 @@ GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gp
 SYSTEM_PRIORITY_PREFIX = "system-"
 # The Eviction API's answer (500) for a pod selected by more than one PodDisruptionBudget (eviction.go).
 MULTIPLE_PDBS = "more than one PodDisruptionBudget"
+# The ResourceQuota admission plugin's 403 (it runs before the AlreadyExists check of storage).
+EXCEEDED_QUOTA = "exceeded quota"
+
+
+def _is_quota_refusal(err: ApiError) -> bool:
+    return err.status == 403 and EXCEEDED_QUOTA in err.message
 
 
 class GangIncomplete(BackendError):
@@ -79,10 +88,6 @@ class PodNameTaken(BackendError):
 
 class PriorityClassNotOwned(BackendError):
     """A PriorityClass the portal should manage exists, differs, and is not labelled as the portal's."""
-
-
-class LogsUnavailable(BackendError):
-    """No log to show (no pod, or its container has not started)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +193,27 @@ def _pdb_allows(pdb: Mapping[str, Any]) -> int:
     return max(0, int(status.get("disruptionsAllowed") or 0))
 
 
+def _with_gpus(state: PodState | None, pod: Mapping[str, Any]) -> PodState | None:
+    """The pod's GPU request (the first GPU-like resource of its main container), for what a terminating pod
+    still holds on its node."""
+    if state is None:
+        return None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for resource in sorted((container.get("resources") or {}).get("limits") or {}):
+            if resource.startswith(GPU_RESOURCE_PREFIXES):
+                return replace(state, gpus=pod_request(pod, resource), gpu_resource=resource)
+    return state
+
+
 def _is_patch_test_failure(err: ApiError) -> bool:
     return err.status == 422 and "test" in err.message.lower()
 
 
 class KubernetesBackend(ClusterBackend):
     """One Kubernetes cluster behind the portal's ``ClusterBackend`` interface.
+
+    The portal creates a job's pods when it admits the job (:meth:`start`), never while it is queued: a gated
+    pod counts against its namespace's ResourceQuota, so a long queue would fill the quota (docs/kubernetes.md).
 
     Configuration (first match): ``api_client`` (any configured ``kubernetes.client.ApiClient``), ``host``
     (plain URL, no auth: tests), ``kubeconfig`` path (+ ``context``), in-cluster service account,
@@ -243,6 +263,8 @@ class KubernetesBackend(ClusterBackend):
         self.call = KubeCaller(TokenBucket(qps, burst, sleep=sleep), connect_timeout_s=connect_timeout_s,
                                timeout_s=timeout_s)
 
+    creates_pods_at_admission = True
+
     def close(self) -> None:
         self.api_client.close()
 
@@ -261,12 +283,18 @@ class KubernetesBackend(ClusterBackend):
         return pods
 
     @_mapped
+    def attempt_pods(self, *, job_id: int, attempt: int, namespace: str) -> tuple[PodState, ...]:
+        """One attempt's pods as ``PodState``s, from one label-selected list."""
+        pods = self._attempt_pods(namespace, job_id, attempt)
+        return tuple(s for s in (pod_state(pods[i], gate=self.gate) for i in sorted(pods)) if s is not None)
+
+    @_mapped
     def list_pods(self) -> tuple[PodState, ...]:
         """All of the portal's pods in the cluster (every namespace, every phase): what the reconciler compares
         with the database."""
         items, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, label_selector=PORTAL_SELECTOR,
                                       page_size=self.page_size)
-        return tuple(s for s in (pod_state(p, gate=self.gate) for p in items) if s is not None)
+        return tuple(s for s in (_with_gpus(pod_state(p, gate=self.gate), p) for p in items) if s is not None)
 
     @_mapped
     def inventory(self) -> Inventory:
@@ -414,6 +442,15 @@ class KubernetesBackend(ClusterBackend):
                 if exc.status == 409 and exc.reason == "AlreadyExists":
                     self._adopt(podset, index)
                     result[name] = "adopted"
+                elif _is_quota_refusal(exc):  # quota admission runs first: the pod may exist all the same
+                    try:
+                        pod = self.call.json(self.core.read_namespaced_pod, name, podset.namespace)
+                    except ApiError as exc2:
+                        if exc2.status == 404:
+                            raise QuotaExceeded(f"{podset.namespace}: {exc.message}") from exc
+                        raise
+                    self._check_adoptable(podset, index, pod)
+                    result[name] = "adopted"
                 elif exc.status == 404:
                     raise InvalidPodSpec(f"namespace {podset.namespace!r} not found: {exc.message}") from exc
                 else:
@@ -428,11 +465,7 @@ class KubernetesBackend(ClusterBackend):
             if exc.status == 404:  # deleted between our create and our read: let the caller retry
                 raise BackendError(f"pod {name} vanished while adopting it; retry") from exc
             raise
-        labels = pod["metadata"].get("labels") or {}
-        if not is_ours(pod, job_id=podset.job_id, attempt=podset.attempt) or labels.get(LABEL_POD_INDEX) != str(index):
-            raise PodNameTaken(f"pod {podset.namespace}/{name} exists and is not this job attempt's")
-        if pod["metadata"].get("deletionTimestamp"):
-            raise BackendError(f"pod {podset.namespace}/{name} is being deleted; retry as a new attempt")
+        self._check_adoptable(podset, index, pod)
         log.info("adopted existing pod %s/%s", podset.namespace, name)
 
     def _ensure_pdb(self, podset: PodSet) -> None:
@@ -446,6 +479,109 @@ class KubernetesBackend(ClusterBackend):
             existing = self.call.json(self.policy.read_namespaced_pod_disruption_budget, name, podset.namespace)
             if not is_ours(existing, job_id=podset.job_id, attempt=podset.attempt):
                 raise BackendError(f"PodDisruptionBudget {podset.namespace}/{name} exists and is not ours") from exc
+
+
+    # ------------------------------------------------------------------ starting (admission)
+
+    @_mapped
+    def start(self, podset: PodSet, placement: tuple[str, ...], *, fresh: bool = True) -> dict[str, str]:
+        """Run the admitted attempt on ``placement``: its pods are created here, each pinned to its node.
+
+        * one pod: one POST of the pod, pinned and without a gate: kube-scheduler binds it at once;
+        * a gang: every pod is POSTed gated (and pinned), then each gate is removed with a JSON patch built
+          without a read (``test`` + ``remove``): no pod of the gang can start before all exist;
+        * ``fresh`` (the first try of this admission): POST straight away. Otherwise (a retry, the reconciler)
+          one list of the attempt's pods first, and only the missing ones are POSTed: the API server runs quota
+          admission before its AlreadyExists check, so re-POSTing an existing pod would charge the namespace's
+          ResourceQuota again (or get 403 once it is full) instead of a harmless 409;
+        * 409 AlreadyExists or a 403 quota refusal: read the pod, then decide (adopt it, ungate it if needed);
+          a quota refusal for a pod that does not exist raises :class:`QuotaExceeded` for the caller to back
+          off with a visible reason.
+
+        Returns ``{pod name: "created" | "adopted" | "running"}``.
+        """
+        validate_podset(podset)
+        if len(placement) != podset.pods:
+            raise ValueError(f"placement names {len(placement)} nodes for {podset.pods} pods")
+        existing = {} if fresh else self._attempt_pods(podset.namespace, podset.job_id, podset.attempt)
+        if podset.pdb_min_available is not None:
+            self._ensure_pdb(podset)
+        gang = podset.pods > 1
+        result: dict[str, str] = {}
+        to_ungate: list[tuple[dict[str, Any] | None, int]] = []  # (pod as read, or None: created as we sent it)
+        for index in range(podset.pods):
+            name = podset.pod_name(index)
+            pod = existing.get(index)
+            if pod is None:
+                pod = self._create_pinned(podset, index, placement[index], gated=gang)
+                result[name] = "created" if pod is None else "adopted"
+            else:
+                self._check_adoptable(podset, index, pod)
+                result[name] = "adopted"
+            if pod is None:
+                if gang:
+                    to_ungate.append((None, index))
+            elif self.gate in [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]:
+                to_ungate.append((pod, index))
+            else:
+                pinned = pinned_nodes(pod) - {placement[index]}
+                if pinned:
+                    raise BackendError(f"pod {podset.namespace}/{name} is already pinned to {sorted(pinned)}, "
+                                       f"not {placement[index]}")
+                result[name] = "running"
+        for pod, index in to_ungate:
+            if pod is None:
+                self._ungate_created(podset, index, placement[index])
+            else:
+                self._ungate(pod, placement[index])
+        return result
+
+    def _create_pinned(self, podset: PodSet, index: int, node: str, *, gated: bool) -> dict[str, Any] | None:
+        """POST the pod pinned to ``node``; None when created, else the existing pod as read (adopted)."""
+        manifest = pod_manifest(podset, index, cluster=self.name, tolerations=self.tolerations,
+                                run_as_user=self.run_as_user, gate=self.gate, node=node, gated=gated)
+        try:
+            self.call.json(self.core.create_namespaced_pod, podset.namespace, manifest)
+            return None
+        except ApiError as exc:
+            if exc.status == 404:
+                raise InvalidPodSpec(f"namespace {podset.namespace!r} not found: {exc.message}") from exc
+            if not (exc.status == 409 and exc.reason == "AlreadyExists") and not _is_quota_refusal(exc):
+                raise
+            try:
+                pod = self.call.json(self.core.read_namespaced_pod, podset.pod_name(index), podset.namespace)
+            except ApiError as exc2:
+                if exc2.status != 404:
+                    raise
+                if _is_quota_refusal(exc):
+                    raise QuotaExceeded(f"{podset.namespace}: {exc.message}") from exc
+                raise BackendError(f"pod {podset.pod_name(index)} vanished while adopting it; retry") from exc2
+            self._check_adoptable(podset, index, pod)
+            log.info("adopted existing pod %s/%s", podset.namespace, podset.pod_name(index))
+            return pod
+
+    def _check_adoptable(self, podset: PodSet, index: int, pod: Mapping[str, Any]) -> None:
+        name = podset.pod_name(index)
+        labels = pod["metadata"].get("labels") or {}
+        if not is_ours(pod, job_id=podset.job_id, attempt=podset.attempt) or labels.get(LABEL_POD_INDEX) != str(index):
+            raise PodNameTaken(f"pod {podset.namespace}/{name} exists and is not this job attempt's")
+        if pod["metadata"].get("deletionTimestamp"):
+            raise BackendError(f"pod {podset.namespace}/{name} is being deleted; retry as a new attempt")
+
+    def _ungate_created(self, podset: PodSet, index: int, node: str) -> None:
+        """Remove the gate of a pod we created (gated, pinned) in this call: one PATCH, no read. Anything else
+        (the test op fails: someone changed the pod) falls back to reading and :meth:`_ungate`."""
+        name = podset.pod_name(index)
+        try:
+            self.call.json(self.core.patch_namespaced_pod, name, podset.namespace, ungate_patch(self.gate))
+            return
+        except ApiError as exc:
+            if exc.status == 404:
+                raise GangIncomplete(f"pod {podset.namespace}/{name} vanished during admission") from exc
+            if not (exc.status == 409 or _is_patch_test_failure(exc)):
+                raise
+        pod = self.call.json(self.core.read_namespaced_pod, name, podset.namespace)
+        self._ungate(pod, node)
 
     # ------------------------------------------------------------------ admitting
 
@@ -518,7 +654,8 @@ class KubernetesBackend(ClusterBackend):
                 elif exc.status == 429:
                     causes = "; ".join(c.get("message", "") for c in exc.causes if c.get("message"))
                     note = f" (already evicted: {', '.join(accepted)})" if accepted else ""
-                    return EvictionOutcome("blocked", pods=(name,), message=(causes or exc.message) + note)
+                    return EvictionOutcome("blocked", pods=(name,), message=(causes or exc.message) + note,
+                                          partial=bool(accepted or gone))
                 elif exc.status == 409:  # the pod changed under the eviction: transient
                     raise BackendError(f"eviction of {namespace}/{name} conflicted; retry") from exc
                 else:
@@ -529,7 +666,8 @@ class KubernetesBackend(ClusterBackend):
                 # 500, but not a failing server: the pod is selected by several PDBs, which the Eviction API
                 # never supports; retrying cannot help until someone changes the PDBs.
                 note = f" (already evicted: {', '.join(accepted)})" if accepted else ""
-                return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}" + note)
+                return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}" + note,
+                                       partial=bool(accepted or gone))
         if accepted:
             return EvictionOutcome("accepted", pods=tuple(accepted))
         return EvictionOutcome("gone", pods=tuple(gone))
@@ -581,6 +719,11 @@ class KubernetesBackend(ClusterBackend):
             if exc.status in (400, 404):
                 raise LogsUnavailable(exc.message or str(exc)) from exc
             raise
+        except ClusterUnavailable as exc:
+            # The API server proxies logs from the node's kubelet; a kubelet that does not answer (down, no
+            # logs endpoint, a kubelet-less test control plane) comes back as a 5xx on this one call, while
+            # the list just above worked: the logs are unavailable, the cluster is not.
+            raise LogsUnavailable(f"logs of {namespace}/{name} are unavailable: {exc}") from exc
         return self._log_lines(resp)
 
     @staticmethod

@@ -166,7 +166,12 @@ def pod_manifest(
     tolerations: Iterable[Mapping[str, Any]] = DEFAULT_TOLERATIONS,
     run_as_user: int | None = 1000,
     gate: str = ADMISSION_GATE,
+    node: str | None = None,
+    gated: bool = True,
 ) -> dict[str, Any]:
+    """The pod ``index`` of ``podset``. ``node``: pinned to that node from the start (a ``matchFields
+    metadata.name`` requirement in every affinity term), as the portal creates pods at admission; ``gated``:
+    carrying the portal's scheduling gate (a gang's pods are created gated and ungated once all exist)."""
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": podset.image,
@@ -178,7 +183,7 @@ def pod_manifest(
     if podset.command:
         container["command"] = list(podset.command)
     spec: dict[str, Any] = {
-        "schedulingGates": [{"name": gate}],
+        "schedulingGates": [{"name": gate}] if gated else [],
         "priorityClassName": podset.priority_class,
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": int(podset.termination_grace_s),
@@ -196,8 +201,18 @@ def pod_manifest(
         # the portal is down. Counted from the pod's start on the node, not from creation.
         spec["activeDeadlineSeconds"] = int(podset.max_runtime_s)
     affinity = node_affinity(podset.node_labels)
+    if node is not None:
+        requirement = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+        if affinity is None:
+            affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [requirement]}]}}}
+        else:
+            for term in affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]:
+                term["matchFields"] = [requirement]
     if affinity:
         spec["affinity"] = affinity
+    if not spec["schedulingGates"]:
+        del spec["schedulingGates"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -295,6 +310,14 @@ def admission_patch(pod: Mapping[str, Any], node: str, *, gate: str = ADMISSION_
     ops.append({"op": "test", "path": f"/spec/schedulingGates/{index}", "value": gates[index]})
     ops.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
     return ops
+
+
+def ungate_patch(gate: str = ADMISSION_GATE) -> list[dict[str, Any]]:
+    """JSON patch removing the portal's gate from a pod created with it as its only gate (and already pinned
+    to its node): no read needed, the ``test`` op makes the API server refuse (422) if the pod is not as
+    created, and the caller then re-reads."""
+    return [{"op": "test", "path": "/spec/schedulingGates/0", "value": {"name": gate}},
+            {"op": "remove", "path": "/spec/schedulingGates/0"}]
 
 
 def pinned_nodes(pod: Mapping[str, Any]) -> set[str]:

@@ -11,8 +11,10 @@ What the job lifecycle needs from a pod, in order of precedence for ``reason``:
    ``ContainerCannotRun``);
 4. the main container's waiting reason when it is an error (``ErrImagePull``, ``ImagePullBackOff``,
    ``CrashLoopBackOff``, ``CreateContainerConfigError``, ``InvalidImageName``, ...);
-5. ``PodScheduled=False`` with reason ``Unschedulable`` on an ungated pod (the admission's placement no longer
-   fits: the portal recreates the job as a new attempt).
+5. ``PodScheduled=False`` on an ungated pod, whatever the scheduler's reason: ``Unschedulable`` (the placement
+   does not fit, e.g. a terminating pod still holds the GPUs) or ``SchedulerError`` (e.g. ``nodeinfo not
+   found``: the pinned node vanished); ``since`` carries the condition's lastTransitionTime so the portal can
+   wait a bounded time before it gives up on the placement.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ WAITING_ERRORS = frozenset(
         "PreCreateHookError",
     }
 )
+
+# What kube-scheduler may say on PodScheduled=False besides Unschedulable; any reason it does not list here is
+# reported as SchedulerError too, so that no scheduling failure goes unnoticed.
+SCHEDULER_REASONS = frozenset({"Unschedulable", "SchedulerError"})
+GATED_REASON = "SchedulingGated"
 
 # DisruptionTarget condition reasons -> the reason the portal records.
 DISRUPTION_REASONS = {
@@ -104,6 +111,7 @@ def pod_state(pod: Mapping[str, Any], *, gate: str = ADMISSION_GATE) -> PodState
 
     reason = ""
     message = ""
+    since: float | None = None
     exit_code: int | None = None
     started_at = parse_time(status.get("startTime"))
     finished_at: float | None = None
@@ -139,11 +147,14 @@ def pod_state(pod: Mapping[str, Any], *, gate: str = ADMISSION_GATE) -> PodState
             exit_code = last.get("exitCode")
     elif (
         not gated
+        and not spec.get("nodeName")
         and scheduled
         and scheduled.get("status") == "False"
-        and scheduled.get("reason") == "Unschedulable"
+        and scheduled.get("reason") != GATED_REASON
     ):
-        reason, message = "Unschedulable", scheduled.get("message", "")
+        reason = scheduled.get("reason") if scheduled.get("reason") in SCHEDULER_REASONS else "SchedulerError"
+        message = scheduled.get("message", "")
+        since = parse_time(scheduled.get("lastTransitionTime"))
 
     return PodState(
         job_id=job_id,
@@ -160,4 +171,6 @@ def pod_state(pod: Mapping[str, Any], *, gate: str = ADMISSION_GATE) -> PodState
         started_at=started_at,
         finished_at=finished_at,
         deleting=bool(meta.get("deletionTimestamp")),
+        deletion_deadline=parse_time(meta.get("deletionTimestamp")),
+        since=since,
     )

@@ -68,7 +68,7 @@ def watch(*, cluster: str, stop: threading.Event, max_events: int = 0) -> int:
 
     from scheduling.backends import get_backend
     from scheduling.backends.base import ClusterUnavailable
-    from scheduling.services.clusters import apply_pod_states
+    from scheduling.services.clusters import apply_pod_deleted, apply_pod_states
 
     backend = get_backend(cluster)
     n = 0
@@ -78,7 +78,9 @@ def watch(*, cluster: str, stop: threading.Event, max_events: int = 0) -> int:
             for kind, state in stream:
                 if not connection.in_atomic_block:  # drop a connection the database closed while we waited
                     close_old_connections()
-                if kind != "DELETED":
+                if kind == "DELETED":  # an eviction finished, or someone deleted the pod: act now
+                    apply_pod_deleted(state=state, cluster=cluster)
+                else:
                     apply_pod_states([state])
                 n += 1
                 if max_events and n >= max_events:

@@ -1,0 +1,366 @@
+"""The portal on the Kubernetes backend where only a real API server shows the difference (against the fake,
+which enforces the same rules): pods created at admission (no gated pod of a queued job counts against a
+namespace quota), terminating victims that keep their GPUs until they are gone, gangs whose eviction is refused
+halfway, scheduler failures waited on for a bounded time, nodes that vanished, and the API calls per admission.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling import core
+from scheduling.models import Cluster, Job, JobState, PreemptionVictim
+from scheduling.services.clusters import apply_pod_deleted, reconcile, sync_cluster
+from scheduling.services.cycle import apply_result, run_cycle
+from scheduling.services.snapshot import build_snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def pod_name(job, attempt=1, index=None):
+    return f"job-{job.pk}-a{attempt}" + ("" if index is None else f"-{index}")
+
+
+def ns(job):
+    return f"gpu-{job.department.slug}"
+
+
+def started(kube, go, *jobs):
+    """Run the cycle, then let kube-scheduler bind and the kubelet run each job's pods; sync."""
+    go(run_cycle)
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.state == JobState.ADMITTED, (job.pk, job.reason_code, job.reason_message)
+        names = [pod_name(job)] if job.pods == 1 else [pod_name(job, index=i) for i in range(job.pods)]
+        for name in names:
+            kube.run(ns(job), name)
+    go(sync_cluster)
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(started_at=timezone.now() - timedelta(hours=1))
+
+
+def preempt(go, preemptor, *victims):
+    _, ctx = build_snapshot(now=timezone.now())
+    go(apply_result, result=core.CycleResult(preemptions=(
+        core.Preemption(preemptor_id=preemptor.pk, victim_ids=tuple(v.pk for v in victims), reason="priority"),)),
+        ctx=ctx)
+
+
+# ------------------------------------------------------------------------------------------- API calls
+
+
+def test_an_admission_costs_one_api_call_per_pod(kube, lab, submit, go):
+    jobs = [go(submit, lab.alice, gpus=1, name=f"j{i}") for i in range(4)]
+    gang = go(submit, lab.bob, gpus=2, pods=2, name="gang")
+    assert kube.count("POST") == 0  # submitting costs no API call
+    before = len(kube.requests)
+    go(run_cycle)
+    pod_calls = [(r.method, r.path) for r in kube.requests[before:] if r.path.startswith("/api/v1/namespaces/")]
+    # Before: 5 calls per single-pod job (a POST at submission; then at admission a POST answered 409, a GET
+    # to adopt, a LIST of the attempt, a PATCH). Now one POST each, and a POST + a PATCH per gang pod.
+    assert len(pod_calls) == 4 + 2 * 2, pod_calls
+    assert [m for m, _ in pod_calls].count("POST") == 6 and [m for m, _ in pod_calls].count("PATCH") == 2
+    for job in [*jobs, gang]:
+        job.refresh_from_db()
+        assert job.state == JobState.ADMITTED
+
+
+# ------------------------------------------------------------------------------------------- quota
+
+
+def test_a_long_queue_does_not_fill_the_namespace_quota(kube, lab, submit, go):
+    kube.add_resource_quota("gpu-vision", "gpu-portal-ceiling", {"requests.nvidia.com/gpu": "8", "pods": "500"})
+    jobs = [go(submit, lab.alice, gpus=2, name=f"q{i}") for i in range(6)]  # 12 GPUs queued, quota 8
+    assert kube.quota_used("gpu-vision", "gpu-portal-ceiling")["requests.nvidia.com/gpu"] == 0
+    go(run_cycle)
+    states = sorted(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True))
+    assert states.count(JobState.ADMITTED) == 4  # alice's quota and borrowing: 8 GPUs on 2 nodes
+    assert not [r for r in kube.requests if r.method == "POST" and r.path.endswith("/pods")
+                and r.body and r.body.get("spec", {}).get("schedulingGates")]
+
+
+def test_an_admission_the_namespace_quota_refuses_backs_off_visibly_then_gives_the_gpus_back(
+        kube, lab, submit, go, monkeypatch):
+    from scheduling import tasks
+
+    kube.add_resource_quota("gpu-vision", "gpu-portal-ceiling", {"requests.nvidia.com/gpu": "2"})
+    a = go(submit, lab.alice, gpus=2, name="a")
+    b = go(submit, lab.alice, gpus=2, name="b")
+    retried = []
+    monkeypatch.setattr(tasks.admit_pods, "delay", lambda j, at: retried.append((j, at)))
+    go(run_cycle)
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert a.state == b.state == JobState.ADMITTED
+    assert kube.pod("gpu-vision", pod_name(a)) is not None and kube.pod("gpu-vision", pod_name(b)) is None
+    assert retried == [(b.pk, 1)]  # handed to the task with back-off, not a storm
+    event = b.events.get(reason_code="namespace_quota")
+    assert "exceeded quota: gpu-portal-ceiling" in event.message
+    posts = kube.count("POST", "/pods$")
+    # The reconciler asks again (reading first: no re-POST of a's pod) ...
+    Job.objects.filter(pk__in=(a.pk, b.pk)).update(admitted_at=timezone.now() - timedelta(seconds=40))
+    monkeypatch.setattr(tasks.admit_pods, "delay", lambda j, at: retried.append((j, at)))
+    assert go(reconcile).get("admitted") == 1 and retried[-1] == (b.pk, 1)
+    with pytest.raises(tasks.QuotaExceeded):
+        tasks._admit(b.pk, 1, fresh=False)
+    assert kube.count("POST", "/pods$") == posts + 1
+    assert b.events.filter(reason_code="namespace_quota").count() == 1  # said once per attempt
+    # ... and after a bounded wait gives the GPUs back to the queue, with the reason on its timeline.
+    Job.objects.filter(pk=b.pk).update(admitted_at=timezone.now() - timedelta(minutes=6))
+    assert go(reconcile).get("requeued") == 1
+    b.refresh_from_db()
+    assert (b.state, b.attempt) == (JobState.QUEUED, 2)
+
+
+# ------------------------------------------------------------------------------------------- eviction
+
+
+@pytest.fixture
+def full(kube, lab, submit, go):
+    """bob's elastic job v (4 GPUs) and alice's realtime job c (4 GPUs) fill both nodes, for an hour."""
+    v = go(submit, lab.bob, gpus=4, name="v")
+    c = go(submit, lab.alice, gpus=4, name="c", tier="realtime")
+    started(kube, go, v, c)
+    return v, c
+
+
+def test_a_victims_gpus_stay_used_until_its_pod_is_gone(kube, lab, submit, go, full):
+    v, _ = full
+    rt = go(submit, lab.bob, gpus=4, tier="realtime", name="rt")
+    go(run_cycle)
+    victim = PreemptionVictim.objects.get()
+    assert (victim.job_id, victim.status) == (v.pk, PreemptionVictim.Status.EVICTED)
+    assert kube.pod("gpu-nlp", pod_name(v))["metadata"]["deletionTimestamp"]  # terminating, grace 30 s
+
+    go(sync_cluster)
+    v.refresh_from_db()
+    assert v.state == JobState.RUNNING and v.attempt == 1 and v.placement  # still holds its GPUs
+    snapshot, ctx = build_snapshot(now=timezone.now())
+    running = {r.id: r for r in snapshot.running}
+    assert running[v.pk].evicting_for == rt.pk and running[v.pk].preemptible is False
+    assert ctx.evicting == {v.pk}
+    go(run_cycle)
+    rt.refresh_from_db()
+    assert rt.state == JobState.QUEUED  # nothing admitted onto GPUs a terminating pod still holds
+    assert kube.count("DELETE") == 0
+
+    kube.advance(31)  # the grace period passes: the kubelet has stopped the pod
+    go(sync_cluster)
+    v.refresh_from_db()
+    assert (v.state, v.attempt) == (JobState.QUEUED, 2)
+    victim.refresh_from_db()
+    assert victim.status == PreemptionVictim.Status.REQUEUED
+    go(run_cycle)
+    rt.refresh_from_db()
+    assert rt.state == JobState.ADMITTED and rt.attempt == 1
+    assert kube.schedule("gpu-nlp", pod_name(rt)) == rt.placement[0]  # kube-scheduler binds it at once
+
+
+def test_the_watcher_requeues_a_victim_when_its_pod_is_deleted(kube, lab, submit, go, full, monkeypatch):
+    from scheduling.backends import get_backend
+    from scheduling.backends.kube.status import pod_state
+    from scheduling.management.commands.watch_pods import watch
+
+    v, _ = full
+    go(submit, lab.bob, gpus=4, tier="realtime", name="rt")
+    go(run_cycle)
+    gone = pod_state(kube.pod("gpu-nlp", pod_name(v)))
+    kube.finish_termination("gpu-nlp", pod_name(v))
+
+    class Stream(list):
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(get_backend("default"), "watch_pods", lambda **_: Stream([("DELETED", gone)]))
+    import threading
+
+    assert go(watch, cluster="default", stop=threading.Event(), max_events=1) == 1
+    v.refresh_from_db()
+    assert (v.state, v.attempt, v.preemption_count) == (JobState.QUEUED, 2, 1)
+
+
+def test_an_externally_deleted_pod_requeues_its_job_at_once(kube, lab, submit, go, full):
+    from scheduling.backends.kube.status import pod_state
+
+    v, _ = full
+    state = pod_state(kube.pod("gpu-nlp", pod_name(v)))
+    kube.finish_termination("gpu-nlp", pod_name(v))  # kubectl delete --force
+    assert go(apply_pod_deleted, state=state) == "requeued"
+    v.refresh_from_db()
+    assert (v.state, v.attempt) == (JobState.QUEUED, 2)
+    assert "disappeared" in v.events.filter(to_state=JobState.QUEUED).last().message
+
+
+def test_a_gang_is_requeued_only_once_every_pod_is_evicted_and_never_deleted_past_its_pdb(kube, lab, submit, go):
+    g = go(submit, lab.bob, gpus=2, pods=2, name="gang")
+    c = go(submit, lab.alice, gpus=2, pods=2, name="c", tier="realtime")
+    started(kube, go, g, c)
+    # A team's PDB guards only the gang's second pod.
+    kube.add_pdb("gpu-nlp", "second", {"minAvailable": 1, "selector": {
+        "matchLabels": {"gpu-portal.io/job-id": str(g.pk), "gpu-portal.io/pod-index": "1"}}})
+    rt = go(submit, lab.alice, gpus=4, tier="realtime", name="rt")
+    preempt(go, rt, g)
+    victim = PreemptionVictim.objects.get()
+    assert victim.status == PreemptionVictim.Status.REQUESTED  # in flight: one pod went, one was refused
+    assert kube.pod("gpu-nlp", pod_name(g, index=0))["metadata"].get("deletionTimestamp")
+    assert not kube.pod("gpu-nlp", pod_name(g, index=1))["metadata"].get("deletionTimestamp")
+    assert "asking again" in g.events.filter(reason_code="disruption_budget").get().message
+
+    kube.advance(31)
+    go(sync_cluster)
+    g.refresh_from_db()
+    assert g.state == JobState.RUNNING and g.attempt == 1  # pod 1 still runs: not requeued, not deleted
+    assert go(reconcile).get("evictions_retried") == 1  # refused again, said once
+    assert g.events.filter(reason_code="disruption_budget").count() == 1
+    assert kube.count("DELETE") == 0
+
+    kube.pdbs.clear()  # the team relaxes its budget
+    go(reconcile)
+    assert kube.pod("gpu-nlp", pod_name(g, index=1))["metadata"].get("deletionTimestamp")
+    kube.advance(31)
+    go(sync_cluster)
+    g.refresh_from_db()
+    assert (g.state, g.attempt) == (JobState.QUEUED, 2)
+
+
+def test_reason_and_detail_name_the_same_victims(kube, lab, submit, go, full):
+    v, c = full
+    first = go(submit, lab.bob, gpus=4, tier="realtime", name="first")
+    preempt(go, first, v)  # v's eviction is under way, for another job
+    Job.objects.filter(pk=c.pk).update(tier="elastic")
+    rt = go(submit, lab.alice, gpus=4, tier="realtime", name="rt")
+    _, ctx = build_snapshot(now=timezone.now())
+    # The engine names v again along with c; only c is new: the reason and its detail must agree.
+    go(apply_result, result=core.CycleResult(
+        preemptions=(core.Preemption(preemptor_id=rt.pk, victim_ids=(v.pk, c.pk), reason="priority"),),
+        pending=(core.PendingReason(job_id=rt.pk, code="preemption_in_progress", message="x",
+                                    detail={"victims": [v.pk, c.pk]}),)), ctx=ctx)
+    rt.refresh_from_db()
+    assert rt.reason_message == f"preempting job(s) {c.pk} (priority)"
+    assert rt.reason_detail["victims"] == [c.pk]
+
+
+# ------------------------------------------------------------------------------------------- scheduling
+
+
+def test_an_unschedulable_pod_is_waited_on_for_a_bounded_time(kube, lab, submit, go):
+    job = go(submit, lab.alice, gpus=2)
+    go(run_cycle)
+    job.refresh_from_db()
+    kube.mark_unschedulable("gpu-vision", pod_name(job), "0/2 nodes are available: 1 Insufficient nvidia.com/gpu")
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == (JobState.ADMITTED, 1)  # kube-scheduler retries by itself
+    kube.mark_unschedulable("gpu-vision", pod_name(job), "still", ago=61)
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == (JobState.QUEUED, 2)
+
+
+def test_a_placement_on_a_vanished_node_is_given_up_at_once(kube, lab, submit, go):
+    job = go(submit, lab.alice, gpus=2)
+    go(run_cycle)
+    job.refresh_from_db()
+    kube.remove_node(job.placement[0])
+    assert kube.schedule("gpu-vision", pod_name(job)) is None  # SchedulerError: nodeinfo not found
+    go(sync_cluster)  # the inventory drops the node, and the job's pod is mapped
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == (JobState.QUEUED, 2)
+    event = job.events.filter(to_state=JobState.QUEUED).last()
+    assert "SchedulerError" in event.message and "nodeinfo not found" in event.message
+
+
+def test_no_decision_on_an_inventory_not_read_since_start(kube, lab, submit, go):
+    Cluster.objects.update(last_sync_at=None)  # Node rows left from before (a demo seed, a stale database)
+    job = go(submit, lab.alice, gpus=1)
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED and job.reason_code == "cluster_unreachable"
+    assert "not been read" in job.reason_message
+    assert kube.count("POST") == 0
+    go(sync_cluster)
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+
+
+def test_logs_answer_a_clear_error_when_the_kubelet_does_not(kube, lab, submit, go, client_for):
+    job = go(submit, lab.alice, gpus=1)
+    go(run_cycle)
+    kube.run("gpu-vision", pod_name(job))
+    kube.fail_next(1, status=500, path="/log$")
+    resp = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs")
+    assert resp.status_code == 409
+    assert resp.json()["error"]["code"] == "logs_unavailable"
+
+
+def test_a_cancelled_jobs_terminating_pod_keeps_its_gpus_until_gone(kube, lab, submit, go):
+    from scheduling.models import Node
+    from scheduling.services.jobs import job_cancel
+
+    job = go(submit, lab.alice, gpus=4, name="big")
+    started(kube, go, job)
+    job.refresh_from_db()
+    node = job.placement[0]
+    go(job_cancel, user=lab.alice, job=job)
+    assert kube.pod("gpu-vision", pod_name(job))["metadata"]["deletionTimestamp"]  # grace 30 s
+    go(sync_cluster)
+    assert Node.objects.get(name=node).used_by_others == 4
+    nxt = go(submit, lab.bob, gpus=4, name="next")
+    go(run_cycle)
+    nxt.refresh_from_db()
+    assert nxt.state == JobState.ADMITTED and nxt.placement[0] != node  # not into the terminating pod's GPUs
+    kube.advance(31)
+    go(sync_cluster)
+    assert Node.objects.get(name=node).used_by_others == 0
+
+
+def test_a_preemptor_waiting_for_its_victims_gets_no_new_ones(kube, lab, submit, go):
+    """Whatever the engine proposes, a pending job whose victims are still terminating evicts nobody else."""
+    a = go(submit, lab.bob, gpus=2, name="a")
+    b = go(submit, lab.bob, gpus=2, name="b")
+    c = go(submit, lab.alice, gpus=4, name="c")
+    started(kube, go, a, b, c)
+    rt = go(submit, lab.bob, gpus=2, tier="realtime", name="rt")
+    preempt(go, rt, a)
+    assert kube.pod("gpu-nlp", pod_name(a))["metadata"]["deletionTimestamp"]
+    go(sync_cluster)
+    _, ctx = build_snapshot(now=timezone.now())
+    assert ctx.evicting_for == {a.pk: rt.pk}
+    go(apply_result, result=core.CycleResult(preemptions=(
+        core.Preemption(preemptor_id=rt.pk, victim_ids=(b.pk,), reason="priority"),)), ctx=ctx)
+    assert list(PreemptionVictim.objects.values_list("job_id", flat=True)) == [a.pk]  # b is left alone
+    assert not kube.pod("gpu-nlp", pod_name(b))["metadata"].get("deletionTimestamp")
+    rt.refresh_from_db()
+    assert rt.reason_code == "preemption_in_progress" and rt.reason_detail["victims"] == [a.pk]
+    assert str(a.pk) in rt.reason_message
+
+
+def test_the_reconciler_never_recreates_a_pod_of_an_admitted_job_being_evicted(kube, lab, submit, go):
+    a = go(submit, lab.bob, gpus=4, name="a")
+    c = go(submit, lab.alice, gpus=4, name="c", tier="realtime")
+    go(run_cycle)
+    a.refresh_from_db()
+    assert a.state == JobState.ADMITTED  # created, not yet running
+    rt = go(submit, lab.bob, gpus=4, tier="realtime", name="rt")
+    preempt(go, rt, a)
+    assert kube.pod("gpu-nlp", pod_name(a)) is None  # a pending pod is evicted at once
+    Job.objects.filter(pk=a.pk).update(admitted_at=timezone.now() - timedelta(seconds=40))
+    posts = kube.count("POST", "/pods$")
+    counts = go(reconcile)
+    assert "admitted" not in counts and kube.count("POST", "/pods$") == posts
+    go(sync_cluster)
+    a.refresh_from_db()
+    assert (a.state, a.attempt, a.preemption_count) == (JobState.QUEUED, 2, 1)  # its pods are gone: preempted
+    assert c.pk
+
+
+def test_pods_the_cluster_refuses_fail_the_job_instead_of_holding_its_gpus(kube, lab, submit, go):
+    job = go(submit, lab.alice, gpus=2)
+    del kube.namespaces["gpu-vision"]  # the department's namespace was never created
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.reason_code == "InvalidPodSpec"
+    assert "gpu-vision" in job.reason_message and "not found" in job.reason_message
