@@ -461,6 +461,15 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
             # back-off. Never a DELETE: their PodDisruptionBudgets still decide.
             tasks.evict_pods.delay(job.pk, job.attempt, mine[0].namespace, None)
             counts["evictions_retried"] += 1
+        elif job.pk in evicting and mine:
+            # A decided eviction still not asked for after the grace period: its message was lost (the broker
+            # was down when the cycle committed). Send it again; the task is idempotent.
+            lost = PreemptionVictim.objects.filter(
+                job=job, attempt=job.attempt, status=PreemptionVictim.Status.DECIDED,
+                preemption__decided_at__lt=now - LOST_GRACE).values_list("preemption_id", flat=True).first()
+            if lost is not None:
+                tasks.evict_pods.delay(job.pk, job.attempt, mine[0].namespace, lost)
+                counts["evictions_resent"] += 1
     for key, plist in pods.items():
         if key not in live_keys:  # pods of a finished job or of an attempt that moved on
             tasks.delete_pods.delay(key[0], key[1], plist[0].namespace)

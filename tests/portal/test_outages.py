@@ -90,3 +90,40 @@ def test_liveness_checks_no_dependency_and_readiness_reports_each(lab, client, s
     assert r.status_code == 503 and r.json()["status"] == "error"
     assert r.json()["checks"]["database"] == "error: OperationalError"
     assert client.get("/healthz").status_code == 200  # liveness: restarting the web process cannot fix that
+
+
+def test_an_eviction_decided_while_the_broker_is_down_is_sent_again_by_the_reconciler(lab, submit, go,
+                                                                                      broker_down):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling import core
+    from scheduling.models import Preemption, PreemptionVictim
+    from scheduling.services.clusters import reconcile, sync_cluster
+    from scheduling.services.cycle import apply_result, run_cycle
+    from scheduling.services.snapshot import build_snapshot
+
+    broker_down.undo()
+    victim = go(submit, lab.bob, gpus=4, name="victim")
+    go(run_cycle)
+    go(sync_cluster)
+    preemptor = go(submit, lab.alice, gpus=4, tier="realtime", name="rt")
+    from scheduling import tasks
+
+    def refuse(*args, **kwargs):
+        raise BrokerUnavailable("Connection refused.")
+
+    broker_down.setattr(tasks.evict_pods, "delay", refuse)
+    snapshot, ctx = build_snapshot(now=timezone.now())
+    go(apply_result, result=core.CycleResult(preemptions=(core.Preemption(
+        preemptor_id=preemptor.pk, victim_ids=(victim.pk,), reason="priority", message="needs 4 GPUs"),)), ctx=ctx)
+    assert PreemptionVictim.objects.get().status == PreemptionVictim.Status.DECIDED  # the message was lost
+    broker_down.undo()
+    assert "evictions_resent" not in go(reconcile)  # within the grace period: maybe just slow
+    Preemption.objects.update(decided_at=timezone.now() - timedelta(minutes=5))
+    assert go(reconcile)["evictions_resent"] == 1
+    assert PreemptionVictim.objects.get().status == PreemptionVictim.Status.EVICTED
+    go(sync_cluster)
+    victim.refresh_from_db()
+    assert (victim.state, victim.attempt) == ("queued", 2)
