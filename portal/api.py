@@ -93,6 +93,7 @@ ERROR_RESPONSES = {
     "415": "Unsupported media type (send JSON).",
     "422": "Idempotency-Key reused with another body.",
     "429": "Throttled or locked out; see Retry-After.",
+    "503": "The database is busy with conflicting changes; retry after Retry-After.",
 }
 
 

@@ -118,6 +118,13 @@ _DRF_CODES = {
 
 
 def exception_handler(exc, context):
+    from portal.db import is_lock_conflict
+
+    if is_lock_conflict(exc):  # retried already (portal.db.retry_on_conflict) and still losing: ask the client
+        response = Response(error_body("busy", "The database is busy with conflicting changes; retry shortly."),
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        response["Retry-After"] = "1"
+        return response
     if isinstance(exc, PortalError):
         return Response(error_body(exc.code, exc.message, exc.fields, exc.detail), status=exc.http_status)
     if isinstance(exc, Http404):

@@ -152,3 +152,22 @@ def test_a_transaction_aborted_by_a_lock_conflict_runs_again_and_other_errors_do
     with pytest.raises(OperationalError):
         retry_on_conflict(broken)
     assert len(calls) == 1
+
+
+@pytest.mark.django_db
+def test_a_lock_conflict_that_outlives_the_retries_is_a_503_with_retry_after(lab, client_for, submit,
+                                                                              monkeypatch):
+    from django.db import OperationalError
+
+    from scheduling.api import views
+
+    class Deadlock(Exception):
+        sqlstate = "40P01"
+
+    def deadlocked(**kwargs):
+        raise OperationalError("deadlock detected") from Deadlock()
+
+    job = submit(lab.alice)
+    monkeypatch.setattr(views, "job_cancel", deadlocked)
+    r = client_for(lab.alice).post(f"/api/v1/jobs/{job.pk}/cancel", {}, format="json")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "busy" and r["Retry-After"] == "1"
