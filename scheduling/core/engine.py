@@ -2,15 +2,14 @@
 
 One pure pass over a frozen snapshot; see docs/scheduling.md for the rules. In short:
 
-1. Index nodes per (cluster, flavor) (``placement.Pool``), subtract running pods, build the quota book.
-2. *Nominal pass*, in the order ``(tier rank, -score, submitted_at, id)``: a job whose GPUs stay within its
-   department's nominal quota is placed by best fit (gang all-or-nothing), respecting the EASY reservation of
-   the pool's blocked head; a job that would borrow is deferred to the next pass. A blocked realtime job
-   preempts lower tiers; a blocked job within nominal reclaims lent GPUs from borrowers.
-3. *Borrowing pass* (the auction for idle cohort GPUs), in the order ``(tier rank, -bid, -score,
-   submitted_at, id)``: higher bids win within a tier. The flavor's clearing price is the lowest winning bid.
-4. Every job still pending gets a reason code, a one-line message, a detail and an honest estimated start
-   (``estimate.estimate_pending``).
+1. Index nodes per (cluster, flavor) (``placement.Pool``), subtract running pods, build the quota book and
+   the victim candidates (``preemption``).
+2. One pass in the pending order (``ordering``: tier, starving first, then score): each job is placed by best
+   fit (gang all-or-nothing) when the cohort's quota and the capacity allow it, respecting the EASY reservation
+   of the pool's head. Otherwise a realtime job preempts (priority); the first job to wait in a pool becomes its
+   head and reserves, reclaims lent GPUs (bounded) or drains cheap work instead of idling GPUs.
+3. Every job still pending gets a reason code, a one-line message, a detail (``explain``) and an honest
+   estimated start (``estimate``). The flavor's clearing price is the lowest winning bid of its borrowers.
 
 The input is never mutated and every iteration runs over inputs sorted by a total order ending in an id or
 name, so the decision is the same for any order of the snapshot's tuples.
@@ -97,6 +96,7 @@ class Cycle:
                     job.id,
                 )
                 self.cands[(job.cluster, job.flavor)].append(Candidate(job, nodes, key))
+        # Running jobs a realtime arrival could preempt within half its start target (realtime headroom).
         soon = self.now + self.policy.realtime_start_target_s / 2 - self.policy.min_runtime_s
         self.evictable_soon: dict[tuple[str, str], int] = {
             key: sum(1 for c in cands if c.job.started_at <= soon) for key, cands in self.cands.items()
@@ -121,8 +121,8 @@ class Cycle:
         self.winning_bids: dict[str, list[int]] = defaultdict(list)
         self.fail_cache: dict[tuple, tuple[str, dict]] = {}
         self.pool_cache: dict[tuple[str, str | None], list[Pool]] = {}
-        self.heads: dict[int, float] = {}
-        self.late_realtime = 0  # pending realtime jobs already past their start target  # reservation heads -> reserved start
+        self.heads: dict[int, float] = {}  # reserved heads -> reserved start
+        self.late_realtime = 0  # pending realtime jobs already past their start target
         self.job_gpus = {j.id: j.gpus for j in snapshot.pending}
 
     # ------------------------------------------------------------ the cycle
