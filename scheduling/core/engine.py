@@ -2,15 +2,14 @@
 
 One pure pass over a frozen snapshot; see docs/scheduling.md for the rules. In short:
 
-1. Index nodes per (cluster, flavor) (``placement.Pool``), subtract running pods, build the quota book.
-2. *Nominal pass*, in the order ``(tier rank, -score, submitted_at, id)``: a job whose GPUs stay within its
-   department's nominal quota is placed by best fit (gang all-or-nothing), respecting the EASY reservation of
-   the pool's blocked head; a job that would borrow is deferred to the next pass. A blocked realtime job
-   preempts lower tiers; a blocked job within nominal reclaims lent GPUs from borrowers.
-3. *Borrowing pass* (the auction for idle cohort GPUs), in the order ``(tier rank, -bid, -score,
-   submitted_at, id)``: higher bids win within a tier. The flavor's clearing price is the lowest winning bid.
-4. Every job still pending gets a reason code, a one-line message, a detail and an honest estimated start
-   (``estimate.estimate_pending``).
+1. Index nodes per (cluster, flavor) (``placement.Pool``), subtract running pods, build the quota book and
+   the victim candidates (``preemption``).
+2. One pass in the pending order (``ordering``: tier, starving first, then score): each job is placed by best
+   fit (gang all-or-nothing) when the cohort's quota and the capacity allow it, respecting the EASY reservation
+   of the pool's head. Otherwise a realtime job preempts (priority); the first job to wait in a pool becomes its
+   head and reserves, reclaims lent GPUs (bounded) or drains cheap work instead of idling GPUs.
+3. Every job still pending gets a reason code, a one-line message, a detail (``explain``) and an honest
+   estimated start (``estimate``). The flavor's clearing price is the lowest winning bid of its borrowers.
 
 The input is never mutated and every iteration runs over inputs sorted by a total order ending in an id or
 name, so the decision is the same for any order of the snapshot's tuples.
@@ -22,14 +21,21 @@ from collections import defaultdict
 from types import MappingProxyType
 
 from . import reasons
-from .estimate import estimate_pending
+from .estimate import EstimateView, estimate_pending
+from .explain import CAPACITY_RANK, NO_ESTIMATE, quota_note
+from .ordering import REALTIME, Scorer, started_starved, starving_since, tier_rank
 from .placement import Pool
-from .policy import fair_shares, job_score
-from .preemption import Candidate, search
+from .preemption import (
+    Candidate,
+    Preemptor,
+    at_risk_s,
+    drain_victim,
+    priority_victim,
+    reclaim_victim,
+    search,
+)
 from .quota import QuotaBook
 from .types import (
-    TIER_RANK,
-    TIERS,
     Admission,
     CycleResult,
     PendingJob,
@@ -38,33 +44,6 @@ from .types import (
     RunningJob,
     Snapshot,
 )
-
-REALTIME = TIER_RANK["realtime"]
-_LOWEST = len(TIERS)
-
-# How blocked-by-capacity reasons rank when a job could go to several pools (clusters): the most hopeful wins.
-_CAPACITY_RANK = {
-    reasons.RESERVED_FOR_HEAD: 0,
-    reasons.WAITING_FOR_HIGHER_PRIORITY: 1,
-    reasons.NO_FITTING_NODE: 2,
-    reasons.NO_CAPACITY: 3,
-    reasons.NO_MATCHING_NODE: 4,
-    reasons.EXCEEDS_CAPACITY: 5,
-}
-_NO_ESTIMATE = frozenset(
-    {
-        reasons.BUDGET_INSUFFICIENT,
-        reasons.UNKNOWN_FLAVOR,
-        reasons.EXCEEDS_CAPACITY,
-        reasons.NO_MATCHING_NODE,
-        reasons.INVALID_REQUEST,
-        reasons.PREEMPTION_IN_PROGRESS,
-    }
-)
-
-
-def tier_rank(tier: str) -> int:
-    return TIER_RANK.get(tier, _LOWEST)
 
 
 class Cycle:
@@ -88,7 +67,12 @@ class Cycle:
             self.pools_by_flavor[flavor].append(pool)
 
         self.running = sorted(snapshot.running, key=lambda j: j.id)
-        self.shares = fair_shares(snapshot.usage)
+        self.scorer = Scorer(snapshot)
+        # Victims already leaving for a pending job: it waits for them rather than choosing more.
+        self.inflight: dict[int, list[int]] = defaultdict(list)
+        for job in self.running:
+            if job.evicting_for is not None:
+                self.inflight[job.evicting_for].append(job.id)
         self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
         for job in self.running:
             pool = self.pools.get((job.cluster, job.flavor))
@@ -107,11 +91,17 @@ class Cycle:
                 key = (
                     0 if job.borrowed else 1,
                     -tier_rank(job.tier),
-                    self.running_score(job),
-                    job.gpus * max(0.0, self.now - job.started_at),
+                    job.gpus * at_risk_s(job, self.now),
+                    self.scorer.running_score(job),
                     job.id,
                 )
                 self.cands[(job.cluster, job.flavor)].append(Candidate(job, nodes, key))
+        # Running jobs a realtime arrival could preempt within half its start target (realtime headroom).
+        soon = self.now + self.policy.realtime_start_target_s / 2 - self.policy.min_runtime_s
+        self.evictable_soon: dict[tuple[str, str], int] = {
+            key: sum(1 for c in cands if c.job.started_at <= soon) for key, cands in self.cands.items()
+        }
+        self.headroom_held: set[int] = set()
         for pool in self.pools.values():
             pool.build()
         for cands in self.cands.values():
@@ -130,56 +120,17 @@ class Cycle:
         self.admitted_end: list[tuple[float, str, str, int]] = []  # for estimates: (end, dept, flavor, gpus)
         self.winning_bids: dict[str, list[int]] = defaultdict(list)
         self.fail_cache: dict[tuple, tuple[str, dict]] = {}
-        self.scores: dict[int, float] = {}
         self.pool_cache: dict[tuple[str, str | None], list[Pool]] = {}
-        self.heads: dict[int, float] = {}
-        self.late_realtime = 0  # pending realtime jobs already past their start target  # reservation heads -> reserved start
+        self.heads: dict[int, float] = {}  # reserved heads -> reserved start
+        self.late_realtime = 0  # pending realtime jobs already past their start target
         self.job_gpus = {j.id: j.gpus for j in snapshot.pending}
-
-    # ------------------------------------------------------------ scoring
-
-    def score(self, job: PendingJob) -> float:
-        s = self.scores.get(job.id)
-        if s is None:
-            s = job_score(
-                self.policy,
-                self.now,
-                urgency=job.urgency,
-                user_tier=job.user_tier,
-                submitted_at=job.submitted_at,
-                deadline=job.deadline,
-                bid=job.bid,
-                share=self.shares.get(job.department, 0.0),
-            )
-            self.scores[job.id] = s
-        return s
-
-    def running_score(self, job: RunningJob) -> float:
-        return job_score(
-            self.policy,
-            self.now,
-            urgency=job.urgency,
-            user_tier=job.user_tier,
-            submitted_at=job.submitted_at,
-            deadline=None,
-            bid=job.bid,
-            share=self.shares.get(job.department, 0.0),
-            aging=False,
-        )
 
     # ------------------------------------------------------------ the cycle
 
     def run(self) -> CycleResult:
-        order = sorted(
-            self.snap.pending, key=lambda j: (tier_rank(j.tier), -self.score(j), j.submitted_at, j.id)
-        )
-        deferred: list[PendingJob] = []
+        order = sorted(self.snap.pending, key=self.scorer.order_key)
         for job in order:
-            if self.consider(job, borrowing_pass=False):
-                deferred.append(job)
-        deferred.sort(key=lambda j: (tier_rank(j.tier), -j.bid, -self.score(j), j.submitted_at, j.id))
-        for job in deferred:
-            self.consider(job, borrowing_pass=True)
+            self.consider(job)
 
         clearing = {f: min(bids) for f, bids in sorted(self.winning_bids.items())}
         admissions = []
@@ -190,11 +141,23 @@ class Cycle:
                     adm = Admission(adm.job_id, adm.placement, adm.cluster, True, clearing[job.flavor])
                 admissions.append(adm)
         still = [job for job in order if job.id in self.reasons]
-        estimates = estimate_pending(self, still) if self.snap.estimates else dict(self.heads)
+        if self.snap.estimates:
+            view = EstimateView(
+                now=self.now,
+                codes={job_id: r[0] for job_id, r in self.reasons.items()},
+                pools_by_flavor=self.pools_by_flavor,
+                quota=self.quota,
+                running=self.running,
+                admitted_end=self.admitted_end,
+                heads=self.heads,
+            )
+            estimates = estimate_pending(view, still)
+        else:
+            estimates = dict(self.heads)
         pending_out = []
         for job in still:
             code, message, detail = self.reasons[job.id]
-            est = None if code in _NO_ESTIMATE else estimates.get(job.id)
+            est = None if code in NO_ESTIMATE else estimates.get(job.id)
             if tier_rank(job.tier) == REALTIME:
                 target = job.submitted_at + self.policy.realtime_start_target_s
                 detail["start_target"] = target
@@ -208,8 +171,11 @@ class Cycle:
             figures=MappingProxyType(self.figures(admissions, pending_out)),
         )
 
-    def consider(self, job: PendingJob, borrowing_pass: bool) -> bool:
-        """Admit, preempt for, or explain ``job``. Returns True to defer it to the borrowing pass."""
+    def starving(self, job: PendingJob) -> bool:
+        return starving_since(self.policy, self.now, job) is not None
+
+    def consider(self, job: PendingJob) -> None:
+        """Admit, preempt for, or explain ``job``."""
         flavor = job.flavor
         k = job.gpus
         if job.pods < 1 or job.gpus_per_pod < 1:
@@ -236,32 +202,49 @@ class Cycle:
                     {"hold": job.hold, "available": available, "missing": missing},
                     f"needs {job.hold}, has {available}, missing {missing} milli-credits",
                 )
-        never = None if borrowing_pass else self.quota.never(job.department, flavor, k)
+        never = self.quota.never(job.department, flavor, k)
         if never is not None:
             detail = self.quota.detail(job.department, flavor, k)
             detail["never"] = True
             return self.pend(
                 job, never, detail, "the request exceeds the quota the department could ever use"
             )
+        realtime = tier_rank(job.tier) == REALTIME
         borrows = self.quota.borrows(job.department, flavor, k)
-        if borrows and not borrowing_pass:
-            return True
+        limit = self.quota.limit_code(job.department, flavor, k)
+        if limit is not None:
+            # The department itself holds all it may: only its own jobs ending let this one in, or, for
+            # realtime work, the eviction of the department's own lower tiers.
+            if realtime and not (job.node_selector or job.tolerations) and job.id not in self.inflight:
+                outcome = self.preempt(job, self.pool_cache[(flavor, job.cluster)], borrows)
+                if outcome is None:
+                    return None
+            detail = self.quota.detail(job.department, flavor, k)
+            return self.pend(job, limit, detail, quota_note(detail))
         code, detail = self.quota.check(job.department, flavor, k)
         selective = bool(job.node_selector or job.tolerations)
-        if code is None:
-            if self.admit(job, pools, selective, borrows):
-                return False
-        # Blocked by quota (code) or by capacity: preempt when the rules allow it.
-        realtime = tier_rank(job.tier) == REALTIME
-        if not selective and (realtime or not borrows):
+        if code is None and self.admit(job, pools, selective, borrows):
+            return None
+        if code is None and job.id in self.headroom_held:
+            return self.pend(
+                job,
+                reasons.REALTIME_HEADROOM,
+                {"headroom_gpus": self.policy.realtime_headroom_gpus, "requested": k},
+            )
+        inflight = self.inflight.get(job.id)
+        if inflight:
+            return self.pend(
+                job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"}
+            )
+        # Blocked by the cohort's quota (others use the GPUs it could have) or by capacity: preempt when the
+        # rules allow it, else wait, as the pool's reserved head when it is the first to wait.
+        if not selective and realtime:
             outcome = self.preempt(job, pools, borrows)
             if outcome is None:
-                return False  # preemption under way
+                return None  # preemption under way
             if outcome[0] is not None:
                 return self.pend(job, outcome[0], outcome[1])
-        if code is not None:
-            return self.pend(job, code, detail, _quota_note(detail))
-        return self.blocked(job, pools, selective)
+        return self.blocked(job, pools, selective, code, detail)
 
     def admit(self, job: PendingJob, pools: list[Pool], selective: bool, borrows: bool) -> bool:
         g, n = job.gpus_per_pod, job.pods
@@ -279,6 +262,9 @@ class Cycle:
             else:
                 index = pool.long if (long and pool.long is not None) else pool.now
                 if index.capacity(g) >= n:
+                    if not self.leaves_headroom(job, pool):
+                        self.headroom_held.add(job.id)
+                        continue
                     total = index.free_total() if len(pools) > 1 else 0
                     options.append((total, pool.cluster, pool, long, None))
         if not options:
@@ -301,41 +287,48 @@ class Cycle:
         )
         return True
 
+    def leaves_headroom(self, job: PendingJob, pool: Pool) -> bool:
+        """Whether a realtime job arriving after this admission could still start in time: some GPUs stay
+        free, or a running job of the pool can be preempted within half the realtime start target. Without
+        it, a pool filled with freshly started jobs (all inside their cooldown) makes realtime work late."""
+        headroom = self.policy.realtime_headroom_gpus
+        if headroom <= 0 or tier_rank(job.tier) == REALTIME:
+            return True
+        key = (pool.cluster, pool.flavor)
+        if self.evictable_soon.get(key, 0) > 0 or not self.cands.get(key):
+            # (with no preemptible job running at all, nothing would ever become evictable: the wait would be
+            # unbounded, so the job starts)
+            return True
+        return pool.now.free_total() - job.gpus >= headroom
+
     def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool):
         """None when victims were chosen (the job waits for them); else (reason code or None, detail)."""
         realtime = tier_rank(job.tier) == REALTIME
         rank = tier_rank(job.tier)
         flavor, dept, k = job.flavor, job.department, job.gpus
         quota = self.quota
-        cache_key = (flavor, job.cluster, dept, realtime, borrows, job.gpus_per_pod, job.pods)
+        # A reclaim that frees much more than the job needs wastes the victims' work and leaves GPUs idle:
+        # it waits until the job has waited reclaim_delay_s (the borrower may end meanwhile).
+        waited = self.now - job.submitted_at
+        patient = realtime or waited >= self.policy.reclaim_delay_s
+        cache_key = (flavor, job.cluster, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient)
         if cache_key in self.fail_cache:
             return self.fail_cache[cache_key]
 
+        preemptor = Preemptor(dept, flavor, k, rank, borrows)
+        min_run, starve_policy = self.policy.min_runtime_s, self.policy
+
         def eligible_for(relax_cooldown: bool):
-            min_run = self.policy.min_runtime_s
             now = self.now
 
             def eligible(v: RunningJob, removed) -> bool:
-                if v.id in self.taken:
+                if v.id in self.taken or (not relax_cooldown and now - v.started_at < min_run):
                     return False
-                if not relax_cooldown and now - v.started_at < min_run:
-                    return False
-                if v.department == dept:
-                    # A preemptor that would still borrow must not evict its department's work inside the
-                    # nominal quota: the victim would come back in the next cycle's nominal pass, ahead of the
-                    # preemptor, and the preemption would repeat every min_runtime_s for nothing. It may when
-                    # the victim comes back as a borrower, or when the preemptor then fits inside nominal.
-                    if not (realtime and tier_rank(v.tier) > rank):
-                        return False
-                    gone = removed.get(dept, 0)
-                    return (
-                        not borrows
-                        or quota.over_nominal(dept, flavor, gone)
-                        or quota.usage[(dept, flavor)] - gone - v.gpus + k <= quota.nominal(dept, flavor)
-                    )
-                if realtime and not borrows and tier_rank(v.tier) > rank:
-                    return True
-                return v.borrowed and quota.over_nominal(v.department, flavor, removed.get(v.department, 0))
+                if realtime:
+                    return priority_victim(v, preemptor, quota, removed)
+                return reclaim_victim(
+                    v, preemptor, quota, removed, started_starved=started_starved(starve_policy, v)
+                )
 
             return eligible
 
@@ -365,34 +358,24 @@ class Cycle:
             # The window's preemptions are used up: do not search (a cycle may see thousands of blocked jobs).
             return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(0))
         best = attempt(False, self.budget_left)
+        if best is not None and not realtime and (not patient or sum(c.job.gpus for c in best[1]) > 2 * k):
+            best = None  # too wasteful for now: wait (reserved) and retry once patient
+            wasteful = True
+        else:
+            wasteful = False
         if best is not None:
             pool, victims = best
-            if len(victims) <= self.rate_left:
-                ids = tuple(sorted(c.job.id for c in victims))
-                why = "priority" if realtime else "reclaim"
-                for c in victims:
-                    self.taken.add(c.job.id)
-                    for b in c.job.disruption_budgets:
-                        if b in self.budget_left:
-                            self.budget_left[b] -= c.job.pods
-                self.rate_left -= len(victims)
-                if self.credits is not None and job.hold > 0:
-                    self.credits[dept] = self.credits.get(dept, 0) - job.hold
-                message = (
-                    f"Job {job.id} ({job.tier}) preempts {len(victims)} job(s) on {pool.cluster}/{flavor}"
-                    f" to {'start within its target' if why == 'priority' else 'reclaim its nominal quota'}."
-                )
-                self.preemptions.append(Preemption(job.id, ids, why, message))
-                self.pend(
-                    job,
-                    reasons.PREEMPTION_IN_PROGRESS,
-                    {"victims": list(ids), "reason": why, "cluster": pool.cluster},
-                )
+            # Reclaims may use only half of the window's preemptions: realtime work keeps the rest.
+            allowed = self.rate_left if realtime else self.rate_left - (self.policy.preemption_rate_limit + 1) // 2
+            if len(victims) <= allowed:
+                self.commit_preemption(job, pool, victims, "priority" if realtime else "reclaim")
                 return None
             result = (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(len(victims)))
             return result  # not cached: the rate budget is what blocks
-        relaxed = attempt(True, self.budget_left)
-        if relaxed is not None:
+        relaxed = None if wasteful else attempt(True, self.budget_left)
+        if wasteful:
+            result = (None, {})
+        elif relaxed is not None:
             min_run = self.policy.min_runtime_s
             at = max(c.job.started_at + min_run for c in relaxed[1])
             result = (
@@ -421,6 +404,70 @@ class Cycle:
         self.fail_cache[cache_key] = result
         return result
 
+    def drain(self, job: PendingJob, pool: Pool, when: float) -> bool:
+        """Instead of reserving GPUs that would idle until ``when``, evict cheap work now: the head of the queue
+        preempts running jobs when the work they lose since their last checkpoint is less than
+        ``drain_ratio`` times the GPU-time the drain would leave idle. Victims: lower tiers, borrowers above
+        their department's nominal quota, or the head's own department's work of its tier or lower; never
+        realtime work, never a job that starved before it started, never within the cooldown."""
+        ratio = self.policy.drain_ratio
+        if ratio <= 0 or self.rate_left - (self.policy.preemption_rate_limit + 1) // 2 <= 0:
+            return False
+        cands = self.cands.get((pool.cluster, pool.flavor))
+        if not cands:
+            return False
+        idle = min(pool.now.free_total(), job.gpus) * (when - self.now)
+        if idle <= 0:
+            return False
+        quota, now, policy = self.quota, self.now, self.policy
+        preemptor = Preemptor(
+            job.department, job.flavor, job.gpus, tier_rank(job.tier), quota.borrows(job.department, job.flavor, job.gpus),
+            starving=self.starving(job),
+        )
+
+        def eligible(v: RunningJob, removed) -> bool:
+            if v.id in self.taken or now - v.started_at < policy.min_runtime_s:
+                return False
+            if at_risk_s(v, now) > policy.drain_max_loss_s:
+                return False  # wait for its next checkpoint
+            return drain_victim(v, preemptor, quota, removed, started_starved=started_starved(policy, v))
+
+        victims = search(
+            cands, pool=pool, g=job.gpus_per_pod, pods=job.pods, quota=quota, dept=job.department,
+            flavor=job.flavor, k=job.gpus, eligible=eligible, budget_left=self.budget_left,
+        )
+        if not victims:
+            return False
+        lost = sum(c.job.gpus * at_risk_s(c.job, now) for c in victims)
+        allowed = self.rate_left - (self.policy.preemption_rate_limit + 1) // 2
+        if lost > ratio * idle or len(victims) > allowed:
+            return False
+        self.commit_preemption(job, pool, victims, "drain")
+        return True
+
+    def commit_preemption(self, job: PendingJob, pool: Pool, victims: list[Candidate], why: str) -> None:
+        ids = tuple(sorted(c.job.id for c in victims))
+        for c in victims:
+            self.taken.add(c.job.id)
+            for b in c.job.disruption_budgets:
+                if b in self.budget_left:
+                    self.budget_left[b] -= c.job.pods
+        self.rate_left -= len(victims)
+        if self.credits is not None and job.hold > 0:
+            self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
+        purpose = {
+            "priority": "start within its target",
+            "reclaim": "reclaim its nominal quota",
+            "drain": "start now instead of idling the GPUs its reservation drains",
+        }[why]
+        message = (
+            f"Job {job.id} ({job.tier}) preempts {len(victims)} job(s) on {pool.cluster}/{job.flavor} to {purpose}."
+        )
+        self.preemptions.append(Preemption(job.id, ids, why, message))
+        self.pend(
+            job, reasons.PREEMPTION_IN_PROGRESS, {"victims": list(ids), "reason": why, "cluster": pool.cluster}
+        )
+
     def rate_detail(self, needed: int) -> dict[str, object]:
         detail: dict[str, object] = {
             "allowed_now": max(0, self.rate_left),
@@ -431,8 +478,17 @@ class Cycle:
             detail["victims_needed"] = needed
         return detail
 
-    def blocked(self, job: PendingJob, pools: list[Pool], selective: bool) -> bool:
+    def blocked(
+        self, job: PendingJob, pools: list[Pool], selective: bool, quota_code: str | None, quota_detail: dict
+    ) -> bool:
+        """Explain a job that cannot start now, and make it the pool's reserved head when it is the first to
+        wait there. A job held by the cohort's quota reserves too when the GPUs it needs are physically in use
+        (lent-out capacity is capacity); one that would fit physically now waits on quota alone."""
         g, n, k = job.gpus_per_pod, job.pods, job.gpus
+        if quota_code is not None and (
+            selective or any(p.now.capacity(g) >= n and p.reservation is None for p in pools)
+        ):
+            return self.pend(job, quota_code, quota_detail, quota_note(quota_detail))
         end = self.now + job.max_runtime_s
         best: tuple[int, str, dict] | None = None
         free_total = 0
@@ -469,11 +525,11 @@ class Cycle:
             ):
                 detail["head"] = pool.reservation.job_id
                 detail["reserved_until"] = pool.reservation.until
-            cand = (_CAPACITY_RANK[code], pool.cluster, detail)
+            cand = (CAPACITY_RANK[code], pool.cluster, detail)
             if best is None or cand[:2] < best[:2]:
                 best = cand
         rank, _, detail = best
-        code = next(c for c, r in _CAPACITY_RANK.items() if r == rank)
+        code = next(c for c, r in CAPACITY_RANK.items() if r == rank)
         detail["free"] = free_total if len(pools) > 1 else detail["free"]
         note = None
         # EASY: the first job blocked by capacity in a pool without a reservation becomes its head.
@@ -485,11 +541,25 @@ class Cycle:
                     fits.append((found[0], pool.cluster, pool, found[1]))
             if fits:
                 when, _, pool, spare = min(fits, key=lambda f: (f[0], f[1]))
+                if when > self.now:
+                    # A head within its nominal quota that would wait long reclaims its lent GPUs (the
+                    # guarantee); any head evicts cheap work rather than idle GPUs while they drain.
+                    borrows = self.quota.borrows(job.department, job.flavor, k)
+                    if not borrows and when - self.now > self.policy.reclaim_delay_s:
+                        outcome = self.preempt(job, [pool], borrows)
+                        if outcome is None:
+                            return None
+                    if self.drain(job, pool, when):
+                        return None
                 pool.reserve(job.id, when, spare)
                 detail["reserved_from"] = when
                 detail["cluster"] = pool.cluster
                 self.heads[job.id] = when
                 note = f"GPUs are reserved for it from {when - self.now:.0f} s from now"
+        if quota_code is not None:
+            kept = ("reserved_from", "head", "reserved_until", "cluster")
+            quota_detail.update({key: detail[key] for key in kept if key in detail})
+            return self.pend(job, quota_code, quota_detail, note or quota_note(quota_detail))
         return self.pend(job, code, detail, note)
 
     def pend(self, job: PendingJob, code: str, detail: dict, note: str | None = None) -> bool:
@@ -524,13 +594,6 @@ class Cycle:
         for code in sorted(by_code):
             out[f"reason.{code}"] = by_code[code]
         return out
-
-
-def _quota_note(detail: dict) -> str:
-    note = f"{detail.get('in_use')} of nominal {detail.get('nominal')} in use, {detail.get('requested')} requested"
-    if "cohort_idle" in detail:  # what could be borrowed: the number that explains most quota waits
-        note += f", {detail['cohort_idle']} idle in the cohort to borrow"
-    return note
 
 
 def engine_schedule(snapshot: Snapshot) -> CycleResult:

@@ -16,40 +16,51 @@ further than ``HORIZON_S`` ahead.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING
 
-from .placement import BucketIndex
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Cycle
-    from .types import PendingJob
+from .explain import NO_ESTIMATE
+from .placement import BucketIndex, Pool
+from .quota import QuotaBook
+from .types import PendingJob, RunningJob
 
 DEPTH = 256  # jobs per flavor queue that get an estimate
 HORIZON_S = 30 * 86400.0
 
 
-def estimate_pending(cycle: Cycle, still: list[PendingJob]) -> dict[int, float | None]:
-    from .engine import _NO_ESTIMATE
+@dataclass(frozen=True, slots=True)
+class EstimateView:
+    """What the estimate reads of a finished cycle (read-only by convention: it copies what it changes)."""
 
+    now: float
+    codes: Mapping[int, str]  # pending job id -> reason code
+    pools_by_flavor: Mapping[str, Sequence[Pool]]
+    quota: QuotaBook
+    running: Sequence[RunningJob]
+    admitted_end: Sequence[tuple[float, str, str, int]]  # (end, department, flavor, GPUs) of this cycle's admissions
+    heads: Mapping[int, float]  # reserved heads -> reserved start
+
+
+def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, float | None]:
     out: dict[int, float | None] = {}
     by_flavor: dict[str, list[PendingJob]] = defaultdict(list)
     for job in still:
-        if cycle.reasons[job.id][0] in _NO_ESTIMATE or job.node_selector or job.tolerations:
+        if view.codes[job.id] in NO_ESTIMATE or job.node_selector or job.tolerations:
             continue
         by_flavor[job.flavor].append(job)
     for flavor, jobs in sorted(by_flavor.items()):
-        pools = cycle.pools_by_flavor.get(flavor)
+        pools = view.pools_by_flavor.get(flavor)
         if pools:
-            _simulate(cycle, flavor, pools, jobs[:DEPTH], out)
-    for job_id, when in cycle.heads.items():
+            _simulate(view, flavor, pools, jobs[:DEPTH], out)
+    for job_id, when in view.heads.items():
         out[job_id] = when
     return out
 
 
-def _simulate(cycle: Cycle, flavor: str, pools, jobs, out: dict[int, float | None]) -> None:
-    now = cycle.now
-    book = cycle.quota.clone()
+def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float | None]) -> None:
+    now = view.now
+    book = view.quota.clone()
     free = [list(p.free) for p in pools]
     index = [BucketIndex(p.free, p.indexed, p.top) for p in pools]
     heap: list[tuple] = []
@@ -58,11 +69,11 @@ def _simulate(cycle: Cycle, flavor: str, pools, jobs, out: dict[int, float | Non
         for end, i, g in pool.events:
             heap.append((end, seq, pi, i, g, None))
             seq += 1
-    for job in cycle.running:
+    for job in view.running:
         if job.flavor == flavor:
             heap.append((max(now, job.expected_end), seq, -1, 0, job.gpus, job.department))
             seq += 1
-    for end, dept, fl, gpus in cycle.admitted_end:
+    for end, dept, fl, gpus in view.admitted_end:
         if fl == flavor:
             heap.append((end, seq, -1, 0, gpus, dept))
             seq += 1

@@ -34,9 +34,14 @@ _NUMBER_FIELDS = (
     "min_runtime_s",
     "preemption_window_s",
     "realtime_start_target_s",
+    "size_weight",
+    "starvation_s",
+    "reclaim_delay_s",
+    "drain_ratio",
+    "drain_max_loss_s",
 )
 _POSITIVE_FIELDS = ("deadline_horizon_s", "usage_half_life_s", "preemption_window_s")
-_INT_FIELDS = ("version", "preemption_rate_limit")
+_INT_FIELDS = ("version", "preemption_rate_limit", "realtime_headroom_gpus")
 _KNOWN = set(_NUMBER_FIELDS) | set(_INT_FIELDS) | {"weights", "priority_classes", "allow_short_min_runtime"}
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -151,12 +156,17 @@ def policy_to_dict(policy: Policy) -> dict[str, object]:
     for name in _NUMBER_FIELDS:
         out[name] = getattr(policy, name)
     out["preemption_rate_limit"] = policy.preemption_rate_limit
+    out["realtime_headroom_gpus"] = policy.realtime_headroom_gpus
     out["priority_classes"] = dict(policy.priority_classes)
     out["allow_short_min_runtime"] = policy.min_runtime_s < MIN_RUNTIME_FLOOR_S
     return out
 
 
 # ---------------------------------------------------------------- scoring
+
+# A department's use relative to its entitlement is capped here: beyond four times its share, more use changes
+# nothing (and one idle department cannot make everybody else's factor explode).
+MAX_USE_RATIO = 4.0
 
 
 def fair_shares(usage: Mapping[str, float]) -> dict[str, float]:
@@ -167,6 +177,47 @@ def fair_shares(usage: Mapping[str, float]) -> dict[str, float]:
     if total <= 0:
         return {}
     return {name: max(0.0, float(usage[name])) / total for name in usage}
+
+
+def use_ratios(
+    *,
+    nominal: Mapping[str, int],
+    running: Mapping[str, int],
+    usage: Mapping[str, float],
+) -> dict[str, float]:
+    """Each department's use relative to its entitlement (1.0 = exactly its share of the cohort's nominal
+    quota): the mean of its share of the GPUs running now and its share of the decayed usage (when there is
+    any), each divided by its share of the nominal quotas. A department without nominal quota counts as at
+    its cap. Summed in name order (determinism)."""
+    total_nominal = sum(max(0, nominal[d]) for d in sorted(nominal))
+    total_running = sum(max(0, running[d]) for d in sorted(running))
+    history = fair_shares(usage)
+    out: dict[str, float] = {}
+    for d in sorted(set(nominal) | set(running) | set(usage)):
+        entitled = max(0, nominal.get(d, 0)) / total_nominal if total_nominal else 0.0
+        if entitled <= 0:
+            out[d] = MAX_USE_RATIO
+            continue
+        now_share = max(0, running.get(d, 0)) / total_running if total_running else 0.0
+        share = now_share if not history else 0.5 * (now_share + history.get(d, 0.0))
+        out[d] = min(MAX_USE_RATIO, share / entitled)
+    return out
+
+
+def fair_factor(policy: Policy, use_ratio: float) -> float:
+    """How fast a department's jobs gain score: 2 ** (-(fair_share_weight / 100) * (use_ratio - 1)). At
+    weight 100 a department using twice its share ages at half speed and an idle one at twice the speed;
+    weight 0 turns fair share off."""
+    if policy.fair_share_weight <= 0:
+        return 1.0
+    return 2.0 ** (-(policy.fair_share_weight / 100.0) * (use_ratio - 1.0))
+
+
+def size_factor(policy: Policy, gpu_hours: float) -> float:
+    """(1 + GPU-hours asked for) ** -size_weight: shorter, smaller work gains score faster."""
+    if policy.size_weight <= 0:
+        return 1.0
+    return (1.0 + max(0.0, gpu_hours)) ** -policy.size_weight
 
 
 def decay_usage(previous: float, elapsed_s: float, added_gpu_s: float, half_life_s: float) -> float:
@@ -186,18 +237,24 @@ def job_score(
     submitted_at: float,
     deadline: float | None,
     bid: int,
-    share: float,
+    use_ratio: float = 1.0,
+    gpu_hours: float = 0.0,
     aging: bool = True,
 ) -> float:
-    """score = weight_points * weight[urgency, user_tier] + aging_per_minute * minutes waited
-    + deadline_boost * proximity (0 at >= horizon away, 1 at or past the deadline)
-    + bid_weight * bid - fair_share_weight * department share of decayed usage."""
-    score = policy.weight_points * policy.weights.get((urgency, user_tier), policy.default_weight)
+    """score = weight[urgency, user_tier] * fair_factor(use_ratio) * size_factor(gpu_hours)
+    * (weight_points + aging_per_minute * minutes waited)
+    + deadline_boost * proximity (0 at >= horizon away, 1 at or past the deadline) + bid_weight * bid.
+
+    The weight multiplies the aging as well as the base points, so in a long queue a critical job keeps its
+    lead (it ages four times as fast as a normal one) instead of drowning in everybody's waiting time; every
+    weight above zero still ages, so nobody waits forever (and ``starvation_s`` bounds the wait outright)."""
+    weight = policy.weights.get((urgency, user_tier), policy.default_weight)
+    base = policy.weight_points
     if aging:
-        score += policy.aging_per_minute * max(0.0, now - submitted_at) / 60.0
+        base += policy.aging_per_minute * max(0.0, now - submitted_at) / 60.0
+    score = weight * fair_factor(policy, use_ratio) * size_factor(policy, gpu_hours) * base
     if deadline is not None and policy.deadline_horizon_s > 0:
         proximity = 1.0 - (deadline - now) / policy.deadline_horizon_s
         score += policy.deadline_boost * min(1.0, max(0.0, proximity))
     score += policy.bid_weight * bid
-    score -= policy.fair_share_weight * share
     return score

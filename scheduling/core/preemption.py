@@ -1,31 +1,112 @@
-"""Victim selection: the smallest valid set of running jobs whose eviction lets a preemptor in.
+"""Victim selection: who may be a victim of whom (three rules, one per kind of preemption), and the smallest
+valid set of running jobs whose eviction lets a preemptor in.
+
+Kinds: *priority* (a realtime job must start within its target), *reclaim* (a department within its nominal
+quota takes back lent GPUs), *drain* (the queue's head evicts cheap work rather than idle GPUs while they
+drain for it). The rules are pure functions of the victim, the preemptor and the quota book
+(``priority_victim``, ``reclaim_victim``, ``drain_victim``); the engine adds the cycle-wide guards.
 
 Candidates (per pool, computed once a cycle) are ordered by the total order
-``(not borrowed, -tier rank, score, GPU-seconds already run, id)``: borrowers first, then lower tiers
-(backfill before elastic), then lower score, then least work lost, then the smaller id.
+``(not borrowed, -tier rank, work at risk, score, id)``: borrowers first, then lower tiers (backfill before
+elastic), then the least work lost since the last checkpoint (GPUs x seconds, ``at_risk_s``), then lower
+score, then the smaller id.
 
 The search walks the candidates in that order, adding each *eligible* one until the preemptor fits physically
 (enough pods of its size on the pool's nodes) and quota-wise (its department's limits and the cohort pool
 after the victims' GPUs return), then drops every victim it can spare, last added first. The result is
 minimal (no victim can be removed) and, among minimal sets, prefers the cheapest victims by the order above.
-A single sufficient victim always wins, and among those the one that frees the fewest GPUs (then the order
-above): evicting a 4-GPU gang for a 1-GPU job leaves 3 GPUs idle until a job of that size comes along, which
-on a small cluster costs more utilisation than the preference order saves.
+A single sufficient victim always wins, and among those the one that loses the least work, then frees the
+fewest GPUs (evicting a 4-GPU gang for a 1-GPU job leaves 3 GPUs idle until a job of that size comes along).
 
-Never a victim: realtime jobs, ``preemptible=False`` jobs, jobs taken as victims earlier in the cycle, jobs
-that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a wait), jobs of which any
-disruption budget has no room left for their pods (a pod may be covered by several budgets; the Eviction API
-refuses if any of them has no room, so every one of the job's budgets is charged all of its pods).
+Never a victim: realtime jobs, ``preemptible=False`` jobs (being evicted already), jobs taken as victims
+earlier in the cycle, jobs that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a
+wait), jobs of which any disruption budget has no room left for their pods (a pod may be covered by several
+budgets; the Eviction API refuses if any of them has no room, so every one of the job's budgets is charged all
+of its pods).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
+from .ordering import tier_rank
 from .placement import Pool
 from .quota import QuotaBook
 from .types import RunningJob
+
+# ---------------------------------------------------------------- who may be a victim of whom
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """What the victim rules need to know of the pending job that preempts."""
+
+    department: str
+    flavor: str
+    gpus: int
+    rank: int  # tier rank
+    borrows: bool  # it would take its department beyond its nominal quota
+    starving: bool = False
+
+
+def at_risk_s(job: RunningJob, now: float) -> float:
+    """Seconds of the job's work an eviction now would lose: those since its last checkpoint (all of its run
+    when it declares no checkpoint interval)."""
+    ran = max(0.0, now - job.started_at)
+    interval = job.checkpoint_interval_s
+    if interval is None or interval <= 0:
+        return ran
+    return ran % interval
+
+
+def priority_victim(v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int]) -> bool:
+    """Realtime work that must start within its target: any lower tier, unless the realtime job itself
+    borrows; then only borrowers of departments above their nominal quota, or its own department's lower tiers
+    when that does not just move the borrowing around (the victim would come back in its department's nominal
+    share, ahead of the preemptor, and the eviction would repeat every cooldown for nothing)."""
+    if v.department == p.department:
+        if tier_rank(v.tier) <= p.rank:
+            return False
+        gone = removed.get(p.department, 0)
+        return (
+            not p.borrows
+            or quota.over_nominal(p.department, p.flavor, gone)
+            or quota.usage[(p.department, p.flavor)] - gone - v.gpus + p.gpus <= quota.nominal(p.department, p.flavor)
+        )
+    if not p.borrows and tier_rank(v.tier) > p.rank:
+        return True
+    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0))
+
+
+def reclaim_victim(
+    v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int], *, started_starved: bool
+) -> bool:
+    """A department within its nominal quota takes back lent GPUs: only from other departments' borrowers
+    while those stay above their nominal quota, never of a higher tier than the preemptor (dev/test work does
+    not evict training), never a job that had starved before it started."""
+    if v.department == p.department or tier_rank(v.tier) < p.rank or started_starved:
+        return False
+    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0))
+
+
+def drain_victim(
+    v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int], *, started_starved: bool
+) -> bool:
+    """The queue's head evicts cheap work instead of idling GPUs while they drain: lower tiers of anyone,
+    borrowers above their nominal quota, its own department's work of its tier or lower, and, once the head
+    starves, any work of its tier or lower. Never higher tiers, never a job of its tier or higher that had
+    starved before it started."""
+    vrank = tier_rank(v.tier)
+    if vrank < p.rank or (started_starved and vrank <= p.rank):
+        return False
+    if v.department == p.department or p.starving or vrank > p.rank:
+        return True
+    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0))
+
+
+# ---------------------------------------------------------------- the search
 
 
 class Candidate:
@@ -85,7 +166,7 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
     base = pool.now.capacity(g)
     best = None
     for c in cands:
-        if best is not None and c.job.gpus >= best.job.gpus:
+        if best is not None and (c.key[2], c.job.gpus) >= (best.key[2], best.job.gpus):
             continue
         job = c.job
         if not eligible(job, {}):

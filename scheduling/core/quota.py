@@ -77,6 +77,14 @@ class QuotaBook:
             return reasons.QUOTA_EXHAUSTED
         return None
 
+    def limit_code(self, dept: str, flavor: str, k: int) -> str | None:
+        """The reason code when ``k`` more GPUs would take the department beyond nominal + borrowing limit
+        now (its own running jobs hold what it may use), else None."""
+        nominal, limit, _ = self.limits.get((dept, flavor), (0, 0, 0))
+        if limit is not None and self.usage[(dept, flavor)] + k > nominal + limit:
+            return reasons.QUOTA_EXHAUSTED if limit == 0 else reasons.BORROW_LIMIT
+        return None
+
     def check(
         self, dept: str, flavor: str, k: int, removed: Mapping[str, int] | None = None
     ) -> tuple[str | None, dict[str, object]]:

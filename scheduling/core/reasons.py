@@ -20,6 +20,7 @@ EXCEEDS_CAPACITY = "exceeds_capacity"
 QUOTA_LENT_OUT = "quota_lent_out"
 NO_MATCHING_NODE = "no_matching_node"
 INVALID_REQUEST = "invalid_request"
+REALTIME_HEADROOM = "realtime_headroom"
 
 CODES: dict[str, str] = {
     QUEUED: "Waiting for the next admission cycle.",
@@ -41,4 +42,5 @@ CODES: dict[str, str] = {
     QUOTA_LENT_OUT: "The department's guaranteed GPUs are lent out and cannot be reclaimed right now.",
     NO_MATCHING_NODE: "No schedulable node of this GPU type matches the job's node selector and tolerations.",
     INVALID_REQUEST: "The job asks for no GPUs or no pods.",
+    REALTIME_HEADROOM: "The last free GPUs are kept for realtime work until a running job can be preempted.",
 }

@@ -173,13 +173,28 @@ class Policy:
     deadline_boost: float = 50.0
     deadline_horizon_s: float = 6 * 3600.0
     bid_weight: float = 0.01  # score points per milli-credit of bid
-    fair_share_weight: float = 20.0
+    fair_share_weight: float = 100.0
     usage_half_life_s: float = 7 * 86400.0
     min_runtime_s: float = 600.0  # no job is preempted before it has run this long
     preemption_rate_limit: int = 10  # at most this many victims per window
     preemption_window_s: float = 600.0
     realtime_start_target_s: float = 300.0
-    weight_points: float = 100.0  # score points per unit of weight (added by issue 3)
+    weight_points: float = 100.0  # score points per unit of weight
+    # Shorter work first: the score is divided by (1 + GPU-hours asked for) ** size_weight (0 = off).
+    size_weight: float = 0.3
+    # A job that has waited this long is *starving*: it goes ahead of every non-starving job of its tier and
+    # gets the pool's reservation, whatever its size, score or whether it borrows (0 = never).
+    starvation_s: float = 12 * 3600.0
+    # A blocked job within nominal may reclaim borrowed GPUs at once only by evicting about what it needs;
+    # an eviction that frees more than twice its GPUs waits until the job has waited this long.
+    reclaim_delay_s: float = 1800.0
+    # The queue's head evicts cheap work instead of draining: when the work its victims lose since their last
+    # checkpoint is below drain_ratio x the GPU-time the reservation would leave idle (0 = never).
+    drain_ratio: float = 0.25
+    # ... and only evicts jobs that would lose at most this much work: it waits for their next checkpoint.
+    drain_max_loss_s: float = 300.0
+    # GPUs kept free for realtime work while every running job of a pool is inside its cooldown (0 = off).
+    realtime_headroom_gpus: int = 1
     priority_classes: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType(
             {"realtime": "ai-realtime", "elastic": "ai-elastic", "backfill": "ai-backfill"}

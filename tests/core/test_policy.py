@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from scheduling.core.policy import DEFAULT_POLICY, PolicyError, job_score, policy_from_dict, policy_to_dict
+from scheduling.core.policy import (
+    DEFAULT_POLICY,
+    PolicyError,
+    job_score,
+    policy_from_dict,
+    policy_to_dict,
+    use_ratios,
+)
 
 
 def test_default_round_trips_through_json():
@@ -69,19 +76,44 @@ def test_short_min_runtime_needs_the_explicit_flag():
 
 
 @pytest.mark.parametrize(
-    ("kw", "delta"),
+    ("kw", "expected"),
     [
-        ({"submitted_at": -600.0}, 10.0),  # 10 minutes of aging
-        ({"deadline": 0.0}, 50.0),  # at the deadline: full boost
-        ({"deadline": 3 * 3600.0}, 25.0),  # half the 6 h horizon away
-        ({"bid": 1000}, 10.0),
-        ({"share": 0.5}, -10.0),
+        ({}, 100.0),  # a fresh normal job of a standard user: weight 1 x 100 points
+        ({"submitted_at": -600.0}, 110.0),  # 10 minutes of aging
+        ({"urgency": "critical", "submitted_at": -600.0}, 440.0),  # the weight multiplies the aging too
+        ({"deadline": 0.0}, 150.0),  # at the deadline: full boost
+        ({"deadline": 3 * 3600.0}, 125.0),  # half the 6 h horizon away
+        ({"bid": 1000}, 110.0),
+        ({"use_ratio": 2.0}, 50.0),  # twice its share: half the pace
+        ({"use_ratio": 0.0}, 200.0),  # nothing used: twice the pace
+        ({"gpu_hours": 7.0}, 100.0 * 8**-0.3),  # (1 + GPU-hours) ** -size_weight
     ],
 )
-def test_score_terms(kw, delta):
-    base = {"urgency": "normal", "user_tier": "standard", "submitted_at": 0.0, "deadline": None, "bid": 0,
-            "share": 0.0}  # fmt: skip
-    assert job_score(DEFAULT_POLICY, 0.0, **{**base, **kw}) == pytest.approx(100.0 + delta)
+def test_score_terms(kw, expected):
+    base = {"urgency": "normal", "user_tier": "standard", "submitted_at": 0.0, "deadline": None, "bid": 0}
+    assert job_score(DEFAULT_POLICY, 0.0, **{**base, **kw}) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("nominal", "running", "usage", "expected"),
+    [
+        ({"A": 4, "B": 4}, {"A": 4, "B": 4}, {}, {"A": 1.0, "B": 1.0}),
+        ({"A": 4, "B": 4}, {"A": 8}, {}, {"A": 2.0, "B": 0.0}),
+        ({"A": 6, "B": 2}, {"A": 4, "B": 4}, {}, {"A": 4 / 6, "B": 2.0}),
+        # history counts half: A ran everything lately, nothing now
+        ({"A": 4, "B": 4}, {"B": 8}, {"A": 100.0}, {"A": 1.0, "B": 1.0}),
+        # a department without nominal quota is at the cap; use beyond 4x its share counts as 4x
+        ({"A": 7, "B": 1, "C": 0}, {"B": 8}, {}, {"A": 0.0, "B": 4.0, "C": 4.0}),
+    ],
+)
+def test_use_ratios(nominal, running, usage, expected):
+    assert use_ratios(nominal=nominal, running=running, usage=usage) == pytest.approx(expected)
+
+
+def test_fair_share_weight_zero_turns_fair_share_off():
+    policy = policy_from_dict({"fair_share_weight": 0})
+    base = {"urgency": "normal", "user_tier": "standard", "submitted_at": 0.0, "deadline": None, "bid": 0}
+    assert job_score(policy, 0.0, **base, use_ratio=4.0) == job_score(policy, 0.0, **base, use_ratio=0.0)
 
 
 def test_the_plain_policy_is_the_documented_default():

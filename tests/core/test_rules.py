@@ -40,8 +40,11 @@ def test_tier_order_decides_who_gets_the_last_gpus(tiers, winner):
     [
         ({"urgency": "critical"}, {"urgency": "low"}, 1),
         ({"urgency": "normal", "user_tier": "standard"}, {"urgency": "normal", "user_tier": "pi"}, 2),
-        # aging: a low job waiting 3 hours overtakes a fresh normal one
-        ({"urgency": "low", "submitted_at": NOW - 3 * HOUR}, {"urgency": "normal"}, 1),
+        # aging: a low job ages at a tenth of a normal one's pace: it overtakes a fresh normal one after 15 h
+        ({"urgency": "low", "submitted_at": NOW - 16 * HOUR}, {"urgency": "normal"}, 1),
+        ({"urgency": "low", "submitted_at": NOW - 14 * HOUR}, {"urgency": "normal"}, 2),
+        # shorter work first: the same job asking for a tenth of the time
+        ({"max_runtime_s": 10 * HOUR}, {"max_runtime_s": HOUR}, 2),
         # deadline proximity
         ({"deadline": NOW + 600}, {"deadline": None}, 1),
         # bid
@@ -113,13 +116,33 @@ def test_higher_bid_wins_borrowed_capacity_and_sets_the_clearing_price():
     assert res.code(1) == reasons.QUOTA_EXHAUSTED
 
 
-def test_nominal_jobs_come_before_borrowers_of_the_same_tier():
+@pytest.mark.parametrize(
+    ("a_kw", "winner"),
+    [
+        ({}, 2),  # A has no share of its own: B, within its nominal quota, goes first
+        ({"urgency": "critical", "bid": 20_000}, 1),  # one order: urgency and a bid can outweigh fair share
+        ({"submitted_at": NOW - 25 * HOUR}, 1),  # a starving borrower goes ahead of everybody in its tier
+    ],
+)
+def test_borrowers_and_nominal_jobs_share_one_order(a_kw, winner):
     res = (
         Snap().nodes(1, gpus=4).quota("A", 0).quota("B", 4)
-        .pending(job(1, dept="A", gpus=4, urgency="critical", bid=10_000), job(2, dept="B", gpus=4, urgency="low"))
+        .pending(job(1, dept="A", gpus=4, **a_kw), job(2, dept="B", gpus=4, submitted_at=NOW - HOUR)).decide()
+    )  # fmt: skip
+    assert set(res.admitted) == {winner}
+
+
+def test_a_starving_job_larger_than_its_quota_is_reserved_for():
+    # Department A's 8-GPU job can only run on borrowed GPUs; once it starves it is the pool's head, and the
+    # small jobs of B that would run past the reservation may no longer take the GPUs it waits for.
+    res = (
+        Snap().nodes(1, gpus=8).quota("A", 4).quota("B", 4)
+        .running(run(10, dept="B", gpus=4, ran=60, max_runtime_s=2 * HOUR))
+        .pending(job(1, dept="A", gpus=8, submitted_at=NOW - 30 * HOUR), job(2, dept="B", gpus=2, max_runtime_s=5 * HOUR))
         .decide()
     )  # fmt: skip
-    assert set(res.admitted) == {2}
+    assert res.code(1) == reasons.QUOTA_EXHAUSTED and res.reason[1].detail["reserved_from"] == NOW - 60 + 2 * HOUR
+    assert res.code(2) == reasons.RESERVED_FOR_HEAD
 
 
 @pytest.mark.parametrize(
@@ -148,16 +171,40 @@ def test_budget_holds(credits, holds, admitted, missing):
 # ---------------------------------------------------------------- rule 4: reclaim
 
 
-@pytest.mark.parametrize("borrower_tier", ["elastic", "backfill"])
-def test_department_below_nominal_reclaims_from_borrowers_even_of_a_higher_tier(borrower_tier):
+@pytest.mark.parametrize(
+    ("preemptor", "borrower", "borrower_kw", "waited", "reclaims"),
+    [
+        ("elastic", "elastic", {}, HOUR, True),
+        ("elastic", "backfill", {}, HOUR, True),
+        ("backfill", "backfill", {}, HOUR, True),
+        ("backfill", "elastic", {}, HOUR, False),  # dev/test work never evicts training
+        ("elastic", "elastic", {}, 600, False),  # not before the job waited reclaim_delay_s
+        ("elastic", "elastic", {"max_runtime_s": 2 * HOUR + 600}, HOUR, False),  # the borrower ends soon
+        ("elastic", "elastic", {"submitted_at": NOW - 40 * HOUR}, HOUR, False),  # it starved before it ran
+    ],
+)
+def test_department_below_nominal_reclaims_boundedly(preemptor, borrower, borrower_kw, waited, reclaims):
+    borrower_kw = {"max_runtime_s": 20 * HOUR, **borrower_kw}
     res = (
         Snap().nodes(1, gpus=8).quota("A", 4).quota("B", 4)
-        .running(run(10, dept="B", gpus=8, tier=borrower_tier, borrowed=True))
-        .pending(job(1, dept="A", gpus=4, tier="backfill")).decide()
+        .running(run(10, dept="B", gpus=8, tier=borrower, borrowed=True, ran=2 * HOUR, **borrower_kw))
+        .pending(job(1, dept="A", gpus=4, tier=preemptor, submitted_at=NOW - waited)).decide()
     )  # fmt: skip
-    assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS
-    (p,) = res.raw.preemptions
-    assert p.preemptor_id == 1 and p.victim_ids == (10,) and p.reason == "reclaim"
+    if reclaims:
+        assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS
+        (p,) = res.raw.preemptions
+        assert p.preemptor_id == 1 and p.victim_ids == (10,) and p.reason == "reclaim"
+    else:
+        assert not [p for p in res.raw.preemptions if p.reason == "reclaim"]
+
+
+def test_reclaim_frees_at_most_twice_what_the_job_needs():
+    res = (
+        Snap().nodes(1, gpus=8).quota("A", 4).quota("B", 4)
+        .running(run(10, dept="B", gpus=8, borrowed=True, ran=2 * HOUR, max_runtime_s=20 * HOUR))
+        .pending(job(1, dept="A", gpus=1, submitted_at=NOW - HOUR)).decide()
+    )  # fmt: skip
+    assert not [p for p in res.raw.preemptions if p.reason == "reclaim"]
 
 
 def test_no_reclaim_from_a_department_within_its_nominal():
@@ -207,7 +254,8 @@ def test_best_fit_keeps_whole_nodes_free():
 def test_mig_profiles_are_their_own_flavors():
     res = (
         Snap().node("n0", "a100", 8).node("n0", "mig-3g", 2).quota("A", 8).quota("A", 2, flavor="mig-3g")
-        .pending(job(1, flavor="mig-3g", gpus=2), job(2, flavor="mig-3g"), job(3, flavor="h100")).decide()
+        .pending(job(1, flavor="mig-3g", gpus=2, submitted_at=NOW - HOUR), job(2, flavor="mig-3g"), job(3, flavor="h100"))
+        .decide()
     )  # fmt: skip
     assert res.placement(1) == ("n0",)
     assert res.code(2) in (reasons.BORROW_LIMIT, reasons.QUOTA_EXHAUSTED, reasons.NO_CAPACITY)
@@ -499,7 +547,8 @@ def test_estimates_follow_running_jobs_ending_at_max_runtime():
     res = (
         Snap().nodes(1).quota("A", 8)
         .running(run(10, gpus=8, ran=600, max_runtime_s=HOUR))
-        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR), job(2, gpus=4), job(3, gpus=8, pods=2)).decide()
+        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR, submitted_at=NOW - HOUR), job(2, gpus=4), job(3, gpus=8, pods=2))
+        .decide()
     )  # fmt: skip
     assert res.reason[1].estimated_start == NOW - 600 + HOUR
     assert res.reason[2].estimated_start == NOW - 600 + 3 * HOUR  # after job 1 (in queue order)
@@ -555,7 +604,8 @@ def test_estimates_off_changes_no_decision_and_keeps_only_reservation_times():
     built = (
         Snap().nodes(1).quota("A", 16)
         .running(run(10, gpus=8, ran=600, max_runtime_s=HOUR))
-        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR), job(2, gpus=4), job(3, gpus=2)).build()
+        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR, submitted_at=NOW - 2 * HOUR), job(2, gpus=4), job(3, gpus=2))
+        .build()
     )  # fmt: skip
     on, off = schedule(built), schedule(replace(built, estimates=False))
     assert on.admissions == off.admissions and on.preemptions == off.preemptions
@@ -564,3 +614,105 @@ def test_estimates_off_changes_no_decision_and_keeps_only_reservation_times():
     assert est_off[1] == NOW - 600 + HOUR  # the EASY head keeps its reservation time
     assert est_off[2] is None and est_off[3] is None
     assert {r.job_id: r.estimated_start for r in on.pending}[2] is not None
+
+
+# ---------------------------------------------------------------- drain, headroom, evictions in flight
+
+
+@pytest.mark.parametrize(
+    ("victim_kw", "drains"),
+    [
+        # 1 GPU of dev/test work at a checkpoint blocks an 8-GPU head for 5 hours: evict it
+        ({"tier": "backfill", "checkpoint_interval_s": 1800.0, "ran": 2 * HOUR}, True),
+        # ... but not 20 minutes after its last checkpoint: wait for the next one
+        ({"tier": "backfill", "checkpoint_interval_s": 1800.0, "ran": 2 * HOUR + 1200}, False),
+        # no checkpoint declared: all of its run would be lost
+        ({"tier": "backfill", "ran": 2 * HOUR}, False),
+        # another department's training within its nominal quota is safe from a head that does not starve
+        ({"tier": "elastic", "dept": "B", "checkpoint_interval_s": 1800.0, "ran": 2 * HOUR}, False),
+        # inside its cooldown
+        ({"tier": "backfill", "checkpoint_interval_s": 60.0, "ran": 300.0}, False),
+    ],
+)
+def test_the_head_drains_cheap_work_instead_of_idling_gpus(victim_kw, drains):
+    victim_kw = {"dept": "A", "max_runtime_s": 7 * HOUR, **victim_kw}
+    res = (
+        Snap().nodes(1, gpus=8).quota("A", 4).quota("B", 4)
+        .running(run(10, gpus=1, **victim_kw))
+        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR)).decide()
+    )  # fmt: skip
+    if drains:
+        assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS
+        (p,) = res.raw.preemptions
+        assert (p.victim_ids, p.reason) == ((10,), "drain")
+    else:
+        assert not res.raw.preemptions and "reserved_from" in res.reason[1].detail
+
+
+def test_drain_only_when_the_idle_time_saved_outweighs_the_work_lost():
+    # 4 GPUs x 20 minutes at risk against 4 idle GPUs x 30 minutes: too dear at drain_ratio 0.25
+    snap = (
+        Snap().nodes(1, gpus=8).quota("A", 8)
+        .running(run(10, gpus=4, tier="backfill", ran=1200, max_runtime_s=1200 + 1800, checkpoint_interval_s=3600))
+        .pending(job(1, gpus=8))
+    )  # fmt: skip
+    assert not snap.decide().raw.preemptions
+    assert snap.policy(drain_ratio=1.0, drain_max_loss_s=3600).decide().raw.preemptions
+
+
+def test_a_starving_head_drains_other_departments_training():
+    res = (
+        Snap().nodes(1, gpus=8).quota("A", 4).quota("B", 4)
+        .running(run(10, dept="B", gpus=1, ran=2 * HOUR, max_runtime_s=7 * HOUR, checkpoint_interval_s=1800.0))
+        .pending(job(1, gpus=8, submitted_at=NOW - 13 * HOUR)).decide()
+    )  # fmt: skip
+    assert [(p.victim_ids, p.reason) for p in res.raw.preemptions] == [((10,), "drain")]
+
+
+@pytest.mark.parametrize(
+    ("running_kw", "admitted"),
+    [
+        ({"ran": 120.0}, False),  # every running job is inside its cooldown: keep the last GPU for realtime work
+        ({"ran": 600.0}, True),  # a running job can be preempted soon enough: no need
+        ({"ran": 120.0, "tier": "realtime", "preemptible": False}, True),  # nothing preemptible at all
+    ],
+)
+def test_the_last_gpu_is_kept_for_realtime_work(running_kw, admitted):
+    res = Snap().nodes(1, gpus=4).quota("A", 4).running(run(10, gpus=3, **running_kw)).pending(job(1)).decide()
+    assert (res.code(1) == "admitted") is admitted
+    if not admitted:
+        assert res.code(1) == reasons.REALTIME_HEADROOM
+    realtime = Snap().nodes(1, gpus=4).quota("A", 4).running(run(10, gpus=3, **running_kw))
+    assert realtime.pending(job(1, tier="realtime")).decide().code(1) == "admitted"
+
+
+def test_a_preemptor_waits_for_its_victims_in_flight_instead_of_choosing_more():
+    res = (
+        Snap().nodes(1, gpus=2).quota("A", 2)
+        .running(run(10, gpus=1, preemptible=False, evicting_for=1), run(11, gpus=1, tier="backfill"))
+        .pending(job(1, gpus=2, tier="realtime")).decide()
+    )  # fmt: skip
+    assert not res.raw.preemptions
+    assert res.code(1) == reasons.PREEMPTION_IN_PROGRESS and res.reason[1].detail["victims"] == [10]
+
+
+def test_victims_lose_the_least_work_since_their_checkpoint():
+    res = (
+        Snap().nodes(1, gpus=2).quota("A", 2)
+        .running(
+            run(10, gpus=1, ran=5 * HOUR, checkpoint_interval_s=1800.0),  # checkpointed 0 s ago
+            run(11, gpus=1, ran=HOUR + 1500, checkpoint_interval_s=1800.0),  # 25 minutes at risk
+        )
+        .pending(job(1, tier="realtime")).decide()
+    )  # fmt: skip
+    assert res.victims == {10}
+
+
+def test_fair_share_weight_moves_the_order():
+    snap = (
+        Snap().nodes(1, gpus=1).quota("A", 4).quota("B", 4)
+        .running(run(10, dept="A", on="n9", gpus=4))  # A already uses its share elsewhere
+        .pending(job(1, dept="A", urgency="high"), job(2, dept="B"))
+    )  # fmt: skip
+    assert set(snap.decide().admitted) == {2}
+    assert set(snap.policy(fair_share_weight=0.0).decide().admitted) == {1}

@@ -1,0 +1,36 @@
+"""How a pending job is explained: which capacity reason wins across pools, which reasons carry no estimated
+start, and the one-line note of a quota wait. Pure data and functions; the engine decides which applies."""
+
+from __future__ import annotations
+
+from . import reasons
+
+# How blocked-by-capacity reasons rank when a job could go to several pools (clusters): the most hopeful wins.
+CAPACITY_RANK = {
+    reasons.RESERVED_FOR_HEAD: 0,
+    reasons.WAITING_FOR_HIGHER_PRIORITY: 1,
+    reasons.NO_FITTING_NODE: 2,
+    reasons.NO_CAPACITY: 3,
+    reasons.NO_MATCHING_NODE: 4,
+    reasons.EXCEEDS_CAPACITY: 5,
+}
+
+# Waits whose end cannot be predicted honestly: credits (refills are not predictable), impossible requests,
+# evictions under way (their duration is the victims' grace period, not known here).
+NO_ESTIMATE = frozenset(
+    {
+        reasons.BUDGET_INSUFFICIENT,
+        reasons.UNKNOWN_FLAVOR,
+        reasons.EXCEEDS_CAPACITY,
+        reasons.NO_MATCHING_NODE,
+        reasons.INVALID_REQUEST,
+        reasons.PREEMPTION_IN_PROGRESS,
+    }
+)
+
+
+def quota_note(detail: dict) -> str:
+    note = f"{detail.get('in_use')} of nominal {detail.get('nominal')} in use, {detail.get('requested')} requested"
+    if "cohort_idle" in detail:  # what could be borrowed: the number that explains most quota waits
+        note += f", {detail['cohort_idle']} idle in the cohort to borrow"
+    return note

@@ -1,0 +1,96 @@
+"""The one pending order, and the scores it is made of (pure; see docs/scheduling.md, "Orderings").
+
+Pending jobs are taken in the order ``(tier rank, not starving, starving since | -score, submitted_at, id)``:
+realtime before elastic before backfill; within a tier, starving jobs first (the longest starving first), then
+the others by score. Every term is documented in ``policy.job_score`` and ``starving_since``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .policy import job_score, use_ratios
+from .types import TIER_RANK, TIERS, PendingJob, Policy, RunningJob, Snapshot
+
+REALTIME = TIER_RANK["realtime"]
+_LOWEST = len(TIERS)
+
+# A job's weight stretches or shrinks its starvation limit only this far: a critical job starves after a
+# quarter of the limit, a low one after twice the limit (never later).
+STARVATION_WEIGHT_RANGE = (0.5, 4.0)
+
+
+def tier_rank(tier: str) -> int:
+    return TIER_RANK.get(tier, _LOWEST)
+
+
+def starving_since(policy: Policy, now: float, job: PendingJob) -> float | None:
+    """When the job started starving: ``starvation_s`` divided by its weight (clamped to 0.5..4) after its
+    submission. None while it does not starve, and always for realtime work (it has its own start target)."""
+    limit = policy.starvation_s
+    if limit <= 0 or tier_rank(job.tier) == REALTIME:
+        return None
+    weight = policy.weights.get((job.urgency, job.user_tier), policy.default_weight)
+    lo, hi = STARVATION_WEIGHT_RANGE
+    since = job.submitted_at + limit / min(hi, max(lo, weight))
+    return since if since <= now else None
+
+
+def started_starved(policy: Policy, job: RunningJob) -> bool:
+    """Whether a running job had starved before it started (measured from its first submission). Such a job is
+    not reclaimed or drained by work of its own tier: it would starve again, and the eviction would repeat."""
+    return policy.starvation_s > 0 and job.started_at - job.submitted_at >= policy.starvation_s
+
+
+class Scorer:
+    """Scores of one cycle: the departments' use ratios are computed once from the snapshot."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.policy = snapshot.policy
+        self.now = snapshot.now
+        nominal: dict[str, int] = defaultdict(int)
+        for q in snapshot.quotas:
+            nominal[q.department] += max(0, q.nominal)
+        running: dict[str, int] = defaultdict(int)
+        for job in snapshot.running:
+            running[job.department] += job.gpus
+        self.ratios = use_ratios(nominal=nominal, running=running, usage=snapshot.usage)
+        self._scores: dict[int, float] = {}
+
+    def score(self, job: PendingJob) -> float:
+        s = self._scores.get(job.id)
+        if s is None:
+            s = job_score(
+                self.policy,
+                self.now,
+                urgency=job.urgency,
+                user_tier=job.user_tier,
+                submitted_at=job.submitted_at,
+                deadline=job.deadline,
+                bid=job.bid,
+                use_ratio=self.ratios.get(job.department, 1.0),
+                gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
+            )
+            self._scores[job.id] = s
+        return s
+
+    def running_score(self, job: RunningJob) -> float:
+        """A running job's score without aging or deadline (for the victim order)."""
+        return job_score(
+            self.policy,
+            self.now,
+            urgency=job.urgency,
+            user_tier=job.user_tier,
+            submitted_at=job.submitted_at,
+            deadline=None,
+            bid=job.bid,
+            use_ratio=self.ratios.get(job.department, 1.0),
+            gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
+            aging=False,
+        )
+
+    def order_key(self, job: PendingJob) -> tuple:
+        since = starving_since(self.policy, self.now, job)
+        if since is not None:
+            return (tier_rank(job.tier), 0, since, job.submitted_at, job.id)
+        return (tier_rank(job.tier), 1, -self.score(job), job.submitted_at, job.id)
