@@ -23,7 +23,7 @@ from types import MappingProxyType
 from . import reasons
 from .estimate import EstimateView, estimate_pending
 from .explain import CAPACITY_RANK, NO_ESTIMATE, quota_note
-from .ordering import REALTIME, Scorer, started_starved, starving_since, tier_rank
+from .ordering import REALTIME, Scorer, started_starved, tier_rank
 from .placement import Pool
 from .preemption import (
     Candidate,
@@ -172,7 +172,7 @@ class Cycle:
         )
 
     def starving(self, job: PendingJob) -> bool:
-        return starving_since(self.policy, self.now, job) is not None
+        return self.scorer.starving_since(job) is not None
 
     def consider(self, job: PendingJob) -> None:
         """Admit, preempt for, or explain ``job``."""

@@ -173,7 +173,7 @@ class Policy:
     deadline_boost: float = 50.0
     deadline_horizon_s: float = 6 * 3600.0
     bid_weight: float = 0.01  # score points per milli-credit of bid
-    fair_share_weight: float = 100.0
+    fair_share_weight: float = 400.0
     usage_half_life_s: float = 7 * 86400.0
     min_runtime_s: float = 600.0  # no job is preempted before it has run this long
     preemption_rate_limit: int = 10  # at most this many victims per window
