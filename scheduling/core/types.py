@@ -97,10 +97,6 @@ class PendingJob:
     hold: int = 0  # credits the department must have available to admit this job (0 = free)
     cluster: str | None = None  # pinned cluster, None = any
     attempt: int = 1
-    # Extra node constraints beyond the flavor (rare): every (key, value) must be among the node's labels,
-    # and the job may use a tainted node only when it tolerates every one of the node's taint keys.
-    node_selector: tuple[tuple[str, str], ...] = ()
-    tolerations: tuple[str, ...] = ()
     # How often the job saves a checkpoint it can resume from (None: never, or unknown). The engine prefers
     # victims that lose the least work since their last checkpoint.
     checkpoint_interval_s: float | None = None
