@@ -23,7 +23,7 @@ from types import MappingProxyType
 from . import reasons
 from .estimate import EstimateView, estimate_pending
 from .explain import CAPACITY_RANK, NO_ESTIMATE, quota_note
-from .ordering import REALTIME, Scorer, started_starved, starving_since, tier_rank
+from .ordering import REALTIME, Scorer, started_starved, tier_rank
 from .placement import Pool
 from .preemption import (
     Candidate,
@@ -172,7 +172,7 @@ class Cycle:
         )
 
     def starving(self, job: PendingJob) -> bool:
-        return starving_since(self.policy, self.now, job) is not None
+        return self.scorer.starving_since(job) is not None
 
     def consider(self, job: PendingJob) -> None:
         """Admit, preempt for, or explain ``job``."""
@@ -215,15 +215,14 @@ class Cycle:
         if limit is not None:
             # The department itself holds all it may: only its own jobs ending let this one in, or, for
             # realtime work, the eviction of the department's own lower tiers.
-            if realtime and not (job.node_selector or job.tolerations) and job.id not in self.inflight:
+            if realtime and job.id not in self.inflight:
                 outcome = self.preempt(job, self.pool_cache[(flavor, job.cluster)], borrows)
                 if outcome is None:
                     return None
             detail = self.quota.detail(job.department, flavor, k)
             return self.pend(job, limit, detail, quota_note(detail))
         code, detail = self.quota.check(job.department, flavor, k)
-        selective = bool(job.node_selector or job.tolerations)
-        if code is None and self.admit(job, pools, selective, borrows):
+        if code is None and self.admit(job, pools, borrows):
             return None
         if code is None and job.id in self.headroom_held:
             return self.pend(
@@ -238,39 +237,31 @@ class Cycle:
             )
         # Blocked by the cohort's quota (others use the GPUs it could have) or by capacity: preempt when the
         # rules allow it, else wait, as the pool's reserved head when it is the first to wait.
-        if not selective and realtime:
+        if realtime:
             outcome = self.preempt(job, pools, borrows)
             if outcome is None:
                 return None  # preemption under way
             if outcome[0] is not None:
                 return self.pend(job, outcome[0], outcome[1])
-        return self.blocked(job, pools, selective, code, detail)
+        return self.blocked(job, pools, code, detail)
 
-    def admit(self, job: PendingJob, pools: list[Pool], selective: bool, borrows: bool) -> bool:
+    def admit(self, job: PendingJob, pools: list[Pool], borrows: bool) -> bool:
         g, n = job.gpus_per_pod, job.pods
         end = self.now + job.max_runtime_s
         options = []
         for pool in pools:
             long = pool.reservation is not None and end > pool.reservation.until
-            if selective:
-                nodes = pool.candidates(job.node_selector, job.tolerations)
-                value = sum(max(0, pool.eff(i) if long else pool.free[i]) // g for i in nodes)
-                if value >= n:
-                    options.append(
-                        (sum(max(0, pool.free[i]) for i in nodes), pool.cluster, pool, long, nodes)
-                    )
-            else:
-                index = pool.long if (long and pool.long is not None) else pool.now
-                if index.capacity(g) >= n:
-                    if not self.leaves_headroom(job, pool):
-                        self.headroom_held.add(job.id)
-                        continue
-                    total = index.free_total() if len(pools) > 1 else 0
-                    options.append((total, pool.cluster, pool, long, None))
+            index = pool.long if (long and pool.long is not None) else pool.now
+            if index.capacity(g) >= n:
+                if not self.leaves_headroom(job, pool):
+                    self.headroom_held.add(job.id)
+                    continue
+                total = index.free_total() if len(pools) > 1 else 0
+                options.append((total, pool.cluster, pool, long))
         if not options:
             return False
-        _, _, pool, long, nodes = min(options, key=lambda o: (o[0], o[1]))
-        placed = pool.place_selective(nodes, g, n, long) if selective else pool.place(g, n, long)
+        _, _, pool, long = min(options, key=lambda o: (o[0], o[1]))
+        placed = pool.place(g, n, long)
         for i in placed:
             pool.events.append((end, i, g))
         self.quota.add(job.department, job.flavor, job.gpus)
@@ -479,44 +470,30 @@ class Cycle:
         return detail
 
     def blocked(
-        self, job: PendingJob, pools: list[Pool], selective: bool, quota_code: str | None, quota_detail: dict
+        self, job: PendingJob, pools: list[Pool], quota_code: str | None, quota_detail: dict
     ) -> bool:
         """Explain a job that cannot start now, and make it the pool's reserved head when it is the first to
         wait there. A job held by the cohort's quota reserves too when the GPUs it needs are physically in use
         (lent-out capacity is capacity); one that would fit physically now waits on quota alone."""
         g, n, k = job.gpus_per_pod, job.pods, job.gpus
-        if quota_code is not None and (
-            selective or any(p.now.capacity(g) >= n and p.reservation is None for p in pools)
-        ):
+        if quota_code is not None and any(p.now.capacity(g) >= n and p.reservation is None for p in pools):
             return self.pend(job, quota_code, quota_detail, quota_note(quota_detail))
         end = self.now + job.max_runtime_s
         best: tuple[int, str, dict] | None = None
         free_total = 0
         for pool in pools:
             long = pool.reservation is not None and end > pool.reservation.until
-            if selective:
-                nodes = pool.candidates(job.node_selector, job.tolerations)
-                if not nodes:
-                    code = reasons.NO_MATCHING_NODE
-                elif sum(pool.size[i] // g for i in nodes) < n:
-                    code = reasons.EXCEEDS_CAPACITY
-                elif sum(max(0, pool.free[i]) // g for i in nodes) >= n:
-                    code = reasons.RESERVED_FOR_HEAD
-                else:
-                    code = reasons.NO_CAPACITY
-                free = sum(max(0, pool.free[i]) for i in nodes)
+            free = pool.now.free_total()
+            if pool.empty.capacity(g) < n:
+                code = reasons.EXCEEDS_CAPACITY
+            elif long and pool.now.capacity(g) >= n:
+                code = reasons.RESERVED_FOR_HEAD
+            elif pool.reservation is not None or pool.initial_capacity(g) >= n:
+                code = reasons.WAITING_FOR_HIGHER_PRIORITY
+            elif free >= k:
+                code = reasons.NO_FITTING_NODE
             else:
-                free = pool.now.free_total()
-                if pool.empty.capacity(g) < n:
-                    code = reasons.EXCEEDS_CAPACITY
-                elif long and pool.now.capacity(g) >= n:
-                    code = reasons.RESERVED_FOR_HEAD
-                elif pool.reservation is not None or pool.initial_capacity(g) >= n:
-                    code = reasons.WAITING_FOR_HIGHER_PRIORITY
-                elif free >= k:
-                    code = reasons.NO_FITTING_NODE
-                else:
-                    code = reasons.NO_CAPACITY
+                code = reasons.NO_CAPACITY
             free_total += free
             detail: dict[str, object] = {"free": free, "requested": k, "pods": n, "cluster": pool.cluster}
             if pool.reservation is not None and code in (
@@ -533,7 +510,7 @@ class Cycle:
         detail["free"] = free_total if len(pools) > 1 else detail["free"]
         note = None
         # EASY: the first job blocked by capacity in a pool without a reservation becomes its head.
-        if not selective and code != reasons.EXCEEDS_CAPACITY and all(p.reservation is None for p in pools):
+        if code != reasons.EXCEEDS_CAPACITY and all(p.reservation is None for p in pools):
             fits = []
             for pool in pools:
                 found = pool.earliest_fit(g, n, self.now)

@@ -2,15 +2,14 @@
 
 For each flavor the estimate replays the future from the cycle's outcome: every running and just-admitted job
 ends at its max runtime (a job already past it ends "now"), nothing new arrives, nobody is preempted, and
-the pending jobs start *in queue order* (the cycle's order ``(tier rank, -score, submitted_at, id)``), each at
+the pending jobs start *in queue order* (the cycle's pending order, ``ordering``), each at
 the first instant when it fits both physically (best fit, whole gang) and quota-wise, and never before the
 job ahead of it. Backfill can only make a real start earlier, so the figure is an upper bound under those
 assumptions. A blocked head with an EASY reservation gets its reservation time (a promise the backfill keeps).
 
 The estimate is None ("unknown") when it cannot be honest: the job waits on credits (refills are not
 predictable), on an unknown flavor or an impossible size, on preemptions under way (eviction time is not
-known), on node selectors/tolerations, when it lies deeper than ``DEPTH`` jobs in its flavor's queue, or
-further than ``HORIZON_S`` ahead.
+known), when it lies deeper than ``DEPTH`` jobs in its flavor's queue, or further than ``HORIZON_S`` ahead.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, f
     out: dict[int, float | None] = {}
     by_flavor: dict[str, list[PendingJob]] = defaultdict(list)
     for job in still:
-        if view.codes[job.id] in NO_ESTIMATE or job.node_selector or job.tolerations:
+        if view.codes[job.id] in NO_ESTIMATE:
             continue
         by_flavor[job.flavor].append(job)
     for flavor, jobs in sorted(by_flavor.items()):

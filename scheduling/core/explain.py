@@ -11,8 +11,7 @@ CAPACITY_RANK = {
     reasons.WAITING_FOR_HIGHER_PRIORITY: 1,
     reasons.NO_FITTING_NODE: 2,
     reasons.NO_CAPACITY: 3,
-    reasons.NO_MATCHING_NODE: 4,
-    reasons.EXCEEDS_CAPACITY: 5,
+    reasons.EXCEEDS_CAPACITY: 4,
 }
 
 # Waits whose end cannot be predicted honestly: credits (refills are not predictable), impossible requests,
@@ -22,7 +21,6 @@ NO_ESTIMATE = frozenset(
         reasons.BUDGET_INSUFFICIENT,
         reasons.UNKNOWN_FLAVOR,
         reasons.EXCEEDS_CAPACITY,
-        reasons.NO_MATCHING_NODE,
         reasons.INVALID_REQUEST,
         reasons.PREEMPTION_IN_PROGRESS,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .policy import job_score, use_ratios
+from .policy import fair_factor, job_score, use_ratios
 from .types import TIER_RANK, TIERS, PendingJob, Policy, RunningJob, Snapshot
 
 REALTIME = TIER_RANK["realtime"]
@@ -24,13 +24,15 @@ def tier_rank(tier: str) -> int:
     return TIER_RANK.get(tier, _LOWEST)
 
 
-def starving_since(policy: Policy, now: float, job: PendingJob) -> float | None:
-    """When the job started starving: ``starvation_s`` divided by its weight (clamped to 0.5..4) after its
-    submission. None while it does not starve, and always for realtime work (it has its own start target)."""
+def starving_since(policy: Policy, now: float, job: PendingJob, fair: float = 1.0) -> float | None:
+    """When the job started starving: ``starvation_s`` divided by its weight times its department's fair-share
+    factor (the product clamped to 0.5..4) after its submission, so that urgency and fair share order the
+    starving jobs too. None while it does not starve, and always for realtime work (it has its own start
+    target)."""
     limit = policy.starvation_s
     if limit <= 0 or tier_rank(job.tier) == REALTIME:
         return None
-    weight = policy.weights.get((job.urgency, job.user_tier), policy.default_weight)
+    weight = policy.weights.get((job.urgency, job.user_tier), policy.default_weight) * fair
     lo, hi = STARVATION_WEIGHT_RANGE
     since = job.submitted_at + limit / min(hi, max(lo, weight))
     return since if since <= now else None
@@ -89,8 +91,14 @@ class Scorer:
             aging=False,
         )
 
+    def fair(self, department: str) -> float:
+        return fair_factor(self.policy, self.ratios.get(department, 1.0))
+
+    def starving_since(self, job: PendingJob) -> float | None:
+        return starving_since(self.policy, self.now, job, self.fair(job.department))
+
     def order_key(self, job: PendingJob) -> tuple:
-        since = starving_since(self.policy, self.now, job)
+        since = self.starving_since(job)
         if since is not None:
             return (tier_rank(job.tier), 0, since, job.submitted_at, job.id)
         return (tier_rank(job.tier), 1, -self.score(job), job.submitted_at, job.id)

@@ -11,8 +11,7 @@ A ``Pool`` holds the schedulable nodes of one (cluster, flavor). Node ``i`` is t
   the capacity by exactly one), so a gang is checked before anything is taken: all or nothing.
 
 Nodes that are cordoned / not Ready are not in any pool. Tainted (but schedulable) nodes are in their pool yet
-not in the index: only jobs that tolerate the taints (the rare "selective" jobs, placed by a linear scan) use
-them. Free GPUs may be negative when the input over-commits a node; the index sees max(0, free).
+not in the index: the adapter reports only taints the portal's pods do not tolerate, so no job uses them. Free GPUs may be negative when the input over-commits a node; the index sees max(0, free).
 """
 
 from __future__ import annotations
@@ -77,7 +76,6 @@ class Pool:
         "pos",
         "size",
         "free",
-        "labels",
         "taints",
         "indexed",
         "now",
@@ -97,7 +95,6 @@ class Pool:
         self.pos = {n.name: i for i, n in enumerate(nodes)}
         self.size = [max(0, n.gpus - n.used_by_others) for n in nodes]
         self.free = list(self.size)
-        self.labels = [dict(n.labels) for n in nodes]
         self.taints = [frozenset(n.taints) for n in nodes]
         self.indexed = [i for i, n in enumerate(nodes) if not n.taints]
         self.now: BucketIndex | None = None
@@ -145,28 +142,6 @@ class Pool:
         for _ in range(pods):
             i = index.best(g)
             out.append(i)
-            self.take(i, g, long)
-        return out
-
-    def candidates(self, selector: tuple[tuple[str, str], ...], tolerations: tuple[str, ...]) -> list[int]:
-        tol = frozenset(tolerations)
-        return [
-            i
-            for i in range(len(self.names))
-            if self.taints[i] <= tol and all(self.labels[i].get(k) == v for k, v in selector)
-        ]
-
-    def place_selective(self, nodes: list[int], g: int, pods: int, long: bool) -> list[int] | None:
-        """Linear best fit over an explicit node list (jobs with a node selector or tolerations)."""
-        value = {i: (self.eff(i) if long else self.free[i]) for i in nodes}
-        if sum(max(0, v) // g for v in value.values()) < pods:
-            return None
-        out = []
-        for _ in range(pods):
-            i = min((v, i) for i, v in value.items() if v >= g)[1]
-            value[i] -= g
-            out.append(i)
-        for i in out:
             self.take(i, g, long)
         return out
 

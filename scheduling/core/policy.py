@@ -206,8 +206,8 @@ def use_ratios(
 
 def fair_factor(policy: Policy, use_ratio: float) -> float:
     """How fast a department's jobs gain score: 2 ** (-(fair_share_weight / 100) * (use_ratio - 1)). At
-    weight 100 a department using twice its share ages at half speed and an idle one at twice the speed;
-    weight 0 turns fair share off."""
+    weight 100 a department using twice its share ages at half speed and an idle one at twice the speed (at
+    the default 400: a sixteenth, and 16 times); weight 0 turns fair share off."""
     if policy.fair_share_weight <= 0:
         return 1.0
     return 2.0 ** (-(policy.fair_share_weight / 100.0) * (use_ratio - 1.0))

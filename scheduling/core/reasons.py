@@ -18,7 +18,6 @@ CLUSTER_UNREACHABLE = "cluster_unreachable"
 # added by the engine (issue 3)
 EXCEEDS_CAPACITY = "exceeds_capacity"
 QUOTA_LENT_OUT = "quota_lent_out"
-NO_MATCHING_NODE = "no_matching_node"
 INVALID_REQUEST = "invalid_request"
 REALTIME_HEADROOM = "realtime_headroom"
 
@@ -40,7 +39,6 @@ CODES: dict[str, str] = {
     CLUSTER_UNREACHABLE: "The cluster API is unreachable; the job will be retried.",
     EXCEEDS_CAPACITY: "The job needs more GPUs (or a bigger gang) than this GPU type can ever offer.",
     QUOTA_LENT_OUT: "The department's guaranteed GPUs are lent out and cannot be reclaimed right now.",
-    NO_MATCHING_NODE: "No schedulable node of this GPU type matches the job's node selector and tolerations.",
     INVALID_REQUEST: "The job asks for no GPUs or no pods.",
     REALTIME_HEADROOM: "The last free GPUs are kept for realtime work until a running job can be preempted.",
 }

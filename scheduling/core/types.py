@@ -97,10 +97,6 @@ class PendingJob:
     hold: int = 0  # credits the department must have available to admit this job (0 = free)
     cluster: str | None = None  # pinned cluster, None = any
     attempt: int = 1
-    # Extra node constraints beyond the flavor (rare): every (key, value) must be among the node's labels,
-    # and the job may use a tainted node only when it tolerates every one of the node's taint keys.
-    node_selector: tuple[tuple[str, str], ...] = ()
-    tolerations: tuple[str, ...] = ()
     # How often the job saves a checkpoint it can resume from (None: never, or unknown). The engine prefers
     # victims that lose the least work since their last checkpoint.
     checkpoint_interval_s: float | None = None
@@ -173,7 +169,7 @@ class Policy:
     deadline_boost: float = 50.0
     deadline_horizon_s: float = 6 * 3600.0
     bid_weight: float = 0.01  # score points per milli-credit of bid
-    fair_share_weight: float = 100.0
+    fair_share_weight: float = 400.0
     usage_half_life_s: float = 7 * 86400.0
     min_runtime_s: float = 600.0  # no job is preempted before it has run this long
     preemption_rate_limit: int = 10  # at most this many victims per window

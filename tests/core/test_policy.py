@@ -84,8 +84,8 @@ def test_short_min_runtime_needs_the_explicit_flag():
         ({"deadline": 0.0}, 150.0),  # at the deadline: full boost
         ({"deadline": 3 * 3600.0}, 125.0),  # half the 6 h horizon away
         ({"bid": 1000}, 110.0),
-        ({"use_ratio": 2.0}, 50.0),  # twice its share: half the pace
-        ({"use_ratio": 0.0}, 200.0),  # nothing used: twice the pace
+        ({"use_ratio": 2.0}, 100.0 / 16),  # twice its share: a sixteenth of the pace (weight 400)
+        ({"use_ratio": 0.5}, 400.0),  # half its share: four times the pace
         ({"gpu_hours": 7.0}, 100.0 * 8**-0.3),  # (1 + GPU-hours) ** -size_weight
     ],
 )

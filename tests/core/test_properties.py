@@ -82,6 +82,7 @@ def snapshots(draw):
                 urgency=draw(st.sampled_from(URGENCIES)),
                 preemptible=tier != "realtime" and draw(st.integers(0, 5)) > 0,
                 disruption_budgets=draw(st.sampled_from([(), (), ("pdb-a",), ("pdb-b",), ("pdb-a", "pdb-b")])),
+                checkpoint_interval_s=draw(st.sampled_from([None, 300.0, 1800.0])),
             )
         )
         next_id += 1
@@ -112,13 +113,12 @@ def snapshots(draw):
                 pods=draw(st.integers(1, 3)),
                 gpus_per_pod=draw(st.sampled_from([1, 1, 2, 4, 8])),
                 urgency=draw(st.sampled_from(URGENCIES)),
-                submitted_at=NOW - draw(st.integers(0, 7200)),
+                # up to two days: some jobs starve (the guard changes the order and the drain rules)
+                submitted_at=NOW - draw(st.sampled_from([0, 600, 3600, 7200, 50_000, 172_800])),
                 max_runtime_s=draw(st.sampled_from([300, 1800, 3600, 14400])),
                 bid=draw(st.integers(0, 500)),
                 hold=draw(st.sampled_from([0, 0, 100, 1000])),
                 cluster=draw(st.sampled_from((None, None, None, "east"))),
-                node_selector=(("zone", "a"),) if draw(st.integers(0, 7)) == 0 else (),
-                tolerations=("gpu-maint",) if draw(st.integers(0, 7)) == 0 else (),
             )
         )
     credits = draw(st.one_of(st.none(), st.fixed_dictionaries({d: st.integers(0, 2000) for d in DEPTS})))
@@ -173,8 +173,7 @@ def test_no_node_over_committed_and_gangs_whole(snap):
         for name in a.placement:
             key = (a.cluster, job.flavor, name)
             node = nodes[key]
-            assert node.schedulable and set(node.taints) <= set(job.tolerations)
-            assert all(dict(node.labels).get(k) == v for k, v in job.node_selector)
+            assert node.schedulable and not node.taints
             assert job.cluster in (None, a.cluster)
             used[key] += job.gpus_per_pod
     for key, gpus in used.items():

@@ -1,0 +1,56 @@
+"""Fair share's memory: the adapter's decayed usage per department, and that it reaches the engine."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling.models import Job
+from scheduling.services.snapshot import build_snapshot, decayed_usage
+
+pytestmark = pytest.mark.django_db
+
+HOUR = 3600.0
+
+
+def _ran(job, start, end):
+    Job.objects.filter(pk=job.pk).update(started_at=start, finished_at=end)
+
+
+def test_decayed_usage_weighs_each_gpu_second_by_its_age(lab, submit):
+    now = timezone.now()
+    half_life = HOUR
+    recent = submit(lab.alice, gpus=2)  # vision: 2 GPUs for the last hour
+    old = submit(lab.bob, gpus=2)  # nlp: 2 GPUs from 3 h to 2 h ago
+    running = submit(lab.amy, gpus=1)  # vision: 1 GPU since 30 minutes, still running
+    _ran(recent, now - timedelta(hours=1), now)
+    _ran(old, now - timedelta(hours=3), now - timedelta(hours=2))
+    _ran(running, now - timedelta(minutes=30), None)
+    ancient = submit(lab.bob, gpus=4)  # beyond four half-lives: left out
+    _ran(ancient, now - timedelta(hours=10), now - timedelta(hours=9))
+
+    usage = decayed_usage(now=now, half_life_s=half_life)
+
+    k = half_life / math.log(2)  # integral of 2^(-age / half_life) over an interval, per GPU
+    assert usage["vision"] == pytest.approx(2 * k * (1 - 0.5) + 1 * k * (1 - 0.5**0.5))
+    assert usage["nlp"] == pytest.approx(2 * k * (0.5**2 - 0.5**3))
+    assert usage["nlp"] < usage["vision"]  # same GPU-hours an hour apart weigh differently
+
+
+def test_the_snapshot_carries_decayed_usage_into_the_score(lab, submit):
+    now = timezone.now()
+    busy = submit(lab.alice, gpus=4)
+    _ran(busy, now - timedelta(hours=5), now - timedelta(hours=1))
+    snapshot, _ = build_snapshot(now=now)
+    assert set(snapshot.usage) == {"vision"} and snapshot.usage["vision"] > 0
+    # a fresh job of each department: nlp, which used nothing, comes first
+    a, b = submit(lab.amy, gpus=1), submit(lab.bob, gpus=1)
+    snapshot, _ = build_snapshot(now=now)
+    from scheduling.core.ordering import Scorer
+
+    scorer = Scorer(snapshot)
+    jobs = {j.id: j for j in snapshot.pending}
+    assert scorer.score(jobs[b.pk]) > scorer.score(jobs[a.pk])
