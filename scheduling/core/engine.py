@@ -398,9 +398,10 @@ class Cycle:
     def drain(self, job: PendingJob, pool: Pool, when: float) -> bool:
         """Instead of reserving GPUs that would idle until ``when``, evict cheap work now: the head of the queue
         preempts running jobs when the work they lose since their last checkpoint is less than
-        ``drain_ratio`` times the GPU-time the drain would leave idle. Victims: lower tiers, borrowers above
-        their department's nominal quota, or the head's own department's work of its tier or lower; never
-        realtime work, never a job that starved before it started, never within the cooldown."""
+        ``drain_ratio`` times the GPU-time the drain would leave idle. Who may be a victim is
+        ``preemption.drain_victim``; on top of it, never within the cooldown and never a job with more than
+        ``drain_max_loss_s`` at risk (it waits for the victim's next checkpoint). Drains, like reclaims, use
+        at most half of the window's preemption budget."""
         ratio = self.policy.drain_ratio
         if ratio <= 0 or self.rate_left - (self.policy.preemption_rate_limit + 1) // 2 <= 0:
             return False
@@ -412,7 +413,11 @@ class Cycle:
             return False
         quota, now, policy = self.quota, self.now, self.policy
         preemptor = Preemptor(
-            job.department, job.flavor, job.gpus, tier_rank(job.tier), quota.borrows(job.department, job.flavor, job.gpus),
+            job.department,
+            job.flavor,
+            job.gpus,
+            tier_rank(job.tier),
+            quota.borrows(job.department, job.flavor, job.gpus),
             starving=self.starving(job),
         )
 
@@ -424,8 +429,16 @@ class Cycle:
             return drain_victim(v, preemptor, quota, removed, started_starved=started_starved(policy, v))
 
         victims = search(
-            cands, pool=pool, g=job.gpus_per_pod, pods=job.pods, quota=quota, dept=job.department,
-            flavor=job.flavor, k=job.gpus, eligible=eligible, budget_left=self.budget_left,
+            cands,
+            pool=pool,
+            g=job.gpus_per_pod,
+            pods=job.pods,
+            quota=quota,
+            dept=job.department,
+            flavor=job.flavor,
+            k=job.gpus,
+            eligible=eligible,
+            budget_left=self.budget_left,
         )
         if not victims:
             return False
