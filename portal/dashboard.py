@@ -41,8 +41,8 @@ def jobs(request):
 
 
 FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
-               "deadline", "max_runtime_s", "bid")
-INT_FIELDS = ("gpus", "pods", "max_runtime_s", "bid")
+               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid")
+INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "bid")
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:

@@ -148,6 +148,10 @@ class Job(models.Model):
     max_runtime_s = models.PositiveIntegerField(default=3600)
     bid = models.PositiveIntegerField(default=0, help_text="max milli-credits per GPU-hour on borrowed GPUs")
     termination_grace_s = models.PositiveIntegerField(default=30)
+    # How often the job saves a checkpoint it resumes from; the scheduler prefers to preempt jobs that just saved
+    # one and lets a reserved head evict them near a checkpoint. Null: unknown (all work since the start is at
+    # risk, so the job is evicted only for realtime work or a reclaim).
+    checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
     pdb_min_available = models.PositiveIntegerField(null=True, blank=True)
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED, db_index=True)

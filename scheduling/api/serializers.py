@@ -153,6 +153,11 @@ class JobSubmitSerializer(serializers.Serializer):
     bid = StrictIntegerField(min_value=0, max_value=10**9, required=False, default=0,
                              help_text="max milli-credits per GPU-hour offered for borrowed capacity")
     termination_grace_s = StrictIntegerField(min_value=0, max_value=3600, required=False, default=30)
+    checkpoint_interval_s = StrictIntegerField(
+        min_value=60, max_value=MAX_RUNTIME_S, required=False, allow_null=True, default=None,
+        help_text="seconds between the checkpoints the job resumes from (null: none or unknown); jobs that declare "
+        "it lose at most that much work when preempted, and are preempted near a checkpoint",
+    )
     pdb_min_available = StrictIntegerField(min_value=1, max_value=64, required=False, allow_null=True,
                                            default=None)
 
@@ -296,7 +301,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
             "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
-            "deadline", "max_runtime_s", "bid", "termination_grace_s", "pdb_min_available", "attempt",
+            "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
+            "attempt",
             "cluster", "placement", "borrowed", "price", "exit_code", "preemption_count", "submitted_at",
             "admitted_at", "started_at", "finished_at",
         ]

@@ -64,6 +64,7 @@ class PodSet:
     bid: int = 0
     max_runtime_s: int = 3600
     termination_grace_s: int = 30
+    checkpoint_interval_s: int | None = None
     pdb_min_available: int | None = None  # ask for a PodDisruptionBudget covering the job's pods
     cluster: str = "default"
 

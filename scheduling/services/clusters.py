@@ -83,6 +83,7 @@ def podset_for(job: Job) -> PodSet:
         bid=job.bid,
         max_runtime_s=job.max_runtime_s,
         termination_grace_s=job.termination_grace_s,
+        checkpoint_interval_s=job.checkpoint_interval_s,
         pdb_min_available=job.pdb_min_available,
         cluster=job.cluster.name if job.cluster_id else default_cluster().name,
     )

@@ -58,6 +58,7 @@ class SnapshotContext:
 JOB_FIELDS = (
     "id", "department__slug", "flavor__name", "tier", "gpus", "pods", "urgency", "user_tier",
     "owner__username", "submitted_at", "deadline", "max_runtime_s", "bid", "attempt", "state",
+    "checkpoint_interval_s",
     "reason_code", "reason_message", "estimated_start", "placement", "started_at", "admitted_at",
     "borrowed", "cluster__name", "pdb_min_available", "department_id", "owner_id", "flavor_id",
 )
@@ -153,6 +154,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 gpus_per_pod=j.gpus,
                 started_at=ts(j.started_at or j.admitted_at) or now.timestamp(),
                 max_runtime_s=float(j.max_runtime_s),
+                checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
                 borrowed=j.borrowed,
                 urgency=j.urgency,
                 user_tier=j.user_tier,
@@ -182,6 +184,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 submitted_at=ts(j.submitted_at),
                 deadline=ts(j.deadline),
                 max_runtime_s=float(j.max_runtime_s),
+                checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
                 bid=j.bid,
                 hold=quota_services.hold_for(job=j, now=now),
                 attempt=j.attempt,

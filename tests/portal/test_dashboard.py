@@ -28,20 +28,23 @@ def test_submit_form_creates_a_job_and_shows_its_page(client, lab):
         "name": "from-form", "image": "pytorch/pytorch:2.3", "command": "python train.py --epochs 3",
         "flavor": "a100-80gb", "gpus": "2", "pods": "1", "cpu": "4", "memory": "16Gi", "tier": "elastic",
         "urgency": "high", "task_type": "train", "max_runtime_s": "1800", "bid": "0", "env": "SEED=1\nLR=0.1",
-        "idempotency_key": "form-1",
+        "checkpoint_interval_s": "600", "idempotency_key": "form-1",
     })
     assert r.status_code == 302, r.content.decode()[:2000]
     job = Job.objects.get()
     assert (job.name, job.gpus, job.urgency, job.env) == ("from-form", 2, "high", {"SEED": "1", "LR": "0.1"})
+    assert job.checkpoint_interval_s == 600
     assert job.command == ["/bin/sh", "-c", "python train.py --epochs 3"]
     page = client.get(r["Location"])
     assert b"from-form" in page.content and b"Timeline" in page.content and b"Why is it waiting?" in page.content
+    assert b"600 s" in page.content  # the declared checkpoint interval
     # a double-click re-posts the same form: the idempotency key returns the same job
     again = client.post("/jobs/new", {"name": "from-form", "image": "pytorch/pytorch:2.3",
                                       "command": "python train.py --epochs 3", "flavor": "a100-80gb",
                                       "gpus": "2", "pods": "1", "cpu": "4", "memory": "16Gi", "tier": "elastic",
                                       "urgency": "high", "task_type": "train", "max_runtime_s": "1800",
-                                      "bid": "0", "env": "SEED=1\nLR=0.1", "idempotency_key": "form-1"})
+                                      "bid": "0", "env": "SEED=1\nLR=0.1", "checkpoint_interval_s": "600",
+                                      "idempotency_key": "form-1"})
     assert again.status_code == 302 and Job.objects.count() == 1
 
 

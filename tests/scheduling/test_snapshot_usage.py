@@ -54,3 +54,29 @@ def test_the_snapshot_carries_decayed_usage_into_the_score(lab, submit):
     scorer = Scorer(snapshot)
     jobs = {j.id: j for j in snapshot.pending}
     assert scorer.score(jobs[b.pk]) > scorer.score(jobs[a.pk])
+
+
+def test_a_declared_checkpoint_interval_reaches_the_engine_and_the_pod(lab, submit, client_for, payload):
+    from scheduling.backends.kube.podspec import ANNOTATION_CHECKPOINT_INTERVAL, pod_annotations
+    from scheduling.services.clusters import podset_for
+
+    res = client_for(lab.alice).post(
+        "/api/v1/jobs", payload(checkpoint_interval_s=1800), format="json", HTTP_IDEMPOTENCY_KEY="ck-1"
+    )
+    assert res.status_code == 201, res.content
+    assert res.json()["checkpoint_interval_s"] == 1800
+    job = Job.objects.get(pk=res.json()["id"])
+    undeclared = submit(lab.amy)
+    snapshot, _ = build_snapshot(now=timezone.now())
+    by_id = {j.id: j for j in snapshot.pending}
+    assert by_id[job.pk].checkpoint_interval_s == 1800.0 and by_id[undeclared.pk].checkpoint_interval_s is None
+    assert pod_annotations(podset_for(job))[ANNOTATION_CHECKPOINT_INTERVAL] == "1800"
+    assert ANNOTATION_CHECKPOINT_INTERVAL not in pod_annotations(podset_for(undeclared))
+
+
+@pytest.mark.parametrize("value", [0, 59, -1, "often", 1.5, True])
+def test_a_bad_checkpoint_interval_is_a_field_error(lab, client_for, payload, value):
+    res = client_for(lab.alice).post("/api/v1/jobs", payload(checkpoint_interval_s=value), format="json")
+    assert res.status_code == 400
+    assert "checkpoint_interval_s" in res.json()["error"]["fields"]
+    assert not Job.objects.exists()

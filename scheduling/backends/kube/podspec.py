@@ -29,6 +29,7 @@ LABEL_URGENCY = "urgency-level"
 
 ANNOTATION_USER_TIER = "user-tier"
 ANNOTATION_DEADLINE = "deadline"
+ANNOTATION_CHECKPOINT_INTERVAL = "gpu-portal.io/checkpoint-interval-seconds"
 ANNOTATION_BID = "gpu-portal.io/bid"
 ANNOTATION_OWNER = "gpu-portal.io/owner"
 ANNOTATION_JOB_NAME = "gpu-portal.io/job-name"
@@ -88,6 +89,8 @@ def pod_annotations(podset: PodSet) -> dict[str, str]:
     }
     if podset.deadline:
         annotations[ANNOTATION_DEADLINE] = podset.deadline
+    if podset.checkpoint_interval_s:
+        annotations[ANNOTATION_CHECKPOINT_INTERVAL] = str(podset.checkpoint_interval_s)
     return annotations
 
 
