@@ -29,10 +29,10 @@ bench: $(VENV_STAMP)         ## lab8 + lab1node, every policy, loads 0.7/0.9/1.1
 	$(PY) -m scheduling.sim report --out reports/bench --scenarios scenarios/lab8.yaml,scenarios/lab1node.yaml \
 		--loads 0.7,0.9,1.1 --seeds 3
 
-bench-philly: $(VENV_STAMP)  ## Philly (15k jobs, 256 GPUs), every policy, loads 0.7/0.9/1.1, 1 seed: about 1 h (estimated from an earlier run)
+bench-philly: $(VENV_STAMP)  ## Philly (15k jobs, 256 GPUs), every policy, loads 0.7/0.9/1.1, 1 seed: load 0.9 alone took 45 min here (one worker; the portal's replay 23 min), so plan on 2-3 h
 	$(PY) -m scheduling.sim report --out reports/philly --scenarios scenarios/philly.yaml --loads 0.7,0.9,1.1 --seeds 1
 
-bench-traces: $(VENV_STAMP)  ## ElasticFlow (15.8k jobs) and Alibaba (6.2k pods), every policy, load 0.9, 1 seed: not measured (about one Philly load each)
+bench-traces: $(VENV_STAMP)  ## ElasticFlow (15.8k jobs) and Alibaba (6.2k pods), every policy, load 0.9, 1 seed: 4 min measured (one worker)
 	$(PY) -m scheduling.sim report --out reports/traces --scenarios scenarios/elasticflow.yaml,scenarios/alibaba.yaml \
 		--loads 0.9 --seeds 1
 
