@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from . import reasons
 from .estimate import EstimateView, estimate_pending
-from .explain import CAPACITY_RANK, NO_ESTIMATE, quota_note
+from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, quota_note
 from .ordering import REALTIME, Scorer, started_starved, tier_rank
 from .placement import Pool
 from .preemption import (
@@ -496,17 +496,7 @@ class Cycle:
         free_total = 0
         for pool in pools:
             long = pool.reservation is not None and end > pool.reservation.until
-            free = pool.now.free_total()
-            if pool.empty.capacity(g) < n:
-                code = reasons.EXCEEDS_CAPACITY
-            elif long and pool.now.capacity(g) >= n:
-                code = reasons.RESERVED_FOR_HEAD
-            elif pool.reservation is not None or pool.initial_capacity(g) >= n:
-                code = reasons.WAITING_FOR_HIGHER_PRIORITY
-            elif free >= k:
-                code = reasons.NO_FITTING_NODE
-            else:
-                code = reasons.NO_CAPACITY
+            code, free = capacity_code(pool, g, n, long)
             free_total += free
             detail: dict[str, object] = {"free": free, "requested": k, "pods": n, "cluster": pool.cluster}
             if pool.reservation is not None and code in (

@@ -1,9 +1,11 @@
-"""How a pending job is explained: which capacity reason wins across pools, which reasons carry no estimated
-start, and the one-line note of a quota wait. Pure data and functions; the engine decides which applies."""
+"""How a pending job is explained: the capacity reason in one pool, which reason wins across pools, which
+reasons carry no estimated start, and the one-line note of a quota wait. Pure; the engine decides which
+applies."""
 
 from __future__ import annotations
 
 from . import reasons
+from .placement import Pool
 
 # How blocked-by-capacity reasons rank when a job could go to several pools (clusters): the most hopeful wins.
 CAPACITY_RANK = {
@@ -25,6 +27,21 @@ NO_ESTIMATE = frozenset(
         reasons.PREEMPTION_IN_PROGRESS,
     }
 )
+
+
+def capacity_code(pool: Pool, g: int, n: int, long: bool) -> tuple[str, int]:
+    """Why ``n`` pods of ``g`` GPUs do not start in ``pool`` now, and its free GPUs. ``long``: the job would run
+    past the pool's reservation, so only GPUs the reserved head does not need are open to it."""
+    free = pool.now.free_total()
+    if pool.empty.capacity(g) < n:
+        return reasons.EXCEEDS_CAPACITY, free
+    if long and pool.now.capacity(g) >= n:
+        return reasons.RESERVED_FOR_HEAD, free
+    if pool.reservation is not None or pool.initial_capacity(g) >= n:
+        return reasons.WAITING_FOR_HIGHER_PRIORITY, free
+    if free >= g * n:
+        return reasons.NO_FITTING_NODE, free
+    return reasons.NO_CAPACITY, free
 
 
 def quota_note(detail: dict) -> str:
