@@ -94,8 +94,8 @@ class QuotaBook:
         if not removed:  # the hot path: one job, nothing freed
             used = self.usage[(dept, flavor)]
             new = used + k
-            if limit is not None and new > nominal + limit:
-                code = reasons.QUOTA_EXHAUSTED if limit == 0 else reasons.BORROW_LIMIT
+            code = self.limit_code(dept, flavor, k)
+            if code is not None:
                 return code, self.detail(dept, flavor, k, used)
             draw = self.pool_used.get(flavor, 0) + max(0, new - guaranteed) - max(0, used - guaranteed)
             if draw > self.pool_cap.get(flavor, 0):

@@ -97,9 +97,6 @@ class PendingJob:
     hold: int = 0  # credits the department must have available to admit this job (0 = free)
     cluster: str | None = None  # pinned cluster, None = any
     attempt: int = 1
-    # How often the job saves a checkpoint it can resume from (None: never, or unknown). The engine prefers
-    # victims that lose the least work since their last checkpoint.
-    checkpoint_interval_s: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -126,7 +123,9 @@ class RunningJob:
     # it is a victim only while every one of them has room left for all of its pods.
     disruption_budgets: tuple[str, ...] = ()
     preemptible: bool = True  # False for realtime jobs and jobs being evicted already
-    checkpoint_interval_s: float | None = None  # see PendingJob; None: all work since the start is at risk
+    # How often the job saves a checkpoint it resumes from; victims are chosen by the work at risk since the
+    # last one. None: never, or unknown (all work since the start is at risk).
+    checkpoint_interval_s: float | None = None
     # Set while the job is being evicted (or its pods are terminating) to make room for that pending job: its
     # GPUs are already promised to the preemptor, which therefore waits instead of choosing more victims.
     evicting_for: int | None = None
@@ -178,11 +177,12 @@ class Policy:
     weight_points: float = 100.0  # score points per unit of weight
     # Shorter work first: the score is divided by (1 + GPU-hours asked for) ** size_weight (0 = off).
     size_weight: float = 0.3
-    # A job that has waited this long is *starving*: it goes ahead of every non-starving job of its tier and
-    # gets the pool's reservation, whatever its size, score or whether it borrows (0 = never).
+    # A job that has waited this long, divided by its weight x fair-share factor (clamped to 0.5..4), is
+    # *starving*: it goes ahead of every non-starving job of its tier and gets the pool's reservation, whatever
+    # its size, score or whether it borrows (0 = never).
     starvation_s: float = 12 * 3600.0
-    # A blocked job within nominal may reclaim borrowed GPUs at once only by evicting about what it needs;
-    # an eviction that frees more than twice its GPUs waits until the job has waited this long.
+    # Only a pool's head within nominal that has waited this long, and whose reservation lies further ahead,
+    # reclaims lent GPUs (freeing at most twice what it needs).
     reclaim_delay_s: float = 1800.0
     # The queue's head evicts cheap work instead of draining: when the work its victims lose since their last
     # checkpoint is below drain_ratio x the GPU-time the reservation would leave idle (0 = never).

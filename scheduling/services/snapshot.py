@@ -184,7 +184,6 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 submitted_at=ts(j.submitted_at),
                 deadline=ts(j.deadline),
                 max_runtime_s=float(j.max_runtime_s),
-                checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
                 bid=j.bid,
                 hold=quota_services.hold_for(job=j, now=now),
                 attempt=j.attempt,

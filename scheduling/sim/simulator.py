@@ -246,7 +246,6 @@ class Simulator:
             id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, pods=s.pods, gpus_per_pod=s.gpus_per_pod,
             urgency=s.urgency, user_tier=s.user_tier, user=s.user, submitted_at=s.submit, deadline=s.deadline,
             max_runtime_s=s.max_runtime_s, bid=s.bid, attempt=rec.attempt, hold=self._worst_hold(s),
-            checkpoint_interval_s=self._ckpt(s),
         )
         self.pend_gpus[s.department] += s.gpus
         self.pend_count[s.department] += 1

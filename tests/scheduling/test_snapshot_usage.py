@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.models import Job
+from scheduling.models import Job, JobState
 from scheduling.services.snapshot import build_snapshot, decayed_usage
 
 pytestmark = pytest.mark.django_db
@@ -44,8 +44,10 @@ def test_the_snapshot_carries_decayed_usage_into_the_score(lab, submit):
     now = timezone.now()
     busy = submit(lab.alice, gpus=4)
     _ran(busy, now - timedelta(hours=5), now - timedelta(hours=1))
+    Job.objects.filter(pk=busy.pk).update(state=JobState.SUCCEEDED)  # finished: no longer pending or running
     snapshot, _ = build_snapshot(now=now)
     assert set(snapshot.usage) == {"vision"} and snapshot.usage["vision"] > 0
+    assert not snapshot.pending and not snapshot.running
     # a fresh job of each department: nlp, which used nothing, comes first
     a, b = submit(lab.amy, gpus=1), submit(lab.bob, gpus=1)
     snapshot, _ = build_snapshot(now=now)
@@ -67,8 +69,11 @@ def test_a_declared_checkpoint_interval_reaches_the_engine_and_the_pod(lab, subm
     assert res.json()["checkpoint_interval_s"] == 1800
     job = Job.objects.get(pk=res.json()["id"])
     undeclared = submit(lab.amy)
+    for j, node in ((job, "n0"), (undeclared, "n1")):  # both running: the engine reads it of its victims
+        _ran(j, timezone.now() - timedelta(hours=1), None)
+        Job.objects.filter(pk=j.pk).update(state=JobState.RUNNING, placement=[node])
     snapshot, _ = build_snapshot(now=timezone.now())
-    by_id = {j.id: j for j in snapshot.pending}
+    by_id = {j.id: j for j in snapshot.running}
     assert by_id[job.pk].checkpoint_interval_s == 1800.0 and by_id[undeclared.pk].checkpoint_interval_s is None
     assert pod_annotations(podset_for(job))[ANNOTATION_CHECKPOINT_INTERVAL] == "1800"
     assert ANNOTATION_CHECKPOINT_INTERVAL not in pod_annotations(podset_for(undeclared))

@@ -247,17 +247,16 @@ def test_snapshot_carries_checkpoint_intervals_and_the_preemptor_of_an_evicting_
     sc = _one_node()
     rs = [TraceRow("a", 0, 2000, 8, "a", tier="elastic", checkpoint_interval_s=300),
           TraceRow("b", 700, 100, 8, "b", tier="elastic"),
-          TraceRow("c", 710, 10, 8, "b", tier="elastic")]  # a cycle inside a's grace period
+          TraceRow("c", 710, 10, 8, "b", tier="elastic"),  # a cycle inside a's grace period
+          TraceRow("d", 780, 10, 8, "b", tier="elastic")]  # a cycle while b runs
     sc, jobs, _ = prepare(sc, rows=rs, load=None)
     pol = PreemptOnce()
     res = simulate(scenario=sc, jobs=jobs, policy=pol)
-    first = pol.snaps[0]
-    assert first.pending[0].checkpoint_interval_s == 300  # the job's own interval
     during = next(s for s in pol.snaps if any(r.id == 1 and not r.preemptible for r in s.running))
     victim = next(r for r in during.running if r.id == 1)
-    assert victim.evicting_for == 2 and victim.checkpoint_interval_s == 300
-    b_pending = next(j for j in during.pending if j.id == 2)
-    assert b_pending.checkpoint_interval_s == 600  # the scenario's default
+    assert victim.evicting_for == 2 and victim.checkpoint_interval_s == 300  # the job's own interval
+    b_running = next(r for s in pol.snaps for r in s.running if r.id == 2)
+    assert b_running.checkpoint_interval_s == 600  # the scenario's default
     a = next(r for r in res.jobs if r.spec.id == 1)
     # evicted at 700 with a 300 s interval: 600 s kept, 100 s + 30 s grace lost
     assert a.lost_gpu_s == pytest.approx(130 * 8)
@@ -269,7 +268,7 @@ def test_zero_checkpoint_interval_means_the_job_never_checkpoints():
     sc, jobs, _ = prepare(sc, rows=rs, load=None)
     pol = PreemptOnce()
     res = simulate(scenario=sc, jobs=jobs, policy=pol)
-    assert pol.snaps[0].pending[0].checkpoint_interval_s is None
+    assert next(r for s in pol.snaps for r in s.running if r.id == 1).checkpoint_interval_s is None
     assert next(r for r in res.jobs if r.spec.id == 1).lost_gpu_s == pytest.approx(730 * 8)
 
 
