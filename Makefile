@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: demo test lint bench bench-philly bench-traces bench-quick bench-engine bench-e2e bench-e2e-kube ci clean
+.PHONY: arch demo test lint bench bench-philly bench-traces bench-quick bench-engine bench-e2e bench-e2e-kube ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -50,3 +50,6 @@ ci:
 
 clean:
 	rm -rf .venv var reports .pytest_cache .ruff_cache
+
+arch: $(VENV_STAMP)          ## largest modules, imports hidden inside functions, import circles between first-party modules
+	$(PY) -m benchmarks.architecture

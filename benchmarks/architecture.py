@@ -1,0 +1,163 @@
+"""Architecture figures: the largest modules, imports hidden inside functions, and import circles.
+
+    python -m benchmarks.architecture [--json]
+
+Imports inside functions are usually there to dodge a circle, so their count is a measure of how tangled the
+first-party packages are; a circle is a strongly connected group of first-party modules, counting every import
+(module level and inside functions) except those under ``if TYPE_CHECKING:``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("portal", "quotas", "scheduling")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(module: str, path: Path, modules: dict[str, Path]):
+    """Yield (target module, inside a function?) for every first-party import of one module."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                continue
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    target = _resolve(alias.name, modules)
+                    if target:
+                        yield target, in_function
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (child.level - 1)]
+                    stem = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    stem = child.module or ""
+                for alias in child.names:
+                    target = _resolve(f"{stem}.{alias.name}", modules) or _resolve(stem, modules)
+                    if target and target != module:
+                        yield target, in_function
+            yield from visit(child, inner)
+
+    yield from visit(tree, False)
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, result, counter = {}, {}, set(), [], [], [0]
+
+    def strongconnect(root):
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    result.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            strongconnect(node)
+    return sorted(result, key=lambda c: (-len(c), c))
+
+
+def measure() -> dict:
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    in_function = 0
+    for name, path in modules.items():
+        for target, hidden in _imports(name, path, modules):
+            graph[name].add(target)
+            in_function += hidden
+    # A package's __init__ importing its own submodules is not a circle between modules.
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not (t.startswith(name + ".") and modules[name].name == "__init__.py")}
+    sizes = sorted(((len(p.read_text().splitlines()), n) for n, p in modules.items()), reverse=True)
+    circles = _circles(graph)
+    return {
+        "largest_modules": [{"module": n, "lines": lines} for lines, n in sizes[:5]],
+        "imports_inside_functions": in_function,
+        "circles": circles,
+        "modules_in_circles": sum(len(c) for c in circles),
+    }
+
+
+def main(argv=None) -> int:
+    figures = measure()
+    if "--json" in (argv or sys.argv[1:]):
+        print(json.dumps(figures, indent=2))
+        return 0
+    print("largest modules:")
+    for row in figures["largest_modules"]:
+        print(f"  {row['lines']:5d}  {row['module']}")
+    print(f"imports inside functions: {figures['imports_inside_functions']}")
+    print(f"import circles: {len(figures['circles'])} ({figures['modules_in_circles']} modules)")
+    for circle in figures["circles"]:
+        print("  " + " <-> ".join(circle))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
