@@ -24,12 +24,27 @@ def tier_rank(tier: str) -> int:
     return TIER_RANK.get(tier, _LOWEST)
 
 
-def starving_since(policy: Policy, now: float, job: PendingJob, fair: float = 1.0) -> float | None:
-    """When the job started starving: ``starvation_s`` divided by its weight times its department's fair-share
-    factor (the product clamped to 0.5..4) after its submission, so that urgency and fair share order the
-    starving jobs too. None while it does not starve, and always for realtime work (it has its own start
-    target)."""
+def starvation_limit(policy: Policy, now: float, pending) -> float:
+    """The wait after which a job of weight 1 starves: ``starvation_s``, or ``starvation_queue_factor`` times
+    the median wait of the pending non-realtime jobs when that is longer (0 = never starve)."""
     limit = policy.starvation_s
+    if limit <= 0 or policy.starvation_queue_factor <= 0:
+        return limit
+    waits = sorted(now - job.submitted_at for job in pending if tier_rank(job.tier) != REALTIME)
+    if not waits:
+        return limit
+    return max(limit, policy.starvation_queue_factor * waits[(len(waits) - 1) // 2])
+
+
+def starving_since(
+    policy: Policy, now: float, job: PendingJob, fair: float = 1.0, limit: float | None = None
+) -> float | None:
+    """When the job started starving: the starvation limit (``starvation_limit``, by default the fixed
+    ``starvation_s``) divided by its weight times its department's fair-share factor (the product clamped to
+    0.5..4) after its submission, so that urgency and fair share order the starving jobs too. None while it
+    does not starve, and always for realtime work (it has its own start target)."""
+    if limit is None:
+        limit = policy.starvation_s
     if limit <= 0 or tier_rank(job.tier) == REALTIME:
         return None
     weight = policy.weights.get((job.urgency, job.user_tier), policy.default_weight) * fair
@@ -57,6 +72,7 @@ class Scorer:
         for job in snapshot.running:
             running[job.department] += job.gpus
         self.ratios = use_ratios(nominal=nominal, running=running, usage=snapshot.usage)
+        self.starvation_limit = starvation_limit(self.policy, self.now, snapshot.pending)
         self._scores: dict[int, float] = {}
 
     def score(self, job: PendingJob) -> float:
@@ -95,7 +111,7 @@ class Scorer:
         return fair_factor(self.policy, self.ratios.get(department, 1.0))
 
     def starving_since(self, job: PendingJob) -> float | None:
-        return starving_since(self.policy, self.now, job, self.fair(job.department))
+        return starving_since(self.policy, self.now, job, self.fair(job.department), self.starvation_limit)
 
     def order_key(self, job: PendingJob) -> tuple:
         since = self.starving_since(job)

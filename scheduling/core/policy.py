@@ -36,6 +36,7 @@ _NUMBER_FIELDS = (
     "realtime_start_target_s",
     "size_weight",
     "starvation_s",
+    "starvation_queue_factor",
     "reclaim_delay_s",
     "drain_ratio",
     "drain_max_loss_s",

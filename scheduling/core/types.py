@@ -181,6 +181,10 @@ class Policy:
     # *starving*: it goes ahead of every non-starving job of its tier and gets the pool's reservation, whatever
     # its size, score or whether it borrows (0 = never).
     starvation_s: float = 12 * 3600.0
+    # ... and, when the queue is long, only once it has waited this many times the median wait of the pending
+    # non-realtime jobs: on an overloaded cluster a fixed limit makes most of the queue "starving", and a
+    # starving queue is ordered by age alone, which undoes urgency and fair share (0 = the fixed limit only).
+    starvation_queue_factor: float = 2.0
     # Only a pool's head within nominal that has waited this long, and whose reservation lies further ahead,
     # reclaims lent GPUs (freeing at most twice what it needs).
     reclaim_delay_s: float = 1800.0

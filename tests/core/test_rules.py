@@ -147,6 +147,26 @@ def test_a_starving_job_larger_than_its_quota_is_reserved_for():
 
 
 @pytest.mark.parametrize(
+    ("queue_factor", "starves"),
+    [
+        (2.0, False),  # the median pending job has waited 11 h: nobody starves before 22 h
+        (0.0, True),  # the fixed 12 h limit alone
+    ],
+)
+def test_the_starvation_limit_grows_with_the_queue(queue_factor, starves):
+    # On an overloaded cluster most of the queue waits longer than the fixed limit; starving all of it at once
+    # would order the queue by age alone. A's 13-hour-old job only starves when it waits unusually long;
+    # otherwise B's jobs, which bid for the GPUs, score higher.
+    waiting = [job(i, dept="B", gpus=4, submitted_at=NOW - 11 * HOUR, bid=100_000) for i in range(2, 5)]
+    res = (
+        Snap().nodes(1, gpus=4).quota("A", 0).quota("B", 4)
+        .policy(starvation_queue_factor=queue_factor, fair_share_weight=0.0)
+        .pending(job(1, dept="A", gpus=4, submitted_at=NOW - 13 * HOUR), *waiting).decide()
+    )  # fmt: skip
+    assert (set(res.admitted) == {1}) is starves
+
+
+@pytest.mark.parametrize(
     ("credits", "holds", "admitted", "missing"),
     [
         (1000, (400, 400), {1, 2}, None),
