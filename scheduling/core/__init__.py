@@ -4,7 +4,6 @@
 """
 
 from .engine import engine_schedule
-from .estimate import estimate_starts
 from .fifo import fifo_schedule
 from .policy import DEFAULT_POLICY, PolicyError, policy_from_dict, policy_to_dict
 from .types import (
@@ -38,7 +37,6 @@ __all__ = [
     "PolicyError",
     "Snapshot",
     "engine_schedule",
-    "estimate_starts",
     "fifo_schedule",
     "policy_from_dict",
     "policy_to_dict",

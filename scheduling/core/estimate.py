@@ -116,9 +116,3 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         heappush(heap, (end, seq, -1, 0, job.gpus, job.department))
         seq += 1
         book.add(job.department, flavor, job.gpus)
-
-
-def estimate_starts(snapshot, result) -> dict[int, float | None]:
-    """Estimated start per still-pending job of ``result`` (computed for ``snapshot`` by ``schedule``)."""
-    del snapshot  # the estimates are folded into the result's PendingReason.estimated_start
-    return {r.job_id: r.estimated_start for r in result.pending}

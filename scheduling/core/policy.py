@@ -15,6 +15,7 @@ from types import MappingProxyType
 from .types import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS  # re-exported
 from .types import TIER_RANK, TIERS, URGENCIES, USER_TIERS, Policy
 
+LN2 = math.log(2.0)
 MIN_RUNTIME_FLOOR_S = 600.0  # the brief's 10-minute cooldown; lower only with allow_short_min_runtime
 
 # The default matrix lives in types.py (Policy's own default): weight x weight_points (100) score points, and
@@ -221,12 +222,15 @@ def size_factor(policy: Policy, gpu_hours: float) -> float:
     return (1.0 + max(0.0, gpu_hours)) ** -policy.size_weight
 
 
-def decay_usage(previous: float, elapsed_s: float, added_gpu_s: float, half_life_s: float) -> float:
-    """Exponentially decayed usage: ``previous`` halved every ``half_life_s``, plus new GPU-seconds.
-
-    For the adapter that maintains ``Snapshot.usage`` (pure: the caller passes the elapsed time)."""
-    factor = 0.5 ** (max(0.0, elapsed_s) / half_life_s) if half_life_s > 0 else 0.0
-    return previous * factor + added_gpu_s
+def decay_usage(previous: float, elapsed_s: float, gpus_held: float, half_life_s: float) -> float:
+    """Decayed GPU-seconds after ``elapsed_s`` more seconds with ``gpus_held`` GPUs in use: every GPU-second
+    weighs 2^(-age / half_life_s), so ``previous`` halves every half-life and the new use is integrated
+    exactly. The simulator advances its usage with it; the portal sums each attempt the same way. No memory
+    when ``half_life_s`` is not positive."""
+    if half_life_s <= 0:
+        return 0.0
+    f = 2.0 ** (-max(0.0, elapsed_s) / half_life_s)
+    return previous * f + gpus_held * (half_life_s / LN2 * (1.0 - f))
 
 
 def job_score(

@@ -15,7 +15,7 @@ PREEMPTION_IN_PROGRESS = "preemption_in_progress"
 UNKNOWN_FLAVOR = "unknown_flavor"
 AWAITING_APPROVAL = "awaiting_approval"
 CLUSTER_UNREACHABLE = "cluster_unreachable"
-# added by the engine (issue 3)
+# the engine's own capacity and request reasons
 EXCEEDS_CAPACITY = "exceeds_capacity"
 QUOTA_LENT_OUT = "quota_lent_out"
 INVALID_REQUEST = "invalid_request"

@@ -20,11 +20,9 @@ import yaml
 from scheduling.core import Node, Policy, Quota
 from scheduling.core.types import TIERS, URGENCIES, USER_TIERS
 
+from . import loaders, synth
 from . import trace as tr
-
-
-class ScenarioError(ValueError):
-    pass
+from .errors import ScenarioError as ScenarioError  # re-exported: callers catch scenario.ScenarioError
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +276,6 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def load_trace(sc: Scenario, *, seed: int | None = None, trace_dir: str | Path | None = None):
     """Load the scenario's trace rows (and department quota shares if the loader knows them)."""
-    from . import loaders, synth
-
     spec = dict(sc.trace)
     kind = spec.pop("loader", "csv")
     limit = spec.pop("limit", None)

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from scheduling.core import PendingJob, Quota, RunningJob, Snapshot
+from scheduling.core.policy import decay_usage
 from scheduling.core.reasons import BUDGET_INSUFFICIENT
 
 from .scenario import REFILL_PERIODS, JobSpec, SimOptions
 
 FINISH, EVICTED, SUBMIT, TICK = 0, 1, 2, 3
 COOLDOWN_CODES = frozenset({"preemption_cooldown", "preemption_rate_limit"})
-LN2 = math.log(2.0)
 
 
 class SimulationError(RuntimeError):
@@ -209,10 +209,8 @@ class Simulator:
             self._fairness(dtw)
         hl = self.policy_obj.usage_half_life_s
         if hl and hl > 0:
-            f = 2.0 ** (-dt / hl)
-            k = hl / LN2 * (1.0 - f)
             for d, g in self.held.items():
-                self.usage[d] = self.usage[d] * f + g * k
+                self.usage[d] = decay_usage(self.usage[d], dt, g, hl)
         self.t = t
 
     def _fairness(self, dt: float) -> None:

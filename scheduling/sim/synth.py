@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 import random
 
+from scheduling.core.types import TIERS, URGENCIES
+
+from .errors import ScenarioError
 from .trace import TraceRow
 
 # tier -> share of jobs, GPU-count choices (weights), median duration (s), lognormal sigma, urgency weights
@@ -60,10 +63,6 @@ MIX_KEYS = frozenset({"share", "gpus", "median_s", "sigma", "urgency", "deadline
 
 
 def _mix(over: dict | None) -> dict:
-    from scheduling.core.types import TIERS, URGENCIES
-
-    from .scenario import ScenarioError
-
     over = over or {}
     for t, m in over.items():
         if t not in TIERS:

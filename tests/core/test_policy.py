@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from scheduling.core.policy import (
     DEFAULT_POLICY,
     PolicyError,
+    decay_usage,
     job_score,
     policy_from_dict,
     policy_to_dict,
@@ -121,3 +123,16 @@ def test_the_plain_policy_is_the_documented_default():
 
     assert Policy() == DEFAULT_POLICY
     assert Policy().weights[("critical", "pi")] == 5.0
+
+
+def test_decayed_usage_halves_every_half_life_and_integrates_new_use_exactly():
+    day = 86400.0
+    assert decay_usage(1000.0, day, 0, day) == pytest.approx(500.0)
+    # 4 GPUs for one half-life: the integral of 4 * 2^(-age/h) over [0, h] is 4 * h / (2 ln 2)
+    assert decay_usage(0.0, day, 4, day) == pytest.approx(4 * day / (2 * math.log(2)))
+    # stepping in small increments gives the same as one step (the simulator advances event by event)
+    stepped = 0.0
+    for _ in range(24):
+        stepped = decay_usage(stepped, day / 24, 4, day)
+    assert stepped == pytest.approx(decay_usage(0.0, day, 4, day))
+    assert decay_usage(1000.0, day, 4, 0.0) == 0.0  # no memory

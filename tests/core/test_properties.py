@@ -1,4 +1,4 @@
-"""Hypothesis property tests of the engine's invariants on random snapshots (issue 3, "Tests")."""
+"""Hypothesis property tests of the engine's invariants on random snapshots."""
 
 from __future__ import annotations
 

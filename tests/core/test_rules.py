@@ -1,4 +1,5 @@
-"""Table-driven tests of the engine's rules (issue 3, rules 1-10), written with the fluent builders."""
+"""Table-driven tests of the engine's rules (docs/scheduling.md, one test group per rule), written with the fluent
+builders."""
 
 from __future__ import annotations
 
