@@ -91,8 +91,8 @@ APPROVALS = {"vision": {"gpus_above": 4}, "robotics": {"realtime": True}}
 
 def _demo_budgets(a100: Flavor, *, admin) -> None:
     """Idempotent: creates what is missing, never changes what an admin has edited since."""
-    from quotas import services
     from quotas.models import ApprovalRule, Price, RefillRule, Wallet
+    from quotas.services import rules, wallets
 
     for tier, price in PRICES.items():
         if not Price.objects.filter(flavor=a100, tier=tier).exists():
@@ -100,12 +100,12 @@ def _demo_budgets(a100: Flavor, *, admin) -> None:
     depts = {d.slug: d for d in Department.objects.filter(slug__in=WALLETS)}
     for slug, (opening, mode, amount, period) in WALLETS.items():
         if not Wallet.objects.filter(department=depts[slug]).exists():
-            services.wallet_create(department=depts[slug], actor=admin, balance=opening)
+            wallets.wallet_create(department=depts[slug], actor=admin, balance=opening)
         if not RefillRule.objects.filter(department=depts[slug]).exists():
-            services.refill_rule_set(department=depts[slug], actor=admin, mode=mode, amount=amount, period=period)
+            rules.refill_rule_set(department=depts[slug], actor=admin, mode=mode, amount=amount, period=period)
     for slug, rule in APPROVALS.items():
         if not ApprovalRule.objects.filter(department=depts[slug]).exists():
-            services.approval_rule_set(department=depts[slug], actor=admin, **rule)
+            rules.approval_rule_set(department=depts[slug], actor=admin, **rule)
 
 
 def _demo_jobs(a100: Flavor) -> None:

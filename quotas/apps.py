@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class QuotasConfig(AppConfig):
     name = "quotas"
     verbose_name = "Quotas, flavors and budgets"
+
+    def ready(self):
+        # Imported here, once the models are loaded, to register the budget tasks with the Celery app in every
+        # process (beat and workers name them; portal.dispatch finds tasks by name).
+        from quotas import tasks  # noqa: F401

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from portal.errors import Forbidden, NotFound, PortalError, ValidationFailed
 from portal.models import Department, Membership
 from portal.tenancy import member_or_404
-from quotas import services
+from quotas import selectors
 from quotas.api.budgets import (
     AdjustSerializer,
     AllowanceSerializer,
@@ -35,6 +35,10 @@ from quotas.api.budgets import (
     pending_approvals,
 )
 from quotas.models import Allowance, ApprovalRule, Flavor, Price, RefillRule
+from quotas.services import allowances as allowance_services
+from quotas.services import periodic, pricing, reports, rules
+from quotas.services import wallets as wallet_services
+from scheduling.services import approvals as job_approvals
 
 app_name = "budgets"
 
@@ -48,7 +52,7 @@ def wallets(request):
     m = _member(request)
     if not m.is_platform_admin:
         return redirect("budgets:wallet", slug=m.department.slug)
-    rows = [(w, services.burn_rate(wallet=w)) for w in services.wallets_for(request.user).order_by("department__slug")]
+    rows = [(w, reports.burn_rate(wallet=w)) for w in selectors.wallets_for(request.user).order_by("department__slug")]
     unmetered = Department.objects.filter(wallet__isnull=True).order_by("slug")
     return render(request, "budgets/wallets.html", {"membership": m, "rows": rows, "unmetered": unmetered,
                                                     "prices": Price.objects.select_related("flavor")})
@@ -57,16 +61,16 @@ def wallets(request):
 @login_required
 def wallet(request, slug: str):
     m = _member(request)
-    w = services.wallets_for(request.user).filter(department__slug=slug).first()
+    w = selectors.wallets_for(request.user).filter(department__slug=slug).first()
     if w is None:
         raise Http404("No such wallet.")
     month = timezone.localdate().replace(day=1)
-    since, _ = services.month_bounds(month)
+    since, _ = reports.month_bounds(month)
     return render(request, "budgets/wallet.html", {
-        "membership": m, "wallet": w, "burn": services.burn_rate(wallet=w),
-        "holds": services.open_holds(wallet=w),
-        "entries": services.ledger_for(request.user).filter(wallet=w).order_by("-created_at", "-id")[:30],
-        "usage": services.usage_report(user=request.user, group_by=["user", "flavor"], period="month",
+        "membership": m, "wallet": w, "burn": reports.burn_rate(wallet=w),
+        "holds": wallet_services.open_holds(wallet=w),
+        "entries": selectors.ledger_for(request.user).filter(wallet=w).order_by("-created_at", "-id")[:30],
+        "usage": reports.usage_report(user=request.user, group_by=["user", "flavor"], period="month",
                                        since=since, department=slug),
         "refill_rule": RefillRule.objects.filter(department=w.department).first(),
         "approval_rule": ApprovalRule.objects.filter(department=w.department).first(),
@@ -82,7 +86,7 @@ def approvals(request):
         raise Http404("Only department admins have an approvals inbox.")
     jobs = list(pending_approvals(request.user))
     for job in jobs:
-        job.estimated_cost = services.estimated_cost(job=job)
+        job.estimated_cost = pricing.estimated_cost(job=job)
     return render(request, "budgets/approvals.html", {"membership": m, "jobs": jobs})
 
 
@@ -96,10 +100,10 @@ def _decide(request, pk: int, decision: str):
     comment = request.POST.get("comment", "").strip()
     try:
         if decision == "approve":
-            services.job_approve(user=request.user, job=job, comment=comment)
+            job_approvals.job_approve(user=request.user, job=job, comment=comment)
             messages.success(request, f"Job {job.pk} approved.")
         else:
-            services.job_reject(user=request.user, job=job, comment=comment)
+            job_approvals.job_reject(user=request.user, job=job, comment=comment)
             messages.success(request, f"Job {job.pk} rejected.")
     except PortalError as exc:
         detail = "; ".join(i["message"] for items in exc.fields.values() for i in items)
@@ -139,7 +143,7 @@ def _department_admin(request):
 def _department(request, slug: str) -> Department:
     """The department in the URL, scoped like the API (another department is a 404)."""
     try:
-        return services.department_for(request.user, slug)
+        return selectors.department_for(request.user, slug)
     except NotFound as exc:
         raise Http404(exc.message) from None
     except Forbidden as exc:
@@ -206,7 +210,7 @@ def prices(request):
         values = request.POST.dict()
 
         def apply(data):
-            price, created = services.price_set(actor=request.user, **data)
+            price, created = pricing.price_set(actor=request.user, **data)
             messages.success(request, f"Price of {price.flavor.name}/{price.tier} "
                                       f"{'set' if created else 'changed'}: {price.per_gpu_hour} mcr per GPU-hour.")
 
@@ -218,7 +222,7 @@ def prices(request):
         if current is not None:
             values["per_gpu_hour"] = str(current.per_gpu_hour)
     return _form(request, "budgets/prices.html", {
-        "membership": m, "values": values, "tiers": services.TIER_NAMES,
+        "membership": m, "values": values, "tiers": pricing.TIER_NAMES,
         "flavors": Flavor.objects.order_by("name"),
         "prices": Price.objects.select_related("flavor").order_by("flavor__name", "tier"),
     }, errors)
@@ -231,7 +235,7 @@ def price_delete(request, pk: int):
     price = Price.objects.select_related("flavor").filter(pk=pk).first()
     if price is None:
         raise Http404("No such price.")
-    services.price_delete(price=price, actor=request.user)
+    pricing.price_delete(price=price, actor=request.user)
     messages.success(request, f"Price of {price.flavor.name}/{price.tier} deleted: that tier is now free.")
     return redirect("budgets:prices")
 
@@ -242,7 +246,7 @@ def adjust(request, slug: str):
     """Platform admins: credit or debit a department's wallet with a comment (an audited adjustment entry).
     The form carries an idempotency key, so a double submit adds one entry."""
     m = _platform_admin(request)
-    w = services.wallets_for(request.user).filter(department__slug=slug).first()
+    w = selectors.wallets_for(request.user).filter(department__slug=slug).first()
     if w is None:
         raise Http404("No such wallet.")
     errors: dict = {}
@@ -267,7 +271,7 @@ def adjust(request, slug: str):
                     "message": "Enter a positive number of mcr; choose debit to take credits away."}]})
             if direction == "debit":
                 amount = -amount
-            entry = services.wallet_adjust(department=w.department, amount=amount, actor=request.user,
+            entry = wallet_services.wallet_adjust(department=w.department, amount=amount, actor=request.user,
                                            comment=data["comment"], key=f"adjust:{w.pk}:{key}" if key else None)
             messages.success(request, f"Wallet {slug}: {entry.amount:+d} mcr recorded (balance "
                                       f"{entry.balance_after} mcr).")
@@ -287,24 +291,24 @@ def refill_rule(request, slug: str):
     rule = RefillRule.objects.filter(department=dept).first()
     errors: dict = {}
     if rule is not None:
-        values = {f: getattr(rule, f) for f in services.RULE_FIELDS}
+        values = {f: getattr(rule, f) for f in rules.RULE_FIELDS}
     else:
         values = {"mode": "fixed", "period": "monthly", "active": True}
     if request.method == "POST":
         values = request.POST.dict() | {"active": "active" in request.POST}
 
         def apply(data):
-            saved = services.refill_rule_set(department=dept, actor=request.user, **data)
+            saved = rules.refill_rule_set(department=dept, actor=request.user, **data)
             messages.success(request, f"Refill rule of {slug} saved: next refill "
-                                      f"{services.refill_amount(rule=saved)} mcr.")
+                                      f"{periodic.refill_amount(rule=saved)} mcr.")
 
-        errors = _submit(RefillRuleSerializer, _payload(request.POST, services.RULE_FIELDS, checkboxes=("active",)),
+        errors = _submit(RefillRuleSerializer, _payload(request.POST, rules.RULE_FIELDS, checkboxes=("active",)),
                          apply)
         if not errors:
             return redirect("budgets:refill_rule", slug=slug)
     return _form(request, "budgets/refill_rule.html", {
         "membership": m, "department": dept, "rule": rule, "values": values,
-        "next_amount": services.refill_amount(rule=rule) if rule else None,
+        "next_amount": periodic.refill_amount(rule=rule) if rule else None,
         "modes": RefillRule.MODES, "periods": RefillRule.PERIODS,
     }, errors)
 
@@ -315,7 +319,7 @@ def refill_rule_delete(request, slug: str):
     _platform_admin(request)
     dept = _department(request, slug)
     try:
-        services.refill_rule_delete(department=dept, actor=request.user)
+        rules.refill_rule_delete(department=dept, actor=request.user)
     except NotFound as exc:
         raise Http404(exc.message) from None
     messages.success(request, f"Refill rule of {slug} deleted: no more automatic refills.")
@@ -330,15 +334,15 @@ def approval_rule(request, slug: str):
     m = _department_admin(request)
     rule = ApprovalRule.objects.filter(department=dept).first()
     errors: dict = {}
-    values = {f: getattr(rule, f) for f in services.APPROVAL_FIELDS} if rule else {"realtime": False}
+    values = {f: getattr(rule, f) for f in rules.APPROVAL_FIELDS} if rule else {"realtime": False}
     if request.method == "POST":
         values = request.POST.dict() | {"realtime": "realtime" in request.POST}
 
         def apply(data):
-            services.approval_rule_set(department=dept, actor=request.user, **data)
+            rules.approval_rule_set(department=dept, actor=request.user, **data)
             messages.success(request, f"Approval rule of {slug} saved.")
 
-        payload = _payload(request.POST, services.APPROVAL_FIELDS, nullable=("gpus_above", "cost_above"),
+        payload = _payload(request.POST, rules.APPROVAL_FIELDS, nullable=("gpus_above", "cost_above"),
                            checkboxes=("realtime",))
         errors = _submit(ApprovalRuleSerializer, payload, apply)
         if not errors:
@@ -363,12 +367,12 @@ def allowances(request):
             pre["user"] = ["Choose a member."]
         else:
             try:
-                target = services.allowance_member(actor=request.user, username=username)
+                target = allowance_services.allowance_member(actor=request.user, username=username)
             except NotFound:
                 pre["user"] = ["No such member of your department."]
 
         def apply(data):
-            a = services.allowance_set(user=target, limit=data["limit"], period=data["period"], actor=request.user)
+            a = allowance_services.allowance_set(user=target, limit=data["limit"], period=data["period"], actor=request.user)
             messages.success(request, f"Allowance of {username} set: {a.limit} mcr {a.period}.")
 
         errors = _submit(AllowanceSerializer, _payload(request.POST, ("limit", "period")), apply, pre)
@@ -377,10 +381,10 @@ def allowances(request):
     elif "user" in values and "limit" not in values:
         # Through the one scoping rule: another department's member must not be prefilled (a leak of
         # their allowance), exactly as if they did not exist.
-        current = services.allowances_for(request.user).filter(user__username=values["user"]).first()
+        current = selectors.allowances_for(request.user).filter(user__username=values["user"]).first()
         if current is not None:
             values.update(limit=str(current.limit), period=current.period)
-    rows = [(a, services.allowance_used(allowance=a)) for a in services.allowances_for(request.user)]
+    rows = [(a, allowance_services.allowance_used(allowance=a)) for a in selectors.allowances_for(request.user)]
     members = Membership.objects.select_related("user", "department").order_by("department__slug", "user__username")
     if not m.is_platform_admin:
         members = members.filter(department_id=m.department_id)
@@ -394,10 +398,10 @@ def allowances(request):
 def allowance_delete(request, username: str):
     _department_admin(request)
     try:
-        user = services.allowance_member(actor=request.user, username=username)
+        user = allowance_services.allowance_member(actor=request.user, username=username)
     except NotFound as exc:
         raise Http404(exc.message) from None
-    services.allowance_set(user=user, limit=None, actor=request.user)
+    allowance_services.allowance_set(user=user, limit=None, actor=request.user)
     messages.success(request, f"Allowance of {username} removed.")
     return redirect("budgets:allowances")
 

@@ -291,6 +291,10 @@ class PreemptionVictim(models.Model):
         return f"victim job {self.job_id} a{self.attempt}: {self.status}"
 
 
+# A victim whose eviction is decided, requested or accepted and whose pods may still hold their GPUs.
+IN_FLIGHT = (PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED, PreemptionVictim.Status.EVICTED)
+
+
 class SimPod(models.Model):
     """A pod of the simulated cluster backend. Kept in the database so that web, worker and beat processes
     share one simulated cluster and a restart loses nothing (the simulated kubelet is ``advance()``)."""

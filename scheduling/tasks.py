@@ -9,13 +9,17 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from scheduling.backends import get_backend
 from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec, QuotaExceeded
 from scheduling.core import reasons
-from scheduling.models import Job, JobState, PreemptionVictim
+from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
+from scheduling.services import clusters, cycle
+from scheduling.services.jobs import record_event
+from scheduling.services.locks import exclusive
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +35,15 @@ RETRY = {
 
 # Event code of an admission the namespace's ResourceQuota refused (an event, not a pending reason).
 NAMESPACE_QUOTA = "namespace_quota"
-# A victim whose eviction is decided, requested or accepted and whose pods may still hold their GPUs.
-IN_FLIGHT = (PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED, PreemptionVictim.Status.EVICTED)
+
+
+@worker_ready.connect
+def _prepare_cluster(**_kwargs):  # pragma: no cover - exercised by running a worker
+    """Make sure the tier PriorityClasses exist before the worker creates any pod."""
+    try:
+        clusters.ensure_priority_classes()
+    except Exception:  # noqa: BLE001 - a worker must start even when the cluster is briefly down
+        log.exception("could not ensure PriorityClasses at worker start")
 
 
 def _job(job_id: int, attempt: int, states) -> Job | None:
@@ -51,20 +62,16 @@ def _mark_unreachable(job: Job, exc: Exception) -> None:
 
 
 def _cluster_name(job: Job) -> str:
-    from scheduling.services.clusters import default_cluster
-
-    return job.cluster.name if job.cluster_id else default_cluster().name
+    return job.cluster.name if job.cluster_id else clusters.default_cluster().name
 
 
 @shared_task(name="scheduling.pods.create", time_limit=60, soft_time_limit=50, **RETRY)
 def create_pods(job_id: int, attempt: int) -> str:
-    from scheduling.services.clusters import podset_for
-
     job = _job(job_id, attempt, (JobState.QUEUED, JobState.ADMITTED))
     if job is None:
         return "stale"
     try:
-        get_backend(_cluster_name(job)).ensure_pods(podset_for(job))
+        get_backend(_cluster_name(job)).ensure_pods(clusters.podset_for(job))
     except ClusterUnavailable as exc:
         _mark_unreachable(job, exc)
         raise
@@ -84,14 +91,12 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
     """Start the admitted attempt's pods on its placement (create what is missing, ungate). ``fresh``: the
     cycle's own first try, when the backend may create without reading first; retries and the reconciler
     read what exists before creating anything."""
-    from scheduling.services.clusters import podset_for
-
     job = _job(job_id, attempt, (JobState.ADMITTED,))
     if job is None:
         return "stale"
     backend = get_backend(_cluster_name(job))
     try:
-        backend.start(podset_for(job), tuple(job.placement), fresh=fresh)
+        backend.start(clusters.podset_for(job), tuple(job.placement), fresh=fresh)
     except QuotaExceeded as exc:
         _quota_refused(job, exc)
         raise
@@ -99,10 +104,8 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
         # The cluster refuses these pods as they are (a missing namespace, a stricter PodSecurity level):
         # retrying cannot help, so the job fails with the API server's reason and gives its GPUs back. Any pod
         # of a gang created before the refusal is an orphan the reconciler deletes.
-        from scheduling.services.clusters import finish
-
-        finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
-               message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
+        clusters.finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
+                        message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
         return "refused"
     return "admitted"
 
@@ -110,8 +113,6 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
 def _quota_refused(job: Job, exc: Exception) -> None:
     """A namespace ResourceQuota refused the admitted job's pods: say so on the job once per attempt (the task
     backs off and the reconciler gives the GPUs back after a bounded wait), never silently retry."""
-    from scheduling.services.jobs import record_event
-
     log.warning("job %s attempt %s: namespace quota refused its pods: %s", job.pk, job.attempt, exc)
     if not job.events.filter(attempt=job.attempt, reason_code=NAMESPACE_QUOTA).exists():
         record_event(job=job, kind="pod", attempt=job.attempt, reason_code=NAMESPACE_QUOTA,
@@ -144,8 +145,6 @@ def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | N
     portal or by someone draining a node). A refusal before any pod went leaves the victim BLOCKED (the next
     cycle chooses again). A refusal after some pods went leaves it in flight: the gang is broken, so the
     reconciler asks again each run until every pod is evicted; the job is requeued only once all are gone."""
-    from scheduling.services.jobs import record_event
-
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return "unknown"
@@ -206,29 +205,21 @@ def delete_pods(job_id: int, attempt: int, namespace: str) -> str:
 
 @shared_task(name="scheduling.cycle.run", time_limit=120, soft_time_limit=100, ignore_result=True)
 def run_cycle() -> dict | None:
-    from scheduling.services.cycle import run_cycle as _run
-
-    outcome = _run()
+    outcome = cycle.run_cycle()
     return None if outcome is None else outcome.__dict__
 
 
 @shared_task(name="scheduling.cycle.sync", time_limit=120, soft_time_limit=100, ignore_result=True)
 def sync_cluster() -> dict:
-    from scheduling.services.clusters import sync_cluster as _sync
-    from scheduling.services.locks import exclusive
-
     with exclusive("cluster-sync") as acquired:
         if not acquired:
             return {"skipped": 1}
-        return _sync()
+        return clusters.sync_cluster()
 
 
 @shared_task(name="scheduling.cycle.reconcile", time_limit=300, soft_time_limit=280, ignore_result=True)
 def reconcile() -> dict:
-    from scheduling.services.clusters import reconcile as _reconcile
-    from scheduling.services.locks import exclusive
-
     with exclusive("reconcile") as acquired:
         if not acquired:
             return {"skipped": 1}
-        return _reconcile()
+        return clusters.reconcile()

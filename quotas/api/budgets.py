@@ -22,8 +22,10 @@ from portal.api import idempotency_key
 from portal.errors import Forbidden, NotFound, ValidationFailed
 from portal.models import Department, Membership
 from portal.tenancy import membership_of
-from quotas import services
+from quotas import selectors
 from quotas.models import Allowance, ApprovalRule, Flavor, LedgerEntry, LedgerKind, Price, RefillRule, Wallet
+from quotas.services import allowances, periodic, pricing, reports, rules, wallets
+from scheduling.services import approvals
 
 # ------------------------------------------------------------------------------------------ plumbing
 
@@ -63,7 +65,7 @@ def _platform_admin(request) -> Membership:
 
 def _department(request, slug: str) -> Department:
     """The department ``slug`` if the user may see it (their own, or any for platform admins), else 404."""
-    return services.department_for(request.user, slug)
+    return selectors.department_for(request.user, slug)
 
 
 def _wallet(request, slug: str) -> Wallet:
@@ -129,7 +131,7 @@ class WalletListView(GenericAPIView):
     serializer_class = WalletSerializer
 
     def get_queryset(self):
-        return services.wallets_for(self.request.user).order_by("department__slug")
+        return selectors.wallets_for(self.request.user).order_by("department__slug")
 
     @extend_schema(operation_id="v1_wallets_list", responses=WalletSerializer(many=True))
     def get(self, request):
@@ -143,7 +145,7 @@ class WalletListView(GenericAPIView):
         if Wallet.objects.filter(department=data["department"]).exists():
             raise ValidationFailed(fields={"department": [{"code": "exists",
                                                            "message": "This department already has a wallet."}]})
-        wallet = services.wallet_create(department=data["department"], actor=request.user, balance=data["balance"])
+        wallet = wallets.wallet_create(department=data["department"], actor=request.user, balance=data["balance"])
         return Response(WalletSerializer(wallet).data, status=status.HTTP_201_CREATED)
 
 
@@ -160,15 +162,15 @@ class WalletDetailView(APIView):
 
     def get(self, request, slug: str):
         wallet = _wallet(request, slug)
-        holds = services.open_holds(wallet=wallet)
+        holds = wallets.open_holds(wallet=wallet)
         dept = wallet.department
         body = WalletSerializer(wallet).data
         body.update(
-            burn_rate=services.burn_rate(wallet=wallet),
+            burn_rate=reports.burn_rate(wallet=wallet),
             holds=HoldSerializer(holds, many=True).data,
-            refill_rule=_rule_dict(RefillRule.objects.filter(department=dept).first(), services.RULE_FIELDS),
+            refill_rule=_rule_dict(RefillRule.objects.filter(department=dept).first(), rules.RULE_FIELDS),
             approval_rule=_rule_dict(ApprovalRule.objects.filter(department=dept).first(),
-                                     services.APPROVAL_FIELDS),
+                                     rules.APPROVAL_FIELDS),
         )
         return Response(body)
 
@@ -176,7 +178,7 @@ class WalletDetailView(APIView):
         _platform_admin(request)
         dept = _department(request, slug)
         data = _valid(WalletBudgetSerializer, request.data)
-        services.wallet_set_balance(department=dept, balance=data["balance"], actor=request.user,
+        wallets.wallet_set_balance(department=dept, balance=data["balance"], actor=request.user,
                                     comment=data["comment"])
         return Response(WalletSerializer(Wallet.objects.get(department=dept)).data)
 
@@ -198,8 +200,8 @@ class WalletAdjustView(APIView):
         wallet = _wallet(request, slug)
         data = _valid(AdjustSerializer, request.data)
         key = idempotency_key(request)
-        entry = services.wallet_adjust(department=wallet.department, amount=data["amount"], actor=request.user,
-                                       comment=data["comment"], key=services.adjust_key(wallet, key) if key else None)
+        entry = wallets.wallet_adjust(department=wallet.department, amount=data["amount"], actor=request.user,
+                                       comment=data["comment"], key=wallets.adjust_key(wallet, key) if key else None)
         return Response(LedgerEntrySerializer(entry).data, status=status.HTTP_201_CREATED)
 
 
@@ -213,18 +215,18 @@ class RefillRuleView(APIView):
         rule = RefillRule.objects.filter(department=dept).first()
         if rule is None:
             raise NotFound("No refill rule.")
-        return Response(_rule_dict(rule, services.RULE_FIELDS) | {"next_amount": services.refill_amount(rule=rule)})
+        return Response(_rule_dict(rule, rules.RULE_FIELDS) | {"next_amount": periodic.refill_amount(rule=rule)})
 
     def put(self, request, slug: str):
         _platform_admin(request)
         dept = _department(request, slug)
         data = _valid(RefillRuleSerializer, request.data)
-        rule = services.refill_rule_set(department=dept, actor=request.user, **data)
-        return Response(_rule_dict(rule, services.RULE_FIELDS) | {"next_amount": services.refill_amount(rule=rule)})
+        rule = rules.refill_rule_set(department=dept, actor=request.user, **data)
+        return Response(_rule_dict(rule, rules.RULE_FIELDS) | {"next_amount": periodic.refill_amount(rule=rule)})
 
     def delete(self, request, slug: str):
         _platform_admin(request)
-        services.refill_rule_delete(department=_department(request, slug), actor=request.user)
+        rules.refill_rule_delete(department=_department(request, slug), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -236,7 +238,7 @@ class ApprovalRuleView(APIView):
     def get(self, request, slug: str):
         dept = _department(request, slug)
         rule = ApprovalRule.objects.filter(department=dept).first()
-        return Response(_rule_dict(rule, services.APPROVAL_FIELDS) or {"gpus_above": None, "cost_above": None,
+        return Response(_rule_dict(rule, rules.APPROVAL_FIELDS) or {"gpus_above": None, "cost_above": None,
                                                                        "realtime": False})
 
     def put(self, request, slug: str):
@@ -244,8 +246,8 @@ class ApprovalRuleView(APIView):
         if not _member(request).is_department_admin:
             raise Forbidden("Only department admins can set approval rules.")
         data = _valid(ApprovalRuleSerializer, request.data)
-        rule = services.approval_rule_set(department=dept, actor=request.user, **data)
-        return Response(_rule_dict(rule, services.APPROVAL_FIELDS))
+        rule = rules.approval_rule_set(department=dept, actor=request.user, **data)
+        return Response(_rule_dict(rule, rules.APPROVAL_FIELDS))
 
     patch = put
 
@@ -272,9 +274,9 @@ class AllowanceListView(APIView):
     @extend_schema(responses=AllowanceOutSerializer(many=True))
     def get(self, request):
         _member(request)
-        qs = services.allowances_for(request.user)
+        qs = selectors.allowances_for(request.user)
         return Response([{"user": a.user.username, "department": a.wallet.department.slug, "limit": a.limit,
-                          "period": a.period, "used": services.allowance_used(allowance=a)} for a in qs])
+                          "period": a.period, "used": allowances.allowance_used(allowance=a)} for a in qs])
 
 
 class AllowanceDetailView(APIView):
@@ -283,16 +285,16 @@ class AllowanceDetailView(APIView):
     serializer_class = AllowanceSerializer
 
     def _target(self, request, username: str):
-        return services.allowance_member(actor=request.user, username=username)
+        return allowances.allowance_member(actor=request.user, username=username)
 
     def put(self, request, username: str):
         user = self._target(request, username)
         data = _valid(AllowanceSerializer, request.data)
-        a = services.allowance_set(user=user, limit=data["limit"], period=data["period"], actor=request.user)
+        a = allowances.allowance_set(user=user, limit=data["limit"], period=data["period"], actor=request.user)
         return Response({"user": username, "limit": a.limit, "period": a.period})
 
     def delete(self, request, username: str):
-        services.allowance_set(user=self._target(request, username), limit=None, actor=request.user)
+        allowances.allowance_set(user=self._target(request, username), limit=None, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -309,7 +311,7 @@ class PriceSerializer(serializers.ModelSerializer):
 
 class PriceInputSerializer(StrictSerializer):
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
-    tier = serializers.ChoiceField(choices=services.TIER_NAMES)
+    tier = serializers.ChoiceField(choices=pricing.TIER_NAMES)
     per_gpu_hour = serializers.IntegerField(min_value=0, max_value=10**12)
 
 
@@ -328,7 +330,7 @@ class PriceListView(GenericAPIView):
     def post(self, request):
         _platform_admin(request)
         data = _valid(PriceInputSerializer, request.data)
-        price, created = services.price_set(actor=request.user, **data)
+        price, created = pricing.price_set(actor=request.user, **data)
         return Response(PriceSerializer(price).data, status=status.HTTP_201_CREATED if created else 200)
 
 
@@ -350,7 +352,7 @@ class PriceDetailView(APIView):
         _platform_admin(request)
         data = _valid(PriceInputSerializer, {"flavor": price.flavor.name, "tier": price.tier, **request.data}
                       if isinstance(request.data, dict) else request.data)
-        price, _ = services.price_set(actor=request.user, **data)
+        price, _ = pricing.price_set(actor=request.user, **data)
         return Response(PriceSerializer(price).data)
 
     put = patch
@@ -358,7 +360,7 @@ class PriceDetailView(APIView):
     def delete(self, request, pk: int):
         price = self._price(request, pk)
         _platform_admin(request)
-        services.price_delete(price=price, actor=request.user)
+        pricing.price_delete(price=price, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -397,7 +399,7 @@ class LedgerListView(GenericAPIView):
     def get(self, request):
         _member(request)
         f = _valid(LedgerFilterSerializer, request.query_params.dict())
-        qs = services.ledger_for(request.user)
+        qs = selectors.ledger_for(request.user)
         if "department" in f:
             qs = qs.filter(wallet__department=_department(request, f["department"]))
         if "job" in f:
@@ -433,8 +435,7 @@ class PendingJobSerializer(serializers.Serializer):
 
     def get_estimated_cost(self, job) -> int:
         prices = self.context.get("prices")
-        return services.cost_of(rate=services.worst_case_rate(job=job, prices=prices),
-                                gpu_seconds=job.gpus * job.pods * job.max_runtime_s)
+        return pricing.estimated_cost(job=job, prices=prices)
 
 
 def pending_approvals(user):
@@ -458,7 +459,7 @@ class ApprovalListView(GenericAPIView):
         if not _member(request).is_department_admin:
             raise Forbidden("Only department admins have an approvals inbox.")
         page = self.paginate_queryset(pending_approvals(request.user))
-        prices = {(f, t): p for f, t, p in Price.objects.values_list("flavor_id", "tier", "per_gpu_hour")}
+        prices = pricing.read_prices()
         return self.get_paginated_response(PendingJobSerializer(page, many=True, context={"prices": prices}).data)
 
 
@@ -482,9 +483,9 @@ class ApprovalDecisionView(APIView):
             raise NotFound("No such job.")
         data = _valid(DecisionSerializer, request.data)
         if self.decision == "approve":
-            job = services.job_approve(user=request.user, job=job, comment=data["comment"])
+            job = approvals.job_approve(user=request.user, job=job, comment=data["comment"])
         else:
-            job = services.job_reject(user=request.user, job=job, comment=data["comment"])
+            job = approvals.job_reject(user=request.user, job=job, comment=data["comment"])
         return Response({"id": job.pk, "state": job.state, "decision": job.approval.decision,
                          "comment": job.approval.comment, "actor": request.user.get_username()})
 
@@ -513,7 +514,7 @@ class JobCostView(APIView):
         job = Job.objects.for_user(request.user).filter(pk=pk).first()
         if job is None:
             raise NotFound("No such job.")
-        return Response(services.job_cost(job=job))
+        return Response(reports.job_cost(job=job))
 
 
 # ------------------------------------------------------------------------------------------ reports
@@ -527,9 +528,9 @@ class CSVRenderer(BaseRenderer):
     def render(self, data, accepted_media_type=None, renderer_context=None):
         out = io.StringIO()
         w = csv.writer(out)
-        w.writerow(services.REPORT_COLUMNS)
+        w.writerow(reports.REPORT_COLUMNS)
         for row in data or []:
-            w.writerow(["" if row.get(c) is None else row.get(c) for c in services.REPORT_COLUMNS])
+            w.writerow(["" if row.get(c) is None else row.get(c) for c in reports.REPORT_COLUMNS])
         return out.getvalue().encode()
 
 
@@ -543,10 +544,10 @@ class ReportFilterSerializer(StrictSerializer):
 
     def validate_group_by(self, value):
         parts = [p.strip() for p in value.split(",") if p.strip()]
-        bad = [p for p in parts if p not in services.GROUPS]
+        bad = [p for p in parts if p not in reports.GROUPS]
         if bad:
             raise serializers.ValidationError(f"Unknown grouping {', '.join(bad)}; use "
-                                              f"{', '.join(services.GROUPS)}.", code="invalid_choice")
+                                              f"{', '.join(reports.GROUPS)}.", code="invalid_choice")
         return list(dict.fromkeys(parts))
 
     def validate(self, attrs):
@@ -602,7 +603,7 @@ class UsageReportView(APIView):
         tz = timezone.get_current_timezone()
         since = datetime.combine(f["since"], time.min, tzinfo=tz) if f.get("since") else None
         until = datetime.combine(f["until"], time.min, tzinfo=tz) if f.get("until") else None
-        rows = services.usage_report(user=request.user, group_by=f["group_by"], period=f["period"], since=since,
+        rows = reports.usage_report(user=request.user, group_by=f["group_by"], period=f["period"], since=since,
                                      until=until, department=f.get("department"))
         if getattr(request.accepted_renderer, "format", "") == "csv":
             return Response(rows, headers={"Content-Disposition": 'attachment; filename="usage.csv"'})

@@ -73,7 +73,7 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def update(self, request, *args, **kwargs):
         from portal.errors import Forbidden
-        from quotas.services import quota_set
+        from quotas.services.rules import quota_set
 
         quota = self.get_object()  # 404 outside the caller's scope
         m = membership_of(request.user)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from django import template
 
-from quotas import services
+from quotas.services import reports
 
 register = template.Library()
 
 
 @register.simple_tag
 def job_cost(job):
-    return services.job_cost(job=job)
+    return reports.job_cost(job=job)
 
 
 @register.filter

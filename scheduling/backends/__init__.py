@@ -10,6 +10,9 @@ _cache: dict[str, ClusterBackend] = {}
 
 
 def get_backend(cluster: str = "default") -> ClusterBackend:
+    # The backends are imported when first used: the Kubernetes client only where a cluster uses it, and the
+    # simulated backend (which reads models) only once Django's apps are ready; this package itself stays
+    # importable without Django set up (the pure Kubernetes suites).
     if cluster not in _cache:
         if settings.SCHEDULING_BACKEND == "kubernetes":
             from .factory import kubernetes_backend

@@ -6,6 +6,8 @@ from django.conf import settings
 
 
 def flavor_rules():
+    # Inside the functions: the Kubernetes client is imported only when a cluster uses it, and this module
+    # is importable before Django's apps are ready.
     from quotas.models import Flavor
     from scheduling.backends.kube import FlavorRule
 

@@ -4,6 +4,8 @@ It honours the same rules as a real cluster where they matter to the portal: pod
 deterministic names (a duplicate create adopts the existing pod), an ungated pod starts on the node it was
 admitted to and runs for its job's declared max runtime (or ``SIM_DURATION_S`` from the job's env) divided
 by ``SIM_SPEEDUP``, an eviction ends it with reason ``Evicted``. ``advance()`` is the simulated kubelet.
+
+Loaded only by ``scheduling.backends.get_backend``, once Django's apps are ready (so it may import models).
 """
 
 from __future__ import annotations
@@ -18,8 +20,16 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from scheduling.backends.base import ClusterBackend, EvictionOutcome, Inventory, PodSet, PodState
+from scheduling.backends.base import (
+    BackendError,
+    ClusterBackend,
+    EvictionOutcome,
+    Inventory,
+    PodSet,
+    PodState,
+)
 from scheduling.core.types import Node as CoreNode
+from scheduling.models import Node, SimPod
 
 
 class SimulatedBackend(ClusterBackend):
@@ -31,8 +41,6 @@ class SimulatedBackend(ClusterBackend):
     # ------------------------------------------------------------------ kubelet
     def advance(self) -> int:
         """Finish every running pod whose (sped-up) runtime has elapsed. Returns how many finished."""
-        from scheduling.models import SimPod
-
         now = timezone.now()
         ended: dict[bool, list[int]] = {False: [], True: []}  # failed? -> pod ids
         for pk, started_at, runtime_s, exit_code in SimPod.objects.filter(
@@ -55,8 +63,6 @@ class SimulatedBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ interface
     def inventory(self) -> Inventory:
-        from scheduling.models import Node, SimPod
-
         self.advance()
         nodes = tuple(
             CoreNode(
@@ -76,8 +82,6 @@ class SimulatedBackend(ClusterBackend):
         return Inventory(nodes=nodes, pods=pods)
 
     def ensure_pods(self, podset: PodSet) -> None:
-        from scheduling.models import SimPod
-
         env = dict(podset.env)
         runtime = _number(env.get("SIM_DURATION_S"), float, default=podset.max_runtime_s,
                           low=0, high=podset.max_runtime_s)
@@ -100,9 +104,6 @@ class SimulatedBackend(ClusterBackend):
                 pass  # AlreadyExists: a retried create adopts the pod
 
     def admit(self, podset: PodSet, placement: tuple[str, ...]) -> None:
-        from scheduling.backends.base import BackendError
-        from scheduling.models import SimPod
-
         pods = {p.name: p for p in SimPod.objects.filter(cluster=self.name, namespace=podset.namespace,
                                                          name__in=podset.pod_names)}
         if len(pods) != podset.pods:
@@ -114,8 +115,6 @@ class SimulatedBackend(ClusterBackend):
             )
 
     def evict(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
-        from scheduling.models import SimPod
-
         pods = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt)
         names = tuple(pods.values_list("name", flat=True))
         if not names:
@@ -126,13 +125,9 @@ class SimulatedBackend(ClusterBackend):
         return EvictionOutcome("accepted", pods=names)
 
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
-        from scheduling.models import SimPod
-
         SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt).delete()
 
     def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False) -> Iterator[str]:
-        from scheduling.models import SimPod
-
         pod = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt).order_by("index").first()
         if pod is None:
             return iter(())

@@ -12,17 +12,25 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from portal.broker import send
+from portal import dispatch
 from portal.db import retry_on_conflict
+from quotas import budgets
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission, get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
 from scheduling.core import reasons
-from scheduling.models import Cluster, Job, JobState, Node, PreemptionVictim
-from scheduling.services.jobs import enqueue_pod_creation, namespace_for, record_event, transition
+from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, Node, PreemptionVictim
+from scheduling.services.jobs import (
+    budget_attempt_ended,
+    enqueue_pod_creation,
+    namespace_for,
+    record_event,
+    transition,
+)
 from scheduling.services.policy import current_policy
 
 log = logging.getLogger(__name__)
@@ -48,8 +56,6 @@ ADMIT_GIVE_UP = timedelta(minutes=5)
 def default_cluster() -> Cluster:
     cluster = Cluster.objects.filter(is_default=True).first()
     if cluster is None:
-        from django.conf import settings
-
         cluster, _ = Cluster.objects.get_or_create(
             name="default", defaults={"is_default": True, "backend": settings.SCHEDULING_BACKEND}
         )
@@ -224,8 +230,6 @@ def _apply_job_atomically(job: Job, pods: list[PodState]) -> str | None:
 
 def _evicting_jobs():
     """Active jobs whose current attempt is being evicted (decided, requested or accepted)."""
-    from scheduling.tasks import IN_FLIGHT
-
     ids = PreemptionVictim.objects.filter(
         status__in=IN_FLIGHT, job__state__in=(JobState.ADMITTED, JobState.RUNNING)
     ).values_list("job_id", flat=True)
@@ -236,8 +240,6 @@ def _evicting_jobs():
 def attempt_gone(*, job: Job) -> bool:
     """Every pod of the job's current attempt is gone: requeue it, as preempted when its eviction was under
     way, else as lost (someone deleted its pods)."""
-    from scheduling.tasks import IN_FLIGHT
-
     if PreemptionVictim.objects.filter(job=job, attempt=job.attempt, status__in=IN_FLIGHT).exists():
         return requeue(job=job, outcome="preempted", reason="Evicted", message="evicted; its pods are gone")
     return requeue(job=job, outcome="platform_failure", reason="PodsLost",
@@ -324,37 +326,28 @@ def _scheduler_may_still_bind(job: Job, pod: PodState, now: datetime) -> bool:
 
 def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at) -> bool:
     """End the job; the settlement of its hold commits or rolls back with the transition."""
-    from quotas.services import on_attempt_ended
-
     # From the state the job was read in (the compare-and-set then proves it, with no extra lock); a job that
     # moved meanwhile is left for the next sync.
     sources = [job.state] if job.state in (JobState.ADMITTED, JobState.RUNNING) else [JobState.ADMITTED,
                                                                                         JobState.RUNNING]
-    from quotas.services import lock_department_wallets
-
     with transaction.atomic(savepoint=False):
-        lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
+        budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
         ok = transition(job=job, to=state, allowed_from=sources,
                         attempt=job.attempt, reason_code=reason, message=message, exit_code=exit_code,
                         finished_at=finished_at or timezone.now())
         if ok:
-            on_attempt_ended(job=job, attempt=job.attempt,
-                             outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
+            budget_attempt_ended(job=job, attempt=job.attempt,
+                                 outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
     return ok
 
 
 def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
     """End the current attempt (eviction, lost node, unschedulable) and queue the next one, keeping the
     original submission time so the job does not lose its place to aging."""
-    from quotas.services import on_attempt_ended
-    from scheduling import tasks
-
     old_attempt = job.attempt
     now = timezone.now()
-    from quotas.services import lock_department_wallets
-
     with transaction.atomic():
-        lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
+        budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
         if outcome == "preempted":
             if not transition(job=job, to=JobState.PREEMPTED, allowed_from=[JobState.ADMITTED, JobState.RUNNING],
                               attempt=old_attempt, reason_code=reason, message=message,
@@ -366,9 +359,8 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
         ended = copy.copy(job)  # the attempt as it ran (admission time, borrowed, price) for settlement
         if not _requeue_cas(job, old_attempt, message, now):
             return False
-        on_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
-        ns = namespace_for(job.department.slug)
-        transaction.on_commit(lambda: send(tasks.delete_pods, job.pk, old_attempt, ns))
+        budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
+        dispatch.after_commit("scheduling.pods.delete", job.pk, old_attempt, namespace_for(job.department.slug))
         enqueue_pod_creation(job)
     return True
 
@@ -409,8 +401,6 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
     without pods where pods are created at admission, are started again (and requeued after a bounded wait);
     active jobs whose pods vanished are requeued; gangs partly evicted get the rest of their evictions asked
     again; and portal pods without a live job attempt are deleted."""
-    from scheduling import tasks
-
     cluster = cluster or default_cluster()
     backend = get_backend(cluster.name)
     try:
@@ -434,7 +424,7 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
         mine = pods.get(key, [])
         if job.state == JobState.QUEUED:
             if len(mine) < job.pods and not at_admission:
-                tasks.create_pods.delay(job.pk, job.attempt)
+                dispatch.send_now("scheduling.pods.create", job.pk, job.attempt)
                 counts["created"] += 1
         elif job.state == JobState.ADMITTED and at_admission and len(mine) < job.pods and job.pk not in evicting:
             # The pods are created when the job is admitted: the start task was lost, or is backing off (a
@@ -446,10 +436,10 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
                                    "of its admission (see its events)"):
                     counts["requeued"] += 1
             elif now - since > ADMIT_RETRY:
-                tasks.admit_pods.delay(job.pk, job.attempt)
+                dispatch.send_now("scheduling.pods.admit", job.pk, job.attempt)
                 counts["admitted"] += 1
         elif job.state == JobState.ADMITTED and mine and any(p.gated for p in mine):
-            tasks.admit_pods.delay(job.pk, job.attempt)
+            dispatch.send_now("scheduling.pods.admit", job.pk, job.attempt)
             counts["admitted"] += 1
         elif job.state in (JobState.ADMITTED, JobState.RUNNING) and not mine:
             since = job.started_at or job.admitted_at or now
@@ -460,7 +450,7 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
             # Some pods are evicted (by a preemption whose other evictions were refused, or by a node drain)
             # while others still run: ask the Eviction API for the rest again, with this run's cadence as the
             # back-off. Never a DELETE: their PodDisruptionBudgets still decide.
-            tasks.evict_pods.delay(job.pk, job.attempt, mine[0].namespace, None)
+            dispatch.send_now("scheduling.pods.evict", job.pk, job.attempt, mine[0].namespace, None)
             counts["evictions_retried"] += 1
         elif job.pk in evicting and mine:
             # A decided eviction still not asked for after the grace period: its message was lost (the broker
@@ -469,10 +459,10 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
                 job=job, attempt=job.attempt, status=PreemptionVictim.Status.DECIDED,
                 preemption__decided_at__lt=now - LOST_GRACE).values_list("preemption_id", flat=True).first()
             if lost is not None:
-                tasks.evict_pods.delay(job.pk, job.attempt, mine[0].namespace, lost)
+                dispatch.send_now("scheduling.pods.evict", job.pk, job.attempt, mine[0].namespace, lost)
                 counts["evictions_resent"] += 1
     for key, plist in pods.items():
         if key not in live_keys:  # pods of a finished job or of an attempt that moved on
-            tasks.delete_pods.delay(key[0], key[1], plist[0].namespace)
+            dispatch.send_now("scheduling.pods.delete", key[0], key[1], plist[0].namespace)
             counts["orphans_deleted"] += 1
     return dict(counts)

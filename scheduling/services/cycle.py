@@ -14,12 +14,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal.broker import send
+from portal import dispatch, metrics
 from portal.db import retry_on_conflict
+from quotas import budgets
 from scheduling import core
 from scheduling.core import reasons
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
-from scheduling.services.jobs import record_event, transition
+from scheduling.services.jobs import budget_admitted, namespace_for, record_event, transition
 from scheduling.services.locks import exclusive
 from scheduling.services.snapshot import SnapshotContext, build_snapshot
 
@@ -69,8 +70,6 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
         total_ms=(t3 - t0) * 1000,
         policy_version=ctx.policy_version,
     )
-    from portal import metrics
-
     metrics.observe_cycle(outcome, snapshot=snapshot, result=result, at=time.time())
     return outcome
 
@@ -82,8 +81,6 @@ def _dt(value: float | None) -> datetime | None:
 def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int, int, int]:
     """Apply a decision in one transaction. Every state change is compare-and-set against the state the
     decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit."""
-    from scheduling import tasks
-
     admitted = preempted = changed = 0
     to_ungate: list[list[int]] = []
     clusters = {c.name: c for c in Cluster.objects.all()}
@@ -113,11 +110,11 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
             )
             if ok:
                 admitted += 1
-                _on_admitted(job)
+                budget_admitted(job)
                 to_ungate.append([job.pk, job.attempt])
         for i in range(0, len(to_ungate), ADMIT_BATCH):  # a few messages per cycle, not one per admission
             chunk = to_ungate[i:i + ADMIT_BATCH]
-            transaction.on_commit(lambda c=chunk: send(tasks.admit_pods_many, c))
+            dispatch.after_commit("scheduling.pods.admit_many", chunk)
 
         explained: set[int] = set()  # preemptors whose reason _record_preemption wrote from what it recorded
         for pre in result.preemptions:
@@ -132,10 +129,8 @@ def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: dict
     jobs' departments (holds are placed on them) in primary-key order, then every job the apply writes in
     primary-key order. Without this the apply locked job, wallet, job, wallet... in decision order, and a
     cancel or a pod sync locking the same rows the other way round deadlocked with it."""
-    from quotas.services import lock_department_wallets
-
     admitted = [ctx.jobs[a.job_id] for a in result.admissions if a.job_id in ctx.jobs]
-    lock_department_wallets([j.department_id for j in admitted])
+    budgets.lock_department_wallets([j.department_id for j in admitted])
     ids = {j.pk for j in admitted} | set(pending)
     ids |= {p.preemptor_id for p in result.preemptions if p.preemptor_id in ctx.jobs}
     if ids:
@@ -207,12 +202,6 @@ def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) 
                    detail={"clusters": sorted(ctx.unavailable_clusters)}, estimated_start=None)
 
 
-def _on_admitted(job: Job) -> None:
-    from quotas.services import on_job_admitted
-
-    on_job_admitted(job=job)
-
-
 def _admission_message(adm: core.Admission) -> str:
     where = ", ".join(adm.placement)
     extra = f" on borrowed capacity at {adm.price} mcr/GPU-h" if adm.borrowed and adm.price else (
@@ -222,9 +211,6 @@ def _admission_message(adm: core.Admission) -> str:
 
 
 def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: set[int]) -> int:
-    from scheduling import tasks
-    from scheduling.services.jobs import namespace_for
-
     preemptor = ctx.jobs.get(pre.preemptor_id)
     in_flight = sorted(j for j, p in ctx.evicting_for.items() if p == pre.preemptor_id)
     if in_flight:
@@ -259,7 +245,7 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: se
             data={"preemption_id": record.pk, "preemptor": pre.preemptor_id},
         )
         ns = namespace_for(v.department.slug)
-        transaction.on_commit(lambda j=v.pk, a=v.attempt, n=ns, p=record.pk: send(tasks.evict_pods, j, a, n, p))
+        dispatch.after_commit("scheduling.pods.evict", v.pk, v.attempt, ns, record.pk)
     if preemptor is not None:
         # The message and the detail name the same victims: the ones recorded here (the engine's list may
         # include jobs whose eviction was already under way).

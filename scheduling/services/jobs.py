@@ -9,17 +9,21 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 from django.utils import timezone
 
-from portal.broker import send
+from portal import dispatch
 from portal.db import retry_on_conflict
 from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition
 from portal.models import Membership
 from portal.tenancy import can_manage_job, membership_of
+from quotas import budgets
 from quotas.models import Flavor
+from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
-from scheduling.models import TRANSITIONS, Job, JobEvent, JobState
+from scheduling.models import TRANSITIONS, Job, JobEvent, JobState, Node
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +135,22 @@ def request_hash(data: dict) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _approval_reason(*, job: Job, inputs=None) -> str | None:
-    """A department rule that puts the job in pending_approval, or None (quotas.services decides)."""
-    from quotas.services import approval_required
+def budget_admitted(job: Job) -> None:
+    """Place the admitted job's hold (budgets decide how much) and put what happened on its timeline. Inside
+    the admitting transaction."""
+    _record_budget_note(job, budgets.on_job_admitted(job=job))
 
-    return approval_required(job=job, inputs=inputs)
+
+def budget_attempt_ended(*, job: Job, attempt: int, outcome: str) -> None:
+    """Settle the hold of an attempt that ended (budgets decide the charge and refund) and put what happened
+    on the job's timeline. Inside the transaction that ends the attempt."""
+    _record_budget_note(job, budgets.on_attempt_ended(job=job, attempt=attempt, outcome=outcome))
+
+
+def _record_budget_note(job: Job, note: budgets.BudgetNote | None) -> None:
+    if note is not None:
+        record_event(job=job, kind="budget", reason_code=note.reason_code, message=note.message,
+                     data=note.data, attempt=note.attempt)
 
 
 def _member(user) -> Membership:
@@ -213,9 +228,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     Must run inside a transaction. The approval inputs are read once for all ``items`` (one submitter); each
     job is checked on its own, so a job of a batch is treated exactly as if it were submitted alone.
     """
-    from quotas.services import approval_inputs
-
-    inputs = approval_inputs(department_id=membership.department_id, owner_id=user.pk)
+    inputs = budgets.approval_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
     events: list[JobEvent] = []
@@ -234,7 +247,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
             submitted_at=now,
             **fields,
         )
-        approval = _approval_reason(job=job, inputs=inputs)
+        approval = budgets.approval_required(job=job, inputs=inputs)
         if approval:
             job.state = JobState.PENDING_APPROVAL
             job.reason_code = reasons.AWAITING_APPROVAL
@@ -270,15 +283,12 @@ def enqueue_pod_creation(job: Job) -> None:
     """Queue the creation of the job's gated pods, for a backend that creates them while the job is queued.
     The Kubernetes backend creates them at admission instead (a gated pod counts against its namespace's
     ResourceQuota): nothing to do here for it."""
-    from scheduling import tasks
-    from scheduling.backends import creates_pods_at_admission
-
     if creates_pods_at_admission(job.cluster.name if job.cluster_id else "default"):
         return
     job_id, attempt = job.pk, job.attempt
     # The job is committed and accepted whatever the broker does (``send`` logs an unreachable broker), and
     # the reconciler creates the pods of every queued job that has none.
-    transaction.on_commit(lambda: send(tasks.create_pods, job_id, attempt))
+    dispatch.after_commit("scheduling.pods.create", job_id, attempt)
 
 
 def job_cancel(*, user, job: Job, comment: str = "") -> Job:
@@ -292,11 +302,9 @@ def job_cancel(*, user, job: Job, comment: str = "") -> Job:
     attempt, had_pods = job.attempt, job.state != JobState.PENDING_APPROVAL
 
     def run() -> Job:
-        from quotas.services import lock_department_wallets
-
         with transaction.atomic():  # the state change and the hold's release commit together
             # The wallet before the job: the one lock order (see lock_department_wallets).
-            lock_department_wallets([job.department_id])
+            budgets.lock_department_wallets([job.department_id])
             return _cancel(user=user, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
 
     return retry_on_conflict(run, what=f"cancel of job {job.pk}")
@@ -317,26 +325,15 @@ def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Jo
             return job
         raise InvalidTransition(f"The job is {job.state} and can no longer be cancelled.")
     if had_pods:
-        from scheduling import tasks
-
-        job_id, ns = job.pk, namespace_for(job.department.slug)
-        transaction.on_commit(lambda: send(tasks.delete_pods, job_id, attempt, ns))
-    from quotas.services import on_attempt_ended
-
-    on_attempt_ended(job=job, attempt=attempt, outcome="cancelled")
+        dispatch.after_commit("scheduling.pods.delete", job.pk, attempt, namespace_for(job.department.slug))
+    budget_attempt_ended(job=job, attempt=attempt, outcome="cancelled")
     return job
 
 
 def namespace_for(department_slug: str) -> str:
-    from django.conf import settings
-
     return settings.KUBE_NAMESPACE_TEMPLATE.format(department=department_slug)
 
 
 def largest_node_gpus(*, flavor: Flavor) -> int | None:
     """GPUs of the largest node offering ``flavor`` (None when no node offers it)."""
-    from django.db.models import Max
-
-    from scheduling.models import Node
-
     return Node.objects.filter(flavor=flavor).aggregate(m=Max("gpus"))["m"]

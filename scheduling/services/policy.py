@@ -3,51 +3,35 @@ takes effect on the next cycle, without a restart)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from portal.errors import Conflict, ValidationFailed
 from portal.models import AuditEntry
+from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
 from scheduling.core.types import Policy
 from scheduling.models import PolicyVersion
-
-
-def _codec():
-    try:
-        from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
-    except ImportError:  # the engine's policy codec has not landed: the default policy only
-        return None
-    return PolicyError, policy_from_dict, policy_to_dict
 
 
 def current_policy() -> tuple[Policy, int]:
     """The policy in force and its version (0 = built-in defaults, never edited)."""
     row = PolicyVersion.objects.order_by("-version").first()
-    codec = _codec()
-    if row is None or codec is None:
+    if row is None:
         return Policy(), 0
-    _err, from_dict, _to = codec
-    import dataclasses
-
-    return dataclasses.replace(from_dict(row.data), version=row.version), row.version
+    return dataclasses.replace(policy_from_dict(row.data), version=row.version), row.version
 
 
 def policy_as_dict(policy: Policy) -> dict:
-    codec = _codec()
-    if codec is None:
-        return {"min_runtime_s": policy.min_runtime_s}
-    return codec[2](policy)
+    return policy_to_dict(policy)
 
 
 def policy_update(*, user, data: dict, comment: str = "") -> PolicyVersion:
     """Validate ``data`` (a whole policy document) and store it as the next version, audited."""
-    codec = _codec()
-    if codec is None:
-        raise ValidationFailed("Policy editing needs the scheduling engine's policy codec.")
-    policy_error, from_dict, to_dict = codec
     try:
-        policy = from_dict(data)
-    except policy_error as exc:
+        policy = policy_from_dict(data)
+    except PolicyError as exc:
         fields = {k: [{"code": "invalid", "message": m} for m in v] for k, v in exc.errors.items()}
         raise ValidationFailed("The policy is invalid.", fields=fields)
     old, _ = current_policy()
@@ -55,7 +39,7 @@ def policy_update(*, user, data: dict, comment: str = "") -> PolicyVersion:
     try:
         with transaction.atomic():
             row = PolicyVersion.objects.create(
-                version=latest + 1, data=to_dict(policy), author=user, comment=comment
+                version=latest + 1, data=policy_to_dict(policy), author=user, comment=comment
             )
             _audit(user=user, old=old, row=row, comment=comment)
     except IntegrityError:  # unique version: another admin saved first; they must look again

@@ -1,7 +1,8 @@
 """Turn the database into the engine's frozen Snapshot, in a fixed, small number of queries.
 
 Queries: nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
-preemption count (8, whatever the number of jobs or nodes). ``SnapshotContext`` keeps the Job rows the cycle
+preemption count (8, whatever the number of jobs or nodes), plus the budgets' one read of wallets and prices
+(``quotas.budgets.read_for_cycle``: one query without budgets, two with). ``SnapshotContext`` keeps the Job rows the cycle
 read so that applying the result compares against what the decision was made on.
 
 Disruption budgets: when jobs wait and others could be preempted, each reachable cluster's backend is asked
@@ -21,11 +22,12 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from quotas import services as quota_services
+from quotas.budgets import read_for_cycle
 from quotas.models import Quota
+from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import types as core
-from scheduling.models import Job, JobState, Node, PreemptionVictim
+from scheduling.models import IN_FLIGHT, Job, JobState, Node, PreemptionVictim
 from scheduling.services.policy import current_policy
 
 log = logging.getLogger(__name__)
@@ -115,8 +117,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     attempts = {j.pk: j.attempt for j in active}
     for job_id, attempt, preemptor_id in PreemptionVictim.objects.filter(
         job__state__in=(JobState.ADMITTED, JobState.RUNNING),
-        status__in=(PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED,
-                    PreemptionVictim.Status.EVICTED),
+        status__in=IN_FLIGHT,
     ).order_by("preemption_id", "id").values_list("job_id", "attempt", "preemption__preemptor_id"):
         if attempts.get(job_id) == attempt:
             ctx.evicting.add(job_id)
@@ -167,6 +168,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
             )
         )
 
+    budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
     pending = []
     for j in queued:
         ctx.jobs[j.pk] = j
@@ -185,7 +187,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 deadline=ts(j.deadline),
                 max_runtime_s=float(j.max_runtime_s),
                 bid=j.bid,
-                hold=quota_services.hold_for(job=j, now=now),
+                hold=budget.hold_for(j),
                 attempt=j.attempt,
             )
         )
@@ -200,7 +202,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         pending=tuple(pending),
         quotas=quotas,
         policy=policy,
-        credits=quota_services.available_credits(),
+        credits=budget.available_credits(),
         usage=decayed_usage(now=now, half_life_s=policy.usage_half_life_s),
         disruption_budgets=tuple(disruption),
         recent_preemptions=recent,
@@ -211,8 +213,6 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
 def cluster_unavailable(cluster) -> str:
     """Why a cycle may not place jobs on this cluster's nodes now ("" when it may): its API is unreachable,
     or its inventory comes from the cluster and has not been read since this process started."""
-    from scheduling.backends import owns_inventory
-
     if not cluster.reachable:
         return f"cluster {cluster.name} is unreachable" + (f": {cluster.last_error[:200]}" if cluster.last_error
                                                            else "")
@@ -226,8 +226,6 @@ def cluster_budgets(active: list[Job]) -> dict[str, BudgetCoverage]:
     cluster name; budget names are qualified by the cluster unless it is the default one. Asked every cycle
     (a budget's room changes with every eviction and every pod that becomes ready); a cluster whose API fails
     is left out (its jobs fall back to their own ``pdb_min_available``) and logged."""
-    from scheduling.backends import get_backend
-
     reachable: dict[str, bool] = {}
     for j in active:
         name = j.cluster.name if j.cluster else core.DEFAULT_CLUSTER

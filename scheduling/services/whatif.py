@@ -23,6 +23,15 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from portal.models import Department, Membership
+from quotas.models import Flavor, Quota
+from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
+from scheduling.models import Job, JobState, Node
+from scheduling.services.policy import current_policy, policy_as_dict
+from scheduling.sim.policies import Portal
+from scheduling.sim.trace import TraceRow
+from scheduling.sim.whatif import compare
+
 TRACE_COLUMNS = ("job_id", "submit_time_s", "duration_s", "gpus", "department", "user", "tier", "urgency",
                  "flavor", "deadline_s", "bid", "max_runtime_s", "pods")
 DEFAULT_MAX_JOBS = 1000
@@ -56,8 +65,6 @@ def time_limit_s() -> float:
 
 
 def _history(since):
-    from scheduling.models import Job, JobState
-
     return (Job.objects.filter(submitted_at__gte=since)
             .exclude(state=JobState.PENDING_APPROVAL)
             # never ran and never will: not part of the offered load
@@ -68,8 +75,6 @@ def export_rows(*, since, limit: int | None = None) -> list:
     """The history since ``since`` as simulator TraceRows (times relative to the first submission; the
     duration is what the job actually ran, its max runtime when it never ran). With ``limit``, only the most
     recent ``limit`` jobs."""
-    from scheduling.sim.trace import TraceRow
-
     qs = _history(since).select_related("department", "flavor", "owner")
     if limit is not None:
         jobs = list(qs.order_by("-submitted_at", "-id")[:limit])[::-1]
@@ -98,8 +103,6 @@ def export_rows(*, since, limit: int | None = None) -> list:
 def validate_policy(doc: Any) -> dict:
     """A proposed policy document, validated exactly like the policy editor and PUT /api/v1/policy (the
     engine's codec); returns it normalised. Raises WhatIfError with the codec's per-field messages."""
-    from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
-
     if not isinstance(doc, dict):
         raise WhatIfError("The proposed policy must be a JSON object.", {"policy": ["Must be a JSON object."]})
     try:
@@ -111,8 +114,6 @@ def validate_policy(doc: Any) -> dict:
 
 def sim_policy(data: dict) -> dict:
     """A portal policy document (as stored) -> the simulator's policy overrides."""
-    from scheduling.core.policy import policy_from_dict
-
     policy = policy_from_dict(data)
     out = {}
     for name in policy.__dataclass_fields__:
@@ -128,16 +129,12 @@ def sim_policy(data: dict) -> dict:
 
 
 def current_policy_doc() -> tuple[dict, int]:
-    from scheduling.services.policy import current_policy, policy_as_dict
-
     policy, version = current_policy()
     return policy_as_dict(policy), version
 
 
 def current_quotas() -> dict[str, dict[str, dict[str, int | None]]]:
     """``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"}}}`` as in force."""
-    from quotas.models import Quota
-
     out: dict = {}
     for q in Quota.objects.select_related("department", "flavor"):
         out.setdefault(q.department.slug, {})[q.flavor.name] = {
@@ -176,9 +173,6 @@ def quota_change(department: str, flavor: str, nominal=None, borrowing_limit=Non
     """Validate one proposed quota (values may be strings from a form or a command line; blank nominal = 0,
     blank limits = unlimited). Unknown departments and flavors, non-integers, negatives and a lending limit
     above the nominal quota are WhatIfErrors naming the quota."""
-    from portal.models import Department
-    from quotas.models import Flavor
-
     where = f"{department}/{flavor}"
     known_depts = set(departments) if departments is not None else set(
         Department.objects.values_list("slug", flat=True))
@@ -210,8 +204,6 @@ def apply_quota_changes(quotas: dict, changes: Iterable[QuotaChange]) -> dict:
 
 def node_groups() -> list[dict]:
     """The current cluster (schedulable nodes) as the simulator's node groups."""
-    from scheduling.models import Node
-
     groups = Counter(Node.objects.filter(schedulable=True).values_list("flavor__name", "gpus"))
     if not groups:
         raise WhatIfError("There are no schedulable nodes to replay on.")
@@ -220,8 +212,6 @@ def node_groups() -> list[dict]:
 
 
 def member_tiers() -> dict[str, dict[str, str]]:
-    from portal.models import Membership
-
     out: dict = {}
     for m in Membership.objects.select_related("department", "user"):
         out.setdefault(m.department.slug, {})[m.user.get_username()] = m.user_tier
@@ -239,8 +229,6 @@ class _Bounded:
     time_dependent = True
 
     def __init__(self, deadline: float, limit_s: float):
-        from scheduling.sim.policies import Portal
-
         self.inner = Portal()
         self.deadline = deadline
         self.limit_s = limit_s
@@ -285,8 +273,6 @@ def run_whatif(*, days: float, proposed_policy: dict | None = None, quota_change
                limit: int | None = None, time_limit: float | None = None) -> WhatIf:
     """Replay the last ``days`` of history (at most ``limit`` jobs, the most recent) under the policy and quotas
     in force and under the proposal; raise WhatIfError on bad input or nothing to compare."""
-    from scheduling.sim.whatif import compare
-
     if not days or days <= 0:
         raise WhatIfError("The history window must be a positive number of days.",
                           {"days": ["Must be a positive number of days."]})

@@ -25,3 +25,11 @@ def test_stale_cycles_expire_instead_of_queueing_up():
     for name in ("admission-cycle", "sync-cluster"):
         entry = settings.CELERY_BEAT_SCHEDULE[name]
         assert 0 < entry["options"]["expires"] <= 10 * entry["schedule"]
+
+
+def test_every_beat_entry_names_a_registered_task():
+    """The beat schedule is declared once, in settings: each entry must name a task some app registers."""
+    from portal.celery import app
+
+    names = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert names and names <= set(app.tasks)

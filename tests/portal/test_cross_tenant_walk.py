@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 
 from portal.models import ApiToken
-from quotas import services
 from quotas.models import Allowance, Wallet
+from quotas.services import allowances, rules, wallets
 from scheduling.models import Job, JobState
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 
@@ -29,11 +29,11 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
     pending = Job.objects.create(owner=owner, department=dept, name=f"{prefix}secretapproval", image="x",
                                  command=["true"], flavor=lab.a100, gpus=1, state=JobState.PENDING_APPROVAL,
                                  reason_message="needs approval")
-    services.wallet_create(department=dept, actor=lab.root, balance=numbers[0])
-    services.refill_rule_set(department=dept, actor=lab.root, mode="fixed", amount=numbers[1], period="monthly",
+    wallets.wallet_create(department=dept, actor=lab.root, balance=numbers[0])
+    rules.refill_rule_set(department=dept, actor=lab.root, mode="fixed", amount=numbers[1], period="monthly",
                              active=True)
-    services.approval_rule_set(department=dept, actor=admin, cost_above=numbers[2])
-    services.allowance_set(user=owner, limit=numbers[3], actor=admin)
+    rules.approval_rule_set(department=dept, actor=admin, cost_above=numbers[2])
+    allowances.allowance_set(user=owner, limit=numbers[3], actor=admin)
     token, _ = ApiToken.issue(user=owner, name=f"{prefix}secrettoken")
     return {"job": job, "pending": pending, "token": token}
 

@@ -61,9 +61,9 @@ def test_options_on_every_report_format_answers(api):
 
 
 def test_an_over_long_idempotency_key_on_wallet_adjust_is_a_400(lab, api):
-    from quotas import services
+    from quotas.services import wallets
 
-    services.wallet_create(department=lab.vision, actor=lab.root, balance=1000)
+    wallets.wallet_create(department=lab.vision, actor=lab.root, balance=1000)
     r = api.post("/api/v1/wallets/vision/adjust", {"amount": 5, "comment": "x"}, content_type="application/json",
                  HTTP_IDEMPOTENCY_KEY="k" * 300)
     assert "Idempotency-Key" in _json_error(r)["fields"]

@@ -9,22 +9,20 @@ import pytest
 def money(lab):
     """Prices for a100 (realtime 3000, elastic 1000, backfill 500 mcr/GPU-h) and wallets: vision 100 credits,
     nlp 10 credits."""
-    from quotas import services
     from quotas.models import Price
+    from quotas.services import wallets
 
-    services._invalidate_cache()
     for tier, p in (("realtime", 3000), ("elastic", 1000), ("backfill", 500)):
         Price.objects.create(flavor=lab.a100, tier=tier, per_gpu_hour=p)
-    lab.vwallet = services.wallet_create(department=lab.vision, actor=lab.root, balance=100_000)
-    lab.nwallet = services.wallet_create(department=lab.nlp, actor=lab.root, balance=10_000)
-    yield lab
-    services._invalidate_cache()
+    lab.vwallet = wallets.wallet_create(department=lab.vision, actor=lab.root, balance=100_000)
+    lab.nwallet = wallets.wallet_create(department=lab.nlp, actor=lab.root, balance=10_000)
+    return lab
 
 
 @pytest.fixture
 def consistent():
     """consistent() asserts balance == sum(entries) and held == sum(held changes) for every wallet."""
-    from quotas.services import ledger_drift
+    from quotas.services.periodic import ledger_drift
 
     def check():
         assert ledger_drift() == []

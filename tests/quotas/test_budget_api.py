@@ -9,8 +9,8 @@ import io
 import pytest
 
 from portal.models import AuditEntry
-from quotas import services
 from quotas.models import Approval, ApprovalRule, LedgerEntry, Price, RefillRule, Wallet
+from quotas.services import reports
 from scheduling.models import Job, JobState, SimPod
 from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import run_cycle
@@ -363,7 +363,7 @@ def test_usage_report_json_and_csv(money, submit, client_for, django_capture_on_
     assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
     assert "attachment" in r["Content-Disposition"]
     table = list(csv.DictReader(io.StringIO(r.content.decode())))
-    assert list(table[0]) == list(services.REPORT_COLUMNS)
+    assert list(table[0]) == list(reports.REPORT_COLUMNS)
     got = {(t["department"], t["flavor"]): t for t in table}
     assert got[("vision", "a100-80gb")]["charged_mcr"] == "2000"
     assert got[("nlp", "a100-80gb")]["gpu_hours"] == "1.0" and got[("nlp", "a100-80gb")]["user"] == ""

@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from quotas import services
+from quotas import budgets
 from quotas.models import LedgerEntry, Wallet
+from quotas.services import hooks, periodic, reports, settlement
 from scheduling.models import Job, JobState, SimPod
 from scheduling.services.clusters import requeue, sync_cluster
 from scheduling.services.cycle import run_cycle
@@ -24,8 +25,9 @@ def _kinds(job):
 
 def test_no_wallets_means_budgets_are_not_enforced(lab, submit, go):
     job = go(submit, lab.alice, gpus=2)
-    assert services.available_credits() is None
-    assert services.hold_for(job=job, now=timezone.now()) == 0
+    view = budgets.read_for_cycle()
+    assert view.available_credits() is None
+    assert view.hold_for(job) == 0
     go(run_cycle)
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED
@@ -35,13 +37,13 @@ def test_no_wallets_means_budgets_are_not_enforced(lab, submit, go):
 def test_hold_on_admission_settle_on_success(money, submit, go, consistent):
     lab = money
     job = go(submit, lab.alice, gpus=2, max_runtime_s=7200)
-    assert services.hold_for(job=job, now=timezone.now()) == 1000 * 2 * 2
+    assert budgets.read_for_cycle().hold_for(job) == 1000 * 2 * 2
     _admit(go, 30)
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED and not job.borrowed
     w = Wallet.objects.get(department=lab.vision)
     assert (w.balance, w.held) == (100_000, 4000)
-    assert services.available_credits()["vision"] == 96_000
+    assert budgets.read_for_cycle().available_credits()["vision"] == 96_000
     assert job.events.filter(kind="budget", reason_code="hold").exists()
 
     # the job ran 30 minutes on 2 GPUs: 1 GPU-hour at 1000 mcr
@@ -55,7 +57,7 @@ def test_hold_on_admission_settle_on_success(money, submit, go, consistent):
     settle = LedgerEntry.objects.get(job=job, kind="settle")
     assert settle.gpu_seconds >= 3600 and -settle.amount >= 1000
     assert w.balance == 100_000 + settle.amount
-    cost = services.job_cost(job=job)
+    cost = reports.job_cost(job=job)
     assert cost["final"] == -settle.amount and cost["hold"] == 0
     consistent()
 
@@ -126,7 +128,7 @@ def test_preempted_borrowed_victim_pays_up_to_eviction_nominal_victim_is_refunde
     Job.objects.filter(pk=job.pk).update(state=JobState.ADMITTED, borrowed=True, price=700,
                                          admitted_at=timezone.now() - timedelta(minutes=30))
     job.refresh_from_db()
-    services.on_job_admitted(job=job)
+    hooks.on_job_admitted(job=job)
     assert LedgerEntry.objects.get(job=job, attempt=2, kind="hold").data["borrowed"] is True
     PreemptionVictim.objects.create(preemption=Preemption.objects.create(reason="reclaim"), job=job, attempt=2)
     job.refresh_from_db()
@@ -139,27 +141,25 @@ def test_preempted_borrowed_victim_pays_up_to_eviction_nominal_victim_is_refunde
 def test_borrowed_admission_holds_at_clearing_price(money, submit, go):
     lab = money
     job = go(submit, lab.alice, gpus=1, bid=800)
-    assert services.hold_for(job=job, now=timezone.now()) == 1000  # worst case: max(base, bid)
+    assert budgets.read_for_cycle().hold_for(job) == 1000  # worst case: max(base, bid)
     Job.objects.filter(pk=job.pk).update(borrowed=True, price=600, state=JobState.ADMITTED,
                                          admitted_at=timezone.now())
     job.refresh_from_db()
-    services.on_job_admitted(job=job)
+    hooks.on_job_admitted(job=job)
     hold = LedgerEntry.objects.get(job=job, kind="hold")
     assert (hold.rate, hold.held_change, hold.data["basis"]) == (600, 600, "clearing")
 
 
 def test_duplicated_settle_applies_once(money, submit, go, consistent):
-    from quotas import tasks
-
     lab = money
     job = go(submit, lab.alice, gpus=1)
     go(run_cycle)
     job.refresh_from_db()
     for _ in range(3):
-        tasks.settle_attempt.delay(job.pk, 1, "succeeded")
+        settlement.settle_attempt(job=job, attempt=1, outcome="succeeded")
     assert LedgerEntry.objects.filter(job=job, kind="settle").count() == 1
     assert LedgerEntry.objects.filter(job=job, kind="release").count() == 1
-    services.on_attempt_ended(job=job, attempt=1, outcome="succeeded")
+    hooks.on_attempt_ended(job=job, attempt=1, outcome="succeeded")
     assert LedgerEntry.objects.filter(job=job).count() == 3
     consistent()
 
@@ -169,8 +169,8 @@ def test_reconciler_releases_orphaned_holds(money, submit, go, consistent):
     job = go(submit, lab.alice, gpus=1)
     go(run_cycle)
     Job.objects.filter(pk=job.pk).update(state=JobState.FAILED, finished_at=timezone.now())
-    assert services.reconcile_holds() == 1
-    assert services.reconcile_holds() == 0
+    assert periodic.reconcile_holds() == 1
+    assert periodic.reconcile_holds() == 0
     assert Wallet.objects.get(department=lab.vision).held == 0
     consistent()
 

@@ -7,14 +7,17 @@ from datetime import datetime, timedelta
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
-from quotas import services, tasks
+from quotas import tasks
 from quotas.models import ApprovalRule, LedgerEntry, RefillRecord, RefillRule, Wallet
+from quotas.services import periodic, wallets
 from scheduling.models import JobState, SimPod
 from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.jobs import budget_admitted
 
 pytestmark = pytest.mark.django_db
 
@@ -103,14 +106,14 @@ def test_monthly_statement_command(money, go, submit):
 
 def test_period_keys_and_proportional_refill(money):
     at = datetime(2026, 11, 29, 12, tzinfo=timezone.get_current_timezone())
-    assert services.period_key(period="monthly", at=at) == "2026-11"
-    assert services.period_key(period="weekly", at=at) == "2026-W48"
+    assert periodic.period_key(period="monthly", at=at) == "2026-11"
+    assert periodic.period_key(period="weekly", at=at) == "2026-W48"
     rule = RefillRule.objects.create(department=money.vision, mode="per_nominal_gpu", amount=2500)
-    assert services.refill_amount(rule=rule) == 10_000  # 4 nominal GPUs
+    assert periodic.refill_amount(rule=rule) == 10_000  # 4 nominal GPUs
     assert tasks.refill.delay().get() == 1
     assert tasks.refill.delay().get() == 0  # once per period
     later = timezone.now() + timedelta(days=40)
-    assert services.refill_due(now=later) == 1  # the next month refills again
+    assert periodic.refill_due(now=later) == 1  # the next month refills again
     assert RefillRecord.objects.filter(department=money.vision).count() == 2
     assert Wallet.objects.get(department=money.vision).balance == 120_000
 
@@ -124,9 +127,10 @@ def test_ledger_check_alerts_on_drift(money, caplog, client):
     scraped = client.get("/metrics").content.decode()
     assert "portal_ledger_drifting_wallets 1.0" in scraped
     assert 'portal_ledger_drift_mcr{column="balance",department="nlp"} 500.0' in scraped
-    assert set(tasks.BEAT_SCHEDULE) >= {"quotas-refill", "quotas-check-ledger"}
-    assert {e["task"] for e in tasks.BEAT_SCHEDULE.values()} == {"quotas.refill", "quotas.check_ledger",
-                                                                 "quotas.reconcile_holds"}
+    beat = settings.CELERY_BEAT_SCHEDULE  # the one list of periodic tasks
+    assert {"quotas-refill", "quotas-check-ledger", "quotas-reconcile-holds"} <= set(beat)
+    assert {e["task"] for n, e in beat.items() if n.startswith("quotas-")} == {
+        "quotas.refill", "quotas.check_ledger", "quotas.reconcile_holds"}
 
 
 def test_hold_is_capped_when_credits_vanished_between_snapshot_and_apply(money, submit, go):
@@ -136,9 +140,9 @@ def test_hold_is_capped_when_credits_vanished_between_snapshot_and_apply(money, 
 
     job = go(submit, money.bob, gpus=1, max_runtime_s=36_000)  # 10 credits = all nlp has
     Job.objects.filter(pk=job.pk).update(state=JobState.ADMITTED, admitted_at=timezone.now())
-    services.wallet_adjust(department=money.nlp, amount=-4000, actor=money.root, comment="taken meanwhile")
+    wallets.wallet_adjust(department=money.nlp, amount=-4000, actor=money.root, comment="taken meanwhile")
     job.refresh_from_db()
-    services.on_job_admitted(job=job)
+    budget_admitted(job)
     hold = LedgerEntry.objects.get(job=job, kind="hold")
     assert hold.held_change == 6000 and hold.data["wanted"] == 10_000
     assert "SHORT by 4000" in job.events.filter(kind="budget").get().message

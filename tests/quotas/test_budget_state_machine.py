@@ -20,10 +20,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from portal.errors import ValidationFailed
 from portal.models import Department
-from quotas import services
 from quotas.models import LedgerEntry, Wallet
+from quotas.services import periodic, wallets
 from scheduling.models import Job, JobState
+from scheduling.services.jobs import budget_attempt_ended
 
 _ids = itertools.count()
 
@@ -37,7 +39,7 @@ def make_machine(lab):
             super().__init__()
             n = next(_ids)
             self.dept = Department.objects.create(slug=f"sm-{n}", name=f"sm {n}")
-            self.wallet = services.wallet_create(department=self.dept)
+            self.wallet = wallets.wallet_create(department=self.dept)
             self.balance = self.held = 0
             self.open: dict[int, int] = {}  # job id -> still held
             self.charged: dict[int, int] = {}  # job id -> charged, refundable
@@ -52,11 +54,11 @@ def make_machine(lab):
         def refill(self, amount, again):
             if again and self.periods:
                 period = self.periods[-1]  # beat firing twice for the same period: nothing happens
-                assert services.wallet_refill(department=self.dept, period=period, amount=amount) is None
+                assert wallets.wallet_refill(department=self.dept, period=period, amount=amount) is None
                 return
             period = f"p{len(self.periods)}"
             self.periods.append(period)
-            services.wallet_refill(department=self.dept, period=period, amount=amount)
+            wallets.wallet_refill(department=self.dept, period=period, amount=amount)
             self.balance += amount
 
         @rule(target=holds, gpus=st.integers(1, 8), minutes=st.integers(0, 90))
@@ -64,9 +66,9 @@ def make_machine(lab):
             job = self._job(gpus, minutes)
             amount = gpus * 1000
             try:
-                services.wallet_hold(job=job, attempt=1, amount=amount, rate=1000,
+                wallets.wallet_hold(job=job, attempt=1, amount=amount, rate=1000,
                                      data={"admitted_at": job.admitted_at.isoformat(), "max_runtime_s": 3600})
-            except services.InsufficientCredits:
+            except wallets.InsufficientCredits:
                 assert amount > self.balance - self.held
                 return job.pk  # a job without a hold: every later step on it is a no-op
             assert amount <= self.balance - self.held
@@ -79,8 +81,8 @@ def make_machine(lab):
             job = Job.objects.get(pk=job_id)
             still = self.open.pop(job_id, 0)
             want = int(still * share)
-            services.wallet_settle(job=job, attempt=1, amount=want)
-            services.wallet_settle(job=job, attempt=1, amount=want)  # duplicated: applied once
+            wallets.wallet_settle(job=job, attempt=1, amount=want)
+            wallets.wallet_settle(job=job, attempt=1, amount=want)  # duplicated: applied once
             charge = min(want, still)
             self.balance -= charge
             self.held -= still
@@ -89,7 +91,7 @@ def make_machine(lab):
 
         @rule(job_id=consumes(holds))
         def release(self, job_id):
-            services.wallet_release(job=Job.objects.get(pk=job_id), attempt=1)
+            wallets.wallet_release(job=Job.objects.get(pk=job_id), attempt=1)
             self.held -= self.open.pop(job_id, 0)
 
         @rule(target=settled, job_id=consumes(holds), outcome=st.sampled_from(
@@ -100,7 +102,7 @@ def make_machine(lab):
             job = Job.objects.get(pk=job_id)
             Job.objects.filter(pk=job_id).update(finished_at=timezone.now())
             job.refresh_from_db()
-            services.on_attempt_ended(job=job, attempt=1, outcome=outcome)
+            budget_attempt_ended(job=job, attempt=1, outcome=outcome)
             still = self.open.pop(job_id, 0)
             settle = LedgerEntry.objects.filter(job=job, kind="settle").first()
             charge = -settle.amount if settle else 0
@@ -120,7 +122,7 @@ def make_machine(lab):
             job = Job.objects.get(pk=job_id)
             before = LedgerEntry.objects.filter(job=job, kind="refund").exists()
             refundable = self.charged.get(job_id, 0)
-            entry = services.wallet_refund(job=job, attempt=1, amount=int(refundable * share), reason="test")
+            entry = wallets.wallet_refund(job=job, attempt=1, amount=int(refundable * share), reason="test")
             if before or entry is None:
                 return
             assert entry.amount <= refundable
@@ -132,8 +134,8 @@ def make_machine(lab):
             if amount == 0:
                 return
             try:
-                services.wallet_adjust(department=self.dept, amount=amount, actor=None, comment="sm")
-            except services.ValidationFailed:
+                wallets.wallet_adjust(department=self.dept, amount=amount, actor=None, comment="sm")
+            except ValidationFailed:
                 assert -amount > self.balance - self.held
                 return
             self.balance += amount
@@ -144,7 +146,7 @@ def make_machine(lab):
             assert (w.balance, w.held) == (self.balance, self.held)
             assert 0 <= w.held <= w.balance
             assert w.held == sum(self.open.values())
-            assert not [d for d in services.ledger_drift() if d.department == self.dept.slug]
+            assert not [d for d in periodic.ledger_drift() if d.department == self.dept.slug]
             last = LedgerEntry.objects.filter(wallet=w).order_by("-id").first()
             if last is not None:
                 assert (last.balance_after, last.held_after) == (w.balance, w.held)

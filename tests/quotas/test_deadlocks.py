@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from quotas import services
+from quotas.services import wallets
 from scheduling.backends.base import PodState
 from scheduling.models import Job, JobState, Node
 from scheduling.services.clusters import apply_pod_states
@@ -44,7 +44,7 @@ def _world(money, rnd):
                 gpus=1, max_runtime_s=600, state=JobState.RUNNING, submitted_at=now, queued_at=now,
                 admitted_at=now - timedelta(minutes=5), started_at=now - timedelta(minutes=5),
                 placement=[f"big{len(running) % 20}"])
-            services.wallet_hold(job=job, attempt=1, amount=1000, rate=1000,
+            wallets.wallet_hold(job=job, attempt=1, amount=1000, rate=1000,
                                  data={"admitted_at": job.admitted_at.isoformat(), "max_runtime_s": 600})
             running.append(job)
     return queued, running
@@ -69,7 +69,7 @@ def test_cancel_sync_and_cycle_never_deadlock(money, client_for, consistent, mon
 
     Quota.objects.update(nominal=200, borrowing_limit=0)
     for dept in (money.vision, money.nlp):
-        services.wallet_adjust(department=dept, amount=10_000_000, actor=money.root, comment="stress")
+        wallets.wallet_adjust(department=dept, amount=10_000_000, actor=money.root, comment="stress")
     before = _deadlocks()
     statuses, errors = [], []
     lock = threading.Lock()

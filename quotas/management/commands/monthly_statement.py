@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from portal.models import Department
-from quotas.services import monthly_statement
+from quotas.services.reports import monthly_statement
 from quotas.templatetags.budgets import credits
 
 

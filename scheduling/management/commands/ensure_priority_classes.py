@@ -1,13 +1,13 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from scheduling.backends.base import BackendError
+from scheduling.services.clusters import ensure_priority_classes
+
 
 class Command(BaseCommand):
     help = "Create or update the tier PriorityClasses (ai-realtime, ai-elastic, ai-backfill) in every cluster."
 
     def handle(self, *args, **options):
-        from scheduling.backends.base import BackendError
-        from scheduling.services.clusters import ensure_priority_classes
-
         try:
             changed = ensure_priority_classes()
         except BackendError as exc:

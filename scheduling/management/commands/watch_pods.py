@@ -11,7 +11,15 @@ import logging
 import signal
 import threading
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import close_old_connections, connection
+
+from portal.heartbeat import touch
+from scheduling.backends import get_backend
+from scheduling.backends.base import ClusterUnavailable
+from scheduling.services.clusters import apply_pod_deleted, apply_pod_states
+from scheduling.services.locks import exclusive
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +33,6 @@ class Command(BaseCommand):
         parser.add_argument("--lock-wait-s", type=float, default=5.0, help="Seconds between lock attempts.")
 
     def handle(self, *args, cluster, max_events, lock_wait_s, **options):
-        from scheduling.services.locks import exclusive
-
         stop = threading.Event()
         _keep_alive(stop)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -48,10 +54,6 @@ class Command(BaseCommand):
 
 def _keep_alive(stop: threading.Event) -> None:
     """Touch DATA_DIR/watcher.alive every 10 s while the command runs (its liveness probe reads the age)."""
-    from django.conf import settings
-
-    from portal.heartbeat import touch
-
     path = str(settings.DATA_DIR / "watcher.alive")
 
     def beat():
@@ -64,12 +66,6 @@ def _keep_alive(stop: threading.Event) -> None:
 
 def watch(*, cluster: str, stop: threading.Event, max_events: int = 0) -> int:
     """Apply pod events until ``stop`` is set (or ``max_events``); returns the number of events applied."""
-    from django.db import close_old_connections, connection
-
-    from scheduling.backends import get_backend
-    from scheduling.backends.base import ClusterUnavailable
-    from scheduling.services.clusters import apply_pod_deleted, apply_pod_states
-
     backend = get_backend(cluster)
     n = 0
     while not stop.is_set():

@@ -1,0 +1,40 @@
+"""The budgets interface: everything scheduling may ask of quotas, and nothing else.
+
+Scheduling's services import this module, never ``quotas.services`` (an import-linter contract in
+pyproject.toml checks it), and quotas never imports scheduling's services or tasks. The calls:
+
+* ``read_for_cycle() -> BudgetView``: the snapshot's one read of every wallet and price. ``view.hold_for(job)``
+  is what a queued job needs available to be admitted; ``view.available_credits()`` what each metered
+  department can still commit (None: budgets unused).
+* ``lock_department_wallets(department_ids)``: lock the wallets a transaction may move money in, before any
+  job row (the portal's one lock order: wallets, then jobs, each in primary-key order).
+* ``on_job_admitted(job=...)`` (admit): place the hold, inside the admitting transaction.
+* ``on_attempt_ended(job=..., attempt=..., outcome=...)`` (attempt ended): settle, release, refund, inside the
+  transaction that ends the attempt. Idempotent.
+* ``approval_inputs(...)`` / ``approval_required(job=..., inputs=...)``: whether a submission waits for a
+  department admin.
+* ``estimated_cost(job=...)`` (quote): the worst-case cost of one attempt.
+
+The hooks return a ``BudgetNote`` (or None): what happened to the money, which the caller records on the
+job's timeline. Budgets never write a job or its events.
+"""
+
+from __future__ import annotations
+
+from quotas.services.approvals import ApprovalInputs, approval_inputs, approval_required
+from quotas.services.hooks import BudgetNote, BudgetView, on_attempt_ended, on_job_admitted, read_for_cycle
+from quotas.services.pricing import estimated_cost
+from quotas.services.wallets import lock_department_wallets
+
+__all__ = [
+    "ApprovalInputs",
+    "BudgetNote",
+    "BudgetView",
+    "approval_inputs",
+    "approval_required",
+    "estimated_cost",
+    "lock_department_wallets",
+    "on_attempt_ended",
+    "on_job_admitted",
+    "read_for_cycle",
+]

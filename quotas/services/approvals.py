@@ -1,0 +1,70 @@
+"""Approvals: whether a submission must wait for a department admin before it is queued.
+
+Invariants:
+
+* A job waits when its department's ``ApprovalRule`` says so (realtime, more GPUs, or a quote above a
+  threshold) or when its quote would take its owner past their allowance.
+* A batch of jobs by one submitter reads the rule and the allowance once (``approval_inputs``); every job the
+  check lets through is added to what the allowance has committed, so the next job of the batch counts it,
+  exactly as if the jobs had been submitted one by one.
+* Deciding on a waiting job (approve, reject) is a transition of the job: it lives in scheduling's services,
+  which ask this module nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quotas.models import Allowance, ApprovalRule
+from quotas.services.allowances import allowance_used
+from quotas.services.pricing import estimated_cost
+
+
+@dataclass
+class ApprovalInputs:
+    """What ``approval_required`` reads about a submitter: the department's rule, the user's allowance and
+    what that allowance already has committed. A batch of jobs by one user reads them once; every job the
+    check lets through directly is added to ``used``, so the next job of the batch counts it too."""
+
+    rule: ApprovalRule | None
+    allowance: Allowance | None
+    used: int = 0
+
+
+def approval_inputs(*, department_id, owner_id) -> ApprovalInputs:
+    rule = ApprovalRule.objects.filter(department_id=department_id).first()
+    allowance = Allowance.objects.filter(user_id=owner_id).first() if owner_id else None
+    used = allowance_used(allowance=allowance) if allowance is not None else 0
+    return ApprovalInputs(rule=rule, allowance=allowance, used=used)
+
+
+def approval_required(*, job, inputs: ApprovalInputs | None = None) -> str | None:
+    """Why ``job`` must wait for a department admin's approval, or None to queue it directly (then the job's
+    estimated cost counts against the owner's allowance in ``inputs`` from now on).
+
+    ``inputs`` is ``approval_inputs(...)`` for the job's department and owner, read here when not given."""
+    if inputs is None:
+        inputs = approval_inputs(department_id=job.department_id, owner_id=job.owner_id)
+    rule, allowance = inputs.rule, inputs.allowance
+    if rule is None and allowance is None:
+        return None
+    why: list[str] = []
+    gpus = job.gpus * job.pods
+    cost = None
+    if rule is not None:
+        if rule.realtime and job.tier == "realtime":
+            why.append("realtime jobs need approval")
+        if rule.gpus_above is not None and gpus > rule.gpus_above:
+            why.append(f"{gpus} GPUs > {rule.gpus_above}")
+        if rule.cost_above is not None:
+            cost = estimated_cost(job=job)
+            if cost > rule.cost_above:
+                why.append(f"estimated cost {cost} mcr > {rule.cost_above}")
+    if allowance is not None:
+        cost = estimated_cost(job=job) if cost is None else cost
+        if inputs.used + cost > allowance.limit:
+            why.append(f"exceeds {job.owner.get_username()}'s {allowance.period} allowance "
+                       f"({inputs.used} + {cost} > {allowance.limit} mcr)")
+        elif not why:
+            inputs.used += cost
+    return ("Needs a department admin's approval: " + "; ".join(why)) if why else None

@@ -1,0 +1,116 @@
+"""What the job lifecycle asks of budgets: one read per cycle, the admission hold, the end of an attempt.
+
+Scheduling reaches this module only through ``quotas.budgets``. Nothing here writes a job or its timeline:
+a hook returns a ``BudgetNote`` saying what happened to the money, and the caller (a transition of the job)
+records it on the job's timeline.
+
+Invariants:
+
+* A cycle reads every wallet and the price list once (``read_for_cycle``: two queries with budgets in use,
+  one without) and asks the returned ``BudgetView`` for each job's hold and for the credits left, so the
+  holds and the credits it decides on come from one consistent read, whatever the order of the questions.
+* ``on_job_admitted`` runs inside the transaction that admits the job: the hold commits or rolls back with
+  the admission. It holds what is available when credits vanished since the snapshot (the charge can never
+  exceed the hold), instead of failing the whole cycle.
+* ``on_attempt_ended`` runs inside the transaction that ends the attempt, and applies once however often it
+  is called.
+* A department without a wallet is not metered: its holds are 0 and nothing is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from quotas.models import LedgerEntry, Wallet
+from quotas.services.pricing import admission_rate, cost_of, estimated_cost, read_prices
+from quotas.services.settlement import settle_attempt
+from quotas.services.wallets import hold_key, wallet_hold
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BudgetNote:
+    """What a hook did to the money, for the job's timeline (an event of kind ``budget``)."""
+
+    reason_code: str
+    message: str
+    data: dict = field(default_factory=dict)
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """Every wallet and price as one cycle read them.
+
+    ``credits``: available credits by department slug, None when no wallet exists at all (budgets unused).
+    ``metered``: ids of the departments that have a wallet. ``prices``: base prices by (flavor id, tier)."""
+
+    credits: dict[str, int] | None
+    metered: frozenset[int]
+    prices: dict[tuple[int, str], int]
+
+    def hold_for(self, job) -> int:
+        """Credits a job needs available to be admitted: its quote (worst-case rate x GPUs x max runtime).
+        0 for a department without a wallet (not metered)."""
+        if job.department_id not in self.metered:
+            return 0
+        return estimated_cost(job=job, prices=self.prices)
+
+    def available_credits(self) -> dict[str, int] | None:
+        """Credits each metered department can still commit to holds; None when no wallet exists at all."""
+        return None if self.credits is None else dict(self.credits)
+
+
+def read_for_cycle() -> BudgetView:
+    """Read every wallet, and the prices when any wallet exists: the budget half of a cycle's snapshot."""
+    wallets = list(Wallet.objects.values_list("department_id", "department__slug", "balance", "held"))
+    if not wallets:
+        return BudgetView(credits=None, metered=frozenset(), prices={})
+    return BudgetView(credits={slug: balance - held for _, slug, balance, held in wallets},
+                      metered=frozenset(d for d, *_ in wallets), prices=read_prices())
+
+
+def on_job_admitted(*, job) -> BudgetNote | None:
+    """Place the job's hold when it is admitted (inside the cycle's apply transaction)."""
+    if not Wallet.objects.filter(department_id=job.department_id).exists():
+        return None
+    rate, basis = admission_rate(job=job)
+    gpus = job.gpus * job.pods
+    amount = cost_of(rate=rate, gpu_seconds=gpus * job.max_runtime_s)
+    admitted_at = job.admitted_at or timezone.now()
+    entry = wallet_hold(job=job, attempt=job.attempt, amount=amount, rate=rate, allow_partial=True,
+                        data={"basis": basis, "borrowed": bool(job.borrowed), "price": job.price,
+                              "admitted_at": admitted_at.isoformat(), "max_runtime_s": job.max_runtime_s,
+                              "wanted": amount})
+    held = -1 if entry is None else entry.held_change
+    if amount == 0:
+        return None
+    message = (f"hold {held} mcr: {rate} mcr/GPU-h ({basis} price) x {gpus} GPU(s) x "
+               f"{job.max_runtime_s / 3600:g} h")
+    if held < amount:
+        log.warning("job %s: hold short, wanted %s mcr, held %s", job.pk, amount, max(held, 0))
+        message += f"; SHORT by {amount - max(held, 0)} mcr (the charge can never exceed the hold)"
+    return BudgetNote(reason_code="hold", message=message, data={"hold": max(held, 0), "rate": rate,
+                                                                 "basis": basis})
+
+
+def on_attempt_ended(*, job, attempt: int, outcome: str) -> BudgetNote | None:
+    """Settle, release or refund the hold of one attempt of ``job``; a note only the first time.
+
+    ``outcome``: succeeded | failed | cancelled | preempted | platform_failure."""
+    if not LedgerEntry.objects.filter(idempotency_key=hold_key(job.pk, attempt)).exists():
+        return None
+    already = LedgerEntry.objects.filter(idempotency_key=f"settle:{job.pk}:{attempt}").exists()
+    result = settle_attempt(job=job, attempt=attempt, outcome=outcome)
+    if result is None or already:
+        return None
+    message = f"attempt {attempt} {outcome}: charged {result.charged} mcr for {result.gpu_seconds / 3600:.3f} GPU-h"
+    if result.refunded:
+        message += f", refunded {result.refunded} mcr"
+    return BudgetNote(reason_code="settle", message=message, attempt=attempt,
+                      data={"charged": result.charged, "refunded": result.refunded,
+                            "gpu_seconds": result.gpu_seconds})

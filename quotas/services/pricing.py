@@ -1,0 +1,104 @@
+"""Prices and the one cost function: what GPU time costs, at base price or at the auction's clearing price.
+
+Invariants:
+
+* ``cost_of`` is the only place a rate (mcr per GPU-hour) becomes milli-credits: holds, settlements,
+  quotes, allowances and reports all go through it, so they round the same way (up, to the next mcr, of
+  whole GPU-seconds).
+* A quote (``estimated_cost``) is the worst case: the base price inside nominal quota, at most the job's bid
+  when it borrows (winners pay the clearing price, which never exceeds their own bid), for its whole
+  ``max_runtime_s``. A hold is never less than what the attempt can be charged.
+* Realtime is dearer than the other tiers of the same flavor (checked on every change); price changes are
+  audited.
+"""
+
+from __future__ import annotations
+
+import math
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.audit import audit
+from quotas.models import Flavor, Price
+from quotas.services.base import field_error
+
+TIER_NAMES = ("realtime", "elastic", "backfill")
+
+
+def cost_of(*, rate: int, gpu_seconds: int | float) -> int:
+    """mcr for ``gpu_seconds`` at ``rate`` mcr per GPU-hour, rounded up to the next milli-credit."""
+    if rate <= 0 or gpu_seconds <= 0:
+        return 0
+    return math.ceil(rate * int(math.ceil(gpu_seconds)) / 3600)
+
+
+def gpu_seconds_of(job) -> int:
+    """The most GPU-seconds one attempt of ``job`` can use: all its GPUs for its whole max runtime."""
+    return job.gpus * job.pods * job.max_runtime_s
+
+
+def read_prices() -> dict[tuple[int, str], int]:
+    """Every base price, by (flavor id, tier), in one query."""
+    return {(f, t): p for f, t, p in Price.objects.values_list("flavor_id", "tier", "per_gpu_hour")}
+
+
+def price_for(*, flavor_id: int, tier: str) -> int:
+    """Base price in mcr per GPU-hour (0 when none is set: the flavor is free in that tier)."""
+    return Price.objects.filter(flavor_id=flavor_id, tier=tier).values_list("per_gpu_hour", flat=True).first() or 0
+
+
+def worst_case_rate(*, job, prices: dict | None = None) -> int:
+    """The highest rate an admission can cost: the base price inside nominal, at most the bid when borrowed
+    (winners pay the clearing price, which never exceeds their own bid)."""
+    base = prices.get((job.flavor_id, job.tier), 0) if prices is not None else price_for(
+        flavor_id=job.flavor_id, tier=job.tier)
+    return max(base, job.bid or 0)
+
+
+def estimated_cost(*, job, prices: dict | None = None) -> int:
+    """The quote of one attempt of ``job``: the worst-case rate for all its GPU-seconds. ``prices`` is
+    ``read_prices()`` when quoting many jobs (else the job's price is read)."""
+    return cost_of(rate=worst_case_rate(job=job, prices=prices), gpu_seconds=gpu_seconds_of(job))
+
+
+def admission_rate(*, job) -> tuple[int, str]:
+    """(mcr per GPU-hour, basis) for an admitted job: the clearing price when borrowed, else the base price."""
+    if job.borrowed and job.price is not None:
+        return int(job.price), "clearing"
+    return price_for(flavor_id=job.flavor_id, tier=job.tier), "base"
+
+
+def price_set(*, flavor: Flavor, tier: str, per_gpu_hour: int, actor) -> tuple[Price, bool]:
+    """Create or change a base price (audited). Realtime must be dearer than the other tiers of the flavor."""
+    if tier not in TIER_NAMES:
+        raise field_error("tier", f"One of {', '.join(TIER_NAMES)}.", "invalid_choice")
+    if per_gpu_hour < 0:
+        raise field_error("per_gpu_hour", "Must be >= 0.", "min_value")
+    others = dict(Price.objects.filter(flavor=flavor).exclude(tier=tier).values_list("tier", "per_gpu_hour"))
+    if tier == "realtime" and any(per_gpu_hour <= v for v in others.values()):
+        raise field_error("per_gpu_hour", f"Realtime must be dearer than the other tiers ({max(others.values())}"
+                                           " mcr/GPU-h).", "realtime_not_dearer")
+    if tier != "realtime" and "realtime" in others and per_gpu_hour >= others["realtime"]:
+        raise field_error("per_gpu_hour", f"Must be below the realtime price ({others['realtime']} mcr/GPU-h).",
+                           "realtime_not_dearer")
+    with transaction.atomic():
+        price = Price.objects.select_for_update().filter(flavor=flavor, tier=tier).first()
+        created = price is None
+        old = None if created else {"per_gpu_hour": price.per_gpu_hour}
+        if created:
+            price = Price.objects.create(flavor=flavor, tier=tier, per_gpu_hour=per_gpu_hour)
+        else:
+            price.per_gpu_hour = per_gpu_hour
+            price.updated_at = timezone.now()
+            price.save(update_fields=["per_gpu_hour", "updated_at"])
+        audit(actor=actor, action="price.set", obj=price, old=old,
+              new={"flavor": flavor.name, "tier": tier, "per_gpu_hour": per_gpu_hour})
+    return price, created
+
+
+def price_delete(*, price: Price, actor) -> None:
+    with transaction.atomic():
+        audit(actor=actor, action="price.delete", obj=price, old={"flavor": price.flavor.name, "tier": price.tier,
+                                                                   "per_gpu_hour": price.per_gpu_hour})
+        price.delete()

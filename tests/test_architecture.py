@@ -1,0 +1,53 @@
+"""Dependencies point one way: the import-linter contracts in pyproject.toml hold, and they catch a new circle.
+
+The contracts (docs/architecture.md, "Dependencies") are checked by ``lint-imports``; running it here makes
+the README's test command fail on a new import circle or a service importing a task, not only CI's lint.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is a dev dependency")
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    # A fresh interpreter with ``root`` first on the path: the contracts see that tree's files only.
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", str(root / "pyproject.toml")], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": str(LINT_IMPORTS.parent), "PYTHONPATH": str(root)})
+
+
+def test_the_import_contracts_hold():
+    run = _lint(ROOT)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "0 broken" in run.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    # quotas' services calling back into scheduling's: the circle budgets/quotas.budgets removed
+    ("quotas/services/hooks.py", "from scheduling.services import jobs", "Quotas never imports scheduling"),
+    # a service importing the tasks that run it, instead of sending them by name
+    ("scheduling/services/cycle.py", "from scheduling import tasks", "Services send tasks by name"),
+    # the pure core reaching for Django
+    ("scheduling/core/reasons.py", "import django.db", "The scheduling core is pure"),
+])
+def test_a_planted_violation_breaks_the_contracts(tmp_path, module, line, contract):
+    """The contracts are not vacuous: the same tree with one bad import fails, naming the broken contract."""
+    for package in ("portal", "quotas", "scheduling"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    run = _lint(tmp_path)
+    assert run.returncode != 0, run.stdout[-4000:]
+    broken = run.stdout[run.stdout.index("Broken contracts"):]
+    assert contract in broken, broken[:4000]
