@@ -74,7 +74,7 @@ WSGI_APPLICATION = "portal.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],  # each app keeps its templates in <app>/templates/<app>/
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from django.apps import apps
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -67,14 +68,14 @@ def member(user):
     return m
 
 
-def require_role(user, action: Action):
-    """For endpoints that name no row: the user's membership if their role may ``action`` something, else
-    a 403 (``approve`` and ``change`` need a department admin, ``admin`` a platform admin)."""
+def require_role(user, action: Action | str, message: str | None = None):
+    """For pages and endpoints that name no row: the user's membership if their role may ``action``
+    something, else a 403 (``approve`` and ``change`` need a department admin, ``admin`` a platform admin)."""
     m = member(user)
     if action == ADMIN and not m.is_platform_admin:
-        raise Forbidden("Only platform admins can do this.")
+        raise Forbidden(message or "Only platform admins can do this.")
     if action in (APPROVE, CHANGE) and not m.is_department_admin:
-        raise Forbidden("Only department admins can do this.")
+        raise Forbidden(message or "Only department admins can do this.")
     return m
 
 
@@ -157,14 +158,19 @@ class TenantQuerySet(models.QuerySet):
             return self.owner_path is not None and _walk(obj, f"{self.owner_path}_id") == s.owner_id
         return True
 
-    def get_or_404(self, user, action: Action | str = VIEW, **lookup):
-        """The one lookup of a row a URL names: a 404 unless ``user`` may see it, then a 403 unless they may
-        ``action`` it."""
-        obj = self.restrict(user, VIEW).filter(**lookup).first()
+    def get_or_404(self, user, action: Action | str = VIEW, *, message: str | None = None,
+                   missing: str | None = None, **lookup):
+        """The one lookup of a row a URL names: a 404 unless ``user`` may see it (a value that cannot even
+        be a key, like ``/jobs/abc``, is not found either), then a 403 unless they may ``action`` it."""
+        name = self.model._meta.verbose_name
+        try:
+            obj = self.restrict(user, VIEW).filter(**lookup).first()
+        except (TypeError, ValueError, ValidationError):
+            obj = None
         if obj is None:
-            raise NotFound(f"No such {self.model._meta.verbose_name}.")
+            raise NotFound(missing or f"No such {name}.")
         if action != VIEW and not self.permits(user, obj, action):
-            raise Forbidden(f"You may not {action} this {self.model._meta.verbose_name}.")
+            raise Forbidden(message or f"You may not {action} this {name}.")
         return obj
 
 
@@ -182,11 +188,3 @@ def permits(user, obj, action: Action | str) -> bool:
 def can_manage_job(user, job) -> bool:
     """Researchers manage their own jobs, department admins their department's, platform admins all."""
     return permits(user, job, CHANGE)
-
-
-def member_or_404(request):
-    """The pages' old member lookup (a 404 for users who belong nowhere), until they move to ``member``."""
-    m = membership_of(request.user)
-    if m is None:
-        raise NotFound("You are not a member of any department.")
-    return m

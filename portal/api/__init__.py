@@ -1,4 +1,5 @@
-"""Shared API plumbing: pagination, the JSON parser, the Idempotency-Key header."""
+"""Shared API plumbing: pagination, the JSON parser, the Idempotency-Key header, the error statuses every
+operation documents. The strict serializer base is in ``portal.api.serializers``."""
 
 from __future__ import annotations
 
