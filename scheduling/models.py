@@ -130,10 +130,6 @@ class JobQuerySet(TenantQuerySet):
     owner_path = "owner"
     rules = {VIEW: DEPARTMENT, CHANGE: OWNER_OR_ADMIN, APPROVE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
 
-    def for_user(self, user):
-        """``restrict(user, "view")``, under the name the job services still use."""
-        return self.restrict(user, VIEW)
-
     def active(self):
         return self.filter(state__in=ACTIVE_STATES)
 
