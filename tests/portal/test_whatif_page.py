@@ -1,4 +1,4 @@
-"""The dashboard's What-if page (issue 6): admins replay the recorded history under a proposed policy or quotas.
+"""The dashboard's What-if page: admins replay the recorded history under a proposed policy or quotas.
 
 Permissions: researchers 403, department admins see their own department's row (and the cluster-wide figures),
 platform admins see every department and can carry the proposed policy into the policy editor."""
