@@ -8,11 +8,12 @@ from rest_framework import serializers
 from portal.models import ApiToken, Department, Membership
 
 
+# The base of every input serializer: a body that is not a JSON object, or that carries a field the serializer
+# does not know, is a 400 with an ``unknown_field`` error for each unknown field, reported together with the
+# other fields' errors (``"gpu": 8`` must not submit a one-GPU job). Its docstring is what the OpenAPI schema
+# shows for input serializers without one of their own.
 class StrictSerializer(serializers.Serializer):
-    """The base of every input serializer: a body that is not a JSON object, or that carries a field the
-    serializer does not know, is a 400 with a field error (``unknown_field``) for each unknown field,
-    reported together with the other fields' errors. A typo must never be silently ignored (``"gpu": 8``
-    would otherwise submit a one-GPU job)."""
+    """Unknown fields are an error (a typo must not be silently ignored)."""
 
     not_an_object = "Expected a JSON object."
 
