@@ -68,14 +68,18 @@ def member(user):
     return m
 
 
+# The rule a role needs for endpoints that name no row: ``restrict`` would give such a user nothing anyway.
+ROLE_RULES = {ADMIN: PLATFORM, APPROVE: DEPARTMENT_ADMIN, CHANGE: DEPARTMENT_ADMIN}
+ROLE_NAMES = {PLATFORM: "platform admins", DEPARTMENT_ADMIN: "department admins"}
+
+
 def require_role(user, action: Action | str, message: str | None = None):
     """For pages and endpoints that name no row: the user's membership if their role may ``action``
-    something, else a 403 (``approve`` and ``change`` need a department admin, ``admin`` a platform admin)."""
+    something (``approve`` and ``change`` need a department admin, ``admin`` a platform admin), else a 403."""
     m = member(user)
-    if action == ADMIN and not m.is_platform_admin:
-        raise Forbidden(message or "Only platform admins can do this.")
-    if action in (APPROVE, CHANGE) and not m.is_department_admin:
-        raise Forbidden(message or "Only department admins can do this.")
+    rule = ROLE_RULES.get(action)
+    if rule is not None and scope(user, rule).nothing:
+        raise Forbidden(message or f"Only {ROLE_NAMES[rule]} can do this.")
     return m
 
 
