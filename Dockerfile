@@ -6,7 +6,6 @@ COPY pyproject.toml README.md ./
 COPY portal ./portal
 COPY quotas ./quotas
 COPY scheduling ./scheduling
-COPY templates ./templates
 COPY manage.py ./
 RUN pip install --no-cache-dir . \
  && useradd --system --uid 10001 --home /var/lib/portal portal \

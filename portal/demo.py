@@ -79,7 +79,7 @@ def seed(*, jobs: bool = True) -> dict[str, str]:
     return creds
 
 
-# Budgets (issue 5): different budgets and refill rules per department, so that bids compete for the A100s.
+# Budgets: different budgets and refill rules per department, so that bids compete for the A100s.
 PRICES = {"realtime": 3000, "elastic": 1000, "backfill": 400}  # mcr per GPU-hour of a100-80gb
 WALLETS = {  # department: (opening credits in mcr, refill mode, refill amount, period)
     "vision": (200_000, "per_nominal_gpu", 25_000, "weekly"),

@@ -34,7 +34,7 @@ def lockout_response(request, original_response=None, credentials=None):
     if request.path.startswith("/api/"):
         response = JsonResponse(error_body("throttled", message), status=429)
     else:
-        response = render(request, "login.html", {"lockout_message": message, "form": None}, status=429)
+        response = render(request, "portal/login.html", {"lockout_message": message, "form": None}, status=429)
     response["Retry-After"] = str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
     return response
 

@@ -11,7 +11,13 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from portal.tenancy import CHANGE, DEPARTMENT_ADMIN, OWNER, VIEW, TenantQuerySet
+
 SLUG = RegexValidator(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$", "Lower-case letters, digits and dashes.")
+
+
+class DepartmentQuerySet(TenantQuerySet):
+    department_path = ""  # a department is its own tenant: members see theirs, its admins change it
 
 
 class Department(models.Model):
@@ -20,6 +26,8 @@ class Department(models.Model):
     slug = models.CharField(max_length=40, unique=True, validators=[SLUG])
     name = models.CharField(max_length=120)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DepartmentQuerySet.as_manager()
 
     class Meta:
         ordering = ["slug"]
@@ -40,6 +48,12 @@ class UserTier(models.TextChoices):
     PI = "pi", "Principal investigator"
 
 
+class MembershipQuerySet(TenantQuerySet):
+    """Members see their department's members; its admins change them (set their allowances)."""
+
+    owner_path = "user"
+
+
 class Membership(models.Model):
     """A user's one department, role and user tier (the tier weighs in the scheduling score)."""
 
@@ -47,6 +61,8 @@ class Membership(models.Model):
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="members")
     role = models.CharField(max_length=20, choices=Role.choices, default=Role.RESEARCHER)
     user_tier = models.CharField(max_length=20, choices=UserTier.choices, default=UserTier.STANDARD)
+
+    objects = MembershipQuerySet.as_manager()
 
     class Meta:
         ordering = ["department__slug", "user__username"]
@@ -67,7 +83,12 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class ApiTokenQuerySet(models.QuerySet):
+class ApiTokenQuerySet(TenantQuerySet):
+    """A token is its owner's alone: nobody else sees or revokes it, platform admins included."""
+
+    owner_path = "user"
+    rules = {VIEW: OWNER, CHANGE: OWNER}
+
     def live(self):
         return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
 
@@ -139,6 +160,12 @@ class AppendOnlyModel(models.Model):
         raise ValueError(f"{self._meta.verbose_name_plural} are append-only")
 
 
+class AuditEntryQuerySet(TenantQuerySet):
+    """Department admins read their department's entries; entries of no department are platform admins'."""
+
+    rules = {VIEW: DEPARTMENT_ADMIN}
+
+
 class AuditEntry(AppendOnlyModel):
     """Who changed what, when, from which value to which (quotas, budgets, prices, policy, approvals).
 
@@ -154,6 +181,8 @@ class AuditEntry(AppendOnlyModel):
     old = models.JSONField(null=True, blank=True)
     new = models.JSONField(null=True, blank=True)
     comment = models.TextField(blank=True)
+
+    objects = AuditEntryQuerySet.as_manager()
 
     class Meta:
         ordering = ["-at", "-id"]

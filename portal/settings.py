@@ -74,7 +74,7 @@ WSGI_APPLICATION = "portal.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],  # each app keeps its templates in <app>/templates/<app>/
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -215,7 +215,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "portal.errors.exception_handler",
+    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["portal.api.JSONParser"],  # refuses NUL and absurd nesting with a 400
     "DEFAULT_THROTTLE_RATES": {"submit": "120/min"},  # jobs per user, a batch counts each of its jobs

@@ -9,6 +9,17 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import AppendOnlyModel, Department
+from portal.tenancy import (
+    ADMIN,
+    CHANGE,
+    DEPARTMENT,
+    DEPARTMENT_ADMIN,
+    OWNER_OR_ADMIN,
+    PLATFORM,
+    VIEW,
+    TenantQuerySet,
+)
+from scheduling.core.types import TIERS as TIER_NAMES
 
 RESOURCE_NAME = RegexValidator(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?$",
@@ -39,6 +50,11 @@ class Flavor(models.Model):
         return "/mig-" in self.resource_name
 
 
+class QuotaQuerySet(TenantQuerySet):
+    """Members read their department's quotas; only platform admins change them."""
+
+    rules = {VIEW: DEPARTMENT, CHANGE: PLATFORM, ADMIN: PLATFORM}
+
 class Quota(models.Model):
     """One department's share of one flavor inside the cohort.
 
@@ -51,6 +67,8 @@ class Quota(models.Model):
     nominal = models.PositiveIntegerField(default=0)
     borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     lending_limit = models.PositiveIntegerField(null=True, blank=True)
+
+    objects = QuotaQuerySet.as_manager()
 
     class Meta:
         ordering = ["department__slug", "flavor__name"]
@@ -66,11 +84,17 @@ class Quota(models.Model):
         return f"{self.department}/{self.flavor}: {self.nominal}"
 
 
-# ------------------------------------------------------------------------------------------ budgets (issue 5)
+# ------------------------------------------------------------------------------------------ budgets
 #
 # Money is integer milli-credits (mcr), never floats. 1 credit = 1000 mcr.
 
-TIERS = (("realtime", "Realtime"), ("elastic", "Elastic"), ("backfill", "Backfill"))
+# Prices are per tier; the tiers are the scheduling core's (the one list of them).
+TIERS = tuple((t, t.capitalize()) for t in TIER_NAMES)
+
+
+class WalletQuerySet(TenantQuerySet):
+    """Members read their department's wallet; its admins change its approval rule (``change``); only
+    platform admins move money or set refills (``admin``)."""
 
 
 class Wallet(models.Model):
@@ -83,6 +107,8 @@ class Wallet(models.Model):
     held = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = WalletQuerySet.as_manager()
 
     class Meta:
         ordering = ["department__slug"]
@@ -100,6 +126,15 @@ class Wallet(models.Model):
         return self.balance - self.held
 
 
+class AllowanceQuerySet(TenantQuerySet):
+    """A researcher sees their own allowance (a colleague's limit and spending are the department admins'
+    business); department admins see and change their department's."""
+
+    department_path = "wallet__department"
+    owner_path = "user"
+    rules = {VIEW: OWNER_OR_ADMIN, CHANGE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
+
+
 class Allowance(models.Model):
     """Optional per-user cap inside the department's wallet: what one user may commit (spent + held) per
     period. A job that would exceed it waits for a department admin's approval."""
@@ -110,6 +145,8 @@ class Allowance(models.Model):
     wallet = models.ForeignKey(Wallet, on_delete=models.CASCADE, related_name="allowances")
     limit = models.BigIntegerField(validators=[MinValueValidator(0)])
     period = models.CharField(max_length=10, choices=PERIODS, default="monthly")
+
+    objects = AllowanceQuerySet.as_manager()
 
     class Meta:
         ordering = ["wallet_id", "user_id"]
@@ -126,6 +163,14 @@ class LedgerKind(models.TextChoices):
     RELEASE = "release", "Release"
     REFUND = "refund", "Refund"
     ADJUSTMENT = "adjustment", "Adjustment"
+
+
+class LedgerEntryQuerySet(TenantQuerySet):
+    """Members read their department's ledger (and the usage reports made of it); nobody changes it."""
+
+    department_path = "wallet__department"
+    owner_path = "user"
+    rules = {VIEW: DEPARTMENT}
 
 
 class LedgerEntry(AppendOnlyModel):
@@ -157,6 +202,8 @@ class LedgerEntry(AppendOnlyModel):
     data = models.JSONField(default=dict, blank=True)
     idempotency_key = models.CharField(max_length=200, unique=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = LedgerEntryQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -207,6 +254,11 @@ class Price(models.Model):
         return f"{self.flavor_id}/{self.tier}: {self.per_gpu_hour} mcr/GPU-h"
 
 
+class DepartmentRuleQuerySet(TenantQuerySet):
+    """Refill and approval rules, refill records: members read their department's; who changes them is
+    decided on the department's wallet (``WalletQuerySet``)."""
+
+
 class RefillRule(models.Model):
     """How a department's wallet is refilled each period: a fixed amount, or an amount per nominal GPU of
     its quotas (proportional to nominal quota)."""
@@ -220,6 +272,8 @@ class RefillRule(models.Model):
     period = models.CharField(max_length=10, choices=PERIODS, default="monthly")
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = DepartmentRuleQuerySet.as_manager()
 
     class Meta:
         ordering = ["department__slug"]
@@ -238,6 +292,8 @@ class RefillRecord(models.Model):
     amount = models.BigIntegerField()
     entry = models.OneToOneField(LedgerEntry, null=True, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = DepartmentRuleQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -258,11 +314,19 @@ class ApprovalRule(models.Model):
     realtime = models.BooleanField(default=False, help_text="every realtime job")
     updated_at = models.DateTimeField(default=timezone.now)
 
+    objects = DepartmentRuleQuerySet.as_manager()
+
     class Meta:
         ordering = ["department__slug"]
 
     def __str__(self) -> str:
         return f"approval rule {self.department_id}"
+
+
+class ApprovalQuerySet(TenantQuerySet):
+    """Decisions on jobs are read like the jobs: by their department's members."""
+
+    department_path = "job__department"
 
 
 class Approval(models.Model):
@@ -276,6 +340,8 @@ class Approval(models.Model):
     comment = models.TextField(blank=True)
     reason = models.CharField(max_length=300, blank=True, help_text="why approval was required")
     decided_at = models.DateTimeField(default=timezone.now)
+
+    objects = ApprovalQuerySet.as_manager()
 
     class Meta:
         ordering = ["-decided_at", "-id"]

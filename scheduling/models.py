@@ -13,7 +13,19 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.models import AppendOnlyModel, Department
+from portal.tenancy import (
+    ADMIN,
+    APPROVE,
+    CHANGE,
+    DEPARTMENT,
+    DEPARTMENT_ADMIN,
+    OWNER_OR_ADMIN,
+    PLATFORM,
+    VIEW,
+    TenantQuerySet,
+)
 from quotas.models import Flavor
+from scheduling.core.types import TIERS
 
 
 class Cluster(models.Model):
@@ -89,10 +101,13 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-class Tier(models.TextChoices):
-    REALTIME = "realtime", "Realtime (starts within 5 minutes, never preempted)"
-    ELASTIC = "elastic", "Elastic (interruptible batch training)"
-    BACKFILL = "backfill", "Backfill (dev/test, lowest)"
+TIER_LABELS = {
+    "realtime": "Realtime (starts within 5 minutes, never preempted)",
+    "elastic": "Elastic (interruptible batch training)",
+    "backfill": "Backfill (dev/test, lowest)",
+}
+# The tiers are the scheduling core's list (``Tier.REALTIME`` etc. for the ORM), with a label each.
+Tier = models.TextChoices("Tier", [(t.upper(), (t, TIER_LABELS[t])) for t in TIERS])
 
 
 class Urgency(models.TextChoices):
@@ -108,18 +123,12 @@ class TaskType(models.TextChoices):
     PROCESSING = "processing", "Data processing"
 
 
-class JobQuerySet(models.QuerySet):
-    def for_user(self, user):
-        """The one tenant-scoping entry point: platform admins see every job, members their department's,
-        anyone else nothing. Every view reads jobs through this."""
-        from portal.tenancy import membership_of
+class JobQuerySet(TenantQuerySet):
+    """Members see their department's jobs; a job's owner and its department's admins cancel it and read its
+    logs (``change``); its department's admins approve it."""
 
-        m = membership_of(user)
-        if m is None:
-            return self.none()
-        if m.is_platform_admin:
-            return self
-        return self.filter(department_id=m.department_id)
+    owner_path = "owner"
+    rules = {VIEW: DEPARTMENT, CHANGE: OWNER_OR_ADMIN, APPROVE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
 
     def active(self):
         return self.filter(state__in=ACTIVE_STATES)
@@ -208,6 +217,12 @@ class Job(models.Model):
         return self.state in FINAL_STATES
 
 
+class JobRelatedQuerySet(TenantQuerySet):
+    """Rows about a job (its timeline, its preemptions) are read like the job."""
+
+    department_path = "job__department"
+
+
 class JobEvent(AppendOnlyModel):
     """The append-only timeline of a job: every transition and every decision, with its reason."""
 
@@ -221,6 +236,8 @@ class JobEvent(AppendOnlyModel):
     message = models.CharField(max_length=500, blank=True)
     data = models.JSONField(default=dict, blank=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    objects = JobRelatedQuerySet.as_manager()
 
     class Meta:
         ordering = ["at", "id"]
@@ -280,6 +297,8 @@ class PreemptionVictim(models.Model):
     evicted_at = models.DateTimeField(null=True, blank=True)
     requeued_at = models.DateTimeField(null=True, blank=True)
     restarted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobRelatedQuerySet.as_manager()
 
     class Meta:
         ordering = ["preemption_id", "job_id"]

@@ -1,7 +1,8 @@
 """Budget endpoints: wallets, prices, ledger, approvals inbox, reports (mounted under /api/v1/).
 
-Interfaces only: they validate input, scope by tenancy (another department's object is a 404) and call
-quotas.services. Money is integer milli-credits (mcr) everywhere.
+Interfaces only: they validate input, read through the tenancy gate (``restrict``/``get_or_404``: another
+department's object is a 404, an object seen but not to be acted on a 403) and call quotas.services. Money is
+integer milli-credits (mcr) everywhere.
 """
 
 from __future__ import annotations
@@ -19,28 +20,27 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api import idempotency_key
-from portal.errors import Forbidden, NotFound, ValidationFailed
+from portal.api.serializers import StrictSerializer
+from portal.errors import NotFound, ValidationFailed
 from portal.models import Department, Membership
-from portal.tenancy import membership_of
-from quotas import selectors
-from quotas.models import Allowance, ApprovalRule, Flavor, LedgerEntry, LedgerKind, Price, RefillRule, Wallet
+from portal.tenancy import ADMIN, APPROVE, CHANGE, VIEW, member, require_role
+from quotas.models import (
+    TIER_NAMES,
+    Allowance,
+    ApprovalRule,
+    Flavor,
+    LedgerEntry,
+    LedgerKind,
+    Price,
+    RefillRule,
+    Wallet,
+)
 from quotas.services import allowances, periodic, pricing, reports, rules, wallets
+from scheduling.models import Job
+from scheduling.selectors import pending_approvals
 from scheduling.services import approvals
 
 # ------------------------------------------------------------------------------------------ plumbing
-
-
-class StrictSerializer(serializers.Serializer):
-    """Unknown fields are an error (a typo must not be silently ignored)."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError(
-                {k: [serializers.ErrorDetail("Unknown field.", code="unknown_field")] for k in unknown})
-        return super().to_internal_value(data)
 
 
 def _valid(serializer_class, data, **kwargs) -> dict:
@@ -49,31 +49,17 @@ def _valid(serializer_class, data, **kwargs) -> dict:
     return s.validated_data
 
 
-def _member(request) -> Membership:
-    m = membership_of(request.user)
-    if m is None:
-        raise Forbidden("You are not a member of any department.")
-    return m
+def _department(request, slug: str, action=VIEW) -> Department:
+    """The department the URL names, through the tenancy gate (404 unless visible, 403 unless allowed)."""
+    return Department.objects.get_or_404(request.user, action, slug=slug)
 
 
-def _platform_admin(request) -> Membership:
-    m = _member(request)
-    if not m.is_platform_admin:
-        raise Forbidden("Only platform admins can do this.")
-    return m
-
-
-def _department(request, slug: str) -> Department:
-    """The department ``slug`` if the user may see it (their own, or any for platform admins), else 404."""
-    return selectors.department_for(request.user, slug)
-
-
-def _wallet(request, slug: str) -> Wallet:
+def _wallet(request, slug: str, action=VIEW) -> Wallet:
+    """The wallet of the department the URL names: 404 unless the department is visible or when it has no
+    wallet, 403 unless the user may ``action`` it."""
     dept = _department(request, slug)
-    wallet = Wallet.objects.select_related("department").filter(department=dept).first()
-    if wallet is None:
-        raise NotFound("This department has no wallet (its budget is not metered).")
-    return wallet
+    return Wallet.objects.select_related("department").get_or_404(
+        request.user, action, missing="This department has no wallet (its budget is not metered).", department=dept)
 
 
 # ------------------------------------------------------------------------------------------ wallets
@@ -131,16 +117,17 @@ class WalletListView(GenericAPIView):
     serializer_class = WalletSerializer
 
     def get_queryset(self):
-        return selectors.wallets_for(self.request.user).order_by("department__slug")
+        return Wallet.objects.restrict(self.request.user, VIEW).select_related("department").order_by(
+            "department__slug")
 
     @extend_schema(operation_id="v1_wallets_list", responses=WalletSerializer(many=True))
     def get(self, request):
-        _member(request)
+        member(request.user)
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(WalletSerializer(page, many=True).data)
 
     def post(self, request):
-        _platform_admin(request)
+        require_role(request.user, ADMIN)
         data = _valid(WalletCreateSerializer, request.data)
         if Wallet.objects.filter(department=data["department"]).exists():
             raise ValidationFailed(fields={"department": [{"code": "exists",
@@ -175,8 +162,7 @@ class WalletDetailView(APIView):
         return Response(body)
 
     def put(self, request, slug: str):
-        _platform_admin(request)
-        dept = _department(request, slug)
+        dept = _department(request, slug, ADMIN)
         data = _valid(WalletBudgetSerializer, request.data)
         wallets.wallet_set_balance(department=dept, balance=data["balance"], actor=request.user,
                                     comment=data["comment"])
@@ -196,8 +182,7 @@ class WalletAdjustView(APIView):
     serializer_class = AdjustSerializer
 
     def post(self, request, slug: str):
-        _platform_admin(request)
-        wallet = _wallet(request, slug)
+        wallet = _wallet(request, slug, ADMIN)
         data = _valid(AdjustSerializer, request.data)
         key = idempotency_key(request)
         entry = wallets.wallet_adjust(department=wallet.department, amount=data["amount"], actor=request.user,
@@ -218,15 +203,13 @@ class RefillRuleView(APIView):
         return Response(_rule_dict(rule, rules.RULE_FIELDS) | {"next_amount": periodic.refill_amount(rule=rule)})
 
     def put(self, request, slug: str):
-        _platform_admin(request)
-        dept = _department(request, slug)
+        dept = _department(request, slug, ADMIN)
         data = _valid(RefillRuleSerializer, request.data)
         rule = rules.refill_rule_set(department=dept, actor=request.user, **data)
         return Response(_rule_dict(rule, rules.RULE_FIELDS) | {"next_amount": periodic.refill_amount(rule=rule)})
 
     def delete(self, request, slug: str):
-        _platform_admin(request)
-        rules.refill_rule_delete(department=_department(request, slug), actor=request.user)
+        rules.refill_rule_delete(department=_department(request, slug, ADMIN), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -242,9 +225,8 @@ class ApprovalRuleView(APIView):
                                                                        "realtime": False})
 
     def put(self, request, slug: str):
-        dept = _department(request, slug)
-        if not _member(request).is_department_admin:
-            raise Forbidden("Only department admins can set approval rules.")
+        dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
+                                             message="Only department admins can set approval rules.")
         data = _valid(ApprovalRuleSerializer, request.data)
         rule = rules.approval_rule_set(department=dept, actor=request.user, **data)
         return Response(_rule_dict(rule, rules.APPROVAL_FIELDS))
@@ -273,8 +255,9 @@ class AllowanceListView(APIView):
 
     @extend_schema(responses=AllowanceOutSerializer(many=True))
     def get(self, request):
-        _member(request)
-        qs = selectors.allowances_for(request.user)
+        member(request.user)
+        qs = (Allowance.objects.restrict(request.user, VIEW).select_related("user", "wallet__department")
+              .order_by("wallet__department__slug", "user__username", "id"))
         return Response([{"user": a.user.username, "department": a.wallet.department.slug, "limit": a.limit,
                           "period": a.period, "used": allowances.allowance_used(allowance=a)} for a in qs])
 
@@ -285,7 +268,10 @@ class AllowanceDetailView(APIView):
     serializer_class = AllowanceSerializer
 
     def _target(self, request, username: str):
-        return allowances.allowance_member(actor=request.user, username=username)
+        """The member the URL names: 404 unless in the user's view, 403 unless the user is their admin."""
+        return Membership.objects.select_related("user").get_or_404(
+            request.user, CHANGE, user__username=username, missing="No such member.",
+            message="Only department admins can set allowances.").user
 
     def put(self, request, username: str):
         user = self._target(request, username)
@@ -311,7 +297,7 @@ class PriceSerializer(serializers.ModelSerializer):
 
 class PriceInputSerializer(StrictSerializer):
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
-    tier = serializers.ChoiceField(choices=pricing.TIER_NAMES)
+    tier = serializers.ChoiceField(choices=TIER_NAMES)
     per_gpu_hour = serializers.IntegerField(min_value=0, max_value=10**12)
 
 
@@ -322,13 +308,13 @@ class PriceListView(GenericAPIView):
 
     @extend_schema(operation_id="v1_prices_list", responses=PriceSerializer(many=True))
     def get(self, request):
-        _member(request)
+        member(request.user)
         qs = Price.objects.select_related("flavor").order_by("flavor__name", "tier")
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(PriceSerializer(page, many=True).data)
 
     def post(self, request):
-        _platform_admin(request)
+        require_role(request.user, ADMIN)
         data = _valid(PriceInputSerializer, request.data)
         price, created = pricing.price_set(actor=request.user, **data)
         return Response(PriceSerializer(price).data, status=status.HTTP_201_CREATED if created else 200)
@@ -338,7 +324,8 @@ class PriceDetailView(APIView):
     serializer_class = PriceSerializer
 
     def _price(self, request, pk: int) -> Price:
-        _member(request)
+        """Prices are the same for every department: any member sees them, platform admins change them."""
+        member(request.user)
         price = Price.objects.select_related("flavor").filter(pk=pk).first()
         if price is None:
             raise NotFound("No such price.")
@@ -349,7 +336,7 @@ class PriceDetailView(APIView):
 
     def patch(self, request, pk: int):
         price = self._price(request, pk)
-        _platform_admin(request)
+        require_role(request.user, ADMIN)
         data = _valid(PriceInputSerializer, {"flavor": price.flavor.name, "tier": price.tier, **request.data}
                       if isinstance(request.data, dict) else request.data)
         price, _ = pricing.price_set(actor=request.user, **data)
@@ -359,7 +346,7 @@ class PriceDetailView(APIView):
 
     def delete(self, request, pk: int):
         price = self._price(request, pk)
-        _platform_admin(request)
+        require_role(request.user, ADMIN)
         pricing.price_delete(price=price, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -397,9 +384,10 @@ class LedgerListView(GenericAPIView):
 
     @extend_schema(parameters=[LedgerFilterSerializer], responses=LedgerEntrySerializer(many=True))
     def get(self, request):
-        _member(request)
+        member(request.user)
         f = _valid(LedgerFilterSerializer, request.query_params.dict())
-        qs = selectors.ledger_for(request.user)
+        qs = LedgerEntry.objects.restrict(request.user, VIEW).select_related("wallet__department", "user", "actor",
+                                                                            "flavor")
         if "department" in f:
             qs = qs.filter(wallet__department=_department(request, f["department"]))
         if "job" in f:
@@ -438,17 +426,6 @@ class PendingJobSerializer(serializers.Serializer):
         return pricing.estimated_cost(job=job, prices=prices)
 
 
-def pending_approvals(user):
-    """Jobs waiting for approval that ``user`` may decide on (department admins: their department's)."""
-    from scheduling.models import Job, JobState
-
-    m = membership_of(user)
-    if m is None or not m.is_department_admin:
-        return Job.objects.none()
-    return (Job.objects.for_user(user).filter(state=JobState.PENDING_APPROVAL)
-            .select_related("owner", "department", "flavor").order_by("submitted_at", "id"))
-
-
 class ApprovalListView(GenericAPIView):
     """GET (department admins): the approvals inbox, oldest first."""
 
@@ -456,8 +433,7 @@ class ApprovalListView(GenericAPIView):
 
     @extend_schema(responses=PendingJobSerializer(many=True))  # a page of them, as the ledger
     def get(self, request):
-        if not _member(request).is_department_admin:
-            raise Forbidden("Only department admins have an approvals inbox.")
+        require_role(request.user, APPROVE, "Only department admins have an approvals inbox.")
         page = self.paginate_queryset(pending_approvals(request.user))
         prices = pricing.read_prices()
         return self.get_paginated_response(PendingJobSerializer(page, many=True, context={"prices": prices}).data)
@@ -475,12 +451,9 @@ class ApprovalDecisionView(APIView):
     decision = "approve"
 
     def post(self, request, pk: int):
-        from scheduling.models import Job
-
-        _member(request)
-        job = Job.objects.for_user(request.user).select_related("department", "owner").filter(pk=pk).first()
-        if job is None:
-            raise NotFound("No such job.")
+        job = Job.objects.select_related("department", "owner").get_or_404(
+            request.user, APPROVE, pk=pk,
+            message="Only a department admin of the job's department can approve or reject it.")
         data = _valid(DecisionSerializer, request.data)
         if self.decision == "approve":
             job = approvals.job_approve(user=request.user, job=job, comment=data["comment"])
@@ -508,12 +481,7 @@ class JobCostView(APIView):
     serializer_class = JobCostSerializer
 
     def get(self, request, pk: int):
-        from scheduling.models import Job
-
-        _member(request)
-        job = Job.objects.for_user(request.user).filter(pk=pk).first()
-        if job is None:
-            raise NotFound("No such job.")
+        job = Job.objects.get_or_404(request.user, VIEW, pk=pk)
         return Response(reports.job_cost(job=job))
 
 
@@ -599,7 +567,10 @@ class UsageReportView(APIView):
                    responses={(200, "application/json"): UsageReportSerializer,
                               (200, "text/csv"): {"type": "string", "description": "one row per group"}})
     def get(self, request):
+        member(request.user)
         f = _valid(ReportFilterSerializer, request.query_params.dict())
+        if f.get("department"):
+            _department(request, f["department"])  # the gate first; the report scopes its rows the same way
         tz = timezone.get_current_timezone()
         since = datetime.combine(f["since"], time.min, tzinfo=tz) if f.get("since") else None
         until = datetime.combine(f["until"], time.min, tzinfo=tz) if f.get("until") else None

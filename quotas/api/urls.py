@@ -1,12 +1,22 @@
-"""Budget, price, report and approval endpoints (mounted under /api/v1/). Trailing slashes optional."""
+"""Quota and budget endpoints (mounted under /api/v1/): flavors, quotas, wallets, allowances, prices, the
+ledger, approvals, job costs and usage reports. Trailing slashes optional."""
 
-from django.urls import re_path
+from django.urls import include, path, re_path
+from rest_framework.routers import DefaultRouter
 
 from quotas.api import budgets as v
+from quotas.api import views
+
+router = DefaultRouter()
+router.trailing_slash = "/?"
+router.include_root_view = False
+router.register("flavors", views.FlavorViewSet, basename="flavor")
+router.register("quotas", views.QuotaViewSet, basename="quota")
 
 SLUG = r"(?P<slug>[a-z0-9-]+)"
 
 urlpatterns = [
+    path("", include(router.urls)),
     re_path(r"^wallets/?$", v.WalletListView.as_view(), name="wallet-list"),
     re_path(rf"^wallets/{SLUG}/?$", v.WalletDetailView.as_view(), name="wallet-detail"),
     re_path(rf"^wallets/{SLUG}/adjust/?$", v.WalletAdjustView.as_view(), name="wallet-adjust"),

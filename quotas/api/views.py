@@ -1,15 +1,18 @@
-"""Flavors (public to members) and quotas (a member sees their department's; platform admins all; platform
-admins change them with PATCH, audited through quotas.services.quota_set)."""
+"""Flavors (public to members) and quotas (read through the tenancy gate: a member sees their department's,
+platform admins all; platform admins change them with PATCH, audited through quotas.services.rules.quota_set)."""
 
 from __future__ import annotations
 
-from django.db.models import Count, Sum
+from django.db.models import Count, F, Sum
 from django.db.models.functions import Coalesce
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.response import Response
 
-from portal.tenancy import membership_of
+from portal.api.serializers import StrictSerializer
+from portal.tenancy import CHANGE, VIEW, membership_of
 from quotas.models import Flavor, Quota
+from quotas.services import rules
+from scheduling.models import ACTIVE_STATES, Job
 
 
 class FlavorSerializer(serializers.ModelSerializer):
@@ -27,7 +30,7 @@ class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self):
-        if membership_of(self.request.user) is None:
+        if membership_of(self.request.user) is None:  # flavors belong to no department: any member sees them
             return Flavor.objects.none()
         # Coalesce: a flavor no node offers has 0 GPUs, not null (the schema promises an integer).
         return Flavor.objects.annotate(total_gpus=Coalesce(Sum("nodes__gpus"), 0),
@@ -47,48 +50,30 @@ class QuotaSerializer(serializers.ModelSerializer):
         return self.context.get("usage", {}).get((quota.department_id, quota.flavor_id), 0)
 
 
-class QuotaUpdateSerializer(serializers.Serializer):
+class QuotaUpdateSerializer(StrictSerializer):
     nominal = serializers.IntegerField(min_value=0, max_value=100_000, required=False)
     borrowing_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True)
     lending_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True)
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError(
-                    {k: [serializers.ErrorDetail("Unknown field.", code="unknown_field")] for k in unknown})
-        return super().to_internal_value(data)
 
 
 class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = QuotaSerializer
 
     def get_queryset(self):
-        m = membership_of(self.request.user)
-        qs = Quota.objects.select_related("department", "flavor")
-        if m is None:
-            return qs.none()
-        return qs if m.is_platform_admin else qs.filter(department_id=m.department_id)
+        return Quota.objects.restrict(self.request.user, VIEW).select_related("department", "flavor")
+
+    def get_object(self, action=VIEW):
+        return self.get_queryset().get_or_404(self.request.user, action, pk=self.kwargs["pk"],
+                                              message="Only platform admins can change quotas.")
 
     def update(self, request, *args, **kwargs):
-        from portal.errors import Forbidden
-        from quotas.services.rules import quota_set
-
-        quota = self.get_object()  # 404 outside the caller's scope
-        m = membership_of(request.user)
-        if m is None or not m.is_platform_admin:
-            raise Forbidden("Only platform admins can change quotas.")
+        quota = self.get_object(CHANGE)
         s = QuotaUpdateSerializer(data=request.data, partial=kwargs.get("partial", False))
         s.is_valid(raise_exception=True)
-        quota = quota_set(quota=quota, actor=request.user, **s.validated_data)
+        quota = rules.quota_set(quota=quota, actor=request.user, **s.validated_data)
         return Response(self.get_serializer(quota).data)
 
     def get_serializer_context(self):
-        from django.db.models import F
-
-        from scheduling.models import ACTIVE_STATES, Job
-
         ctx = super().get_serializer_context()
         rows = (
             Job.objects.filter(state__in=ACTIVE_STATES)

@@ -20,10 +20,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.audit import audit
-from quotas.models import Flavor, Price
+from quotas.models import TIER_NAMES, Flavor, Price
 from quotas.services.base import field_error
-
-TIER_NAMES = ("realtime", "elastic", "backfill")
 
 
 def cost_of(*, rate: int, gpu_seconds: int | float) -> int:

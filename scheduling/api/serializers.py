@@ -12,6 +12,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.api.serializers import StrictSerializer
 from quotas.models import Flavor
 from scheduling.models import Job, JobEvent, TaskType, Tier, Urgency
 
@@ -132,7 +133,7 @@ class FlavorField(serializers.SlugRelatedField):
         return flavor
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(StrictSerializer):
     name = serializers.CharField(max_length=63)
     image = serializers.CharField(max_length=512)
     command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
@@ -161,23 +162,12 @@ class JobSubmitSerializer(serializers.Serializer):
     pdb_min_available = StrictIntegerField(min_value=1, max_value=64, required=False, allow_null=True,
                                            default=None)
 
+    def unknown_field_message(self, name: str) -> str:
+        return f"Unknown field {name!r}. Jobs cannot set raw pod fields."
+
     def to_internal_value(self, data):
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-        unknown = sorted(set(data) - set(self.fields))
-        self._item_flavor = data.get("flavor")  # per item: one child serializer validates a whole list
-        errors = {}
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            errors = dict(exc.detail)
-            value = None
-        for name in unknown:
-            errors[name] = [serializers.ErrorDetail(
-                f"Unknown field {name!r}. Jobs cannot set raw pod fields.", code="unknown_field")]
-        if errors:
-            raise serializers.ValidationError(errors)
-        return value
+        self._item_flavor = data.get("flavor") if isinstance(data, dict) else None  # per item: one child
+        return super().to_internal_value(data)  # serializer validates a whole list
 
     def validate_name(self, value):
         if not NAME_RE.match(value):
@@ -248,7 +238,7 @@ class JobSubmitSerializer(serializers.Serializer):
         return attrs
 
 
-class JobBatchSubmitSerializer(serializers.Serializer):
+class JobBatchSubmitSerializer(StrictSerializer):
     """Several jobs, each validated exactly as a POST /api/v1/jobs body; errors are keyed by the item's
     position (``jobs.3.gpus``)."""
 
@@ -256,26 +246,24 @@ class JobBatchSubmitSerializer(serializers.Serializer):
     jobs = JobSubmitSerializer(many=True, allow_empty=False,
                                help_text="Job bodies as for POST /api/v1/jobs, at most JOBS_BATCH_MAX (500)")
 
+    not_an_object = 'Expected a JSON object: {"jobs": [...]}.'
+
+    def unknown_field_message(self, name: str) -> str:
+        return f"Unknown field {name!r}; the body is {{\"jobs\": [...]}}."
+
     def to_internal_value(self, data):
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({"non_field_errors": [serializers.ErrorDetail(
-                'Expected a JSON object: {"jobs": [...]}.', code="invalid")]})
-        unknown = sorted(set(data) - {"jobs"})
-        if unknown:
-            raise serializers.ValidationError({name: [serializers.ErrorDetail(
-                f"Unknown field {name!r}; the body is {{\"jobs\": [...]}}.", code="unknown_field")]
-                for name in unknown})
-        jobs = data.get("jobs")
+        jobs = data.get("jobs") if isinstance(data, dict) else None
         problem = None  # checked before any item is validated, and reported on "jobs" itself
-        if "jobs" in data and jobs is not None and not isinstance(jobs, list):
+        if isinstance(data, dict) and "jobs" in data and jobs is not None and not isinstance(jobs, list):
             problem = ("A JSON list of job bodies is required.", "not_a_list")
         elif isinstance(jobs, list) and not jobs:
             problem = ("The list is empty: submit at least one job.", "empty")
         elif isinstance(jobs, list) and len(jobs) > settings.JOBS_BATCH_MAX:
             problem = (f"At most {settings.JOBS_BATCH_MAX} jobs per batch; this one has {len(jobs)}. Split it.",
                        "too_many")
-        if problem:
-            raise serializers.ValidationError({"jobs": [serializers.ErrorDetail(problem[0], code=problem[1])]})
+        if problem:  # reported with any unknown fields, as the base reports them with the other errors
+            raise serializers.ValidationError({**self.unknown_errors(data),
+                                               "jobs": [serializers.ErrorDetail(problem[0], code=problem[1])]})
         return super().to_internal_value(data)
 
 

@@ -1,4 +1,4 @@
-"""Jobs API v1. Views validate and call services; every job lookup goes through Job.objects.for_user."""
+"""Jobs API v1. Views validate and call services; every job read goes through Job.objects.restrict."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
 from portal.api import idempotency_key
-from portal.errors import Forbidden, LogsUnavailable, ValidationFailed
-from portal.tenancy import can_manage_job, membership_of
+from portal.errors import LogsUnavailable, ValidationFailed
+from portal.tenancy import CHANGE, VIEW, member
 from scheduling.api.serializers import (
     CancelSerializer,
     JobBatchSerializer,
@@ -116,6 +116,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             qs = qs.prefetch_related(Prefetch("events", JobEvent.objects.select_related("actor")))
         return qs
 
+    def get_object(self, action=VIEW, message=None):
+        """The job the URL names, through the tenancy gate: 404 unless the user may see it, 403 unless they
+        may ``action`` it."""
+        return self.get_queryset().get_or_404(self.request.user, action, message=message, pk=self.kwargs["pk"])
+
     def get_serializer_class(self):
         return JobDetailSerializer if self.action == "retrieve" else JobSerializer
 
@@ -135,8 +140,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                      description="Retry-safe submission: the same key returns the same job")],
     )
     def create(self, request):
-        if membership_of(request.user) is None:
-            raise Forbidden("You are not a member of any department; ask a platform admin to add you.")
+        member(request.user)
         serializer = JobSubmitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         key = _idempotency_key(request)
@@ -164,8 +168,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     @action(detail=False, methods=["post"], url_path="batch")
     def batch(self, request):
-        if membership_of(request.user) is None:
-            raise Forbidden("You are not a member of any department; ask a platform admin to add you.")
+        member(request.user)
         serializer = JobBatchSubmitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         jobs, created = job_submit_batch(user=request.user, items=serializer.validated_data["jobs"],
@@ -179,7 +182,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        job = self.get_object()  # 404 for another tenant's job
+        job = self.get_object(CHANGE)
         serializer = CancelSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
         job_cancel(user=request.user, job=job, comment=serializer.validated_data["comment"])
@@ -193,9 +196,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
-        job = self.get_object()
-        if not can_manage_job(request.user, job):
-            raise Forbidden("Only the job's owner and admins can read its logs.")
+        job = self.get_object(CHANGE, "Only the job's owner and admins can read its logs.")
         from scheduling.backends import get_backend
         from scheduling.services.jobs import namespace_for
 

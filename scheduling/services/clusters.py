@@ -10,7 +10,7 @@ import copy
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from portal import dispatch
 from portal.db import retry_on_conflict
+from portal.timestamps import from_epoch
 from quotas import budgets
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission, get_backend
@@ -171,10 +172,6 @@ def store_nodes(*, cluster: Cluster, inventory: Inventory, terminating: dict[tup
 # ------------------------------------------------------------------------------------------ pod states
 
 
-def _ts(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
-
-
 def apply_pod_states(states: Iterable[PodState], *, complete: bool = False) -> dict[str, int]:
     """Move each job according to its current attempt's pods. ``complete``: ``states`` lists every portal
     pod, so an active job whose eviction was under way and that has no pod left is requeued now (other active
@@ -287,16 +284,16 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
         return "failed" if finish(job=job, state=JobState.FAILED, exit_code=p.exit_code, reason=p.reason or "Error",
                                   message=f"pod {p.name} failed: {p.reason or 'error'} "
                                           f"(exit code {p.exit_code}) {p.message}".strip(),
-                                  finished_at=_ts(p.finished_at)) else None
+                                  finished_at=from_epoch(p.finished_at)) else None
     if len(pods) >= job.pods and all(p.phase == "Succeeded" for p in pods):
         last = max((p.finished_at or 0) for p in pods) or None
         return "succeeded" if finish(job=job, state=JobState.SUCCEEDED, exit_code=0, reason="Completed",
-                                     message="all pods completed", finished_at=_ts(last)) else None
+                                     message="all pods completed", finished_at=from_epoch(last)) else None
     if job.state == JobState.ADMITTED and any(p.phase in ("Running", "Succeeded") for p in pods):
         started = min((p.started_at for p in pods if p.started_at), default=None)
         ok = transition(job=job, to=JobState.RUNNING, allowed_from=[JobState.ADMITTED], attempt=job.attempt,
                         reason_code="running", message="pods running on " + ", ".join(sorted({p.node or "?" for p in pods})),
-                        started_at=_ts(started) or timezone.now())
+                        started_at=from_epoch(started) or timezone.now())
         if ok:
             _mark_restarted(job)
             return "running"

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from portal import dispatch, metrics
 from portal.db import retry_on_conflict
+from portal.timestamps import from_epoch
 from quotas import budgets
 from scheduling import core
 from scheduling.core import reasons
@@ -72,10 +73,6 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
     )
     metrics.observe_cycle(outcome, snapshot=snapshot, result=result, at=time.time())
     return outcome
-
-
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
 
 
 def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int, int, int]:
@@ -146,7 +143,7 @@ def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any,
         if job is None or job.state != JobState.QUEUED:
             continue
         pr = _unreachable_reason(pr, job, ctx)
-        est = _dt(pr.estimated_start)
+        est = from_epoch(pr.estimated_start)
         code_changed = job.reason_code != pr.code
         est_changed = (est is None) != (job.estimated_start is None) or (
             est is not None and abs(est - job.estimated_start) > ESTIMATE_SLACK

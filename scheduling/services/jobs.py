@@ -18,7 +18,7 @@ from portal import dispatch
 from portal.db import retry_on_conflict
 from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition
 from portal.models import Membership
-from portal.tenancy import can_manage_job, membership_of
+from portal.tenancy import can_manage_job, member
 from quotas import budgets
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission
@@ -153,20 +153,13 @@ def _record_budget_note(job: Job, note: budgets.BudgetNote | None) -> None:
                      data=note.data, attempt=note.attempt)
 
 
-def _member(user) -> Membership:
-    membership: Membership | None = membership_of(user)
-    if membership is None:
-        raise Forbidden("You are not a member of any department; ask a platform admin to add you.")
-    return membership
-
-
 def job_submit(*, user, data: dict, idempotency_key: str | None = None) -> tuple[Job, bool]:
     """Create a job for ``user`` in their department. ``data`` is validated input (see JobSubmitSerializer).
 
     Returns (job, created). With an ``idempotency_key`` a retry of the same request returns the same job;
     the same key with a different body raises IdempotencyKeyReused. Pods are created after commit.
     """
-    membership = _member(user)
+    membership = member(user)
     digest = request_hash(data)
     # No look-up of the idempotency key first: the unique (owner, idempotency_key) constraint decides, and a
     # retry (rare) pays for the rolled-back insert instead of every first submission paying for a SELECT.
@@ -192,7 +185,7 @@ def job_submit_batch(*, user, items: list[dict], idempotency_key: str | None = N
     the same batch returns the same jobs; the same key with a different batch raises IdempotencyKeyReused.
     The key is the batch's own: a single submission with the same key is another request.
     """
-    membership = _member(user)
+    membership = member(user)
     if not items:
         return [], True
     digest = request_hash({"jobs": items})  # every job of the batch stores the whole batch's hash

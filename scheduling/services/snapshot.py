@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
+from portal.timestamps import to_epoch
 from quotas.budgets import read_for_cycle
 from quotas.models import Quota
 from scheduling.backends import get_backend, owns_inventory
@@ -31,10 +32,6 @@ from scheduling.models import IN_FLIGHT, Job, JobState, Node, PreemptionVictim
 from scheduling.services.policy import current_policy
 
 log = logging.getLogger(__name__)
-
-
-def ts(dt: datetime | None) -> float | None:
-    return None if dt is None else dt.timestamp()
 
 
 # When this process started: a cluster whose inventory the portal reads from it (Kubernetes) is not decided on
@@ -153,13 +150,13 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 tier=j.tier,
                 placement=tuple(j.placement or ()),
                 gpus_per_pod=j.gpus,
-                started_at=ts(j.started_at or j.admitted_at) or now.timestamp(),
+                started_at=to_epoch(j.started_at or j.admitted_at) or now.timestamp(),
                 max_runtime_s=float(j.max_runtime_s),
                 checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
                 borrowed=j.borrowed,
                 urgency=j.urgency,
                 user_tier=j.user_tier,
-                submitted_at=ts(j.submitted_at),
+                submitted_at=to_epoch(j.submitted_at),
                 bid=j.bid,
                 cluster=cluster,
                 disruption_budgets=budgets,
@@ -183,8 +180,8 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 urgency=j.urgency,
                 user_tier=j.user_tier,
                 user=j.owner.username,
-                submitted_at=ts(j.submitted_at),
-                deadline=ts(j.deadline),
+                submitted_at=to_epoch(j.submitted_at),
+                deadline=to_epoch(j.deadline),
                 max_runtime_s=float(j.max_runtime_s),
                 bid=j.bid,
                 hold=budget.hold_for(j),

@@ -1,6 +1,6 @@
 """Contract tests: the real ``KubernetesBackend`` over HTTP against the fake API (tests/fakes/k8s_api.py).
 
-Each test names the BRIEF section 6 / issue 4 rule it holds the adapter to. Status mapping, watch, logs and
+Each test names the API server rule it holds the adapter to. Status mapping, watch, logs and
 inventory live in the sibling files.
 """
 

@@ -1,4 +1,4 @@
-"""A stateful fake Kubernetes API server: the executable spec of BRIEF section 6.
+"""A stateful fake Kubernetes API server: the executable spec of the API server's rules the portal relies on.
 
 It serves the real REST paths the official ``kubernetes`` client calls, over HTTP (stdlib
 ``ThreadingHTTPServer`` in a thread), and enforces the rules the portal depends on, with the status codes and
@@ -1388,7 +1388,8 @@ def _term_matches(term: dict[str, Any], node: dict[str, Any]) -> bool:
 
 
 def validate_pod_update(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``ValidatePodUpdate``, the parts BRIEF section 6 relies on."""
+    """``ValidatePodUpdate``, the parts the portal relies on: gates only removed, node affinity only narrowed
+    while gated, ``priorityClassName`` immutable."""
     errors: list[str] = []
     old_gates = [g.get("name") for g in old.get("schedulingGates") or []]
     new_gates = [g.get("name") for g in new.get("schedulingGates") or []]

@@ -1,4 +1,5 @@
-"""The fake Kubernetes API enforces BRIEF section 6, rule by rule (so it cannot silently drift).
+"""The fake Kubernetes API enforces the API server's rules the portal relies on, rule by rule (so it cannot
+silently drift).
 
 These tests use the official client directly, not the portal's adapter: they pin the fake's behaviour to the
 API server's (status codes and reasons), which the contract tests then rely on.

@@ -1,96 +1,205 @@
 """Walk the whole URLconf as signed-in members of another department, with real objects seeded in both
-departments: no page or endpoint shows, or changes, anything of the department that is not theirs."""
+departments: no page or endpoint, under any verb, shows or changes anything of the department that is not
+theirs.
+
+The routes come from the resolver, so a new page or endpoint is walked without touching this file; a route
+whose URL names something this walk does not know how to fill in fails ``test_every_parameter_is_known``.
+
+The rule checked (docs/architecture.md, "Tenancy"): a URL that names another department's object answers 404
+(or 405 when the verb does not exist there), whatever the verb and the body; any other URL never answers 5xx
+and never shows another department's data; and afterwards nothing of the other department has changed.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from django.test import Client
 
-from portal.models import ApiToken
-from quotas.models import Allowance, Wallet
+from portal.audit import audit
+from portal.models import ApiToken, AuditEntry
+from quotas.models import Allowance, Approval, ApprovalRule, LedgerEntry, Price, Quota, RefillRule, Wallet
 from quotas.services import allowances, rules, wallets
-from scheduling.models import Job, JobState
+from scheduling.models import Job, JobEvent, JobState
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 
 pytestmark = pytest.mark.django_db
 
 # Values that exist only in the seeded department: any of them in a response is a leak.
-SECRETS = {"job": "visionsecretjob", "approval": "visionsecretapproval", "token": "visionsecrettoken",
-           "balance": "777777001", "refill": "4242421", "approval_cost": "5353531", "allowance": "6464641"}
+SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "visionsecretledger",
+           "audit": "visionsecretaudit", "balance": "777777001", "refill": "4242421", "approval_cost": "5353531",
+           "allowance": "6464641"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
+METHODS = ("get", "post", "put", "patch", "delete")
+# Bodies a write could succeed with somewhere (an empty one too): a missing gate must not hide behind a 400.
+API_BODIES = [{}, {"comment": "x"}, {"balance": 1, "comment": "x"}, {"amount": 1, "comment": "x"},
+              {"mode": "fixed", "amount": 1, "period": "monthly", "active": True}, {"gpus_above": 1},
+              {"limit": 1, "period": "monthly"}, {"nominal": 0}]
+FORM_BODIES = [{}, {"comment": "x"}, {"direction": "credit", "amount": "1", "comment": "x", "idempotency_key": "k"},
+               {"mode": "fixed", "amount": "1", "period": "monthly", "active": "on"}, {"gpus_above": "1"}]
+# Parameters that name another department's object, by route name; everything else a parameter can name
+# (a flavor, a price) belongs to no department.
+FOREIGN_PARAMS = {"pk", "slug", "username"}
+GLOBAL_PK_ROUTES = {"price-detail", "price_delete"}
+KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format"}
 
 
 def _seed(lab, dept, owner, admin, prefix, numbers):
-    job = Job.objects.create(owner=owner, department=dept, name=f"{prefix}secretjob", image="x", command=["true"],
-                             flavor=lab.a100, gpus=1, state=JobState.QUEUED)
-    pending = Job.objects.create(owner=owner, department=dept, name=f"{prefix}secretapproval", image="x",
-                                 command=["true"], flavor=lab.a100, gpus=1, state=JobState.PENDING_APPROVAL,
-                                 reason_message="needs approval")
+    """Objects of every kind in ``dept``: jobs in every state, a wallet with holds, a charge and an
+    adjustment, refill and approval rules, an allowance, a token, audit entries, an approval waiting."""
+    jobs = {}
+    for state in JobState.values:
+        jobs[state] = Job.objects.create(owner=owner, department=dept, name=f"{prefix}secretjob-{state}", image="x",
+                                         command=["true"], flavor=lab.a100, gpus=1, state=state,
+                                         reason_message="needs approval" if state == "pending_approval" else "")
+        JobEvent.objects.create(job=jobs[state], kind="note", message=f"{prefix}secretjob event")
     wallets.wallet_create(department=dept, actor=lab.root, balance=numbers[0])
+    wallets.wallet_adjust(department=dept, amount=5, actor=lab.root, comment=f"{prefix}secretledger")
+    wallets.wallet_hold(job=jobs["running"], attempt=1, amount=1000, rate=1000)
+    wallets.wallet_hold(job=jobs["succeeded"], attempt=1, amount=1000, rate=1000)
+    wallets.wallet_settle(job=jobs["succeeded"], attempt=1, amount=500, gpu_seconds=1800, outcome="succeeded")
     rules.refill_rule_set(department=dept, actor=lab.root, mode="fixed", amount=numbers[1], period="monthly",
                              active=True)
     rules.approval_rule_set(department=dept, actor=admin, cost_above=numbers[2])
     allowances.allowance_set(user=owner, limit=numbers[3], actor=admin)
+    audit(actor=admin, action="note", obj=dept, department=dept, comment=f"{prefix}secretaudit")
     token, _ = ApiToken.issue(user=owner, name=f"{prefix}secrettoken")
-    return {"job": job, "pending": pending, "token": token}
+    return {"jobs": jobs, "pending": jobs["pending_approval"], "token": token,
+            "quota": Quota.objects.get(department=dept, flavor=lab.a100)}
 
 
-def _url(route: str, name: str, seeded) -> str:
+def _params(route: str) -> list[str]:
+    return re.findall(r"<(?:\w+:)?(\w+)>", route) + re.findall(r"\(\?P<(\w+)>", route)
+
+
+def _fill(route: str, values: dict) -> str:
     route = route.replace("^", "").replace("$", "").replace("\\Z", "").replace("\\.", ".")
-    route = re.sub(r"\(\?P<format>[^)]*\)", "", route)
+    route = re.sub(r"\(\?P<format>[^)]*\)", "", route)  # drop optional .json suffixes
+    route = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
+    route = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: values[m.group(1)], route)
     route = route.replace("/?", "/").replace("?", "")
-    pk = seeded["job"].pk
-    if "approv" in name:
-        pk = seeded["pending"].pk
+    return "/" + route.lstrip("/")
+
+
+def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
+    """(url, names another department's object) for each object of the other department the route can name."""
+    params = set(_params(route)) - {"format"}
+    names_foreign = bool(params & FOREIGN_PARAMS) and name not in GLOBAL_PK_ROUTES
+    if "pk" not in params:
+        pks = [None]
+    elif name in GLOBAL_PK_ROUTES:
+        pks = [price.pk]
+    elif "approv" in name or name in ("approve", "reject"):
+        pks = [seeded["pending"].pk]
     elif "token" in name:
-        pk = seeded["token"].pk
-    values = {"pk": str(pk), "slug": "vision", "username": "alice", "name": "a100-80gb"}
-    route = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values.get(m.group(1), "1"), route)
-    route = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: values.get(m.group(1), "1"), route)
-    query = f"?user=alice&department=vision&job={seeded['job'].pk}&owner=alice&q=vision"
-    return "/" + route.lstrip("/") + query
+        pks = [seeded["token"].pk]
+    elif "quota" in name:
+        pks = [seeded["quota"].pk]
+    else:  # a job, in every state
+        pks = [j.pk for j in seeded["jobs"].values()]
+    query = f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
+    return [(_fill(route, {"pk": str(pk), "slug": "vision", "username": "alice", "name": "a100-80gb"}) + query,
+             names_foreign) for pk in pks]
 
 
 ROUTES = [(r, n) for r, n in ALL_ROUTES if not r.startswith(SKIPPED) and n]
 
 
-def test_another_departments_members_see_and_change_nothing_of_it(lab):
-    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641))
-    _seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", (1000, 2000, 3000, 4000))
-    before = _state(lab)
-    leaks, errors = [], []
-    for user in (lab.bob, lab.nadmin):
+def _request(client, method, url, body, api):
+    call = getattr(client, method)
+    if method == "get":
+        return call(url)
+    if api:
+        return call(url, data=json.dumps(body), content_type="application/json")
+    if method == "post":
+        return call(url, data=body)
+    return call(url)  # pages take no PUT, PATCH or DELETE: they must answer 405 (or 404) all the same
+
+
+def _walk(lab, seeded, users):
+    price = Price.objects.create(flavor=lab.a100, tier="elastic", per_gpu_hour=1000)
+    leaks, errors, wrong = [], [], []
+    for user in users:
         client = Client(raise_request_exception=False)
         client.force_login(user)
         for route, name in ROUTES:
-            url = _url(route, name, seeded)
-            for method in ("get", "post"):
-                r = getattr(client, method)(url)
-                if r.status_code >= 500:
-                    errors.append(f"{user} {method.upper()} {url} ({name}): {r.status_code}")
-                    continue
-                body = b"" if r.streaming else r.content
-                found = [k for k, v in SECRETS.items() if v.encode() in body]
-                if found:
-                    leaks.append(f"{user} {method.upper()} {url} ({name}) shows {found}")
+            api = route.startswith("api/")
+            for url, names_foreign in _urls(route, name, seeded, price):
+                for method in METHODS:
+                    bodies = [None] if method == "get" else (API_BODIES if api else FORM_BODIES)
+                    if not names_foreign and method != "get":
+                        bodies = bodies[:1]  # creating in one's own department is not a leak
+                    for body in bodies:
+                        r = _request(client, method, url, body, api)
+                        where = f"{user} {method.upper()} {url} ({name}) {body}"
+                        if r.status_code >= 500:
+                            errors.append(f"{where}: {r.status_code}")
+                            continue
+                        if names_foreign and r.status_code not in (404, 405):
+                            wrong.append(f"{where}: {r.status_code}, expected 404")
+                        content = b"" if r.streaming else r.content
+                        found = [k for k, v in SECRETS.items() if v.encode() in content]
+                        if found:
+                            leaks.append(f"{where} shows {found}")
+    return leaks, errors, wrong
+
+
+def test_another_departments_members_see_and_change_nothing_of_it(lab):
+    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641))
+    _seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", (100000, 2000, 3000, 4000))
+    before = _state(lab)
+    leaks, errors, wrong = _walk(lab, seeded, (lab.bob, lab.nadmin))
     assert errors == []
     assert leaks == []
+    assert wrong == []
     assert _state(lab) == before  # and nothing of it changed
+
+
+def test_the_walk_would_see_a_leak(lab, client):
+    """The secrets are really on the pages the walk reads, for those who may see them: a platform admin
+    sees them on the same URLs, so the walk above cannot pass by looking in the wrong place."""
+    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641))
+    client.force_login(lab.root)
+    shown = set()
+    for path in ("/", "/budgets/vision/", "/budgets/allowances/", "/budgets/approvals/", "/api/v1/ledger",
+                 "/api/v1/wallets/vision", "/api/v1/allowances", f"/api/v1/jobs/{seeded['jobs']['running'].pk}"):
+        content = client.get(path).content
+        shown |= {k for k, v in SECRETS.items() if v.encode() in content}
+    assert {"job", "ledger", "balance", "refill", "approval_cost", "allowance"} <= shown
+    client.force_login(lab.alice)
+    assert SECRETS["token"].encode() in client.get("/api/v1/tokens").content
 
 
 def test_the_walk_covers_the_dashboard_and_the_api():
     names = {n for _, n in ROUTES}
     assert {"allowances", "wallet", "job", "job-detail", "allowance-detail", "wallet-detail", "token-revoke",
-            "approval-approve", "report-usage", "ledger-list"} <= names
+            "approval-approve", "report-usage", "ledger-list", "quota-detail", "whatif", "approve", "cancel",
+            "adjust", "refill_rule", "approval_rule", "allowance_delete", "job-cost", "job-logs"} <= names
+
+
+def test_every_parameter_is_known():
+    """A route with a parameter this walk cannot fill in would be walked with a wrong URL: name it here."""
+    unknown = {(r, p) for r, _ in ROUTES for p in _params(r) if p not in KNOWN_PARAMS}
+    assert unknown == set()
 
 
 def _state(lab):
+    vision_jobs = Job.objects.filter(department=lab.vision)
     return (
-        sorted(Job.objects.filter(department=lab.vision).values_list("name", "state")),
+        sorted(vision_jobs.values_list("name", "state", "attempt", "reason_code")),
+        JobEvent.objects.filter(job__department=lab.vision).count(),
+        Approval.objects.filter(job__department=lab.vision).count(),
         Wallet.objects.filter(department=lab.vision).values_list("balance", "held").get(),
+        LedgerEntry.objects.filter(wallet__department=lab.vision).count(),
+        sorted(RefillRule.objects.filter(department=lab.vision).values_list("mode", "amount", "period", "active")),
+        sorted(ApprovalRule.objects.filter(department=lab.vision).values_list("gpus_above", "cost_above",
+                                                                               "realtime")),
+        sorted(Quota.objects.filter(department=lab.vision).values_list("nominal", "borrowing_limit",
+                                                                        "lending_limit")),
         sorted(Allowance.objects.filter(user=lab.alice).values_list("limit", "period")),
         sorted(ApiToken.objects.filter(user=lab.alice).values_list("name", "revoked_at")),
+        AuditEntry.objects.filter(department=lab.vision).count(),
     )

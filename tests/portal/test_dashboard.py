@@ -97,7 +97,7 @@ def test_policy_page_shows_weights_and_only_platform_admins_edit(client, lab):
     page = client.get("/policy/")
     assert page.status_code == 200 and b"urgency" in page.content and b"<textarea" not in page.content
     data = policy_as_dict(current_policy()[0])
-    assert client.post("/policy/", {"policy": json.dumps(data)}).status_code == 404
+    assert client.post("/policy/", {"policy": json.dumps(data)}).status_code == 403  # seen, not theirs to edit
 
     client.force_login(lab.root)
     data["aging_per_minute"] = 3.0

@@ -1,4 +1,4 @@
-"""The dashboard's What-if page (issue 6): admins replay the recorded history under a proposed policy or quotas.
+"""The dashboard's What-if page: admins replay the recorded history under a proposed policy or quotas.
 
 Permissions: researchers 403, department admins see their own department's row (and the cluster-wide figures),
 platform admins see every department and can carry the proposed policy into the policy editor."""
@@ -57,8 +57,8 @@ def test_researchers_are_refused_and_see_no_link(client, history):
     assert client.get("/whatif/").status_code == 403
     assert _post(client).status_code == 403
     assert b'href="/whatif/"' not in client.get("/").content
-    client.force_login(history.stranger)  # a member of nothing
-    assert client.get("/whatif/").status_code == 404
+    client.force_login(history.stranger)  # a member of nothing: refused like any missing role
+    assert client.get("/whatif/").status_code == 403
     for admin in (history.vadmin, history.root):
         client.force_login(admin)
         assert b'href="/whatif/"' in client.get("/").content

@@ -49,13 +49,15 @@ PAGES = {
     "allowances": "/budgets/allowances/",
 }
 
-# page -> {role: status of GET}; a missing right is 403, another department's object 404
+# page -> {role: status of GET}, by the one tenancy rule: a page about a department the user cannot see is a 404
+# (vision's wallet for nlp's members and for a member of nothing); a department they see but may not act on,
+# or a page about no department without the role (a member of nothing included), is a 403.
 MATRIX = {
-    "prices": {"root": 200, "vadmin": 403, "nadmin": 403, "alice": 403, "bob": 403, "stranger": 404},
-    "adjust": {"root": 200, "vadmin": 403, "nadmin": 403, "alice": 403, "bob": 403, "stranger": 404},
-    "refill": {"root": 200, "vadmin": 403, "nadmin": 403, "alice": 403, "bob": 403, "stranger": 404},
-    "approval": {"root": 200, "vadmin": 200, "nadmin": 404, "alice": 403, "bob": 404, "stranger": 403},
-    "allowances": {"root": 200, "vadmin": 200, "nadmin": 200, "alice": 403, "bob": 403, "stranger": 404},
+    "prices": {"root": 200, "vadmin": 403, "nadmin": 403, "alice": 403, "bob": 403, "stranger": 403},
+    "adjust": {"root": 200, "vadmin": 403, "nadmin": 404, "alice": 403, "bob": 404, "stranger": 404},
+    "refill": {"root": 200, "vadmin": 403, "nadmin": 404, "alice": 403, "bob": 404, "stranger": 404},
+    "approval": {"root": 200, "vadmin": 200, "nadmin": 404, "alice": 403, "bob": 404, "stranger": 404},
+    "allowances": {"root": 200, "vadmin": 200, "nadmin": 200, "alice": 403, "bob": 403, "stranger": 403},
 }
 
 # a valid POST per page (what a permitted role would save)

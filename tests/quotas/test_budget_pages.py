@@ -62,7 +62,7 @@ def test_approvals_inbox_page(money, browser, go, submit):
     assert job.state == JobState.PENDING_APPROVAL
     page = browser(money.vadmin).get("/budgets/approvals/").content.decode()
     assert "needs-ok" in page and "2 GPUs &gt; 1" in page
-    assert browser(money.alice).get("/budgets/approvals/").status_code == 404
+    assert browser(money.alice).get("/budgets/approvals/").status_code == 403  # a role she lacks
     # another department's admin cannot decide: 404, and the job still waits
     assert browser(money.nadmin).post(f"/budgets/approvals/{job.pk}/approve", {"comment": ""}).status_code == 404
     r = browser(money.vadmin).post(f"/budgets/approvals/{job.pk}/reject", {"comment": ""})

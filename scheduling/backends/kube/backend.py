@@ -1,4 +1,6 @@
-"""``KubernetesBackend``: the portal's jobs as gated pods on a real cluster (BRIEF section 6).
+"""``KubernetesBackend``: the portal's jobs as gated pods on a real cluster, within the API server's rules
+(unique pod names, scheduling gates only removed, affinity only narrowed while gated, evictions through the
+Eviction API; the full list is at the top of tests/fakes/k8s_api.py).
 
 The backend is stateless apart from its HTTP client: every method reads what it needs from the API server and
 is safe to run twice (Celery retries, worker crashes). It imports nothing from Django; the portal wires it in

@@ -1,10 +1,13 @@
-"""Shared API plumbing: pagination, the JSON parser, the Idempotency-Key header."""
+"""Shared API plumbing: pagination, the JSON parser, the Idempotency-Key header, the error statuses every
+operation documents. The strict serializer base is in ``portal.api.serializers``."""
 
 from __future__ import annotations
 
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 from rest_framework.pagination import PageNumberPagination
+
+from portal.errors import ValidationFailed
 
 # Deeper than any job, batch or budget body can be; a deeper document is refused before it is walked.
 MAX_JSON_DEPTH = 32
@@ -53,9 +56,6 @@ def _check(data) -> None:
 def idempotency_key(request) -> str | None:
     """The request's Idempotency-Key header: None when absent, else at most IDEMPOTENCY_KEY_MAX printable
     characters (a 400 with the header as the field otherwise)."""
-    # Imported here: DRF imports this module (the parser setting) while portal.errors is still loading.
-    from portal.errors import ValidationFailed
-
     key = request.headers.get("Idempotency-Key") or None
     if key is None:
         return None
@@ -99,7 +99,7 @@ ERROR_RESPONSES = {
 
 def document_errors(result, generator, request, public):
     """drf-spectacular postprocessing hook: every operation may answer the one error shape with these
-    statuses (portal/errors.py), so clients and schema-driven tests know them."""
+    statuses (portal/api/errors.py), so clients and schema-driven tests know them."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
     ref = {"$ref": "#/components/schemas/Error"}
     for path_item in result.get("paths", {}).values():

@@ -1,13 +1,13 @@
 """Dashboard pages for budgets and approvals (mounted under /budgets/, namespace ``budgets``).
 
-Server-rendered over the same services and selectors as the API: wallets_for/ledger_for scope every read
-(another department's wallet is a 404), job_approve/job_reject decide.
+Server-rendered over the same services as the API, and read through the same tenancy gate
+(``restrict``/``get_or_404``): another department's wallet is a 404, job_approve/job_reject decide.
 
 The admin forms (prices, wallet adjustments, refill rules, approval rules, allowances) are plain HTML forms
 read by the API's own input serializers and applied by the same service functions the API calls, so the
 dashboard and the API accept exactly the same input, write the same ledger entries and the same audit
 entries. Bad input re-renders the form with field errors (HTTP 400) and writes nothing. A missing role is a
-403, another department's object a 404 (as in the API)."""
+403, another department's object a 404 (as in the API; portal/tenancy.py)."""
 
 from __future__ import annotations
 
@@ -15,61 +15,54 @@ import uuid
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404
 from django.shortcuts import redirect, render
-from django.urls import path
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.errors import Forbidden, NotFound, PortalError, ValidationFailed
+from portal.forms import form_payload
 from portal.models import Department, Membership
-from portal.tenancy import member_or_404
-from quotas import selectors
+from portal.tenancy import ADMIN, APPROVE, CHANGE, VIEW, member, require_role
 from quotas.api.budgets import (
     AdjustSerializer,
     AllowanceSerializer,
     ApprovalRuleSerializer,
     PriceInputSerializer,
     RefillRuleSerializer,
-    pending_approvals,
 )
-from quotas.models import Allowance, ApprovalRule, Flavor, Price, RefillRule
+from quotas.models import TIER_NAMES, Allowance, ApprovalRule, Flavor, LedgerEntry, Price, RefillRule, Wallet
 from quotas.services import allowances as allowance_services
 from quotas.services import periodic, pricing, reports, rules
 from quotas.services import wallets as wallet_services
+from scheduling.models import Job
+from scheduling.selectors import pending_approvals
 from scheduling.services import approvals as job_approvals
-
-app_name = "budgets"
-
-
-_member = member_or_404
 
 
 @login_required
 def wallets(request):
     """Platform admins: every wallet. Members: straight to their department's wallet."""
-    m = _member(request)
+    m = member(request.user)
     if not m.is_platform_admin:
         return redirect("budgets:wallet", slug=m.department.slug)
-    rows = [(w, reports.burn_rate(wallet=w)) for w in selectors.wallets_for(request.user).order_by("department__slug")]
+    wallets = Wallet.objects.restrict(request.user, VIEW).select_related("department").order_by("department__slug")
+    rows = [(w, reports.burn_rate(wallet=w)) for w in wallets]
     unmetered = Department.objects.filter(wallet__isnull=True).order_by("slug")
-    return render(request, "budgets/wallets.html", {"membership": m, "rows": rows, "unmetered": unmetered,
+    return render(request, "quotas/wallets.html", {"membership": m, "rows": rows, "unmetered": unmetered,
                                                     "prices": Price.objects.select_related("flavor")})
 
 
 @login_required
 def wallet(request, slug: str):
-    m = _member(request)
-    w = selectors.wallets_for(request.user).filter(department__slug=slug).first()
-    if w is None:
-        raise Http404("No such wallet.")
+    w = Wallet.objects.select_related("department").get_or_404(request.user, VIEW, department__slug=slug)
+    m = member(request.user)
     month = timezone.localdate().replace(day=1)
     since, _ = reports.month_bounds(month)
-    return render(request, "budgets/wallet.html", {
+    return render(request, "quotas/wallet.html", {
         "membership": m, "wallet": w, "burn": reports.burn_rate(wallet=w),
         "holds": wallet_services.open_holds(wallet=w),
-        "entries": selectors.ledger_for(request.user).filter(wallet=w).order_by("-created_at", "-id")[:30],
+        "entries": LedgerEntry.objects.restrict(request.user, VIEW).filter(wallet=w)
+        .select_related("wallet__department", "user", "actor", "flavor").order_by("-created_at", "-id")[:30],
         "usage": reports.usage_report(user=request.user, group_by=["user", "flavor"], period="month",
                                        since=since, department=slug),
         "refill_rule": RefillRule.objects.filter(department=w.department).first(),
@@ -81,22 +74,17 @@ def wallet(request, slug: str):
 
 @login_required
 def approvals(request):
-    m = _member(request)
-    if not m.is_department_admin:
-        raise Http404("Only department admins have an approvals inbox.")
+    m = require_role(request.user, APPROVE, "Only department admins have an approvals inbox.")
     jobs = list(pending_approvals(request.user))
     for job in jobs:
         job.estimated_cost = pricing.estimated_cost(job=job)
-    return render(request, "budgets/approvals.html", {"membership": m, "jobs": jobs})
+    return render(request, "quotas/approvals.html", {"membership": m, "jobs": jobs})
 
 
 def _decide(request, pk: int, decision: str):
-    from scheduling.models import Job
-
-    _member(request)
-    job = Job.objects.for_user(request.user).select_related("department", "owner").filter(pk=pk).first()
-    if job is None:
-        raise Http404("No such job.")
+    job = Job.objects.select_related("department", "owner").get_or_404(
+        request.user, APPROVE, pk=pk,
+        message="Only a department admin of the job's department can approve or reject it.")
     comment = request.POST.get("comment", "").strip()
     try:
         if decision == "approve":
@@ -126,53 +114,15 @@ def reject(request, pk: int):
 # ------------------------------------------------------------------------------------------ admin forms
 
 
-def _platform_admin(request):
-    m = _member(request)
-    if not m.is_platform_admin:
-        raise PermissionDenied("Only platform admins can do this.")
-    return m
-
-
-def _department_admin(request):
-    m = _member(request)
-    if not m.is_department_admin:
-        raise PermissionDenied("Only department admins can do this.")
-    return m
-
-
-def _department(request, slug: str) -> Department:
-    """The department in the URL, scoped like the API (another department is a 404)."""
-    try:
-        return selectors.department_for(request.user, slug)
-    except NotFound as exc:
-        raise Http404(exc.message) from None
-    except Forbidden as exc:
-        raise PermissionDenied(exc.message) from None
-
-
-def _payload(post, fields, *, nullable=(), checkboxes=()) -> dict:
-    """The HTML form -> the API's payload. Values stay strings (the serializer parses and reports them
-    exactly as the API would); a blank optional number is null, a blank required one is left out (so the
-    serializer says it is required); an unticked checkbox is false."""
-    payload: dict = {}
-    for name in fields:
-        if name in checkboxes:
-            payload[name] = name in post
-            continue
-        raw = post.get(name, "").strip()
-        if raw != "":
-            payload[name] = raw
-        elif name in nullable:
-            payload[name] = None
-    return payload
+def _department(request, slug: str, action=VIEW) -> Department:
+    """The department in the URL, through the tenancy gate (404 unless visible, 403 unless allowed)."""
+    return Department.objects.get_or_404(request.user, action, slug=slug)
 
 
 def _errors(exc: PortalError) -> dict[str, list[str]]:
     """A service's refusal as form errors (NotFound and Forbidden are not form errors: 404 and 403)."""
-    if isinstance(exc, NotFound):
-        raise Http404(exc.message)
-    if isinstance(exc, Forbidden):
-        raise PermissionDenied(exc.message)
+    if isinstance(exc, NotFound | Forbidden):
+        raise exc
     if exc.fields:
         return {k: [i["message"] for i in v] for k, v in exc.fields.items()}
     return {"non_field_errors": [exc.message]}
@@ -203,7 +153,7 @@ def _form(request, template: str, context: dict, errors: dict):
 @require_http_methods(["GET", "POST"])
 def prices(request):
     """Platform admins: set (create or change) and delete the base price of a flavor in a tier."""
-    m = _platform_admin(request)
+    m = require_role(request.user, ADMIN)
     errors: dict = {}
     values = request.GET.dict()
     if request.method == "POST":
@@ -214,15 +164,15 @@ def prices(request):
             messages.success(request, f"Price of {price.flavor.name}/{price.tier} "
                                       f"{'set' if created else 'changed'}: {price.per_gpu_hour} mcr per GPU-hour.")
 
-        errors = _submit(PriceInputSerializer, _payload(request.POST, ("flavor", "tier", "per_gpu_hour")), apply)
+        errors = _submit(PriceInputSerializer, form_payload(request.POST, ("flavor", "tier", "per_gpu_hour")), apply)
         if not errors:
             return redirect("budgets:prices")
     elif "flavor" in values and "tier" in values and "per_gpu_hour" not in values:
         current = Price.objects.filter(flavor__name=values["flavor"], tier=values["tier"]).first()
         if current is not None:
             values["per_gpu_hour"] = str(current.per_gpu_hour)
-    return _form(request, "budgets/prices.html", {
-        "membership": m, "values": values, "tiers": pricing.TIER_NAMES,
+    return _form(request, "quotas/prices.html", {
+        "membership": m, "values": values, "tiers": TIER_NAMES,
         "flavors": Flavor.objects.order_by("name"),
         "prices": Price.objects.select_related("flavor").order_by("flavor__name", "tier"),
     }, errors)
@@ -231,10 +181,10 @@ def prices(request):
 @login_required
 @require_POST
 def price_delete(request, pk: int):
-    _platform_admin(request)
+    require_role(request.user, ADMIN)
     price = Price.objects.select_related("flavor").filter(pk=pk).first()
     if price is None:
-        raise Http404("No such price.")
+        raise NotFound("No such price.")
     pricing.price_delete(price=price, actor=request.user)
     messages.success(request, f"Price of {price.flavor.name}/{price.tier} deleted: that tier is now free.")
     return redirect("budgets:prices")
@@ -245,16 +195,14 @@ def price_delete(request, pk: int):
 def adjust(request, slug: str):
     """Platform admins: credit or debit a department's wallet with a comment (an audited adjustment entry).
     The form carries an idempotency key, so a double submit adds one entry."""
-    m = _platform_admin(request)
-    w = selectors.wallets_for(request.user).filter(department__slug=slug).first()
-    if w is None:
-        raise Http404("No such wallet.")
+    w = Wallet.objects.select_related("department").get_or_404(request.user, ADMIN, department__slug=slug)
+    m = member(request.user)
     errors: dict = {}
     values = {"direction": "credit", "idempotency_key": uuid.uuid4().hex}
     if request.method == "POST":
         values = request.POST.dict()
         values.setdefault("idempotency_key", "")
-        payload = _payload(request.POST, ("amount", "comment"))
+        payload = form_payload(request.POST, ("amount", "comment"))
         pre: dict = {}
         direction = values.get("direction")
         if direction not in ("credit", "debit"):
@@ -279,15 +227,15 @@ def adjust(request, slug: str):
         errors = _submit(AdjustSerializer, payload, apply, pre)
         if not errors:
             return redirect("budgets:wallet", slug=slug)
-    return _form(request, "budgets/adjust.html", {"membership": m, "wallet": w, "values": values}, errors)
+    return _form(request, "quotas/adjust.html", {"membership": m, "wallet": w, "values": values}, errors)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def refill_rule(request, slug: str):
     """Platform admins: create or change a department's refill rule (a wallet is created if missing)."""
-    m = _platform_admin(request)
-    dept = _department(request, slug)
+    dept = _department(request, slug, ADMIN)
+    m = member(request.user)
     rule = RefillRule.objects.filter(department=dept).first()
     errors: dict = {}
     if rule is not None:
@@ -302,11 +250,11 @@ def refill_rule(request, slug: str):
             messages.success(request, f"Refill rule of {slug} saved: next refill "
                                       f"{periodic.refill_amount(rule=saved)} mcr.")
 
-        errors = _submit(RefillRuleSerializer, _payload(request.POST, rules.RULE_FIELDS, checkboxes=("active",)),
-                         apply)
+        errors = _submit(RefillRuleSerializer, form_payload(request.POST, rules.RULE_FIELDS,
+                                                            checkboxes=("active",)), apply)
         if not errors:
             return redirect("budgets:refill_rule", slug=slug)
-    return _form(request, "budgets/refill_rule.html", {
+    return _form(request, "quotas/refill_rule.html", {
         "membership": m, "department": dept, "rule": rule, "values": values,
         "next_amount": periodic.refill_amount(rule=rule) if rule else None,
         "modes": RefillRule.MODES, "periods": RefillRule.PERIODS,
@@ -316,12 +264,8 @@ def refill_rule(request, slug: str):
 @login_required
 @require_POST
 def refill_rule_delete(request, slug: str):
-    _platform_admin(request)
-    dept = _department(request, slug)
-    try:
-        rules.refill_rule_delete(department=dept, actor=request.user)
-    except NotFound as exc:
-        raise Http404(exc.message) from None
+    dept = _department(request, slug, ADMIN)
+    rules.refill_rule_delete(department=dept, actor=request.user)
     messages.success(request, f"Refill rule of {slug} deleted: no more automatic refills.")
     return redirect("budgets:refill_rule", slug=slug)
 
@@ -330,8 +274,8 @@ def refill_rule_delete(request, slug: str):
 @require_http_methods(["GET", "POST"])
 def approval_rule(request, slug: str):
     """Department admins (of this department) and platform admins: when jobs need approval."""
-    dept = _department(request, slug)
-    m = _department_admin(request)
+    dept = _department(request, slug, CHANGE)
+    m = member(request.user)
     rule = ApprovalRule.objects.filter(department=dept).first()
     errors: dict = {}
     values = {f: getattr(rule, f) for f in rules.APPROVAL_FIELDS} if rule else {"realtime": False}
@@ -342,12 +286,12 @@ def approval_rule(request, slug: str):
             rules.approval_rule_set(department=dept, actor=request.user, **data)
             messages.success(request, f"Approval rule of {slug} saved.")
 
-        payload = _payload(request.POST, rules.APPROVAL_FIELDS, nullable=("gpus_above", "cost_above"),
+        payload = form_payload(request.POST, rules.APPROVAL_FIELDS, nullable=("gpus_above", "cost_above"),
                            checkboxes=("realtime",))
         errors = _submit(ApprovalRuleSerializer, payload, apply)
         if not errors:
             return redirect("budgets:approval_rule", slug=slug)
-    return _form(request, "budgets/approval_rule.html", {"membership": m, "department": dept, "rule": rule,
+    return _form(request, "quotas/approval_rule.html", {"membership": m, "department": dept, "rule": rule,
                                                           "values": values}, errors)
 
 
@@ -355,7 +299,7 @@ def approval_rule(request, slug: str):
 @require_http_methods(["GET", "POST"])
 def allowances(request):
     """Department admins: per-user allowances of their department's members (platform admins: anyone's)."""
-    m = _department_admin(request)
+    m = require_role(request.user, CHANGE)
     errors: dict = {}
     values = {"period": "monthly", **request.GET.dict()}
     if request.method == "POST":
@@ -366,29 +310,32 @@ def allowances(request):
         if not username:
             pre["user"] = ["Choose a member."]
         else:
-            try:
-                target = allowance_services.allowance_member(actor=request.user, username=username)
-            except NotFound:
+            target = (Membership.objects.restrict(request.user, CHANGE).select_related("user")
+                      .filter(user__username=username).first())
+            if target is None:
                 pre["user"] = ["No such member of your department."]
+            else:
+                target = target.user
 
         def apply(data):
             a = allowance_services.allowance_set(user=target, limit=data["limit"], period=data["period"], actor=request.user)
             messages.success(request, f"Allowance of {username} set: {a.limit} mcr {a.period}.")
 
-        errors = _submit(AllowanceSerializer, _payload(request.POST, ("limit", "period")), apply, pre)
+        errors = _submit(AllowanceSerializer, form_payload(request.POST, ("limit", "period")), apply, pre)
         if not errors:
             return redirect("budgets:allowances")
     elif "user" in values and "limit" not in values:
         # Through the one scoping rule: another department's member must not be prefilled (a leak of
         # their allowance), exactly as if they did not exist.
-        current = selectors.allowances_for(request.user).filter(user__username=values["user"]).first()
+        current = Allowance.objects.restrict(request.user, VIEW).filter(user__username=values["user"]).first()
         if current is not None:
             values.update(limit=str(current.limit), period=current.period)
-    rows = [(a, allowance_services.allowance_used(allowance=a)) for a in selectors.allowances_for(request.user)]
-    members = Membership.objects.select_related("user", "department").order_by("department__slug", "user__username")
-    if not m.is_platform_admin:
-        members = members.filter(department_id=m.department_id)
-    return _form(request, "budgets/allowances.html", {
+    allowances = (Allowance.objects.restrict(request.user, VIEW).select_related("user", "wallet__department")
+                  .order_by("wallet__department__slug", "user__username", "id"))
+    rows = [(a, allowance_services.allowance_used(allowance=a)) for a in allowances]
+    members = (Membership.objects.restrict(request.user, CHANGE).select_related("user", "department")
+               .order_by("department__slug", "user__username"))
+    return _form(request, "quotas/allowances.html", {
         "membership": m, "rows": rows, "members": members, "values": values, "periods": Allowance.PERIODS,
     }, errors)
 
@@ -396,28 +343,9 @@ def allowances(request):
 @login_required
 @require_POST
 def allowance_delete(request, username: str):
-    _department_admin(request)
-    try:
-        user = allowance_services.allowance_member(actor=request.user, username=username)
-    except NotFound as exc:
-        raise Http404(exc.message) from None
+    user = Membership.objects.select_related("user").get_or_404(
+        request.user, CHANGE, user__username=username, missing="No such member.",
+        message="Only department admins can remove allowances.").user
     allowance_services.allowance_set(user=user, limit=None, actor=request.user)
     messages.success(request, f"Allowance of {username} removed.")
     return redirect("budgets:allowances")
-
-
-urlpatterns = [
-    path("", wallets, name="wallets"),
-    path("approvals/", approvals, name="approvals"),
-    path("approvals/<int:pk>/approve", approve, name="approve"),
-    path("approvals/<int:pk>/reject", reject, name="reject"),
-    path("prices/", prices, name="prices"),
-    path("prices/<int:pk>/delete", price_delete, name="price_delete"),
-    path("allowances/", allowances, name="allowances"),
-    path("allowances/<str:username>/delete", allowance_delete, name="allowance_delete"),
-    path("<slug:slug>/", wallet, name="wallet"),
-    path("<slug:slug>/adjust", adjust, name="adjust"),
-    path("<slug:slug>/refill-rule", refill_rule, name="refill_rule"),
-    path("<slug:slug>/refill-rule/delete", refill_rule_delete, name="refill_rule_delete"),
-    path("<slug:slug>/approval-rule", approval_rule, name="approval_rule"),
-]

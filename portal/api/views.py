@@ -1,0 +1,68 @@
+"""Portal API: who am I, departments, API tokens. Every read goes through the tenancy gate."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api.serializers import (
+    DepartmentSerializer,
+    MembershipSerializer,
+    MeSerializer,
+    TokenCreateSerializer,
+    TokenSerializer,
+)
+from portal.errors import Forbidden
+from portal.models import ApiToken, Department
+from portal.tenancy import CHANGE, VIEW, membership_of
+
+
+class MeView(APIView):
+    @extend_schema(responses=MeSerializer)
+    def get(self, request):
+        m = membership_of(request.user)  # a member of nothing still learns who they are
+        return Response({
+            "username": request.user.get_username(),
+            "email": request.user.email,
+            "membership": MembershipSerializer(m).data if m else None,
+        })
+
+
+class DepartmentViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = DepartmentSerializer
+    lookup_field = "slug"
+
+    def get_queryset(self):
+        return Department.objects.restrict(self.request.user, VIEW)
+
+    def get_object(self):
+        return Department.objects.get_or_404(self.request.user, VIEW, slug=self.kwargs["slug"])
+
+
+class TokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Your API tokens. The secret is returned once, at creation; only its hash is stored."""
+
+    serializer_class = TokenSerializer
+
+    def get_queryset(self):
+        return ApiToken.objects.restrict(self.request.user, VIEW)
+
+    @extend_schema(request=TokenCreateSerializer, responses={201: TokenSerializer})
+    def create(self, request):
+        if request.auth is not None and isinstance(request.auth, ApiToken):
+            raise Forbidden("Create tokens from a logged-in session, not with another token.")
+        s = TokenCreateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        token, secret = ApiToken.issue(user=request.user, **s.validated_data)
+        return Response({**TokenSerializer(token).data, "token": secret}, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        token = ApiToken.objects.get_or_404(request.user, CHANGE, pk=pk)
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        token.refresh_from_db()
+        return Response(TokenSerializer(token).data)

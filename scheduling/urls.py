@@ -1,0 +1,17 @@
+"""The dashboard pages of scheduling (mounted at /, namespace ``dashboard``)."""
+
+from django.urls import path
+
+from scheduling.views import jobs, policy, whatif
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", jobs.jobs, name="jobs"),
+    path("jobs/new", jobs.submit, name="submit"),
+    path("jobs/<int:pk>/", jobs.job_detail, name="job"),
+    path("jobs/<int:pk>/cancel", jobs.cancel, name="cancel"),
+    path("cluster/", policy.cluster, name="cluster"),
+    path("policy/", policy.policy, name="policy"),
+    path("whatif/", whatif.whatif, name="whatif"),
+]

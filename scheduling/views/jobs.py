@@ -1,0 +1,122 @@
+"""Job pages: the list, the submit form, a job's page, cancel. Server-rendered over the same services and
+selectors as the API, and read through the same tenancy gate (another department's job is a 404)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Prefetch
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from portal.errors import PortalError
+from portal.forms import form_payload
+from portal.tenancy import CHANGE, VIEW, member, permits
+from quotas.models import Flavor
+from scheduling.api.serializers import JobSubmitSerializer
+from scheduling.models import Job, JobEvent, JobState, TaskType, Tier, Urgency
+from scheduling.selectors import jobs_for, queue_position
+from scheduling.services.jobs import job_cancel, job_submit
+
+
+@login_required
+def jobs(request):
+    m = member(request.user)
+    qs = jobs_for(request.user, request.GET)
+    page = Paginator(qs, 50).get_page(request.GET.get("page"))
+    counts = {s: 0 for s in JobState.values}
+    for state in Job.objects.restrict(request.user, VIEW).values_list("state", flat=True):
+        counts[state] += 1
+    return render(request, "scheduling/jobs.html", {
+        "page": page, "membership": m, "states": [(v, label, counts[v]) for v, label in JobState.choices],
+        "filter_state": request.GET.get("state", ""), "mine": request.GET.get("mine", ""),
+    })
+
+
+FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
+               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid")
+INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "bid")
+
+
+def _form_to_payload(post) -> tuple[dict, dict]:
+    """The submit form -> the API's JSON payload (numbers as JSON integers, as the API requires), plus what
+    only a form has: a command typed as a shell line, and environment variables as NAME=value lines."""
+    payload = form_payload(post, FORM_FIELDS, integers=INT_FIELDS)
+    errors: dict = {}
+    command = post.get("command", "").strip()
+    if command:
+        try:
+            parsed = json.loads(command) if command.startswith("[") else ["/bin/sh", "-c", command]
+            payload["command"] = parsed
+        except json.JSONDecodeError:
+            errors["command"] = ['A JSON list like ["python", "train.py"] or a shell command line.']
+    else:
+        payload["command"] = []
+    env_lines = [line.strip() for line in post.get("env", "").splitlines() if line.strip()]
+    env = {}
+    for line in env_lines:
+        if "=" not in line:
+            errors.setdefault("env", []).append(f"{line!r}: use NAME=value, one per line.")
+        else:
+            k, v = line.split("=", 1)
+            env[k.strip()] = v
+    if env:
+        payload["env"] = env
+    return payload, errors
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def submit(request):
+    m = member(request.user)
+    errors: dict = {}
+    values = request.POST if request.method == "POST" else {}
+    if request.method == "POST":
+        payload, errors = _form_to_payload(request.POST)
+        serializer = JobSubmitSerializer(data=payload)
+        try:
+            valid = serializer.is_valid()
+            if not valid:
+                errors.update({k: [str(e) for e in v] for k, v in serializer.errors.items()})
+            if valid and not errors:
+                job, _ = job_submit(user=request.user, data=serializer.validated_data,
+                                    idempotency_key=request.POST.get("idempotency_key") or None)
+                return redirect("dashboard:job", pk=job.pk)
+        except PortalError as exc:
+            for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
+                errors.setdefault(field, []).extend(i["message"] for i in items)
+    return render(request, "scheduling/submit.html", {
+        "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
+        "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
+        "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
+    }, status=400 if errors else 200)
+
+
+@login_required
+def job_detail(request, pk: int):
+    job = (
+        Job.objects.select_related("owner", "department", "flavor", "cluster")
+        .prefetch_related(Prefetch("events", JobEvent.objects.select_related("actor")))
+        .get_or_404(request.user, VIEW, pk=pk)
+    )
+    return render(request, "scheduling/job.html", {
+        "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
+        "queue_position": queue_position(job=job),
+    })
+
+
+@login_required
+@require_POST
+def cancel(request, pk: int):
+    job = Job.objects.get_or_404(request.user, CHANGE, pk=pk)
+    try:
+        job_cancel(user=request.user, job=job, comment=request.POST.get("comment", ""))
+    except PortalError as exc:  # e.g. it finished meanwhile: said on the job's page
+        messages.error(request, exc.message)
+    return redirect("dashboard:job", pk=pk)
+
+
