@@ -63,7 +63,7 @@ def wallet(request, slug: str):
         "holds": wallet_services.open_holds(wallet=w),
         "entries": LedgerEntry.objects.restrict(request.user, VIEW).filter(wallet=w)
         .select_related("wallet__department", "user", "actor", "flavor").order_by("-created_at", "-id")[:30],
-        "usage": reports.usage_report(user=request.user, group_by=["user", "flavor"], period="month",
+        "usage": reports.usage_report(entries=LedgerEntry.objects.restrict(request.user, VIEW), group_by=["user", "flavor"], period="month",
                                        since=since, department=slug),
         "refill_rule": RefillRule.objects.filter(department=w.department).first(),
         "approval_rule": ApprovalRule.objects.filter(department=w.department).first(),

@@ -68,6 +68,6 @@ class TokenSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TokenCreateSerializer(serializers.Serializer):
+class TokenCreateSerializer(StrictSerializer):
     name = serializers.CharField(max_length=80)
     ttl_days = serializers.IntegerField(min_value=1, max_value=365, required=False)

@@ -574,7 +574,7 @@ class UsageReportView(APIView):
         tz = timezone.get_current_timezone()
         since = datetime.combine(f["since"], time.min, tzinfo=tz) if f.get("since") else None
         until = datetime.combine(f["until"], time.min, tzinfo=tz) if f.get("until") else None
-        rows = reports.usage_report(user=request.user, group_by=f["group_by"], period=f["period"], since=since,
+        rows = reports.usage_report(entries=LedgerEntry.objects.restrict(request.user, VIEW), group_by=f["group_by"], period=f["period"], since=since,
                                      until=until, department=f.get("department"))
         if getattr(request.accepted_renderer, "format", "") == "csv":
             return Response(rows, headers={"Content-Disposition": 'attachment; filename="usage.csv"'})

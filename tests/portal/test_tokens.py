@@ -77,3 +77,11 @@ def test_issue_token_command(lab, capsys):
     for args in (["nobody"], ["bob", "--days", "0"], ["bob", "--name", " "]):
         with pytest.raises(CommandError):
             call_command("issue_token", *args)
+
+
+def test_a_misspelt_token_field_is_a_400_and_issues_nothing(lab, client_for):
+    # "ttl" instead of "ttl_days" must not silently mint a token with the default lifetime
+    r = client_for(lab.alice).post("/api/v1/tokens", {"name": "notebook", "ttl": 3}, format="json")
+    assert r.status_code == 400
+    assert r.json()["error"]["fields"]["ttl"][0]["code"] == "unknown_field"
+    assert not ApiToken.objects.filter(user=lab.alice).exists()
