@@ -55,8 +55,8 @@ def resolve(url: str | None = None, token: str | None = None, *, path: Path | No
     missing = [name for name, value in (("URL", url), ("API token", token)) if not value]
     if missing:
         raise ConfigError(
-            f"No portal {' and no '.join(missing)} configured: run `gpup login`, set {ENV_URL} and "
-            f"{ENV_TOKEN}, or pass Client(url, token).")
+            f"No portal {' and no '.join(missing)} configured: run `gpup login`, or set {ENV_URL} and "
+            f"{ENV_TOKEN} (in Python: Client(url, token)).")
     return url, token
 
 
