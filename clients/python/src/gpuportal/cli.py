@@ -229,7 +229,10 @@ def login(state: State, login_url, login_token):
     token = login_token or state.token or click.prompt("API token", hide_input=True)
     with Client(url, token, retries=min(state.retries, 1)) as client:
         me = client.whoami()
-    path = config.write_config(url, token, path=state.config_file)
+    try:
+        path = config.write_config(url, token, path=state.config_file)
+    except OSError as exc:
+        fail(f"cannot write the config file: {exc}", USAGE)
     emit(state, {"username": me["username"], "url": url, "config": str(path)},
          lambda d: click.echo(f"logged in to {d['url']} as {d['username']}; saved in {d['config']}"))
 
