@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import JOB, finish_pods, run_cycle
+from client_world import JOB, finish_pods, run_cycle
 
 from gpuportal.cli import cli
 

@@ -4,7 +4,7 @@ the client's polls (its ``sleep`` runs the next admission cycle or lets simulate
 from __future__ import annotations
 
 import pytest
-from conftest import Script, age_pods, finish_pods, run_cycle
+from client_world import Script, age_pods, finish_pods, run_cycle
 
 import gpuportal
 

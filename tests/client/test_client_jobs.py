@@ -4,7 +4,7 @@ pagination, batches, cancel, quote."""
 from __future__ import annotations
 
 import pytest
-from conftest import Recorder, Script
+from client_world import Recorder, Script
 
 import gpuportal
 from gpuportal import Client
@@ -156,7 +156,7 @@ def test_cancel_is_idempotent_and_a_finished_job_is_a_conflict(portal, lab, job_
     job = client.submit(job_spec())
     assert client.cancel(job, comment="wrong data")["state"] == "cancelled"
     assert client.cancel(job["id"])["state"] == "cancelled"
-    from conftest import finish_pods, run_cycle
+    from client_world import finish_pods, run_cycle
 
     done = client.submit(job_spec(name="done"))
     run_cycle()

@@ -479,9 +479,13 @@ class _Progress:
             raise ImportError("progress=True needs tqdm: pip install 'gpu-portal-client[progress]'") from None
         self._bar = tqdm(desc=f"job {jid}", total=None, unit=" polls", bar_format="{desc} [{elapsed}]",
                          dynamic_ncols=True, leave=True)
+        self._text = ""
 
     def update(self, job: dict) -> None:
-        self._bar.set_description_str(f"job {job['id']}: {describe_wait(job)}", refresh=False)
+        text = f"job {job['id']}: {describe_wait(job)}"
+        # A change is always shown; tqdm would skip a redraw within its minimum interval of the last one.
+        self._bar.set_description_str(text, refresh=text != self._text)
+        self._text = text
         self._bar.update(1)
 
     def close(self) -> None:
