@@ -1,0 +1,392 @@
+"""gpup: the GPU portal from a terminal, on the same client as notebooks.
+
+Exit codes (scripts can rely on them):
+
+    0  success
+    1  the job failed or was cancelled (wait, submit --wait)
+    2  usage or input error: bad options, an unreadable or invalid job file, a job the portal refused (400, 422)
+    3  not found (404), including another department's job
+    4  not logged in, a bad token, or not allowed (401, 403); also no configuration at all
+    5  the portal is unreachable or failed (connection errors, 5xx)
+    6  conflict: the job's state does not allow this (409), e.g. cancelling a finished job
+    7  rate limited (429) beyond what gpup waits out
+    8  wait --timeout ran out (the job goes on)
+
+Shell completion: ``eval "$(gpup completion bash)"`` (or zsh, fish).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuportal import __version__, config, errors
+from gpuportal.client import FINAL_STATES, Client, describe_wait
+
+OK, JOB_FAILED, USAGE, NOT_FOUND, AUTH, UNREACHABLE, CONFLICT, RATE_LIMITED, TIMEOUT = range(9)
+
+EXIT_CODES = [
+    (errors.WaitTimeout, TIMEOUT),
+    (errors.JobError, JOB_FAILED),
+    (errors.ValidationError, USAGE),
+    (errors.IdempotencyKeyReused, USAGE),
+    (errors.NotFound, NOT_FOUND),
+    (errors.AuthenticationError, AUTH),
+    (errors.PermissionDenied, AUTH),
+    (errors.Conflict, CONFLICT),
+    (errors.RateLimited, RATE_LIMITED),
+    (errors.ServerError, UNREACHABLE),
+    (errors.PortalUnreachable, UNREACHABLE),
+]
+
+
+def exit_code_for(exc: errors.PortalError) -> int:
+    return next((code for cls, code in EXIT_CODES if isinstance(exc, cls)), UNREACHABLE)
+
+
+class State:
+    def __init__(self, url: str | None, token: str | None, config_file: Path | None, as_json: bool,
+                 retries: int = 5):
+        self.url, self.token, self.config_file, self.json = url, token, config_file, as_json
+        self.retries = retries
+        self._client: Client | None = None
+
+    def client(self) -> Client:
+        if self._client is None:
+            try:
+                self._client = Client.from_env(url=self.url, token=self.token, config_file=self.config_file,
+                                               retries=self.retries)
+            except config.ConfigError as exc:
+                fail(str(exc), AUTH)
+        return self._client
+
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"gpup: {message}", err=True)
+    sys.exit(code)
+
+
+def emit(state: State, data: Any, human) -> None:
+    """``--json``: the data as JSON on stdout; otherwise ``human(data)``."""
+    if state.json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+def command(fn):
+    """A subcommand: ``--json`` on it too, and every portal error turned into a message and an exit code."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON on stdout).")
+    @click.pass_obj
+    @functools.wraps(fn)
+    def wrapper(state: State, *args, as_json: bool = False, **kwargs):
+        state.json = state.json or as_json
+        try:
+            return fn(state, *args, **kwargs)
+        except errors.PortalError as exc:
+            if state.json:
+                click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message, "fields": exc.fields,
+                                                 "status": exc.status, **({"job": exc.job} if isinstance(
+                                                     exc, errors.JobError) else {})}}, indent=2, default=str))
+            click.echo(f"gpup: {exc}", err=True)
+            sys.exit(exit_code_for(exc))
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--url", envvar=config.ENV_URL, help="The portal's address (default: $GPU_PORTAL_URL, the config).")
+@click.option("--token", envvar=config.ENV_TOKEN, help="API token (default: $GPU_PORTAL_TOKEN, the config).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar=config.ENV_CONFIG, help="Config file (default: ~/.config/gpu-portal/config.toml).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON on stdout).")
+@click.option("--retries", type=click.IntRange(0, 20), default=5, show_default=True,
+              help="Retries of a request on connection errors, 429, 502-504 (0: fail fast).")
+@click.version_option(version=__version__, prog_name="gpup", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx, url, token, config_file, as_json, retries):
+    """The GPU portal from a terminal. Exit codes: 0 ok, 1 job failed or cancelled, 2 usage or invalid input,
+    3 not found, 4 not logged in or not allowed, 5 portal unreachable or failing, 6 conflict, 7 rate limited,
+    8 wait timed out."""
+    ctx.obj = State(url, token, config_file, as_json, retries)
+    ctx.call_on_close(ctx.obj.close)
+
+
+# ------------------------------------------------------------------------------------------ job files
+
+
+def load_jobs(path: str) -> list[dict] | dict:
+    """A job file (YAML or JSON, ``-`` for stdin): one job (a mapping), or several (a list, or a mapping
+    with a ``jobs`` list) for a batch."""
+    import yaml
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc}", USAGE)
+    except UnicodeDecodeError:
+        fail(f"{path} is not UTF-8 text", USAGE)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" (line {mark.line + 1}, column {mark.column + 1})"
+        problem = getattr(exc, "problem", None) or str(exc)
+        fail(f"{path} is not valid YAML{where}: {problem}", USAGE)
+    if isinstance(data, dict) and set(data) == {"jobs"}:
+        data = data["jobs"]
+    if isinstance(data, list):
+        if not data or not all(isinstance(item, dict) for item in data):
+            fail(f"{path}: a list of jobs must hold one or more mappings (name: ..., image: ..., ...)", USAGE)
+        return data
+    if not isinstance(data, dict):
+        fail(f"{path}: expected a job (a mapping of fields such as name, image, command, flavor, gpus), "
+             f"got {type(data).__name__}", USAGE)
+    return data
+
+
+# ------------------------------------------------------------------------------------------ output
+
+
+def _when(value: str | None) -> str:
+    """An API time (ISO 8601, UTC) in the terminal's local time."""
+    if not value:
+        return "-"
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return value
+
+
+def print_job(job: dict) -> None:
+    reason = job.get("reason") or {}
+    rows = [
+        ("job", f"{job['id']}  {job['name']}"),
+        ("state", job["state"]),
+        ("why", f"{reason.get('code') or '-'}: {reason.get('message') or ''}".rstrip(": ")),
+        ("owner", f"{job['owner']} ({job['department']})"),
+        ("resources", f"{job['pods']} x {job['gpus']} {job['flavor']}, {job['tier']}, {job['urgency']}"),
+        ("image", job["image"]),
+        ("command", " ".join(job.get("command") or [])),
+    ]
+    if job.get("queue_position"):
+        rows.append(("queue", f"#{job['queue_position']}"))
+    if job.get("estimated_start"):
+        rows.append(("estimated start", _when(job["estimated_start"])))
+    for name in ("submitted_at", "started_at", "finished_at"):
+        if job.get(name):
+            rows.append((name.replace("_at", ""), _when(job[name])))
+    if job.get("exit_code") is not None:
+        rows.append(("exit code", str(job["exit_code"])))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"{k:<{width}}  {v}")
+    if job.get("events"):
+        click.echo("timeline")
+        for e in job["events"]:
+            move = f"{e.get('from_state') or 'new'} -> {e.get('to_state')}" if e.get("to_state") else e.get("kind")
+            click.echo(f"  {_when(e['at'])}  {move}  {e.get('message') or ''}".rstrip())
+
+
+def print_table(jobs: list[dict]) -> None:
+    if not jobs:
+        click.echo("no jobs")
+        return
+    header = ("ID", "NAME", "STATE", "REASON", "GPUS", "TIER", "OWNER", "SUBMITTED")
+    rows = [(str(j["id"]), j["name"], j["state"],
+             (j.get("reason") or {}).get("code") or "" if j["state"] not in FINAL_STATES else "",
+             f"{j['pods'] * j['gpus']} {j['flavor']}", j["tier"], j["owner"], _when(j.get("submitted_at")))
+            for j in jobs]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+@cli.command()
+@click.option("--url", "login_url", help="The portal's address, e.g. https://portal.example.org.")
+@click.option("--token", "login_token", help="An API token (gpp_...); asked for, hidden, when not given.")
+@command
+def login(state: State, login_url, login_token):
+    """Check a URL and token with the portal, then store them in the config file (mode 0600)."""
+    url = login_url or state.url or click.prompt("Portal URL")
+    token = login_token or state.token or click.prompt("API token", hide_input=True)
+    with Client(url, token, retries=min(state.retries, 1)) as client:
+        me = client.whoami()
+    try:
+        path = config.write_config(url, token, path=state.config_file)
+    except OSError as exc:
+        fail(f"cannot write the config file: {exc}", USAGE)
+    emit(state, {"username": me["username"], "url": url, "config": str(path)},
+         lambda d: click.echo(f"logged in to {d['url']} as {d['username']}; saved in {d['config']}"))
+
+
+@cli.command()
+@command
+def whoami(state: State):
+    """Who the token belongs to: user, department, role."""
+    me = state.client().whoami()
+
+    def human(me):
+        m = me.get("membership")
+        where = f"{m['role']} in {m['department']} ({m['user_tier']})" if m else "not a member of any department"
+        click.echo(f"{me['username']} at {state.client().url}: {where}")
+
+    emit(state, me, human)
+
+
+@cli.command()
+@click.option("-f", "--file", "path", required=True, help="Job file (YAML or JSON; - for stdin).")
+@click.option("--key", help="Idempotency-Key: re-running with the same key and file never duplicates jobs.")
+@click.option("--wait", "wait_", is_flag=True, help="Then wait for the job to end (exit 1 if it fails).")
+@command
+def submit(state: State, path, key, wait_):
+    """Submit the job (or the list of jobs, as one all-or-nothing batch) in a file."""
+    spec = load_jobs(path)
+    client = state.client()
+    if isinstance(spec, list):
+        jobs = client.submit_batch(spec, idempotency_key=key)
+        emit(state, jobs, lambda js: [click.echo(f"submitted job {j['id']} {j['name']}: {j['state']}")
+                                      for j in js])
+        return
+    job = client.submit(spec, idempotency_key=key)
+    if not wait_:
+        emit(state, job, lambda j: click.echo(f"submitted job {j['id']} {j['name']}: {describe_wait(j)}"))
+        return
+    if not state.json:
+        click.echo(f"submitted job {job['id']} {job['name']}")
+    _wait(state, job["id"], timeout=None, interval=5.0, progress=None)
+
+
+@cli.command("ls")
+@click.option("--state", "states", help="Comma-separated states, e.g. queued,running.")
+@click.option("--tier", help="Comma-separated tiers.")
+@click.option("--flavor")
+@click.option("--all", "everyone", is_flag=True, help="The whole department's jobs, not only mine.")
+@click.option("-q", "--name", "q", help="Names containing this.")
+@click.option("-n", "--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most this many (newest first).")
+@command
+def ls(state: State, states, tier, flavor, everyone, q, limit):
+    """List jobs: mine by default, newest first."""
+    jobs = state.client().list(state=states, tier=tier, flavor=flavor, mine=not everyone, q=q, limit=limit)
+    emit(state, jobs, print_table)
+
+
+@cli.command()
+@click.argument("job_id", type=click.IntRange(min=1))
+@command
+def get(state: State, job_id):
+    """A job's state, why it waits, and its timeline."""
+    emit(state, state.client().get(job_id), print_job)
+
+
+@cli.command()
+@click.argument("job_id", type=click.IntRange(min=1))
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option("--tail", type=click.IntRange(1, 5000), default=200, show_default=True)
+@command
+def logs(state: State, job_id, follow, tail):
+    """A job's log (its current attempt's first pod)."""
+    for line in state.client().logs(job_id, follow=follow, tail=tail):
+        click.echo(json.dumps(line) if state.json else line)
+
+
+@cli.command()
+@click.argument("job_id", type=click.IntRange(min=1))
+@click.option("--timeout", type=click.FloatRange(min=0), help="Give up after this many seconds (exit 8).")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds between polls.")
+@click.option("--progress/--no-progress", default=None, help="A progress line (default: when stderr is a tty).")
+@command
+def wait(state: State, job_id, timeout, interval, progress):
+    """Wait until the job ends; exit 0 if it succeeded, 1 if it failed or was cancelled."""
+    _wait(state, job_id, timeout=timeout, interval=interval, progress=progress)
+
+
+def _wait(state: State, job_id: int, *, timeout, interval, progress) -> None:
+    if progress is None:
+        progress = sys.stderr.isatty() and not state.json
+    if progress:
+        try:
+            import tqdm  # noqa: F401
+        except ImportError:
+            progress = False
+    quiet = state.json or progress
+    job = state.client().wait(job_id, timeout=timeout, poll_interval=interval, progress=progress,
+                              on_change=None if quiet else lambda j: click.echo(f"job {j['id']}: {describe_wait(j)}"))
+    emit(state, job, lambda j: click.echo(f"job {j['id']} {j['state']}") if progress else None)
+
+
+@cli.command()
+@click.argument("job_id", type=click.IntRange(min=1))
+@click.option("-m", "--comment", default="", help="Why (kept in the job's timeline).")
+@command
+def cancel(state: State, job_id, comment):
+    """Cancel a job (yours, or your department's as its admin)."""
+    emit(state, state.client().cancel(job_id, comment=comment),
+         lambda j: click.echo(f"job {j['id']} {j['state']}"))
+
+
+@cli.command()
+@click.option("-f", "--file", "path", required=True, help="Job file (YAML or JSON; - for stdin).")
+@command
+def quote(state: State, path):
+    """What a job would cost (worst case) and whether it needs approval, before submitting it."""
+    spec = load_jobs(path)
+    if isinstance(spec, list):
+        fail("quote takes one job; this file holds a list", USAGE)
+    q = state.client().quote(spec)
+
+    def human(q):
+        click.echo(f"{q['gpus_total']} x {q['flavor']} ({q['tier']}) for at most {q['gpu_hours']:g} GPU-hours "
+                   f"at {q['rate']} mcr/GPU-hour: at most {q['estimated_credits']:g} credits")
+        if q["metered"]:
+            click.echo(f"available: {q['available'] / 1000:g} credits"
+                       + ("" if q["affordable"] else " (not enough: the job would wait for credits)"))
+        else:
+            click.echo("your department is not metered")
+        click.echo("approval: " + ("needed: " + "; ".join(q["approval_reasons"]) if q["needs_approval"]
+                                   else "not needed"))
+        if q["free_gpus"] is not None:
+            click.echo(f"free now: {q['free_gpus']} GPUs of {q['flavor']}")
+
+    emit(state, q, human)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell):
+    """Print the shell completion script: eval "$(gpup completion bash)"."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    click.echo(cls(cli, {}, "gpup", "_GPUP_COMPLETE").source())
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="gpup")
+    except KeyboardInterrupt:
+        click.echo("", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

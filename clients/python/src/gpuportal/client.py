@@ -1,0 +1,526 @@
+"""The portal's REST API (``/api/v1``) from Python.
+
+Results are plain dicts, exactly the JSON the portal answers (documented at ``/api/docs/``), not classes of
+our own: a field the portal adds reaches you without a new client release, a job prints and serialises as
+it is, and ``pandas.DataFrame(client.list(...))`` just works.
+"""
+
+from __future__ import annotations
+
+import builtins
+import email.utils
+import math
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from gpuportal import config, errors
+
+__all__ = ["Client", "FINAL_STATES", "JOB_DEFAULTS"]
+
+FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+# What POST /api/v1/jobs fills in for a field left out; quote() prices a job the way submit() would create it.
+# (A test keeps these equal to the portal's own defaults.)
+JOB_DEFAULTS = {"pods": 1, "tier": "elastic", "max_runtime_s": 3600, "bid": 0}
+# Answers after which the same request may be sent again: the portal was busy (503 "busy"), throttled the
+# request (429 with Retry-After), or a proxy in front of it failed (502, 504).
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+USER_AGENT = "gpu-portal-client/0.1"
+
+
+def _job_id(job: int | str | dict) -> int:
+    """A job given as its id, its id as text, or a job dict."""
+    if isinstance(job, dict):
+        job = job.get("id")
+    if isinstance(job, bool):
+        raise TypeError("A job id is an integer, not a bool.")
+    try:
+        value = int(job)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TypeError(f"Not a job id: {job!r}") from None
+    if value < 1:
+        raise ValueError(f"Not a job id: {job!r}")
+    return value
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The Retry-After header in seconds (both forms: delta-seconds and an HTTP date), None when absent."""
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _decode(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+class Client:
+    """A session with the portal.
+
+    ``Client(url, token)``, or ``Client.from_env()`` for ``GPU_PORTAL_URL``/``GPU_PORTAL_TOKEN`` or the config
+    file that ``gpup login`` writes. ``url`` is the portal's address (``https://portal.example.org``); a URL
+    ending in ``/api/v1`` works too.
+
+    Retries: every request is retried on connection errors, 429 with ``Retry-After``, 502, 503 and 504, up to
+    ``retries`` times, with exponential back-off and jitter (``backoff`` doubling up to ``max_backoff``
+    seconds) that never waits less than the portal's ``Retry-After``. A ``Retry-After`` longer than
+    ``max_retry_after`` is not waited out: ``RateLimited`` is raised with it. Submissions are safe to retry
+    because each carries one Idempotency-Key for all its attempts; cancel is idempotent on the portal.
+
+    ``sleep`` and ``monotonic`` are the clock of back-off and of ``wait``/``logs`` polling; tests and
+    simulations pass their own to drive a simulated cluster between polls.
+    """
+
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0, retries: int = 5, backoff: float = 0.5,
+                 max_backoff: float = 30.0, max_retry_after: float = 120.0, verify: bool | str = True,
+                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep,
+                 monotonic: Callable[[], float] = time.monotonic):
+        if not url or not token:
+            raise ValueError("Client needs the portal's URL and an API token.")
+        base = url.rstrip("/")
+        if not base.endswith("/api/v1"):
+            base += "/api/v1"
+        self.url = base[: -len("/api/v1")]
+        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.max_retry_after = max_retry_after
+        self.sleep, self.monotonic = sleep, monotonic
+        self._http = httpx.Client(
+            base_url=base + "/", timeout=timeout, verify=verify, transport=transport,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json", "User-Agent": USER_AGENT})
+
+    @classmethod
+    def from_env(cls, *, url: str | None = None, token: str | None = None, config_file=None, **kwargs) -> Client:
+        """A client configured from the arguments, else the environment, else the config file."""
+        url, token = config.resolve(url, token, path=config_file)
+        return cls(url, token, **kwargs)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    # ------------------------------------------------------------------------------------------ plumbing
+
+    def _pause(self, attempt: int, retry_after: float | None) -> None:
+        delay = min(self.max_backoff, self.backoff * 2 ** attempt) * random.uniform(0.5, 1.0)
+        self.sleep(max(delay, retry_after or 0.0))
+
+    def _send(self, method: str, path: str, *, params: dict | None = None, json: Any = None,
+              headers: dict | None = None, stream: bool = False) -> httpx.Response:
+        """Send with retries. Returns a successful response (for ``stream``, still open: close it);
+        raises the typed error otherwise."""
+        attempt = 0
+        while True:
+            request = self._http.build_request(method, path, params=params, json=json, headers=headers)
+            try:
+                response = self._http.send(request, stream=stream)
+            except httpx.TransportError as exc:  # connect, read, write, protocol: the answer may be lost
+                if attempt >= self.retries:
+                    raise errors.PortalUnreachable(
+                        f"The portal at {self.url} could not be reached ({type(exc).__name__}: {exc}).",
+                        code="unreachable") from exc
+                self._pause(attempt, None)
+                attempt += 1
+                continue
+            if response.is_success:
+                return response
+            if stream:
+                response.read()
+            retry_after = _retry_after(response)
+            retryable = response.status_code in RETRY_STATUSES and (
+                response.status_code != 429 or retry_after is not None)  # 429 without it: waiting won't help
+            if retryable and attempt < self.retries and (retry_after or 0) <= self.max_retry_after:
+                response.close()
+                self._pause(attempt, retry_after)
+                attempt += 1
+                continue
+            response.close()
+            raise errors.from_response(response.status_code, _decode(response), retry_after=retry_after)
+
+    def _json(self, method: str, path: str, **kwargs) -> Any:
+        response = self._send(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    # ------------------------------------------------------------------------------------------ who, what
+
+    def whoami(self) -> dict:
+        """``GET /me``: username, e-mail, and membership (department, role, user tier) or None."""
+        return self._json("GET", "me")
+
+    def flavors(self) -> list[dict]:
+        return self._all("flavors", {})
+
+    def cluster(self) -> dict:
+        """GPUs per flavor: total, used, free, whole free nodes."""
+        return self._json("GET", "cluster")
+
+    # ------------------------------------------------------------------------------------------ jobs
+
+    def submit(self, spec: dict | None = None, /, *, idempotency_key: str | None = None, **fields) -> dict:
+        """Submit one job and return it (with its ``reason`` and timeline).
+
+        ``spec`` is the job as a dict (the body of ``POST /api/v1/jobs``); keyword arguments are merged into
+        it: ``submit(name="r50", image="...", command=[...], flavor="a100-80gb", gpus=2)``. One
+        Idempotency-Key (``idempotency_key``, else a new random one) goes with every retry, so a lost answer
+        retried never creates a second job. Pass your own key to make re-running a notebook cell safe too:
+        the same key with the same body returns the job created the first time.
+        """
+        body = {**(spec or {}), **fields}
+        key = idempotency_key or str(uuid.uuid4())
+        return self._json("POST", "jobs", json=body, headers={"Idempotency-Key": key})
+
+    def submit_batch(self, specs: Iterable[dict], *, idempotency_key: str | None = None) -> list[dict]:
+        """Submit several jobs at once, all or nothing (at most 500; each counts against the submit rate).
+        A bad item raises ``ValidationError`` with fields such as ``jobs.3.gpus``, and nothing is created.
+        Returns the jobs in the order given."""
+        key = idempotency_key or str(uuid.uuid4())
+        body = {"jobs": builtins.list(specs)}
+        return self._json("POST", "jobs/batch", json=body, headers={"Idempotency-Key": key})["jobs"]
+
+    def get(self, job: int | str | dict) -> dict:
+        """The job as it is now: ``state``, ``reason`` (code, message, detail), ``estimated_start``,
+        ``queue_position`` and its timeline (``events``)."""
+        return self._json("GET", f"jobs/{_job_id(job)}")
+
+    def iter_jobs(self, *, state: str | Iterable[str] | None = None, tier: str | Iterable[str] | None = None,
+                  flavor: str | None = None, mine: bool = False, department: str | None = None,
+                  q: str | None = None, page_size: int = 200) -> Iterator[dict]:
+        """Jobs one by one, newest first, fetching page after page as needed. Filters as in ``list``."""
+        params: dict[str, Any] = {}
+        for name, value in (("state", state), ("tier", tier)):
+            if value:
+                params[name] = value if isinstance(value, str) else ",".join(value)
+        if flavor:
+            params["flavor"] = flavor
+        if mine:
+            params["mine"] = "1"
+        if department:
+            params["department"] = department
+        if q:
+            params["q"] = q
+        yield from self._iter_pages("jobs", params, page_size)
+
+    def list(self, *, state: str | Iterable[str] | None = None, tier: str | Iterable[str] | None = None,
+             flavor: str | None = None, mine: bool = False, department: str | None = None, q: str | None = None,
+             limit: int | None = None, page_size: int = 200) -> list[dict]:
+        """Your department's jobs (every department's for platform admins), all pages, as a list of dicts:
+        ``pandas.DataFrame(client.list(mine=True))``.
+
+        ``state`` and ``tier`` take one value or several (``state=["queued", "running"]``); ``mine`` keeps
+        your own jobs; ``department`` (platform admins) one department; ``q`` names containing it;
+        ``limit`` stops after that many jobs.
+        """
+        out = []
+        for job in self.iter_jobs(state=state, tier=tier, flavor=flavor, mine=mine, department=department, q=q,
+                                  page_size=page_size):
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(job)
+        return out
+
+    def _iter_pages(self, path: str, params: dict, page_size: int = 200) -> Iterator[dict]:
+        """Every item of a paginated list. A job submitted meanwhile shifts the pages by one; a job already
+        returned is not returned again."""
+        seen: set = set()
+        page = 1
+        while True:
+            body = self._json("GET", path, params={**params, "page": page, "page_size": page_size})
+            if isinstance(body, builtins.list):  # an endpoint without pagination
+                yield from body
+                return
+            for item in body.get("results", []):
+                key = item.get("id") if isinstance(item, dict) else None
+                if key is not None and key in seen:
+                    continue
+                if key is not None:
+                    seen.add(key)
+                yield item
+            if not body.get("next"):
+                return
+            page += 1
+
+    def _all(self, path: str, params: dict) -> list:
+        return builtins.list(self._iter_pages(path, params))
+
+    def cancel(self, job: int | str | dict, *, comment: str = "") -> dict:
+        """Cancel the job and return it. Cancelling an already cancelled job returns it again; a job that
+        already succeeded or failed raises ``Conflict`` (``invalid_state``)."""
+        return self._json("POST", f"jobs/{_job_id(job)}/cancel", json={"comment": comment} if comment else {})
+
+    def cost(self, job: int | str | dict) -> dict:
+        """The job's hold, cost to date and final charge, in milli-credits."""
+        return self._json("GET", f"jobs/{_job_id(job)}/cost")
+
+    # ------------------------------------------------------------------------------------------ quote
+
+    def quote(self, spec: dict | None = None, /, **fields) -> dict:
+        """What a job would cost and whether it would wait for approval, before submitting it.
+
+        Computed from what the portal publishes to members, with the rules of docs/budgets.md: the base
+        price of the job's flavor and tier (``GET /prices``), the worst-case rate ``max(base price, bid)``
+        (borrowed capacity clears at no more than the bid), times GPUs x pods x ``max_runtime_s``, rounded
+        up; the department's available credits (``GET /wallets/<department>``); its approval rule and your
+        allowance. The job itself is not validated here: ``submit`` does that.
+
+        Returns a dict: ``flavor``, ``tier``, ``gpus_total``, ``gpu_hours`` (at most), ``base_price`` and
+        ``rate`` (milli-credits per GPU-hour), ``estimated_cost`` (milli-credits, worst case),
+        ``estimated_credits``, ``metered``, ``available`` (None when not metered), ``affordable``,
+        ``needs_approval`` and ``approval_reasons``, ``free_gpus`` of the flavor right now.
+        """
+        job = {**JOB_DEFAULTS, **(spec or {}), **fields}
+        problems = {}
+        for name in ("gpus", "pods", "max_runtime_s", "bid"):
+            if isinstance(job.get(name), bool) or not isinstance(job.get(name), int):
+                problems[name] = [{"code": "required" if job.get(name) is None else "invalid",
+                                   "message": "A whole number is required."}]
+        if not isinstance(job.get("flavor"), str) or not job["flavor"]:
+            problems["flavor"] = [{"code": "required", "message": "A flavor is required, e.g. a100-80gb."}]
+        if problems:
+            raise errors.ValidationError("Cannot quote this job.", code="validation_error", fields=problems)
+        flavors = {f["name"]: f for f in self.flavors()}
+        if job["flavor"] not in flavors:
+            raise errors.ValidationError("Cannot quote this job.", code="validation_error", fields={"flavor": [
+                {"code": "does_not_exist", "message": f"No flavor {job['flavor']!r}; "
+                 f"known: {', '.join(sorted(flavors)) or 'none'}."}]})
+        me = self.whoami()
+        membership = me.get("membership") or {}
+        dept = membership.get("department")
+        if not dept:
+            raise errors.PermissionDenied("You are not a member of any department.", code="permission_denied")
+        base = next((p["per_gpu_hour"] for p in self._all("prices", {})
+                     if p["flavor"] == job["flavor"] and p["tier"] == job["tier"]), 0)
+        rate = max(base, job["bid"])
+        gpus_total = job["gpus"] * job["pods"]
+        gpu_seconds = gpus_total * job["max_runtime_s"]
+        cost = math.ceil(rate * gpu_seconds / 3600)
+        try:
+            wallet = self._json("GET", f"wallets/{dept}")
+        except errors.NotFound:  # a department without a wallet is not metered
+            wallet = None
+        rule = (wallet or {}).get("approval_rule") or self._json("GET", f"wallets/{dept}/approval-rule") or {}
+        reasons = []
+        if rule.get("realtime") and job["tier"] == "realtime":
+            reasons.append("realtime jobs need approval")
+        if rule.get("gpus_above") is not None and gpus_total > rule["gpus_above"]:
+            reasons.append(f"{gpus_total} GPUs > {rule['gpus_above']}")
+        if rule.get("cost_above") is not None and cost > rule["cost_above"]:
+            reasons.append(f"estimated cost {cost} mcr > {rule['cost_above']}")
+        mine = [a for a in self._json("GET", "allowances") or [] if a.get("user") == me.get("username")]
+        if mine and mine[0]["used"] + cost > mine[0]["limit"]:
+            a = mine[0]
+            reasons.append(f"exceeds your {a['period']} allowance ({a['used']} + {cost} > {a['limit']} mcr)")
+        free = next((row.get("free") for row in (self.cluster().get("flavors") or [])
+                     if isinstance(row, dict) and row.get("flavor") == job["flavor"]), None)
+        available = wallet.get("available") if wallet else None
+        return {
+            "flavor": job["flavor"], "tier": job["tier"], "gpus_total": gpus_total,
+            "gpu_hours": gpu_seconds / 3600, "base_price": base, "bid": job["bid"], "rate": rate,
+            "estimated_cost": cost, "estimated_credits": cost / 1000, "metered": wallet is not None,
+            "available": available, "affordable": available is None or cost <= available,
+            "needs_approval": bool(reasons), "approval_reasons": reasons, "free_gpus": free,
+        }
+
+    # ------------------------------------------------------------------------------------------ logs
+
+    def logs(self, job: int | str | dict, *, follow: bool = False, tail: int = 200,
+             poll_interval: float = 2.0) -> Iterator[str]:
+        """The job's log lines (the current attempt's first pod), without line endings.
+
+        Without ``follow``: the last ``tail`` lines, now. With ``follow``: those, then new lines as they come,
+        until the job ends (also through a job that is still queued, or requeued after a preemption: a new
+        attempt starts a new log). When the portal's stream ends while the job goes on, it reconnects every
+        ``poll_interval`` seconds and skips the lines already given.
+        """
+        jid = _job_id(job)
+        if not follow:
+            yield from self._log_lines(jid, tail=tail, follow=False, dedup=None)
+            return
+        dedup = _Dedup()
+        attempt = None
+        first = True
+        while True:
+            state = self.get(jid)
+            if state.get("attempt") != attempt:
+                attempt = state.get("attempt")
+                dedup = _Dedup()
+            finished = state["state"] in FINAL_STATES
+            try:
+                yield from self._log_lines(jid, tail=tail if first else 5000, follow=not finished, dedup=dedup)
+                first = False
+            except errors.Conflict as exc:
+                if exc.code != "logs_unavailable":
+                    raise
+                # No pod yet (queued, awaiting approval) or none any more: wait for one, or stop below.
+            if finished:
+                return
+            self.sleep(poll_interval)
+
+    def _log_lines(self, jid: int, *, tail: int, follow: bool, dedup: _Dedup | None) -> Iterator[str]:
+        params = {"tail": max(1, min(5000, tail))}
+        if follow:
+            params["follow"] = "1"
+        response = self._send("GET", f"jobs/{jid}/logs", params=params, stream=True,
+                              headers={"Accept": "text/plain, application/json"})
+        try:
+            if dedup is not None:
+                dedup.start()
+            for line in response.iter_lines():
+                if dedup is None:
+                    yield line
+                else:
+                    yield from dedup.feed(line)
+        finally:
+            response.close()
+
+    # ------------------------------------------------------------------------------------------ wait
+
+    def wait(self, job: int | str | dict, *, timeout: float | None = None, poll_interval: float = 5.0,
+             progress: bool = False, on_change: Callable[[dict], None] | None = None,
+             raise_on_failure: bool = True) -> dict:
+        """Poll the job until it succeeds, fails or is cancelled; return it as it ended.
+
+        Raises ``JobFailed`` or ``JobCancelled`` (with ``.job``) unless ``raise_on_failure`` is False, and
+        ``WaitTimeout`` when ``timeout`` seconds pass first. ``progress=True`` shows a tqdm line with the
+        state, the reason it waits, its queue position and estimated start (needs ``tqdm``: the ``progress``
+        extra). ``on_change(job)`` is called with the job each time its state or reason changes.
+        """
+        jid = _job_id(job)
+        bar = _Progress(jid) if progress else None
+        deadline = None if timeout is None else self.monotonic() + timeout
+        last = None
+        try:
+            while True:
+                current = self.get(jid)
+                seen = (current["state"], (current.get("reason") or {}).get("code"), current.get("attempt"))
+                if bar is not None:
+                    bar.update(current)
+                if seen != last and on_change is not None:
+                    on_change(current)
+                last = seen
+                if current["state"] in FINAL_STATES:
+                    break
+                if deadline is not None and self.monotonic() >= deadline:
+                    raise errors.WaitTimeout(
+                        f"Job {jid} is still {current['state']} after {timeout:g} s.", job=current, code="timeout")
+                pause = poll_interval if deadline is None else min(poll_interval,
+                                                                   max(0.0, deadline - self.monotonic()))
+                self.sleep(pause)
+        finally:
+            if bar is not None:
+                bar.close()
+        if raise_on_failure and current["state"] == "failed":
+            raise errors.JobFailed(f"Job {jid} failed: {_why(current)}", job=current)
+        if raise_on_failure and current["state"] == "cancelled":
+            raise errors.JobCancelled(f"Job {jid} was cancelled: {_why(current)}", job=current)
+        return current
+
+
+def _why(job: dict) -> str:
+    reason = job.get("reason") or {}
+    text = reason.get("message") or reason.get("code") or job.get("state", "")
+    if job.get("exit_code") not in (None, 0):
+        text += f" (exit code {job['exit_code']})"
+    return text
+
+
+def describe_wait(job: dict) -> str:
+    """One line about a job for humans: state, reason, queue position and estimated start."""
+    reason = job.get("reason") or {}
+    parts = [job["state"]]
+    if reason.get("code") and job["state"] not in FINAL_STATES | {"running"}:
+        parts.append(reason["code"])
+    if job.get("queue_position"):
+        parts.append(f"#{job['queue_position']} in queue")
+    eta = job.get("estimated_start")
+    if eta and job["state"] in ("queued", "preempted", "pending_approval"):
+        try:
+            when = datetime.fromisoformat(eta.replace("Z", "+00:00"))
+            minutes = max(0, round((when - datetime.now(UTC)).total_seconds() / 60))
+            parts.append(f"ETA {when.astimezone():%H:%M} (in {minutes} min)")
+        except ValueError:
+            parts.append(f"ETA {eta}")
+    return " | ".join(parts)
+
+
+class _Progress:
+    """A tqdm line that follows a job: its description is the state and why; it ticks once per poll."""
+
+    def __init__(self, jid: int):
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            raise ImportError("progress=True needs tqdm: pip install 'gpu-portal-client[progress]'") from None
+        self._bar = tqdm(desc=f"job {jid}", total=None, unit=" polls", bar_format="{desc} [{elapsed}]",
+                         dynamic_ncols=True, leave=True)
+        self._text = ""
+
+    def update(self, job: dict) -> None:
+        text = f"job {job['id']}: {describe_wait(job)}"
+        # A change is always shown; tqdm would skip a redraw within its minimum interval of the last one.
+        self._bar.set_description_str(text, refresh=text != self._text)
+        self._text = text
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+class _Dedup:
+    """Skips the lines of a reconnected log stream already given.
+
+    A reconnection sends the log's last lines before new ones. The longest start of the new stream that is a
+    run of lines already given is dropped; from the first line that breaks the run on, every line is new.
+    (A run anywhere in what was given, not only at its end: a log view may drop lines it showed before, as
+    the simulated cluster's progress lines when its pod ends.)
+    """
+
+    KEEP = 5000
+
+    def __init__(self):
+        self.seen: deque[str] = deque(maxlen=self.KEEP)
+        self.n = 0
+        self.candidates: builtins.list[int] = []
+        self.matching = False
+
+    def start(self) -> None:
+        self.n, self.matching = 0, bool(self.seen)
+        self.candidates = builtins.list(range(len(self.seen))) if self.matching else []
+
+    def feed(self, line: str) -> builtins.list[str]:
+        if self.matching:
+            seen, n = self.seen, self.n
+            # Start positions in ``seen`` where this stream's lines so far are a run of lines already given.
+            self.candidates = [j for j in self.candidates if j + n < len(seen) and seen[j + n] == line]
+            self.n += 1
+            if self.candidates:
+                return []
+            self.matching = False  # the run is broken: this line and every later one are new
+        self.seen.append(line)
+        return [line]

@@ -1,0 +1,217 @@
+"""gpup against the live portal: exit codes, human output and --json, job files, login's config file."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from client_world import JOB, finish_pods, run_cycle
+
+from gpuportal.cli import cli
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOB_YAML = """\
+name: resnet50
+image: nvcr.io/nvidia/pytorch:24.05-py3
+command: [python, train.py]
+flavor: a100-80gb
+gpus: 2
+max_runtime_s: 7200
+"""
+
+
+@pytest.fixture
+def gpup(live_server, lab, token_for, tmp_path):
+    """gpup(*args, user=alice, input=None) -> click's Result (exit_code, stdout, stderr)."""
+    runner = CliRunner()
+
+    def run(*args, user=None, input=None, env=None):
+        base = {"GPU_PORTAL_URL": live_server.url, "GPU_PORTAL_TOKEN": token_for(user or lab.alice),
+                "GPU_PORTAL_CONFIG": str(tmp_path / "config.toml")}
+        return runner.invoke(cli, list(map(str, args)), env={**base, **(env or {})}, input=input,
+                             catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture
+def job_file(tmp_path):
+    def make(text: str = JOB_YAML, name: str = "job.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return make
+
+
+def _job(id_):
+    from scheduling.models import Job
+
+    return Job.objects.get(pk=id_)
+
+
+def test_submit_get_ls_and_json(gpup, job_file, lab):
+    result = gpup("submit", "-f", job_file())
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("submitted job ") and "queued" in result.stdout
+    job_id = int(result.stdout.split()[2])
+    assert _job(job_id).gpus == 2 and _job(job_id).max_runtime_s == 7200
+
+    result = gpup("--json", "submit", "-f", job_file(), "--key", "run-1")
+    again = gpup("submit", "-f", job_file(), "--key", "run-1", "--json")
+    assert json.loads(result.stdout)["id"] == json.loads(again.stdout)["id"]
+
+    result = gpup("get", job_id)
+    assert result.exit_code == 0 and "state" in result.stdout and "resnet50" in result.stdout
+    assert "timeline" in result.stdout
+    assert json.loads(gpup("get", job_id, "--json").stdout)["id"] == job_id
+
+    result = gpup("ls")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[0].split() == ["ID", "NAME", "STATE", "REASON", "GPUS", "TIER", "OWNER",
+                                                     "SUBMITTED"]
+    assert len(result.stdout.splitlines()) == 3
+    listed = json.loads(gpup("ls", "--json", "--state", "queued").stdout)
+    assert {j["id"] for j in listed} == {job_id, json.loads(again.stdout)["id"]}
+    assert json.loads(gpup("ls", "--json", "--state", "running").stdout) == []
+    assert json.loads(gpup("ls", "--json", user=lab.amy).stdout) == []  # mine by default
+    assert len(json.loads(gpup("ls", "--json", "--all", user=lab.amy).stdout)) == 2
+
+
+def test_a_list_file_is_one_batch(gpup, job_file):
+    path = job_file("jobs:\n" + "".join(f"  - {json.dumps({**JOB, 'name': f'lr{i}'})}\n" for i in range(3)))
+    result = gpup("--json", "submit", "-f", path)
+    assert result.exit_code == 0, result.output
+    assert [j["name"] for j in json.loads(result.stdout)] == ["lr0", "lr1", "lr2"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("name: x\n  image: [unclosed\n", "not valid YAML (line 2"),
+    ("just a string\n", "expected a job (a mapping"),
+    ("[1, 2]\n", "a list of jobs must hold one or more mappings"),
+])
+def test_a_bad_job_file_is_a_clear_usage_error(gpup, job_file, text, message):
+    result = gpup("submit", "-f", job_file(text))
+    assert result.exit_code == 2
+    assert message in result.stderr and "Traceback" not in result.output
+    assert "gpup: " in result.stderr
+
+
+def test_a_missing_file_and_bad_options_exit_2(gpup, tmp_path):
+    result = gpup("submit", "-f", tmp_path / "nope.yaml")
+    assert result.exit_code == 2 and "cannot read" in result.stderr
+    assert gpup("get", "forty-two").exit_code == 2
+    assert gpup("submit").exit_code == 2  # -f is required
+
+
+def test_fields_the_portal_refuses_are_listed_with_exit_2(gpup, job_file, lab):
+    result = gpup("submit", "-f", job_file(JOB_YAML + "privileged: true\ngpus_typo: 3\n"))
+    assert result.exit_code == 2
+    assert "privileged" in result.stderr and "unknown_field" in result.stderr and "gpus_typo" in result.stderr
+    assert "Traceback" not in result.output
+    result = gpup("--json", "submit", "-f", job_file(JOB_YAML.replace("gpus: 2", "gpus: 0")))
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"]["fields"]["gpus"][0]["code"] == "min_value"
+    from scheduling.models import Job
+
+    assert not Job.objects.exists()
+
+
+def test_exit_codes_for_not_found_auth_conflict_and_unreachable(gpup, lab, submit):
+    bobs = submit(lab.bob)
+    assert gpup("get", bobs.pk).exit_code == 3
+    assert gpup("cancel", bobs.pk).exit_code == 3
+    assert gpup("get", 999999).exit_code == 3
+    result = gpup("whoami", env={"GPU_PORTAL_TOKEN": "gpp_1_wrong"})
+    assert result.exit_code == 4 and "authentication_failed" in result.stderr
+    assert gpup("submit", "-f", "-", input=JOB_YAML, user=lab.stranger).exit_code == 4
+
+    mine = submit(lab.alice)
+    result = gpup("cancel", mine.pk, "-m", "wrong data")
+    assert result.exit_code == 0 and "cancelled" in result.stdout
+    assert gpup("cancel", mine.pk).exit_code == 0  # idempotent
+    done = submit(lab.alice, name="done")
+    run_cycle()
+    finish_pods()
+    result = gpup("cancel", done.pk)
+    assert result.exit_code == 6 and "invalid_state" in result.stderr
+
+    result = gpup("--retries", "0", "whoami", env={"GPU_PORTAL_URL": "http://127.0.0.1:9"})
+    assert result.exit_code == 5 and "could not be reached" in result.stderr
+
+
+def test_wait_exits_by_how_the_job_ended(gpup, lab, submit):
+    ok = submit(lab.alice, name="ok")
+    bad = submit(lab.alice, name="bad", env={"SIM_EXIT_CODE": "2"})
+    slow = submit(lab.alice, name="slow", gpus=4, pods=2)  # no cycle admits it while we wait
+    run_cycle()
+    finish_pods()
+    result = gpup("wait", ok.pk, "--no-progress")
+    assert result.exit_code == 0 and f"job {ok.pk}: succeeded" in result.stdout
+    result = gpup("wait", bad.pk, "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["error"]["job"]["exit_code"] == 2
+    assert "exit code 2" in result.stderr
+    result = gpup("wait", slow.pk, "--timeout", "0.3", "--interval", "0.1", "--no-progress")
+    assert result.exit_code == 8 and "still queued" in result.stderr
+
+
+def test_logs_and_quote(gpup, lab, submit, job_file):
+    job = submit(lab.alice, command=["python", "train.py"])
+    run_cycle()
+    finish_pods()
+    result = gpup("logs", job.pk)
+    assert result.exit_code == 0 and result.stdout == "$ python train.py\ndone\n"
+    assert gpup("logs", "-f", job.pk).stdout == "$ python train.py\ndone\n"  # ended: follow stops at once
+    assert gpup("logs", "--tail", "1", "--json", job.pk).stdout == '"done"\n'
+
+    from quotas.models import Price
+
+    Price.objects.create(flavor=lab.a100, tier="elastic", per_gpu_hour=1500)
+    result = gpup("quote", "-f", job_file())
+    assert result.exit_code == 0, result.output
+    assert "at most 6 credits" in result.stdout and "not metered" in result.stdout  # 2 GPUs x 2 h x 1.5
+    assert json.loads(gpup("quote", "-f", job_file(), "--json").stdout)["estimated_cost"] == 6000
+
+
+def test_login_stores_a_private_config_that_later_commands_use(gpup, live_server, lab, token_for, tmp_path):
+    config = tmp_path / "config.toml"
+    result = gpup("login", "--url", live_server.url, "--token", "gpp_1_wrong", env={"GPU_PORTAL_TOKEN": ""})
+    assert result.exit_code == 4 and not config.exists()  # checked before anything is stored
+
+    token = token_for(lab.bob)
+    result = gpup("login", "--url", live_server.url, env={"GPU_PORTAL_TOKEN": ""}, input=f"{token}\n")
+    assert result.exit_code == 0, result.output
+    assert "as bob" in result.stdout and token not in result.stdout
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    # No URL or token in the environment now: both come from the file.
+    result = gpup("whoami", env={"GPU_PORTAL_URL": "", "GPU_PORTAL_TOKEN": ""})
+    assert result.exit_code == 0 and result.stdout.startswith("bob at ")
+    result = gpup("whoami", env={"GPU_PORTAL_URL": "", "GPU_PORTAL_TOKEN": "",
+                                 "GPU_PORTAL_CONFIG": str(tmp_path / "none.toml")})
+    assert result.exit_code == 4 and "gpup login" in result.stderr
+
+
+def test_completion_script():
+    result = CliRunner().invoke(cli, ["completion", "bash"])
+    assert result.exit_code == 0 and "_GPUP_COMPLETE=bash_complete" in result.stdout
+
+
+def test_gpup_as_a_process(live_server, lab, token_for, tmp_path):
+    """The real entry point in its own process, as a script would run it."""
+    src = Path(__file__).resolve().parents[2] / "clients" / "python" / "src"
+    env = {**os.environ, "PYTHONPATH": str(src), "GPU_PORTAL_URL": live_server.url,
+           "GPU_PORTAL_TOKEN": token_for(lab.alice), "GPU_PORTAL_CONFIG": str(tmp_path / "c.toml")}
+    run = [sys.executable, "-m", "gpuportal.cli"]
+    me = subprocess.run([*run, "--json", "whoami"], env=env, capture_output=True, text=True, timeout=60)
+    assert me.returncode == 0 and json.loads(me.stdout)["username"] == "alice"
+    missing = subprocess.run([*run, "get", "424242"], env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 3 and "not_found" in missing.stderr
+
