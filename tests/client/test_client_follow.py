@@ -81,19 +81,19 @@ def test_logs_of_a_colleagues_job_are_refused(portal, lab, job_spec):
 
 
 def _budgets(lab, *, balance, price, rule=None, allowance=None):
-    from quotas import services
     from quotas.models import Price
+    from quotas.services import allowances, rules, wallets
 
-    services.wallet_create(department=lab.vision, actor=lab.root, balance=balance)
+    wallets.wallet_create(department=lab.vision, actor=lab.root, balance=balance)
     Price.objects.create(flavor=lab.a100, tier="elastic", per_gpu_hour=price)
     if rule:
-        services.approval_rule_set(department=lab.vision, actor=lab.root, **rule)
+        rules.approval_rule_set(department=lab.vision, actor=lab.root, **rule)
     if allowance:
-        services.allowance_set(user=lab.alice, limit=allowance, actor=lab.root)
+        allowances.allowance_set(user=lab.alice, limit=allowance, actor=lab.root)
 
 
 def test_quote_prices_the_job_as_the_portal_will(portal, lab, job_spec):
-    from quotas import services
+    from quotas.services import pricing
     from scheduling.models import Job
 
     _budgets(lab, balance=100_000, price=2_000, rule={"gpus_above": 2, "cost_above": None, "realtime": False})
@@ -108,7 +108,7 @@ def test_quote_prices_the_job_as_the_portal_will(portal, lab, job_spec):
     # The portal agrees: the job waits for approval and its worst case is the quote.
     job = client.submit(spec)
     assert job["state"] == "pending_approval"
-    assert services.estimated_cost(job=Job.objects.get(pk=job["id"])) == q["estimated_cost"]
+    assert pricing.estimated_cost(job=Job.objects.get(pk=job["id"])) == q["estimated_cost"]
 
     # A bid above the base price is the worst-case rate (borrowed capacity clears at no more than the bid).
     small = client.quote(job_spec(bid=5_000, max_runtime_s=360))
