@@ -61,10 +61,13 @@ def estimated_cost(*, job, prices: dict | None = None) -> int:
 
 
 def admission_rate(*, job) -> tuple[int, str]:
-    """(mcr per GPU-hour, basis) for an admitted job: the clearing price when borrowed, else the base price."""
-    if job.borrowed and job.price is not None:
+    """(mcr per GPU-hour, basis) for an admitted job. The base price is the reserve: work inside nominal and
+    uncontested borrowing pay it; contested borrowing pays the cycle's clearing price when that is higher
+    (the engine never sets it above the job's own bid)."""
+    base = price_for(flavor_id=job.flavor_id, tier=job.tier)
+    if job.borrowed and job.price is not None and int(job.price) > base:
         return int(job.price), "clearing"
-    return price_for(flavor_id=job.flavor_id, tier=job.tier), "base"
+    return base, "base"
 
 
 def price_set(*, flavor: Flavor, tier: str, per_gpu_hour: int, actor) -> tuple[Price, bool]:

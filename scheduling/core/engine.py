@@ -9,7 +9,9 @@ One pure pass over a frozen snapshot; see docs/scheduling.md for the rules. In s
    of the pool's head. Otherwise a realtime job preempts (priority); the first job to wait in a pool becomes its
    head and reserves, reclaims lent GPUs (bounded) or drains cheap work instead of idling GPUs.
 3. Every job still pending gets a reason code, a one-line message, a detail (``explain``) and an honest
-   estimated start (``estimate``). The flavor's clearing price is the lowest winning bid of its borrowers.
+   estimated start (``estimate``). Borrowed capacity of a flavor clears at the highest losing bid of the
+   cycle's borrowers of that flavor (capped at each winner's own bid); with no loser it is uncontested and
+   the adapter charges the base (reserve) price.
 
 The input is never mutated and every iteration runs over inputs sorted by a total order ending in an id or
 name, so the decision is the same for any order of the snapshot's tuples.
@@ -118,7 +120,7 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.reasons: dict[int, PendingReason] = {}
         self.admitted_end: list[tuple[float, str, str, int]] = []  # for estimates: (end, dept, flavor, gpus)
-        self.winning_bids: dict[str, list[int]] = defaultdict(list)
+        self.losing_bids: dict[str, int] = {}  # the highest bid of a borrower left pending, per flavor
         self.fail_cache: dict[tuple, tuple[str, dict]] = {}
         self.pool_cache: dict[tuple[str, str | None], list[Pool]] = {}
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
@@ -132,13 +134,19 @@ class Cycle:
         for job in order:
             self.consider(job)
 
-        clearing = {f: min(bids) for f, bids in sorted(self.winning_bids.items())}
+        # A uniform price for borrowed capacity: the highest bid that lost (the price at which demand met the
+        # lendable supply), never more than a winner's own bid. A winner bidding at least that much pays the
+        # same whatever it bid; with no loser the borrowing is uncontested (price None: the base price).
+        clearing = {f: bid for f, bid in sorted(self.losing_bids.items()) if bid > 0}
         admissions = []
         for job in order:
             adm = self.admissions.get(job.id)
             if adm is not None:
                 if adm.borrowed:
-                    adm = Admission(adm.job_id, adm.placement, adm.cluster, True, clearing[job.flavor])
+                    price = clearing.get(job.flavor)
+                    adm = Admission(
+                        adm.job_id, adm.placement, adm.cluster, True, None if price is None else min(price, job.bid)
+                    )
                 admissions.append(adm)
         still = [job for job in order if job.id in self.reasons]
         if self.snap.estimates:
@@ -224,6 +232,8 @@ class Cycle:
         code, detail = self.quota.check(job.department, flavor, k)
         if code is None and self.admit(job, pools, borrows):
             return None
+        if borrows and job.bid > self.losing_bids.get(flavor, 0):
+            self.losing_bids[flavor] = job.bid
         if code is None and job.id in self.headroom_held:
             return self.pend(
                 job,
@@ -267,8 +277,6 @@ class Cycle:
         self.quota.add(job.department, job.flavor, job.gpus)
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        if borrows:
-            self.winning_bids[job.flavor].append(job.bid)
         self.admitted_end.append((end, job.department, job.flavor, job.gpus))
         self.admissions[job.id] = Admission(
             job_id=job.id,

@@ -228,7 +228,10 @@ class Admission:
     placement: tuple[str, ...]  # node name of each pod, in pod-index order
     cluster: str = DEFAULT_CLUSTER
     borrowed: bool = False
-    price: int | None = None  # clearing price per GPU-hour for borrowed capacity, None = base price
+    # Borrowed capacity that others bid for too: the clearing price per GPU-hour (the highest losing bid, at
+    # most this job's own bid). None: not borrowed, or uncontested; the adapter charges the base price, which
+    # is also the floor (the reserve) under a clearing price.
+    price: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,5 +256,5 @@ class CycleResult:
     admissions: tuple[Admission, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     pending: tuple[PendingReason, ...] = ()
-    clearing_prices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    clearing_prices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # contested flavors only
     figures: Mapping[str, float] = field(default_factory=lambda: _EMPTY)

@@ -201,8 +201,9 @@ def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) 
 
 def _admission_message(adm: core.Admission) -> str:
     where = ", ".join(adm.placement)
-    extra = f" on borrowed capacity at {adm.price} mcr/GPU-h" if adm.borrowed and adm.price else (
-        " on borrowed capacity" if adm.borrowed else ""
+    # The rate actually held (the clearing price or the base price under it) is on the budget event.
+    extra = f" on borrowed capacity (contested, clearing price {adm.price} mcr/GPU-h)" if adm.borrowed and adm.price else (
+        " on borrowed capacity (uncontested)" if adm.borrowed else ""
     )
     return f"admitted to {where}{extra}"
 

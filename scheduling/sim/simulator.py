@@ -6,11 +6,11 @@ wait. All events at the same instant are applied first, then one scheduling cycl
 their original submission time; work since the last checkpoint (and the grace period) is lost. Deterministic:
 no clock, no randomness; ties are broken by event sequence numbers and job ids.
 
-Credits (departments with a ``budget``) follow the portal's ledger (quotas/services.py), simplified: the snapshot
+Credits (departments with a ``budget``) follow the portal's ledger (quotas/services/), simplified: the snapshot
 carries each metered department's available credits (balance minus open holds) and each pending job's ``hold``
 (worst-case rate = max(base price, bid) x GPUs x max runtime, 0 for an unmetered department); an admitted
-attempt holds its admission rate (the cycle's clearing price when borrowed, else the base price) x GPUs x max
-runtime, at most what is available; when the attempt ends it is charged its GPU-seconds (up to the end, or up to
+attempt holds its admission rate (the base price, or the cycle's clearing price when borrowing was contested
+and that is higher) x GPUs x max runtime, at most what is available; when the attempt ends it is charged its GPU-seconds (up to the end, or up to
 the eviction decision) at that rate, capped at the hold, and the rest is released. A preemption refunds the
 charge in full when the attempt ran inside its department's nominal quota and nothing when it borrowed. Budgets
 are added again every ``budget_refill`` period counted from the first submission (the portal uses calendar
@@ -278,7 +278,8 @@ class Simulator:
         d = s.department
         if d not in self.budgets:
             return
-        rate = int(price) if (rec.borrowed and price is not None) else self.prices.get((s.flavor, s.tier), 0)
+        base = self.prices.get((s.flavor, s.tier), 0)
+        rate = max(base, int(price)) if (rec.borrowed and price is not None) else base
         want = cost_of(rate, s.gpus * s.max_runtime_s)
         rec.rate = rate
         rec.hold = max(0, min(want, self.balance[d] - self.held_credits[d]))

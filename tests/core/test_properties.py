@@ -268,20 +268,42 @@ def test_the_input_is_not_mutated_and_estimates_are_not_in_the_past(snap):
 
 @SETTINGS
 @given(snapshots())
-def test_borrowed_admissions_pay_the_lowest_winning_bid(snap):
+def test_no_borrower_pays_more_than_it_bid_and_only_losing_bids_set_the_price(snap):
     res = schedule(snap)
     jobs = {j.id: j for j in snap.pending}
-    bids = defaultdict(list)
-    for a in res.admissions:
-        if a.borrowed:
-            bids[jobs[a.job_id].flavor].append(jobs[a.job_id].bid)
-    assert dict(res.clearing_prices) == {f: min(b) for f, b in bids.items()}
+    still = {r.job_id for r in res.pending}
+    for flavor, price in res.clearing_prices.items():
+        # the price is a bid that lost this cycle: some borrower of the flavor is still waiting with it
+        assert price > 0 and any(jobs[i].flavor == flavor and jobs[i].bid == price for i in still)
     for a in res.admissions:
         job = jobs[a.job_id]
-        if a.borrowed:
-            assert a.price == res.clearing_prices[job.flavor] <= job.bid
-        else:
+        if not a.borrowed:
             assert a.price is None
+        elif job.flavor not in res.clearing_prices:
+            assert a.price is None  # uncontested: the adapter charges the base (reserve) price
+        else:
+            assert a.price == min(res.clearing_prices[job.flavor], job.bid) <= job.bid
+
+
+@SETTINGS
+@given(snapshots(), st.integers(1, 10_000), st.data())
+def test_a_winner_s_payment_does_not_depend_on_its_own_bid(snap, raise_by, data):
+    res = schedule(snap)
+    jobs = {j.id: j for j in snap.pending}
+    # winners that bid at least the clearing price (below it a winner pays its own bid, the cap)
+    paying = [
+        a for a in res.admissions
+        if a.borrowed and a.price is not None and jobs[a.job_id].bid >= res.clearing_prices[jobs[a.job_id].flavor]
+    ]
+    if not paying:
+        return
+    a = data.draw(st.sampled_from(paying))
+    richer = replace(snap, pending=tuple(
+        replace(j, bid=j.bid + raise_by) if j.id == a.job_id else j for j in snap.pending
+    ))
+    again = schedule(richer)
+    if {b.job_id for b in again.admissions} == {b.job_id for b in res.admissions}:
+        assert next(b for b in again.admissions if b.job_id == a.job_id).price == a.price
 
 
 @SETTINGS

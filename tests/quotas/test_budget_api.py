@@ -209,7 +209,8 @@ def test_list_endpoints_have_pinned_query_counts(money, submit, client_for, djan
             r = c.get(path)
         assert r.status_code == 200, (path, r.content)
     assert len(c.get("/api/v1/approvals").json()["results"]) == 12
-    assert len(c.get("/api/v1/ledger").json()["results"]) == 6  # 2 opening balances, 4 holds (nlp)
+    # 2 opening balances, 6 holds (nlp: 4 inside nominal, 2 borrowed uncontested, at the base price)
+    assert len(c.get("/api/v1/ledger").json()["results"]) == 8
 
 
 # ------------------------------------------------------------------------------------------ approvals

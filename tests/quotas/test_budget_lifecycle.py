@@ -125,7 +125,7 @@ def test_preempted_borrowed_victim_pays_up_to_eviction_nominal_victim_is_refunde
     # second attempt on borrowed capacity (as the engine would admit it), preempted by a reclaim
     job.refresh_from_db()
     assert job.attempt == 2 and job.state == JobState.QUEUED
-    Job.objects.filter(pk=job.pk).update(state=JobState.ADMITTED, borrowed=True, price=700,
+    Job.objects.filter(pk=job.pk).update(state=JobState.ADMITTED, borrowed=True, price=1400,
                                          admitted_at=timezone.now() - timedelta(minutes=30))
     job.refresh_from_db()
     hooks.on_job_admitted(job=job)
@@ -133,21 +133,29 @@ def test_preempted_borrowed_victim_pays_up_to_eviction_nominal_victim_is_refunde
     PreemptionVictim.objects.create(preemption=Preemption.objects.create(reason="reclaim"), job=job, attempt=2)
     job.refresh_from_db()
     assert go(requeue, job=job, outcome="preempted", reason="Evicted", message="evicted")
-    assert 349 <= -LedgerEntry.objects.get(job=job, attempt=2, kind="settle").amount <= 352  # 30 min at 700
+    assert 699 <= -LedgerEntry.objects.get(job=job, attempt=2, kind="settle").amount <= 704  # 30 min at 1400
     assert not LedgerEntry.objects.filter(job=job, attempt=2, kind="refund").exists()
     consistent()
 
 
-def test_borrowed_admission_holds_at_clearing_price(money, submit, go):
+@pytest.mark.parametrize(
+    ("bid", "price", "rate", "basis"),
+    [
+        (1500, 1200, 1200, "clearing"),  # contested, above the base price: the clearing price
+        (800, 600, 1000, "base"),  # a clearing price below the base price: the base price is the reserve
+        (800, None, 1000, "base"),  # uncontested borrowing: the base price, not the bid
+    ],
+)
+def test_borrowed_admission_holds_at_clearing_price_or_reserve(money, submit, go, bid, price, rate, basis):
     lab = money
-    job = go(submit, lab.alice, gpus=1, bid=800)
-    assert budgets.read_for_cycle().hold_for(job) == 1000  # worst case: max(base, bid)
-    Job.objects.filter(pk=job.pk).update(borrowed=True, price=600, state=JobState.ADMITTED,
+    job = go(submit, lab.alice, gpus=1, bid=bid)
+    assert budgets.read_for_cycle().hold_for(job) == max(1000, bid)  # worst case: max(base, bid)
+    Job.objects.filter(pk=job.pk).update(borrowed=True, price=price, state=JobState.ADMITTED,
                                          admitted_at=timezone.now())
     job.refresh_from_db()
     hooks.on_job_admitted(job=job)
     hold = LedgerEntry.objects.get(job=job, kind="hold")
-    assert (hold.rate, hold.held_change, hold.data["basis"]) == (600, 600, "clearing")
+    assert (hold.rate, hold.held_change, hold.data["basis"]) == (rate, rate, basis)
 
 
 def test_duplicated_settle_applies_once(money, submit, go, consistent):

@@ -56,8 +56,8 @@ def test_unmetered_departments_have_no_credits_in_the_snapshot():
     assert res.spend == {}
 
 
-def test_a_bid_holds_its_worst_case_waits_for_the_refill_and_pays_the_clearing_price():
-    sc = small_scenario(departments=_depts(5000))  # b is not metered
+def test_a_bid_holds_its_worst_case_waits_for_the_refill_and_uncontested_pays_the_base_price():
+    sc = small_scenario(departments=_depts(5000), prices={"a100": {"elastic": 300}})  # b is not metered
     rs = [TraceRow("bidder", 0, 1000, 8, "a", tier="elastic", bid=1000)]
     sc, jobs, _ = prepare(sc, rows=rs, load=None)
     assert jobs[0].max_runtime_s == 3600
@@ -67,9 +67,9 @@ def test_a_bid_holds_its_worst_case_waits_for_the_refill_and_pays_the_clearing_p
     (r,) = res.jobs
     assert r.budget_blocked and r.first_start == pytest.approx(7 * 86400)  # the weekly refill: 10,000 available
     assert r.borrowed
-    # the only winning bid sets the clearing price: 1000 mcr/GPU-h for 8 GPUs x 1000 s actually used
-    assert res.spend["a"] == {"budget": 5000, "refilled": 5000, "charged": 2223, "refunded": 0, "spent": 2223,
-                              "balance_end": 10000 - 2223}
+    # nobody else wanted the GPUs: the base price (300 mcr/GPU-h), not the bid, for 8 GPUs x 1000 s used
+    assert res.spend["a"] == {"budget": 5000, "refilled": 5000, "charged": 667, "refunded": 0, "spent": 667,
+                              "balance_end": 10000 - 667}
 
 
 def test_no_refill_leaves_the_job_waiting():
