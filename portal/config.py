@@ -63,6 +63,8 @@ SETTINGS: tuple[Setting, ...] = (
             "jobs.", "int"),
     Setting("WHATIF_TIME_LIMIT_S", "20", "What-if: give up after this many seconds for both replays (keep it "
             "under the web server's request timeout).", "float"),
+    Setting("QUOTE_ESTIMATE_MAX_JOBS", "20000", "Quote: skip the start estimate (one engine run over a copy of the "
+            "queue) when more jobs than this are active or waiting.", "int"),
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("SECURE_SSL", "false", "Behind TLS: secure cookies, HSTS, redirect to https.", "bool"),
     Setting("DATA_DIR", str(BASE_DIR / "var"), "Where the embedded defaults keep SQLite, broker and locks."),

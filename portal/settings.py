@@ -184,6 +184,7 @@ KUBE_BURST = int(ENV["KUBE_BURST"])
 API_TOKEN_TTL_DAYS = int(ENV["API_TOKEN_TTL_DAYS"])
 WHATIF_MAX_JOBS = int(ENV["WHATIF_MAX_JOBS"])
 WHATIF_TIME_LIMIT_S = float(ENV["WHATIF_TIME_LIMIT_S"])
+QUOTE_ESTIMATE_MAX_JOBS = int(ENV["QUOTE_ESTIMATE_MAX_JOBS"])
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)
 
@@ -218,7 +219,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["portal.api.JSONParser"],  # refuses NUL and absurd nesting with a 400
-    "DEFAULT_THROTTLE_RATES": {"submit": "120/min"},  # jobs per user, a batch counts each of its jobs
+    "DEFAULT_THROTTLE_RATES": {"submit": "120/min", "quote": "120/min"},  # jobs per user, a batch counts each of its jobs
     "UNAUTHENTICATED_USER": None,
 }
 JOBS_BATCH_MAX = 500  # most jobs in one POST /api/v1/jobs/batch (docs/api.md)

@@ -9,6 +9,7 @@ app_name = "dashboard"
 urlpatterns = [
     path("", jobs.jobs, name="jobs"),
     path("jobs/new", jobs.submit, name="submit"),
+    path("jobs/new/quote", jobs.submit_quote, name="submit-quote"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),
     path("jobs/<int:pk>/cancel", jobs.cancel, name="cancel"),
     path("cluster/", policy.cluster, name="cluster"),

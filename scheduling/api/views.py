@@ -29,6 +29,7 @@ from scheduling.api.serializers import (
 from scheduling.models import JobEvent
 from scheduling.selectors import jobs_for
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
+from scheduling.services.quote import job_quote
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,43 @@ class SubmitThrottle(SimpleRateThrottle):
         return max(0.0, self.duration - (self.now - self.history[-self.missing]))
 
 
+class QuoteThrottle(SimpleRateThrottle):
+    """Per-user ``quote`` rate: the submit form asks for a quote as fields change (debounced), and each quote
+    runs the engine once over a copy of the queue."""
+
+    scope = "quote"
+
+    def __init__(self):  # the rate is read per request, as for submissions
+        pass
+
+    def get_rate(self):
+        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+
+    def allow_request(self, request, view):
+        self.rate = self.get_rate()
+        if self.rate is None:
+            return True
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        try:
+            return super().allow_request(request, view)
+        except Exception:  # noqa: BLE001 - as for submissions: a courtesy limit never depends on the cache
+            log.warning("quote throttle: the cache is unreachable; allowing the request", exc_info=True)
+            return True
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+
+QUOTE_DESCRIPTION = (
+    "Validates the body exactly as POST /api/v1/jobs does (400 with field errors) and submits nothing. "
+    "Answers `estimated_cost` (milli-credits, worst case: max(base price, bid) x GPUs x pods x "
+    "`max_runtime_s`, the hold placed at admission), `hold_s`, `base_price`, `rate`, `metered`, `available`, "
+    "`affordable`; `needs_approval` with `approval_reasons`; `quota` (nominal, borrowing limit, GPUs the "
+    "department uses, whether the job fits or must borrow); `free_gpus` of the flavor now; and `start`: the "
+    "engine run on the current queue with this job added, read-only (`starts_now`, `estimated_start`, "
+    "`code` and `message` of why it would wait, `borrowed` and the clearing `price` when it would borrow).")
+
+
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
 
@@ -127,6 +165,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def get_throttles(self):
         if self.action in ("create", "batch"):
             return [SubmitThrottle()]
+        if self.action == "quote":
+            return [QuoteThrottle()]
         return super().get_throttles()
 
     @extend_schema(parameters=FILTERS)
@@ -178,6 +218,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             jobs = [rows[j.pk] for j in jobs]
         body = JobBatchSerializer({"jobs": jobs}, context={"request": request}).data
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(request=JobSubmitSerializer, responses={200: OpenApiTypes.OBJECT},
+                   summary="Quote a job before submitting it", description=QUOTE_DESCRIPTION)
+    @action(detail=False, methods=["post"], url_path="quote")
+    def quote(self, request):
+        member(request.user)
+        serializer = JobSubmitSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return Response(job_quote(user=request.user, data=serializer.validated_data))
 
     @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])

@@ -21,6 +21,7 @@ from scheduling.api.serializers import JobSubmitSerializer
 from scheduling.models import Job, JobEvent, JobState, TaskType, Tier, Urgency
 from scheduling.selectors import jobs_for, queue_position
 from scheduling.services.jobs import job_cancel, job_submit
+from scheduling.services.quote import job_quote
 
 
 @login_required
@@ -94,6 +95,28 @@ def submit(request):
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
         "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
     }, status=400 if errors else 200)
+
+
+@login_required
+@require_POST
+def submit_quote(request):
+    """The submit form's live quote: the form as typed so far, read exactly as a submission is (same form ->
+    payload conversion, same serializer, same messages), answered as an HTML fragment; 400 with the field
+    errors while the form is not valid yet. Nothing is submitted."""
+    member(request.user)
+    payload, errors = _form_to_payload(request.POST)
+    serializer = JobSubmitSerializer(data=payload)
+    quote = None
+    try:
+        if not serializer.is_valid():
+            errors.update({k: [str(e) for e in v] for k, v in serializer.errors.items()})
+        if not errors:
+            quote = job_quote(user=request.user, data=serializer.validated_data)
+    except PortalError as exc:
+        for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
+            errors.setdefault(field, []).extend(i["message"] for i in items)
+    return render(request, "scheduling/_quote.html", {"quote": quote, "errors": errors},
+                  status=400 if errors else 200)
 
 
 @login_required
