@@ -169,6 +169,8 @@ CELERY_BEAT_SCHEDULE = {
     "quotas-refill": {"task": "quotas.refill", "schedule": 3600.0},
     "quotas-check-ledger": {"task": "quotas.check_ledger", "schedule": 900.0},
     "quotas-reconcile-holds": {"task": "quotas.reconcile_holds", "schedule": 600.0},
+    # kept job logs past LOG_RETENTION_DAYS
+    "scheduling-logs-cleanup": {"task": "scheduling.logs.cleanup", "schedule": 3600.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -185,6 +187,8 @@ API_TOKEN_TTL_DAYS = int(ENV["API_TOKEN_TTL_DAYS"])
 WHATIF_MAX_JOBS = int(ENV["WHATIF_MAX_JOBS"])
 WHATIF_TIME_LIMIT_S = float(ENV["WHATIF_TIME_LIMIT_S"])
 QUOTE_ESTIMATE_MAX_JOBS = int(ENV["QUOTE_ESTIMATE_MAX_JOBS"])
+LOG_KEEP_KB = int(ENV["LOG_KEEP_KB"])
+LOG_RETENTION_DAYS = int(ENV["LOG_RETENTION_DAYS"])
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)
 

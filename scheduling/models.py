@@ -247,6 +247,34 @@ class JobEvent(AppendOnlyModel):
         return f"{self.job_id} {self.kind} {self.to_state or self.reason_code}"
 
 
+class AttemptLogQuerySet(TenantQuerySet):
+    """A kept log is read like the job's live log: its owner and its department's admins (``change``)."""
+
+    department_path = "job__department"
+    owner_path = "job__owner"
+    rules = {VIEW: OWNER_OR_ADMIN, CHANGE: OWNER_OR_ADMIN, APPROVE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
+
+
+class AttemptLog(models.Model):
+    """The tail of one attempt's log, kept when the attempt ends (its pods, and the cluster's copy of the
+    log, go soon after). At most LOG_KEEP_KB of the end of the log; deleted LOG_RETENTION_DAYS after."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="logs")
+    attempt = models.PositiveIntegerField()
+    text = models.TextField(blank=True)
+    truncated = models.BooleanField(default=False)  # the log was longer than what was kept
+    kept_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = AttemptLogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["job", "attempt"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="attemptlog_unique_job_attempt")]
+
+    def __str__(self) -> str:
+        return f"log of job {self.job_id} attempt {self.attempt}"
+
+
 class PolicyVersion(models.Model):
     """Every version of the scheduling policy is kept; the highest version is in force."""
 

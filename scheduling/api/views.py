@@ -29,6 +29,7 @@ from scheduling.api.serializers import (
 from scheduling.models import JobEvent
 from scheduling.selectors import jobs_for
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
+from scheduling.services.logs import attempt_log_lines
 from scheduling.services.quote import job_quote
 
 log = logging.getLogger(__name__)
@@ -240,26 +241,33 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(
         parameters=[OpenApiParameter("tail", int, description="Last N lines (default 200, max 5000)"),
-                    OpenApiParameter("follow", bool, description="Stream new lines as they come")],
+                    OpenApiParameter("follow", bool, description="Stream new lines as they come (live attempt)"),
+                    OpenApiParameter("attempt", int, description="Which attempt (default: the current one); "
+                                     "an ended attempt's log is the tail kept when it ended")],
         responses={(200, "text/plain"): OpenApiTypes.STR},
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
         job = self.get_object(CHANGE, "Only the job's owner and admins can read its logs.")
-        from scheduling.backends import get_backend
-        from scheduling.services.jobs import namespace_for
-
+        fields = {}
         try:
             tail = max(1, min(5000, int(request.query_params.get("tail", 200))))
         except ValueError:
-            raise ValidationFailed(fields={"tail": [{"code": "invalid", "message": "An integer is required."}]})
+            fields["tail"] = [{"code": "invalid", "message": "An integer is required."}]
+        try:
+            attempt = int(request.query_params.get("attempt", job.attempt))
+            if not 1 <= attempt <= job.attempt:
+                fields["attempt"] = [{"code": "invalid",
+                                      "message": f"This job has attempts 1 to {job.attempt}."}]
+        except ValueError:
+            fields["attempt"] = [{"code": "invalid", "message": "An integer is required."}]
+        if fields:
+            raise ValidationFailed(fields=fields)
         follow = request.query_params.get("follow") in ("1", "true", "yes")
         from scheduling.backends.base import BackendError
 
-        backend = get_backend(job.cluster.name if job.cluster_id else "default")
         try:
-            lines = backend.logs(job_id=job.pk, attempt=job.attempt,
-                                 namespace=namespace_for(job.department.slug), tail_lines=tail, follow=follow)
+            lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow)
         except BackendError as exc:  # no pod yet, not started, kubelet silent, API down: say so, never a 500
             raise LogsUnavailable(f"The job's logs are unavailable right now: {exc}") from exc
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),

@@ -3,13 +3,16 @@ selectors as the API, and read through the same tenancy gate (another department
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
+from django.http import HttpResponse, HttpResponseNotModified
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -21,6 +24,7 @@ from scheduling.api.serializers import JobSubmitSerializer
 from scheduling.models import Job, JobEvent, JobState, TaskType, Tier, Urgency
 from scheduling.selectors import jobs_for, queue_position
 from scheduling.services.jobs import job_cancel, job_submit
+from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
 
 
@@ -143,3 +147,60 @@ def cancel(request, pk: int):
     return redirect("dashboard:job", pk=pk)
 
 
+
+
+LOG_PAGE_LINES = 5000
+LOGS_FORBIDDEN = "Only the job's owner and its department's admins can read its logs."
+
+
+def _log_attempt(request, job) -> int:
+    try:
+        attempt = int(request.GET.get("attempt", job.attempt))
+    except ValueError:
+        attempt = job.attempt
+    return min(max(attempt, 1), job.attempt)
+
+
+def _log_text(job, attempt) -> tuple[str, str, str]:
+    """(text, source, error) of an attempt's log for a page: never raises for a cluster that cannot answer."""
+    from scheduling.backends.base import BackendError
+
+    try:
+        lines, source = attempt_log_lines(job=job, attempt=attempt, tail=LOG_PAGE_LINES)
+        return "\n".join(line.rstrip("\n") for line in lines), source, ""
+    except BackendError as exc:
+        return "", "live", f"The log is unavailable right now: {exc}"
+
+
+@login_required
+def job_logs(request, pk: int):
+    """A job's log as a page: the attempt chosen from the job's attempts, followed while it runs."""
+    job = Job.objects.select_related("department", "cluster", "flavor").get_or_404(
+        request.user, CHANGE, message=LOGS_FORBIDDEN, pk=pk)
+    attempt = _log_attempt(request, job)
+    text, source, error = _log_text(job, attempt)
+    kept = job.logs.filter(attempt=attempt).only("truncated", "kept_at").first()
+    return render(request, "scheduling/logs.html", {
+        "job": job, "attempt": attempt, "attempts": range(job.attempt, 0, -1), "text": text, "source": source,
+        "error": error, "live": is_live(job, attempt), "kept": kept, "keep_kb": settings.LOG_KEEP_KB,
+        "retention_days": settings.LOG_RETENTION_DAYS,
+    })
+
+
+@login_required
+def job_log_text(request, pk: int):
+    """The log text alone, for following a live attempt: an ETag of the text, 304 when it has not changed."""
+    job = Job.objects.select_related("department", "cluster").get_or_404(
+        request.user, CHANGE, message=LOGS_FORBIDDEN, pk=pk)
+    attempt = _log_attempt(request, job)
+    text, _source, error = _log_text(job, attempt)
+    body = error or text
+    etag = '"' + hashlib.sha256(f"{is_live(job, attempt)}:{body}".encode()).hexdigest()[:32] + '"'
+    if request.headers.get("If-None-Match") == etag:
+        response = HttpResponseNotModified()
+    else:
+        response = HttpResponse(body, content_type="text/plain; charset=utf-8")
+    response["ETag"] = etag
+    response["X-Log-Live"] = "1" if is_live(job, attempt) else "0"
+    response["Cache-Control"] = "private, no-cache"
+    return response

@@ -22,7 +22,7 @@ from portal.audit import audit
 from portal.models import ApiToken, AuditEntry
 from quotas.models import Allowance, Approval, ApprovalRule, LedgerEntry, Price, Quota, RefillRule, Wallet
 from quotas.services import allowances, rules, wallets
-from scheduling.models import Job, JobEvent, JobState
+from scheduling.models import AttemptLog, Job, JobEvent, JobState
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db
 # Values that exist only in the seeded department: any of them in a response is a leak.
 SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "visionsecretledger",
            "audit": "visionsecretaudit", "balance": "777777001", "refill": "4242421", "approval_cost": "5353531",
-           "allowance": "6464641"}
+           "allowance": "6464641", "log": "visionsecretlog"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -56,6 +56,7 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                                          command=["true"], flavor=lab.a100, gpus=1, state=state,
                                          reason_message="needs approval" if state == "pending_approval" else "")
         JobEvent.objects.create(job=jobs[state], kind="note", message=f"{prefix}secretjob event")
+    AttemptLog.objects.create(job=jobs["succeeded"], attempt=1, text=f"{prefix}secretlog line")
     wallets.wallet_create(department=dept, actor=lab.root, balance=numbers[0])
     wallets.wallet_adjust(department=dept, amount=5, actor=lab.root, comment=f"{prefix}secretledger")
     wallets.wallet_hold(job=jobs["running"], attempt=1, amount=1000, rate=1000)
@@ -202,4 +203,5 @@ def _state(lab):
         sorted(Allowance.objects.filter(user=lab.alice).values_list("limit", "period")),
         sorted(ApiToken.objects.filter(user=lab.alice).values_list("name", "revoked_at")),
         AuditEntry.objects.filter(department=lab.vision).count(),
+        sorted(AttemptLog.objects.filter(job__department=lab.vision).values_list("attempt", "text")),
     )

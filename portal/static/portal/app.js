@@ -47,6 +47,21 @@
   }
   const table = document.querySelector("table[data-live]");
   if (table) loop(refreshList, table);
+  // A live attempt's log: ask for the text with the ETag last seen; 304 costs nothing when it did not change.
+  async function followLog(pre) {
+    const r = await fetch(pre.dataset.follow, {
+      credentials: "same-origin", headers: pre.dataset.etag ? { "If-None-Match": pre.dataset.etag } : {},
+    });
+    if (r.status === 304) return;
+    if (!r.ok) throw new Error(r.status);
+    pre.dataset.etag = r.headers.get("ETag") || "";
+    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = await r.text();
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+    if (r.headers.get("X-Log-Live") === "0") window.location.reload();  // ended: show the kept log
+  }
+  const logPre = document.querySelector("pre[data-follow]");
+  if (logPre) loop(followLog, logPre);
   const badge = document.getElementById("job-state");
   if (badge) loop(refreshJob, badge);
 })();
