@@ -69,6 +69,9 @@ SETTINGS: tuple[Setting, ...] = (
             "int"),
     Setting("LOG_RETENTION_DAYS", "30", "Job logs: delete kept logs this many days after their attempt ended.",
             "int"),
+    Setting("STATS_INTERVAL_S", "300", "Dashboard charts: seconds between two samples of the stored time series.",
+            "int"),
+    Setting("STATS_RETENTION_DAYS", "90", "Dashboard charts: delete samples older than this many days.", "int"),
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("SECURE_SSL", "false", "Behind TLS: secure cookies, HSTS, redirect to https.", "bool"),
     Setting("DATA_DIR", str(BASE_DIR / "var"), "Where the embedded defaults keep SQLite, broker and locks."),
@@ -99,6 +102,8 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("CELERY_BROKER_URL must be a redis:// URL (or filesystem:// / memory://).")
         if float(values["CYCLE_INTERVAL_S"]) <= 0 or float(values["SIM_SPEEDUP"]) <= 0:
             problems.append("CYCLE_INTERVAL_S and SIM_SPEEDUP must be positive.")
+        if int(values["STATS_INTERVAL_S"]) <= 0 or int(values["STATS_RETENTION_DAYS"]) <= 0:
+            problems.append("STATS_INTERVAL_S and STATS_RETENTION_DAYS must be positive.")
         if int(values["LOG_KEEP_KB"]) <= 0 or int(values["LOG_RETENTION_DAYS"]) <= 0:
             problems.append("LOG_KEEP_KB and LOG_RETENTION_DAYS must be positive.")
         if int(values["WHATIF_MAX_JOBS"]) <= 0 or float(values["WHATIF_TIME_LIMIT_S"]) <= 0:

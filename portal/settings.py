@@ -171,6 +171,8 @@ CELERY_BEAT_SCHEDULE = {
     "quotas-reconcile-holds": {"task": "quotas.reconcile_holds", "schedule": 600.0},
     # kept job logs past LOG_RETENTION_DAYS
     "scheduling-logs-cleanup": {"task": "scheduling.logs.cleanup", "schedule": 3600.0},
+    # the dashboard's time series (charts read samples, never every job's history)
+    "scheduling-stats-sample": {"task": "scheduling.stats.sample", "schedule": float(ENV["STATS_INTERVAL_S"])},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -189,6 +191,8 @@ WHATIF_TIME_LIMIT_S = float(ENV["WHATIF_TIME_LIMIT_S"])
 QUOTE_ESTIMATE_MAX_JOBS = int(ENV["QUOTE_ESTIMATE_MAX_JOBS"])
 LOG_KEEP_KB = int(ENV["LOG_KEEP_KB"])
 LOG_RETENTION_DAYS = int(ENV["LOG_RETENTION_DAYS"])
+STATS_INTERVAL_S = int(ENV["STATS_INTERVAL_S"])
+STATS_RETENTION_DAYS = int(ENV["STATS_RETENTION_DAYS"])
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)
 
@@ -208,7 +212,7 @@ AXES_LOCKOUT_CALLABLE = "portal.lockout.lockout_response"
 AXES_SENSITIVE_PARAMETERS = ["password", "token"]
 AXES_VERBOSE = False
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "dashboard:jobs"
+LOGIN_REDIRECT_URL = "dashboard:home"
 LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {

@@ -4,12 +4,22 @@ for), the approvals inbox, and the cluster's capacity."""
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, Sum
 
 from portal.tenancy import APPROVE, VIEW
-from scheduling.core.types import TIER_RANK
-from scheduling.models import ACTIVE_STATES, Job, JobState, Node
+from quotas.models import Quota
+from scheduling.core.types import TIER_RANK, TIERS
+from scheduling.models import (
+    ACTIVE_STATES,
+    WAIT_BIN_LABELS,
+    ClusterSample,
+    DepartmentSample,
+    Job,
+    JobState,
+    Node,
+)
 
 
 def queue_position(*, job: Job) -> int | None:
@@ -82,3 +92,95 @@ def cluster_summary() -> dict:
         whole = sum(x["gpus"] for x in nodes if x["flavor"] == f["flavor"] and x["free"] == x["gpus"])
         f["fragmentation"] = round(1 - whole / f["free"], 3) if f["free"] else 0.0
     return {"flavors": sorted(flavors.values(), key=lambda x: x["flavor"]), "nodes": nodes}
+
+
+F_GPUS = F("gpus") * F("pods")
+
+
+def lent_shares(keys, quotas, busy, borrowed) -> dict[tuple[int, int], int]:
+    """What each (department, flavor) lends: the GPUs other departments borrow of a flavor, shared among the
+    departments with idle nominal quota of it in proportion to that idle quota (the cohort pools lendable
+    capacity, and which lender's GPU a borrower holds is not recorded)."""
+    out: dict[tuple[int, int], int] = {}
+    for flavor in {f for _, f in keys}:
+        mine = [k for k in keys if k[1] == flavor]
+        idle = {k: max(0, quotas.get(k, 0) - busy.get(k, 0)) for k in mine}
+        pool = sum(idle.values())
+        for k in mine:
+            others = sum(borrowed.get(o, 0) for o in mine if o != k)
+            out[k] = min(idle[k], others * idle[k] // pool) if pool else 0
+    return out
+
+
+def quota_use(*, department_id: int) -> list[dict]:
+    """The department's quota of each flavor now: nominal, borrowing limit, GPUs its admitted and running jobs
+    hold, how many of those are borrowed, how many of its idle GPUs others borrow, its queued jobs. Three
+    queries whatever the number of jobs."""
+    quotas = {(q.department_id, q.flavor_id): q for q in Quota.objects.select_related("flavor")}
+    busy: dict[tuple[int, int], int] = {}
+    for dept, flavor, gpus in (Job.objects.filter(state__in=ACTIVE_STATES).values_list("department_id", "flavor_id")
+                               .annotate(g=Sum(F_GPUS)).order_by()):
+        busy[(dept, flavor)] = gpus or 0
+    queued = dict(((d, f), n) for d, f, n in Job.objects.filter(state=JobState.QUEUED, department_id=department_id)
+                  .values_list("department_id", "flavor_id").annotate(n=Count("id")).order_by())
+    keys = set(quotas) | set(busy)
+    nominal = {k: q.nominal for k, q in quotas.items()}
+    borrowed = {k: max(0, busy.get(k, 0) - nominal.get(k, 0)) for k in keys}
+    lent = lent_shares(keys, nominal, busy, borrowed)
+    rows = []
+    for k in sorted(k for k in keys | set(queued) if k[0] == department_id):
+        q = quotas.get(k)
+        rows.append({"flavor_id": k[1], "flavor": q.flavor.name if q else None, "nominal": nominal.get(k, 0),
+                     "borrowing_limit": q.borrowing_limit if q else 0, "busy": busy.get(k, 0),
+                     "borrowed": borrowed.get(k, 0), "lent": lent.get(k, 0), "queued": queued.get(k, 0)})
+    return rows
+
+
+def cluster_series(*, since: datetime) -> dict:
+    """The charts of the whole cluster since ``since``, from the stored samples (one query): utilisation (busy
+    of total GPUs, %), idle GPUs and queue depth per tier over time, preemptions per sample, and the
+    distribution of waits (queued -> started) per tier over the window."""
+    points: dict[datetime, dict] = {}
+    waits = {t: [0] * len(WAIT_BIN_LABELS) for t in TIERS}
+    for s in ClusterSample.objects.filter(at__gte=since).order_by("at", "flavor_id"):
+        p = points.setdefault(s.at, {"busy": 0, "total": 0, "free": 0, "preemptions": 0,
+                                     "queued": dict.fromkeys(TIERS, 0)})
+        p["busy"] += s.busy_gpus
+        p["total"] += s.total_gpus
+        p["free"] += s.free_gpus
+        p["preemptions"] += s.preemptions
+        for tier, n in (s.queued or {}).items():
+            p["queued"][tier] = p["queued"].get(tier, 0) + n
+        for tier, hist in (s.waits or {}).items():
+            row = waits.setdefault(tier, [0] * len(WAIT_BIN_LABELS))
+            for i, n in enumerate(hist[:len(row)]):
+                row[i] += n
+    times = sorted(points)
+    return {
+        "labels": [t.strftime("%H:%M") for t in times],
+        "utilisation": [round(100 * points[t]["busy"] / points[t]["total"], 1) if points[t]["total"] else 0
+                        for t in times],
+        "free": [points[t]["free"] for t in times],
+        "preemptions": [points[t]["preemptions"] for t in times],
+        "queued": {tier: [points[t]["queued"].get(tier, 0) for t in times] for tier in TIERS},
+        "wait_bins": list(WAIT_BIN_LABELS),
+        "waits": waits,
+        "samples": len(times),
+    }
+
+
+def department_series(*, user, department_id: int, since: datetime) -> dict:
+    """The department's use over time, summed over flavors (one query, through the tenancy gate): GPUs held,
+    of which borrowed, lent to others, and its nominal quota."""
+    points: dict[datetime, list[int]] = {}
+    for s in (DepartmentSample.objects.restrict(user, VIEW).filter(department_id=department_id, at__gte=since)
+              .order_by("at", "flavor_id")):
+        p = points.setdefault(s.at, [0, 0, 0, 0])
+        p[0] += s.busy_gpus
+        p[1] += s.borrowed_gpus
+        p[2] += s.lent_gpus
+        p[3] += s.nominal
+    times = sorted(points)
+    return {"labels": [t.strftime("%H:%M") for t in times], "busy": [points[t][0] for t in times],
+            "borrowed": [points[t][1] for t in times], "lent": [points[t][2] for t in times],
+            "nominal": [points[t][3] for t in times], "samples": len(times)}

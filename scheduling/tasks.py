@@ -17,7 +17,7 @@ from scheduling.backends import get_backend
 from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec, QuotaExceeded
 from scheduling.core import reasons
 from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
-from scheduling.services import clusters, cycle, logs
+from scheduling.services import clusters, cycle, logs, stats
 from scheduling.services.jobs import record_event
 from scheduling.services.locks import exclusive
 
@@ -214,6 +214,14 @@ def keep_log(job_id: int, attempt: int) -> bool:
 def cleanup_logs() -> int:
     """Delete kept logs past LOG_RETENTION_DAYS."""
     return logs.cleanup_logs()
+
+
+@shared_task(name="scheduling.stats.sample", time_limit=120, soft_time_limit=100, ignore_result=True)
+def sample_stats() -> str:
+    """One sample of the dashboard's time series (and old samples deleted)."""
+    at = stats.record_sample()
+    stats.cleanup_samples()
+    return at.isoformat()
 
 
 @shared_task(name="scheduling.cycle.run", time_limit=120, soft_time_limit=100, ignore_result=True)

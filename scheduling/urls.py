@@ -2,12 +2,13 @@
 
 from django.urls import path
 
-from scheduling.views import jobs, policy, whatif
+from scheduling.views import home, jobs, policy, whatif
 
 app_name = "dashboard"
 
 urlpatterns = [
-    path("", jobs.jobs, name="jobs"),
+    path("", home.home, name="home"),
+    path("jobs/", jobs.jobs, name="jobs"),
     path("jobs/new", jobs.submit, name="submit"),
     path("jobs/new/quote", jobs.submit_quote, name="submit-quote"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),
