@@ -184,3 +184,29 @@ def department_series(*, user, department_id: int, since: datetime) -> dict:
     return {"labels": [t.strftime("%H:%M") for t in times], "busy": [points[t][0] for t in times],
             "borrowed": [points[t][1] for t in times], "lent": [points[t][2] for t in times],
             "nominal": [points[t][3] for t in times], "samples": len(times)}
+
+
+def cluster_grid(user) -> list[dict]:
+    """Every node as a row of GPU cells: which department's job holds each GPU, what pods outside the portal
+    use, what is free. A job's name and link only for jobs ``user`` may see (``restrict``); for the others,
+    only the department. Three queries whatever the size."""
+    visible = set(Job.objects.restrict(user, VIEW).filter(state__in=ACTIVE_STATES).values_list("id", flat=True))
+    on_node: dict[str, list[tuple]] = defaultdict(list)
+    for pk, name, dept, owner, gpus, placement, state in (
+            Job.objects.filter(state__in=ACTIVE_STATES).order_by("id")
+            .values_list("id", "name", "department__slug", "owner__username", "gpus", "placement", "state")):
+        for node in placement or ():
+            on_node[node].append((pk, name, dept, owner, gpus, state))
+    rows = []
+    for n in Node.objects.select_related("flavor", "cluster").order_by("cluster__name", "flavor__name", "name"):
+        cells: list[dict] = [{"kind": "other"} for _ in range(min(n.used_by_others, n.gpus))]
+        for pk, name, dept, owner, gpus, state in on_node.get(n.name, ()):
+            job = {"id": pk, "name": name, "owner": owner, "state": state} if pk in visible else None
+            cells += [{"kind": "job", "department": dept, "job": job} for _ in range(gpus)]
+        cells = cells[:n.gpus]
+        free_kind = "free" if n.schedulable else "cordoned"
+        cells += [{"kind": free_kind} for _ in range(n.gpus - len(cells))]
+        rows.append({"cluster": n.cluster.name, "name": n.name, "flavor": n.flavor.name, "gpus": n.gpus,
+                     "schedulable": n.schedulable, "cells": cells,
+                     "free": sum(1 for c in cells if c["kind"] == "free")})
+    return rows

@@ -15,8 +15,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from portal.tenancy import VIEW, member
-from quotas.models import Wallet
 from quotas import budgets
+from quotas.models import Wallet
 from scheduling.models import Job, JobState
 from scheduling.selectors import (
     cluster_series,
