@@ -9,6 +9,7 @@ app_name = "dashboard"
 urlpatterns = [
     path("", home.home, name="home"),
     path("jobs/", jobs.jobs, name="jobs"),
+    path("jobs/live", jobs.jobs_live, name="jobs-live"),
     path("jobs/new", jobs.submit, name="submit"),
     path("jobs/new/quote", jobs.submit_quote, name="submit-quote"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),

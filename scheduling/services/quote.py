@@ -23,6 +23,7 @@ from scheduling import core
 from scheduling.core import reasons
 from scheduling.core import types as core_types
 from scheduling.models import Job, JobState
+from scheduling.selectors import wall_eta
 from scheduling.services.snapshot import build_snapshot
 
 # The hypothetical job's id in the snapshot: no stored job has a negative id.
@@ -52,6 +53,8 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     quota = _quota_use(snapshot, dept, flavor, gpus_total)
     start = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor,
                             user=user.get_username(), approval=bool(approval))
+    # on this cluster's clock (the simulated cluster in the demo runs jobs faster than real time)
+    start["eta"] = wall_eta(start["estimated_start"], now=now)
     if start.get("borrowed") and start.get("price") is not None:  # priced as the engine would clear it
         start["cost_at_clearing_price"] = budgets.cost_of(rate=start["price"], gpu_seconds=gpu_seconds)
     return {

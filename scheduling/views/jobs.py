@@ -12,17 +12,17 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
-from django.http import HttpResponse, HttpResponseNotModified
+from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.errors import PortalError
+from portal.errors import PortalError, error_body
 from portal.forms import form_payload
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer
 from scheduling.models import Job, JobEvent, JobState, TaskType, Tier, Urgency
-from scheduling.selectors import jobs_for, queue_position
+from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
@@ -33,6 +33,7 @@ def jobs(request):
     m = member(request.user)
     qs = jobs_for(request.user, request.GET)
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
+    with_eta(page.object_list)
     counts = {s: 0 for s in JobState.values}
     for state in Job.objects.restrict(request.user, VIEW).values_list("state", flat=True):
         counts[state] += 1
@@ -133,7 +134,38 @@ def job_detail(request, pk: int):
     return render(request, "scheduling/job.html", {
         "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
         "queue_position": queue_position(job=job),
+        "eta": wall_eta(job.estimated_start, cluster=job.cluster.name if job.cluster_id else "default"),
     })
+
+
+LIVE_MAX_IDS = 100
+
+
+@login_required
+def jobs_live(request):
+    """The live state of the jobs a page shows (``?ids=1,2,3``, at most 100): state, reason, wall-clock ETA
+    and timeline length, as JSON with an ETag; 304 when nothing changed since the ETag the page sent. Pages
+    poll this instead of the whole job list."""
+    member(request.user)
+    try:
+        ids = sorted({int(x) for x in request.GET.get("ids", "").split(",") if x.strip()})
+    except ValueError:
+        return JsonResponse(error_body("validation_error", "ids: comma-separated job ids.",
+                                       fields={"ids": [{"code": "invalid", "message": "Job ids, e.g. 1,2,3."}]}),
+                            status=400)
+    if len(ids) > LIVE_MAX_IDS:
+        return JsonResponse(error_body("validation_error", f"At most {LIVE_MAX_IDS} ids.",
+                                       fields={"ids": [{"code": "max_length",
+                                                        "message": f"At most {LIVE_MAX_IDS} ids."}]}), status=400)
+    body = json.dumps({"jobs": live_states(request.user, ids)}, sort_keys=True)
+    etag = '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"'
+    if request.headers.get("If-None-Match") == etag:
+        response = HttpResponseNotModified()
+    else:
+        response = HttpResponse(body, content_type="application/json")
+    response["ETag"] = etag
+    response["Cache-Control"] = "private, no-cache"
+    return response
 
 
 @login_required
