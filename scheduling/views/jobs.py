@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.contrib import messages
@@ -40,12 +41,14 @@ def jobs(request):
     return render(request, "scheduling/jobs.html", {
         "page": page, "membership": m, "states": [(v, label, counts[v]) for v, label in JobState.choices],
         "filter_state": request.GET.get("state", ""), "mine": request.GET.get("mine", ""),
+        "filtered": any(request.GET.get(k) for k in ("state", "tier", "flavor", "mine", "department", "q")),
     })
 
 
 FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
                "deadline", "max_runtime_s", "checkpoint_interval_s", "bid")
-INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "bid")
+INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s")
+BID_MESSAGE = "Credits per GPU-hour, a number with at most 3 decimals (e.g. 1.5)."
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:
@@ -53,6 +56,15 @@ def _form_to_payload(post) -> tuple[dict, dict]:
     only a form has: a command typed as a shell line, and environment variables as NAME=value lines."""
     payload = form_payload(post, FORM_FIELDS, integers=INT_FIELDS)
     errors: dict = {}
+    if "bid" in payload:  # the form speaks credits; the API milli-credits
+        try:
+            mcr = Decimal(payload["bid"]) * 1000
+            if not mcr.is_finite() or mcr != mcr.to_integral_value():
+                raise InvalidOperation
+            payload["bid"] = int(mcr)
+        except InvalidOperation:
+            del payload["bid"]
+            errors["bid"] = [BID_MESSAGE]
     command = post.get("command", "").strip()
     if command:
         try:
@@ -171,7 +183,8 @@ def jobs_live(request):
 @login_required
 @require_POST
 def cancel(request, pk: int):
-    job = Job.objects.get_or_404(request.user, CHANGE, pk=pk)
+    job = Job.objects.get_or_404(request.user, CHANGE, pk=pk,
+                                 message="Only the job's owner and its department's admins can cancel it.")
     try:
         job_cancel(user=request.user, job=job, comment=request.POST.get("comment", ""))
     except PortalError as exc:  # e.g. it finished meanwhile: said on the job's page
