@@ -99,6 +99,7 @@ def server_error(request):
 
 # ------------------------------------------------------------------------------------------ API tokens page
 TOKEN_FIELDS = ("name", "ttl_days")
+NEW_TOKEN_KEY = "new_api_token"
 
 
 @login_required
@@ -113,10 +114,17 @@ def tokens(request):
     if request.method == "POST":
         serializer = TokenCreateSerializer(data=form_payload(request.POST, TOKEN_FIELDS, integers=("ttl_days",)))
         if serializer.is_valid():
-            created, secret = ApiToken.issue(user=request.user, **serializer.validated_data)
-            values = {}
-        else:
-            errors = {k: [str(e) for e in v] for k, v in serializer.errors.items()}
+            token, secret = ApiToken.issue(user=request.user, **serializer.validated_data)
+            # Post/redirect/get: reloading the page must not create a second token. The secret waits in the
+            # session for the one page that shows it, and leaves it there.
+            request.session[NEW_TOKEN_KEY] = {"id": token.pk, "secret": secret}
+            return redirect("tokens")
+        errors = {k: [str(e) for e in v] for k, v in serializer.errors.items()}
+    else:
+        new = request.session.pop(NEW_TOKEN_KEY, None)
+        if new:
+            created = ApiToken.objects.restrict(request.user, VIEW).filter(pk=new["id"]).first()
+            secret = new["secret"] if created else None
     return render(request, "portal/tokens.html", {
         "tokens": ApiToken.objects.restrict(request.user, VIEW).order_by("-created_at", "-id"),
         "created": created, "secret": secret, "errors": errors, "values": values,
