@@ -45,6 +45,9 @@ bench-e2e: $(VENV_STAMP)     ## control-plane throughput through Django + Postgr
 bench-e2e-kube: $(VENV_STAMP)  ## the same on the Kubernetes backend against KUBECONFIG, beside the bare scheduler
 	$(PY) -m benchmarks.e2e --backend kubernetes $(E2E_ARGS)
 
+screenshots: $(VENV_STAMP)   ## refresh docs/screenshots/: the demo runs 90 s, then each main page per role in Chromium
+	$(PY) tools/screenshots.py
+
 CHARTJS_VERSION ?= 4.6.1
 vendor-js:                   ## refresh the vendored Chart.js from the npm registry (the portal serves it; no CDN)
 	rm -rf var/npm && mkdir -p var/npm

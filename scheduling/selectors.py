@@ -159,7 +159,7 @@ def cluster_series(*, since: datetime) -> dict:
                 row[i] += n
     times = sorted(points)
     return {
-        "labels": [t.strftime("%H:%M") for t in times],
+        "labels": _time_labels(times),
         "utilisation": [round(100 * points[t]["busy"] / points[t]["total"], 1) if points[t]["total"] else 0
                         for t in times],
         "free": [points[t]["free"] for t in times],
@@ -169,6 +169,12 @@ def cluster_series(*, since: datetime) -> dict:
         "waits": waits,
         "samples": len(times),
     }
+
+
+def _time_labels(times: list[datetime]) -> list[str]:
+    """Sample times as HH:MM, with seconds when samples are closer than a minute (the demo's)."""
+    fine = any((b - a).total_seconds() < 60 for a, b in zip(times, times[1:], strict=False))
+    return [t.strftime("%H:%M:%S" if fine else "%H:%M") for t in times]
 
 
 def department_series(*, user, department_id: int, since: datetime) -> dict:
@@ -183,7 +189,7 @@ def department_series(*, user, department_id: int, since: datetime) -> dict:
         p[2] += s.lent_gpus
         p[3] += s.nominal
     times = sorted(points)
-    return {"labels": [t.strftime("%H:%M") for t in times], "busy": [points[t][0] for t in times],
+    return {"labels": _time_labels(times), "busy": [points[t][0] for t in times],
             "borrowed": [points[t][1] for t in times], "lent": [points[t][2] for t in times],
             "nominal": [points[t][3] for t in times], "samples": len(times)}
 

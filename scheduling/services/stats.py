@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from quotas.models import Quota
@@ -43,10 +43,14 @@ def wait_bin(seconds: float) -> int:
 
 
 def record_sample(*, now: datetime | None = None) -> datetime:
-    """Write the samples of the interval ``now`` falls in (idempotent: rewrites that interval's rows)."""
+    """Write the samples of the interval ``now`` falls in (idempotent: rewrites that interval's rows). Starts and
+    preemptions are counted from the previous sample on."""
     interval = float(settings.STATS_INTERVAL_S)
     at = bucket(now or timezone.now(), interval)
-    since = at - timedelta(seconds=interval)
+    # Starts and preemptions since the previous sample (not one interval back: a late or skipped beat must
+    # neither lose them nor count them twice), at most a day back.
+    previous = ClusterSample.objects.filter(at__lt=at).aggregate(m=Max("at"))["m"]
+    since = max(previous, at - timedelta(days=1)) if previous else at - timedelta(seconds=interval)
 
     nodes = list(Node.objects.values_list("name", "flavor_id", "gpus", "used_by_others", "schedulable"))
     active = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(
