@@ -127,8 +127,13 @@ def test_department_admin_sees_members_jobs_and_approvals(lab, submit, client):
     assert f'/jobs/{other.pk}/' not in html  # another department's job
 
 
-def test_platform_admin_board_plots_the_stored_series(lab, client):
-    Wallet.objects.create(department=lab.vision, balance=5_000)
+def test_platform_admin_board_plots_the_stored_series(lab, client, submit):
+    from quotas.services import wallets
+
+    wallets.wallet_create(department=lab.vision, actor=lab.root, balance=5_500)
+    job = submit(lab.alice)
+    wallets.wallet_hold(job=job, attempt=1, amount=1000, rate=1000)
+    wallets.wallet_settle(job=job, attempt=1, amount=500, gpu_seconds=1800, outcome="succeeded")
     _history(lab, 6)
     client.force_login(lab.root)
     html = client.get("/").content.decode()
@@ -139,7 +144,8 @@ def test_platform_admin_board_plots_the_stored_series(lab, client):
     waits = _chart(html, "waits")
     assert {d["label"]: d["data"][0] for d in waits["datasets"]}["elastic"] == 6
     spend = _chart(html, "spend")
-    assert spend["labels"] == ["vision"] and spend["datasets"][1]["data"] == [5.0]
+    assert spend["labels"] == ["vision"] and spend["datasets"][0]["data"] == [0.5]
+    assert spend["datasets"][1]["data"] == [5.0]
     assert _chart(html, "preempt")["datasets"][0]["data"] == [i % 2 for i in reversed(range(6))]
 
 
