@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: arch demo test lint bench bench-philly bench-traces bench-quick bench-engine bench-e2e bench-e2e-kube ci clean
+.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-engine bench-e2e bench-e2e-kube ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -44,6 +44,15 @@ bench-e2e: $(VENV_STAMP)     ## control-plane throughput through Django + Postgr
 
 bench-e2e-kube: $(VENV_STAMP)  ## the same on the Kubernetes backend against KUBECONFIG, beside the bare scheduler
 	$(PY) -m benchmarks.e2e --backend kubernetes $(E2E_ARGS)
+
+screenshots: $(VENV_STAMP)   ## refresh docs/screenshots/: the demo runs 90 s, then each main page per role in Chromium
+	$(PY) tools/screenshots.py
+
+CHARTJS_VERSION ?= 4.6.1
+vendor-js:                   ## refresh the vendored Chart.js from the npm registry (the portal serves it; no CDN)
+	rm -rf var/npm && mkdir -p var/npm
+	cd var/npm && npm pack --silent chart.js@$(CHARTJS_VERSION) && tar xzf chart.js-$(CHARTJS_VERSION).tgz
+	cp var/npm/package/dist/chart.umd.min.js var/npm/package/LICENSE.md portal/static/portal/vendor/chartjs/
 
 ci:
 	bash .ci/run

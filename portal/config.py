@@ -63,6 +63,15 @@ SETTINGS: tuple[Setting, ...] = (
             "jobs.", "int"),
     Setting("WHATIF_TIME_LIMIT_S", "20", "What-if: give up after this many seconds for both replays (keep it "
             "under the web server's request timeout).", "float"),
+    Setting("QUOTE_ESTIMATE_MAX_JOBS", "20000", "Quote: skip the start estimate (one engine run over a copy of the "
+            "queue) when more jobs than this are active or waiting.", "int"),
+    Setting("LOG_KEEP_KB", "256", "Job logs: keep the last this many KiB of every attempt's log when it ends.",
+            "int"),
+    Setting("LOG_RETENTION_DAYS", "30", "Job logs: delete kept logs this many days after their attempt ended.",
+            "int"),
+    Setting("STATS_INTERVAL_S", "300", "Dashboard charts: seconds between two samples of the stored time series.",
+            "int"),
+    Setting("STATS_RETENTION_DAYS", "90", "Dashboard charts: delete samples older than this many days.", "int"),
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("SECURE_SSL", "false", "Behind TLS: secure cookies, HSTS, redirect to https.", "bool"),
     Setting("DATA_DIR", str(BASE_DIR / "var"), "Where the embedded defaults keep SQLite, broker and locks."),
@@ -93,6 +102,10 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("CELERY_BROKER_URL must be a redis:// URL (or filesystem:// / memory://).")
         if float(values["CYCLE_INTERVAL_S"]) <= 0 or float(values["SIM_SPEEDUP"]) <= 0:
             problems.append("CYCLE_INTERVAL_S and SIM_SPEEDUP must be positive.")
+        if int(values["STATS_INTERVAL_S"]) <= 0 or int(values["STATS_RETENTION_DAYS"]) <= 0:
+            problems.append("STATS_INTERVAL_S and STATS_RETENTION_DAYS must be positive.")
+        if int(values["LOG_KEEP_KB"]) <= 0 or int(values["LOG_RETENTION_DAYS"]) <= 0:
+            problems.append("LOG_KEEP_KB and LOG_RETENTION_DAYS must be positive.")
         if int(values["WHATIF_MAX_JOBS"]) <= 0 or float(values["WHATIF_TIME_LIMIT_S"]) <= 0:
             problems.append("WHATIF_MAX_JOBS and WHATIF_TIME_LIMIT_S must be positive.")
         if "{department}" not in str(values["KUBE_NAMESPACE_TEMPLATE"]):

@@ -102,3 +102,16 @@ class ProbeMiddleware:
 
             return getattr(views, name)(request)
         return self.get_response(request)
+
+
+class ClientErrorsWithoutTraceback:
+    """Logging filter: a 4xx answer logged by Django (``django.request``, ``django.security``) keeps its one
+    line but drops the traceback; the user's page says why the request was refused, and a 403 or 404 is not
+    a fault of the portal. 5xx records keep theirs."""
+
+    def filter(self, record) -> bool:
+        status = getattr(record, "status_code", None)
+        if record.name.startswith("django.") and isinstance(status, int) and 400 <= status < 500:
+            record.exc_info = None
+            record.exc_text = None
+        return True

@@ -130,6 +130,17 @@ class ApiToken(models.Model):
         )
         return token, f"{cls.PREFIX}_{key_id}_{secret}"
 
+    def revoke(self) -> None:
+        """Revoke the token now (idempotent: a revoked token keeps its first revocation time)."""
+        ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.refresh_from_db(fields=["revoked_at"])
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        return "expired" if self.expires_at <= timezone.now() else "active"
+
     @classmethod
     def authenticate(cls, raw: str) -> ApiToken | None:
         try:

@@ -169,6 +169,10 @@ CELERY_BEAT_SCHEDULE = {
     "quotas-refill": {"task": "quotas.refill", "schedule": 3600.0},
     "quotas-check-ledger": {"task": "quotas.check_ledger", "schedule": 900.0},
     "quotas-reconcile-holds": {"task": "quotas.reconcile_holds", "schedule": 600.0},
+    # kept job logs past LOG_RETENTION_DAYS
+    "scheduling-logs-cleanup": {"task": "scheduling.logs.cleanup", "schedule": 3600.0},
+    # the dashboard's time series (charts read samples, never every job's history)
+    "scheduling-stats-sample": {"task": "scheduling.stats.sample", "schedule": float(ENV["STATS_INTERVAL_S"])},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -184,6 +188,11 @@ KUBE_BURST = int(ENV["KUBE_BURST"])
 API_TOKEN_TTL_DAYS = int(ENV["API_TOKEN_TTL_DAYS"])
 WHATIF_MAX_JOBS = int(ENV["WHATIF_MAX_JOBS"])
 WHATIF_TIME_LIMIT_S = float(ENV["WHATIF_TIME_LIMIT_S"])
+QUOTE_ESTIMATE_MAX_JOBS = int(ENV["QUOTE_ESTIMATE_MAX_JOBS"])
+LOG_KEEP_KB = int(ENV["LOG_KEEP_KB"])
+LOG_RETENTION_DAYS = int(ENV["LOG_RETENTION_DAYS"])
+STATS_INTERVAL_S = int(ENV["STATS_INTERVAL_S"])
+STATS_RETENTION_DAYS = int(ENV["STATS_RETENTION_DAYS"])
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)
 
@@ -203,7 +212,7 @@ AXES_LOCKOUT_CALLABLE = "portal.lockout.lockout_response"
 AXES_SENSITIVE_PARAMETERS = ["password", "token"]
 AXES_VERBOSE = False
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "dashboard:jobs"
+LOGIN_REDIRECT_URL = "dashboard:home"
 LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
@@ -218,7 +227,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["portal.api.JSONParser"],  # refuses NUL and absurd nesting with a 400
-    "DEFAULT_THROTTLE_RATES": {"submit": "120/min"},  # jobs per user, a batch counts each of its jobs
+    "DEFAULT_THROTTLE_RATES": {"submit": "120/min", "quote": "120/min"},  # jobs per user, a batch counts each of its jobs
     "UNAUTHENTICATED_USER": None,
 }
 JOBS_BATCH_MAX = 500  # most jobs in one POST /api/v1/jobs/batch (docs/api.md)
@@ -227,6 +236,24 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Submit and follow GPU jobs; read quotas, flavors and departments.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # One tag per resource (the path's first segment after /api/v1/): the docs group operations by it.
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "TAGS": [
+        {"name": "jobs", "description": "Submit, quote, follow, cancel jobs; their logs."},
+        {"name": "cluster", "description": "GPUs per type: total, used, free, fragmentation."},
+        {"name": "policy", "description": "The scheduling policy in force and its versions."},
+        {"name": "flavors", "description": "GPU types (flavors)."},
+        {"name": "quotas", "description": "Departments' guaranteed GPUs, borrowing and lending limits."},
+        {"name": "wallets", "description": "Credits, holds, the ledger, refill and approval rules."},
+        {"name": "prices", "description": "Base prices per GPU type and tier."},
+        {"name": "allowances", "description": "Per-user spending limits."},
+        {"name": "approvals", "description": "Jobs waiting for a department admin."},
+        {"name": "ledger", "description": "Ledger entries: every movement of credits."},
+        {"name": "reports", "description": "Usage reports from the ledger."},
+        {"name": "departments", "description": "Departments and their members."},
+        {"name": "tokens", "description": "Your API tokens."},
+        {"name": "me", "description": "Who you are: user, department, role."},
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -277,7 +304,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # A refused request (403, 404: its reason is on the page the user gets) is one log line, not a traceback.
+    "filters": {"client_errors_without_traceback": {"()": "portal.middleware.ClientErrorsWithoutTraceback"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
+                             "filters": ["client_errors_without_traceback"]}},
     "root": {"handlers": ["console"], "level": str(ENV["LOG_LEVEL"])},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

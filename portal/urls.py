@@ -2,7 +2,9 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal import metrics as portal_metrics
@@ -17,10 +19,12 @@ api_v1 = [
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
 PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc",
-                    "prometheus-django-metrics"}
+                    "prometheus-django-metrics", "favicon"}
 
 urlpatterns = [
     path("healthz", portal_views.healthz, name="healthz"),
+    # browsers ask for /favicon.ico whatever the page says
+    path("favicon.ico", RedirectView.as_view(url=static("portal/favicon.svg"), permanent=True), name="favicon"),
     path("readyz", portal_views.readyz, name="readyz"),
     path("login/", auth_views.LoginView.as_view(template_name="portal/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -30,6 +34,8 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("admin/", admin.site.urls),
     path("metrics", portal_metrics.metrics_view, name="prometheus-django-metrics"),
+    path("tokens/", portal_views.tokens, name="tokens"),
+    path("tokens/<int:pk>/revoke", portal_views.token_revoke, name="token-revoke"),
     path("budgets/", include("quotas.urls", namespace="budgets")),
     path("", include("scheduling.urls", namespace="dashboard")),
 ]

@@ -3,14 +3,23 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig
 from django.db import connection
 from django.http import JsonResponse
+from django.shortcuts import redirect, render
 from django.views import defaults
+from django.views.decorators.http import require_http_methods, require_POST
 
+from portal.api.serializers import TokenCreateSerializer
 from portal.celery import app as celery_app
 from portal.errors import error_body
+from portal.forms import form_payload
+from portal.models import ApiToken
+from portal.tenancy import CHANGE, VIEW, member
 
 
 def healthz(request):
@@ -86,3 +95,47 @@ def page_not_found(request, exception=None):
 
 def server_error(request):
     return _api_or(request, defaults.server_error, 500, "server_error", "Internal error; it has been logged.")
+
+
+# ------------------------------------------------------------------------------------------ API tokens page
+TOKEN_FIELDS = ("name", "ttl_days")
+NEW_TOKEN_KEY = "new_api_token"
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokens(request):
+    """Your API tokens: create one (name, lifetime; the secret is shown once, on this answer only), see when
+    each was last used, revoke it. The same serializer as POST /api/v1/tokens."""
+    member(request.user)
+    errors: dict = {}
+    created = secret = None
+    values = request.POST if request.method == "POST" else {}
+    if request.method == "POST":
+        serializer = TokenCreateSerializer(data=form_payload(request.POST, TOKEN_FIELDS, integers=("ttl_days",)))
+        if serializer.is_valid():
+            token, secret = ApiToken.issue(user=request.user, **serializer.validated_data)
+            # Post/redirect/get: reloading the page must not create a second token. The secret waits in the
+            # session for the one page that shows it, and leaves it there.
+            request.session[NEW_TOKEN_KEY] = {"id": token.pk, "secret": secret}
+            return redirect("tokens")
+        errors = {k: [str(e) for e in v] for k, v in serializer.errors.items()}
+    else:
+        new = request.session.pop(NEW_TOKEN_KEY, None)
+        if new:
+            created = ApiToken.objects.restrict(request.user, VIEW).filter(pk=new["id"]).first()
+            secret = new["secret"] if created else None
+    return render(request, "portal/tokens.html", {
+        "tokens": ApiToken.objects.restrict(request.user, VIEW).order_by("-created_at", "-id"),
+        "created": created, "secret": secret, "errors": errors, "values": values,
+        "default_ttl": settings.API_TOKEN_TTL_DAYS,
+    }, status=400 if errors else 200)
+
+
+@login_required
+@require_POST
+def token_revoke(request, pk: int):
+    token = ApiToken.objects.get_or_404(request.user, CHANGE, pk=pk)
+    token.revoke()
+    messages.success(request, f"Token {token.name!r} is revoked; requests that use it now fail.")
+    return redirect("tokens")

@@ -13,7 +13,11 @@ pyproject.toml checks it), and quotas never imports scheduling's services or tas
   transaction that ends the attempt. Idempotent.
 * ``approval_inputs(...)`` / ``approval_required(job=..., inputs=...)``: whether a submission waits for a
   department admin.
-* ``estimated_cost(job=...)`` (quote): the worst-case cost of one attempt.
+* ``estimated_cost(job=...)`` (quote): the worst-case cost of one attempt; ``price_for(flavor_id=..., tier=...)``
+  the base price it starts from, and ``cost_of(rate=..., gpu_seconds=...)`` the one cost function (a quote
+  prices the engine's clearing price with it).
+* ``burn_rate(wallet=...)`` / ``spend_by_department(since=...)`` (the home page): a department's spend per
+  day and running rate; every department's net spend since a date, in one query.
 
 The hooks return a ``BudgetNote`` (or None): what happened to the money, which the caller records on the
 job's timeline. Budgets never write a job or its events.
@@ -23,7 +27,8 @@ from __future__ import annotations
 
 from quotas.services.approvals import ApprovalInputs, approval_inputs, approval_required
 from quotas.services.hooks import BudgetNote, BudgetView, on_attempt_ended, on_job_admitted, read_for_cycle
-from quotas.services.pricing import estimated_cost
+from quotas.services.pricing import cost_of, estimated_cost, price_for
+from quotas.services.reports import burn_rate, spend_by_department
 from quotas.services.wallets import lock_department_wallets
 
 __all__ = [
@@ -32,9 +37,13 @@ __all__ = [
     "BudgetView",
     "approval_inputs",
     "approval_required",
+    "burn_rate",
+    "cost_of",
     "estimated_cost",
     "lock_department_wallets",
     "on_attempt_ended",
     "on_job_admitted",
+    "price_for",
     "read_for_cycle",
+    "spend_by_department",
 ]

@@ -4,12 +4,24 @@ for), the approvals inbox, and the cluster's capacity."""
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, Sum
+from django.utils import timezone
 
 from portal.tenancy import APPROVE, VIEW
-from scheduling.core.types import TIER_RANK
-from scheduling.models import ACTIVE_STATES, Job, JobState, Node
+from quotas.models import Quota
+from scheduling.backends import get_backend
+from scheduling.core.types import TIER_RANK, TIERS
+from scheduling.models import (
+    ACTIVE_STATES,
+    WAIT_BIN_LABELS,
+    ClusterSample,
+    DepartmentSample,
+    Job,
+    JobState,
+    Node,
+)
 
 
 def queue_position(*, job: Job) -> int | None:
@@ -82,3 +94,161 @@ def cluster_summary() -> dict:
         whole = sum(x["gpus"] for x in nodes if x["flavor"] == f["flavor"] and x["free"] == x["gpus"])
         f["fragmentation"] = round(1 - whole / f["free"], 3) if f["free"] else 0.0
     return {"flavors": sorted(flavors.values(), key=lambda x: x["flavor"]), "nodes": nodes}
+
+
+F_GPUS = F("gpus") * F("pods")
+
+
+def lent_shares(keys, quotas, busy, borrowed) -> dict[tuple[int, int], int]:
+    """What each (department, flavor) lends: the GPUs other departments borrow of a flavor, shared among the
+    departments with idle nominal quota of it in proportion to that idle quota (the cohort pools lendable
+    capacity, and which lender's GPU a borrower holds is not recorded)."""
+    out: dict[tuple[int, int], int] = {}
+    for flavor in {f for _, f in keys}:
+        mine = [k for k in keys if k[1] == flavor]
+        idle = {k: max(0, quotas.get(k, 0) - busy.get(k, 0)) for k in mine}
+        pool = sum(idle.values())
+        for k in mine:
+            others = sum(borrowed.get(o, 0) for o in mine if o != k)
+            out[k] = min(idle[k], others * idle[k] // pool) if pool else 0
+    return out
+
+
+def quota_use(*, department_id: int) -> list[dict]:
+    """The department's quota of each flavor now: nominal, borrowing limit, GPUs its admitted and running jobs
+    hold, how many of those are borrowed, how many of its idle GPUs others borrow, its queued jobs. Three
+    queries whatever the number of jobs."""
+    quotas = {(q.department_id, q.flavor_id): q for q in Quota.objects.select_related("flavor")}
+    busy: dict[tuple[int, int], int] = {}
+    for dept, flavor, gpus in (Job.objects.filter(state__in=ACTIVE_STATES).values_list("department_id", "flavor_id")
+                               .annotate(g=Sum(F_GPUS)).order_by()):
+        busy[(dept, flavor)] = gpus or 0
+    queued = dict(((d, f), n) for d, f, n in Job.objects.filter(state=JobState.QUEUED, department_id=department_id)
+                  .values_list("department_id", "flavor_id").annotate(n=Count("id")).order_by())
+    keys = set(quotas) | set(busy)
+    nominal = {k: q.nominal for k, q in quotas.items()}
+    borrowed = {k: max(0, busy.get(k, 0) - nominal.get(k, 0)) for k in keys}
+    lent = lent_shares(keys, nominal, busy, borrowed)
+    rows = []
+    for k in sorted(k for k in keys | set(queued) if k[0] == department_id):
+        q = quotas.get(k)
+        rows.append({"flavor_id": k[1], "flavor": q.flavor.name if q else None, "nominal": nominal.get(k, 0),
+                     "borrowing_limit": q.borrowing_limit if q else 0, "busy": busy.get(k, 0),
+                     "borrowed": borrowed.get(k, 0), "lent": lent.get(k, 0), "queued": queued.get(k, 0)})
+    return rows
+
+
+def cluster_series(*, since: datetime) -> dict:
+    """The charts of the whole cluster since ``since``, from the stored samples (one query): utilisation (busy
+    of total GPUs, %), idle GPUs and queue depth per tier over time, preemptions per sample, and the
+    distribution of waits (queued -> started) per tier over the window."""
+    points: dict[datetime, dict] = {}
+    waits = {t: [0] * len(WAIT_BIN_LABELS) for t in TIERS}
+    for s in ClusterSample.objects.filter(at__gte=since).order_by("at", "flavor_id"):
+        p = points.setdefault(s.at, {"busy": 0, "total": 0, "free": 0, "preemptions": 0,
+                                     "queued": dict.fromkeys(TIERS, 0)})
+        p["busy"] += s.busy_gpus
+        p["total"] += s.total_gpus
+        p["free"] += s.free_gpus
+        p["preemptions"] += s.preemptions
+        for tier, n in (s.queued or {}).items():
+            p["queued"][tier] = p["queued"].get(tier, 0) + n
+        for tier, hist in (s.waits or {}).items():
+            row = waits.setdefault(tier, [0] * len(WAIT_BIN_LABELS))
+            for i, n in enumerate(hist[:len(row)]):
+                row[i] += n
+    times = sorted(points)
+    return {
+        "labels": _time_labels(times),
+        "utilisation": [round(100 * points[t]["busy"] / points[t]["total"], 1) if points[t]["total"] else 0
+                        for t in times],
+        "free": [points[t]["free"] for t in times],
+        "preemptions": [points[t]["preemptions"] for t in times],
+        "queued": {tier: [points[t]["queued"].get(tier, 0) for t in times] for tier in TIERS},
+        "wait_bins": list(WAIT_BIN_LABELS),
+        "waits": waits,
+        "samples": len(times),
+    }
+
+
+def _time_labels(times: list[datetime]) -> list[str]:
+    """Sample times as HH:MM, with seconds when samples are closer than a minute (the demo's)."""
+    fine = any((b - a).total_seconds() < 60 for a, b in zip(times, times[1:], strict=False))
+    return [t.strftime("%H:%M:%S" if fine else "%H:%M") for t in times]
+
+
+def department_series(*, user, department_id: int, since: datetime) -> dict:
+    """The department's use over time, summed over flavors (one query, through the tenancy gate): GPUs held,
+    of which borrowed, lent to others, and its nominal quota."""
+    points: dict[datetime, list[int]] = {}
+    for s in (DepartmentSample.objects.restrict(user, VIEW).filter(department_id=department_id, at__gte=since)
+              .order_by("at", "flavor_id")):
+        p = points.setdefault(s.at, [0, 0, 0, 0])
+        p[0] += s.busy_gpus
+        p[1] += s.borrowed_gpus
+        p[2] += s.lent_gpus
+        p[3] += s.nominal
+    times = sorted(points)
+    return {"labels": _time_labels(times), "busy": [points[t][0] for t in times],
+            "borrowed": [points[t][1] for t in times], "lent": [points[t][2] for t in times],
+            "nominal": [points[t][3] for t in times], "samples": len(times)}
+
+
+def cluster_grid(user) -> list[dict]:
+    """Every node as a row of GPU cells: which department's job holds each GPU, what pods outside the portal
+    use, what is free. A job's name and link only for jobs ``user`` may see (``restrict``); for the others,
+    only the department. Three queries whatever the size."""
+    visible = set(Job.objects.restrict(user, VIEW).filter(state__in=ACTIVE_STATES).values_list("id", flat=True))
+    on_node: dict[str, list[tuple]] = defaultdict(list)
+    for pk, name, dept, owner, gpus, placement, state in (
+            Job.objects.filter(state__in=ACTIVE_STATES).order_by("id")
+            .values_list("id", "name", "department__slug", "owner__username", "gpus", "placement", "state")):
+        for node in placement or ():
+            on_node[node].append((pk, name, dept, owner, gpus, state))
+    rows = []
+    for n in Node.objects.select_related("flavor", "cluster").order_by("cluster__name", "flavor__name", "name"):
+        cells: list[dict] = [{"kind": "other"} for _ in range(min(n.used_by_others, n.gpus))]
+        for pk, name, dept, owner, gpus, state in on_node.get(n.name, ()):
+            job = {"id": pk, "name": name, "owner": owner, "state": state} if pk in visible else None
+            cells += [{"kind": "job", "department": dept, "job": job} for _ in range(gpus)]
+        cells = cells[:n.gpus]
+        free_kind = "free" if n.schedulable else "cordoned"
+        cells += [{"kind": free_kind} for _ in range(n.gpus - len(cells))]
+        rows.append({"cluster": n.cluster.name, "name": n.name, "flavor": n.flavor.name, "gpus": n.gpus,
+                     "schedulable": n.schedulable, "cells": cells,
+                     "free": sum(1 for c in cells if c["kind"] == "free")})
+    return rows
+
+
+def wall_eta(estimated_start: datetime | None, *, cluster: str = "default",
+             now: datetime | None = None) -> datetime | None:
+    """An estimated start on the wall clock: the engine estimates in runtime seconds (running jobs use their
+    max runtime), which a cluster with a speed-up (the simulated one in the demo) goes through faster."""
+    if estimated_start is None:
+        return None
+    speedup = getattr(get_backend(cluster), "speedup", 1.0) or 1.0
+    now = now or timezone.now()
+    if speedup == 1.0 or estimated_start <= now:
+        return estimated_start
+    return now + (estimated_start - now) / speedup
+
+
+def with_eta(jobs):
+    """Set ``job.eta`` (the wall-clock estimate) on each job; returns them."""
+    now = timezone.now()
+    for job in jobs:
+        job.eta = wall_eta(job.estimated_start, now=now)
+    return jobs
+
+
+def live_states(user, ids: list[int]) -> list[dict]:
+    """What a page that shows these jobs needs to stay current (state, reason, wall-clock ETA, timeline
+    length), for the ones ``user`` may see: one query."""
+    rows = list(Job.objects.restrict(user, VIEW).filter(pk__in=ids).annotate(n_events=Count("events"))
+                .values("id", "state", "reason_code", "reason_message", "estimated_start", "n_events")
+                .order_by("id"))
+    now = timezone.now()
+    for r in rows:
+        eta = wall_eta(r.pop("estimated_start"), now=now)
+        r["eta"] = eta.isoformat() if eta else None
+    return rows

@@ -17,7 +17,7 @@ from scheduling.backends import get_backend
 from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec, QuotaExceeded
 from scheduling.core import reasons
 from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
-from scheduling.services import clusters, cycle
+from scheduling.services import clusters, cycle, logs, stats
 from scheduling.services.jobs import record_event
 from scheduling.services.locks import exclusive
 
@@ -198,9 +198,30 @@ def delete_pods(job_id: int, attempt: int, namespace: str) -> str:
     if job is not None and job.attempt == attempt and job.state in (JobState.QUEUED, JobState.ADMITTED,
                                                                     JobState.RUNNING):
         return "live"  # never delete the pods of a live attempt
+    logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
     cluster = job.cluster.name if job is not None and job.cluster_id else "default"
     get_backend(cluster).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
     return "deleted"
+
+
+@shared_task(name="scheduling.pods.keep_log", time_limit=120, soft_time_limit=100, ignore_result=True)
+def keep_log(job_id: int, attempt: int) -> bool:
+    """Keep the tail of an ended attempt's log (idempotent)."""
+    return logs.keep_attempt_log(job_id=job_id, attempt=attempt) is not None
+
+
+@shared_task(name="scheduling.logs.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)
+def cleanup_logs() -> int:
+    """Delete kept logs past LOG_RETENTION_DAYS."""
+    return logs.cleanup_logs()
+
+
+@shared_task(name="scheduling.stats.sample", time_limit=120, soft_time_limit=100, ignore_result=True)
+def sample_stats() -> str:
+    """One sample of the dashboard's time series (and old samples deleted)."""
+    at = stats.record_sample()
+    stats.cleanup_samples()
+    return at.isoformat()
 
 
 @shared_task(name="scheduling.cycle.run", time_limit=120, soft_time_limit=100, ignore_result=True)

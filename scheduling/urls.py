@@ -2,15 +2,20 @@
 
 from django.urls import path
 
-from scheduling.views import jobs, policy, whatif
+from scheduling.views import home, jobs, policy, whatif
 
 app_name = "dashboard"
 
 urlpatterns = [
-    path("", jobs.jobs, name="jobs"),
+    path("", home.home, name="home"),
+    path("jobs/", jobs.jobs, name="jobs"),
+    path("jobs/live", jobs.jobs_live, name="jobs-live"),
     path("jobs/new", jobs.submit, name="submit"),
+    path("jobs/new/quote", jobs.submit_quote, name="submit-quote"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),
     path("jobs/<int:pk>/cancel", jobs.cancel, name="cancel"),
+    path("jobs/<int:pk>/logs/", jobs.job_logs, name="job-logs"),
+    path("jobs/<int:pk>/logs/text", jobs.job_log_text, name="job-log-text"),
     path("cluster/", policy.cluster, name="cluster"),
     path("policy/", policy.policy, name="policy"),
     path("whatif/", whatif.whatif, name="whatif"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -63,6 +62,5 @@ class TokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def revoke(self, request, pk=None):
         token = ApiToken.objects.get_or_404(request.user, CHANGE, pk=pk)
-        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-        token.refresh_from_db()
+        token.revoke()
         return Response(TokenSerializer(token).data)

@@ -171,3 +171,11 @@ def monthly_statement(*, month: date, department: Department) -> dict[str, Any]:
         "users": [{"user": u["user__username"] or "-", "net_mcr": -(u["net"] or 0),
                    "gpu_hours": round((u["g"] or 0) / 3600, 3)} for u in users],
     }
+
+
+def spend_by_department(*, since: datetime) -> dict[int, int]:
+    """Net spend (charges less refunds, mcr, positive) of every metered department since ``since``, by
+    department id, in one query."""
+    rows = (LedgerEntry.objects.filter(created_at__gte=since, kind__in=(LedgerKind.SETTLE, LedgerKind.REFUND))
+            .values_list("wallet__department_id").annotate(s=Sum("amount")).order_by())
+    return {dept: -(total or 0) for dept, total in rows}

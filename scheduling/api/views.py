@@ -29,6 +29,8 @@ from scheduling.api.serializers import (
 from scheduling.models import JobEvent
 from scheduling.selectors import jobs_for
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
+from scheduling.services.logs import attempt_log_lines
+from scheduling.services.quote import job_quote
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,43 @@ class SubmitThrottle(SimpleRateThrottle):
         return max(0.0, self.duration - (self.now - self.history[-self.missing]))
 
 
+class QuoteThrottle(SimpleRateThrottle):
+    """Per-user ``quote`` rate: the submit form asks for a quote as fields change (debounced), and each quote
+    runs the engine once over a copy of the queue."""
+
+    scope = "quote"
+
+    def __init__(self):  # the rate is read per request, as for submissions
+        pass
+
+    def get_rate(self):
+        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+
+    def allow_request(self, request, view):
+        self.rate = self.get_rate()
+        if self.rate is None:
+            return True
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        try:
+            return super().allow_request(request, view)
+        except Exception:  # noqa: BLE001 - as for submissions: a courtesy limit never depends on the cache
+            log.warning("quote throttle: the cache is unreachable; allowing the request", exc_info=True)
+            return True
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+
+QUOTE_DESCRIPTION = (
+    "Validates the body exactly as POST /api/v1/jobs does (400 with field errors) and submits nothing. "
+    "Answers `estimated_cost` (milli-credits, worst case: max(base price, bid) x GPUs x pods x "
+    "`max_runtime_s`, the hold placed at admission), `hold_s`, `base_price`, `rate`, `metered`, `available`, "
+    "`affordable`; `needs_approval` with `approval_reasons`; `quota` (nominal, borrowing limit, GPUs the "
+    "department uses, whether the job fits or must borrow); `free_gpus` of the flavor now; and `start`: the "
+    "engine run on the current queue with this job added, read-only (`starts_now`, `estimated_start`, "
+    "`code` and `message` of why it would wait, `borrowed` and the clearing `price` when it would borrow).")
+
+
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
 
@@ -127,6 +166,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def get_throttles(self):
         if self.action in ("create", "batch"):
             return [SubmitThrottle()]
+        if self.action == "quote":
+            return [QuoteThrottle()]
         return super().get_throttles()
 
     @extend_schema(parameters=FILTERS)
@@ -179,6 +220,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = JobBatchSerializer({"jobs": jobs}, context={"request": request}).data
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
+    @extend_schema(request=JobSubmitSerializer, responses={200: OpenApiTypes.OBJECT},
+                   summary="Quote a job before submitting it", description=QUOTE_DESCRIPTION)
+    @action(detail=False, methods=["post"], url_path="quote")
+    def quote(self, request):
+        member(request.user)
+        serializer = JobSubmitSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return Response(job_quote(user=request.user, data=serializer.validated_data))
+
     @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
@@ -191,26 +241,33 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(
         parameters=[OpenApiParameter("tail", int, description="Last N lines (default 200, max 5000)"),
-                    OpenApiParameter("follow", bool, description="Stream new lines as they come")],
+                    OpenApiParameter("follow", bool, description="Stream new lines as they come (live attempt)"),
+                    OpenApiParameter("attempt", int, description="Which attempt (default: the current one); "
+                                     "an ended attempt's log is the tail kept when it ended")],
         responses={(200, "text/plain"): OpenApiTypes.STR},
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
         job = self.get_object(CHANGE, "Only the job's owner and admins can read its logs.")
-        from scheduling.backends import get_backend
-        from scheduling.services.jobs import namespace_for
-
+        fields = {}
         try:
             tail = max(1, min(5000, int(request.query_params.get("tail", 200))))
         except ValueError:
-            raise ValidationFailed(fields={"tail": [{"code": "invalid", "message": "An integer is required."}]})
+            fields["tail"] = [{"code": "invalid", "message": "An integer is required."}]
+        try:
+            attempt = int(request.query_params.get("attempt", job.attempt))
+            if not 1 <= attempt <= job.attempt:
+                fields["attempt"] = [{"code": "invalid",
+                                      "message": f"This job has attempts 1 to {job.attempt}."}]
+        except ValueError:
+            fields["attempt"] = [{"code": "invalid", "message": "An integer is required."}]
+        if fields:
+            raise ValidationFailed(fields=fields)
         follow = request.query_params.get("follow") in ("1", "true", "yes")
         from scheduling.backends.base import BackendError
 
-        backend = get_backend(job.cluster.name if job.cluster_id else "default")
         try:
-            lines = backend.logs(job_id=job.pk, attempt=job.attempt,
-                                 namespace=namespace_for(job.department.slug), tail_lines=tail, follow=follow)
+            lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow)
         except BackendError as exc:  # no pod yet, not started, kubelet silent, API down: say so, never a 500
             raise LogsUnavailable(f"The job's logs are unavailable right now: {exc}") from exc
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),

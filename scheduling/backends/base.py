@@ -159,6 +159,9 @@ class ClusterBackend(abc.ABC):
     # True when a job's pods are created only when it is admitted (``start``), not when it is queued: gated
     # pods of queued jobs would count against namespace ResourceQuotas (see docs/kubernetes.md).
     creates_pods_at_admission: bool = False
+    # Seconds of a job's runtime that pass per wall-clock second on this cluster: 1 on a real cluster, the
+    # simulated cluster's SIM_SPEEDUP in the demo. Estimates in runtime seconds are shown divided by it.
+    speedup: float = 1.0
 
     @abc.abstractmethod
     def inventory(self) -> Inventory:

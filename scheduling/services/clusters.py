@@ -335,6 +335,8 @@ def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finish
         if ok:
             budget_attempt_ended(job=job, attempt=job.attempt,
                                  outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
+            # while the finished pods are still there to read it from
+            dispatch.after_commit("scheduling.pods.keep_log", job.pk, job.attempt)
     return ok
 
 

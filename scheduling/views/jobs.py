@@ -3,24 +3,30 @@ selectors as the API, and read through the same tenancy gate (another department
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
+from decimal import Decimal, InvalidOperation
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
+from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.errors import PortalError
+from portal.errors import PortalError, error_body
 from portal.forms import form_payload
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer
 from scheduling.models import Job, JobEvent, JobState, TaskType, Tier, Urgency
-from scheduling.selectors import jobs_for, queue_position
+from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
+from scheduling.services.logs import attempt_log_lines, is_live
+from scheduling.services.quote import job_quote
 
 
 @login_required
@@ -28,18 +34,21 @@ def jobs(request):
     m = member(request.user)
     qs = jobs_for(request.user, request.GET)
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
+    with_eta(page.object_list)
     counts = {s: 0 for s in JobState.values}
     for state in Job.objects.restrict(request.user, VIEW).values_list("state", flat=True):
         counts[state] += 1
     return render(request, "scheduling/jobs.html", {
         "page": page, "membership": m, "states": [(v, label, counts[v]) for v, label in JobState.choices],
         "filter_state": request.GET.get("state", ""), "mine": request.GET.get("mine", ""),
+        "filtered": any(request.GET.get(k) for k in ("state", "tier", "flavor", "mine", "department", "q")),
     })
 
 
 FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
                "deadline", "max_runtime_s", "checkpoint_interval_s", "bid")
-INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "bid")
+INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s")
+BID_MESSAGE = "Credits per GPU-hour, a number with at most 3 decimals (e.g. 1.5)."
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:
@@ -47,6 +56,15 @@ def _form_to_payload(post) -> tuple[dict, dict]:
     only a form has: a command typed as a shell line, and environment variables as NAME=value lines."""
     payload = form_payload(post, FORM_FIELDS, integers=INT_FIELDS)
     errors: dict = {}
+    if "bid" in payload:  # the form speaks credits; the API milli-credits
+        try:
+            mcr = Decimal(payload["bid"]) * 1000
+            if not mcr.is_finite() or mcr != mcr.to_integral_value():
+                raise InvalidOperation
+            payload["bid"] = int(mcr)
+        except InvalidOperation:
+            del payload["bid"]
+            errors["bid"] = [BID_MESSAGE]
     command = post.get("command", "").strip()
     if command:
         try:
@@ -97,6 +115,28 @@ def submit(request):
 
 
 @login_required
+@require_POST
+def submit_quote(request):
+    """The submit form's live quote: the form as typed so far, read exactly as a submission is (same form ->
+    payload conversion, same serializer, same messages), answered as an HTML fragment; 400 with the field
+    errors while the form is not valid yet. Nothing is submitted."""
+    member(request.user)
+    payload, errors = _form_to_payload(request.POST)
+    serializer = JobSubmitSerializer(data=payload)
+    quote = None
+    try:
+        if not serializer.is_valid():
+            errors.update({k: [str(e) for e in v] for k, v in serializer.errors.items()})
+        if not errors:
+            quote = job_quote(user=request.user, data=serializer.validated_data)
+    except PortalError as exc:
+        for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
+            errors.setdefault(field, []).extend(i["message"] for i in items)
+    return render(request, "scheduling/_quote.html", {"quote": quote, "errors": errors},
+                  status=400 if errors else 200)
+
+
+@login_required
 def job_detail(request, pk: int):
     job = (
         Job.objects.select_related("owner", "department", "flavor", "cluster")
@@ -106,13 +146,45 @@ def job_detail(request, pk: int):
     return render(request, "scheduling/job.html", {
         "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
         "queue_position": queue_position(job=job),
+        "eta": wall_eta(job.estimated_start, cluster=job.cluster.name if job.cluster_id else "default"),
     })
+
+
+LIVE_MAX_IDS = 100
+
+
+@login_required
+def jobs_live(request):
+    """The live state of the jobs a page shows (``?ids=1,2,3``, at most 100): state, reason, wall-clock ETA
+    and timeline length, as JSON with an ETag; 304 when nothing changed since the ETag the page sent. Pages
+    poll this instead of the whole job list."""
+    member(request.user)
+    try:
+        ids = sorted({int(x) for x in request.GET.get("ids", "").split(",") if x.strip()})
+    except ValueError:
+        return JsonResponse(error_body("validation_error", "ids: comma-separated job ids.",
+                                       fields={"ids": [{"code": "invalid", "message": "Job ids, e.g. 1,2,3."}]}),
+                            status=400)
+    if len(ids) > LIVE_MAX_IDS:
+        return JsonResponse(error_body("validation_error", f"At most {LIVE_MAX_IDS} ids.",
+                                       fields={"ids": [{"code": "max_length",
+                                                        "message": f"At most {LIVE_MAX_IDS} ids."}]}), status=400)
+    body = json.dumps({"jobs": live_states(request.user, ids)}, sort_keys=True)
+    etag = '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"'
+    if request.headers.get("If-None-Match") == etag:
+        response = HttpResponseNotModified()
+    else:
+        response = HttpResponse(body, content_type="application/json")
+    response["ETag"] = etag
+    response["Cache-Control"] = "private, no-cache"
+    return response
 
 
 @login_required
 @require_POST
 def cancel(request, pk: int):
-    job = Job.objects.get_or_404(request.user, CHANGE, pk=pk)
+    job = Job.objects.get_or_404(request.user, CHANGE, pk=pk,
+                                 message="Only the job's owner and its department's admins can cancel it.")
     try:
         job_cancel(user=request.user, job=job, comment=request.POST.get("comment", ""))
     except PortalError as exc:  # e.g. it finished meanwhile: said on the job's page
@@ -120,3 +192,60 @@ def cancel(request, pk: int):
     return redirect("dashboard:job", pk=pk)
 
 
+
+
+LOG_PAGE_LINES = 5000
+LOGS_FORBIDDEN = "Only the job's owner and its department's admins can read its logs."
+
+
+def _log_attempt(request, job) -> int:
+    try:
+        attempt = int(request.GET.get("attempt", job.attempt))
+    except ValueError:
+        attempt = job.attempt
+    return min(max(attempt, 1), job.attempt)
+
+
+def _log_text(job, attempt) -> tuple[str, str, str]:
+    """(text, source, error) of an attempt's log for a page: never raises for a cluster that cannot answer."""
+    from scheduling.backends.base import BackendError
+
+    try:
+        lines, source = attempt_log_lines(job=job, attempt=attempt, tail=LOG_PAGE_LINES)
+        return "\n".join(line.rstrip("\n") for line in lines), source, ""
+    except BackendError as exc:
+        return "", "live", f"The log is unavailable right now: {exc}"
+
+
+@login_required
+def job_logs(request, pk: int):
+    """A job's log as a page: the attempt chosen from the job's attempts, followed while it runs."""
+    job = Job.objects.select_related("department", "cluster", "flavor").get_or_404(
+        request.user, CHANGE, message=LOGS_FORBIDDEN, pk=pk)
+    attempt = _log_attempt(request, job)
+    text, source, error = _log_text(job, attempt)
+    kept = job.logs.filter(attempt=attempt).only("truncated", "kept_at").first()
+    return render(request, "scheduling/logs.html", {
+        "job": job, "attempt": attempt, "attempts": range(job.attempt, 0, -1), "text": text, "source": source,
+        "error": error, "live": is_live(job, attempt), "kept": kept, "keep_kb": settings.LOG_KEEP_KB,
+        "retention_days": settings.LOG_RETENTION_DAYS,
+    })
+
+
+@login_required
+def job_log_text(request, pk: int):
+    """The log text alone, for following a live attempt: an ETag of the text, 304 when it has not changed."""
+    job = Job.objects.select_related("department", "cluster").get_or_404(
+        request.user, CHANGE, message=LOGS_FORBIDDEN, pk=pk)
+    attempt = _log_attempt(request, job)
+    text, _source, error = _log_text(job, attempt)
+    body = error or text
+    etag = '"' + hashlib.sha256(f"{is_live(job, attempt)}:{body}".encode()).hexdigest()[:32] + '"'
+    if request.headers.get("If-None-Match") == etag:
+        response = HttpResponseNotModified()
+    else:
+        response = HttpResponse(body, content_type="text/plain; charset=utf-8")
+    response["ETag"] = etag
+    response["X-Log-Live"] = "1" if is_live(job, attempt) else "0"
+    response["Cache-Control"] = "private, no-cache"
+    return response

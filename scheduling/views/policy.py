@@ -14,7 +14,7 @@ from portal.errors import PortalError
 from portal.tenancy import ADMIN, member, require_role
 from scheduling.core.types import URGENCIES, USER_TIERS
 from scheduling.models import PolicyVersion
-from scheduling.selectors import cluster_summary
+from scheduling.selectors import cluster_grid, cluster_summary
 from scheduling.services.policy import current_policy, policy_as_dict, policy_update
 
 # The last policy proposed on the What-if page, for "apply in the policy editor".
@@ -25,8 +25,11 @@ WHATIF_SESSION_KEY = "whatif_policy"
 def cluster(request):
     m = member(request.user)
     data = cluster_summary()
-    return render(request, "scheduling/cluster.html", {"summary": data, "membership": m,
-                                                      "show_nodes": m.is_platform_admin})
+    grid = cluster_grid(request.user)
+    departments = sorted({c["department"] for row in grid for c in row["cells"] if c["kind"] == "job"})
+    return render(request, "scheduling/cluster.html", {
+        "summary": data, "membership": m, "show_nodes": m.is_platform_admin, "grid": grid,
+        "departments": {d: i % 8 for i, d in enumerate(departments)}})
 
 
 def policy_from_text(text: str) -> tuple[dict | None, dict]:

@@ -54,7 +54,7 @@ def test_researcher_submits_and_follows_a_job(page, live_server, lab, tmp_path):
     page.fill("input[name=username]", "alice")
     page.fill("input[name=password]", "pw-alice-long-enough")
     page.click("button[type=submit]")
-    page.wait_for_selector("h1:has-text('Jobs')")
+    page.wait_for_selector("h1:has-text('Home')")  # the home page: my jobs, quota, budget, free GPUs
     page.click("text=Submit a job")
 
     # a mistake first: the form shows field errors and keeps what was typed

@@ -17,12 +17,13 @@ import re
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from portal.audit import audit
 from portal.models import ApiToken, AuditEntry
 from quotas.models import Allowance, Approval, ApprovalRule, LedgerEntry, Price, Quota, RefillRule, Wallet
 from quotas.services import allowances, rules, wallets
-from scheduling.models import Job, JobEvent, JobState
+from scheduling.models import AttemptLog, DepartmentSample, Job, JobEvent, JobState
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.django_db
 # Values that exist only in the seeded department: any of them in a response is a leak.
 SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "visionsecretledger",
            "audit": "visionsecretaudit", "balance": "777777001", "refill": "4242421", "approval_cost": "5353531",
-           "allowance": "6464641"}
+           "allowance": "6464641", "log": "visionsecretlog", "sample": "8181811"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -56,6 +57,9 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                                          command=["true"], flavor=lab.a100, gpus=1, state=state,
                                          reason_message="needs approval" if state == "pending_approval" else "")
         JobEvent.objects.create(job=jobs[state], kind="note", message=f"{prefix}secretjob event")
+    AttemptLog.objects.create(job=jobs["succeeded"], attempt=1, text=f"{prefix}secretlog line")
+    DepartmentSample.objects.create(at=timezone.now(), department=dept, flavor=lab.a100, nominal=3,
+                                    busy_gpus=numbers[4], borrowed_gpus=0)
     wallets.wallet_create(department=dept, actor=lab.root, balance=numbers[0])
     wallets.wallet_adjust(department=dept, amount=5, actor=lab.root, comment=f"{prefix}secretledger")
     wallets.wallet_hold(job=jobs["running"], attempt=1, amount=1000, rate=1000)
@@ -148,8 +152,8 @@ def _walk(lab, seeded, users):
 
 
 def test_another_departments_members_see_and_change_nothing_of_it(lab):
-    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641))
-    _seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", (100000, 2000, 3000, 4000))
+    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641, 8181811))
+    _seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", (100000, 2000, 3000, 4000, 5000))
     before = _state(lab)
     leaks, errors, wrong = _walk(lab, seeded, (lab.bob, lab.nadmin))
     assert errors == []
@@ -161,7 +165,7 @@ def test_another_departments_members_see_and_change_nothing_of_it(lab):
 def test_the_walk_would_see_a_leak(lab, client):
     """The secrets are really on the pages the walk reads, for those who may see them: a platform admin
     sees them on the same URLs, so the walk above cannot pass by looking in the wrong place."""
-    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641))
+    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641, 8181811))
     client.force_login(lab.root)
     shown = set()
     for path in ("/", "/budgets/vision/", "/budgets/allowances/", "/budgets/approvals/", "/api/v1/ledger",
@@ -202,4 +206,5 @@ def _state(lab):
         sorted(Allowance.objects.filter(user=lab.alice).values_list("limit", "period")),
         sorted(ApiToken.objects.filter(user=lab.alice).values_list("name", "revoked_at")),
         AuditEntry.objects.filter(department=lab.vision).count(),
+        sorted(AttemptLog.objects.filter(job__department=lab.vision).values_list("attempt", "text")),
     )

@@ -12,10 +12,14 @@ from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
-    help = "Migrate, seed demo data, start a Celery worker with beat, and serve the portal."
+    help = ("Migrate, seed demo data, start a Celery worker with beat, and serve the portal on ADDRPORT "
+            "(default 127.0.0.1:8000; e.g. `manage.py demo 0.0.0.0:8080` to serve other machines, which then "
+            "also need ALLOWED_HOSTS).")
 
     def add_arguments(self, parser):
-        parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
+        parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000", metavar="ADDRPORT",
+                            help="Address and port to serve on, as [address:]port (default 127.0.0.1:8000), "
+                                 "exactly as runserver takes it.")
         parser.add_argument("--no-worker", action="store_true", help="Do not start the Celery worker/beat.")
         parser.add_argument("--seed-only", action="store_true", help="Seed and exit.")
 
@@ -37,7 +41,8 @@ class Command(BaseCommand):
             worker = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
                 [sys.executable, "-m", "celery", "-A", "portal", "worker", "-B", "--pool=threads",
                  "--concurrency=4", "-Q", "default,cycle,pods", "--loglevel=WARNING"],
-                env={**os.environ},
+                # charts fill in within minutes in a demo (production samples every 5 minutes)
+                env={**os.environ, "STATS_INTERVAL_S": os.environ.get("STATS_INTERVAL_S", "30")},
             )
         self.stdout.write(self.style.SUCCESS(f"\nOpen http://{addrport}/ (API docs at http://{addrport}/api/docs/)\n"))
         try:

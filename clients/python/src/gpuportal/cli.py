@@ -366,6 +366,12 @@ def quote(state: State, path):
                                    else "not needed"))
         if q["free_gpus"] is not None:
             click.echo(f"free now: {q['free_gpus']} GPUs of {q['flavor']}")
+        if q.get("quota"):
+            click.echo(f"quota: {q['quota']['message']}")
+        start = q.get("start") or {}
+        if start:
+            when = "now" if start.get("starts_now") else (start.get("estimated_start") or "unknown")
+            click.echo(f"start: {when} ({start.get('message', '')})")
 
     emit(state, q, human)
 

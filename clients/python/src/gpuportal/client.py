@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import email.utils
-import math
 import random
 import time
 import uuid
@@ -25,7 +24,7 @@ from gpuportal import config, errors
 __all__ = ["Client", "FINAL_STATES", "JOB_DEFAULTS"]
 
 FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-# What POST /api/v1/jobs fills in for a field left out; quote() prices a job the way submit() would create it.
+# What POST /api/v1/jobs fills in for a field left out.
 # (A test keeps these equal to the portal's own defaults.)
 JOB_DEFAULTS = {"pods": 1, "tier": "elastic", "max_runtime_s": 3600, "bid": 0}
 # Answers after which the same request may be sent again: the portal was busy (503 "busy"), throttled the
@@ -281,71 +280,19 @@ class Client:
     # ------------------------------------------------------------------------------------------ quote
 
     def quote(self, spec: dict | None = None, /, **fields) -> dict:
-        """What a job would cost and whether it would wait for approval, before submitting it.
+        """What a job would cost, whether it would wait for approval, and when it would start, before
+        submitting it: ``POST /api/v1/jobs/quote``. The portal validates the job exactly as ``submit`` would
+        (``ValidationError`` with the same fields) and submits nothing.
 
-        Computed from what the portal publishes to members, with the rules of docs/budgets.md: the base
-        price of the job's flavor and tier (``GET /prices``), the worst-case rate ``max(base price, bid)``
-        (borrowed capacity clears at no more than the bid), times GPUs x pods x ``max_runtime_s``, rounded
-        up; the department's available credits (``GET /wallets/<department>``); its approval rule and your
-        allowance. The job itself is not validated here: ``submit`` does that.
-
-        Returns a dict: ``flavor``, ``tier``, ``gpus_total``, ``gpu_hours`` (at most), ``base_price`` and
-        ``rate`` (milli-credits per GPU-hour), ``estimated_cost`` (milli-credits, worst case),
-        ``estimated_credits``, ``metered``, ``available`` (None when not metered), ``affordable``,
-        ``needs_approval`` and ``approval_reasons``, ``free_gpus`` of the flavor right now.
+        Returns a dict: ``flavor``, ``tier``, ``gpus_total``, ``gpu_hours`` (at most), ``hold_s``,
+        ``base_price``, ``bid`` and ``rate`` (milli-credits per GPU-hour), ``estimated_cost`` (milli-credits,
+        worst case: the hold placed at admission), ``estimated_credits``, ``metered``, ``available`` (None
+        when not metered), ``affordable``, ``needs_approval`` and ``approval_reasons``, ``free_gpus`` of the
+        flavor right now, ``quota`` (``nominal``, ``borrowing_limit``, ``used``, ``fits``, ``must_borrow``,
+        ``message``) and ``start`` (``starts_now``, ``estimated_start`` as ISO 8601 or None, ``code`` and
+        ``message``: the engine's own estimate for the queue as it is now).
         """
-        job = {**JOB_DEFAULTS, **(spec or {}), **fields}
-        problems = {}
-        for name in ("gpus", "pods", "max_runtime_s", "bid"):
-            if isinstance(job.get(name), bool) or not isinstance(job.get(name), int):
-                problems[name] = [{"code": "required" if job.get(name) is None else "invalid",
-                                   "message": "A whole number is required."}]
-        if not isinstance(job.get("flavor"), str) or not job["flavor"]:
-            problems["flavor"] = [{"code": "required", "message": "A flavor is required, e.g. a100-80gb."}]
-        if problems:
-            raise errors.ValidationError("Cannot quote this job.", code="validation_error", fields=problems)
-        flavors = {f["name"]: f for f in self.flavors()}
-        if job["flavor"] not in flavors:
-            raise errors.ValidationError("Cannot quote this job.", code="validation_error", fields={"flavor": [
-                {"code": "does_not_exist", "message": f"No flavor {job['flavor']!r}; "
-                 f"known: {', '.join(sorted(flavors)) or 'none'}."}]})
-        me = self.whoami()
-        membership = me.get("membership") or {}
-        dept = membership.get("department")
-        if not dept:
-            raise errors.PermissionDenied("You are not a member of any department.", code="permission_denied")
-        base = next((p["per_gpu_hour"] for p in self._all("prices", {})
-                     if p["flavor"] == job["flavor"] and p["tier"] == job["tier"]), 0)
-        rate = max(base, job["bid"])
-        gpus_total = job["gpus"] * job["pods"]
-        gpu_seconds = gpus_total * job["max_runtime_s"]
-        cost = math.ceil(rate * gpu_seconds / 3600)
-        try:
-            wallet = self._json("GET", f"wallets/{dept}")
-        except errors.NotFound:  # a department without a wallet is not metered
-            wallet = None
-        rule = (wallet or {}).get("approval_rule") or self._json("GET", f"wallets/{dept}/approval-rule") or {}
-        reasons = []
-        if rule.get("realtime") and job["tier"] == "realtime":
-            reasons.append("realtime jobs need approval")
-        if rule.get("gpus_above") is not None and gpus_total > rule["gpus_above"]:
-            reasons.append(f"{gpus_total} GPUs > {rule['gpus_above']}")
-        if rule.get("cost_above") is not None and cost > rule["cost_above"]:
-            reasons.append(f"estimated cost {cost} mcr > {rule['cost_above']}")
-        mine = [a for a in self._json("GET", "allowances") or [] if a.get("user") == me.get("username")]
-        if mine and mine[0]["used"] + cost > mine[0]["limit"]:
-            a = mine[0]
-            reasons.append(f"exceeds your {a['period']} allowance ({a['used']} + {cost} > {a['limit']} mcr)")
-        free = next((row.get("free") for row in (self.cluster().get("flavors") or [])
-                     if isinstance(row, dict) and row.get("flavor") == job["flavor"]), None)
-        available = wallet.get("available") if wallet else None
-        return {
-            "flavor": job["flavor"], "tier": job["tier"], "gpus_total": gpus_total,
-            "gpu_hours": gpu_seconds / 3600, "base_price": base, "bid": job["bid"], "rate": rate,
-            "estimated_cost": cost, "estimated_credits": cost / 1000, "metered": wallet is not None,
-            "available": available, "affordable": available is None or cost <= available,
-            "needs_approval": bool(reasons), "approval_reasons": reasons, "free_gpus": free,
-        }
+        return self._json("POST", "jobs/quote", json={**(spec or {}), **fields})
 
     # ------------------------------------------------------------------------------------------ logs
 

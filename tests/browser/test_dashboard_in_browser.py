@@ -1,0 +1,163 @@
+"""What each role clicks on the dashboard, in Debian's Chromium: the home page per role, a chart drawn
+with its data, the quote following the submit form, a finished job's logs, the token page, confirmations
+and the narrow layout."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _history(lab, points: int):
+    from django.utils import timezone
+
+    from scheduling.models import ClusterSample, DepartmentSample
+    from scheduling.services.stats import bucket
+
+    now = timezone.now()
+    for i in range(points):
+        at = bucket(now - timedelta(minutes=5 * i), 300)
+        ClusterSample.objects.create(at=at, flavor=lab.a100, total_gpus=8, busy_gpus=i % 9, free_gpus=8 - i % 9,
+                                     queued={"realtime": 0, "elastic": i % 4, "backfill": 1},
+                                     waits={"elastic": [2, 1, 0, 0, 0, 0], "backfill": [0, 0, 1, 0, 0, 0]},
+                                     preemptions=i % 2)
+        DepartmentSample.objects.create(at=at, department=lab.vision, flavor=lab.a100, nominal=4, busy_gpus=i % 5)
+
+
+def _run_and_finish(job_ids=None):
+    from django.utils import timezone
+
+    from scheduling.models import SimPod
+    from scheduling.services.clusters import sync_cluster
+    from scheduling.services.cycle import run_cycle
+
+    run_cycle()
+    sync_cluster()
+    SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(days=1))
+    sync_cluster()
+
+
+def test_home_page_per_role(login, lab, submit):
+    from quotas.models import ApprovalRule, Wallet
+
+    Wallet.objects.create(department=lab.vision, balance=25_000)
+    ApprovalRule.objects.create(department=lab.vision, gpus_above=2)
+    submit(lab.alice, name="mine-small", gpus=1)
+    submit(lab.amy, name="amys-big", gpus=4)  # waits for approval
+    _history(lab, 8)
+
+    page = login("alice")
+    for card in ("#my-jobs", "#quota", "#budget", "#free-now"):
+        assert page.locator(card).is_visible()
+    assert "mine-small" in page.inner_text("#my-jobs") and "25.000 cr" in page.inner_text("#budget")
+    assert page.locator("#admin-board").count() == 0 and page.locator("#approvals").count() == 0
+    page.click("#quota h3 a")  # each figure links to its detail
+    page.wait_for_selector("h1:has-text('Cluster')")
+
+    page = login("vadmin")
+    assert "amys-big" in page.inner_text("#dept-jobs") and "amys-big" in page.inner_text("#approvals")
+    page.click("#approvals h3 a")
+    page.wait_for_url("**/budgets/approvals/")
+
+    page = login("root")
+    assert page.locator("#admin-board canvas").count() == 6
+
+
+def test_a_chart_draws_the_stored_series(login, lab):
+    _history(lab, 6)
+    page = login("root")
+    canvas = page.locator("canvas[data-chart=util]")
+    canvas.wait_for()
+    page.wait_for_selector("canvas[data-chart=util][data-plotted]")
+    plotted = json.loads(canvas.get_attribute("data-plotted"))
+    assert plotted["datasets"][0]["data"] == [round(100 * (i % 9) / 8, 1) for i in reversed(range(6))]
+    assert len(plotted["labels"]) == 6
+    waits = json.loads(page.get_attribute("canvas[data-chart=waits]", "data-plotted"))
+    by_tier = {d["label"]: d["data"] for d in waits["datasets"]}
+    assert by_tier["elastic"][:2] == [12, 6] and by_tier["backfill"][2] == 6
+    box = canvas.bounding_box()
+    assert box["width"] > 100 and box["height"] > 100  # drawn, not an empty element
+
+
+def test_the_quote_follows_the_form(login, lab):
+    from quotas.models import Price
+
+    Price.objects.create(flavor=lab.a100, tier="elastic", per_gpu_hour=1000)
+    page = login("alice")
+    page.click("text=Submit a job")
+    page.fill("input[name=name]", "quoted")
+    page.fill("input[name=image]", "nvcr.io/nvidia/pytorch:24.05-py3")
+    page.fill("textarea[name=command]", "python train.py")
+    from playwright.sync_api import expect
+
+    cost = page.locator("[data-quote=cost]")
+    expect(cost).to_have_text("1.000 cr")  # 1 GPU x 1 h x 1 cr
+    page.fill("input[name=gpus]", "3")
+    expect(cost).to_have_text("3.000 cr")
+    expect(page.locator("[data-quote=start]")).to_contain_text("now")
+    page.fill("input[name=max_runtime_s]", "7200")
+    expect(cost).to_have_text("6.000 cr")
+    page.fill("input[name=gpus]", "0")
+    expect(page.locator("[data-quote-error=gpus]")).to_be_visible()
+    assert page.get_attribute("input[name=gpus]", "aria-invalid") == "true"
+    page.fill("input[name=gpus]", "3")
+    page.fill("input[name=pods]", "2")  # 6 GPUs: 4 guaranteed, 2 borrowed
+    expect(page.locator("[data-quote=quota]")).to_contain_text("must borrow 2")
+    from scheduling.models import Job
+
+    assert Job.objects.count() == 0  # quoting never submits
+
+
+def test_logs_of_a_finished_job(login, lab, submit):
+    job = submit(lab.alice, name="logged", command=["python", "train.py"])
+    _run_and_finish()
+    from scheduling.models import AttemptLog, SimPod
+
+    SimPod.objects.all().delete()  # the cluster forgot the pods: the kept log remains
+    assert AttemptLog.objects.filter(job=job).exists()
+    page = login("alice")
+    page.goto(page.url.rstrip("/") + f"/jobs/{job.pk}/")
+    page.click("text=Logs")
+    page.wait_for_selector("pre#log")
+    assert "done" in page.inner_text("pre#log") and "$ python train.py" in page.inner_text("pre#log")
+    assert page.locator("nav.tabs a[aria-current=page]").inner_text().startswith("Attempt 1")
+    assert "Kept when the attempt ended" in page.inner_text("#log-source")
+
+
+def test_token_page(login, lab):
+    page = login("alice")
+    page.click("nav >> text=Tokens")
+    page.fill("input[name=name]", "notebook")
+    page.fill("input[name=ttl_days]", "14")
+    page.click("button:has-text('Create token')")
+    secret = page.inner_text("#token-secret")
+    from portal.models import ApiToken
+
+    assert ApiToken.authenticate(secret).name == "notebook"
+    page.reload()
+    assert page.locator("#token-secret").count() == 0 and "notebook" in page.inner_text("#tokens")
+    page.once("dialog", lambda d: d.dismiss())  # asked first; declining keeps the token
+    page.click("#tokens button:has-text('Revoke')")
+    assert ApiToken.authenticate(secret) is not None
+    page.once("dialog", lambda d: d.accept())
+    page.click("#tokens button:has-text('Revoke')")
+    page.wait_for_selector("text=is revoked")
+    assert ApiToken.authenticate(secret) is None
+
+
+def test_cancel_asks_first_and_the_layout_fits_a_phone(login, lab, submit):
+    job = submit(lab.alice, name="keep-me")
+    page = login("alice", viewport={"width": 390, "height": 844})
+    page.goto(page.url.rstrip("/") + f"/jobs/{job.pk}/")
+    page.once("dialog", lambda d: d.dismiss())
+    page.click("button:has-text('Cancel job')")
+    job.refresh_from_db()
+    assert job.state == "queued"
+    for path in ("/", "/jobs/", "/cluster/", "/tokens/", "/jobs/new"):
+        page.goto(page.url.split("/jobs/")[0].split("/tokens/")[0].split("/cluster/")[0].rstrip("/") + path)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"{path} is {width} px wide at 390"
