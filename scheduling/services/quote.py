@@ -55,8 +55,9 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
                             user=user.get_username(), approval=bool(approval))
     # on this cluster's clock (the simulated cluster in the demo runs jobs faster than real time)
     start["eta"] = wall_eta(start["estimated_start"], now=now)
-    if start.get("borrowed") and start.get("price") is not None:  # priced as the engine would clear it
-        start["cost_at_clearing_price"] = budgets.cost_of(rate=start["price"], gpu_seconds=gpu_seconds)
+    if start.get("borrowed"):  # priced as the engine would clear it now: the base price is the reserve
+        clearing = max(base, start["price"] or 0)
+        start["cost_at_clearing_price"] = budgets.cost_of(rate=clearing, gpu_seconds=gpu_seconds)
     return {
         "flavor": flavor, "tier": job.tier, "gpus_total": gpus_total,
         "hold_s": job.max_runtime_s, "gpu_hours": gpu_seconds / 3600,

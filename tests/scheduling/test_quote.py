@@ -77,6 +77,17 @@ def test_beyond_nominal_the_job_must_borrow_and_the_engine_says_when(lab, submit
     assert Job.objects.count() == 4  # still nothing new
 
 
+def test_uncontested_borrowing_is_quoted_at_the_base_price_not_the_bid(lab, submit, client_for, payload, go):
+    Price.objects.create(flavor=lab.a100, tier="elastic", per_gpu_hour=1000)
+    for _ in range(2):
+        submit(lab.alice, gpus=2, max_runtime_s=3600)
+    go(run_cycle)
+    q = quote(client_for(lab.alice), payload(gpus=2, max_runtime_s=3600, bid=5000)).json()
+    assert q["start"]["starts_now"] and q["start"]["borrowed"] and q["start"]["price"] is None
+    assert q["estimated_cost"] == 10_000  # the worst case a hold covers: the bid
+    assert q["start"]["cost_at_clearing_price"] == 2000  # nobody else wants the GPUs: the base price
+
+
 def test_same_validation_as_submit(lab, client_for, payload):
     c = client_for(lab.alice)
     r = quote(c, payload(gpus=0, flavor="h100"))
