@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "portal",
     "quotas",
     "scheduling",
+    "observability",
 ]
 
 MIDDLEWARE = [
@@ -169,6 +170,9 @@ CELERY_BEAT_SCHEDULE = {
     "quotas-refill": {"task": "quotas.refill", "schedule": 3600.0},
     "quotas-check-ledger": {"task": "quotas.check_ledger", "schedule": 900.0},
     "quotas-reconcile-holds": {"task": "quotas.reconcile_holds", "schedule": 600.0},
+    # GPU use per job (observability.tasks): reads Prometheus (or the simulated cluster's series) afresh each run
+    "observability-collect": {"task": "observability.collect", "schedule": float(ENV["GPU_USAGE_INTERVAL_S"]),
+                              "options": {"expires": 2 * float(ENV["GPU_USAGE_INTERVAL_S"])}},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -184,6 +188,37 @@ KUBE_BURST = int(ENV["KUBE_BURST"])
 API_TOKEN_TTL_DAYS = int(ENV["API_TOKEN_TTL_DAYS"])
 WHATIF_MAX_JOBS = int(ENV["WHATIF_MAX_JOBS"])
 WHATIF_TIME_LIMIT_S = float(ENV["WHATIF_TIME_LIMIT_S"])
+
+# ------------------------------------------------------------------------------------------ observability
+PROMETHEUS_URL = str(ENV["PROMETHEUS_URL"]).rstrip("/")
+PROMETHEUS_TIMEOUT_S = float(ENV["PROMETHEUS_TIMEOUT_S"])
+DCGM_METRICS = {
+    "util": str(ENV["DCGM_UTIL_METRIC"]),
+    "fb_used": str(ENV["DCGM_FB_USED_METRIC"]),
+    "fb_free": str(ENV["DCGM_FB_FREE_METRIC"]),
+    "engine_active": str(ENV["DCGM_ENGINE_ACTIVE_METRIC"]),
+}
+GPU_USAGE_STEP_S = int(ENV["GPU_USAGE_STEP_S"])
+CONTAINER_MEMORY_METRIC = str(ENV["CONTAINER_MEMORY_METRIC"])
+DCGM_POD_LABEL = str(ENV["DCGM_POD_LABEL"])
+DCGM_NAMESPACE_LABEL = str(ENV["DCGM_NAMESPACE_LABEL"])
+
+
+def _per_tier(name: str) -> dict[str, float]:
+    """A per-tier setting: the scheduling core's one tier list, "*" meaning every tier not named."""
+    from scheduling.core.types import TIERS
+
+    values = dict(ENV[name])
+    unknown = sorted(set(values) - set(TIERS) - {"*"})
+    if unknown:
+        raise config.ConfigError([f"{name}: unknown tier(s) {', '.join(unknown)}; tiers are {', '.join(TIERS)}"])
+    return {t: values[t] for t in TIERS if t in values} | (
+        {t: values["*"] for t in TIERS if t not in values} if "*" in values else {})
+
+
+IDLE_GPU_THRESHOLD_PCT = _per_tier("IDLE_GPU_THRESHOLD_PCT")
+IDLE_GPU_MINUTES = _per_tier("IDLE_GPU_MINUTES")
+IDLE_STOP_GRACE_MINUTES = _per_tier("IDLE_STOP_GRACE_MINUTES")  # a tier not named is never stopped
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)
 

@@ -13,6 +13,7 @@ api_v1 = [
     path("", include("scheduling.api.urls")),
     path("", include("portal.api.urls")),
     path("", include("quotas.api.urls")),
+    path("", include("observability.api.urls")),
 ]
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
@@ -31,6 +32,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", portal_metrics.metrics_view, name="prometheus-django-metrics"),
     path("budgets/", include("quotas.urls", namespace="budgets")),
+    path("observability/", include("observability.urls", namespace="observability")),
     path("", include("scheduling.urls", namespace="dashboard")),
 ]
 
