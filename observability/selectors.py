@@ -8,7 +8,7 @@ from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
 from observability.services import hints as hint_rules
 from observability.services import idle
 from observability.services.rightsizing import Recommendation, keys_for, recommendation_from
-from portal.tenancy import VIEW
+from portal.tenancy import ADMIN, VIEW
 from scheduling.models import JobEvent, PreemptionVictim
 
 
@@ -53,4 +53,4 @@ def recommendation_for(*, user, name: str = "", image: str = "") -> Recommendati
 
 
 def prediction_outcomes(*, user, limit: int = 200) -> list[PredictionOutcome]:
-    return list(PredictionOutcome.objects.restrict(user, VIEW).select_related("owner", "job")[:limit])
+    return list(PredictionOutcome.objects.restrict(user, ADMIN).select_related("owner", "job")[:limit])
