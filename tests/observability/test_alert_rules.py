@@ -56,3 +56,11 @@ def test_the_rules_adapter_and_dashboard_read_series_the_portal_exports(lab, cli
             + json.dumps(json.loads((RULES / "grafana" / "gpu-portal.json").read_text())))
     used = set(SERIES.findall(text))
     assert used and used <= exported, sorted(used - exported)
+
+
+def test_the_adapter_exposes_pending_gpus_per_queue():
+    manifest = yaml.safe_load((RULES / "prometheus-adapter.yaml").read_text())
+    config = yaml.safe_load(manifest["data"]["config.yaml"])
+    names = {r["name"]["as"] for r in config["rules"] + config["externalRules"]}
+    assert "portal_queue_pending_gpus" in names
+    assert all("<<.Series>>" in r["metricsQuery"] for r in config["rules"] + config["externalRules"])
