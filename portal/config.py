@@ -27,7 +27,7 @@ class Setting:
     name: str
     default: str
     help: str
-    kind: str = "str"  # str | bool | int | float | choice | url
+    kind: str = "str"  # str | bool | int | float | choice | url | tiermap
     choices: tuple[str, ...] = ()
     secret: bool = False
 
@@ -75,6 +75,32 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("SECURE_SSL", "false", "Behind TLS: secure cookies, HSTS, redirect to https.", "bool"),
     Setting("DATA_DIR", str(BASE_DIR / "var"), "Where the embedded defaults keep SQLite, broker and locks."),
+    # GPU use per job (observability): read from dcgm-exporter's series through Prometheus's HTTP API.
+    Setting("PROMETHEUS_URL", "", "Prometheus that scrapes dcgm-exporter, e.g. http://prometheus:9090. Empty: "
+            "no GPU use is collected (the simulated backend still draws its own series).", "url"),
+    Setting("PROMETHEUS_TIMEOUT_S", "5", "Seconds one Prometheus query may take before the run gives up "
+            "(the job pages then show no data).", "float"),
+    Setting("GPU_USAGE_INTERVAL_S", "60", "Seconds between runs of the GPU-use collector (Celery beat).",
+            "float"),
+    Setting("GPU_USAGE_STEP_S", "30", "Finest resolution of the GPU series read (seconds; at least the scrape "
+            "interval of dcgm-exporter). Long attempts are read coarser, at most about 1000 samples.", "int"),
+    Setting("DCGM_UTIL_METRIC", "DCGM_FI_DEV_GPU_UTIL", "dcgm-exporter series of GPU utilisation (0-100)."),
+    Setting("DCGM_FB_USED_METRIC", "DCGM_FI_DEV_FB_USED", "dcgm-exporter series of used GPU memory (MiB)."),
+    Setting("DCGM_FB_FREE_METRIC", "DCGM_FI_DEV_FB_FREE", "dcgm-exporter series of free GPU memory (MiB)."),
+    Setting("DCGM_ENGINE_ACTIVE_METRIC", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "dcgm-exporter profiling series "
+            "of graphics-engine activity (0-1), used where present. Empty: not read."),
+    Setting("CONTAINER_MEMORY_METRIC", "container_memory_working_set_bytes", "cAdvisor series of a container's "
+            "memory (bytes), read for the out-of-memory hint's observed peak. Empty: not read."),
+    Setting("DCGM_POD_LABEL", "pod", "Label that carries the pod name on dcgm-exporter's series (exported_pod "
+            "when Prometheus renamed it)."),
+    Setting("DCGM_NAMESPACE_LABEL", "namespace", "Label that carries the pod's namespace on dcgm-exporter's "
+            "series (exported_namespace when Prometheus renamed it)."),
+    Setting("IDLE_GPU_THRESHOLD_PCT", "5", "A GPU below this utilisation (percent) is idle. One number, or "
+            "per tier: realtime=2,elastic=5,backfill=5.", "tiermap"),
+    Setting("IDLE_GPU_MINUTES", "30", "A running job whose GPUs all stay idle this many minutes is flagged. One "
+            "number, or per tier.", "tiermap"),
+    Setting("IDLE_STOP_GRACE_MINUTES", "", "Per tier, e.g. backfill=30: stop a flagged idle job of that tier after "
+            "this many more idle minutes (audited). Empty: never stop idle jobs.", "tiermap"),
 )
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -108,6 +134,9 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("LOG_KEEP_KB and LOG_RETENTION_DAYS must be positive.")
         if int(values["WHATIF_MAX_JOBS"]) <= 0 or float(values["WHATIF_TIME_LIMIT_S"]) <= 0:
             problems.append("WHATIF_MAX_JOBS and WHATIF_TIME_LIMIT_S must be positive.")
+        if (float(values["PROMETHEUS_TIMEOUT_S"]) <= 0 or float(values["GPU_USAGE_INTERVAL_S"]) <= 0
+                or int(values["GPU_USAGE_STEP_S"]) <= 0):
+            problems.append("PROMETHEUS_TIMEOUT_S, GPU_USAGE_INTERVAL_S and GPU_USAGE_STEP_S must be positive.")
         if "{department}" not in str(values["KUBE_NAMESPACE_TEMPLATE"]):
             problems.append("KUBE_NAMESPACE_TEMPLATE must contain {department}.")
     if problems:
@@ -131,15 +160,38 @@ def _parse(s: Setting, raw: str) -> object:
         if raw not in s.choices:
             raise ValueError(f"expected one of {', '.join(s.choices)}")
         return raw
+    if s.kind == "tiermap":
+        return _tiermap(raw)
     if s.kind == "url" and raw and "://" not in raw:
         raise ValueError("expected a URL like scheme://host")
     return raw
+
+
+def _tiermap(raw: str) -> dict[str, float]:
+    """"5" -> {"*": 5.0}; "backfill=30,elastic=60" -> {"backfill": 30.0, "elastic": 60.0}; "" -> {}.
+    The tier names are checked against the scheduling core's list by the settings (this module imports no app).
+    """
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key, number = (key.strip(), value) if sep else ("*", key)
+        try:
+            out[key] = float(number)
+        except ValueError:
+            raise ValueError("expected a number or tier=number pairs, e.g. backfill=30,elastic=60")
+        if not out[key] >= 0:
+            raise ValueError("numbers must be zero or positive")
+    return out
 
 
 def describe(values: dict[str, object]) -> list[tuple[str, str, str]]:
     rows = []
     for s in SETTINGS:
         v = values.get(s.name, "")
+        if isinstance(v, dict):
+            v = ",".join(f"{k}={n:g}" if k != "*" else f"{n:g}" for k, n in v.items())
         shown = "***" if s.secret and v else str(v)
         rows.append((s.name, shown, s.help))
     return rows

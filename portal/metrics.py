@@ -185,11 +185,33 @@ class DatabaseCollector:
         yield available
 
 
+# Collectors of other apps (registered from their AppConfig.ready), served beside DatabaseCollector.
+_EXTRA_COLLECTORS: list = []
+
+
+def register_collector(collector) -> None:
+    """Serve ``collector`` (one with ``describe()`` returning [] and ``collect()``) in /metrics of every process."""
+    if any(type(c) is type(collector) for c in _EXTRA_COLLECTORS):
+        return
+    _EXTRA_COLLECTORS.append(collector)
+    REGISTRY.register(collector)
+
+
+def stored(name: str) -> list[tuple[dict[str, str], float]]:
+    """The stored values of one series (counters and gauges kept in ``MetricValue``), with their labels."""
+    from portal.models import MetricValue
+
+    return [(_parse(labels), value) for labels, value in
+            MetricValue.objects.filter(name=name).values_list("labels", "value")]
+
+
 def _registry():
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         registry.register(DatabaseCollector())
+        for collector in _EXTRA_COLLECTORS:
+            registry.register(collector)
         return registry
     return REGISTRY  # DatabaseCollector is registered in it by PortalConfig.ready
 

@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "portal",
     "quotas",
     "scheduling",
+    "observability",
 ]
 
 MIDDLEWARE = [
@@ -173,6 +174,9 @@ CELERY_BEAT_SCHEDULE = {
     "scheduling-logs-cleanup": {"task": "scheduling.logs.cleanup", "schedule": 3600.0},
     # the dashboard's time series (charts read samples, never every job's history)
     "scheduling-stats-sample": {"task": "scheduling.stats.sample", "schedule": float(ENV["STATS_INTERVAL_S"])},
+    # GPU use per job (observability.tasks): reads Prometheus (or the simulated cluster's series) afresh each run
+    "observability-collect": {"task": "observability.collect", "schedule": float(ENV["GPU_USAGE_INTERVAL_S"]),
+                              "options": {"expires": 2 * float(ENV["GPU_USAGE_INTERVAL_S"])}},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -193,6 +197,37 @@ LOG_KEEP_KB = int(ENV["LOG_KEEP_KB"])
 LOG_RETENTION_DAYS = int(ENV["LOG_RETENTION_DAYS"])
 STATS_INTERVAL_S = int(ENV["STATS_INTERVAL_S"])
 STATS_RETENTION_DAYS = int(ENV["STATS_RETENTION_DAYS"])
+
+# ------------------------------------------------------------------------------------------ observability
+PROMETHEUS_URL = str(ENV["PROMETHEUS_URL"]).rstrip("/")
+PROMETHEUS_TIMEOUT_S = float(ENV["PROMETHEUS_TIMEOUT_S"])
+DCGM_METRICS = {
+    "util": str(ENV["DCGM_UTIL_METRIC"]),
+    "fb_used": str(ENV["DCGM_FB_USED_METRIC"]),
+    "fb_free": str(ENV["DCGM_FB_FREE_METRIC"]),
+    "engine_active": str(ENV["DCGM_ENGINE_ACTIVE_METRIC"]),
+}
+GPU_USAGE_STEP_S = int(ENV["GPU_USAGE_STEP_S"])
+CONTAINER_MEMORY_METRIC = str(ENV["CONTAINER_MEMORY_METRIC"])
+DCGM_POD_LABEL = str(ENV["DCGM_POD_LABEL"])
+DCGM_NAMESPACE_LABEL = str(ENV["DCGM_NAMESPACE_LABEL"])
+
+
+def _per_tier(name: str) -> dict[str, float]:
+    """A per-tier setting: the scheduling core's one tier list, "*" meaning every tier not named."""
+    from scheduling.core.types import TIERS
+
+    values = dict(ENV[name])
+    unknown = sorted(set(values) - set(TIERS) - {"*"})
+    if unknown:
+        raise config.ConfigError([f"{name}: unknown tier(s) {', '.join(unknown)}; tiers are {', '.join(TIERS)}"])
+    return {t: values[t] for t in TIERS if t in values} | (
+        {t: values["*"] for t in TIERS if t not in values} if "*" in values else {})
+
+
+IDLE_GPU_THRESHOLD_PCT = _per_tier("IDLE_GPU_THRESHOLD_PCT")
+IDLE_GPU_MINUTES = _per_tier("IDLE_GPU_MINUTES")
+IDLE_STOP_GRACE_MINUTES = _per_tier("IDLE_STOP_GRACE_MINUTES")  # a tier not named is never stopped
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)
 

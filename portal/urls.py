@@ -15,6 +15,7 @@ api_v1 = [
     path("", include("scheduling.api.urls")),
     path("", include("portal.api.urls")),
     path("", include("quotas.api.urls")),
+    path("", include("observability.api.urls")),
 ]
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
@@ -37,6 +38,7 @@ urlpatterns = [
     path("tokens/", portal_views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke", portal_views.token_revoke, name="token-revoke"),
     path("budgets/", include("quotas.urls", namespace="budgets")),
+    path("observability/", include("observability.urls", namespace="observability")),
     path("", include("scheduling.urls", namespace="dashboard")),
 ]
 

@@ -39,10 +39,13 @@ def test_the_import_contracts_hold():
     ("scheduling/services/cycle.py", "from scheduling import tasks", "Services send tasks by name"),
     # the pure core reaching for Django
     ("scheduling/core/reasons.py", "import django.db", "The scheduling core is pure"),
+    # observability's services reaching up for its task, and scheduling depending on observability
+    ("observability/services/idle.py", "from observability import tasks", "Services send tasks by name"),
+    ("scheduling/services/jobs.py", "import observability.selectors", "No other app imports observability"),
 ])
 def test_a_planted_violation_breaks_the_contracts(tmp_path, module, line, contract):
     """The contracts are not vacuous: the same tree with one bad import fails, naming the broken contract."""
-    for package in ("portal", "quotas", "scheduling"):
+    for package in ("portal", "quotas", "scheduling", "observability"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     target = tmp_path / module

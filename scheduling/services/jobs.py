@@ -303,6 +303,21 @@ def job_cancel(*, user, job: Job, comment: str = "") -> Job:
     return retry_on_conflict(run, what=f"cancel of job {job.pk}")
 
 
+def job_stop(*, job: Job, comment: str) -> Job:
+    """Cancel a job on the platform's behalf (a policy, not a person: no actor, no permission check), e.g. the
+    idle-GPU policy. The caller audits why."""
+    if job.state in (JobState.CANCELLED, JobState.SUCCEEDED, JobState.FAILED):
+        return job
+    attempt, had_pods = job.attempt, job.state != JobState.PENDING_APPROVAL
+
+    def run() -> Job:
+        with transaction.atomic():
+            budgets.lock_department_wallets([job.department_id])
+            return _cancel(user=None, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
+
+    return retry_on_conflict(run, what=f"stop of job {job.pk}")
+
+
 def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Job:
     ok = transition(
         job=job,

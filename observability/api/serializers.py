@@ -1,0 +1,78 @@
+"""Shapes of the observability endpoints: a job's GPU use and hints, a right-sizing recommendation."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from portal.api.serializers import StrictSerializer
+
+
+class AttemptUsageSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    source = serializers.CharField()
+    profile = serializers.CharField()
+    gpus = serializers.IntegerField()
+    gpus_seen = serializers.IntegerField()
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True)
+    final = serializers.BooleanField()
+    step_s = serializers.IntegerField()
+    samples = serializers.IntegerField()
+    mean_util = serializers.FloatField(allow_null=True, help_text="percent")
+    p95_util = serializers.FloatField(allow_null=True, help_text="percent")
+    busy_gpus = serializers.FloatField(allow_null=True)
+    engine_active = serializers.FloatField(allow_null=True)
+    peak_memory_mib = serializers.FloatField(allow_null=True)
+    memory_total_mib = serializers.FloatField(allow_null=True)
+    host_memory_peak_mib = serializers.FloatField(allow_null=True)
+    idle_minutes = serializers.FloatField()
+    idle_streak_minutes = serializers.FloatField()
+    idle = serializers.BooleanField()
+    idle_flagged_at = serializers.DateTimeField(allow_null=True)
+    idle_stopped_at = serializers.DateTimeField(allow_null=True)
+    series = serializers.ListField(child=serializers.ListField(child=serializers.FloatField(allow_null=True)),
+                                   help_text="[seconds since the attempt started, mean utilisation %, peak GPU "
+                                             "memory MiB], at most 120 points")
+    collected_at = serializers.DateTimeField()
+
+
+class HintSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    title = serializers.CharField()
+    advice = serializers.CharField()
+    data = serializers.DictField()
+
+
+class GpuUsageSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    attempt = serializers.IntegerField(help_text="the job's current attempt")
+    has_data = serializers.BooleanField(help_text="false: no measurement yet, or Prometheus unreachable")
+    idle = serializers.BooleanField(help_text="the current attempt is flagged idle")
+    idle_threshold_pct = serializers.FloatField()
+    idle_minutes = serializers.FloatField()
+    attempts = AttemptUsageSerializer(many=True)
+    hints = HintSerializer(many=True)
+
+
+class RecommendationQuerySerializer(StrictSerializer):
+    name = serializers.CharField(required=False, allow_blank=True, max_length=63, default="")
+    image = serializers.CharField(required=False, allow_blank=True, max_length=512, default="")
+
+    def validate(self, attrs):
+        if not attrs.get("name", "").strip() and not attrs.get("image", "").strip():
+            raise serializers.ValidationError({"name": ["Give a job name or an image (or both)."]})
+        return attrs
+
+
+class RecommendationSerializer(serializers.Serializer):
+    found = serializers.BooleanField()
+    key = serializers.CharField(allow_null=True)
+    runs = serializers.IntegerField()
+    gpus_requested = serializers.FloatField(allow_null=True, help_text="EWMA of GPUs asked for")
+    busy_gpus = serializers.FloatField(allow_null=True, help_text="EWMA of GPUs actually busy")
+    peak_memory_mib = serializers.FloatField(allow_null=True, help_text="EWMA of peak GPU memory of one GPU")
+    runtime_s = serializers.FloatField(allow_null=True, help_text="EWMA of succeeded attempts' run time")
+    gpus = serializers.IntegerField(allow_null=True, help_text="recommended GPUs (busy x 1.2, rounded up)")
+    memory_gib = serializers.FloatField(allow_null=True, help_text="recommended GPU memory (peak x 1.2)")
+    max_runtime_s = serializers.IntegerField(allow_null=True, help_text="recommended max_runtime_s (x 1.2)")
+    text = serializers.CharField()

@@ -1,0 +1,52 @@
+"""Observability API v1: a job's GPU use and hints, and right-sizing recommendations. Reads go through the
+tenancy gate; a job you may not see is a 404."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from observability.api.serializers import (
+    GpuUsageSerializer,
+    RecommendationQuerySerializer,
+    RecommendationSerializer,
+)
+from observability.selectors import job_observability, recommendation_for
+from portal.tenancy import VIEW
+from scheduling.models import Job
+
+
+class JobGpuUsageView(APIView):
+    @extend_schema(responses=GpuUsageSerializer, summary="A job's measured GPU use, idle flag and hints")
+    def get(self, request, pk: int):
+        job = Job.objects.select_related("department", "flavor").get_or_404(request.user, VIEW, pk=pk)
+        obs = job_observability(user=request.user, job=job)
+        attempts = [{**{f: getattr(u, f) for f in GpuUsageSerializer().fields["attempts"].child.fields
+                        if f != "idle"}, "idle": u.idle} for u in obs.attempts]
+        return Response(GpuUsageSerializer({
+            "job": job.pk, "attempt": job.attempt, "has_data": obs.has_data,
+            "idle": bool(obs.current and obs.current.idle),
+            "idle_threshold_pct": obs.idle_threshold_pct, "idle_minutes": obs.idle_minutes,
+            "attempts": attempts, "hints": [h.__dict__ for h in obs.hints],
+        }).data)
+
+
+class RecommendationView(APIView):
+    @extend_schema(parameters=[OpenApiParameter("name", str, description="Job name (its family is used)"),
+                               OpenApiParameter("image", str, description="Container image")],
+                   responses=RecommendationSerializer,
+                   summary="What your similar past jobs used (EWMA), and what to ask for")
+    def get(self, request):
+        query = RecommendationQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        rec = recommendation_for(user=request.user, **query.validated_data)
+        if rec is None:
+            body = {"found": False, "key": None, "runs": 0, "gpus_requested": None, "busy_gpus": None,
+                    "peak_memory_mib": None, "runtime_s": None, "gpus": None, "memory_gib": None,
+                    "max_runtime_s": None, "text": "no finished runs of this job or image yet"}
+        else:
+            body = {"found": True, **{f: getattr(rec, f) for f in ("key", "runs", "gpus_requested", "busy_gpus",
+                                                                    "peak_memory_mib", "runtime_s", "gpus",
+                                                                    "memory_gib", "max_runtime_s", "text")}}
+        return Response(RecommendationSerializer(body).data)

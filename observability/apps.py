@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class ObservabilityConfig(AppConfig):
+    name = "observability"
+    verbose_name = "GPU use, idle GPUs, right-sizing and hints"
+
+    def ready(self):
+        # Registered here, once the models are loaded, so every process finds the tasks by name (beat names
+        # them) and /metrics includes the GPU-use series in every process that serves it.
+        from observability import tasks  # noqa: F401
+        from observability.services import metrics
+        from portal.metrics import register_collector
+
+        register_collector(metrics.GpuUseCollector())

@@ -1,0 +1,149 @@
+"""Troubleshooting hints: one rule per table entry, each from data the portal already has (the job, its
+timeline, its preemptions, its measured GPU use). A rule returns a ``Hint`` or None; add a rule by writing a
+function and listing it in ``RULES`` (and a test in tests/observability/test_hints.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from observability.services.series import HIGH_PCT, LOW_PCT
+from scheduling.models import JobState
+
+IMAGE_REASONS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
+OOM_REASONS = {"OOMKilled"}
+SIGKILL_EXIT = 137  # 128 + SIGKILL
+
+
+@dataclass(frozen=True)
+class Hint:
+    code: str
+    title: str
+    advice: str
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class Facts:
+    """What a rule may look at: the job, its timeline (oldest first), its attempts' GPU use (by attempt), and
+    its preemption victims (rows with eviction_requested_at / evicted_at)."""
+
+    job: object
+    events: list
+    usages: list
+    victims: list
+
+    @property
+    def latest_usage(self):
+        measured = [u for u in self.usages if u.samples]
+        return max(measured, key=lambda u: u.attempt) if measured else None
+
+    def reasons(self) -> set[str]:
+        return {e.reason_code for e in self.events if e.reason_code} | {self.job.reason_code}
+
+
+def sawtooth(f: Facts) -> Hint | None:
+    """Utilisation swinging between starved and busy: the input pipeline cannot keep the GPUs fed."""
+    u = f.latest_usage
+    shape = (u.shape if u else None) or {}
+    if not u or u.samples < 10 or shape.get("swings", 0) < 4:
+        return None
+    if shape.get("low", 0) < 0.2 or shape.get("high", 0) < 0.2:
+        return None
+    return Hint("sawtooth", "GPUs wait for data",
+                f"Utilisation swings between under {LOW_PCT:g}% ({shape['low']:.0%} of the time) and over "
+                f"{HIGH_PCT:g}% ({shape['high']:.0%}), {shape['swings']} times: the input pipeline is the "
+                "bottleneck. Use more data-loader workers, pin memory and prefetch, or copy the dataset to local "
+                "disk first.", dict(shape))
+
+
+def oom_killed(f: Facts) -> Hint | None:
+    """The container went over its memory limit: suggest a limit from the observed peak."""
+    if not (f.reasons() & OOM_REASONS):
+        return None
+    limit = f.job.memory_mib
+    peaks = [u.host_memory_peak_mib for u in f.usages if u.host_memory_peak_mib]
+    peak = max(peaks) if peaks else None
+    suggest = int(math.ceil(max(limit, peak or 0) * 1.5 / 1024) * 1024)
+    seen = f"; the highest use observed was {peak:.0f} MiB" if peak else ""
+    return Hint("oom_killed", "Killed for running out of memory",
+                f"The container used more than its memory limit of {limit} MiB (OOMKilled){seen}. Ask for "
+                f"memory_mib={suggest}, or lower the batch size or the data loader's prefetch.",
+                {"memory_mib": limit, "observed_peak_mib": peak, "suggested_memory_mib": suggest})
+
+
+def sigkill_after_sigterm(f: Facts) -> Hint | None:
+    """A preempted attempt that did not exit within its grace period was killed (SIGKILL after SIGTERM)."""
+    grace = f.job.termination_grace_s
+    killed = [e.attempt for e in f.events if e.to_state == JobState.PREEMPTED
+              and (e.data or {}).get("exit_code") == SIGKILL_EXIT]
+    for v in f.victims:
+        if v.eviction_requested_at and v.evicted_at and \
+                (v.evicted_at - v.eviction_requested_at).total_seconds() >= grace:
+            killed.append(v.attempt)
+    if not killed:
+        return None
+    return Hint("sigkill_after_sigterm", "Killed at the end of its grace period",
+                f"When preempted, attempt {sorted(set(killed))[0]} did not exit within its {grace} s grace "
+                "period and was killed (SIGKILL after SIGTERM), losing the work since its last checkpoint. "
+                "Handle SIGTERM by saving a checkpoint and exiting, or ask for a longer termination_grace_s.",
+                {"attempts": sorted(set(killed)), "termination_grace_s": grace})
+
+
+def repeated_preemption(f: Facts) -> Hint | None:
+    """Preempted again and again: a steadier tier, or checkpoints often enough to lose little each time."""
+    n = f.job.preemption_count
+    if n < 2:
+        return None
+    runs = [(u.ended_at - u.started_at).total_seconds() for u in f.usages if u.ended_at and u.started_at]
+    between = sum(runs) / len(runs) if runs else None
+    interval = f.job.checkpoint_interval_s
+    advice = [f"Preempted {n} times."]
+    if f.job.tier == "backfill":
+        advice.append("Backfill is the first tier to be preempted: submit as elastic if the work matters.")
+    elif f.job.tier == "elastic":
+        advice.append("Elastic jobs give way to realtime work and reclaims: realtime is never preempted.")
+    suggest = None
+    if between:
+        suggest = max(60, int(between / 2))
+        if interval is None or interval > suggest:
+            advice.append(f"Attempts ran about {between / 60:.0f} minutes each: checkpoint every {suggest} s "
+                          "or less (checkpoint_interval_s) so a preemption loses little.")
+    elif interval is None:
+        advice.append("Declare a checkpoint_interval_s: the scheduler then prefers to preempt right after one.")
+    return Hint("repeated_preemption", "Preempted repeatedly", " ".join(advice),
+                {"preemptions": n, "tier": f.job.tier, "suggested_checkpoint_interval_s": suggest})
+
+
+def image_pull(f: Facts) -> Hint | None:
+    """The image could not be pulled."""
+    found = f.reasons() & IMAGE_REASONS
+    if not found:
+        return None
+    return Hint("image_pull", "The image could not be pulled",
+                f"{sorted(found)[0]}: check the image name and tag ({f.job.image}), that the registry is "
+                "reachable from the cluster, and that the department's pull secret covers it.",
+                {"reasons": sorted(found), "image": f.job.image})
+
+
+def never_fits(f: Facts) -> Hint | None:
+    """A pending job the scheduler says can never start as asked."""
+    detail = f.job.reason_detail or {}
+    if f.job.state != JobState.QUEUED or not detail.get("never"):
+        return None
+    facts = ", ".join(f"{k}={v}" for k, v in sorted(detail.items()) if k != "never")
+    return Hint("never_fits", "This job can never start as asked",
+                f"{f.job.reason_message or f.job.reason_code} ({f.job.reason_code}; {facts}). Ask for fewer GPUs, "
+                "another flavor, or a larger quota from your department's admin; cancel it meanwhile.",
+                {"reason_code": f.job.reason_code, **{k: v for k, v in detail.items() if k != "never"}})
+
+
+RULES: tuple[Callable[[Facts], Hint | None], ...] = (
+    never_fits, image_pull, oom_killed, sigkill_after_sigterm, repeated_preemption, sawtooth,
+)
+
+
+def hints(facts: Facts) -> list[Hint]:
+    return [h for rule in RULES if (h := rule(facts)) is not None]

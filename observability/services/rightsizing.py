@@ -1,0 +1,141 @@
+"""Predictive right-sizing: what an owner's similar jobs really used, as an EWMA (alpha 0.3) over their finished
+attempts, with 20% headroom.
+
+Similar means the same owner (in the same department) and either the same job-name family (``resnet-50-lr3``
+and ``resnet-101`` are both ``resnet-*``) or the same image. A family is preferred to an image when it has
+history. Each finished attempt first records what the history predicted for it (the error of the
+recommendation), then moves the averages.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+
+from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
+
+ALPHA = 0.3
+HEADROOM = 1.2
+MIN_SAMPLES = 3  # an attempt with fewer samples says nothing about the job
+_SPLIT = re.compile(r"[-_.]")
+
+
+def family(name: str) -> str:
+    """Leading words of a job name up to the first one with a digit: ``resnet-50-lr3`` -> ``resnet-*``."""
+    words = _SPLIT.split(name.strip().lower())
+    kept = []
+    for w in words:
+        if any(c.isdigit() for c in w) or not w:
+            break
+        kept.append(w)
+    if not kept:
+        return name.strip().lower()
+    return "-".join(kept) + ("-*" if len(kept) < len(words) else "")
+
+
+def keys_for(*, name: str = "", image: str = "") -> list[str]:
+    keys = []
+    if name.strip():
+        keys.append("name:" + family(name))
+    if image.strip():
+        keys.append("image:" + image.strip())
+    return keys
+
+
+def ewma(old: float | None, new: float | None) -> float | None:
+    if new is None:
+        return old
+    return new if old is None else ALPHA * new + (1 - ALPHA) * old
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    key: str
+    runs: int
+    gpus_requested: float
+    busy_gpus: float | None
+    peak_memory_mib: float | None
+    runtime_s: float | None
+    gpus: int | None  # what to ask for, headroom included
+    memory_gib: float | None
+    max_runtime_s: int | None
+
+    @property
+    def label(self) -> str:
+        return self.key.split(":", 1)[1]
+
+    @property
+    def text(self) -> str:
+        parts = []
+        if self.busy_gpus is not None:
+            parts.append(f"{self.busy_gpus:.1f} of {self.gpus_requested:.0f} GPUs")
+        if self.peak_memory_mib is not None:
+            parts.append(f"{self.peak_memory_mib / 1024:.0f} GB")
+        used = " and ".join(parts) or "no GPU data"
+        ask = f"; ask for {self.gpus}" if self.gpus is not None else ""
+        runtime = f" (max runtime about {self.max_runtime_s} s)" if self.max_runtime_s else ""
+        return f"your last {self.runs} runs of {self.label} used {used}{ask}{runtime}"
+
+
+def recommendation_from(history: UsageHistory) -> Recommendation:
+    busy, mem, run = history.busy_gpus, history.peak_memory_mib, history.runtime_s
+    return Recommendation(
+        key=history.key, runs=history.runs, gpus_requested=round(history.gpus_requested, 2),
+        busy_gpus=None if busy is None else round(busy, 2),
+        peak_memory_mib=None if mem is None else round(mem),
+        runtime_s=None if run is None else round(run),
+        gpus=None if busy is None else max(1, math.ceil(busy * HEADROOM - 1e-9)),
+        memory_gib=None if mem is None else round(mem * HEADROOM / 1024, 1),
+        max_runtime_s=None if run is None else max(60, math.ceil(run * HEADROOM)),
+    )
+
+
+def learn(usage: AttemptUsage, *, succeeded: bool) -> None:
+    """Fold one finished attempt into its owner's histories, recording first what they predicted for it."""
+    job = usage.job
+    if usage.samples < MIN_SAMPLES or usage.busy_gpus is None:
+        return
+    runtime = None
+    if succeeded and usage.ended_at and usage.started_at:
+        runtime = (usage.ended_at - usage.started_at).total_seconds()
+    for key in keys_for(name=job.name, image=job.image):
+        with transaction.atomic():
+            history, _ = UsageHistory.objects.select_for_update().get_or_create(
+                owner_id=job.owner_id, department_id=job.department_id, key=key)
+            if history.runs:
+                try:
+                    with transaction.atomic():
+                        PredictionOutcome.objects.create(
+                            owner_id=job.owner_id, department_id=job.department_id, job=job, attempt=usage.attempt,
+                            key=key, runs_before=history.runs,
+                            predicted_busy_gpus=history.busy_gpus, actual_busy_gpus=usage.busy_gpus,
+                            predicted_peak_memory_mib=history.peak_memory_mib,
+                            actual_peak_memory_mib=usage.peak_memory_mib,
+                            predicted_runtime_s=history.runtime_s if runtime is not None else None,
+                            actual_runtime_s=runtime)
+                except IntegrityError:
+                    continue  # this attempt was learnt already (a collector run retried)
+            history.runs += 1
+            history.gpus_requested = ewma(history.gpus_requested if history.runs > 1 else None, usage.gpus)
+            history.busy_gpus = ewma(history.busy_gpus, usage.busy_gpus)
+            history.peak_memory_mib = ewma(history.peak_memory_mib, usage.peak_memory_mib)
+            if runtime is not None:
+                history.runtime_s = ewma(history.runtime_s, runtime)
+                history.runtime_runs += 1
+            history.save()
+
+
+def prediction_errors(outcomes) -> dict:
+    """Mean absolute error and mean signed error (predicted - actual) of each predicted quantity."""
+    out = {}
+    for name in ("busy_gpus", "peak_memory_mib", "runtime_s"):
+        pairs = [(getattr(o, f"predicted_{name}"), getattr(o, f"actual_{name}")) for o in outcomes]
+        pairs = [(p, a) for p, a in pairs if p is not None and a is not None]
+        if pairs:
+            out[name] = {"n": len(pairs), "mae": round(sum(abs(p - a) for p, a in pairs) / len(pairs), 2),
+                         "bias": round(sum(p - a for p, a in pairs) / len(pairs), 2),
+                         "under": round(sum(p * HEADROOM < a for p, a in pairs) / len(pairs), 3)}
+    return out

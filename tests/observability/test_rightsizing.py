@@ -1,0 +1,104 @@
+"""Predictive right-sizing: EWMA (alpha 0.3) over finished attempts per owner and job family or image, x1.2."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
+from observability.services import collect as collect_service
+from observability.services.rightsizing import ALPHA, family, learn
+from scheduling.models import Job, JobState
+
+pytestmark = pytest.mark.django_db
+
+
+def test_families():
+    assert family("resnet-50-lr3") == "resnet-*"
+    assert family("resnet_101") == "resnet-*"
+    assert family("bert") == "bert"
+    assert family("7b-finetune") == "7b-finetune"
+
+
+def _finished(lab, n: int, *, busy: float, mem: float, minutes: float, name="resnet-50", owner=None) -> Job:
+    now = timezone.now()
+    job = Job.objects.create(owner=owner or lab.alice, department=lab.vision, flavor=lab.a100, name=name,
+                             image="nvcr.io/pytorch:24", command=["x"], gpus=4, state=JobState.SUCCEEDED,
+                             finished_at=now)
+    usage = AttemptUsage.objects.create(job=job, attempt=1, source="prometheus", gpus=4, samples=30,
+                                        started_at=now - timedelta(minutes=minutes), ended_at=now,
+                                        busy_gpus=busy, peak_memory_mib=mem, mean_util=busy * 25, final=True)
+    learn(usage, succeeded=True)
+    return job
+
+
+def test_ewma_and_the_recommendation(lab):
+    runs = [(1.0, 30000, 60), (1.5, 32000, 70), (1.2, 31000, 65), (1.4, 33000, 80), (1.3, 31000, 60),
+            (1.3, 31744, 62)]
+    for i, (busy, mem, minutes) in enumerate(runs):
+        _finished(lab, i, busy=busy, mem=mem, minutes=minutes, name=f"resnet-{i}")
+    expected = runs[0][0]
+    for busy, _, _ in runs[1:]:
+        expected = ALPHA * busy + (1 - ALPHA) * expected
+    history = UsageHistory.objects.get(owner=lab.alice, key="name:resnet-*")
+    assert history.runs == 6 and history.busy_gpus == pytest.approx(expected)
+    c = Client()
+    c.force_login(lab.alice)
+    body = c.get("/api/v1/recommendations", {"name": "resnet-152", "image": "other"}).json()
+    assert body["found"] and body["runs"] == 6 and body["key"] == "name:resnet-*"
+    assert body["gpus"] == 2  # ceil(1.3 x 1.2)
+    assert body["text"].startswith("your last 6 runs of resnet-* used 1.3 of 4 GPUs and 31 GB; ask for 2")
+    assert body["max_runtime_s"] == pytest.approx(history.runtime_s * 1.2, abs=1)
+    # The image's history answers for a name never seen.
+    assert c.get("/api/v1/recommendations", {"image": "nvcr.io/pytorch:24"}).json()["key"] == \
+        "image:nvcr.io/pytorch:24"
+    # Five predictions were checked against what happened (the first run had no history).
+    assert PredictionOutcome.objects.filter(key="name:resnet-*").count() == 5
+    # The submit form shows it.
+    assert "ask for 2" in c.get("/jobs/new").content.decode()
+
+
+def test_recommendations_are_the_owners_alone(lab):
+    _finished(lab, 0, busy=1, mem=1000, minutes=10)
+    c = Client()
+    c.force_login(lab.amy)  # same department, not her runs
+    assert c.get("/api/v1/recommendations", {"name": "resnet-50"}).json()["found"] is False
+
+
+def test_bad_input_is_a_400_with_field_errors(lab):
+    c = Client()
+    c.force_login(lab.alice)
+    r = c.get("/api/v1/recommendations")
+    assert r.status_code == 400 and "name" in r.json()["error"]["fields"]
+    r = c.get("/api/v1/recommendations", {"name": "x", "gpu": "2"})
+    assert r.status_code == 400 and "gpu" in r.json()["error"]["fields"]
+    r = c.get("/api/v1/recommendations", {"name": "x" * 64})
+    assert r.status_code == 400 and "name" in r.json()["error"]["fields"]
+
+
+def test_the_collector_learns_when_an_attempt_ends(lab, settings):
+    settings.PROMETHEUS_URL = ""
+    settings.SIM_SPEEDUP = 1
+    job = Job.objects.create(owner=lab.alice, department=lab.vision, flavor=lab.a100, name="vit-b16", image="i",
+                             command=["x"], gpus=2, state=JobState.RUNNING, env={"SIM_GPU_PROFILE": "busy"},
+                             started_at=timezone.now() - timedelta(minutes=30))
+    collect_service.collect()
+    Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
+    assert collect_service.collect().finalized == 1
+    assert collect_service.collect().finalized == 0  # learnt once
+    history = UsageHistory.objects.get(owner=lab.alice, key="name:vit-*")
+    assert history.runs == 1 and history.runtime_s == pytest.approx(30 * 60, abs=5)
+
+
+def test_the_accuracy_page_is_for_platform_admins(lab):
+    for i in range(3):
+        _finished(lab, i, busy=1 + i * 0.1, mem=1000, minutes=10)
+    c = Client()
+    c.force_login(lab.alice)
+    assert c.get("/observability/predictions/").status_code == 403
+    c.force_login(lab.root)
+    page = c.get("/observability/predictions/").content.decode()
+    assert 'id="errors"' in page and "busy_gpus" in page
