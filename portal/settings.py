@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "portal",
     "quotas",
     "scheduling",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -169,6 +170,10 @@ CELERY_BEAT_SCHEDULE = {
     "quotas-refill": {"task": "quotas.refill", "schedule": 3600.0},
     "quotas-check-ledger": {"task": "quotas.check_ledger", "schedule": 900.0},
     "quotas-reconcile-holds": {"task": "quotas.reconcile_holds", "schedule": 600.0},
+    # notifications: the outbox's rows that no message announced (written while the broker was down) and the
+    # retries that are due; a delivery is claimed by one worker, so overlapping sweeps send nothing twice
+    "notifications-sweep": {"task": "notifications.sweep", "schedule": float(ENV["NOTIFY_SWEEP_INTERVAL_S"]),
+                            "options": {"expires": 10 * float(ENV["NOTIFY_SWEEP_INTERVAL_S"])}},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -184,6 +189,24 @@ KUBE_BURST = int(ENV["KUBE_BURST"])
 API_TOKEN_TTL_DAYS = int(ENV["API_TOKEN_TTL_DAYS"])
 WHATIF_MAX_JOBS = int(ENV["WHATIF_MAX_JOBS"])
 WHATIF_TIME_LIMIT_S = float(ENV["WHATIF_TIME_LIMIT_S"])
+# ------------------------------------------------------------------------------------------ notifications
+PORTAL_URL = str(ENV["PORTAL_URL"]).rstrip("/")
+if ENV["EMAIL_HOST"]:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+else:  # embedded default: every e-mail is a file to read, nothing leaves the machine
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = DATA_DIR / "mail"
+EMAIL_HOST = str(ENV["EMAIL_HOST"]) or "localhost"
+EMAIL_PORT = int(ENV["EMAIL_PORT"])
+EMAIL_HOST_USER = str(ENV["EMAIL_HOST_USER"])
+EMAIL_HOST_PASSWORD = str(ENV["EMAIL_HOST_PASSWORD"])
+EMAIL_USE_TLS = bool(ENV["EMAIL_USE_TLS"])
+EMAIL_USE_SSL = bool(ENV["EMAIL_USE_SSL"])
+EMAIL_TIMEOUT = float(ENV["EMAIL_TIMEOUT_S"])
+DEFAULT_FROM_EMAIL = str(ENV["DEFAULT_FROM_EMAIL"])
+NOTIFY_WEBHOOK_TIMEOUT_S = float(ENV["NOTIFY_WEBHOOK_TIMEOUT_S"])
+NOTIFY_MAX_ATTEMPTS = int(ENV["NOTIFY_MAX_ATTEMPTS"])
+NOTIFY_RETRY_BASE_S = float(ENV["NOTIFY_RETRY_BASE_S"])
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)
 

@@ -13,11 +13,13 @@ api_v1 = [
     path("", include("scheduling.api.urls")),
     path("", include("portal.api.urls")),
     path("", include("quotas.api.urls")),
+    path("", include("notifications.api.urls")),
 ]
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
 PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc",
-                    "prometheus-django-metrics"}
+                    "prometheus-django-metrics",
+                    "unsubscribe"}  # an e-mail's unsubscribe link: its signed token is the credential
 
 urlpatterns = [
     path("healthz", portal_views.healthz, name="healthz"),
@@ -31,6 +33,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", portal_metrics.metrics_view, name="prometheus-django-metrics"),
     path("budgets/", include("quotas.urls", namespace="budgets")),
+    path("notifications/", include("notifications.urls", namespace="notifications")),
     path("", include("scheduling.urls", namespace="dashboard")),
 ]
 
