@@ -9,9 +9,10 @@ from notifications.services import delivery
 
 
 @shared_task(name="notifications.deliver", time_limit=120, soft_time_limit=110, ignore_result=True)
-def deliver(event_id: int | None = None) -> dict:
-    """Deliver one event just committed (queued after commit by ``notifications.services.emit``)."""
-    return delivery.deliver(event_id=event_id)
+def deliver(event_ids: list[int] | None = None) -> dict:
+    """Deliver the events a transaction just committed (queued after commit by ``notifications.services.emit``,
+    one message per transaction)."""
+    return delivery.deliver(event_ids=event_ids)
 
 
 @shared_task(name="notifications.sweep", time_limit=300, soft_time_limit=280, ignore_result=True)

@@ -262,6 +262,7 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "scheduling.models.JobState",
         "BudgetPeriodEnum": "quotas.models.RefillRule.PERIODS",
         "ReportPeriodEnum": [("day", "day"), ("month", "month")],
+        "NotificationKindEnum": "notifications.api.serializers.KIND_CHOICES",
     },
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.generics import GenericAPIView
+from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -26,14 +26,18 @@ from notifications.services import preferences
 from portal.tenancy import CHANGE, VIEW, member
 
 
-class NotificationListView(GenericAPIView):
+class NotificationListView(ListAPIView):
     """Your recent notifications, newest first, with each delivery's status (pending, sent, failed)."""
 
     serializer_class = NotificationSerializer
 
-    def get(self, request):
-        page = self.paginate_queryset(selectors.recent_notifications(user=request.user))
-        return self.get_paginated_response([selectors.describe(d) for d in page])
+    def get_queryset(self):
+        return selectors.recent_notifications(user=self.request.user)
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(NotificationSerializer([selectors.describe(d) for d in page],
+                                                                  many=True).data)
 
 
 class PreferencesView(APIView):

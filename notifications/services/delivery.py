@@ -43,22 +43,22 @@ BATCH = 50
 # ------------------------------------------------------------------------------------------ expand
 
 
-def expand_pending(*, event_id: int | None = None, limit: int = 200) -> int:
-    """Create the deliveries of events not expanded yet (``event_id``: only that one). Returns how many
-    events were expanded. Each event is locked (skipping those another worker holds) while it is expanded."""
+def expand_pending(*, event_ids: list[int] | None = None, limit: int = 200) -> int:
+    """Create the deliveries of events not expanded yet (``event_ids``: only those). Returns how many events
+    were expanded. Each event is locked (skipping those another worker holds) while it is expanded."""
     done = 0
     while True:
         with transaction.atomic():
             qs = Event.objects.filter(expanded_at__isnull=True).order_by("pk")
-            if event_id is not None:
-                qs = qs.filter(pk=event_id)
+            if event_ids is not None:
+                qs = qs.filter(pk__in=event_ids)
             events = list(qs.select_for_update(skip_locked=True)[:BATCH])
             for event in events:
                 _expand(event)
             if events:
                 Event.objects.filter(pk__in=[e.pk for e in events]).update(expanded_at=timezone.now())
         done += len(events)
-        if len(events) < BATCH or event_id is not None or done >= limit:
+        if len(events) < BATCH or done >= limit:
             return done
 
 
@@ -99,13 +99,13 @@ def _expand(event: Event) -> None:
 # ------------------------------------------------------------------------------------------ send
 
 
-def claim_due(*, now: datetime | None = None, event_id: int | None = None, limit: int = BATCH) -> list[int]:
+def claim_due(*, now: datetime | None = None, event_ids: list[int] | None = None, limit: int = BATCH) -> list[int]:
     """Claim up to ``limit`` due deliveries for this worker: pending -> sending, committed before any send."""
     now = now or timezone.now()
     with transaction.atomic():
         qs = Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now)
-        if event_id is not None:
-            qs = qs.filter(event_id=event_id)
+        if event_ids is not None:
+            qs = qs.filter(event_id__in=event_ids)
         ids = list(qs.order_by("next_attempt_at", "pk").select_for_update(skip_locked=True)
                    .values_list("pk", flat=True)[:limit])
         if ids:
@@ -175,13 +175,16 @@ def _send(d: Delivery) -> None:
 # ------------------------------------------------------------------------------------------ entry points
 
 
-def deliver(*, event_id: int | None = None, now: datetime | None = None) -> dict[str, int]:
-    """Expand ``event_id`` (or every pending event) and send what is due of it (or of everything)."""
-    counts: dict[str, int] = {"expanded": expand_pending(event_id=event_id)}
-    for pk in claim_due(now=now, event_id=event_id):
-        status = send_claimed(pk, now=now)
-        counts[status] = counts.get(status, 0) + 1
-    return counts
+def deliver(*, event_ids: list[int] | None = None, now: datetime | None = None) -> dict[str, int]:
+    """Expand ``event_ids`` (or every pending event) and send what is due of them (or of everything)."""
+    counts: dict[str, int] = {"expanded": expand_pending(event_ids=event_ids)}
+    while True:
+        ids = claim_due(now=now, event_ids=event_ids)
+        for pk in ids:
+            status = send_claimed(pk, now=now)
+            counts[status] = counts.get(status, 0) + 1
+        if len(ids) < BATCH:
+            return counts
 
 
 def sweep(*, now: datetime | None = None, limit: int = 500) -> dict[str, int]:

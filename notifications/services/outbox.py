@@ -1,7 +1,8 @@
 """The one way an event is reported: ``emit`` writes an outbox row in the caller's transaction.
 
 Emitters (scheduling's and quotas' services) never send anything and never import a task: the row commits or
-rolls back with the change it reports, and after commit ``portal.dispatch`` asks a worker to deliver it. When
+rolls back with the change it reports, and after commit ``portal.dispatch`` asks a worker to deliver it (one
+message for all the events of a transaction). When
 the broker is down the row stays pending, and the periodic sweep (``notifications.sweep``) delivers it once
 the broker is back. Nothing here reads preferences or recipients' addresses: that is the delivery's job, so an
 event costs its emitter one INSERT.
@@ -35,5 +36,5 @@ def emit(*, kind: str, department_id: int, users: Iterable[int] = (), admins: bo
         event = Event.objects.filter(dedupe_key=dedupe_key).first()
         if event is None:
             return None
-    dispatch.after_commit("notifications.deliver", event.pk)
+    dispatch.after_commit_batched("notifications.deliver", event.pk)  # one message per transaction
     return event

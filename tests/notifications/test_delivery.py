@@ -198,7 +198,7 @@ def test_an_event_is_delivered_once_however_often_it_is_expanded_and_swept(lab, 
     event = go(emit, kind="budget.low", department_id=lab.vision.pk, users=[lab.alice.pk], admins=True,
                data={"department": "vision", "balance": 5, "threshold": 10})
     for _ in range(3):
-        delivery.expand_pending(event_id=event.pk)
+        delivery.expand_pending(event_ids=[event.pk])
         Event.objects.filter(pk=event.pk).update(expanded_at=None)  # as if a worker died after expanding
     go(delivery.sweep)
     go(delivery.sweep)
@@ -263,3 +263,22 @@ def test_two_concurrent_deliverers_send_each_delivery_once(lab, client_for, rece
     assert len(keys) == 36 and len(set(keys)) == 36  # 3 events x 12 recipients, none twice
     assert Delivery.objects.filter(status="sent").count() == 36
     assert sum(r.get("sent", 0) for r in results) == 36
+
+
+def test_the_events_of_one_transaction_leave_in_one_message(lab, monkeypatch, django_capture_on_commit_callbacks):
+    from notifications import tasks
+
+    sent = []
+    monkeypatch.setattr(tasks.deliver, "delay", lambda ids: sent.append(list(ids)))
+    with django_capture_on_commit_callbacks() as callbacks, transaction.atomic():
+        events = [emit(kind="job.failed", department_id=lab.vision.pk, users=[lab.alice.pk], data={"job_id": i})
+                  for i in range(3)]
+        with pytest.raises(RuntimeError), transaction.atomic():  # a savepoint rolled back: its event is gone
+            emit(kind="job.failed", department_id=lab.vision.pk, users=[lab.alice.pk], data={"job_id": 99})
+            raise RuntimeError
+    assert len(callbacks) == 1
+    callbacks[0]()
+    assert sent[0][:3] == [e.pk for e in events] and Event.objects.count() == 3
+    with django_capture_on_commit_callbacks() as later:  # the next transaction sends its own message
+        emit(kind="job.failed", department_id=lab.vision.pk, users=[lab.alice.pk], data={"job_id": 4})
+    assert len(later) == 1
