@@ -100,9 +100,12 @@ def webhook_create(*, user, url: str, scope: str = "user", kinds: list[str] | No
         owner = None
         kinds = kinds if kinds is not None else [k.name for k in KINDS if k.department_webhook]
     else:
+        if kinds:
+            raise ValidationFailed(fields={"kinds": [{"code": "invalid", "message":
+                                   "A user's webhook follows the user's preferences; set those instead."}]})
         taken = Webhook.objects.filter(user=user)
         owner = user
-        kinds = kinds or []
+        kinds = []
     if taken.exists():
         raise ValidationFailed(fields={"scope": [{"code": "exists", "message":
                                "There is already a webhook here; change or delete it, or rotate its secret."}]})

@@ -112,6 +112,9 @@ def test_webhooks_are_their_owners_and_department_webhooks_their_admins(lab, cli
     alice, amy, vadmin = client_for(lab.alice), client_for(lab.amy), client_for(lab.vadmin)
     mine = alice.post("/api/v1/notifications/webhooks", {"url": "https://hooks.example.org/a"}, format="json")
     assert mine.status_code == 201
+    r = amy.post("/api/v1/notifications/webhooks", {"url": "https://hooks.example.org/k", "kinds": ["job.failed"]},
+                 format="json")
+    assert r.status_code == 400 and "kinds" in r.json()["error"]["fields"]  # preferences decide for a user's
     again = alice.post("/api/v1/notifications/webhooks", {"url": "https://hooks.example.org/b"}, format="json")
     assert again.status_code == 400 and "scope" in again.json()["error"]["fields"]
     r = alice.post("/api/v1/notifications/webhooks", {"url": "https://hooks.example.org/d", "scope": "department"},
