@@ -72,6 +72,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("STATS_INTERVAL_S", "300", "Dashboard charts: seconds between two samples of the stored time series.",
             "int"),
     Setting("STATS_RETENTION_DAYS", "90", "Dashboard charts: delete samples older than this many days.", "int"),
+    Setting("PORTAL_URL", "http://127.0.0.1:8000", "The portal's public address (scheme://host[:port]), for "
+            "links in notifications (the job, unsubscribe).", "url"),
+    Setting("EMAIL_HOST", "", "SMTP server for notification e-mails. Empty: e-mails are written as files "
+            "under DATA_DIR/mail (embedded default, nothing is sent)."),
+    Setting("EMAIL_PORT", "587", "SMTP port.", "int"),
+    Setting("EMAIL_HOST_USER", "", "SMTP user name (empty: no authentication)."),
+    Setting("EMAIL_HOST_PASSWORD", "", "SMTP password.", secret=True),
+    Setting("EMAIL_USE_TLS", "true", "SMTP: STARTTLS after connecting (port 587).", "bool"),
+    Setting("EMAIL_USE_SSL", "false", "SMTP: implicit TLS from the start (port 465); not with EMAIL_USE_TLS.",
+            "bool"),
+    Setting("EMAIL_TIMEOUT_S", "10", "SMTP: seconds before a connection or a command gives up.", "float"),
+    Setting("DEFAULT_FROM_EMAIL", "GPU portal <gpu-portal@localhost>", "Sender of notification e-mails."),
+    Setting("NOTIFY_WEBHOOK_TIMEOUT_S", "5", "Webhooks: seconds before a POST to a receiver gives up.",
+            "float"),
+    Setting("NOTIFY_MAX_ATTEMPTS", "6", "Notifications: attempts per delivery before it is marked failed.",
+            "int"),
+    Setting("NOTIFY_RETRY_BASE_S", "30", "Notifications: first retry delay; it doubles each attempt "
+            "(30 s, 1, 2, 4, 8 min ...).", "float"),
+    Setting("NOTIFY_SWEEP_INTERVAL_S", "30", "Seconds between sweeps that send pending notifications and "
+            "retries (Celery beat), also those written while the broker was down.", "float"),
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("SECURE_SSL", "false", "Behind TLS: secure cookies, HSTS, redirect to https.", "bool"),
     Setting("DATA_DIR", str(BASE_DIR / "var"), "Where the embedded defaults keep SQLite, broker and locks."),
@@ -137,6 +157,15 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
         if (float(values["PROMETHEUS_TIMEOUT_S"]) <= 0 or float(values["GPU_USAGE_INTERVAL_S"]) <= 0
                 or int(values["GPU_USAGE_STEP_S"]) <= 0):
             problems.append("PROMETHEUS_TIMEOUT_S, GPU_USAGE_INTERVAL_S and GPU_USAGE_STEP_S must be positive.")
+        if values["EMAIL_USE_TLS"] and values["EMAIL_USE_SSL"]:
+            problems.append("EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: STARTTLS (587) or implicit TLS (465).")
+        if (int(values["NOTIFY_MAX_ATTEMPTS"]) < 1 or float(values["NOTIFY_RETRY_BASE_S"]) <= 0
+                or float(values["NOTIFY_SWEEP_INTERVAL_S"]) <= 0 or float(values["NOTIFY_WEBHOOK_TIMEOUT_S"]) <= 0
+                or float(values["EMAIL_TIMEOUT_S"]) <= 0):
+            problems.append("NOTIFY_MAX_ATTEMPTS, NOTIFY_RETRY_BASE_S, NOTIFY_SWEEP_INTERVAL_S, "
+                            "NOTIFY_WEBHOOK_TIMEOUT_S and EMAIL_TIMEOUT_S must be positive.")
+        if urlparse(str(values["PORTAL_URL"])).scheme not in {"http", "https"}:
+            problems.append("PORTAL_URL must be an http:// or https:// URL.")
         if "{department}" not in str(values["KUBE_NAMESPACE_TEMPLATE"]):
             problems.append("KUBE_NAMESPACE_TEMPLATE must contain {department}.")
     if problems:

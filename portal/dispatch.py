@@ -10,6 +10,8 @@ Django loads the app (``AppConfig.ready``).
   (``portal.broker.send``): the request still succeeds and the reconciler sends what was lost.
 * ``send_now(name, *args)``: send at once, and let a broker failure raise (the reconciler's own repairs: its
   next run tries again).
+* ``after_commit_batched(name, item)``: like ``after_commit``, but one message per transaction carrying the
+  list of every item added in it (a cycle admitting a hundred jobs sends one message, not a hundred).
 
 An unknown name fails at the call, inside the caller's transaction, not later after commit.
 """
@@ -38,3 +40,31 @@ def after_commit(name: str, *args) -> None:
 
 def send_now(name: str, *args):
     return task(name).delay(*args)
+
+
+def after_commit_batched(name: str, item) -> None:
+    """Send ``name`` once the current transaction commits, with the list of every ``item`` given to it for
+    ``name`` during that transaction. Outside a transaction, at once with ``[item]``.
+
+    The pending batch is remembered on the connection and found again only while its callback is still
+    waiting there: a rollback discards the callback (and the batch with it), and a sent batch is never
+    extended."""
+    found = task(name)
+    connection = transaction.get_connection()
+    if not connection.in_atomic_block:
+        broker.send(found, [item])
+        return
+    batches = connection.__dict__.setdefault("_portal_dispatch_batches", {})
+    batch = batches.get(name)
+    if batch is not None and not batch["sent"] and any(f is batch["send"] for _, f, *_ in connection.run_on_commit):
+        batch["items"].append(item)
+        return
+    batch = {"items": [item], "sent": False}
+
+    def send():
+        batch["sent"] = True
+        broker.send(found, batch["items"])
+
+    batch["send"] = send
+    batches[name] = batch
+    transaction.on_commit(send)

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "quotas",
     "scheduling",
     "observability",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -177,6 +178,10 @@ CELERY_BEAT_SCHEDULE = {
     # GPU use per job (observability.tasks): reads Prometheus (or the simulated cluster's series) afresh each run
     "observability-collect": {"task": "observability.collect", "schedule": float(ENV["GPU_USAGE_INTERVAL_S"]),
                               "options": {"expires": 2 * float(ENV["GPU_USAGE_INTERVAL_S"])}},
+    # notifications: the outbox's rows that no message announced (written while the broker was down) and the
+    # retries that are due; a delivery is claimed by one worker, so overlapping sweeps send nothing twice
+    "notifications-sweep": {"task": "notifications.sweep", "schedule": float(ENV["NOTIFY_SWEEP_INTERVAL_S"]),
+                            "options": {"expires": 10 * float(ENV["NOTIFY_SWEEP_INTERVAL_S"])}},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -228,6 +233,25 @@ def _per_tier(name: str) -> dict[str, float]:
 IDLE_GPU_THRESHOLD_PCT = _per_tier("IDLE_GPU_THRESHOLD_PCT")
 IDLE_GPU_MINUTES = _per_tier("IDLE_GPU_MINUTES")
 IDLE_STOP_GRACE_MINUTES = _per_tier("IDLE_STOP_GRACE_MINUTES")  # a tier not named is never stopped
+
+# ------------------------------------------------------------------------------------------ notifications
+PORTAL_URL = str(ENV["PORTAL_URL"]).rstrip("/")
+if ENV["EMAIL_HOST"]:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+else:  # embedded default: every e-mail is a file to read, nothing leaves the machine
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = DATA_DIR / "mail"
+EMAIL_HOST = str(ENV["EMAIL_HOST"]) or "localhost"
+EMAIL_PORT = int(ENV["EMAIL_PORT"])
+EMAIL_HOST_USER = str(ENV["EMAIL_HOST_USER"])
+EMAIL_HOST_PASSWORD = str(ENV["EMAIL_HOST_PASSWORD"])
+EMAIL_USE_TLS = bool(ENV["EMAIL_USE_TLS"])
+EMAIL_USE_SSL = bool(ENV["EMAIL_USE_SSL"])
+EMAIL_TIMEOUT = float(ENV["EMAIL_TIMEOUT_S"])
+DEFAULT_FROM_EMAIL = str(ENV["DEFAULT_FROM_EMAIL"])
+NOTIFY_WEBHOOK_TIMEOUT_S = float(ENV["NOTIFY_WEBHOOK_TIMEOUT_S"])
+NOTIFY_MAX_ATTEMPTS = int(ENV["NOTIFY_MAX_ATTEMPTS"])
+NOTIFY_RETRY_BASE_S = float(ENV["NOTIFY_RETRY_BASE_S"])
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)
 
@@ -301,6 +325,7 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "scheduling.models.JobState",
         "BudgetPeriodEnum": "quotas.models.RefillRule.PERIODS",
         "ReportPeriodEnum": [("day", "day"), ("month", "month")],
+        "NotificationKindEnum": "notifications.api.serializers.KIND_CHOICES",
     },
 }
 

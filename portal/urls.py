@@ -16,11 +16,13 @@ api_v1 = [
     path("", include("portal.api.urls")),
     path("", include("quotas.api.urls")),
     path("", include("observability.api.urls")),
+    path("", include("notifications.api.urls")),
 ]
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
 PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc",
-                    "prometheus-django-metrics", "favicon"}
+                    "prometheus-django-metrics", "favicon",
+                    "unsubscribe"}  # an e-mail's unsubscribe link: its signed token is the credential
 
 urlpatterns = [
     path("healthz", portal_views.healthz, name="healthz"),
@@ -39,6 +41,7 @@ urlpatterns = [
     path("tokens/<int:pk>/revoke", portal_views.token_revoke, name="token-revoke"),
     path("budgets/", include("quotas.urls", namespace="budgets")),
     path("observability/", include("observability.urls", namespace="observability")),
+    path("notifications/", include("notifications.urls", namespace="notifications")),
     path("", include("scheduling.urls", namespace="dashboard")),
 ]
 

@@ -42,10 +42,12 @@ def test_the_import_contracts_hold():
     # observability's services reaching up for its task, and scheduling depending on observability
     ("observability/services/idle.py", "from observability import tasks", "Services send tasks by name"),
     ("scheduling/services/jobs.py", "import observability.selectors", "No other app imports observability"),
+    # the notifications outbox reaching back into an app that emits into it
+    ("notifications/services/outbox.py", "from scheduling import models", "Notifications knows no app"),
 ])
 def test_a_planted_violation_breaks_the_contracts(tmp_path, module, line, contract):
     """The contracts are not vacuous: the same tree with one bad import fails, naming the broken contract."""
-    for package in ("portal", "quotas", "scheduling", "observability"):
+    for package in ("portal", "quotas", "scheduling", "observability", "notifications"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     target = tmp_path / module

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils import timezone
+
+from notifications.services import emit
 from quotas.models import Allowance, ApprovalRule
-from quotas.services.allowances import allowance_used
+from quotas.services.allowances import allowance_used, period_start
 from quotas.services.pricing import estimated_cost
 
 
@@ -65,6 +68,17 @@ def approval_required(*, job, inputs: ApprovalInputs | None = None) -> str | Non
         if inputs.used + cost > allowance.limit:
             why.append(f"exceeds {job.owner.get_username()}'s {allowance.period} allowance "
                        f"({inputs.used} + {cost} > {allowance.limit} mcr)")
+            _allowance_exhausted(job=job, allowance=allowance, used=inputs.used, cost=cost)
         elif not why:
             inputs.used += cost
     return ("Needs a department admin's approval: " + "; ".join(why)) if why else None
+
+
+def _allowance_exhausted(*, job, allowance: Allowance, used: int, cost: int) -> None:
+    """Tell the user and their department's admins, once per allowance period, that the allowance no longer
+    covers their jobs (inside the submission's transaction: a refused submission tells nobody)."""
+    start = period_start(period=allowance.period, at=timezone.now())
+    emit(kind="allowance.exhausted", department_id=job.department_id, users=[job.owner_id], admins=True,
+         data={"user": job.owner.get_username(), "used": used, "cost": cost, "limit": allowance.limit,
+               "period": allowance.period, "job_name": job.name},
+         dedupe_key=f"allowance.exhausted:{allowance.user_id}:{start.date().isoformat()}")

@@ -13,7 +13,8 @@ from datetime import datetime
 from django.db.models import Sum
 from django.utils import timezone
 
-from quotas.models import LedgerEntry, Quota, RefillRule, Wallet
+from quotas.models import LedgerEntry, RefillRule, Wallet
+from quotas.services.alerts import refill_amount
 from quotas.services.settlement import settle_attempt
 from quotas.services.wallets import open_holds, wallet_refill, wallet_release
 from scheduling.models import ACTIVE_STATES, Job
@@ -26,13 +27,6 @@ def period_key(*, period: str, at: datetime) -> str:
         year, week, _ = at.isocalendar()
         return f"{year}-W{week:02d}"
     return f"{at.year}-{at.month:02d}"
-
-
-def refill_amount(*, rule: RefillRule) -> int:
-    if rule.mode == "per_nominal_gpu":
-        nominal = Quota.objects.filter(department_id=rule.department_id).aggregate(n=Sum("nominal"))["n"] or 0
-        return rule.amount * nominal
-    return rule.amount
 
 
 def refill_due(*, now: datetime | None = None) -> int:

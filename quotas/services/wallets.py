@@ -28,6 +28,7 @@ from portal.audit import audit
 from portal.errors import Conflict, IdempotencyKeyReused, NotFound
 from portal.models import Department
 from quotas.models import LedgerEntry, LedgerKind, RefillRecord, Wallet
+from quotas.services import alerts
 from quotas.services.base import field_error
 
 
@@ -73,6 +74,8 @@ def _append(wallet: Wallet, *, kind: str, amount: int = 0, held_change: int = 0,
         raise InsufficientCredits(detail={"balance": wallet.balance, "held": wallet.held})
     Wallet.objects.filter(pk=wallet.pk).update(balance=wallet.balance, held=wallet.held,
                                                updated_at=wallet.updated_at)
+    if amount < 0:
+        alerts.balance_fell(wallet=wallet, before=wallet.balance - amount)
     return LedgerEntry.objects.create(
         wallet=wallet, kind=kind, amount=amount, held_change=held_change, balance_after=wallet.balance,
         held_after=wallet.held, idempotency_key=key, **fields,

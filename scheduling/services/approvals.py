@@ -18,6 +18,7 @@ from portal.tenancy import membership_of
 from quotas.models import Approval
 from scheduling.core import reasons
 from scheduling.models import JobState
+from scheduling.services import notify
 from scheduling.services.jobs import enqueue_pod_creation, transition
 
 
@@ -61,6 +62,7 @@ def job_approve(*, user, job, comment: str = ""):
         approval = Approval.objects.create(job=job, decision="approved", actor=user, comment=comment, reason=why)
         audit(actor=user, action="job.approve", obj=approval, department=job.department,
               new={"job": job.pk, "decision": "approved"}, comment=comment)
+        notify.approval_decided(job=job, decision="approved", actor=user, comment=comment)
         enqueue_pod_creation(job)
     return job
 
@@ -86,4 +88,5 @@ def job_reject(*, user, job, comment: str):
         approval = Approval.objects.create(job=job, decision="rejected", actor=user, comment=comment, reason=why)
         audit(actor=user, action="job.reject", obj=approval, department=job.department,
               new={"job": job.pk, "decision": "rejected"}, comment=comment)
+        notify.approval_decided(job=job, decision="rejected", actor=user, comment=comment)
     return job

@@ -25,6 +25,7 @@ from scheduling.backends import creates_pods_at_admission, get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
 from scheduling.core import reasons
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, Node, PreemptionVictim
+from scheduling.services import notify
 from scheduling.services.jobs import (
     budget_attempt_ended,
     enqueue_pod_creation,
@@ -356,7 +357,10 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
                 status=PreemptionVictim.Status.REQUEUED, evicted_at=now, requeued_at=now
             )
         ended = copy.copy(job)  # the attempt as it ran (admission time, borrowed, price) for settlement
-        if not _requeue_cas(job, old_attempt, message, now):
+        requeued = _requeue_cas(job, old_attempt, message, now)
+        if outcome == "preempted":
+            notify.job_preempted(job=job, reason=reason, message=message, requeued=requeued)
+        if not requeued:
             return False
         budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
         dispatch.after_commit("scheduling.pods.delete", job.pk, old_attempt, namespace_for(job.department.slug))

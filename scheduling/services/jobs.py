@@ -24,6 +24,7 @@ from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
 from scheduling.models import TRANSITIONS, Job, JobEvent, JobState, Node
+from scheduling.services import notify
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ def transition(
             data=data,
             at=now,
         )
+        notify.job_transitioned(job=job, to=to, reason_code=reason_code, message=message)
     return True
 
 
@@ -263,6 +265,9 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
         if job.state == JobState.QUEUED:
             enqueue_pod_creation(job)
         job.submission_event = event  # a new job's whole timeline: the API renders it without a re-read
+    waiting = [job for job in jobs if job.state == JobState.PENDING_APPROVAL]
+    if waiting:
+        notify.approval_requested(jobs=waiting, reason_of=lambda j: j.reason_message)
     return jobs
 
 

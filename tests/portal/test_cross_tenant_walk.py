@@ -19,6 +19,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from notifications.models import Delivery, DepartmentSettings, Event, Preference, Webhook
 from portal.audit import audit
 from portal.models import ApiToken, AuditEntry
 from quotas.models import Allowance, Approval, ApprovalRule, LedgerEntry, Price, Quota, RefillRule, Wallet
@@ -31,21 +32,23 @@ pytestmark = pytest.mark.django_db
 # Values that exist only in the seeded department: any of them in a response is a leak.
 SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "visionsecretledger",
            "audit": "visionsecretaudit", "balance": "777777001", "refill": "4242421", "approval_cost": "5353531",
-           "allowance": "6464641", "log": "visionsecretlog", "sample": "8181811"}
+           "allowance": "6464641", "log": "visionsecretlog", "sample": "8181811", "webhook": "visionsecrethook",
+           "webhook_secret": "visionwhsecret", "notification": "visionsecretnotification", "threshold": "8585851"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
 METHODS = ("get", "post", "put", "patch", "delete")
 # Bodies a write could succeed with somewhere (an empty one too): a missing gate must not hide behind a 400.
 API_BODIES = [{}, {"comment": "x"}, {"balance": 1, "comment": "x"}, {"amount": 1, "comment": "x"},
               {"mode": "fixed", "amount": 1, "period": "monthly", "active": True}, {"gpus_above": 1},
-              {"limit": 1, "period": "monthly"}, {"nominal": 0}]
+              {"limit": 1, "period": "monthly"}, {"nominal": 0}, {"url": "https://example.org/x", "active": False},
+              {"budget_low_threshold": 1}, {"preferences": [{"kind": "job.failed", "email": True}]}]
 FORM_BODIES = [{}, {"comment": "x"}, {"direction": "credit", "amount": "1", "comment": "x", "idempotency_key": "k"},
                {"mode": "fixed", "amount": "1", "period": "monthly", "active": "on"}, {"gpus_above": "1"}]
 # Parameters that name another department's object, by route name; everything else a parameter can name
 # (a flavor, a price) belongs to no department.
 FOREIGN_PARAMS = {"pk", "slug", "username"}
 GLOBAL_PK_ROUTES = {"price-detail", "price_delete"}
-KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format"}
+KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token"}
 
 
 def _seed(lab, dept, owner, admin, prefix, numbers):
@@ -71,7 +74,19 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
     allowances.allowance_set(user=owner, limit=numbers[3], actor=admin)
     audit(actor=admin, action="note", obj=dept, department=dept, comment=f"{prefix}secretaudit")
     token, _ = ApiToken.issue(user=owner, name=f"{prefix}secrettoken")
-    return {"jobs": jobs, "pending": jobs["pending_approval"], "token": token,
+    hook = Webhook.objects.create(department=dept, user=owner, url=f"https://example.org/{prefix}secrethook",
+                                  secret=f"{prefix}whsecret-user")
+    dept_hook = Webhook.objects.create(department=dept, url=f"https://example.org/{prefix}secrethook-dept",
+                                       secret=f"{prefix}whsecret-dept", kinds=["budget.low"])
+    Preference.objects.create(user=owner, kind="job.failed", email=False, webhook=True)
+    DepartmentSettings.objects.create(department=dept, budget_low_threshold=numbers[5])
+    event = Event.objects.create(kind="job.failed", department=dept, user_ids=[owner.pk], expanded_at=timezone.now(),
+                                 data={"job_id": jobs["failed"].pk, "job_name": f"{prefix}secretnotification"})
+    Delivery.objects.create(event=event, department=dept, channel="email", user=owner, status="sent",
+                            key=f"{event.pk}:email:u{owner.pk}")
+    Delivery.objects.create(event=event, department=dept, channel="webhook", webhook=dept_hook, status="failed",
+                            key=f"{event.pk}:webhook:w{dept_hook.pk}", last_error=f"{prefix}secretnotification")
+    return {"jobs": jobs, "pending": jobs["pending_approval"], "token": token, "webhooks": [hook, dept_hook],
             "quota": Quota.objects.get(department=dept, flavor=lab.a100)}
 
 
@@ -100,12 +115,15 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
         pks = [seeded["pending"].pk]
     elif "token" in name:
         pks = [seeded["token"].pk]
+    elif "webhook" in name:
+        pks = [h.pk for h in seeded["webhooks"]]
     elif "quota" in name:
         pks = [seeded["quota"].pk]
     else:  # a job, in every state
         pks = [j.pk for j in seeded["jobs"].values()]
     query = f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
-    return [(_fill(route, {"pk": str(pk), "slug": "vision", "username": "alice", "name": "a100-80gb"}) + query,
+    values = {"slug": "vision", "username": "alice", "name": "a100-80gb", "token": "not-a-signed-token"}
+    return [(_fill(route, {"pk": str(pk), **values}) + query,
              names_foreign) for pk in pks]
 
 
@@ -152,8 +170,8 @@ def _walk(lab, seeded, users):
 
 
 def test_another_departments_members_see_and_change_nothing_of_it(lab):
-    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641, 8181811))
-    _seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", (100000, 2000, 3000, 4000, 5000))
+    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641, 8181811, 8585851))
+    _seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", (100000, 2000, 3000, 4000, 5000, 6000))
     before = _state(lab)
     leaks, errors, wrong = _walk(lab, seeded, (lab.bob, lab.nadmin))
     assert errors == []
@@ -165,7 +183,7 @@ def test_another_departments_members_see_and_change_nothing_of_it(lab):
 def test_the_walk_would_see_a_leak(lab, client):
     """The secrets are really on the pages the walk reads, for those who may see them: a platform admin
     sees them on the same URLs, so the walk above cannot pass by looking in the wrong place."""
-    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641, 8181811))
+    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641, 8181811, 8585851))
     client.force_login(lab.root)
     shown = set()
     for path in ("/", "/budgets/vision/", "/budgets/allowances/", "/budgets/approvals/", "/api/v1/ledger",
@@ -175,13 +193,20 @@ def test_the_walk_would_see_a_leak(lab, client):
     assert {"job", "ledger", "balance", "refill", "approval_cost", "allowance"} <= shown
     client.force_login(lab.alice)
     assert SECRETS["token"].encode() in client.get("/api/v1/tokens").content
+    assert SECRETS["webhook"].encode() in client.get("/api/v1/notifications/webhooks").content
+    assert SECRETS["notification"].encode() in client.get("/api/v1/notifications").content
+    client.force_login(lab.vadmin)
+    assert b"visionsecrethook-dept" in client.get("/api/v1/notifications/webhooks").content
+    assert SECRETS["threshold"].encode() in client.get("/api/v1/notifications/department").content
 
 
 def test_the_walk_covers_the_dashboard_and_the_api():
     names = {n for _, n in ROUTES}
     assert {"allowances", "wallet", "job", "job-detail", "allowance-detail", "wallet-detail", "token-revoke",
             "approval-approve", "report-usage", "ledger-list", "quota-detail", "whatif", "approve", "cancel",
-            "adjust", "refill_rule", "approval_rule", "allowance_delete", "job-cost", "job-logs"} <= names
+            "adjust", "refill_rule", "approval_rule", "allowance_delete", "job-cost", "job-logs", "webhook-detail",
+            "webhook-rotate", "webhook-list", "notification-list", "notification-preferences",
+            "notification-department", "preferences", "unsubscribe"} <= names
 
 
 def test_every_parameter_is_known():
@@ -207,4 +232,8 @@ def _state(lab):
         sorted(ApiToken.objects.filter(user=lab.alice).values_list("name", "revoked_at")),
         AuditEntry.objects.filter(department=lab.vision).count(),
         sorted(AttemptLog.objects.filter(job__department=lab.vision).values_list("attempt", "text")),
+        sorted(Webhook.objects.filter(department=lab.vision).values_list("url", "secret", "active", "kinds")),
+        sorted(Preference.objects.filter(user=lab.alice).values_list("kind", "email", "webhook")),
+        sorted(DepartmentSettings.objects.filter(department=lab.vision).values_list("budget_low_threshold")),
+        sorted(Delivery.objects.filter(department=lab.vision).values_list("key", "status")),
     )

@@ -204,7 +204,8 @@ def test_approval_rules_apply_to_each_job_of_a_batch(lab, client_for, batch, dja
     jobs = r.json()["jobs"]
     assert [j["state"] for j in jobs] == ["queued", "pending_approval", "queued"]
     assert jobs[1]["reason"]["code"] == "awaiting_approval" and "4 GPUs > 2" in jobs[1]["reason"]["message"]
-    assert len(callbacks) == 2 and not SimPod.objects.filter(job_id=jobs[1]["id"]).exists()
+    # two pod creations (the queued jobs), and one notifications message (the admins hear of the waiting job)
+    assert len(callbacks) == 3 and not SimPod.objects.filter(job_id=jobs[1]["id"]).exists()
     event = JobEvent.objects.get(job_id=jobs[1]["id"])
     assert event.to_state == "pending_approval" and "4 GPUs > 2" in event.message
     # the same job submitted alone lands in the same state

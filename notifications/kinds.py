@@ -1,0 +1,62 @@
+"""The kinds of event the portal tells people about: the one list, what each says, and who wants it by default.
+
+A kind is data, not code: adding one (a job idle on its GPUs, say) is one ``Kind(...)`` below and one
+``notifications.services.emit(kind=..., ...)`` where it happens. Preferences, the page, the API, e-mails and
+webhooks all read this list. ``subject`` and ``body`` are ``str.format`` templates over the event's data; a key
+the data lacks shows as ``?`` instead of failing a delivery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    title: str  # the preferences page's label
+    audience: str  # who receives it, for the page and the docs
+    subject: str
+    body: str
+    email: bool  # on by default for e-mail
+    webhook: bool  # on by default for the user's own webhook
+    link: str = "/jobs/{job_id}/"  # the page it points to, below PORTAL_URL
+    department_webhook: bool = False  # a department's webhook receives it by default
+
+
+_JOB = "Job {job_id} ({job_name})"
+
+KINDS: tuple[Kind, ...] = (
+    # Noisy: one per job and attempt, so off unless a user asks.
+    Kind("job.admitted", "Job admitted", "the job's owner", _JOB + " admitted",
+         "Job {job_id} ({job_name}) was admitted: {message}", email=False, webhook=False),
+    Kind("job.started", "Job started", "the job's owner", _JOB + " is running",
+         "Job {job_id} ({job_name}) is running: {message}", email=False, webhook=False),
+    Kind("job.succeeded", "Job succeeded", "the job's owner", _JOB + " succeeded",
+         "Job {job_id} ({job_name}) succeeded: {message}", email=False, webhook=True),
+    # Important: something went wrong or someone waits.
+    Kind("job.failed", "Job failed", "the job's owner", _JOB + " failed: {reason}",
+         "Job {job_id} ({job_name}) failed: {message}\n\nHint: {hint}", email=True, webhook=True),
+    Kind("job.preempted", "Job preempted", "the job's owner", _JOB + " was preempted",
+         "Job {job_id} ({job_name}) was preempted ({reason}): {message}\n\n{requeue_note}", email=True,
+         webhook=True),
+    Kind("approval.requested", "Approval requested", "the department's admins",
+         "Job {job_id} by {owner} waits for your approval",
+         "{owner} submitted job {job_id} ({job_name}). {reason}\n\nApprove or reject it on the approvals page.",
+         email=True, webhook=True, link="/budgets/approvals/", department_webhook=True),
+    Kind("approval.decided", "Approval decided", "the job's owner", _JOB + " was {decision}",
+         "{actor} {decision} job {job_id} ({job_name}). {comment}", email=True, webhook=True),
+    Kind("budget.low", "Budget low", "the department's admins",
+         "Budget of {department} is low: {balance_credits} credits left",
+         "The balance of {department} fell to {balance} mcr, below the alert threshold of {threshold} mcr. "
+         "Jobs wait once it cannot cover their holds.", email=True, webhook=True,
+         link="/budgets/{department}/", department_webhook=True),
+    Kind("allowance.exhausted", "Allowance exhausted", "the user and the department's admins",
+         "{user}'s {period} allowance is exhausted",
+         "{user} has committed {used} mcr of a {limit} mcr {period} allowance; job {job_name} ({cost} mcr) "
+         "waits for a department admin's approval, and so will the next ones this period.",
+         email=True, webhook=True, link="/budgets/approvals/", department_webhook=True),
+)
+
+BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
+NAMES: tuple[str, ...] = tuple(BY_NAME)

@@ -1,0 +1,207 @@
+"""Delivering the outbox: expand an event into deliveries, claim due deliveries, send, retry with back-off.
+
+Guarantees (docs/notifications.md, "Delivery guarantees"):
+
+* **At most once per channel and recipient.** An event's deliveries are created with a unique key (event,
+  channel, recipient), so two workers expanding one event create each delivery once. A delivery is *claimed*
+  before it is sent: ``pending -> sending`` in a short transaction of its own, the rows picked with
+  ``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL (on SQLite, whose writers take the database lock at
+  ``BEGIN IMMEDIATE``, the transaction itself is the lock), so only one worker ever sends a given delivery. A
+  worker that dies between the claim and the outcome leaves the row ``sending``; the sweep marks it failed
+  after ``STALE_CLAIM`` instead of sending it a second time.
+* **Retries with exponential back-off.** A send that may succeed later (timeout, 5xx, 429, SMTP down) goes
+  back to ``pending`` with ``next_attempt_at = now + NOTIFY_RETRY_BASE_S * 2^(attempt-1)``; after
+  ``NOTIFY_MAX_ATTEMPTS`` attempts, or at once for a permanent error, it is ``failed`` with the last error,
+  visible to its recipient on the notifications page and in the API.
+* **Nothing lost with the broker.** The sweep expands every event no message announced and sends every
+  delivery that is due, so a message lost with the broker only delays a notification.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from notifications.kinds import BY_NAME
+from notifications.models import Channel, Delivery, Event, Webhook
+from notifications.services import channels, preferences
+from notifications.services.render import message_for
+from portal.models import Membership, Role
+
+log = logging.getLogger(__name__)
+
+STALE_CLAIM = timedelta(minutes=10)
+BATCH = 50
+
+
+# ------------------------------------------------------------------------------------------ expand
+
+
+def expand_pending(*, event_ids: list[int] | None = None, limit: int = 200) -> int:
+    """Create the deliveries of events not expanded yet (``event_ids``: only those). Returns how many events
+    were expanded. Each event is locked (skipping those another worker holds) while it is expanded."""
+    done = 0
+    while True:
+        with transaction.atomic():
+            qs = Event.objects.filter(expanded_at__isnull=True).order_by("pk")
+            if event_ids is not None:
+                qs = qs.filter(pk__in=event_ids)
+            events = list(qs.select_for_update(skip_locked=True)[:BATCH])
+            for event in events:
+                _expand(event)
+            if events:
+                Event.objects.filter(pk__in=[e.pk for e in events]).update(expanded_at=timezone.now())
+        done += len(events)
+        if len(events) < BATCH or done >= limit:
+            return done
+
+
+def _recipients(event: Event) -> list[int]:
+    ids = set(event.user_ids)
+    if event.to_admins:
+        ids |= set(Membership.objects.filter(department_id=event.department_id, role=Role.DEPARTMENT_ADMIN)
+                   .values_list("user_id", flat=True))
+    return sorted(ids)
+
+
+def _expand(event: Event) -> None:
+    user_ids = _recipients(event)
+    users = {u.pk: u for u in get_user_model().objects.filter(pk__in=user_ids, is_active=True)}
+    wanted = preferences.effective(user_ids=list(users), kind=event.kind)
+    hooks = list(Webhook.objects.filter(active=True).filter(
+        Q(user_id__in=list(users)) | Q(user__isnull=True, department_id=event.department_id)))
+    user_hooks = {h.user_id: h for h in hooks if h.user_id}
+    rows = []
+
+    def add(channel: str, recipient: str, user_id=None, webhook=None):
+        rows.append(Delivery(event=event, department_id=event.department_id, channel=channel, user_id=user_id,
+                             webhook=webhook, key=f"{event.pk}:{channel}:{recipient}",
+                             next_attempt_at=event.created_at))
+
+    for uid, user in users.items():
+        if wanted[uid]["email"] and user.email:
+            add(Channel.EMAIL, f"u{uid}", user_id=uid)
+        if wanted[uid]["webhook"] and uid in user_hooks:
+            add(Channel.WEBHOOK, f"w{user_hooks[uid].pk}", user_id=uid, webhook=user_hooks[uid])
+    for hook in hooks:
+        if hook.user_id is None and event.kind in (hook.kinds or []):
+            add(Channel.WEBHOOK, f"w{hook.pk}", webhook=hook)
+    if rows:
+        Delivery.objects.bulk_create(rows, ignore_conflicts=True)  # the unique key: once per recipient
+
+
+# ------------------------------------------------------------------------------------------ send
+
+
+def claim_due(*, now: datetime | None = None, event_ids: list[int] | None = None, limit: int = BATCH) -> list[int]:
+    """Claim up to ``limit`` due deliveries for this worker: pending -> sending, committed before any send."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        qs = Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now)
+        if event_ids is not None:
+            qs = qs.filter(event_id__in=event_ids)
+        ids = list(qs.order_by("next_attempt_at", "pk").select_for_update(skip_locked=True)
+                   .values_list("pk", flat=True)[:limit])
+        if ids:
+            Delivery.objects.filter(pk__in=ids, status=Delivery.Status.PENDING).update(
+                status=Delivery.Status.SENDING, attempts=F("attempts") + 1, claimed_at=now)
+    return ids
+
+
+def send_claimed(delivery_id: int, *, now: datetime | None = None) -> str:
+    """Send one delivery this worker claimed and record the outcome. Returns its new status."""
+    d = Delivery.objects.select_related("event", "event__department", "user", "webhook").get(pk=delivery_id)
+    if d.status != Delivery.Status.SENDING:
+        return d.status
+    try:
+        _send(d)
+    except channels.SendError as exc:
+        return _failed(d, str(exc), retry=exc.retry, now=now)
+    except Exception as exc:  # noqa: BLE001 - a bug in one delivery must not stop the others
+        log.exception("delivery %s failed unexpectedly", d.key)
+        return _failed(d, f"{type(exc).__name__}: {exc}", retry=True, now=now)
+    Delivery.objects.filter(pk=d.pk).update(status=Delivery.Status.SENT, sent_at=timezone.now(), last_error="")
+    return Delivery.Status.SENT
+
+
+def _failed(d: Delivery, error: str, *, retry: bool, now: datetime | None) -> str:
+    now = now or timezone.now()
+    if retry and d.attempts < settings.NOTIFY_MAX_ATTEMPTS:
+        delay = settings.NOTIFY_RETRY_BASE_S * 2 ** (d.attempts - 1)
+        Delivery.objects.filter(pk=d.pk).update(status=Delivery.Status.PENDING, last_error=error[:500],
+                                                next_attempt_at=now + timedelta(seconds=delay))
+        log.info("delivery %s attempt %d failed (%s); next in %g s", d.key, d.attempts, error, delay)
+        return Delivery.Status.PENDING
+    Delivery.objects.filter(pk=d.pk).update(status=Delivery.Status.FAILED, last_error=error[:500])
+    log.warning("delivery %s failed for good after %d attempt(s): %s", d.key, d.attempts, error)
+    return Delivery.Status.FAILED
+
+
+def _send(d: Delivery) -> None:
+    event = d.event
+    msg = message_for(event)
+    if d.channel == Channel.EMAIL:
+        if d.user is None or not d.user.email:
+            raise channels.SendError("the recipient has no e-mail address", retry=False)
+        token = preferences.unsubscribe_token(user_id=d.user_id, kind=event.kind)
+        unsubscribe = f"{settings.PORTAL_URL}/notifications/unsubscribe/{token}/"
+        title = BY_NAME[event.kind].title if event.kind in BY_NAME else event.kind
+        body = (f"{msg.body}\n\n{msg.url}\n\n-- \nYou receive this because \"{title}\" e-mails are on for you. "
+                f"Stop them: {unsubscribe}\nAll your notification settings: {settings.PORTAL_URL}/notifications/\n")
+        channels.send_email(to=d.user.email, subject=f"[GPU portal] {msg.subject}", body=body, headers={
+            "List-Unsubscribe": f"<{unsubscribe}>", "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+            "X-Portal-Event": event.kind, "X-Portal-Delivery": d.key})
+        return
+    hook = d.webhook
+    if hook is None or not hook.active:
+        raise channels.SendError("the webhook was deleted or disabled", retry=False)
+    payload = {
+        # Slack and Mattermost incoming webhooks show "text"; other receivers read the structured fields.
+        "text": f"*{msg.subject}*\n{msg.body}\n<{msg.url}|Open in the portal>",
+        "event": event.kind, "event_id": event.pk, "delivery": d.key,
+        "department": event.department.slug, "created_at": event.created_at.isoformat(),
+        "subject": msg.subject, "body": msg.body, "url": msg.url, "data": event.data,
+    }
+    channels.post_webhook(url=hook.url, secret=hook.secret, payload=payload,
+                          headers={"X-Portal-Event": event.kind, "X-Portal-Delivery": d.key})
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+
+def deliver(*, event_ids: list[int] | None = None, now: datetime | None = None) -> dict[str, int]:
+    """Expand ``event_ids`` (or every pending event) and send what is due of them (or of everything)."""
+    counts: dict[str, int] = {"expanded": expand_pending(event_ids=event_ids)}
+    while True:
+        ids = claim_due(now=now, event_ids=event_ids)
+        for pk in ids:
+            status = send_claimed(pk, now=now)
+            counts[status] = counts.get(status, 0) + 1
+        if len(ids) < BATCH:
+            return counts
+
+
+def sweep(*, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
+    """The periodic pass: give up on stale claims, expand every pending event, send every due delivery (at
+    most ``limit`` per run; the next run goes on)."""
+    now = now or timezone.now()
+    stale = Delivery.objects.filter(status=Delivery.Status.SENDING, claimed_at__lt=now - STALE_CLAIM).update(
+        status=Delivery.Status.FAILED,
+        last_error="the worker stopped while sending; not sent again, so it is never sent twice")
+    counts: dict[str, int] = {"stale": stale, "expanded": expand_pending(limit=limit)}
+    sent = 0
+    while sent < limit:
+        ids = claim_due(now=now, limit=min(BATCH, limit - sent))
+        if not ids:
+            break
+        for pk in ids:
+            status = send_claimed(pk, now=now)
+            counts[status] = counts.get(status, 0) + 1
+        sent += len(ids)
+    return counts

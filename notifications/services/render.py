@@ -1,0 +1,45 @@
+"""An event's words: subject, body and link, from its kind's templates and its data."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from notifications.kinds import BY_NAME
+
+
+class _Lenient(dict):
+    def __missing__(self, key):
+        return "?"
+
+
+class _Formatter(string.Formatter):
+    def get_value(self, key, args, kwargs):
+        return kwargs[key] if isinstance(key, str) else super().get_value(key, args, kwargs)
+
+
+@dataclass(frozen=True)
+class Message:
+    subject: str
+    body: str
+    url: str
+
+
+def fill(template: str, data: dict) -> str:
+    try:
+        return _Formatter().vformat(template, (), _Lenient(data))
+    except (ValueError, IndexError, AttributeError):  # a malformed template must not stop a delivery
+        return template
+
+
+def message_for(event) -> Message:
+    kind = BY_NAME.get(event.kind)
+    if kind is None:  # a kind removed since the event was written
+        return Message(subject=event.kind, body=str(event.data), url=settings.PORTAL_URL + "/")
+    data = {**event.data}
+    if "balance" in data:
+        data.setdefault("balance_credits", f"{int(data['balance']) / 1000:g}")
+    return Message(subject=fill(kind.subject, data)[:200], body=fill(kind.body, data).strip(),
+                   url=settings.PORTAL_URL + fill(kind.link, data))

@@ -1,0 +1,85 @@
+"""What a job's owner is told when its job moves: the notification of each transition, with a hint for failures.
+
+Called inside the transaction of the change (``transition``, ``requeue``, approvals, submission), so the
+notification commits or rolls back with it (``notifications.services.emit`` writes an outbox row).
+"""
+
+from __future__ import annotations
+
+from notifications.services import emit
+from scheduling.models import JobState
+
+# The kind a job's arrival in a state is reported as. Preemption is reported by ``requeue``, which knows
+# whether the job was queued again; cancellations are the user's own doing.
+KIND_OF_STATE = {
+    JobState.ADMITTED: "job.admitted",
+    JobState.RUNNING: "job.started",
+    JobState.SUCCEEDED: "job.succeeded",
+    JobState.FAILED: "job.failed",
+}
+
+# What to try next, by the failure's reason (the pod's, or the portal's own).
+FAILURE_HINTS = {
+    "OOMKilled": "The container ran out of memory: ask for more memory (memory_mib) or lower the batch size.",
+    "ImagePullBackOff": "The image could not be pulled: check its name and tag, and that the registry is "
+                        "reachable and accepts the cluster's credentials.",
+    "ErrImagePull": "The image could not be pulled: check its name and tag and the registry's credentials.",
+    "InvalidImageName": "The image name is not valid: use registry/name:tag.",
+    "ErrImageNeverPull": "The image is not on the node and may not be pulled: use an image the cluster can pull.",
+    "CreateContainerConfigError": "The container could not be configured: check its environment and command.",
+    "InvalidPodSpec": "The cluster refused the job's pods: check the image, the command and the resources.",
+    "DeadlineExceeded": "The job ran past its max_runtime_s: raise it, or checkpoint and resume.",
+    "Error": "The command exited with an error: read the job's logs (gpup logs <id>) for the traceback.",
+}
+EXIT_CODE_HINTS = {
+    137: "Exit code 137 is a kill (SIGKILL): out of memory, or stopped before it finished terminating; raise "
+         "memory or termination_grace_s.",
+    139: "Exit code 139 is a segmentation fault: check native extensions and CUDA/driver versions.",
+    143: "Exit code 143 is a termination (SIGTERM): the job was stopped; checkpoint so it can resume.",
+}
+
+
+def failure_hint(reason: str, exit_code) -> str:
+    if exit_code in EXIT_CODE_HINTS:
+        return EXIT_CODE_HINTS[exit_code]
+    return FAILURE_HINTS.get(reason, FAILURE_HINTS["Error"])
+
+
+def _job_data(job, **extra) -> dict:
+    return {"job_id": job.pk, "job_name": job.name, "attempt": job.attempt, "owner": _owner_name(job),
+            **extra}
+
+
+def _owner_name(job) -> str:
+    """The owner's name when the job was read with it (no query on the cycle's path), else the id."""
+    owner = job._state.fields_cache.get("owner")
+    return owner.get_username() if owner is not None else f"user {job.owner_id}"
+
+
+def job_transitioned(*, job, to: str, reason_code: str, message: str) -> None:
+    kind = KIND_OF_STATE.get(to)
+    if kind is None:
+        return
+    extra = {"reason": reason_code, "message": message}
+    if to == JobState.FAILED:
+        extra["exit_code"] = job.exit_code
+        extra["hint"] = failure_hint(reason_code, job.exit_code)
+    emit(kind=kind, department_id=job.department_id, users=[job.owner_id], data=_job_data(job, **extra))
+
+
+def job_preempted(*, job, reason: str, message: str, requeued: bool) -> None:
+    note = (f"It was queued again as attempt {job.attempt} and keeps its place in the queue." if requeued
+            else "It was not queued again.")
+    emit(kind="job.preempted", department_id=job.department_id, users=[job.owner_id],
+         data=_job_data(job, reason=reason, message=message, requeued=requeued, requeue_note=note))
+
+
+def approval_requested(*, jobs, reason_of) -> None:
+    for job in jobs:
+        emit(kind="approval.requested", department_id=job.department_id, admins=True,
+             data=_job_data(job, reason=reason_of(job)))
+
+
+def approval_decided(*, job, decision: str, actor, comment: str) -> None:
+    emit(kind="approval.decided", department_id=job.department_id, users=[job.owner_id],
+         data=_job_data(job, decision=decision, actor=actor.get_username(), comment=comment))
