@@ -51,6 +51,9 @@ KINDS: tuple[Kind, ...] = (
          "The balance of {department} fell to {balance} mcr, below the alert threshold of {threshold} mcr. "
          "Jobs wait once it cannot cover their holds.", email=True, webhook=True,
          link="/budgets/{department}/", department_webhook=True),
+    Kind("job.idle", "Job idle on its GPUs", "the job's owner", _JOB + " holds idle GPUs",
+         "Job {job_id} ({job_name}) holds {gpus} GPU(s) that stayed under {threshold_pct}% for {idle_minutes} "
+         "minutes. Release them if the work is done, so others can use them.", email=True, webhook=True),
     Kind("allowance.exhausted", "Allowance exhausted", "the user and the department's admins",
          "{user}'s {period} allowance is exhausted",
          "{user} has committed {used} mcr of a {limit} mcr {period} allowance; job {job_name} ({cost} mcr) "

@@ -1,6 +1,6 @@
 """Idle-GPU detection: a running job whose GPUs all stay under a threshold for N minutes (both per tier) is
-flagged on its timeline (the owner's notification until notification channels exist) and on its page, API and
-metrics; flagged again only after it worked in between. An optional per-tier policy stops a flagged job after
+flagged on its timeline, on its page, API and metrics, and its owner is notified (``job.idle``, through the
+notifications outbox in the same transaction); flagged again only after it worked in between. An optional per-tier policy stops a flagged job after
 a further grace period, audited.
 """
 
@@ -11,6 +11,7 @@ from datetime import datetime
 
 from django.conf import settings
 
+from notifications.services.outbox import emit
 from observability.models import AttemptUsage
 from portal import metrics
 from portal.audit import audit
@@ -51,6 +52,10 @@ def check(*, usage: AttemptUsage, job: Job, now: datetime) -> str:
                      message=f"all {usage.gpus} GPU(s) under {threshold_pct(job.tier):g}% for "
                              f"{streak:.0f} minutes: release them if the work is done",
                      data={"idle_minutes": streak, "threshold_pct": threshold_pct(job.tier)})
+        emit(kind="job.idle", department_id=job.department_id, users=[job.owner_id],
+             data={"job_id": job.pk, "job_name": job.name, "gpus": usage.gpus,
+                   "threshold_pct": f"{threshold_pct(job.tier):g}", "idle_minutes": f"{streak:.0f}"},
+             dedupe_key=f"job.idle:{job.pk}:{usage.pk}:{now.isoformat()}")
         metrics.add(FLAGGED, 1, tier=job.tier)
         return "flagged"
     if streak < limit and usage.idle_flagged_at is not None:

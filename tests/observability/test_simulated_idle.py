@@ -83,6 +83,11 @@ def test_an_idle_job_is_flagged_once_on_its_timeline_page_api_and_metrics(lab):
     assert [e.reason_code for e in events] == ["gpu_idle"]
     collect_service.collect()  # still idle: not flagged twice
     assert JobEvent.objects.filter(job=job, kind="idle").count() == 1
+    # the owner is told through the notifications outbox, once
+    from notifications.models import Event
+
+    [told] = Event.objects.filter(kind="job.idle")
+    assert told.user_ids == [lab.alice.pk] and told.data["job_id"] == job.pk and told.data["gpus"] == 2
 
     c = Client()
     c.force_login(lab.alice)
