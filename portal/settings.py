@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "portal",
     "quotas",
     "scheduling",
+    "lab",
 ]
 
 MIDDLEWARE = [

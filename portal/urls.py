@@ -31,6 +31,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", portal_metrics.metrics_view, name="prometheus-django-metrics"),
     path("budgets/", include("quotas.urls", namespace="budgets")),
+    path("lab/", include("lab.urls", namespace="lab")),
     path("", include("scheduling.urls", namespace="dashboard")),
 ]
 

@@ -221,6 +221,8 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     Must run inside a transaction. The approval inputs are read once for all ``items`` (one submitter); each
     job is checked on its own, so a job of a batch is treated exactly as if it were submitted alone.
     """
+    if membership.department.archived_at is not None:  # kept for its history, closed to new work
+        raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
     inputs = budgets.approval_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []

@@ -19,9 +19,19 @@ import pytest
 from django.test import Client
 
 from portal.audit import audit
-from portal.models import ApiToken, AuditEntry
-from quotas.models import Allowance, Approval, ApprovalRule, LedgerEntry, Price, Quota, RefillRule, Wallet
-from quotas.services import allowances, rules, wallets
+from portal.models import ApiToken, AuditEntry, Department, Membership
+from quotas.models import (
+    Allowance,
+    Approval,
+    ApprovalRule,
+    LedgerEntry,
+    Price,
+    Quota,
+    QuotaChangeRequest,
+    RefillRule,
+    Wallet,
+)
+from quotas.services import allowances, quota_requests, rules, wallets
 from scheduling.models import Job, JobEvent, JobState
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 
@@ -30,7 +40,7 @@ pytestmark = pytest.mark.django_db
 # Values that exist only in the seeded department: any of them in a response is a leak.
 SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "visionsecretledger",
            "audit": "visionsecretaudit", "balance": "777777001", "refill": "4242421", "approval_cost": "5353531",
-           "allowance": "6464641"}
+           "allowance": "6464641", "quota_request": "visionsecretquotarequest"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -44,7 +54,7 @@ FORM_BODIES = [{}, {"comment": "x"}, {"direction": "credit", "amount": "1", "com
 # (a flavor, a price) belongs to no department.
 FOREIGN_PARAMS = {"pk", "slug", "username"}
 GLOBAL_PK_ROUTES = {"price-detail", "price_delete"}
-KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format"}
+KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "group"}
 
 
 def _seed(lab, dept, owner, admin, prefix, numbers):
@@ -67,7 +77,9 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
     allowances.allowance_set(user=owner, limit=numbers[3], actor=admin)
     audit(actor=admin, action="note", obj=dept, department=dept, comment=f"{prefix}secretaudit")
     token, _ = ApiToken.issue(user=owner, name=f"{prefix}secrettoken")
-    return {"jobs": jobs, "pending": jobs["pending_approval"], "token": token,
+    request = quota_requests.quota_request_create(department=dept, flavor=lab.a100, actor=admin, nominal=5,
+                                                  reason=f"{prefix}secretquotarequest")
+    return {"jobs": jobs, "pending": jobs["pending_approval"], "token": token, "quota_request": request,
             "quota": Quota.objects.get(department=dept, flavor=lab.a100)}
 
 
@@ -78,8 +90,9 @@ def _params(route: str) -> list[str]:
 def _fill(route: str, values: dict) -> str:
     route = route.replace("^", "").replace("$", "").replace("\\Z", "").replace("\\.", ".")
     route = re.sub(r"\(\?P<format>[^)]*\)", "", route)  # drop optional .json suffixes
+    # Regex groups first: ``(?P<pk>...)`` contains ``<pk>``, which the path-converter pattern would eat.
+    route = re.sub(r"\(\?P<(\w+)>(?:\[[^\]]*\]|[^)\[])*\)", lambda m: values[m.group(1)], route)
     route = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
-    route = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: values[m.group(1)], route)
     route = route.replace("/?", "/").replace("?", "")
     return "/" + route.lstrip("/")
 
@@ -92,6 +105,8 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
         pks = [None]
     elif name in GLOBAL_PK_ROUTES:
         pks = [price.pk]
+    elif "request" in name:
+        pks = [seeded["quota_request"].pk]
     elif "approv" in name or name in ("approve", "reject"):
         pks = [seeded["pending"].pk]
     elif "token" in name:
@@ -101,7 +116,8 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
     else:  # a job, in every state
         pks = [j.pk for j in seeded["jobs"].values()]
     query = f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
-    return [(_fill(route, {"pk": str(pk), "slug": "vision", "username": "alice", "name": "a100-80gb"}) + query,
+    return [(_fill(route, {"pk": str(pk), "slug": "vision", "username": "alice", "name": "a100-80gb",
+                           "group": "g"}) + query,
              names_foreign) for pk in pks]
 
 
@@ -202,4 +218,8 @@ def _state(lab):
         sorted(Allowance.objects.filter(user=lab.alice).values_list("limit", "period")),
         sorted(ApiToken.objects.filter(user=lab.alice).values_list("name", "revoked_at")),
         AuditEntry.objects.filter(department=lab.vision).count(),
+        sorted(QuotaChangeRequest.objects.filter(department=lab.vision).values_list("nominal", "state")),
+        sorted(Membership.objects.filter(department=lab.vision).values_list("user__username", "role",
+                                                                               "user_tier")),
+        Department.objects.filter(pk=lab.vision.pk).values_list("name", "archived_at").get(),
     )
