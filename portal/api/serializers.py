@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from portal.models import ApiToken, Department, Membership, Role, UserTier
+from portal.models import SLUG, ApiToken, Department, Membership, Role, UserTier, not_reserved
 
 
 # The base of every input serializer: a body that is not a JSON object, or that carries a field the serializer
@@ -62,7 +62,8 @@ class DepartmentSerializer(serializers.ModelSerializer):
 
 
 class DepartmentCreateSerializer(StrictSerializer):
-    slug = serializers.CharField(max_length=40)
+    # The model's own slug rules, so every error of a body is listed at once (uniqueness: the service).
+    slug = serializers.CharField(max_length=40, validators=[SLUG, not_reserved])
     name = serializers.CharField(max_length=120)
     comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 

@@ -36,11 +36,11 @@ def validate_slug(slug: str) -> None:
         try:
             check(slug)
         except ValidationError as exc:
-            problems.extend(exc.messages)
+            problems.extend({"code": e.code or "invalid", "message": " ".join(e.messages)} for e in exc.error_list)
     if not problems and Department.objects.filter(slug=slug).exists():
-        raise _field("slug", [f"A department {slug} exists already."], "unique")
+        problems.append({"code": "unique", "message": f"A department {slug} exists already."})
     if problems:
-        raise _field("slug", problems)
+        raise ValidationFailed(fields={"slug": problems})
 
 
 def department_create(*, actor, slug: str, name: str, comment: str = "") -> Department:
