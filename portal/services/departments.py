@@ -109,7 +109,8 @@ def department_archive(*, department: Department, actor, reason: str, confirm: b
         dept.save(update_fields=["archived_at"])
         for job in Job.objects.filter(department=dept, state__in=WAITING).select_related("department", "owner") \
                 .order_by("pk"):
-            job_cancel(user=actor, job=job, comment=f"department {dept.slug} archived: {reason.strip()}")
+            job_cancel(user=actor, job=job, comment=f"department {dept.slug} archived: {reason.strip()}",
+                       by_platform=actor is None)
             cancelled.append(job.pk)
         audit(actor=actor, action="department.archive", obj=dept, department=dept, old={"archived_at": None},
               new={"archived_at": dept.archived_at.isoformat(), "cancelled_jobs": cancelled,

@@ -3,12 +3,13 @@ be deleted: its history refers to it."""
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
 from portal.audit import audit
-from portal.errors import Conflict
-from quotas.models import Flavor
+from portal.errors import Conflict, ValidationFailed
+from quotas.models import FLAVOR_NAME, RESOURCE_NAME, Flavor
 from quotas.services.base import field_error
 
 FLAVOR_FIELDS = ("resource_name", "node_labels", "gpu_memory_gib", "description")
@@ -18,7 +19,27 @@ def _values(flavor: Flavor) -> dict:
     return {f: getattr(flavor, f) for f in FLAVOR_FIELDS}
 
 
+def _validate(values: dict, name: str | None = None) -> None:
+    """The model's rules for a name and a resource name, every error at once."""
+    errors = {}
+    checks = [("resource_name", RESOURCE_NAME, values.get("resource_name"))]
+    if name is not None:
+        checks.append(("name", FLAVOR_NAME, name))
+    for field, check, value in checks:
+        if value is None:
+            continue
+        try:
+            check(value)
+        except ValidationError as exc:
+            errors[field] = [{"code": "invalid", "message": m} for m in exc.messages]
+    if values.get("gpu_memory_gib", 0) is not None and values.get("gpu_memory_gib", 0) < 0:
+        errors["gpu_memory_gib"] = [{"code": "min_value", "message": "0 or more."}]
+    if errors:
+        raise ValidationFailed(fields=errors)
+
+
 def flavor_create(*, actor, name: str, **values) -> Flavor:
+    _validate(values, name)
     with transaction.atomic():
         if Flavor.objects.filter(name=name).exists():
             raise field_error("name", f"A flavor named {name} exists already.", "unique")
@@ -35,6 +56,7 @@ def flavor_create(*, actor, name: str, **values) -> Flavor:
 def flavor_update(*, flavor: Flavor, actor, comment: str = "", **values) -> Flavor:
     """Change what a flavor is requested as and where it runs. Its name is its identity (jobs, prices and lab
     files refer to it) and does not change."""
+    _validate(values)
     with transaction.atomic():
         flavor = Flavor.objects.select_for_update().get(pk=flavor.pk)
         old = _values(flavor)

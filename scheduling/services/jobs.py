@@ -286,9 +286,12 @@ def enqueue_pod_creation(job: Job) -> None:
     dispatch.after_commit("scheduling.pods.create", job_id, attempt)
 
 
-def job_cancel(*, user, job: Job, comment: str = "") -> Job:
-    """Cancel a job; idempotent (cancelling a cancelled job returns it unchanged). Finished jobs refuse."""
-    if not can_manage_job(user, job):
+def job_cancel(*, user, job: Job, comment: str = "", by_platform: bool = False) -> Job:
+    """Cancel a job; idempotent (cancelling a cancelled job returns it unchanged). Finished jobs refuse.
+
+    ``by_platform``: the platform itself cancels (archiving a department from a lab file, with no user
+    behind it): no permission check, and the timeline records no actor."""
+    if not by_platform and not can_manage_job(user, job):
         raise Forbidden("Only the job's owner or a department admin can cancel it.")
     if job.state == JobState.CANCELLED:
         return job
@@ -310,7 +313,7 @@ def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Jo
         job=job,
         to=JobState.CANCELLED,
         reason_code="cancelled",
-        message=comment or f"cancelled by {user.get_username()}",
+        message=comment or f"cancelled by {user.get_username() if user else 'the platform'}",
         actor=user,
         finished_at=timezone.now(),
     )
