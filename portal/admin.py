@@ -9,7 +9,7 @@ stay editable in Django's own admin (break-glass passwords).
 
 from django.contrib import admin
 
-from portal.models import ApiToken, AuditEntry, Department, Membership, MetricValue
+from portal.models import ApiToken, AuditEntry, Department, Membership, MetricValue, SsoGroupMapping
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -64,3 +64,11 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 class MetricValueAdmin(ReadOnlyAdmin):
     list_display = ("name", "labels", "value", "updated_at")
     search_fields = ("name", "labels")
+
+
+@admin.register(SsoGroupMapping)
+class SsoGroupMappingAdmin(ReadOnlyAdmin):
+    list_display = ("group", "department", "role", "user_tier")
+    list_filter = ("role", "department")
+    search_fields = ("group", "department__slug")
+    list_select_related = ("department",)

@@ -118,6 +118,24 @@ class Membership(models.Model):
         return self.role in (Role.DEPARTMENT_ADMIN, Role.PLATFORM_ADMIN)
 
 
+class SsoGroupMapping(models.Model):
+    """Single sign-on: a user of this identity-provider group gets this membership at their first login
+    (set in the lab file; OIDC_GROUP_MAP in the environment adds more). Platform configuration: only the
+    sign-in backend reads it."""
+
+    group = models.CharField(max_length=200)
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="sso_groups")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.RESEARCHER)
+    user_tier = models.CharField(max_length=20, choices=UserTier.choices, default=UserTier.STANDARD)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["group", "department"], name="sso_group_unique_department")]
+
+    def __str__(self) -> str:
+        return f"{self.group} -> {self.department} ({self.role})"
+
+
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 

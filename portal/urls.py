@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal import metrics as portal_metrics
+from portal import sso
 from portal import views as portal_views
 
 # Each app's API under /api/v1/ (one namespace, "v1"), each app's pages under its own namespace.
@@ -17,13 +18,16 @@ api_v1 = [
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
 PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc",
-                    "prometheus-django-metrics"}
+                    "prometheus-django-metrics", "oidc_authentication_init", "oidc_authentication_callback"}
 
 urlpatterns = [
     path("healthz", portal_views.healthz, name="healthz"),
     path("readyz", portal_views.readyz, name="readyz"),
     path("login/", auth_views.LoginView.as_view(template_name="portal/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Single sign-on (portal/sso.py): 404 unless configured.
+    path("oidc/authenticate/", sso.start, name="oidc_authentication_init"),
+    path("oidc/callback/", sso.callback, name="oidc_authentication_callback"),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

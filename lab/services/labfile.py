@@ -26,9 +26,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from portal.errors import PortalError
-from portal.models import SLUG, Department, Membership, Role, UserTier, not_reserved
+from portal.models import SLUG, Department, Membership, Role, SsoGroupMapping, UserTier, not_reserved
 from portal.services import departments as dept_services
 from portal.services import members as member_services
+from portal.services import sso as sso_services
 from quotas.models import FLAVOR_NAME, RESOURCE_NAME, ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
 from quotas.services import flavors as flavor_services
 from quotas.services import pricing, rules, wallets
@@ -173,14 +174,14 @@ class _Shape:
             if not isinstance(k, str) or not isinstance(v, str | int | float) or isinstance(v, bool):
                 self.err((*path, str(k)), "labels are strings (quote numbers and booleans)")
 
-    def items(self, value, path, check, key: str):
+    def items(self, value, path, check, key: str | None):
         if not isinstance(value, list):
             self.err(path, "must be a list")
             return
         seen: dict = {}
         for i, item in enumerate(value):
             check(item, (*path, i))
-            name = item.get(key) if isinstance(item, dict) else None
+            name = item.get(key) if key and isinstance(item, dict) else None
             if isinstance(name, str):
                 if name in seen:
                     self.err((*path, i, key), f"{name} is declared twice (also item {seen[name] + 1})")
@@ -207,6 +208,8 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
     s = _Shape(lines)
     known_flavors = set(Flavor.objects.values_list("name", flat=True)) | {
         f.get("name") for f in (data.get("flavors") or []) if isinstance(f, dict)}
+    known_depts = set(Department.objects.values_list("slug", flat=True)) | {
+        d.get("slug") for d in (data.get("departments") or []) if isinstance(d, dict)}
 
     def flavor_ref(v, p):
         s.string(v, p)
@@ -296,6 +299,16 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
                 for m in messages:
                     s.err((*p, *key.split(".")), m)
 
+    def sso_group(v, p):
+        s.obj(v, p, {"group": s.string, "department": s.string,
+                     "role": lambda x, q: s.string(x, q, choices=Role.values),
+                     "tier": lambda x, q: s.string(x, q, choices=UserTier.values)}, ("group", "department"))
+        if isinstance(v, dict) and isinstance(v.get("department"), str) and v["department"] not in known_depts:
+            s.err((*p, "department"), f"no department {v['department']} (declare it under departments:)")
+
+    def sso(v, p):
+        s.obj(v, p, {"groups": lambda x, q: s.items(x, q, sso_group, None)})
+
     def version(v, p):
         if v != VERSION:
             s.err(p, f"this portal reads lab files of version {VERSION}")
@@ -303,7 +316,7 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
     s.obj(data, (), {"version": version, "flavors": lambda x, q: s.items(x, q, flavor, "name"),
                      "clusters": lambda x, q: s.items(x, q, cluster, "name"),
                      "departments": lambda x, q: s.items(x, q, department, "slug"),
-                     "prices": prices, "policy": policy})
+                     "prices": prices, "policy": policy, "sso": sso})
     if isinstance(data.get("clusters"), list):
         defaults = [i for i, c in enumerate(data["clusters"]) if isinstance(c, dict) and c.get("default")]
         if len(defaults) > 1:
@@ -631,6 +644,31 @@ class _Applier:
             self.run(("policy",), "~", "policy", [f"v{version} -> v{version + 1}"] + _flat_diff(old, want),
                      lambda: policy_update(user=self.actor, data=want, comment="lab file"))
 
+    def sso(self):
+        groups = (self.data.get("sso") or {}).get("groups")
+        if groups is None:
+            return
+        declared = set()
+        for i, g in enumerate(groups):
+            path = ("sso", "groups", i)
+            dept = Department.objects.filter(slug=g["department"]).first()
+            if dept is None:
+                continue  # its department failed to be created: that error is reported already
+            want = {"role": g.get("role", Role.RESEARCHER), "user_tier": g.get("tier", UserTier.STANDARD)}
+            declared.add((g["group"], dept.pk))
+            cur = SsoGroupMapping.objects.filter(group=g["group"], department=dept).first()
+            old = {"role": cur.role, "user_tier": cur.user_tier} if cur else None
+            if old != want:
+                self.run(path, "+" if cur is None else "~", f"sso group {g['group']} -> {dept.slug}",
+                         _diff(old or {}, want),
+                         lambda gr=g["group"], dp=dept, w=want: sso_services.sso_mapping_set(
+                             actor=self.actor, group=gr, department=dp, **w))
+        if self.prune:
+            for m in SsoGroupMapping.objects.select_related("department"):
+                if (m.group, m.department_id) not in declared:
+                    self.run(("sso", "groups"), "-", f"sso group {m.group} -> {m.department.slug}", [],
+                             lambda m=m: sso_services.sso_mapping_delete(mapping=m, actor=self.actor))
+
     def archives(self):
         declared = set()
         for i, d in enumerate(self.data.get("departments") or []):
@@ -713,6 +751,7 @@ def apply_lab(text: str, *, actor=None, dry_run: bool = False, prune: bool = Fal
         a.prices()
         a.budgets()
         a.policy()
+        a.sso()
         a.archives()
         a.prune_rest()
         if a.r.errors or dry_run:
@@ -781,6 +820,10 @@ def export_lab() -> dict:
     for p in Price.objects.select_related("flavor").order_by("flavor__name", "tier"):
         prices.setdefault(p.flavor.name, {})[p.tier] = p.per_gpu_hour
     out["prices"] = prices
+    mappings = [{"group": m.group, "department": m.department.slug, "role": m.role, "tier": m.user_tier}
+                for m in SsoGroupMapping.objects.select_related("department").order_by("id")]
+    if mappings:
+        out["sso"] = {"groups": mappings}
     if PolicyVersion.objects.exists():
         doc = policy_to_dict(current_policy()[0])
         doc.pop("version", None)

@@ -153,6 +153,12 @@ def test_syntax_errors_and_bad_policies_are_refused_with_lines(tmp_path):
         apply_lab("- just\n- a list\n")
 
 
+def test_sso_groups_must_name_a_declared_department():
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab("version: 1\nsso:\n  groups:\n    - {group: g, department: nowhere, role: boss}\n")
+    assert {(e.line, e.path[-1]) for e in exc.value.errors} == {(4, "department"), (4, "role")}
+
+
 def test_the_policy_is_applied_once(tmp_path):
     apply_lab("version: 1\npolicy:\n  aging_per_minute: 0.5\n")
     assert PolicyVersion.objects.count() == 1
@@ -186,7 +192,9 @@ def test_export_then_apply_on_an_empty_database_gives_the_same_file(tmp_path):
                   .replace("a100-80gb: {nominal: 1, borrowing_limit: 2, lending_limit: 1}",
                            "a100-80gb: {nominal: 2, borrowing_limit: 2, lending_limit: 1, oversubscribe: true}")
                   .replace("name: Platform team\n", "name: Platform team\n    archived: true\n")
-                  + "policy:\n  aging_per_minute: 0.25\n")
+                  + "policy:\n  aging_per_minute: 0.25\n"
+                  + "sso:\n  groups:\n    - {group: cv-leads, department: vision, role: department_admin, "
+                    "tier: pi}\n")
         first = dump(export_lab())
         out, _ = _cmd("export")
         assert out == first
@@ -199,6 +207,8 @@ def test_export_then_apply_on_an_empty_database_gives_the_same_file(tmp_path):
     assert {"name": "edge", "backend": "kubernetes"} in exported["clusters"]
     assert [d["slug"] for d in exported["departments"] if d.get("archived")] == ["platform"]
     assert exported["policy"]["aging_per_minute"] == 0.25
+    assert exported["sso"]["groups"] == [{"group": "cv-leads", "department": "vision", "role": "department_admin",
+                                          "tier": "pi"}]
 
 
 def test_the_actor_must_be_a_platform_admin(tmp_path, lab):
