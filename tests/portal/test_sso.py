@@ -146,3 +146,15 @@ def test_sso_is_off_unless_configured(lab):
     assert c.get("/oidc/authenticate/").status_code == 404
     assert c.get("/oidc/callback/?code=x&state=y").status_code == 404
     assert b"sso-login" not in c.get("/login/").content
+
+
+def test_a_half_configuration_is_refused_at_start_up():
+    from portal import config
+
+    with pytest.raises(config.ConfigError) as exc:
+        config.load({"OIDC_RP_CLIENT_ID": "portal", "OIDC_OP_TOKEN_ENDPOINT": "https://idp.example/token"})
+    assert "OIDC_OP_AUTHORIZATION_ENDPOINT" in str(exc.value) and "OIDC_OP_JWKS_ENDPOINT" in str(exc.value)
+    with pytest.raises(config.ConfigError) as exc:
+        config.load({"OIDC_GROUP_MAP": '[{"group": "g", "department": "vision", "role": "boss"}]'})
+    assert "OIDC_GROUP_MAP[0].role" in str(exc.value)
+    assert config.load({})["OIDC_RP_CLIENT_ID"] == ""  # off by default
