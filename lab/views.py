@@ -29,9 +29,9 @@ from portal.models import Department, Membership, Role, UserTier
 from portal.services import departments, members
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
 from quotas.api.views import (
-    DecisionSerializer,
     FlavorInputSerializer,
     QuotaRequestCreateSerializer,
+    QuotaRequestDecisionSerializer,
     QuotaUpdateSerializer,
 )
 from quotas.models import Flavor, Quota, QuotaChangeRequest
@@ -313,7 +313,7 @@ def _decide(request, pk: int, decide):
     req = QuotaChangeRequest.objects.select_related("department", "flavor", "requested_by").get_or_404(
         request.user, ADMIN, pk=pk, missing="No such quota request.",
         message="Only platform admins decide quota requests.")
-    s = DecisionSerializer(data=form_payload(request.POST, ("comment",)))
+    s = QuotaRequestDecisionSerializer(data=form_payload(request.POST, ("comment",)))
     if not s.is_valid():
         messages.error(request, "; ".join(str(e) for v in s.errors.values() for e in v))
         return redirect("lab:quota_requests")

@@ -235,7 +235,7 @@ class QuotaRequestCreateSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=2000)
 
 
-class DecisionSerializer(StrictSerializer):
+class QuotaRequestDecisionSerializer(StrictSerializer):
     comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
@@ -272,20 +272,20 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         req = quota_requests.quota_request_create(department=dept, flavor=flavor, actor=request.user, **data)
         return Response(QuotaRequestSerializer(req).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=DecisionSerializer, responses=QuotaRequestSerializer)
+    @extend_schema(request=QuotaRequestDecisionSerializer, responses=QuotaRequestSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         req = self._request(ADMIN)
-        s = DecisionSerializer(data=request.data)
+        s = QuotaRequestDecisionSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         req, _ = quota_requests.quota_request_approve(req=req, actor=request.user, **s.validated_data)
         return Response(QuotaRequestSerializer(req).data)
 
-    @extend_schema(request=DecisionSerializer, responses=QuotaRequestSerializer)
+    @extend_schema(request=QuotaRequestDecisionSerializer, responses=QuotaRequestSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         req = self._request(ADMIN)
-        s = DecisionSerializer(data=request.data)
+        s = QuotaRequestDecisionSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         req = quota_requests.quota_request_reject(req=req, actor=request.user, **s.validated_data)
         return Response(QuotaRequestSerializer(req).data)
