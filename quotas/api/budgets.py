@@ -178,9 +178,10 @@ class AdjustSerializer(StrictSerializer):
 
 class LedgerEntrySerializer(serializers.ModelSerializer):
     department = serializers.CharField(source="wallet.department.slug", read_only=True)
-    user = serializers.CharField(source="user.username", read_only=True, default=None)
-    actor = serializers.CharField(source="actor.username", read_only=True, default=None)
-    flavor = serializers.CharField(source="flavor.name", read_only=True, default=None)
+    # null for entries of no user (adjustments, refills), the platform as actor, or no flavor
+    user = serializers.CharField(source="user.username", read_only=True, default=None, allow_null=True)
+    actor = serializers.CharField(source="actor.username", read_only=True, default=None, allow_null=True)
+    flavor = serializers.CharField(source="flavor.name", read_only=True, default=None, allow_null=True)
 
     class Meta:
         model = LedgerEntry
