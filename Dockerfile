@@ -6,6 +6,7 @@ COPY pyproject.toml README.md ./
 COPY portal ./portal
 COPY quotas ./quotas
 COPY scheduling ./scheduling
+COPY lab ./lab
 COPY manage.py ./
 RUN pip install --no-cache-dir . \
  && useradd --system --uid 10001 --home /var/lib/portal portal \

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("portal", "quotas", "scheduling", "observability", "notifications")
+PACKAGES = ("portal", "quotas", "scheduling", "observability", "notifications", "lab")
 
 
 def _modules() -> dict[str, Path]:

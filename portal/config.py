@@ -7,6 +7,7 @@ later at the first request. ``python manage.py config`` prints the effective con
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,23 @@ SETTINGS: tuple[Setting, ...] = (
             "number, or per tier.", "tiermap"),
     Setting("IDLE_STOP_GRACE_MINUTES", "", "Per tier, e.g. backfill=30: stop a flagged idle job of that tier after "
             "this many more idle minutes (audited). Empty: never stop idle jobs.", "tiermap"),
+    # Single sign-on (OpenID Connect, authorization code flow). Off unless OIDC_RP_CLIENT_ID is set.
+    Setting("OIDC_RP_CLIENT_ID", "", "Single sign-on: the portal's client id at the OpenID provider. Empty: "
+            "local accounts only."),
+    Setting("OIDC_RP_CLIENT_SECRET", "", "Single sign-on: the client secret.", secret=True),
+    Setting("OIDC_OP_AUTHORIZATION_ENDPOINT", "", "Single sign-on: the provider's authorization endpoint.",
+            "url"),
+    Setting("OIDC_OP_TOKEN_ENDPOINT", "", "Single sign-on: the provider's token endpoint.", "url"),
+    Setting("OIDC_OP_USER_ENDPOINT", "", "Single sign-on: the provider's userinfo endpoint.", "url"),
+    Setting("OIDC_OP_JWKS_ENDPOINT", "", "Single sign-on: the provider's JWKS (keys of its ID tokens).", "url"),
+    Setting("OIDC_RP_SIGN_ALGO", "RS256", "Single sign-on: the ID tokens' signature algorithm.", "choice",
+            ("RS256", "ES256", "HS256")),
+    Setting("OIDC_RP_SCOPES", "openid email profile groups", "Single sign-on: scopes asked for."),
+    Setting("OIDC_USERNAME_CLAIM", "preferred_username", "Single sign-on: the claim that is the user name."),
+    Setting("OIDC_GROUPS_CLAIM", "groups", "Single sign-on: the claim listing the user's groups."),
+    Setting("OIDC_GROUP_MAP", "", "Single sign-on: JSON list of {\"group\", \"department\", \"role\", "
+            "\"tier\"}: a user of the group gets that membership at first login (added to the lab file's)."),
+    Setting("OIDC_LOGIN_LABEL", "institutional account", "Single sign-on: what the log-in button names."),
 )
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -168,9 +186,47 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("PORTAL_URL must be an http:// or https:// URL.")
         if "{department}" not in str(values["KUBE_NAMESPACE_TEMPLATE"]):
             problems.append("KUBE_NAMESPACE_TEMPLATE must contain {department}.")
+        if values["OIDC_RP_CLIENT_ID"]:
+            missing = [n for n in ("OIDC_OP_AUTHORIZATION_ENDPOINT", "OIDC_OP_TOKEN_ENDPOINT",
+                                   "OIDC_OP_USER_ENDPOINT") if not values[n]]
+            if values["OIDC_RP_SIGN_ALGO"] != "HS256" and not values["OIDC_OP_JWKS_ENDPOINT"]:
+                missing.append("OIDC_OP_JWKS_ENDPOINT")
+            if missing:
+                problems.append(f"Single sign-on (OIDC_RP_CLIENT_ID set) also needs {', '.join(missing)}.")
+        problems.extend(group_map_problems(str(values["OIDC_GROUP_MAP"])))
     if problems:
         raise ConfigError(problems)
     return values
+
+
+def group_map(raw: str) -> list[dict]:
+    """OIDC_GROUP_MAP parsed (an empty list when unset); ``group_map_problems`` says what is wrong with it."""
+    return json.loads(raw) if raw.strip() else []
+
+
+def group_map_problems(raw: str) -> list[str]:
+    if not raw.strip():
+        return []
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        return [f"OIDC_GROUP_MAP is not JSON: {exc}"]
+    if not isinstance(data, list):
+        return ["OIDC_GROUP_MAP must be a JSON list of {group, department, role, tier}."]
+    problems = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or not isinstance(item.get("group"), str) or not isinstance(
+                item.get("department"), str):
+            problems.append(f"OIDC_GROUP_MAP[{i}] needs a group and a department.")
+            continue
+        unknown = set(item) - {"group", "department", "role", "tier"}
+        if unknown:
+            problems.append(f"OIDC_GROUP_MAP[{i}]: unknown keys {', '.join(sorted(unknown))}.")
+        if item.get("role", "researcher") not in ("researcher", "department_admin", "platform_admin"):
+            problems.append(f"OIDC_GROUP_MAP[{i}].role: researcher, department_admin or platform_admin.")
+        if item.get("tier", "standard") not in ("standard", "senior", "pi"):
+            problems.append(f"OIDC_GROUP_MAP[{i}].tier: standard, senior or pi.")
+    return problems
 
 
 def _parse(s: Setting, raw: str) -> object:

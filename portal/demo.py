@@ -1,4 +1,8 @@
-"""Seed demo data: three departments competing for an 8 x A100 simulated cluster, users, quotas, jobs."""
+"""Seed demo data: three departments competing for an 8 x A100 simulated cluster, users, quotas, jobs.
+
+The lab itself (departments, members, flavors, the cluster, quotas, prices, budgets) comes from the shipped
+lab file ``portal/fixtures/demo-lab.yaml``, applied like ``manage.py lab apply``; only the passwords and the
+sample jobs are the demo's own."""
 
 from __future__ import annotations
 
@@ -7,105 +11,67 @@ import os
 import secrets
 from pathlib import Path
 
+import yaml
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from portal.models import Department, Membership, Role
-from quotas.models import Flavor, Quota
-from scheduling.models import Cluster, Job, Node
+from lab.services.labfile import apply_lab
+from portal.models import Department, Role
+from quotas.models import Flavor
+from scheduling.models import Job
 
-DEPARTMENTS = [("vision", "Computer Vision"), ("nlp", "Language Models"), ("robotics", "Robotics"),
-               ("platform", "Platform team")]
-USERS = [
-    # username, department, role, user tier
-    ("alice", "vision", Role.DEPARTMENT_ADMIN, "pi"),
-    ("bob", "vision", Role.RESEARCHER, "standard"),
-    ("carol", "nlp", Role.DEPARTMENT_ADMIN, "senior"),
-    ("dave", "nlp", Role.RESEARCHER, "standard"),
-    ("erin", "robotics", Role.RESEARCHER, "senior"),
-    ("admin", "platform", Role.PLATFORM_ADMIN, "senior"),
-]
-QUOTAS = {  # department: (nominal, borrowing limit, lending limit) of a100-80gb
-    "vision": (4, 4, None),
-    "nlp": (3, 2, None),
-    "robotics": (1, 2, 1),
-    "platform": (0, 0, None),
-}
+LAB_FILE = Path(__file__).resolve().parent / "fixtures" / "demo-lab.yaml"
+
+
+def _users() -> list[tuple[str, str, str, str]]:
+    """(username, department, role, user tier) of every member the demo lab file declares."""
+    data = yaml.safe_load(LAB_FILE.read_text())
+    return [(m["user"], d["slug"], m.get("role", "researcher"), m.get("tier", "standard"))
+            for d in data["departments"] for m in d.get("members", [])]
+
+
+USERS = _users()
 
 
 def credentials_path() -> Path:
     return Path(settings.DATA_DIR) / "demo-credentials.json"
 
 
-@transaction.atomic
 def seed(*, jobs: bool = True) -> dict[str, str]:
-    """Idempotent: re-running keeps existing rows and passwords. Returns {username: password}."""
-    path = credentials_path()
-    creds: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
-    depts = {slug: Department.objects.get_or_create(slug=slug, defaults={"name": name})[0]
-             for slug, name in DEPARTMENTS}
-    User = get_user_model()
-    for username, dept, role, tier in USERS:
-        user, created = User.objects.get_or_create(username=username, defaults={"email": f"{username}@lab.example"})
-        if created or username not in creds:
-            creds[username] = secrets.token_urlsafe(9)
-            user.set_password(creds[username])
-            user.is_staff = role == Role.PLATFORM_ADMIN
-            user.is_superuser = role == Role.PLATFORM_ADMIN
-            user.save()
-        Membership.objects.update_or_create(user=user, defaults={"department": depts[dept], "role": role,
-                                                                 "user_tier": tier})
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(creds, fh, indent=1)
-
-    a100, _ = Flavor.objects.get_or_create(
-        name="a100-80gb",
-        defaults={"resource_name": "nvidia.com/gpu", "node_labels": {"gpu-type": "a100"}, "gpu_memory_gib": 80,
-                  "description": "NVIDIA A100 80GB SXM"},
-    )
-    cluster = Cluster.objects.filter(is_default=True).first() or Cluster.objects.create(
-        name="default", is_default=True, backend="simulated")
-    for i in range(2):
-        Node.objects.get_or_create(cluster=cluster, name=f"sim-a100-{i}", flavor=a100,
-                                   defaults={"gpus": 4, "labels": {"gpu-type": "a100"}})
-    for slug, (nominal, borrow, lend) in QUOTAS.items():
-        Quota.objects.get_or_create(department=depts[slug], flavor=a100,
-                                    defaults={"nominal": nominal, "borrowing_limit": borrow, "lending_limit": lend})
-    _demo_budgets(a100, admin=User.objects.get(username="admin"))
+    """Seed the demo lab through the lab file (``portal/fixtures/demo-lab.yaml``), the same path as
+    ``manage.py lab apply``, then give the demo users passwords. Idempotent: the file is applied only to an
+    empty lab, so re-running keeps what an admin changed since, and existing passwords. Returns
+    {username: password}."""
+    with transaction.atomic():
+        if not Department.objects.exists():
+            apply_lab(LAB_FILE.read_text())
+        creds = _passwords()
+        a100 = Flavor.objects.get(name="a100-80gb")
     if jobs and not Job.objects.exists():
         _demo_jobs(a100)
     return creds
 
 
-# Budgets: different budgets and refill rules per department, so that bids compete for the A100s.
-PRICES = {"realtime": 3000, "elastic": 1000, "backfill": 400}  # mcr per GPU-hour of a100-80gb
-WALLETS = {  # department: (opening credits in mcr, refill mode, refill amount, period)
-    "vision": (200_000, "per_nominal_gpu", 25_000, "weekly"),
-    "nlp": (60_000, "fixed", 100_000, "monthly"),
-    "robotics": (15_000, "fixed", 20_000, "weekly"),
-}
-APPROVALS = {"vision": {"gpus_above": 4}, "robotics": {"realtime": True}}
-
-
-def _demo_budgets(a100: Flavor, *, admin) -> None:
-    """Idempotent: creates what is missing, never changes what an admin has edited since."""
-    from quotas.models import ApprovalRule, Price, RefillRule, Wallet
-    from quotas.services import rules, wallets
-
-    for tier, price in PRICES.items():
-        if not Price.objects.filter(flavor=a100, tier=tier).exists():
-            Price.objects.create(flavor=a100, tier=tier, per_gpu_hour=price)
-    depts = {d.slug: d for d in Department.objects.filter(slug__in=WALLETS)}
-    for slug, (opening, mode, amount, period) in WALLETS.items():
-        if not Wallet.objects.filter(department=depts[slug]).exists():
-            wallets.wallet_create(department=depts[slug], actor=admin, balance=opening)
-        if not RefillRule.objects.filter(department=depts[slug]).exists():
-            rules.refill_rule_set(department=depts[slug], actor=admin, mode=mode, amount=amount, period=period)
-    for slug, rule in APPROVALS.items():
-        if not ApprovalRule.objects.filter(department=depts[slug]).exists():
-            rules.approval_rule_set(department=depts[slug], actor=admin, **rule)
+def _passwords() -> dict[str, str]:
+    """Local passwords for the demo users (the lab file creates accounts without one), written to the
+    credentials file; platform admins may also use the Django admin."""
+    path = credentials_path()
+    creds: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    User = get_user_model()
+    for username, _dept, role, _tier in USERS:
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            continue
+        if username not in creds or not user.has_usable_password():
+            creds[username] = creds.get(username) or secrets.token_urlsafe(9)
+            user.set_password(creds[username])
+            user.is_staff = user.is_superuser = role == Role.PLATFORM_ADMIN
+            user.save()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(creds, fh, indent=1)
+    return creds
 
 
 def _demo_jobs(a100: Flavor) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -16,6 +18,37 @@ from portal.tenancy import CHANGE, DEPARTMENT_ADMIN, OWNER, VIEW, TenantQuerySet
 SLUG = RegexValidator(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$", "Lower-case letters, digits and dashes.")
 
 
+def reserved_slugs() -> frozenset[str]:
+    """Every fixed word of the URLconf (``approvals``, ``prices``, ``allowances``, ``jobs``, ...).
+
+    Pages like ``/budgets/<slug>/`` share their first segment with fixed pages (``/budgets/approvals/``), so
+    a department named after one of those words would be unreachable. Derived from the resolver at call time
+    (not imported: the URLconf imports every app), so a new page reserves its word by existing."""
+    from django.urls import URLResolver, get_resolver
+
+    words: set[str] = set()
+
+    def walk(patterns):
+        for p in patterns:
+            route = str(p.pattern)
+            for part in re.split(r"[/^$?]+", route):
+                if re.fullmatch(r"[a-z0-9][a-z0-9-]*", part):
+                    words.add(part)
+            # The admin's own model URLs live under /admin/ only, which is reserved as a whole.
+            if isinstance(p, URLResolver) and getattr(p, "app_name", None) != "admin":
+                walk(p.url_patterns)
+
+    walk(get_resolver().url_patterns)
+    return frozenset(words)
+
+
+def not_reserved(value: str) -> None:
+    """A department slug must not be a word of the URLconf (see ``reserved_slugs``)."""
+    if value in reserved_slugs():
+        raise ValidationError(f"{value!r} is a word the portal's URLs use; choose another slug.",
+                              code="reserved")
+
+
 class DepartmentQuerySet(TenantQuerySet):
     department_path = ""  # a department is its own tenant: members see theirs, its admins change it
 
@@ -23,9 +56,11 @@ class DepartmentQuerySet(TenantQuerySet):
 class Department(models.Model):
     """A tenant. Its slug names its Kubernetes namespace (KUBE_NAMESPACE_TEMPLATE)."""
 
-    slug = models.CharField(max_length=40, unique=True, validators=[SLUG])
+    slug = models.CharField(max_length=40, unique=True, validators=[SLUG, not_reserved])
     name = models.CharField(max_length=120)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Archived: kept with its whole history (jobs, ledger, audit), but it takes no new jobs or members.
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     objects = DepartmentQuerySet.as_manager()
 
@@ -34,6 +69,10 @@ class Department(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def is_archived(self) -> bool:
+        return self.archived_at is not None
 
 
 class Role(models.TextChoices):
@@ -77,6 +116,24 @@ class Membership(models.Model):
     @property
     def is_department_admin(self) -> bool:
         return self.role in (Role.DEPARTMENT_ADMIN, Role.PLATFORM_ADMIN)
+
+
+class SsoGroupMapping(models.Model):
+    """Single sign-on: a user of this identity-provider group gets this membership at their first login
+    (set in the lab file; OIDC_GROUP_MAP in the environment adds more). Platform configuration: only the
+    sign-in backend reads it."""
+
+    group = models.CharField(max_length=200)
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="sso_groups")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.RESEARCHER)
+    user_tier = models.CharField(max_length=20, choices=UserTier.choices, default=UserTier.STANDARD)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["group", "department"], name="sso_group_unique_department")]
+
+    def __str__(self) -> str:
+        return f"{self.group} -> {self.department} ({self.role})"
 
 
 def _hash(secret: str) -> str:

@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "scheduling",
     "observability",
     "notifications",
+    "lab",
 ]
 
 MIDDLEWARE = [
@@ -84,6 +85,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context.membership",
+                "portal.sso.context",
             ]
         },
     }
@@ -263,6 +265,26 @@ AUTH_PASSWORD_VALIDATORS = [
 # Brute-force protection (django-axes, see portal/lockout.py): counted per account name and per client IP,
 # in the database (so it works with Redis down), locked for the cool-off after the limit, reset on success.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+
+# Single sign-on with OpenID Connect (mozilla-django-oidc, portal/sso.py): off unless a client id is configured.
+# Local accounts keep working beside it (the demo, break-glass admins), and so do API tokens.
+SSO_ENABLED = bool(ENV["OIDC_RP_CLIENT_ID"])
+OIDC_RP_CLIENT_ID = str(ENV["OIDC_RP_CLIENT_ID"])
+OIDC_RP_CLIENT_SECRET = str(ENV["OIDC_RP_CLIENT_SECRET"])
+OIDC_OP_AUTHORIZATION_ENDPOINT = str(ENV["OIDC_OP_AUTHORIZATION_ENDPOINT"])
+OIDC_OP_TOKEN_ENDPOINT = str(ENV["OIDC_OP_TOKEN_ENDPOINT"])
+OIDC_OP_USER_ENDPOINT = str(ENV["OIDC_OP_USER_ENDPOINT"])
+OIDC_OP_JWKS_ENDPOINT = str(ENV["OIDC_OP_JWKS_ENDPOINT"])
+OIDC_RP_SIGN_ALGO = str(ENV["OIDC_RP_SIGN_ALGO"])
+OIDC_RP_SCOPES = str(ENV["OIDC_RP_SCOPES"])
+OIDC_USERNAME_CLAIM = str(ENV["OIDC_USERNAME_CLAIM"])
+OIDC_GROUPS_CLAIM = str(ENV["OIDC_GROUPS_CLAIM"])
+OIDC_GROUP_MAP = config.group_map(str(ENV["OIDC_GROUP_MAP"]))
+OIDC_LOGIN_LABEL = str(ENV["OIDC_LOGIN_LABEL"])
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+if SSO_ENABLED:
+    AUTHENTICATION_BACKENDS.append("portal.sso.PortalOIDCBackend")
 AXES_FAILURE_LIMIT = 10
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]

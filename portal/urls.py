@@ -8,6 +8,7 @@ from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal import metrics as portal_metrics
+from portal import sso
 from portal import views as portal_views
 
 # Each app's API under /api/v1/ (one namespace, "v1"), each app's pages under its own namespace.
@@ -21,7 +22,8 @@ api_v1 = [
 
 # Reachable without logging in. Everything else answers 401/403 or redirects to the login page.
 PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc",
-                    "prometheus-django-metrics", "favicon",
+                    "prometheus-django-metrics", "favicon", "oidc_authentication_init",
+                    "oidc_authentication_callback",
                     "unsubscribe"}  # an e-mail's unsubscribe link: its signed token is the credential
 
 urlpatterns = [
@@ -31,6 +33,9 @@ urlpatterns = [
     path("readyz", portal_views.readyz, name="readyz"),
     path("login/", auth_views.LoginView.as_view(template_name="portal/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Single sign-on (portal/sso.py): 404 unless configured.
+    path("oidc/authenticate/", sso.start, name="oidc_authentication_init"),
+    path("oidc/callback/", sso.callback, name="oidc_authentication_callback"),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
@@ -42,6 +47,7 @@ urlpatterns = [
     path("budgets/", include("quotas.urls", namespace="budgets")),
     path("observability/", include("observability.urls", namespace="observability")),
     path("notifications/", include("notifications.urls", namespace="notifications")),
+    path("lab/", include("lab.urls", namespace="lab")),
     path("", include("scheduling.urls", namespace="dashboard")),
 ]
 

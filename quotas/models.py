@@ -84,6 +84,56 @@ class Quota(models.Model):
         return f"{self.department}/{self.flavor}: {self.nominal}"
 
 
+class QuotaChangeRequestQuerySet(TenantQuerySet):
+    """A department's admins file and read their department's requests; platform admins decide them."""
+
+    owner_path = "requested_by"
+    rules = {VIEW: DEPARTMENT_ADMIN, CHANGE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
+
+
+class QuotaChangeRequest(models.Model):
+    """A department admin's request to change their department's quota of one flavor, with a reason. A
+    platform admin approves it (applied through the same validated, audited quota service) or rejects it."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        WITHDRAWN = "withdrawn", "Withdrawn"
+
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quota_requests")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="quota_requests")
+    nominal = models.PositiveIntegerField()
+    borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+    lending_limit = models.PositiveIntegerField(null=True, blank=True)
+    oversubscribe = models.BooleanField(default=False)
+    reason = models.TextField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING, db_index=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    requested_at = models.DateTimeField(default=timezone.now)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_comment = models.TextField(blank=True)
+
+    objects = QuotaChangeRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=["pending", "approved", "rejected", "withdrawn"]),
+                                   name="quota_request_state_valid"),
+            models.CheckConstraint(
+                condition=Q(lending_limit__isnull=True) | Q(lending_limit__lte=F("nominal")),
+                name="quota_request_lending_within_nominal",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"quota request {self.pk} {self.department_id}/{self.flavor_id}: {self.nominal} ({self.state})"
+
+
 # ------------------------------------------------------------------------------------------ budgets
 #
 # Money is integer milli-credits (mcr), never floats. 1 credit = 1000 mcr.
@@ -355,5 +405,5 @@ class Approval(models.Model):
 
 __all__ = [
     "Allowance", "Approval", "ApprovalRule", "Flavor", "LedgerEntry", "LedgerKind", "MinValueValidator",
-    "Price", "Quota", "RefillRecord", "RefillRule", "Wallet",
+    "Price", "Quota", "QuotaChangeRequest", "RefillRecord", "RefillRule", "Wallet",
 ]

@@ -47,7 +47,7 @@ def test_the_import_contracts_hold():
 ])
 def test_a_planted_violation_breaks_the_contracts(tmp_path, module, line, contract):
     """The contracts are not vacuous: the same tree with one bad import fails, naming the broken contract."""
-    for package in ("portal", "quotas", "scheduling", "observability", "notifications"):
+    for package in ("portal", "quotas", "scheduling", "observability", "notifications", "lab"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     target = tmp_path / module

@@ -176,11 +176,26 @@ class AdjustSerializer(StrictSerializer):
     comment = serializers.CharField(max_length=300)
 
 
+class LedgerEntrySerializer(serializers.ModelSerializer):
+    department = serializers.CharField(source="wallet.department.slug", read_only=True)
+    # null for entries of no user (adjustments, refills), the platform as actor, or no flavor
+    user = serializers.CharField(source="user.username", read_only=True, default=None, allow_null=True)
+    actor = serializers.CharField(source="actor.username", read_only=True, default=None, allow_null=True)
+    flavor = serializers.CharField(source="flavor.name", read_only=True, default=None, allow_null=True)
+
+    class Meta:
+        model = LedgerEntry
+        fields = ["id", "created_at", "department", "kind", "amount", "held_change", "balance_after",
+                  "held_after", "job", "attempt", "user", "flavor", "actor", "rate", "gpus", "gpu_seconds",
+                  "outcome", "memo", "idempotency_key"]
+
+
 class WalletAdjustView(APIView):
     """POST (platform admins): add or take credits, with a comment (audited). Idempotency-Key supported."""
 
     serializer_class = AdjustSerializer
 
+    @extend_schema(request=AdjustSerializer, responses={201: LedgerEntrySerializer})
     def post(self, request, slug: str):
         wallet = _wallet(request, slug, ADMIN)
         data = _valid(AdjustSerializer, request.data)
@@ -352,19 +367,6 @@ class PriceDetailView(APIView):
 
 
 # ------------------------------------------------------------------------------------------ ledger
-
-
-class LedgerEntrySerializer(serializers.ModelSerializer):
-    department = serializers.CharField(source="wallet.department.slug", read_only=True)
-    user = serializers.CharField(source="user.username", read_only=True, default=None)
-    actor = serializers.CharField(source="actor.username", read_only=True, default=None)
-    flavor = serializers.CharField(source="flavor.name", read_only=True, default=None)
-
-    class Meta:
-        model = LedgerEntry
-        fields = ["id", "created_at", "department", "kind", "amount", "held_change", "balance_after",
-                  "held_after", "job", "attempt", "user", "flavor", "actor", "rate", "gpus", "gpu_seconds",
-                  "outcome", "memo", "idempotency_key"]
 
 
 class LedgerFilterSerializer(StrictSerializer):

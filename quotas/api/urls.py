@@ -12,6 +12,7 @@ router.trailing_slash = "/?"
 router.include_root_view = False
 router.register("flavors", views.FlavorViewSet, basename="flavor")
 router.register("quotas", views.QuotaViewSet, basename="quota")
+router.register("quota-requests", views.QuotaRequestViewSet, basename="quota-request")
 
 SLUG = r"(?P<slug>[a-z0-9-]+)"
 

@@ -1,33 +1,102 @@
-"""Flavors (public to members) and quotas (read through the tenancy gate: a member sees their department's,
-platform admins all; platform admins change them with PATCH, audited through quotas.services.rules.quota_set)."""
+"""Flavors (public to members; platform admins create, change and delete them), quotas (read through the
+tenancy gate: a member sees their department's, platform admins all; platform admins create, change and delete
+them, validated against the clusters' capacity and audited through quotas.services.rules) and quota change
+requests (a department admin asks, a platform admin approves or rejects)."""
 
 from __future__ import annotations
 
 from django.db.models import Count, F, Sum
 from django.db.models.functions import Coalesce
-from rest_framework import mixins, serializers, viewsets
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal.api.serializers import StrictSerializer
-from portal.tenancy import CHANGE, VIEW, membership_of
-from quotas.models import Flavor, Quota
-from quotas.services import rules
+from portal.errors import NotFound, ValidationFailed
+from portal.models import Department
+from portal.tenancy import ADMIN, CHANGE, VIEW, membership_of, require_role
+from quotas.models import Flavor, Quota, QuotaChangeRequest
+from quotas.services import flavors as flavor_services
+from quotas.services import quota_requests, rules
 from scheduling.models import ACTIVE_STATES, Job
 
 
 class FlavorSerializer(serializers.ModelSerializer):
     total_gpus = serializers.IntegerField(read_only=True)
     nodes = serializers.IntegerField(source="node_count", read_only=True)
+    is_mig = serializers.BooleanField(read_only=True, help_text="a MIG profile (nvidia.com/mig-...)")
 
     class Meta:
         model = Flavor
-        fields = ["name", "resource_name", "node_labels", "gpu_memory_gib", "description", "total_gpus", "nodes"]
+        fields = ["name", "resource_name", "node_labels", "gpu_memory_gib", "description", "total_gpus", "nodes",
+                  "is_mig"]
 
 
-class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
+class FlavorInputSerializer(StrictSerializer):
+    name = serializers.RegexField(r"^[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?$", max_length=40,
+                                  error_messages={"invalid": "Lower-case letters, digits, . and -."})
+    resource_name = serializers.RegexField(
+        r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?$",
+        max_length=120, required=False, default="nvidia.com/gpu",
+        error_messages={"invalid": "A Kubernetes extended resource name, e.g. nvidia.com/gpu or "
+                                   "nvidia.com/mig-3g.40gb."})
+    node_labels = serializers.DictField(child=serializers.CharField(max_length=63), required=False, default=dict)
+    gpu_memory_gib = serializers.IntegerField(min_value=0, max_value=10_000, required=False, default=0)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class FlavorUpdateSerializer(FlavorInputSerializer):
+    name = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for f in self.fields.values():  # a PATCH names only what changes
+            f.required = False
+            f.default = serializers.empty
+
+
+class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin,
+                    viewsets.ReadOnlyModelViewSet):
+    """GPU flavors: whole GPUs (``nvidia.com/gpu``) and MIG profiles (``nvidia.com/mig-3g.40gb``). Members
+    read them; platform admins create, change (not rename) and delete unused ones."""
+
     serializer_class = FlavorSerializer
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def _flavor(self):
+        require_role(self.request.user, ADMIN, "Only platform admins can change flavors.")
+        flavor = Flavor.objects.filter(name=self.kwargs["name"]).first()
+        if flavor is None:
+            raise NotFound("No such flavor.")
+        return flavor
+
+    @extend_schema(request=FlavorInputSerializer, responses={201: FlavorSerializer})
+    def create(self, request, *args, **kwargs):
+        require_role(request.user, ADMIN, "Only platform admins can create flavors.")
+        s = FlavorInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        flavor = flavor_services.flavor_create(actor=request.user, **s.validated_data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=flavor.pk)).data,
+                        status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=FlavorUpdateSerializer, responses=FlavorSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        flavor = self._flavor()
+        s = FlavorUpdateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        flavor = flavor_services.flavor_update(flavor=flavor, actor=request.user, **s.validated_data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=flavor.pk)).data)
+
+    def update(self, request, *args, **kwargs):
+        return self.partial_update(request, *args, **kwargs)
+
+    @extend_schema(request=None, responses={204: None})
+    def destroy(self, request, *args, **kwargs):
+        flavor_services.flavor_delete(flavor=self._flavor(), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     def get_queryset(self):
         if membership_of(self.request.user) is None:  # flavors belong to no department: any member sees them
@@ -54,9 +123,47 @@ class QuotaUpdateSerializer(StrictSerializer):
     nominal = serializers.IntegerField(min_value=0, max_value=100_000, required=False)
     borrowing_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True)
     lending_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True)
+    oversubscribe = serializers.BooleanField(required=False, default=False,
+                                             help_text="accept nominal quotas above the installed GPUs")
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="",
+                                    help_text="why (kept in the audit entry)")
+
+
+class QuotaCreateSerializer(QuotaUpdateSerializer):
+    department = serializers.SlugField(max_length=40)
+    flavor = serializers.CharField(max_length=40)
+    nominal = serializers.IntegerField(min_value=0, max_value=100_000)
+
+
+class QuotaOutSerializer(QuotaSerializer):
+    warnings = serializers.SerializerMethodField()
+
+    class Meta(QuotaSerializer.Meta):
+        fields = [*QuotaSerializer.Meta.fields, "warnings"]
+
+    def get_warnings(self, quota) -> list[str]:
+        return list(getattr(quota, "warnings", []))
+
+
+def _lookup(user, department: str, flavor: str) -> tuple[Department, Flavor]:
+    """The department (through the tenancy gate) and the flavor a quota body names, as field errors."""
+    errors = {}
+    dept = Department.objects.restrict(user, VIEW).filter(slug=department).first()
+    if dept is None:
+        errors["department"] = [{"code": "does_not_exist", "message": f"No department {department}."}]
+    fl = Flavor.objects.filter(name=flavor).first()
+    if fl is None:
+        errors["flavor"] = [{"code": "does_not_exist", "message": f"No flavor {flavor}."}]
+    if errors:
+        raise ValidationFailed(fields=errors)
+    return dept, fl
 
 
 class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Quotas. PATCH (platform admins) validates like every quota change: lending limit <= nominal,
+    borrowing limit >= 0, and the nominal quotas of a flavor within its installed GPUs unless
+    ``oversubscribe: true`` (the response's ``warnings`` and the audit entry then say so)."""
+
     serializer_class = QuotaSerializer
 
     def get_queryset(self):
@@ -66,12 +173,30 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
         return self.get_queryset().get_or_404(self.request.user, action, pk=self.kwargs["pk"],
                                               message="Only platform admins can change quotas.")
 
+    @extend_schema(request=QuotaUpdateSerializer, responses=QuotaOutSerializer)
     def update(self, request, *args, **kwargs):
         quota = self.get_object(CHANGE)
         s = QuotaUpdateSerializer(data=request.data, partial=kwargs.get("partial", False))
         s.is_valid(raise_exception=True)
         quota = rules.quota_set(quota=quota, actor=request.user, **s.validated_data)
-        return Response(self.get_serializer(quota).data)
+        return Response(QuotaOutSerializer(quota, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=QuotaCreateSerializer, responses={201: QuotaOutSerializer})
+    def create(self, request, *args, **kwargs):
+        require_role(request.user, ADMIN, "Only platform admins can create quotas.")
+        s = QuotaCreateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        data = dict(s.validated_data)
+        dept, flavor = _lookup(request.user, data.pop("department"), data.pop("flavor"))
+        quota = rules.quota_create(department=dept, flavor=flavor, actor=request.user, **data)
+        return Response(QuotaOutSerializer(quota, context=self.get_serializer_context()).data,
+                        status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={204: None})
+    def destroy(self, request, *args, **kwargs):
+        quota = self.get_object(CHANGE)
+        rules.quota_delete(quota=quota, actor=request.user, comment=request.query_params.get("comment", ""))
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     def get_serializer_context(self):
         ctx = super().get_serializer_context()
@@ -82,3 +207,85 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
         )
         ctx["usage"] = {(r["department_id"], r["flavor_id"]): r["n"] for r in rows}
         return ctx
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = QuotaChangeRequest
+        fields = ["id", "department", "flavor", "nominal", "borrowing_limit", "lending_limit", "oversubscribe",
+                  "reason", "state", "requested_by", "requested_at", "decided_by", "decided_at",
+                  "decision_comment"]
+        read_only_fields = fields
+
+
+class QuotaRequestCreateSerializer(StrictSerializer):
+    department = serializers.SlugField(max_length=40)
+    flavor = serializers.CharField(max_length=40)
+    nominal = serializers.IntegerField(min_value=0, max_value=100_000)
+    borrowing_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True,
+                                               default=None)
+    lending_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True,
+                                             default=None)
+    oversubscribe = serializers.BooleanField(required=False, default=False)
+    reason = serializers.CharField(max_length=2000)
+
+
+class QuotaRequestDecisionSerializer(StrictSerializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Quota change requests: a department admin files one for their department; a platform admin approves
+    it (applied, validated and audited like a direct change) or rejects it."""
+
+    serializer_class = QuotaRequestSerializer
+
+    def get_queryset(self):
+        qs = QuotaChangeRequest.objects.restrict(self.request.user, VIEW).select_related(
+            "department", "flavor", "requested_by", "decided_by")
+        state = self.request.query_params.get("state")
+        return qs.filter(state=state) if state else qs
+
+    def _request(self, action_=VIEW):
+        return QuotaChangeRequest.objects.select_related("department", "flavor", "requested_by").get_or_404(
+            self.request.user, action_, pk=self.kwargs["pk"], missing="No such quota request.",
+            message="Only platform admins decide quota requests.")
+
+    def get_object(self):
+        return self._request(VIEW)
+
+    @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
+    def create(self, request, *args, **kwargs):
+        require_role(request.user, CHANGE, "Only department admins can request quota changes.")
+        s = QuotaRequestCreateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        data = dict(s.validated_data)
+        slug = data.pop("department")
+        dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
+                                             message="You can request quotas for your own department only.")
+        _, flavor = _lookup(request.user, slug, data.pop("flavor"))
+        req = quota_requests.quota_request_create(department=dept, flavor=flavor, actor=request.user, **data)
+        return Response(QuotaRequestSerializer(req).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=QuotaRequestDecisionSerializer, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        req = self._request(ADMIN)
+        s = QuotaRequestDecisionSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        req, _ = quota_requests.quota_request_approve(req=req, actor=request.user, **s.validated_data)
+        return Response(QuotaRequestSerializer(req).data)
+
+    @extend_schema(request=QuotaRequestDecisionSerializer, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        req = self._request(ADMIN)
+        s = QuotaRequestDecisionSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        req = quota_requests.quota_request_reject(req=req, actor=request.user, **s.validated_data)
+        return Response(QuotaRequestSerializer(req).data)

@@ -1,20 +1,23 @@
 """What admins configure, audited with old and new values: quotas, refill rules and approval rules.
 
 Invariants: a department has at most one rule row of each kind; every change and deletion writes an
-``AuditEntry`` in the same transaction; a lending limit never exceeds the nominal quota.
+``AuditEntry`` in the same transaction; a lending limit never exceeds the nominal quota; the nominal quotas of
+a flavor fit its installed GPUs unless oversubscription was asked for (and then the audit entry says so).
 """
 
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from portal.audit import audit
-from portal.errors import NotFound
+from portal.errors import NotFound, ValidationFailed
 from portal.models import Department
 from quotas.models import ApprovalRule, Quota, RefillRule, Wallet
 from quotas.services.base import field_error
 from quotas.services.wallets import wallet_create
+from scheduling.models import Node
 
 RULE_FIELDS = ("mode", "amount", "period", "active")
 
@@ -65,18 +68,95 @@ def approval_rule_set(*, department: Department, actor, **values) -> ApprovalRul
 QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
 
 
-def quota_set(*, quota: Quota, actor, **values) -> Quota:
-    """Change a quota (platform admins; audited with old and new values)."""
-    nominal = values.get("nominal", quota.nominal)
-    lending = values.get("lending_limit", quota.lending_limit)
-    if lending is not None and lending > nominal:
-        raise field_error("lending_limit", "The lending limit cannot exceed the nominal quota.", "exceeds_nominal")
+def flavor_capacity(flavor) -> int:
+    """The GPUs of ``flavor`` installed in every cluster (schedulable nodes): what nominal quotas share."""
+    total = Node.objects.filter(flavor=flavor, schedulable=True).aggregate(n=Sum("gpus"))["n"]
+    return int(total or 0)
+
+
+def _check_quota(*, department: Department, flavor, nominal: int, borrowing, lending, oversubscribe: bool,
+                 exclude_pk=None) -> list[str]:
+    """The quota rules: borrowing limit >= 0, lending limit <= nominal, and the nominal quotas of a flavor
+    within its installed GPUs, unless ``oversubscribe`` (then a warning is returned). Raises every field error
+    at once."""
+    errors: dict[str, list[dict]] = {}
+
+    def err(field, message, code):
+        errors.setdefault(field, []).append({"code": code, "message": message})
+
+    if nominal is None or nominal < 0:
+        err("nominal", "The nominal quota must be 0 or more.", "min_value")
+    if borrowing is not None and borrowing < 0:
+        err("borrowing_limit", "The borrowing limit must be 0 or more (empty: unlimited).", "min_value")
+    if lending is not None and lending < 0:
+        err("lending_limit", "The lending limit must be 0 or more (empty: all of the nominal quota).", "min_value")
+    if lending is not None and nominal is not None and lending > nominal:
+        err("lending_limit", "The lending limit cannot exceed the nominal quota.", "exceeds_nominal")
+    warnings: list[str] = []
+    if not errors:
+        others = Quota.objects.filter(flavor=flavor).exclude(pk=exclude_pk).aggregate(n=Sum("nominal"))["n"] or 0
+        capacity = flavor_capacity(flavor)
+        total = others + nominal
+        if total > capacity:
+            message = (f"The nominal quotas of {flavor.name} would add up to {total} GPUs, but the clusters have "
+                       f"{capacity}: {total - capacity} GPU(s) oversubscribed.")
+            if oversubscribe:
+                warnings.append(message + " Accepted because oversubscribe was asked for: guarantees may not "
+                                          "all be met at once.")
+            else:
+                err("nominal", message + " Lower it, add capacity, or confirm with oversubscribe.",
+                    "over_capacity")
+    if errors:
+        raise ValidationFailed(fields=errors)
+    return warnings
+
+
+def quota_set(*, quota: Quota, actor, oversubscribe: bool = False, comment: str = "", **values) -> Quota:
+    """Change a quota (platform admins, or a platform admin approving a department's request), validated
+    and audited with old and new values and the reason. ``quota.warnings`` lists what was accepted
+    knowingly (oversubscription)."""
     with transaction.atomic():
+        quota = Quota.objects.select_for_update().select_related("department", "flavor").get(pk=quota.pk)
+        new = {f: values.get(f, getattr(quota, f)) for f in QUOTA_FIELDS}
+        warnings = _check_quota(department=quota.department, flavor=quota.flavor, nominal=new["nominal"],
+                                borrowing=new["borrowing_limit"], lending=new["lending_limit"],
+                                oversubscribe=oversubscribe, exclude_pk=quota.pk)
         old = {f: getattr(quota, f) for f in QUOTA_FIELDS}
         for f in QUOTA_FIELDS:
-            if f in values:
-                setattr(quota, f, values[f])
+            setattr(quota, f, new[f])
         quota.save(update_fields=list(QUOTA_FIELDS))
-        audit(actor=actor, action="quota.set", obj=quota, department=quota.department, old=old,
-              new={f: getattr(quota, f) for f in QUOTA_FIELDS})
+        if old != new:
+            audit(actor=actor, action="quota.set", obj=quota, department=quota.department, old=old,
+                  new={**new, **({"oversubscribed": True} if warnings else {})},
+                  comment=" ".join([comment, *warnings]).strip())
+    quota.warnings = warnings
     return quota
+
+
+def quota_create(*, department: Department, flavor, actor, nominal: int = 0, borrowing_limit=None,
+                 lending_limit=None, oversubscribe: bool = False, comment: str = "") -> Quota:
+    """Give a department a quota of a flavor it has none of (validated and audited like a change)."""
+    if department.is_archived:
+        raise field_error("department", f"{department.slug} is archived: it takes no new quotas.", "archived")
+    with transaction.atomic():
+        if Quota.objects.filter(department=department, flavor=flavor).exists():
+            raise field_error("flavor", f"{department.slug} already has a quota of {flavor.name}; change it "
+                                        "instead.", "unique")
+        warnings = _check_quota(department=department, flavor=flavor, nominal=nominal, borrowing=borrowing_limit,
+                                lending=lending_limit, oversubscribe=oversubscribe)
+        quota = Quota.objects.create(department=department, flavor=flavor, nominal=nominal,
+                                     borrowing_limit=borrowing_limit, lending_limit=lending_limit)
+        new = {f: getattr(quota, f) for f in QUOTA_FIELDS}
+        audit(actor=actor, action="quota.create", obj=quota, department=department,
+              new={**new, **({"oversubscribed": True} if warnings else {})},
+              comment=" ".join([comment, *warnings]).strip())
+    quota.warnings = warnings
+    return quota
+
+
+def quota_delete(*, quota: Quota, actor, comment: str = "") -> None:
+    """Remove a department's quota of a flavor (it keeps only what it can borrow), audited."""
+    with transaction.atomic():
+        audit(actor=actor, action="quota.delete", obj=quota, department=quota.department,
+              old={f: getattr(quota, f) for f in QUOTA_FIELDS}, comment=comment)
+        quota.delete()

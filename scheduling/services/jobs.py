@@ -223,6 +223,8 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     Must run inside a transaction. The approval inputs are read once for all ``items`` (one submitter); each
     job is checked on its own, so a job of a batch is treated exactly as if it were submitted alone.
     """
+    if membership.department.archived_at is not None:  # kept for its history, closed to new work
+        raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
     inputs = budgets.approval_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
@@ -289,9 +291,12 @@ def enqueue_pod_creation(job: Job) -> None:
     dispatch.after_commit("scheduling.pods.create", job_id, attempt)
 
 
-def job_cancel(*, user, job: Job, comment: str = "") -> Job:
-    """Cancel a job; idempotent (cancelling a cancelled job returns it unchanged). Finished jobs refuse."""
-    if not can_manage_job(user, job):
+def job_cancel(*, user, job: Job, comment: str = "", by_platform: bool = False) -> Job:
+    """Cancel a job; idempotent (cancelling a cancelled job returns it unchanged). Finished jobs refuse.
+
+    ``by_platform``: the platform itself cancels (archiving a department from a lab file, with no user
+    behind it): no permission check, and the timeline records no actor."""
+    if not by_platform and not can_manage_job(user, job):
         raise Forbidden("Only the job's owner or a department admin can cancel it.")
     if job.state == JobState.CANCELLED:
         return job
@@ -328,7 +333,7 @@ def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Jo
         job=job,
         to=JobState.CANCELLED,
         reason_code="cancelled",
-        message=comment or f"cancelled by {user.get_username()}",
+        message=comment or f"cancelled by {user.get_username() if user else 'the platform'}",
         actor=user,
         finished_at=timezone.now(),
     )

@@ -168,7 +168,9 @@ def whatif(request):
     res = tables = None
     days = WHATIF_WINDOWS[1]
     text = json.dumps(current_doc, indent=2, sort_keys=True)
-    posted_quotas: dict = {}
+    # A quota change page links here with its proposal in the query string (quota:<dept>:<flavor>:<field>):
+    # prefilled, not run, so the admin sees it and presses the button.
+    posted_quotas: dict = {k: v for k, v in request.GET.items() if k.startswith("quota:")}
     if request.method == "POST":
         text = request.POST.get("policy", "")
         posted_quotas = {k: v for k, v in request.POST.items() if k.startswith("quota:")}

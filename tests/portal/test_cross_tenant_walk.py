@@ -21,9 +21,19 @@ from django.utils import timezone
 
 from notifications.models import Delivery, DepartmentSettings, Event, Preference, Webhook
 from portal.audit import audit
-from portal.models import ApiToken, AuditEntry
-from quotas.models import Allowance, Approval, ApprovalRule, LedgerEntry, Price, Quota, RefillRule, Wallet
-from quotas.services import allowances, rules, wallets
+from portal.models import ApiToken, AuditEntry, Department, Membership
+from quotas.models import (
+    Allowance,
+    Approval,
+    ApprovalRule,
+    LedgerEntry,
+    Price,
+    Quota,
+    QuotaChangeRequest,
+    RefillRule,
+    Wallet,
+)
+from quotas.services import allowances, quota_requests, rules, wallets
 from scheduling.models import AttemptLog, DepartmentSample, Job, JobEvent, JobState
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 
@@ -33,7 +43,8 @@ pytestmark = pytest.mark.django_db
 SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "visionsecretledger",
            "audit": "visionsecretaudit", "balance": "777777001", "refill": "4242421", "approval_cost": "5353531",
            "allowance": "6464641", "log": "visionsecretlog", "sample": "8181811", "webhook": "visionsecrethook",
-           "webhook_secret": "visionwhsecret", "notification": "visionsecretnotification", "threshold": "8585851"}
+           "webhook_secret": "visionwhsecret", "notification": "visionsecretnotification", "threshold": "8585851",
+           "quota_request": "visionsecretquotarequest"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -48,7 +59,7 @@ FORM_BODIES = [{}, {"comment": "x"}, {"direction": "credit", "amount": "1", "com
 # (a flavor, a price) belongs to no department.
 FOREIGN_PARAMS = {"pk", "slug", "username"}
 GLOBAL_PK_ROUTES = {"price-detail", "price_delete"}
-KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token"}
+KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token", "group"}
 
 
 def _seed(lab, dept, owner, admin, prefix, numbers):
@@ -86,7 +97,10 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                             key=f"{event.pk}:email:u{owner.pk}")
     Delivery.objects.create(event=event, department=dept, channel="webhook", webhook=dept_hook, status="failed",
                             key=f"{event.pk}:webhook:w{dept_hook.pk}", last_error=f"{prefix}secretnotification")
+    request = quota_requests.quota_request_create(department=dept, flavor=lab.a100, actor=admin, nominal=5,
+                                                  reason=f"{prefix}secretquotarequest")
     return {"jobs": jobs, "pending": jobs["pending_approval"], "token": token, "webhooks": [hook, dept_hook],
+            "quota_request": request,
             "quota": Quota.objects.get(department=dept, flavor=lab.a100)}
 
 
@@ -97,8 +111,9 @@ def _params(route: str) -> list[str]:
 def _fill(route: str, values: dict) -> str:
     route = route.replace("^", "").replace("$", "").replace("\\Z", "").replace("\\.", ".")
     route = re.sub(r"\(\?P<format>[^)]*\)", "", route)  # drop optional .json suffixes
+    # Regex groups first: ``(?P<pk>...)`` contains ``<pk>``, which the path-converter pattern would eat.
+    route = re.sub(r"\(\?P<(\w+)>(?:\[[^\]]*\]|[^)\[])*\)", lambda m: values[m.group(1)], route)
     route = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
-    route = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: values[m.group(1)], route)
     route = route.replace("/?", "/").replace("?", "")
     return "/" + route.lstrip("/")
 
@@ -111,6 +126,8 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
         pks = [None]
     elif name in GLOBAL_PK_ROUTES:
         pks = [price.pk]
+    elif "request" in name:
+        pks = [seeded["quota_request"].pk]
     elif "approv" in name or name in ("approve", "reject"):
         pks = [seeded["pending"].pk]
     elif "token" in name:
@@ -122,7 +139,7 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
     else:  # a job, in every state
         pks = [j.pk for j in seeded["jobs"].values()]
     query = f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
-    values = {"slug": "vision", "username": "alice", "name": "a100-80gb", "token": "not-a-signed-token"}
+    values = {"slug": "vision", "username": "alice", "name": "a100-80gb", "token": "not-a-signed-token", "group": "g"}
     return [(_fill(route, {"pk": str(pk), **values}) + query,
              names_foreign) for pk in pks]
 
@@ -236,4 +253,8 @@ def _state(lab):
         sorted(Preference.objects.filter(user=lab.alice).values_list("kind", "email", "webhook")),
         sorted(DepartmentSettings.objects.filter(department=lab.vision).values_list("budget_low_threshold")),
         sorted(Delivery.objects.filter(department=lab.vision).values_list("key", "status")),
+        sorted(QuotaChangeRequest.objects.filter(department=lab.vision).values_list("nominal", "state")),
+        sorted(Membership.objects.filter(department=lab.vision).values_list("user__username", "role",
+                                                                               "user_tier")),
+        Department.objects.filter(pk=lab.vision.pk).values_list("name", "archived_at").get(),
     )

@@ -184,10 +184,17 @@ def test_quota_change_by_platform_admin_is_audited(money, client_for):
                                           format="json").status_code == 403
     assert client_for(money.bob).patch(f"/api/v1/quotas/{q.pk}", {"nominal": 8},
                                        format="json").status_code == 404
+    # 6 + nlp's 4 nominal GPUs on an 8-GPU cluster: refused unless oversubscription is asked for explicitly
     r = client_for(money.root).patch(f"/api/v1/quotas/{q.pk}", {"nominal": 6, "lending_limit": 2}, format="json")
-    assert r.status_code == 200 and r.json()["nominal"] == 6
+    assert r.status_code == 400 and r.json()["error"]["fields"]["nominal"][0]["code"] == "over_capacity"
+    assert not AuditEntry.objects.filter(action="quota.set").exists()
+    r = client_for(money.root).patch(f"/api/v1/quotas/{q.pk}", {"nominal": 6, "lending_limit": 2,
+                                                                "oversubscribe": True}, format="json")
+    assert r.status_code == 200 and r.json()["nominal"] == 6 and "oversubscribed" in r.json()["warnings"][0]
     a = AuditEntry.objects.get(action="quota.set")
-    assert a.old["nominal"] == 4 and a.new == {"nominal": 6, "borrowing_limit": 4, "lending_limit": 2}
+    assert a.old["nominal"] == 4 and a.new == {"nominal": 6, "borrowing_limit": 4, "lending_limit": 2,
+                                               "oversubscribed": True}
+    assert "2 GPU(s) oversubscribed" in a.comment
 
 
 # ------------------------------------------------------------------------------------------ query counts

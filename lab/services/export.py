@@ -1,0 +1,85 @@
+"""Writing the current lab as a lab file (the format ``lab.services.labfile`` applies)."""
+
+from __future__ import annotations
+
+import yaml
+
+from lab.services.shape import VERSION
+from portal.models import Department, Membership, SsoGroupMapping
+from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
+from quotas.services import rules
+from scheduling.core.policy import policy_to_dict
+from scheduling.models import Cluster, PolicyVersion
+from scheduling.services import inventory
+from scheduling.services.policy import current_policy
+
+
+def export_lab() -> dict:
+    """The current lab as a lab file's data (see ``dump``)."""
+    out: dict = {"version": VERSION}
+    out["flavors"] = [
+        {"name": f.name, "resource_name": f.resource_name, "node_labels": dict(f.node_labels or {}),
+         "gpu_memory_gib": f.gpu_memory_gib, **({"description": f.description} if f.description else {})}
+        for f in Flavor.objects.order_by("name")]
+    clusters = []
+    for c in Cluster.objects.order_by("name"):
+        entry: dict = {"name": c.name, "backend": c.backend}
+        if c.is_default:
+            entry["default"] = True
+        groups = inventory.node_groups(c)
+        if groups and not inventory.inventory_owned(c):
+            entry["node_groups"] = [{"name": n, **g} for n, g in sorted(groups.items())]
+        clusters.append(entry)
+    out["clusters"] = clusters
+    capacity = {f.pk: rules.flavor_capacity(f) for f in Flavor.objects.all()}
+    nominal: dict = {}
+    for q in Quota.objects.all():
+        nominal[q.flavor_id] = nominal.get(q.flavor_id, 0) + q.nominal
+    over = {fid for fid, n in nominal.items() if n > capacity.get(fid, 0)}
+    depts = []
+    for d in Department.objects.order_by("slug"):
+        entry = {"slug": d.slug, "name": d.name}
+        if d.is_archived:
+            entry["archived"] = True
+        entry["members"] = [
+            {"user": m.user.username, **({"email": m.user.email} if m.user.email else {}), "role": m.role,
+             "tier": m.user_tier}
+            for m in Membership.objects.filter(department=d).select_related("user").order_by("user__username")]
+        quotas = {}
+        for q in Quota.objects.filter(department=d).select_related("flavor").order_by("flavor__name"):
+            quotas[q.flavor.name] = {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit,
+                                     "lending_limit": q.lending_limit,
+                                     **({"oversubscribe": True} if q.flavor_id in over else {})}
+        if quotas:
+            entry["quotas"] = quotas
+        wallet = Wallet.objects.filter(department=d).first()
+        refill = RefillRule.objects.filter(department=d).first()
+        if wallet is not None or refill is not None:
+            budget: dict = {"balance": wallet.balance if wallet else 0}
+            if refill is not None:
+                budget["refill"] = {"mode": refill.mode, "amount": refill.amount, "period": refill.period,
+                                    "active": refill.active}
+            entry["budget"] = budget
+        rule = ApprovalRule.objects.filter(department=d).first()
+        if rule is not None:
+            entry["approval_rule"] = {"gpus_above": rule.gpus_above, "cost_above": rule.cost_above,
+                                      "realtime": rule.realtime}
+        depts.append(entry)
+    out["departments"] = depts
+    prices: dict = {}
+    for p in Price.objects.select_related("flavor").order_by("flavor__name", "tier"):
+        prices.setdefault(p.flavor.name, {})[p.tier] = p.per_gpu_hour
+    out["prices"] = prices
+    mappings = [{"group": m.group, "department": m.department.slug, "role": m.role, "tier": m.user_tier}
+                for m in SsoGroupMapping.objects.select_related("department").order_by("id")]
+    if mappings:
+        out["sso"] = {"groups": mappings}
+    if PolicyVersion.objects.exists():
+        doc = policy_to_dict(current_policy()[0])
+        doc.pop("version", None)
+        out["policy"] = doc
+    return out
+
+
+def dump(data: dict) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -1,0 +1,469 @@
+"""The lab as code: a YAML file that declares the lab (docs/lab-as-code.md), applied and exported.
+
+``apply_lab(text, ...)`` reads the file, checks its shape (every error, with its line), then computes and
+applies the difference to the database through the services that own each row (the same validation and the
+same audit entries as the pages and the API), all in ONE transaction: any error, or ``dry_run``, rolls
+everything back, so nothing is ever half-applied. Each change runs in its own savepoint, so one refused
+change does not hide the next one's error: every error of the file is reported together.
+
+Idempotent: applying the same file twice changes nothing the second time (and says so). Without ``prune``
+what the file does not mention is left alone; with it, it is removed (departments are archived, never
+deleted: their history stays).
+
+``export_lab()`` writes the current lab in the same format; exporting, applying that to an empty database
+and exporting again gives the same file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from lab.services.export import dump, export_lab
+from lab.services.shape import LabError, LabFileInvalid, check_shape, line_of, load
+from portal.errors import PortalError
+from portal.models import Department, Membership, Role, SsoGroupMapping, UserTier
+from portal.services import departments as dept_services
+from portal.services import members as member_services
+from portal.services import sso as sso_services
+from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
+from quotas.services import flavors as flavor_services
+from quotas.services import pricing, rules, wallets
+from scheduling.core.policy import policy_from_dict, policy_to_dict
+from scheduling.models import Cluster
+from scheduling.services import inventory
+from scheduling.services.policy import current_policy, policy_update
+
+__all__ = ["LabError", "LabFileInvalid", "Result", "apply_lab", "dump", "export_lab"]
+
+# ------------------------------------------------------------------------------------------ apply
+
+
+@dataclass
+class Result:
+    created: int = 0
+    changed: int = 0
+    removed: int = 0
+    lines: list[str] = field(default_factory=list)
+    errors: list[LabError] = field(default_factory=list)
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.created or self.changed or self.removed)
+
+
+def _fmt(v) -> str:
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _diff(old: dict, new: dict) -> list[str]:
+    """``field: old -> new`` for each changed field; for something new (``old`` empty), ``field: value``."""
+    if not old:
+        return [f"{k}: {_fmt(v)}" for k, v in new.items() if v is not None]
+    return [f"{k}: {_fmt(old.get(k))} -> {_fmt(new.get(k))}" for k in new if old.get(k) != new.get(k)]
+
+
+class _Applier:
+    def __init__(self, data: dict, lines: dict, *, actor, prune: bool):
+        self.data, self.lines, self.actor, self.prune = data, lines, actor, prune
+        self.r = Result()
+
+    # Every change runs in a savepoint: a refused one is rolled back alone and reported, and the next one
+    # is still tried, so the file's every error is listed. The whole apply is rolled back at the end.
+    def run(self, path: tuple, sign: str, what: str, details: list[str], fn) -> bool:
+        try:
+            with transaction.atomic():
+                fn()
+        except PortalError as exc:
+            self._error(path, exc)
+            return False
+        except ValidationError as exc:
+            self.r.errors.append(LabError(path, " ".join(exc.messages), line_of(self.lines, path)))
+            return False
+        if sign == "+":
+            self.r.created += 1
+        elif sign == "~":
+            self.r.changed += 1
+        else:
+            self.r.removed += 1
+        detail = f" ({', '.join(details)})" if sign != "~" and details else (
+            ": " + "; ".join(details) if details else "")
+        self.r.lines.append(f"{sign} {what}{detail}")
+        return True
+
+    def _error(self, path: tuple, exc: PortalError) -> None:
+        if exc.fields:
+            for f, items in exc.fields.items():
+                for i in items:
+                    self.r.errors.append(LabError((*path, f) if f not in ("non_field_errors",) else path,
+                                                  i["message"], line_of(self.lines, (*path, f))))
+        else:
+            self.r.errors.append(LabError(path, exc.message, line_of(self.lines, path)))
+
+    def fail(self, path: tuple, message: str) -> None:
+        self.r.errors.append(LabError(path, message, line_of(self.lines, path)))
+
+    # ---------------------------------------------------------------- flavors
+    def flavors(self):
+        for i, f in enumerate(self.data.get("flavors") or []):
+            path = ("flavors", i)
+            want = {"resource_name": f.get("resource_name", "nvidia.com/gpu"),
+                    "node_labels": {str(k): str(v) for k, v in (f.get("node_labels") or {}).items()},
+                    "gpu_memory_gib": f.get("gpu_memory_gib", 0), "description": f.get("description", "")}
+            cur = Flavor.objects.filter(name=f["name"]).first()
+            if cur is None:
+                self.run(path, "+", f"flavor {f['name']}", [f"resource: {want['resource_name']}"],
+                         lambda f=f, w=want: flavor_services.flavor_create(actor=self.actor, name=f["name"], **w))
+            else:
+                old = {k: getattr(cur, k) for k in want}
+                if old != want:
+                    self.run(path, "~", f"flavor {f['name']}", _diff(old, want),
+                             lambda c=cur, w=want: flavor_services.flavor_update(flavor=c, actor=self.actor, **w))
+
+    # ---------------------------------------------------------------- clusters
+    def clusters(self):
+        for i, c in enumerate(self.data.get("clusters") or []):
+            path = ("clusters", i)
+            want = {"backend": c.get("backend", "simulated"), "is_default": bool(c.get("default", False))}
+            cur = Cluster.objects.filter(name=c["name"]).first()
+            if cur is None:
+                self.run(path, "+", f"cluster {c['name']}", _diff({}, want),
+                         lambda c=c, w=want: inventory.cluster_create(actor=self.actor, name=c["name"], **w))
+            else:
+                old = {"backend": cur.backend, "is_default": cur.is_default}
+                if old != want and (old["backend"] != want["backend"] or want["is_default"]):
+                    w = {k: v for k, v in want.items() if old[k] != v}
+                    self.run(path, "~", f"cluster {c['name']}", _diff(old, want),
+                             lambda cur=cur, w=w: inventory.cluster_update(cluster=cur, actor=self.actor, **w))
+            cluster = Cluster.objects.filter(name=c["name"]).first()
+            if cluster is None:
+                continue
+            current = inventory.node_groups(cluster)
+            declared = set()
+            for j, g in enumerate(c.get("node_groups") or []):
+                gpath = (*path, "node_groups", j)
+                declared.add(g["name"])
+                flavor = Flavor.objects.filter(name=g["flavor"]).first()
+                if flavor is None:
+                    self.fail((*gpath, "flavor"), f"no flavor {g['flavor']} (declare it under flavors:)")
+                    continue
+                labels = {str(k): str(v) for k, v in (g.get("labels") or flavor.node_labels or {}).items()}
+                want_g = {"flavor": flavor.name, "nodes": g["nodes"], "gpus_per_node": g["gpus_per_node"],
+                          "labels": labels}
+                old_g = current.get(g["name"])
+                if old_g == want_g:
+                    continue
+                self.run(gpath, "+" if old_g is None else "~", f"node group {c['name']}/{g['name']}",
+                         _diff(old_g or {}, want_g),
+                         lambda cl=cluster, g=g, fl=flavor, lb=labels: inventory.node_group_set(
+                             cluster=cl, actor=self.actor, name=g["name"], flavor=fl, nodes=g["nodes"],
+                             gpus_per_node=g["gpus_per_node"], labels=lb))
+            if self.prune and not inventory.inventory_owned(cluster):
+                for name in sorted(set(current) - declared):
+                    self.run(path, "-", f"node group {c['name']}/{name}", [],
+                             lambda cl=cluster, n=name: inventory.node_group_delete(cluster=cl, actor=self.actor,
+                                                                                     name=n))
+
+    # ---------------------------------------------------------------- departments and members
+    def departments(self):
+        User = get_user_model()
+        for i, d in enumerate(self.data.get("departments") or []):
+            path = ("departments", i)
+            cur = Department.objects.filter(slug=d["slug"]).first()
+            if cur is None:
+                ok = self.run(path, "+", f"department {d['slug']}", [f"name: {d['name']}"],
+                              lambda d=d: dept_services.department_create(actor=self.actor, slug=d["slug"],
+                                                                          name=d["name"]))
+                if not ok:
+                    continue
+                cur = Department.objects.get(slug=d["slug"])
+            else:
+                if cur.name != d["name"]:
+                    self.run(path, "~", f"department {d['slug']}", _diff({"name": cur.name}, {"name": d["name"]}),
+                             lambda c=cur, d=d: dept_services.department_rename(department=c, actor=self.actor,
+                                                                                name=d["name"]))
+                if cur.is_archived and not d.get("archived", False):
+                    self.run(path, "~", f"department {d['slug']}", ["archived: true -> false"],
+                             lambda c=cur: dept_services.department_restore(department=c, actor=self.actor,
+                                                                            reason="lab file"))
+                    cur.refresh_from_db()
+            declared = set()
+            for j, m in enumerate(d.get("members") or []):
+                mpath = (*path, "members", j)
+                username = m["user"]
+                declared.add(username)
+                want = {"role": m.get("role", Role.RESEARCHER), "user_tier": m.get("tier", UserTier.STANDARD)}
+                existing = Membership.objects.select_related("department", "user").filter(
+                    user__username=username).first()
+                user = User.objects.filter(username=username).first()
+                if user is not None and m.get("email") is not None and user.email != m["email"]:
+                    self.run(mpath, "~", f"user {username}", _diff({"email": user.email}, {"email": m["email"]}),
+                             lambda u=user, e=m["email"]: _set_email(u, e))
+                if existing is not None and existing.department_id == cur.pk:
+                    old = {"role": existing.role, "user_tier": existing.user_tier}
+                    if old != want:
+                        self.run(mpath, "~", f"member {d['slug']}/{username}", _diff(old, want),
+                                 lambda e=existing, w=want: member_services.member_change(
+                                     membership=e, actor=self.actor, **w))
+                    continue
+                if existing is not None:  # moves from another department
+                    self.run(mpath, "~", f"member {username}",
+                             [f"department: {existing.department.slug} -> {d['slug']}"],
+                             lambda e=existing, c=cur, w=want, m=m: _move(e, c, self.actor, w, m))
+                    continue
+                details = [f"role: {want['role']}", f"tier: {want['user_tier']}"] + ([] if user else ["new account"])
+                self.run(mpath, "+", f"member {d['slug']}/{username}", details,
+                         lambda c=cur, w=want, m=m: _add(c, self.actor, w, m))
+            if self.prune:
+                for extra in Membership.objects.filter(department=cur).exclude(
+                        user__username__in=declared).select_related("user", "department"):
+                    self.run(path, "-", f"member {d['slug']}/{extra.user.username}", [],
+                             lambda e=extra: member_services.member_remove(membership=e, actor=None,
+                                                                           comment="pruned by the lab file"))
+
+    # ---------------------------------------------------------------- quotas
+    def quotas(self):
+        changes = []
+        for i, d in enumerate(self.data.get("departments") or []):
+            dept = Department.objects.filter(slug=d["slug"]).first()
+            if dept is None:
+                continue
+            declared = set()
+            for fname, q in (d.get("quotas") or {}).items():
+                path = ("departments", i, "quotas", fname)
+                declared.add(fname)
+                flavor = Flavor.objects.filter(name=fname).first()
+                if flavor is None:
+                    self.fail(path, f"no flavor {fname} (declare it under flavors:)")
+                    continue
+                want = {"nominal": q["nominal"], "borrowing_limit": q.get("borrowing_limit"),
+                        "lending_limit": q.get("lending_limit")}
+                cur = Quota.objects.filter(department=dept, flavor=flavor).first()
+                over = bool(q.get("oversubscribe", False))
+                if cur is None:
+                    changes.append((want["nominal"], path, "+", f"quota {d['slug']}/{fname}", _diff({}, want),
+                                    lambda dp=dept, fl=flavor, w=want, o=over: rules.quota_create(
+                                        department=dp, flavor=fl, actor=self.actor, oversubscribe=o,
+                                        comment="lab file", **w)))
+                else:
+                    old = {k: getattr(cur, k) for k in want}
+                    if old != want:
+                        changes.append((want["nominal"] - cur.nominal, path, "~", f"quota {d['slug']}/{fname}",
+                                        _diff(old, want),
+                                        lambda c=cur, w=want, o=over: rules.quota_set(
+                                            quota=c, actor=self.actor, oversubscribe=o, comment="lab file", **w)))
+            if self.prune:
+                for q in Quota.objects.filter(department=dept).exclude(flavor__name__in=declared).select_related(
+                        "flavor", "department"):
+                    changes.append((-q.nominal, ("departments", i, "quotas"), "-",
+                                    f"quota {d['slug']}/{q.flavor.name}", [],
+                                    lambda q=q: rules.quota_delete(quota=q, actor=self.actor,
+                                                                   comment="pruned by the lab file")))
+        # Decreases first: GPUs moved from one department to another never count twice on the way.
+        for _, path, sign, what, details, fn in sorted(changes, key=lambda c: c[0]):
+            self.run(path, sign, what, details, fn)
+
+    # ---------------------------------------------------------------- prices, budgets, approval rules
+    def prices(self):
+        declared = set()
+        for fname, tiers in (self.data.get("prices") or {}).items():
+            flavor = Flavor.objects.filter(name=fname).first()
+            if flavor is None:
+                self.fail(("prices", fname), f"no flavor {fname} (declare it under flavors:)")
+                continue
+            current = dict(Price.objects.filter(flavor=flavor).values_list("tier", "per_gpu_hour"))
+            steps = []
+            for tier, price in tiers.items():
+                declared.add((fname, tier))
+                old = current.get(tier)
+                if old == price:
+                    continue
+                up = old is None or price > old
+                # Realtime must stay dearer at every step: raise realtime and lower the others first.
+                first = (tier == "realtime") == up
+                steps.append((0 if first else 1, 0 if tier == "realtime" else 1, tier, price, old))
+            for _, _, tier, price, old in sorted(steps):
+                self.run(("prices", fname, tier), "+" if old is None else "~", f"price {fname}/{tier}",
+                         [f"per_gpu_hour: {_fmt(old)} -> {price}"] if old is not None else [f"{price} mcr/GPU-h"],
+                         lambda fl=flavor, t=tier, p=price: pricing.price_set(flavor=fl, tier=t, per_gpu_hour=p,
+                                                                             actor=self.actor))
+        if self.prune:
+            for p in Price.objects.select_related("flavor").order_by("flavor__name", "tier"):
+                if (p.flavor.name, p.tier) not in declared:
+                    self.run(("prices",), "-", f"price {p.flavor.name}/{p.tier}", [],
+                             lambda p=p: pricing.price_delete(price=p, actor=self.actor))
+
+    def budgets(self):
+        for i, d in enumerate(self.data.get("departments") or []):
+            dept = Department.objects.filter(slug=d["slug"]).first()
+            if dept is None:
+                continue
+            path = ("departments", i)
+            budget = d.get("budget")
+            if budget is not None:
+                if not Wallet.objects.filter(department=dept).exists():
+                    # The balance is the opening one: afterwards the ledger moves it (refills, jobs).
+                    self.run((*path, "budget"), "+", f"wallet {d['slug']}",
+                             [f"balance: {budget.get('balance', 0)} mcr"],
+                             lambda dp=dept, b=budget: wallets.wallet_create(department=dp, actor=self.actor,
+                                                                            balance=b.get("balance", 0)))
+                refill = budget.get("refill")
+                cur = RefillRule.objects.filter(department=dept).first()
+                if refill is not None:
+                    want = {"mode": refill.get("mode", "fixed"), "amount": refill["amount"],
+                            "period": refill.get("period", "monthly"), "active": refill.get("active", True)}
+                    old = {k: getattr(cur, k) for k in want} if cur else None
+                    if old != want:
+                        self.run((*path, "budget", "refill"), "+" if cur is None else "~", f"refill rule {d['slug']}",
+                                 _diff(old or {}, want),
+                                 lambda dp=dept, w=want: rules.refill_rule_set(department=dp, actor=self.actor, **w))
+                elif cur is not None and self.prune:
+                    self.run(path, "-", f"refill rule {d['slug']}", [],
+                             lambda dp=dept: rules.refill_rule_delete(department=dp, actor=self.actor))
+            rule = d.get("approval_rule")
+            cur_rule = ApprovalRule.objects.filter(department=dept).first()
+            if rule is not None or (self.prune and cur_rule is not None):
+                want = {"gpus_above": (rule or {}).get("gpus_above"), "cost_above": (rule or {}).get("cost_above"),
+                        "realtime": (rule or {}).get("realtime", False)}
+                old = {k: getattr(cur_rule, k) for k in want} if cur_rule else None
+                if old != want and not (old is None and want == {"gpus_above": None, "cost_above": None,
+                                                                  "realtime": False}):
+                    self.run((*path, "approval_rule"), "+" if cur_rule is None else "~",
+                             f"approval rule {d['slug']}", _diff(old or {}, want),
+                             lambda dp=dept, w=want: rules.approval_rule_set(department=dp, actor=self.actor, **w))
+
+    # ---------------------------------------------------------------- policy, archives, prune
+    def policy(self):
+        doc = self.data.get("policy")
+        if doc is None:
+            return
+        want = policy_to_dict(policy_from_dict({k: v for k, v in doc.items() if k != "version"}))
+        cur, version = current_policy()
+        old = policy_to_dict(cur)
+        want.pop("version", None)
+        old.pop("version", None)
+        if want != old:
+            self.run(("policy",), "~", "policy", [f"v{version} -> v{version + 1}"] + _flat_diff(old, want),
+                     lambda: policy_update(user=self.actor, data=want, comment="lab file"))
+
+    def sso(self):
+        groups = (self.data.get("sso") or {}).get("groups")
+        if groups is None:
+            return
+        declared = set()
+        for i, g in enumerate(groups):
+            path = ("sso", "groups", i)
+            dept = Department.objects.filter(slug=g["department"]).first()
+            if dept is None:
+                continue  # its department failed to be created: that error is reported already
+            want = {"role": g.get("role", Role.RESEARCHER), "user_tier": g.get("tier", UserTier.STANDARD)}
+            declared.add((g["group"], dept.pk))
+            cur = SsoGroupMapping.objects.filter(group=g["group"], department=dept).first()
+            old = {"role": cur.role, "user_tier": cur.user_tier} if cur else None
+            if old != want:
+                self.run(path, "+" if cur is None else "~", f"sso group {g['group']} -> {dept.slug}",
+                         _diff(old or {}, want),
+                         lambda gr=g["group"], dp=dept, w=want: sso_services.sso_mapping_set(
+                             actor=self.actor, group=gr, department=dp, **w))
+        if self.prune:
+            for m in SsoGroupMapping.objects.select_related("department"):
+                if (m.group, m.department_id) not in declared:
+                    self.run(("sso", "groups"), "-", f"sso group {m.group} -> {m.department.slug}", [],
+                             lambda m=m: sso_services.sso_mapping_delete(mapping=m, actor=self.actor))
+
+    def archives(self):
+        declared = set()
+        for i, d in enumerate(self.data.get("departments") or []):
+            declared.add(d["slug"])
+            dept = Department.objects.filter(slug=d["slug"]).first()
+            if dept is not None and d.get("archived", False) and not dept.is_archived:
+                self._archive(("departments", i, "archived"), dept, "archived by the lab file")
+        if self.prune:
+            for dept in Department.objects.filter(archived_at__isnull=True).exclude(slug__in=declared):
+                self._archive(("departments",), dept, "pruned by the lab file (archived: history kept)")
+
+    def _archive(self, path, dept, reason):
+        impact = dept_services.archive_impact(dept)
+        self.run(path, "~" if path[-1] == "archived" else "-", f"department {dept.slug}",
+                 ["archived: false -> true", f"{impact['waiting_jobs']} waiting job(s) cancelled",
+                  f"{impact['active_jobs']} running job(s) run to their end"],
+                 lambda: dept_services.department_archive(department=dept, actor=self.actor, reason=reason,
+                                                          confirm=True))
+
+    def prune_rest(self):
+        if not self.prune:
+            return
+        clusters = {c["name"] for c in self.data.get("clusters") or []}
+        for c in Cluster.objects.exclude(name__in=clusters):
+            self.run(("clusters",), "-", f"cluster {c.name}", [],
+                     lambda c=c: inventory.cluster_delete(cluster=c, actor=self.actor, comment="pruned by the lab file"))
+        flavors = {f["name"] for f in self.data.get("flavors") or []}
+        for f in Flavor.objects.exclude(name__in=flavors):
+            self.run(("flavors",), "-", f"flavor {f.name}", [],
+                     lambda f=f: flavor_services.flavor_delete(flavor=f, actor=self.actor,
+                                                               comment="pruned by the lab file"))
+
+
+def _flat_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _flat_diff(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {_fmt(a)} -> {_fmt(b)}")
+    return out
+
+
+def _set_email(user, email: str) -> None:
+    user.email = email
+    user.save(update_fields=["email"])
+
+
+def _add(dept, actor, want, m):
+    membership = member_services.member_add(department=dept, actor=actor, username=m["user"],
+                                            email=m.get("email") or "", role=want["role"],
+                                            user_tier=want["user_tier"], comment="lab file")
+    env = m.get("password_env")
+    user = membership.user
+    if env and os.environ.get(env) and not user.has_usable_password():
+        user.set_password(os.environ[env])  # given by the environment, never written in the file
+        user.save(update_fields=["password"])
+    return membership
+
+
+def _move(existing, dept, actor, want, m):
+    member_services.member_remove(membership=existing, actor=actor, comment=f"moved to {dept.slug} by the lab file")
+    return _add(dept, actor, want, m)
+
+
+def apply_lab(text: str, *, actor=None, dry_run: bool = False, prune: bool = False) -> Result:
+    """Apply a lab file (see the module's docstring). Raises LabFileInvalid with every error, having changed
+    nothing; returns what changed (or, with ``dry_run``, what would change)."""
+    data, lines = load(text)
+    errors = check_shape(data, lines)
+    if errors:
+        raise LabFileInvalid(errors)
+    a = _Applier(data, lines, actor=actor, prune=prune)
+    with transaction.atomic():
+        a.flavors()
+        a.clusters()
+        a.departments()
+        a.quotas()
+        a.prices()
+        a.budgets()
+        a.policy()
+        a.sso()
+        a.archives()
+        a.prune_rest()
+        if a.r.errors or dry_run:
+            transaction.set_rollback(True)
+    if a.r.errors:
+        raise LabFileInvalid(sorted(a.r.errors, key=lambda e: (e.line or 0, str(e.path))))
+    return a.r
+
+

@@ -1,0 +1,24 @@
+"""The lab pages (mounted under /lab/, namespace ``lab``)."""
+
+from django.urls import path
+
+from lab import views
+
+app_name = "lab"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("departments/<slug:slug>/", views.department, name="department"),
+    path("departments/<slug:slug>/members/<str:username>", views.member_change, name="member_change"),
+    path("departments/<slug:slug>/members/<str:username>/remove", views.member_remove, name="member_remove"),
+    path("departments/<slug:slug>/archive", views.archive, name="archive"),
+    path("departments/<slug:slug>/restore", views.restore, name="restore"),
+    path("departments/<slug:slug>/quota", views.quota, name="quota"),
+    path("quota-requests/", views.quota_requests, name="quota_requests"),
+    path("quota-requests/<int:pk>/approve", views.quota_request_approve, name="quota_request_approve"),
+    path("quota-requests/<int:pk>/reject", views.quota_request_reject, name="quota_request_reject"),
+    path("flavors/", views.flavors, name="flavors"),
+    path("flavors/<str:name>/delete", views.flavor_delete, name="flavor_delete"),
+    path("clusters/", views.clusters, name="clusters"),
+    path("clusters/<str:name>/node-groups/<str:group>/delete", views.node_group_delete, name="node_group_delete"),
+]

@@ -1,0 +1,477 @@
+"""The lab pages: departments, members, quotas (and quota requests), flavors, clusters and node groups.
+
+Like the budget pages, each form is read by the API's own input serializer (``portal.forms.form_payload``)
+and applied by the same service the API calls, so both accept the same input and write the same audit
+entries. Bad input re-renders the form with its errors (HTTP 400) and writes nothing. Reads go through the
+tenancy gate: another department is a 404, a missing role a 403.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from portal.api.serializers import (
+    DepartmentArchiveSerializer,
+    DepartmentCreateSerializer,
+    DepartmentUpdateSerializer,
+    MemberCreateSerializer,
+    MemberUpdateSerializer,
+)
+from portal.errors import Forbidden, NotFound, PortalError
+from portal.forms import form_payload
+from portal.models import Department, Membership, Role, UserTier
+from portal.services import departments, members
+from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
+from quotas.api.views import (
+    FlavorInputSerializer,
+    QuotaRequestCreateSerializer,
+    QuotaRequestDecisionSerializer,
+    QuotaUpdateSerializer,
+)
+from quotas.models import Flavor, Quota, QuotaChangeRequest
+from quotas.services import flavors as flavor_services
+from quotas.services import quota_requests as quota_requests_service
+from quotas.services import rules
+from scheduling.api.clusters import ClusterCreateSerializer, NodeGroupInputSerializer
+from scheduling.models import Cluster
+from scheduling.services import inventory
+
+QUOTA_INPUTS = ("nominal", "borrowing_limit", "lending_limit")
+
+
+def _errors(exc: PortalError) -> dict[str, list[str]]:
+    if isinstance(exc, NotFound | Forbidden):
+        raise exc
+    out = {k: [i["message"] for i in v] for k, v in exc.fields.items()} if exc.fields else {}
+    if not exc.fields or exc.message not in ("Invalid input.",):
+        out.setdefault("non_field_errors", []).append(exc.message)
+    return out
+
+
+def _submit(serializer_class, payload: dict, apply, errors: dict | None = None) -> dict[str, list[str]]:
+    """Validate with the API's serializer, then ``apply(validated_data)``; {} when applied, else the errors.
+    Nothing is applied when any error is known."""
+    errors = dict(errors or {})
+    s = serializer_class(data=payload)
+    if not s.is_valid():
+        for k, v in s.errors.items():
+            errors.setdefault(k, []).extend(str(e) for e in v)
+    if errors:
+        return errors
+    try:
+        apply(s.validated_data)
+    except PortalError as exc:
+        return _errors(exc)
+    return {}
+
+
+def _render(request, template: str, context: dict, errors: dict):
+    return render(request, template, {**context, "errors": errors}, status=400 if errors else 200)
+
+
+# ------------------------------------------------------------------------------------------ departments
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def home(request):
+    """Platform admins: every department, and a form to create one. Everyone else: their department."""
+    m = member(request.user)
+    if not m.is_platform_admin:
+        if request.method == "POST":
+            raise Forbidden("Only platform admins can create departments.")
+        return redirect("lab:department", slug=m.department.slug)
+    errors: dict = {}
+    values = request.POST.dict() if request.method == "POST" else {}
+    if request.method == "POST":
+        def apply(data):
+            dept = departments.department_create(actor=request.user, **data)
+            messages.success(request, f"Department {dept.slug} created.")
+
+        errors = _submit(DepartmentCreateSerializer, form_payload(request.POST, ("slug", "name", "comment")), apply)
+        if not errors:
+            return redirect("lab:home")
+    depts = Department.objects.restrict(request.user, VIEW).order_by("archived_at", "slug")
+    pending = QuotaChangeRequest.objects.restrict(request.user, VIEW).filter(state="pending").count()
+    return _render(request, "lab/home.html", {"membership": m, "departments": depts, "values": values,
+                                              "pending_requests": pending}, errors)
+
+
+def _department_context(request, dept: Department, m) -> dict:
+    return {
+        "membership": m, "department": dept,
+        "members": Membership.objects.restrict(request.user, VIEW).filter(department=dept)
+        .select_related("user").order_by("user__username"),
+        "quotas": Quota.objects.restrict(request.user, VIEW).filter(department=dept).select_related("flavor"),
+        "requests": QuotaChangeRequest.objects.restrict(request.user, VIEW).filter(department=dept)
+        .select_related("flavor", "requested_by", "decided_by")[:20],
+        "can_change": Department.objects.permits(request.user, dept, CHANGE),
+        "roles": [(v, label) for v, label in Role.choices if m.is_platform_admin or v != Role.PLATFORM_ADMIN],
+        "tiers": UserTier.choices,
+    }
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def department(request, slug: str):
+    """A department: its members (its admins add, change and remove them), its quotas and requests; platform
+    admins also rename it."""
+    dept = Department.objects.get_or_404(request.user, VIEW, slug=slug)
+    m = member(request.user)
+    errors: dict = {}
+    values = {"role": Role.RESEARCHER, "user_tier": UserTier.STANDARD, "name": dept.name}
+    if request.method == "POST":
+        values = request.POST.dict()
+        if request.POST.get("action") == "rename":
+            dept = Department.objects.get_or_404(request.user, ADMIN, slug=slug,
+                                                 message="Only platform admins rename departments.")
+
+            def apply(data):
+                departments.department_rename(department=dept, actor=request.user, **data)
+                messages.success(request, f"Department {slug} renamed.")
+
+            errors = _submit(DepartmentUpdateSerializer, form_payload(request.POST, ("name", "comment")), apply)
+        else:
+            dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
+                                                 message="Only the department's admins add members.")
+
+            def apply(data):
+                added = members.member_add(department=dept, actor=request.user, **data)
+                messages.success(request, f"{added.user.username} added to {slug} as {added.get_role_display()}.")
+
+            errors = _submit(MemberCreateSerializer, form_payload(
+                request.POST, ("username", "email", "role", "user_tier", "comment")), apply)
+        if not errors:
+            return redirect("lab:department", slug=slug)
+    return _render(request, "lab/department.html", {**_department_context(request, dept, m), "values": values},
+                   errors)
+
+
+def _membership(request, slug: str, username: str) -> Membership:
+    Department.objects.get_or_404(request.user, VIEW, slug=slug)
+    return Membership.objects.select_related("user", "department").get_or_404(
+        request.user, CHANGE, department__slug=slug, user__username=username, missing="No such member.",
+        message="Only the department's admins change its members.")
+
+
+def _member_post(request, slug: str, apply_errors: dict):
+    if apply_errors:
+        dept = Department.objects.get(slug=slug)
+        return _render(request, "lab/department.html", {
+            **_department_context(request, dept, member(request.user)), "values": request.POST.dict()},
+            apply_errors)
+    return redirect("lab:department", slug=slug)
+
+
+@login_required
+@require_POST
+def member_change(request, slug: str, username: str):
+    target = _membership(request, slug, username)
+
+    def apply(data):
+        members.member_change(membership=target, actor=request.user, **data)
+        messages.success(request, f"{username} updated.")
+
+    return _member_post(request, slug, _submit(MemberUpdateSerializer,
+                                               form_payload(request.POST, ("role", "user_tier", "comment")), apply))
+
+
+@login_required
+@require_POST
+def member_remove(request, slug: str, username: str):
+    target = _membership(request, slug, username)
+    try:
+        members.member_remove(membership=target, actor=request.user, comment=request.POST.get("comment", ""))
+    except PortalError as exc:
+        return _member_post(request, slug, _errors(exc))
+    messages.success(request, f"{username} removed from {slug}; the account and its history stay.")
+    return redirect("lab:department", slug=slug)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def archive(request, slug: str):
+    """Platform admins: what archiving would do, then archive with a reason and a confirmation."""
+    dept = Department.objects.get_or_404(request.user, ADMIN, slug=slug,
+                                         message="Only platform admins archive departments.")
+    m = member(request.user)
+    errors: dict = {}
+    values = request.POST.dict() if request.method == "POST" else {}
+    if request.method == "POST":
+        def apply(data):
+            done = departments.department_archive(department=dept, actor=request.user, **data)
+            messages.success(request, f"{slug} archived; {len(done['cancelled_job_ids'])} waiting job(s) "
+                                      "cancelled.")
+
+        errors = _submit(DepartmentArchiveSerializer, form_payload(request.POST, ("reason", "confirm"),
+                                                                   checkboxes=("confirm",)), apply)
+        if not errors:
+            return redirect("lab:department", slug=slug)
+    return _render(request, "lab/archive.html", {"membership": m, "department": dept, "values": values,
+                                                 "impact": departments.archive_impact(dept)}, errors)
+
+
+@login_required
+@require_POST
+def restore(request, slug: str):
+    dept = Department.objects.get_or_404(request.user, ADMIN, slug=slug,
+                                         message="Only platform admins restore departments.")
+    try:
+        departments.department_restore(department=dept, actor=request.user, reason=request.POST.get("reason", ""))
+        messages.success(request, f"{slug} restored: it takes jobs and members again.")
+    except PortalError as exc:
+        messages.error(request, exc.message)
+    return redirect("lab:department", slug=slug)
+
+
+# ------------------------------------------------------------------------------------------ quotas
+
+
+def whatif_link(slug: str, flavor: str, values: dict) -> str:
+    """The What-if page with this quota change prefilled (it reads ``quota:<dept>:<flavor>:<field>``)."""
+    query = {f"quota:{slug}:{flavor}:{k}": values.get(k, "") for k in QUOTA_INPUTS if k in values}
+    return f"{reverse('dashboard:whatif')}?{urlencode(query)}"
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def quota(request, slug: str):
+    """A quota change for one department. Platform admins apply it (validated against the installed GPUs;
+    ``oversubscribe`` accepts more, with a warning); department admins file it as a request with a reason."""
+    dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
+                                         message="Only the department's admins can change or request quotas.")
+    m = member(request.user)
+    flavors = list(Flavor.objects.order_by("name"))
+    current = {q.flavor.name: q for q in Quota.objects.filter(department=dept).select_related("flavor")}
+    values = request.GET.dict()
+    if "flavor" in values and values["flavor"] in current and "nominal" not in values:
+        q = current[values["flavor"]]
+        values.update({k: "" if getattr(q, k) is None else str(getattr(q, k)) for k in QUOTA_INPUTS})
+    errors: dict = {}
+    fields = ("flavor", *QUOTA_INPUTS, "oversubscribe")
+    if request.method == "POST":
+        values = request.POST.dict()
+        payload = form_payload(request.POST, fields, integers=QUOTA_INPUTS, nullable=("borrowing_limit",
+                                                                                      "lending_limit"),
+                               checkboxes=("oversubscribe",))
+        reason = request.POST.get("reason", "").strip()
+        if m.is_platform_admin:
+            flavor = next((f for f in flavors if f.name == payload.get("flavor")), None)
+            pre = {} if flavor else {"flavor": ["Choose a flavor."]}
+            def apply(data):
+                data = {k: v for k, v in data.items() if k != "flavor"}
+                q = current.get(flavor.name)
+                if q is None:
+                    q = rules.quota_create(department=dept, flavor=flavor, actor=request.user, comment=reason, **{
+                        k: v for k, v in data.items() if k != "comment"})
+                else:
+                    q = rules.quota_set(quota=q, actor=request.user, comment=reason, **{
+                        k: v for k, v in data.items() if k != "comment"})
+                for w in q.warnings:
+                    messages.warning(request, w)
+                messages.success(request, f"Quota of {slug}/{flavor.name} set: nominal {q.nominal}.")
+
+            payload.pop("flavor", None)
+            errors = _submit(QuotaUpdateSerializer, payload, apply, pre)
+        else:
+            def apply(data):
+                req = quota_requests_service.quota_request_create(
+                    department=dept, actor=request.user, flavor=Flavor.objects.get(name=data.pop("flavor")),
+                    **{k: v for k, v in data.items() if k != "department"})
+                messages.success(request, f"Quota request {req.pk} filed: a platform admin decides it.")
+
+            payload.update(department=slug, reason=reason)
+            pre = {} if any(f.name == payload.get("flavor") for f in flavors) else {"flavor": ["Choose a flavor."]}
+            errors = _submit(QuotaRequestCreateSerializer, payload, apply, pre)
+        if not errors:
+            return redirect("lab:department", slug=slug)
+    link = whatif_link(slug, values["flavor"], values) if values.get("flavor") and values.get("nominal") else None
+    capacity = {f.name: rules.flavor_capacity(f) for f in flavors}
+    return _render(request, "lab/quota.html", {
+        "membership": m, "department": dept, "flavors": flavors, "current": current, "values": values,
+        "capacity": capacity, "whatif": link,
+        "rows": [(f, current.get(f.name), capacity[f.name]) for f in flavors]}, errors)
+
+
+@login_required
+def quota_requests(request):
+    m = require_role(request.user, CHANGE, "Quota requests are for department and platform admins.")
+    rows = QuotaChangeRequest.objects.restrict(request.user, VIEW).select_related(
+        "department", "flavor", "requested_by", "decided_by").order_by("state", "-requested_at", "-id")[:200]
+    return render(request, "lab/quota_requests.html", {
+        "membership": m, "requests": [(r, whatif_link(r.department.slug, r.flavor.name, {
+            k: "" if getattr(r, k) is None else getattr(r, k) for k in QUOTA_INPUTS})) for r in rows]})
+
+
+def _decide(request, pk: int, decide):
+    req = QuotaChangeRequest.objects.select_related("department", "flavor", "requested_by").get_or_404(
+        request.user, ADMIN, pk=pk, missing="No such quota request.",
+        message="Only platform admins decide quota requests.")
+    s = QuotaRequestDecisionSerializer(data=form_payload(request.POST, ("comment",)))
+    if not s.is_valid():
+        messages.error(request, "; ".join(str(e) for v in s.errors.values() for e in v))
+        return redirect("lab:quota_requests")
+    try:
+        decide(req, s.validated_data)
+    except PortalError as exc:
+        detail = " ".join(i["message"] for items in exc.fields.values() for i in items)
+        messages.error(request, f"Request {pk} not applied: {exc.message} {detail}".strip())
+    return redirect("lab:quota_requests")
+
+
+@login_required
+@require_POST
+def quota_request_approve(request, pk: int):
+    def decide(req, data):
+        _, q = quota_requests_service.quota_request_approve(req=req, actor=request.user, **data)
+        for w in q.warnings:
+            messages.warning(request, w)
+        messages.success(request, f"Request {pk} approved: {req.department.slug}/{req.flavor.name} nominal "
+                                  f"{q.nominal}.")
+    return _decide(request, pk, decide)
+
+
+@login_required
+@require_POST
+def quota_request_reject(request, pk: int):
+    def decide(req, data):
+        quota_requests_service.quota_request_reject(req=req, actor=request.user, **data)
+        messages.success(request, f"Request {pk} rejected.")
+    return _decide(request, pk, decide)
+
+
+# ------------------------------------------------------------------------------------------ flavors, clusters
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def flavors(request):
+    """Platform admins: create a flavor (a whole GPU or a MIG profile) or change an existing one."""
+    m = require_role(request.user, ADMIN, "Only platform admins manage flavors.")
+    errors: dict = {}
+    values = request.GET.dict()
+    if "name" in values and "resource_name" not in values:
+        f = Flavor.objects.filter(name=values["name"]).first()
+        if f is not None:
+            values.update(resource_name=f.resource_name, gpu_memory_gib=str(f.gpu_memory_gib),
+                          description=f.description,
+                          node_labels=", ".join(f"{k}={v}" for k, v in (f.node_labels or {}).items()))
+    if request.method == "POST":
+        values = request.POST.dict()
+        payload = form_payload(request.POST, ("name", "resource_name", "gpu_memory_gib", "description"),
+                               integers=("gpu_memory_gib",))
+        pre: dict = {}
+        labels = parse_labels(request.POST.get("node_labels", ""))
+        if labels is None:
+            pre["node_labels"] = ["Write labels as key=value, separated by commas."]
+        else:
+            payload["node_labels"] = labels
+
+        def apply(data):
+            name = data.pop("name")
+            existing = Flavor.objects.filter(name=name).first()
+            if existing is None:
+                flavor_services.flavor_create(actor=request.user, name=name, **data)
+                messages.success(request, f"Flavor {name} created.")
+            else:
+                flavor_services.flavor_update(flavor=existing, actor=request.user, **data)
+                messages.success(request, f"Flavor {name} saved.")
+
+        errors = _submit(FlavorInputSerializer, payload, apply, pre)
+        if not errors:
+            return redirect("lab:flavors")
+    rows = [(f, rules.flavor_capacity(f)) for f in Flavor.objects.order_by("name")]
+    return _render(request, "lab/flavors.html", {"membership": m, "rows": rows, "values": values}, errors)
+
+
+def parse_labels(text: str) -> dict | None:
+    out = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if "=" not in part:
+            return None
+        k, v = (x.strip() for x in part.split("=", 1))
+        if not k:
+            return None
+        out[k] = v
+    return out
+
+
+@login_required
+@require_POST
+def flavor_delete(request, name: str):
+    require_role(request.user, ADMIN, "Only platform admins manage flavors.")
+    flavor = Flavor.objects.filter(name=name).first()
+    if flavor is None:
+        raise NotFound("No such flavor.")
+    try:
+        flavor_services.flavor_delete(flavor=flavor, actor=request.user)
+        messages.success(request, f"Flavor {name} deleted.")
+    except PortalError as exc:
+        messages.error(request, exc.message)
+    return redirect("lab:flavors")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def clusters(request):
+    """Platform admins: clusters, and node groups of the clusters whose nodes the portal declares."""
+    m = require_role(request.user, ADMIN, "Only platform admins manage clusters.")
+    errors: dict = {}
+    values = {"backend": "simulated", **request.GET.dict()}
+    if request.method == "POST":
+        values = request.POST.dict()
+        if request.POST.get("action") == "cluster":
+            def apply(data):
+                c = inventory.cluster_create(actor=request.user, **data)
+                messages.success(request, f"Cluster {c.name} created.")
+
+            errors = _submit(ClusterCreateSerializer, form_payload(request.POST, ("name", "backend", "is_default"),
+                                                                   checkboxes=("is_default",)), apply)
+        else:
+            cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
+            flavor = Flavor.objects.filter(name=request.POST.get("flavor", "")).first()
+            pre = {}
+            if cluster is None:
+                pre["cluster"] = ["Choose a cluster."]
+            if flavor is None:
+                pre["flavor"] = ["Choose a flavor."]
+            group = request.POST.get("group", "").strip()
+
+            def apply(data):
+                data.pop("flavor")
+                inventory.node_group_set(cluster=cluster, actor=request.user, name=group, flavor=flavor, **data)
+                messages.success(request, f"Node group {cluster.name}/{group} saved.")
+
+            errors = _submit(NodeGroupInputSerializer, form_payload(
+                request.POST, ("flavor", "nodes", "gpus_per_node", "comment"), integers=("nodes", "gpus_per_node")),
+                apply, pre)
+        if not errors:
+            return redirect("lab:clusters")
+    rows = [(c, sorted(inventory.node_groups(c).items()), inventory.inventory_owned(c),
+             c.nodes.select_related("flavor").order_by("name")) for c in Cluster.objects.order_by("name")]
+    return _render(request, "lab/clusters.html", {
+        "membership": m, "rows": rows, "values": values, "backends": inventory.BACKENDS,
+        "flavors": Flavor.objects.order_by("name"), "clusters": Cluster.objects.order_by("name")}, errors)
+
+
+@login_required
+@require_POST
+def node_group_delete(request, name: str, group: str):
+    require_role(request.user, ADMIN, "Only platform admins manage clusters.")
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        raise NotFound("No such cluster.")
+    try:
+        inventory.node_group_delete(cluster=cluster, actor=request.user, name=group)
+        messages.success(request, f"Node group {name}/{group} removed.")
+    except PortalError as exc:
+        messages.error(request, exc.message)
+    return redirect("lab:clusters")

@@ -1,0 +1,108 @@
+"""Jobs, clusters, the policy and the preemption trail in the Django admin: read-only (see portal/admin.py
+for why; a job changes state only through ``scheduling.services.jobs.transition``)."""
+
+from django.contrib import admin
+
+from portal.admin import ReadOnlyAdmin
+from scheduling.models import (
+    Cluster,
+    Job,
+    JobEvent,
+    Node,
+    PolicyVersion,
+    Preemption,
+    PreemptionVictim,
+    SimPod,
+)
+
+
+@admin.register(Cluster)
+class ClusterAdmin(ReadOnlyAdmin):
+    list_display = ("name", "backend", "is_default", "reachable", "last_sync_at", "last_error")
+    list_filter = ("backend", "reachable")
+    search_fields = ("name",)
+
+
+@admin.register(Node)
+class NodeAdmin(ReadOnlyAdmin):
+    list_display = ("name", "cluster", "flavor", "gpus", "used_by_others", "schedulable", "updated_at")
+    list_filter = ("cluster", "flavor", "schedulable")
+    search_fields = ("name",)
+    list_select_related = ("cluster", "flavor")
+
+
+class JobEventInline(admin.TabularInline):
+    model = JobEvent
+    fields = ("at", "attempt", "kind", "from_state", "to_state", "reason_code", "message", "actor")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    list_display = ("id", "name", "owner", "department", "state", "tier", "flavor", "gpus", "pods", "attempt",
+                    "submitted_at", "reason_code")
+    list_filter = ("state", "tier", "department", "flavor", "borrowed")
+    search_fields = ("name", "owner__username", "department__slug", "reason_code", "image")
+    date_hierarchy = "submitted_at"
+    list_select_related = ("owner", "department", "flavor")
+    inlines = (JobEventInline,)
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(ReadOnlyAdmin):
+    list_display = ("at", "job", "attempt", "kind", "from_state", "to_state", "reason_code", "message")
+    list_filter = ("kind", "to_state")
+    search_fields = ("job__name", "reason_code", "message")
+    list_select_related = ("job",)
+
+
+@admin.register(PolicyVersion)
+class PolicyVersionAdmin(ReadOnlyAdmin):
+    list_display = ("version", "author", "created_at", "comment")
+    search_fields = ("comment", "author__username")
+
+
+class VictimInline(admin.TabularInline):
+    model = PreemptionVictim
+    fields = ("job", "attempt", "status", "gpu_seconds_lost", "eviction_requested_at", "evicted_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Preemption)
+class PreemptionAdmin(ReadOnlyAdmin):
+    list_display = ("id", "decided_at", "reason", "preemptor", "policy_version", "message")
+    list_filter = ("reason",)
+    search_fields = ("message", "preemptor__name")
+    date_hierarchy = "decided_at"
+    inlines = (VictimInline,)
+
+
+@admin.register(PreemptionVictim)
+class PreemptionVictimAdmin(ReadOnlyAdmin):
+    list_display = ("preemption", "job", "attempt", "status", "gpu_seconds_lost", "evicted_at", "requeued_at")
+    list_filter = ("status",)
+    search_fields = ("job__name",)
+    list_select_related = ("preemption", "job")
+
+
+@admin.register(SimPod)
+class SimPodAdmin(ReadOnlyAdmin):
+    list_display = ("name", "namespace", "cluster", "job_id", "attempt", "phase", "node", "gated")
+    list_filter = ("phase", "gated", "cluster")
+    search_fields = ("name", "namespace", "node")

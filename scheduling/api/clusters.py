@@ -1,0 +1,141 @@
+"""Clusters and node groups (platform admins): declared here, audited through
+``scheduling.services.inventory``. A cluster whose nodes the Kubernetes inventory sync stores refuses node
+groups (its nodes come from the cluster itself)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api.serializers import StrictSerializer
+from portal.errors import NotFound, ValidationFailed
+from portal.tenancy import ADMIN, require_role
+from quotas.models import Flavor
+from scheduling.models import Cluster
+from scheduling.services import inventory
+
+ONLY = "Only platform admins manage clusters."
+
+
+class NodeGroupSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    flavor = serializers.CharField()
+    nodes = serializers.IntegerField()
+    gpus_per_node = serializers.IntegerField()
+    labels = serializers.DictField(child=serializers.CharField())
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    node_groups = serializers.SerializerMethodField()
+    nodes = serializers.SerializerMethodField()
+    inventory_owned = serializers.SerializerMethodField(help_text="nodes come from the cluster's own inventory")
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "backend", "is_default", "reachable", "last_sync_at", "last_error", "inventory_owned",
+                  "nodes", "node_groups"]
+        read_only_fields = fields
+
+    def get_node_groups(self, cluster) -> list[dict]:
+        return [{"name": k, **v} for k, v in sorted(inventory.node_groups(cluster).items())]
+
+    def get_nodes(self, cluster) -> int:
+        return cluster.nodes.count()
+
+    def get_inventory_owned(self, cluster) -> bool:
+        return inventory.inventory_owned(cluster)
+
+
+class ClusterCreateSerializer(StrictSerializer):
+    name = serializers.SlugField(max_length=40)
+    backend = serializers.ChoiceField(choices=inventory.BACKENDS, default="simulated")
+    is_default = serializers.BooleanField(default=False)
+
+
+class ClusterUpdateSerializer(StrictSerializer):
+    backend = serializers.ChoiceField(choices=inventory.BACKENDS, required=False)
+    is_default = serializers.BooleanField(required=False)
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class NodeGroupInputSerializer(StrictSerializer):
+    flavor = serializers.CharField(max_length=40)
+    nodes = serializers.IntegerField(min_value=0, max_value=10_000)
+    gpus_per_node = serializers.IntegerField(min_value=1, max_value=64)
+    labels = serializers.DictField(child=serializers.CharField(max_length=63), required=False, allow_null=True,
+                                   default=None)
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+def _cluster(user, name: str) -> Cluster:
+    require_role(user, ADMIN, ONLY)
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        raise NotFound("No such cluster.")
+    return cluster
+
+
+class ClusterListView(APIView):
+    @extend_schema(responses=ClusterSerializer(many=True))
+    def get(self, request):
+        require_role(request.user, ADMIN, ONLY)
+        return Response(ClusterSerializer(Cluster.objects.order_by("name"), many=True).data)
+
+    @extend_schema(request=ClusterCreateSerializer, responses={201: ClusterSerializer})
+    def post(self, request):
+        require_role(request.user, ADMIN, ONLY)
+        s = ClusterCreateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        cluster = inventory.cluster_create(actor=request.user, **s.validated_data)
+        return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
+
+
+class ClusterDetailView(APIView):
+    @extend_schema(responses=ClusterSerializer)
+    def get(self, request, name):
+        return Response(ClusterSerializer(_cluster(request.user, name)).data)
+
+    @extend_schema(request=ClusterUpdateSerializer, responses=ClusterSerializer)
+    def patch(self, request, name):
+        cluster = _cluster(request.user, name)
+        s = ClusterUpdateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        cluster = inventory.cluster_update(cluster=cluster, actor=request.user, **s.validated_data)
+        return Response(ClusterSerializer(cluster).data)
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request, name):
+        inventory.cluster_delete(cluster=_cluster(request.user, name), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class NodeGroupView(APIView):
+    """PUT creates or resizes a node group (``<group>-0`` .. ``<group>-<n-1>``); DELETE removes its nodes.
+    Nodes a job runs on are never removed."""
+
+    @extend_schema(responses=NodeGroupSerializer)
+    def get(self, request, name, group):
+        groups = inventory.node_groups(_cluster(request.user, name))
+        if group not in groups:
+            raise NotFound("No such node group.")
+        return Response({"name": group, **groups[group]})
+
+    @extend_schema(request=NodeGroupInputSerializer, responses=NodeGroupSerializer)
+    def put(self, request, name, group):
+        cluster = _cluster(request.user, name)
+        s = NodeGroupInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        data = dict(s.validated_data)
+        flavor = Flavor.objects.filter(name=data.pop("flavor")).first()
+        if flavor is None:
+            raise ValidationFailed(fields={"flavor": [{"code": "does_not_exist", "message": "No such flavor."}]})
+        inventory.validate_group_name(group)
+        result = inventory.node_group_set(cluster=cluster, actor=request.user, name=group, flavor=flavor, **data)
+        return Response({"name": group, **result})
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request, name, group):
+        inventory.node_group_delete(cluster=_cluster(request.user, name), actor=request.user, name=group)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,234 @@
+"""``manage.py lab apply|export``: idempotent, a kubectl-style diff, every error listed with its line and
+nothing changed on error, and a lossless export."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+from django.db import transaction
+
+from lab.services.labfile import LabFileInvalid, apply_lab, dump, export_lab
+from portal import demo
+from portal.models import AuditEntry, Department, Membership
+from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
+from scheduling.models import Cluster, Job, JobState, Node, PolicyVersion
+
+pytestmark = pytest.mark.django_db
+
+DEMO = demo.LAB_FILE.read_text()
+
+
+def _cmd(*args):
+    out, err = io.StringIO(), io.StringIO()
+    call_command("lab", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def _file(tmp_path, text: str) -> str:
+    p = tmp_path / "lab.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_apply_creates_the_lab_and_a_second_apply_changes_nothing(tmp_path):
+    path = _file(tmp_path, DEMO)
+    out, _ = _cmd("apply", path)
+    assert "+ department vision (name: Computer Vision)" in out and "Applied" in out
+    assert Department.objects.count() == 4 and Membership.objects.count() == 6
+    assert sorted(Node.objects.values_list("name", "gpus")) == [("sim-a100-0", 4), ("sim-a100-1", 4)]
+    assert Quota.objects.get(department__slug="robotics").lending_limit == 1
+    assert Price.objects.count() == 3 and Wallet.objects.get(department__slug="vision").balance == 200_000
+    assert RefillRule.objects.get(department__slug="vision").mode == "per_nominal_gpu"
+    assert ApprovalRule.objects.get(department__slug="robotics").realtime is True
+    from django.contrib.auth import get_user_model
+
+    assert not get_user_model().objects.get(username="alice").has_usable_password()
+    entries = AuditEntry.objects.count()
+    out, _ = _cmd("apply", path)
+    assert "No changes: the lab already matches" in out
+    assert AuditEntry.objects.count() == entries
+
+
+def test_dry_run_prints_the_diff_and_changes_nothing(tmp_path):
+    apply_lab(DEMO)
+    changed = DEMO.replace("name: Language Models", "name: Large Language Models").replace(
+        "a100-80gb: {nominal: 3, borrowing_limit: 2, lending_limit: null}",
+        "a100-80gb: {nominal: 2, borrowing_limit: 2, lending_limit: 1}").replace(
+        "{user: dave, email: dave@lab.example, role: researcher, tier: standard}",
+        "{user: dave, email: dave@lab.example, role: researcher, tier: senior}")
+    out, _ = _cmd("apply", _file(tmp_path, changed), "--dry-run")
+    assert "~ department nlp: name: Language Models -> Large Language Models" in out
+    assert "~ quota nlp/a100-80gb: nominal: 3 -> 2; lending_limit: null -> 1" in out
+    assert "~ member nlp/dave: user_tier: standard -> senior" in out
+    assert "Dry run: 0 to create, 3 to change, 0 to remove. Nothing was changed." in out
+    assert Department.objects.get(slug="nlp").name == "Language Models"
+    assert Quota.objects.get(department__slug="nlp").nominal == 3
+    _cmd("apply", _file(tmp_path, changed))
+    assert Quota.objects.get(department__slug="nlp").nominal == 2
+    assert AuditEntry.objects.filter(action="quota.set", comment__startswith="lab file").count() == 1
+
+
+def test_prune_removes_what_the_file_no_longer_declares(tmp_path, submit):
+    apply_lab(DEMO)
+    data = yaml.safe_load(DEMO)
+    data["departments"] = [d for d in data["departments"] if d["slug"] != "robotics"]
+    data["departments"][0]["members"] = data["departments"][0]["members"][:1]  # bob leaves vision
+    data["prices"]["a100-80gb"].pop("backfill")
+    text = dump(data)
+    out, _ = _cmd("apply", _file(tmp_path, text), "--dry-run")
+    assert "No changes" in out  # without --prune what the file does not mention is left alone
+    out, _ = _cmd("apply", _file(tmp_path, text), "--prune", "--dry-run")
+    assert "- member vision/bob" in out and "- department robotics" in out and "- price a100-80gb/backfill" in out
+    _cmd("apply", _file(tmp_path, text), "--prune")
+    assert Department.objects.get(slug="robotics").archived_at is not None  # archived, history kept
+    assert not Membership.objects.filter(user__username="bob").exists()
+    assert not Price.objects.filter(tier="backfill").exists()
+    out, _ = _cmd("apply", _file(tmp_path, text), "--prune")
+    assert "No changes" in out
+
+
+def test_every_error_is_listed_with_its_line_and_nothing_changes(tmp_path):
+    apply_lab(DEMO)
+    before = (Department.objects.count(), AuditEntry.objects.count(), Quota.objects.get(
+        department__slug="vision").nominal)
+    bad = """version: 1
+flavors:
+  - name: h100
+    resource_name: not a resource
+departments:
+  - slug: bio
+    name: Biology
+  - slug: prices
+    name: Prices
+    members:
+      - {user: zed, tier: gold}
+  - slug: vision
+    name: Computer Vision
+    quotas:
+      a100-80gb: {nominal: 9}
+      b200: {nominal: 1, lending_limit: 2}
+"""
+    with pytest.raises(CommandError):
+        _cmd("apply", _file(tmp_path, bad))
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab(bad)
+    found = {(e.line, ".".join(map(str, e.path))) for e in exc.value.errors}
+    assert {(4, "flavors.0.resource_name"), (8, "departments.1.slug"), (11, "departments.1.members.0.tier"),
+            (16, "departments.2.quotas.b200"), (16, "departments.2.quotas.b200.lending_limit")} <= found
+    after = (Department.objects.count(), AuditEntry.objects.count(), Quota.objects.get(
+        department__slug="vision").nominal)
+    assert after == before and not Department.objects.filter(slug="bio").exists()
+
+
+def test_errors_found_while_applying_roll_everything_back(tmp_path):
+    apply_lab(DEMO)
+    text = DEMO.replace("name: Robotics", "name: Robots").replace(
+        "a100-80gb: {nominal: 4, borrowing_limit: 4, lending_limit: null}", "a100-80gb: {nominal: 9}")
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab(text)
+    [err] = exc.value.errors
+    line = text.splitlines().index("      a100-80gb: {nominal: 9}") + 1
+    assert err.path[-1] == "nominal" and "oversubscribed" in err.message and err.line == line
+    assert Department.objects.get(slug="robotics").name == "Robotics"  # applied before the error: undone
+    text = text.replace("a100-80gb: {nominal: 9}", "a100-80gb: {nominal: 9, oversubscribe: true}")
+    apply_lab(text)
+    assert Quota.objects.get(department__slug="vision").nominal == 9
+    assert AuditEntry.objects.get(action="quota.set").new["oversubscribed"] is True
+
+
+def test_syntax_errors_and_bad_policies_are_refused_with_lines(tmp_path):
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab("version: 1\ndepartments:\n  - slug: [unclosed\n")
+    assert exc.value.errors[0].line is not None and "not valid YAML" in exc.value.errors[0].message
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab("version: 1\npolicy:\n  aging_per_minute: -5\n  nonsense: 1\n")
+    assert {(e.line, e.path) for e in exc.value.errors} >= {(3, ("policy", "aging_per_minute")),
+                                                            (4, ("policy", "nonsense"))}, exc.value.errors
+    assert not PolicyVersion.objects.exists()
+    with pytest.raises(LabFileInvalid):
+        apply_lab("- just\n- a list\n")
+
+
+def test_sso_groups_must_name_a_declared_department():
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab("version: 1\nsso:\n  groups:\n    - {group: g, department: nowhere, role: boss}\n")
+    assert {(e.line, e.path[-1]) for e in exc.value.errors} == {(4, "department"), (4, "role")}
+
+
+def test_the_policy_is_applied_once(tmp_path):
+    apply_lab("version: 1\npolicy:\n  aging_per_minute: 0.5\n")
+    assert PolicyVersion.objects.count() == 1
+    assert apply_lab("version: 1\npolicy:\n  aging_per_minute: 0.5\n").unchanged
+    assert PolicyVersion.objects.count() == 1
+
+
+def test_archiving_from_the_file_cancels_waiting_jobs(tmp_path):
+    apply_lab(DEMO)
+    demo._passwords()
+    from django.contrib.auth import get_user_model
+
+    from scheduling.services.jobs import job_submit
+
+    job, _ = job_submit(user=get_user_model().objects.get(username="erin"), data={
+        "name": "x", "image": "i", "command": ["true"], "flavor": Flavor.objects.get(), "gpus": 1})
+    out = apply_lab(DEMO.replace("name: Robotics\n", "name: Robotics\n    archived: true\n"))
+    assert any("1 waiting job(s) cancelled" in line for line in out.lines)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+
+
+def test_export_then_apply_on_an_empty_database_gives_the_same_file(tmp_path):
+    with transaction.atomic():
+        apply_lab(DEMO)
+        # a lab that has lived a little: a MIG flavor, a second cluster, an oversubscribed quota, an archived
+        # department, an edited policy
+        apply_lab(DEMO.replace("flavors:\n", "flavors:\n  - {name: a100-mig-3g.40gb, resource_name: "
+                                             "nvidia.com/mig-3g.40gb}\n")
+                  .replace("clusters:\n", "clusters:\n  - {name: edge, backend: kubernetes}\n")
+                  .replace("a100-80gb: {nominal: 1, borrowing_limit: 2, lending_limit: 1}",
+                           "a100-80gb: {nominal: 2, borrowing_limit: 2, lending_limit: 1, oversubscribe: true}")
+                  .replace("name: Platform team\n", "name: Platform team\n    archived: true\n")
+                  + "policy:\n  aging_per_minute: 0.25\n"
+                  + "sso:\n  groups:\n    - {group: cv-leads, department: vision, role: department_admin, "
+                    "tier: pi}\n")
+        first = dump(export_lab())
+        out, _ = _cmd("export")
+        assert out == first
+        transaction.set_rollback(True)
+    assert not Department.objects.exists() and not Cluster.objects.exists()
+    apply_lab(first)
+    assert dump(export_lab()) == first
+    assert apply_lab(first).unchanged
+    exported = yaml.safe_load(first)
+    assert {"name": "edge", "backend": "kubernetes"} in exported["clusters"]
+    assert [d["slug"] for d in exported["departments"] if d.get("archived")] == ["platform"]
+    assert exported["policy"]["aging_per_minute"] == 0.25
+    assert exported["sso"]["groups"] == [{"group": "cv-leads", "department": "vision", "role": "department_admin",
+                                          "tier": "pi"}]
+
+
+def test_the_actor_must_be_a_platform_admin(tmp_path, lab):
+    with pytest.raises(CommandError, match="no such platform admin"):
+        _cmd("apply", _file(tmp_path, "version: 1\n"), "--actor", "vadmin")
+    out, _ = _cmd("apply", _file(tmp_path, "version: 1\nflavors:\n  - {name: h100}\n"), "--actor", "root")
+    assert AuditEntry.objects.get(action="flavor.create").actor == lab.root
+
+
+def test_the_demo_seeds_through_the_lab_file_and_is_idempotent(settings, tmp_path):
+    settings.DATA_DIR = str(tmp_path)
+    creds = demo.seed()
+    assert set(creds) == {u for u, *_ in demo.USERS} and Job.objects.count() == 10
+    assert AuditEntry.objects.filter(action="department.create").count() == 4
+    from django.contrib.auth import get_user_model
+
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.check_password(creds["admin"]) and admin.is_staff
+    Quota.objects.filter(department__slug="nlp").update(nominal=2)  # an admin's change since
+    again = demo.seed()
+    assert again == creds and Job.objects.count() == 10
+    assert Quota.objects.get(department__slug="nlp").nominal == 2
+    assert Path(demo.credentials_path()).exists()

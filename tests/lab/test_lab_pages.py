@@ -1,0 +1,174 @@
+"""The lab pages: each role's allowed and forbidden actions, form errors (400, nothing saved), the what-if
+link of a quota change."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from django.test import Client
+
+from portal.models import Department, Membership
+from quotas.models import Flavor, Quota, QuotaChangeRequest
+from scheduling.models import Cluster, Node
+
+pytestmark = pytest.mark.django_db
+
+
+def _client(user):
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def test_platform_admin_creates_a_department_on_the_lab_page(lab):
+    c = _client(lab.root)
+    assert c.get("/lab/").status_code == 200
+    r = c.post("/lab/", {"slug": "bio", "name": "Biology"})
+    assert r.status_code == 302 and Department.objects.filter(slug="bio").exists()
+    r = c.post("/lab/", {"slug": "approvals", "name": ""})
+    assert r.status_code == 400 and b"Nothing was saved" in r.content
+    assert b"portal&#x27;s URLs use" in r.content or b"portal's URLs use" in r.content
+    assert not Department.objects.filter(slug="approvals").exists()
+
+
+@pytest.mark.parametrize("who", ["vadmin", "alice"])
+def test_others_land_on_their_department_and_cannot_create(lab, who):
+    c = _client(getattr(lab, who))
+    r = c.get("/lab/")
+    assert r.status_code == 302 and r["Location"] == "/lab/departments/vision/"
+    assert c.post("/lab/", {"slug": "bio", "name": "B"}).status_code == 403
+    assert not Department.objects.filter(slug="bio").exists()
+
+
+def test_department_admin_adds_changes_and_removes_members(lab):
+    c = _client(lab.vadmin)
+    page = c.get("/lab/departments/vision/")
+    assert page.status_code == 200 and b"Add a member" in page.content
+    assert b'value="platform_admin"' not in page.content  # not a role a department admin can give
+    r = c.post("/lab/departments/vision/", {"action": "add", "username": "newbie", "role": "researcher",
+                                            "user_tier": "pi"})
+    assert r.status_code == 302 and Membership.objects.get(user__username="newbie").user_tier == "pi"
+    r = c.post("/lab/departments/vision/members/newbie", {"role": "department_admin", "user_tier": "senior"})
+    assert r.status_code == 302
+    assert Membership.objects.get(user__username="newbie").role == "department_admin"
+    assert c.post("/lab/departments/vision/members/newbie/remove").status_code == 302
+    assert not Membership.objects.filter(user__username="newbie").exists()
+
+
+def test_member_form_errors_rerender_with_400(lab):
+    c = _client(lab.vadmin)
+    r = c.post("/lab/departments/vision/", {"action": "add", "username": "bob", "role": "researcher",
+                                            "user_tier": "standard"})
+    assert r.status_code == 400 and b"member of another department" in r.content
+    r = c.post("/lab/departments/vision/members/alice", {"role": "platform_admin", "user_tier": "standard"})
+    assert r.status_code == 403
+    assert Membership.objects.get(user=lab.alice).role == "researcher"
+
+
+def test_researchers_see_members_but_no_forms(lab):
+    c = _client(lab.alice)
+    page = c.get("/lab/departments/vision/")
+    assert page.status_code == 200 and b"Add a member" not in page.content and b"amy" in page.content
+    assert c.post("/lab/departments/vision/", {"action": "add", "username": "x", "role": "researcher",
+                                               "user_tier": "standard"}).status_code == 403
+    assert c.post("/lab/departments/vision/members/amy", {"role": "researcher",
+                                                          "user_tier": "pi"}).status_code == 403
+    assert c.post("/lab/departments/vision/members/amy/remove").status_code == 403
+    assert c.get("/lab/departments/vision/quota").status_code == 403
+    assert c.get("/lab/quota-requests/").status_code == 403
+    assert Membership.objects.filter(department=lab.vision).count() == 3
+
+
+def test_other_departments_are_not_found(lab):
+    c = _client(lab.nadmin)
+    for url in ("/lab/departments/vision/", "/lab/departments/vision/quota", "/lab/departments/vision/archive"):
+        assert c.get(url).status_code == 404
+    assert c.post("/lab/departments/vision/members/alice/remove").status_code == 404
+
+
+def test_archive_page_shows_the_impact_and_needs_the_checkbox(lab, submit):
+    submit(lab.alice)
+    c = _client(lab.root)
+    page = c.get("/lab/departments/vision/archive")
+    assert page.status_code == 200 and b"1 waiting job(s)" in page.content
+    r = c.post("/lab/departments/vision/archive", {"reason": "closing"})
+    assert r.status_code == 400 and Department.objects.get(slug="vision").archived_at is None
+    r = c.post("/lab/departments/vision/archive", {"reason": "closing", "confirm": "on"})
+    assert r.status_code == 302 and Department.objects.get(slug="vision").archived_at is not None
+    assert b"Archived on" in c.get("/lab/departments/vision/").content
+    assert _client(lab.vadmin).get("/lab/departments/vision/archive").status_code == 403
+
+
+def test_platform_admin_sets_a_quota_with_a_visible_oversubscription_warning(lab):
+    c = _client(lab.root)
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "6", "borrowing_limit": "",
+                                                 "lending_limit": "", "reason": "burst"})
+    assert r.status_code == 400 and b"oversubscribe" in r.content
+    assert b'id="whatif-link"' in r.content  # the change can be replayed before it is forced
+    assert Quota.objects.get(department=lab.vision).nominal == 4
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "6", "borrowing_limit": "",
+                                                 "lending_limit": "", "reason": "burst", "oversubscribe": "on"},
+               follow=True)
+    assert r.status_code == 200 and b"oversubscribed" in r.content
+    assert Quota.objects.get(department=lab.vision).nominal == 6
+
+
+def test_department_admin_files_a_request_and_the_platform_admin_approves_it(lab):
+    c = _client(lab.vadmin)
+    page = c.get("/lab/departments/vision/quota?flavor=a100-80gb&nominal=3")
+    link = page.context["whatif"]
+    query = parse_qs(urlparse(link).query)
+    assert query["quota:vision:a100-80gb:nominal"] == ["3"]
+    whatif = c.get(link)
+    assert whatif.status_code == 200 and b'name="quota:vision:a100-80gb:nominal" value="3"' in whatif.content
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "3", "borrowing_limit": "2",
+                                                 "lending_limit": "", "reason": "fewer jobs"})
+    assert r.status_code == 302
+    req = QuotaChangeRequest.objects.get()
+    assert Quota.objects.get(department=lab.vision).nominal == 4  # not applied by asking
+    assert c.post(f"/lab/quota-requests/{req.pk}/approve").status_code == 403
+    assert _client(lab.nadmin).post(f"/lab/quota-requests/{req.pk}/approve").status_code == 404
+    root = _client(lab.root)
+    assert b"fewer jobs" in root.get("/lab/quota-requests/").content
+    assert root.post(f"/lab/quota-requests/{req.pk}/approve", {"comment": "fine"}).status_code == 302
+    assert Quota.objects.get(department=lab.vision).nominal == 3
+    assert QuotaChangeRequest.objects.get().state == "approved"
+
+
+def test_quota_request_form_errors(lab):
+    r = _client(lab.vadmin).post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "x",
+                                                                    "lending_limit": "9", "reason": ""})
+    assert r.status_code == 400 and not QuotaChangeRequest.objects.exists()
+
+
+def test_flavor_and_cluster_pages_are_for_platform_admins(lab):
+    for who in ("vadmin", "alice"):
+        c = _client(getattr(lab, who))
+        assert c.get("/lab/flavors/").status_code == 403
+        assert c.get("/lab/clusters/").status_code == 403
+        assert c.post("/lab/flavors/", {"name": "x"}).status_code == 403
+        assert c.post("/lab/clusters/", {"action": "cluster", "name": "x"}).status_code == 403
+        assert c.post("/lab/flavors/a100-80gb/delete").status_code == 403
+    c = _client(lab.root)
+    r = c.post("/lab/flavors/", {"name": "h100-mig-1g.10gb", "resource_name": "nvidia.com/mig-1g.10gb",
+                                 "node_labels": "gpu-type=h100", "gpu_memory_gib": "10"})
+    assert r.status_code == 302 and Flavor.objects.get(name="h100-mig-1g.10gb").is_mig
+    r = c.post("/lab/flavors/", {"name": "h100", "node_labels": "no-equals-sign"})
+    assert r.status_code == 400 and not Flavor.objects.filter(name="h100").exists()
+    r = c.post("/lab/clusters/", {"action": "node_group", "cluster": "default", "group": "mig",
+                                  "flavor": "h100-mig-1g.10gb", "nodes": "2", "gpus_per_node": "7"})
+    assert r.status_code == 302 and Node.objects.filter(name__startswith="mig-").count() == 2
+    assert b"mig" in c.get("/lab/clusters/").content
+    r = c.post("/lab/clusters/", {"action": "node_group", "cluster": "default", "group": "Bad Name",
+                                  "flavor": "h100-mig-1g.10gb", "nodes": "2", "gpus_per_node": "0"})
+    assert r.status_code == 400
+    assert c.post("/lab/clusters/default/node-groups/mig/delete").status_code == 302
+    assert not Node.objects.filter(name__startswith="mig-").exists()
+    r = c.post("/lab/clusters/", {"action": "cluster", "name": "edge", "backend": "simulated"})
+    assert r.status_code == 302 and Cluster.objects.filter(name="edge").exists()
+
+
+def test_the_nav_links_the_lab_for_admins_only(lab):
+    assert b'href="/lab/"' in _client(lab.vadmin).get("/").content
+    assert b'href="/lab/"' not in _client(lab.alice).get("/").content
