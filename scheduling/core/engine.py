@@ -120,7 +120,6 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.reasons: dict[int, PendingReason] = {}
         self.admitted_end: list[tuple[float, str, str, int]] = []  # for estimates: (end, dept, flavor, gpus)
-        self.losing_bids: dict[str, int] = {}  # the highest bid of a borrower left pending, per flavor
         self.fail_cache: dict[tuple, tuple[str, dict]] = {}
         self.pool_cache: dict[tuple[str, str | None], list[Pool]] = {}
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
@@ -134,10 +133,7 @@ class Cycle:
         for job in order:
             self.consider(job)
 
-        # A uniform price for borrowed capacity: the highest bid that lost (the price at which demand met the
-        # lendable supply), never more than a winner's own bid. A winner bidding at least that much pays the
-        # same whatever it bid; with no loser the borrowing is uncontested (price None: the base price).
-        clearing = {f: bid for f, bid in sorted(self.losing_bids.items()) if bid > 0}
+        clearing = self.clearing_prices()
         admissions = []
         for job in order:
             adm = self.admissions.get(job.id)
@@ -181,6 +177,31 @@ class Cycle:
 
     def starving(self, job: PendingJob) -> bool:
         return self.scorer.starving_since(job) is not None
+
+    def clearing_prices(self) -> dict[str, int]:
+        """A uniform price for borrowed capacity, per flavor: the highest bid that lost, i.e. of a job left
+        pending that would have had to borrow, could have borrowed (its department's borrowing limit and the
+        credits it had at the start of the cycle allow it) and asked for a flavor that exists. Losers are
+        judged on the cycle's final quota use, so for a given set of winners the price does not depend on the
+        order in which the jobs were considered: a winner that bid at least the price pays the same whatever
+        it bid. A winner never pays more than its own bid (the cap is applied per admission); with no loser
+        the borrowing is uncontested (no price: the adapter charges the base price)."""
+        start_credits = self.snap.credits
+        out: dict[str, int] = {}
+        for job in self.snap.pending:
+            if job.id in self.admissions or job.bid <= out.get(job.flavor, 0):
+                continue
+            if job.pods < 1 or job.gpus_per_pod < 1 or job.flavor not in self.known_flavors:
+                continue
+            if start_credits is not None and job.hold > start_credits.get(job.department, 0):
+                continue
+            dept, flavor, k = job.department, job.flavor, job.gpus
+            if not self.quota.borrows(dept, flavor, k):
+                continue
+            if self.quota.never(dept, flavor, k) is not None or self.quota.limit_code(dept, flavor, k) is not None:
+                continue
+            out[flavor] = job.bid
+        return dict(sorted(out.items()))
 
     def consider(self, job: PendingJob) -> None:
         """Admit, preempt for, or explain ``job``."""
@@ -232,8 +253,6 @@ class Cycle:
         code, detail = self.quota.check(job.department, flavor, k)
         if code is None and self.admit(job, pools, borrows):
             return None
-        if borrows and job.bid > self.losing_bids.get(flavor, 0):
-            self.losing_bids[flavor] = job.bid
         if code is None and job.id in self.headroom_held:
             return self.pend(
                 job,

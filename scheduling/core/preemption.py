@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .ordering import tier_rank
+from .ordering import REALTIME, tier_rank
 from .placement import Pool
 from .quota import QuotaBook
 from .types import RunningJob
@@ -97,13 +97,18 @@ def drain_victim(
     """The queue's head evicts cheap work instead of idling GPUs while they drain: lower tiers of anyone,
     borrowers above their nominal quota, its own department's work of its tier or lower, and, once the head
     starves, any work of its tier or lower. Never higher tiers, never a job of its tier or higher that had
-    starved before it started."""
+    starved before it started. A realtime head that borrows takes from other departments only what
+    ``priority_victim`` would give it (their borrowers above nominal): draining must not be a way around the
+    rule that a borrowing realtime job leaves other departments' nominal quotas alone."""
     vrank = tier_rank(v.tier)
     if vrank < p.rank or (started_starved and vrank <= p.rank):
         return False
-    if v.department == p.department or p.starving or vrank > p.rank:
+    over = v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0))
+    if v.department == p.department:
         return True
-    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0))
+    if p.rank == REALTIME and p.borrows:
+        return over
+    return p.starving or vrank > p.rank or over
 
 
 # ---------------------------------------------------------------- the search
