@@ -5,7 +5,10 @@ from django.contrib import admin
 
 from portal.admin import ReadOnlyAdmin
 from scheduling.models import (
+    AttemptLog,
     Cluster,
+    ClusterSample,
+    DepartmentSample,
     Job,
     JobEvent,
     Node,
@@ -106,3 +109,31 @@ class SimPodAdmin(ReadOnlyAdmin):
     list_display = ("name", "namespace", "cluster", "job_id", "attempt", "phase", "node", "gated")
     list_filter = ("phase", "gated", "cluster")
     search_fields = ("name", "namespace", "node")
+
+
+@admin.register(AttemptLog)
+class AttemptLogAdmin(ReadOnlyAdmin):
+    list_display = ("job", "attempt", "truncated", "kept_at")
+    list_filter = ("truncated",)
+    search_fields = ("job__name", "job__department__slug")
+    exclude = ("text",)  # a job's log is read on its Logs page, through the tenancy gate
+    list_select_related = ("job",)
+
+
+@admin.register(ClusterSample)
+class ClusterSampleAdmin(ReadOnlyAdmin):
+    list_display = ("at", "flavor", "total_gpus", "busy_gpus", "free_gpus", "queued", "preemptions")
+    list_filter = ("flavor",)
+    search_fields = ("flavor__name",)
+    date_hierarchy = "at"
+    list_select_related = ("flavor",)
+
+
+@admin.register(DepartmentSample)
+class DepartmentSampleAdmin(ReadOnlyAdmin):
+    list_display = ("at", "department", "flavor", "nominal", "busy_gpus", "borrowed_gpus", "lent_gpus",
+                    "queued_jobs")
+    list_filter = ("department", "flavor")
+    search_fields = ("department__slug",)
+    date_hierarchy = "at"
+    list_select_related = ("department", "flavor")

@@ -28,7 +28,7 @@ def test_a_researcher_signs_in_with_single_sign_on(page, live_server, lab, setti
 
         page.goto(f"{live_server.url}/")
         page.click("text=Log in with your university account")
-        page.wait_for_selector("h1:has-text('Jobs')")
+        page.wait_for_selector("h1:has-text('Home')")
         assert "zoe" in page.inner_text("header .who") and "vision" in page.inner_text("header .who")
         assert provider.issued_id_tokens
     finally:
