@@ -24,7 +24,7 @@ from portal.api.serializers import (
     MemberUpdateSerializer,
 )
 from portal.errors import Forbidden, NotFound, PortalError
-from portal.forms import form_payload
+from portal.forms import form_payload, render_form, service_errors, submit_form
 from portal.models import Department, Membership, Role, UserTier
 from portal.services import departments, members
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
@@ -43,36 +43,6 @@ from scheduling.models import Cluster
 from scheduling.services import inventory
 
 QUOTA_INPUTS = ("nominal", "borrowing_limit", "lending_limit")
-
-
-def _errors(exc: PortalError) -> dict[str, list[str]]:
-    if isinstance(exc, NotFound | Forbidden):
-        raise exc
-    out = {k: [i["message"] for i in v] for k, v in exc.fields.items()} if exc.fields else {}
-    if not exc.fields or exc.message not in ("Invalid input.",):
-        out.setdefault("non_field_errors", []).append(exc.message)
-    return out
-
-
-def _submit(serializer_class, payload: dict, apply, errors: dict | None = None) -> dict[str, list[str]]:
-    """Validate with the API's serializer, then ``apply(validated_data)``; {} when applied, else the errors.
-    Nothing is applied when any error is known."""
-    errors = dict(errors or {})
-    s = serializer_class(data=payload)
-    if not s.is_valid():
-        for k, v in s.errors.items():
-            errors.setdefault(k, []).extend(str(e) for e in v)
-    if errors:
-        return errors
-    try:
-        apply(s.validated_data)
-    except PortalError as exc:
-        return _errors(exc)
-    return {}
-
-
-def _render(request, template: str, context: dict, errors: dict):
-    return render(request, template, {**context, "errors": errors}, status=400 if errors else 200)
 
 
 # ------------------------------------------------------------------------------------------ departments
@@ -94,12 +64,12 @@ def home(request):
             dept = departments.department_create(actor=request.user, **data)
             messages.success(request, f"Department {dept.slug} created.")
 
-        errors = _submit(DepartmentCreateSerializer, form_payload(request.POST, ("slug", "name", "comment")), apply)
+        errors = submit_form(DepartmentCreateSerializer, form_payload(request.POST, ("slug", "name", "comment")), apply)
         if not errors:
             return redirect("lab:home")
     depts = Department.objects.restrict(request.user, VIEW).order_by("archived_at", "slug")
     pending = QuotaChangeRequest.objects.restrict(request.user, VIEW).filter(state="pending").count()
-    return _render(request, "lab/home.html", {"membership": m, "departments": depts, "values": values,
+    return render_form(request, "lab/home.html", {"membership": m, "departments": depts, "values": values,
                                               "pending_requests": pending}, errors)
 
 
@@ -136,7 +106,7 @@ def department(request, slug: str):
                 departments.department_rename(department=dept, actor=request.user, **data)
                 messages.success(request, f"Department {slug} renamed.")
 
-            errors = _submit(DepartmentUpdateSerializer, form_payload(request.POST, ("name", "comment")), apply)
+            errors = submit_form(DepartmentUpdateSerializer, form_payload(request.POST, ("name", "comment")), apply)
         else:
             dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
                                                  message="Only the department's admins add members.")
@@ -145,11 +115,11 @@ def department(request, slug: str):
                 added = members.member_add(department=dept, actor=request.user, **data)
                 messages.success(request, f"{added.user.username} added to {slug} as {added.get_role_display()}.")
 
-            errors = _submit(MemberCreateSerializer, form_payload(
+            errors = submit_form(MemberCreateSerializer, form_payload(
                 request.POST, ("username", "email", "role", "user_tier", "comment")), apply)
         if not errors:
             return redirect("lab:department", slug=slug)
-    return _render(request, "lab/department.html", {**_department_context(request, dept, m), "values": values},
+    return render_form(request, "lab/department.html", {**_department_context(request, dept, m), "values": values},
                    errors)
 
 
@@ -163,7 +133,7 @@ def _membership(request, slug: str, username: str) -> Membership:
 def _member_post(request, slug: str, apply_errors: dict):
     if apply_errors:
         dept = Department.objects.get(slug=slug)
-        return _render(request, "lab/department.html", {
+        return render_form(request, "lab/department.html", {
             **_department_context(request, dept, member(request.user)), "values": request.POST.dict()},
             apply_errors)
     return redirect("lab:department", slug=slug)
@@ -178,7 +148,7 @@ def member_change(request, slug: str, username: str):
         members.member_change(membership=target, actor=request.user, **data)
         messages.success(request, f"{username} updated.")
 
-    return _member_post(request, slug, _submit(MemberUpdateSerializer,
+    return _member_post(request, slug, submit_form(MemberUpdateSerializer,
                                                form_payload(request.POST, ("role", "user_tier", "comment")), apply))
 
 
@@ -189,7 +159,7 @@ def member_remove(request, slug: str, username: str):
     try:
         members.member_remove(membership=target, actor=request.user, comment=request.POST.get("comment", ""))
     except PortalError as exc:
-        return _member_post(request, slug, _errors(exc))
+        return _member_post(request, slug, service_errors(exc))
     messages.success(request, f"{username} removed from {slug}; the account and its history stay.")
     return redirect("lab:department", slug=slug)
 
@@ -209,11 +179,11 @@ def archive(request, slug: str):
             messages.success(request, f"{slug} archived; {len(done['cancelled_job_ids'])} waiting job(s) "
                                       "cancelled.")
 
-        errors = _submit(DepartmentArchiveSerializer, form_payload(request.POST, ("reason", "confirm"),
+        errors = submit_form(DepartmentArchiveSerializer, form_payload(request.POST, ("reason", "confirm"),
                                                                    checkboxes=("confirm",)), apply)
         if not errors:
             return redirect("lab:department", slug=slug)
-    return _render(request, "lab/archive.html", {"membership": m, "department": dept, "values": values,
+    return render_form(request, "lab/archive.html", {"membership": m, "department": dept, "values": values,
                                                  "impact": departments.archive_impact(dept)}, errors)
 
 
@@ -278,7 +248,7 @@ def quota(request, slug: str):
                 messages.success(request, f"Quota of {slug}/{flavor.name} set: nominal {q.nominal}.")
 
             payload.pop("flavor", None)
-            errors = _submit(QuotaUpdateSerializer, payload, apply, pre)
+            errors = submit_form(QuotaUpdateSerializer, payload, apply, pre)
         else:
             def apply(data):
                 req = quota_requests_service.quota_request_create(
@@ -288,12 +258,12 @@ def quota(request, slug: str):
 
             payload.update(department=slug, reason=reason)
             pre = {} if any(f.name == payload.get("flavor") for f in flavors) else {"flavor": ["Choose a flavor."]}
-            errors = _submit(QuotaRequestCreateSerializer, payload, apply, pre)
+            errors = submit_form(QuotaRequestCreateSerializer, payload, apply, pre)
         if not errors:
             return redirect("lab:department", slug=slug)
     link = whatif_link(slug, values["flavor"], values) if values.get("flavor") and values.get("nominal") else None
     capacity = {f.name: rules.flavor_capacity(f) for f in flavors}
-    return _render(request, "lab/quota.html", {
+    return render_form(request, "lab/quota.html", {
         "membership": m, "department": dept, "flavors": flavors, "current": current, "values": values,
         "capacity": capacity, "whatif": link,
         "rows": [(f, current.get(f.name), capacity[f.name]) for f in flavors]}, errors)
@@ -383,11 +353,11 @@ def flavors(request):
                 flavor_services.flavor_update(flavor=existing, actor=request.user, **data)
                 messages.success(request, f"Flavor {name} saved.")
 
-        errors = _submit(FlavorInputSerializer, payload, apply, pre)
+        errors = submit_form(FlavorInputSerializer, payload, apply, pre)
         if not errors:
             return redirect("lab:flavors")
     rows = [(f, rules.flavor_capacity(f)) for f in Flavor.objects.order_by("name")]
-    return _render(request, "lab/flavors.html", {"membership": m, "rows": rows, "values": values}, errors)
+    return render_form(request, "lab/flavors.html", {"membership": m, "rows": rows, "values": values}, errors)
 
 
 def parse_labels(text: str) -> dict | None:
@@ -433,7 +403,7 @@ def clusters(request):
                 c = inventory.cluster_create(actor=request.user, **data)
                 messages.success(request, f"Cluster {c.name} created.")
 
-            errors = _submit(ClusterCreateSerializer, form_payload(request.POST, ("name", "backend", "is_default"),
+            errors = submit_form(ClusterCreateSerializer, form_payload(request.POST, ("name", "backend", "is_default"),
                                                                    checkboxes=("is_default",)), apply)
         else:
             cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
@@ -450,14 +420,14 @@ def clusters(request):
                 inventory.node_group_set(cluster=cluster, actor=request.user, name=group, flavor=flavor, **data)
                 messages.success(request, f"Node group {cluster.name}/{group} saved.")
 
-            errors = _submit(NodeGroupInputSerializer, form_payload(
+            errors = submit_form(NodeGroupInputSerializer, form_payload(
                 request.POST, ("flavor", "nodes", "gpus_per_node", "comment"), integers=("nodes", "gpus_per_node")),
                 apply, pre)
         if not errors:
             return redirect("lab:clusters")
     rows = [(c, sorted(inventory.node_groups(c).items()), inventory.inventory_owned(c),
              c.nodes.select_related("flavor").order_by("name")) for c in Cluster.objects.order_by("name")]
-    return _render(request, "lab/clusters.html", {
+    return render_form(request, "lab/clusters.html", {
         "membership": m, "rows": rows, "values": values, "backends": inventory.BACKENDS,
         "flavors": Flavor.objects.order_by("name"), "clusters": Cluster.objects.order_by("name")}, errors)
 

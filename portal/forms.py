@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from django.shortcuts import render
+
+from portal.errors import Forbidden, NotFound, PortalError, ValidationFailed
+
 
 def form_payload(post, fields, *, integers=(), nullable=(), checkboxes=()) -> dict:
     """The submitted form as the JSON body the API would get.
@@ -28,3 +32,36 @@ def form_payload(post, fields, *, integers=(), nullable=(), checkboxes=()) -> di
                 pass
         payload[name] = raw
     return payload
+
+
+def service_errors(exc: PortalError) -> dict[str, list[str]]:
+    """A service's refusal as form errors: its field errors, plus its message when it says more than the
+    generic "Invalid input." (NotFound and Forbidden are not form errors: they stay a 404 and a 403)."""
+    if isinstance(exc, NotFound | Forbidden):
+        raise exc
+    out = {k: [i["message"] for i in v] for k, v in exc.fields.items()} if exc.fields else {}
+    if not exc.fields or exc.message != ValidationFailed.message:
+        out.setdefault("non_field_errors", []).append(exc.message)
+    return out
+
+
+def submit_form(serializer_class, payload: dict, apply, errors: dict | None = None) -> dict[str, list[str]]:
+    """Validate ``payload`` with the API's serializer, then ``apply(validated_data)`` (a service call).
+    Returns the field errors ({} when it was applied); nothing is applied when any error is known."""
+    errors = dict(errors or {})
+    s = serializer_class(data=payload)
+    if not s.is_valid():
+        for k, v in s.errors.items():
+            errors.setdefault(k, []).extend(str(e) for e in v)
+    if errors:
+        return errors
+    try:
+        apply(s.validated_data)
+    except PortalError as exc:
+        return service_errors(exc)
+    return {}
+
+
+def render_form(request, template: str, context: dict, errors: dict):
+    """The page with its form's errors: a 400 when there are any, so a failed POST is not a success."""
+    return render(request, template, {**context, "errors": errors}, status=400 if errors else 200)

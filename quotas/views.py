@@ -19,8 +19,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.errors import Forbidden, NotFound, PortalError, ValidationFailed
-from portal.forms import form_payload
+from portal.errors import NotFound, PortalError, ValidationFailed
+from portal.forms import form_payload, render_form, submit_form
 from portal.models import Department, Membership
 from portal.tenancy import ADMIN, APPROVE, CHANGE, VIEW, member, require_role
 from quotas.api.budgets import (
@@ -119,36 +119,6 @@ def _department(request, slug: str, action=VIEW) -> Department:
     return Department.objects.get_or_404(request.user, action, slug=slug)
 
 
-def _errors(exc: PortalError) -> dict[str, list[str]]:
-    """A service's refusal as form errors (NotFound and Forbidden are not form errors: 404 and 403)."""
-    if isinstance(exc, NotFound | Forbidden):
-        raise exc
-    if exc.fields:
-        return {k: [i["message"] for i in v] for k, v in exc.fields.items()}
-    return {"non_field_errors": [exc.message]}
-
-
-def _submit(serializer_class, payload: dict, apply, errors: dict | None = None) -> dict[str, list[str]]:
-    """Validate ``payload`` with the API's serializer, then ``apply(validated_data)`` (a service call).
-    Returns the field errors ({} when it was applied). Nothing is applied when any error is known."""
-    errors = dict(errors or {})
-    s = serializer_class(data=payload)
-    if not s.is_valid():
-        for k, v in s.errors.items():
-            errors.setdefault(k, []).extend(str(e) for e in v)
-    if errors:
-        return errors
-    try:
-        apply(s.validated_data)
-    except PortalError as exc:
-        return _errors(exc)
-    return {}
-
-
-def _form(request, template: str, context: dict, errors: dict):
-    return render(request, template, {**context, "errors": errors}, status=400 if errors else 200)
-
-
 @login_required
 @require_http_methods(["GET", "POST"])
 def prices(request):
@@ -164,14 +134,14 @@ def prices(request):
             messages.success(request, f"Price of {price.flavor.name}/{price.tier} "
                                       f"{'set' if created else 'changed'}: {price.per_gpu_hour} mcr per GPU-hour.")
 
-        errors = _submit(PriceInputSerializer, form_payload(request.POST, ("flavor", "tier", "per_gpu_hour")), apply)
+        errors = submit_form(PriceInputSerializer, form_payload(request.POST, ("flavor", "tier", "per_gpu_hour")), apply)
         if not errors:
             return redirect("budgets:prices")
     elif "flavor" in values and "tier" in values and "per_gpu_hour" not in values:
         current = Price.objects.filter(flavor__name=values["flavor"], tier=values["tier"]).first()
         if current is not None:
             values["per_gpu_hour"] = str(current.per_gpu_hour)
-    return _form(request, "quotas/prices.html", {
+    return render_form(request, "quotas/prices.html", {
         "membership": m, "values": values, "tiers": TIER_NAMES,
         "flavors": Flavor.objects.order_by("name"),
         "prices": Price.objects.select_related("flavor").order_by("flavor__name", "tier"),
@@ -224,10 +194,10 @@ def adjust(request, slug: str):
             messages.success(request, f"Wallet {slug}: {entry.amount:+d} mcr recorded (balance "
                                       f"{entry.balance_after} mcr).")
 
-        errors = _submit(AdjustSerializer, payload, apply, pre)
+        errors = submit_form(AdjustSerializer, payload, apply, pre)
         if not errors:
             return redirect("budgets:wallet", slug=slug)
-    return _form(request, "quotas/adjust.html", {"membership": m, "wallet": w, "values": values}, errors)
+    return render_form(request, "quotas/adjust.html", {"membership": m, "wallet": w, "values": values}, errors)
 
 
 @login_required
@@ -250,11 +220,11 @@ def refill_rule(request, slug: str):
             messages.success(request, f"Refill rule of {slug} saved: next refill "
                                       f"{periodic.refill_amount(rule=saved)} mcr.")
 
-        errors = _submit(RefillRuleSerializer, form_payload(request.POST, rules.RULE_FIELDS,
+        errors = submit_form(RefillRuleSerializer, form_payload(request.POST, rules.RULE_FIELDS,
                                                             checkboxes=("active",)), apply)
         if not errors:
             return redirect("budgets:refill_rule", slug=slug)
-    return _form(request, "quotas/refill_rule.html", {
+    return render_form(request, "quotas/refill_rule.html", {
         "membership": m, "department": dept, "rule": rule, "values": values,
         "next_amount": periodic.refill_amount(rule=rule) if rule else None,
         "modes": RefillRule.MODES, "periods": RefillRule.PERIODS,
@@ -288,10 +258,10 @@ def approval_rule(request, slug: str):
 
         payload = form_payload(request.POST, rules.APPROVAL_FIELDS, nullable=("gpus_above", "cost_above"),
                            checkboxes=("realtime",))
-        errors = _submit(ApprovalRuleSerializer, payload, apply)
+        errors = submit_form(ApprovalRuleSerializer, payload, apply)
         if not errors:
             return redirect("budgets:approval_rule", slug=slug)
-    return _form(request, "quotas/approval_rule.html", {"membership": m, "department": dept, "rule": rule,
+    return render_form(request, "quotas/approval_rule.html", {"membership": m, "department": dept, "rule": rule,
                                                           "values": values}, errors)
 
 
@@ -321,7 +291,7 @@ def allowances(request):
             a = allowance_services.allowance_set(user=target, limit=data["limit"], period=data["period"], actor=request.user)
             messages.success(request, f"Allowance of {username} set: {a.limit} mcr {a.period}.")
 
-        errors = _submit(AllowanceSerializer, form_payload(request.POST, ("limit", "period")), apply, pre)
+        errors = submit_form(AllowanceSerializer, form_payload(request.POST, ("limit", "period")), apply, pre)
         if not errors:
             return redirect("budgets:allowances")
     elif "user" in values and "limit" not in values:
@@ -335,7 +305,7 @@ def allowances(request):
     rows = [(a, allowance_services.allowance_used(allowance=a)) for a in allowances]
     members = (Membership.objects.restrict(request.user, CHANGE).select_related("user", "department")
                .order_by("department__slug", "user__username"))
-    return _form(request, "quotas/allowances.html", {
+    return render_form(request, "quotas/allowances.html", {
         "membership": m, "rows": rows, "members": members, "values": values, "periods": Allowance.PERIODS,
     }, errors)
 
