@@ -7,26 +7,27 @@ Two sources, merged at scrape time:
   process, ``portal/gunicorn_conf.py`` clears it at start and marks dead workers) prometheus_client's
   multiprocess mode sums all workers: a counter no longer jumps with whichever worker answered the scrape.
 * **The scheduler's and the ledger's series**, observed in Celery workers that nothing scrapes. They are
-  written to the database (``MetricValue``: counters only ever grow) or read from it at scrape time
-  (pending jobs, GPUs, wallets), by ``DatabaseCollector``.
+  written to the database (``MetricValue``: counters and histograms only ever grow) or read from it at
+  scrape time (pending jobs, GPUs, wallets), by ``DatabaseCollector``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Count, F, Sum
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 log = logging.getLogger(__name__)
 
-CYCLES = "portal_cycles_total"
-CYCLE_SECONDS_SUM = "portal_cycle_duration_seconds_sum"
-DECIDE_SECONDS_SUM = "portal_cycle_decide_seconds_sum"
 CYCLE_LAST_RUN = "portal_cycle_last_run_timestamp_seconds"
 ADMISSIONS = "portal_admissions_total"
 PREEMPTIONS = "portal_preemption_victims_total"
@@ -49,9 +50,12 @@ def add(name: str, amount: float, **labels: str) -> None:
 
 def _upsert(rows: list[tuple[str, str, float]], *, grow: bool) -> None:
     """One INSERT ... ON CONFLICT for all ``rows`` (PostgreSQL and SQLite alike): a counter grows by its
-    amount, a gauge takes its value, in a constant number of statements however many series change."""
+    amount, a gauge takes its value, in a constant number of statements however many series change. Each
+    (name, labels) may appear once (an upsert cannot touch a row twice)."""
     if not rows:
         return
+    # Rows are locked in one order whoever writes them, so two writers sharing series cannot deadlock.
+    rows = sorted(rows)
     from django.db import connection
     from django.utils import timezone
 
@@ -66,6 +70,77 @@ def _upsert(rows: list[tuple[str, str, float]], *, grow: bool) -> None:
            + f" ON CONFLICT (name, labels) DO UPDATE SET value = {value}, updated_at = EXCLUDED.updated_at")
     with connection.cursor() as cur:
         cur.execute(sql, [x for name, labels, amount in rows for x in (name, labels, amount, now)])
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A Prometheus histogram kept in ``MetricValue``, so every process's observations add up in one place.
+
+    Stored as counters that only grow: ``<name>_bucket`` per label set and bound (the bound in the ``le``
+    label, ``+Inf`` included), cumulative as Prometheus defines it (a value adds 1 to every bucket whose
+    bound is >= it), and ``<name>_sum``. The count is the ``+Inf`` bucket, so the two can never disagree.
+    The bounds are part of the stored series: changing them needs a new name (a bound added later would
+    start at 0 under buckets that already counted)."""
+
+    name: str
+    doc: str
+    labels: tuple[str, ...]
+    bounds: tuple[float, ...]  # finite upper bounds, ascending; +Inf is implied
+
+    def __post_init__(self):
+        if list(self.bounds) != sorted(set(self.bounds)):
+            raise ValueError(f"{self.name}: bucket bounds must ascend without repeats")
+
+    @property
+    def les(self) -> tuple[str, ...]:
+        """The ``le`` label values, spelled as the Prometheus clients spell them ("10.0", "+Inf")."""
+        return (*(floatToGoString(b) for b in self.bounds), "+Inf")
+
+    def rows(self, observations: Iterable[tuple[Mapping[str, str], float]]) -> list[tuple[str, str, float]]:
+        """What ``observations`` ((labels, value) pairs) add to each stored row, one row per series, for
+        ``_upsert(grow=True)``: the whole batch in one statement, however many values."""
+        grow: Counter[tuple[str, str]] = Counter()
+        for labels, value in observations:
+            if set(labels) != set(self.labels):
+                raise ValueError(f"{self.name} takes labels {sorted(self.labels)}, not {sorted(labels)}")
+            for bound, le in zip((*self.bounds, float("inf")), self.les, strict=True):
+                # Every bucket of the label set gets a row (+0 above the value): the stored series are whole.
+                grow[(f"{self.name}_bucket", _labels({**labels, "le": le}))] += value <= bound
+            grow[(f"{self.name}_sum", _labels(dict(labels)))] += value
+        return [(name, labels, float(amount)) for (name, labels), amount in grow.items()]
+
+    def family(self, stored: Mapping[str, list[tuple[dict[str, str], float]]]) -> HistogramMetricFamily:
+        """The exported family, from the stored rows (all read by one query, so buckets and sum agree)."""
+        family = HistogramMetricFamily(self.name, self.doc, labels=list(self.labels))
+        buckets: dict[tuple[str, ...], dict[str, float]] = {}
+        for labels, value in stored.get(f"{self.name}_bucket", []):
+            buckets.setdefault(tuple(labels.get(k, "") for k in self.labels), {})[labels.get("le", "")] = value
+        if not self.labels:
+            buckets.setdefault((), {})  # one series, there from the start (zeros), as client libraries do
+        sums = {tuple(labels.get(k, "") for k in self.labels): value
+                for labels, value in stored.get(f"{self.name}_sum", [])}
+        for key in sorted(buckets):
+            family.add_metric(list(key), [(le, buckets[key].get(le, 0.0)) for le in self.les], sums.get(key, 0.0))
+        return family
+
+
+def observe(histogram: Histogram, observations: Iterable[tuple[Mapping[str, str], float]]) -> None:
+    """Add ``observations`` ((labels, value) pairs) to ``histogram``: one statement for the whole batch."""
+    _upsert(histogram.rows(observations), grow=True)
+
+
+# A queue wait is measured from when the job was last queued (submission, approval or requeue after a lost or
+# preempted attempt) to its admission: what a queue-wait SLO promises. Seconds to days, with bounds at the
+# alerts' SLOs (5 min realtime, 4 h elastic).
+QUEUE_WAIT = Histogram(
+    "portal_queue_wait_seconds", "Queue wait of admitted jobs: from when the job was last queued to its admission.",
+    labels=("tier", "department", "flavor"),
+    bounds=(10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 43200, 86400, 172800))
+_CYCLE_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+CYCLE_DURATION = Histogram("portal_cycle_duration_seconds",
+                           "Admission cycle wall time (snapshot + decide + apply).", labels=(), bounds=_CYCLE_BOUNDS)
+DECIDE_DURATION = Histogram("portal_cycle_decide_seconds", "Time the pure engine took to decide a cycle.",
+                            labels=(), bounds=_CYCLE_BOUNDS)
 
 
 def set_gauges(name: str, values: dict[str, float] | float, *, label: str | None = None) -> None:
@@ -90,20 +165,23 @@ def set_drift(values: dict[str, float]) -> None:
             MetricValue.objects.update_or_create(name=LEDGER_DRIFT, labels=key, defaults={"value": value})
 
 
-def observe_cycle(outcome, *, snapshot, result, at: float) -> None:
+def observe_admissions(waits: list[tuple[Mapping[str, str], float]]) -> None:
+    """Count the jobs a cycle admitted per tier and add their queue waits to ``QUEUE_WAIT``, from ({tier,
+    department, flavor}, seconds) pairs, in one statement. The cycle calls it inside its apply transaction:
+    an apply rolled back counts nothing, and ``portal_admissions_total`` always equals the histogram's count."""
+    tiers = Counter(labels["tier"] for labels, _ in waits)
+    _upsert([(ADMISSIONS, _labels({"tier": t}), float(n)) for t, n in tiers.items()] + QUEUE_WAIT.rows(waits),
+            grow=True)
+
+
+def observe_cycle(outcome, *, result, at: float) -> None:
     """Record one admission cycle (called by the cycle, in whatever process runs it): two statements."""
-    tier_of = {j.id: j.tier for j in snapshot.pending}
-    admitted: dict[str, int] = {}
-    for adm in result.admissions:
-        tier = tier_of.get(adm.job_id, "unknown")
-        admitted[tier] = admitted.get(tier, 0) + 1
     victims: dict[str, int] = {}
     for pre in result.preemptions:
         victims[pre.reason] = victims.get(pre.reason, 0) + len(pre.victim_ids)
-    _upsert([(CYCLES, "", 1.0), (CYCLE_SECONDS_SUM, "", outcome.total_ms / 1000),
-             (DECIDE_SECONDS_SUM, "", outcome.decide_ms / 1000)]
-            + [(ADMISSIONS, _labels({"tier": t}), float(n)) for t, n in sorted(admitted.items())]
-            + [(PREEMPTIONS, _labels({"reason": r}), float(n)) for r, n in sorted(victims.items())], grow=True)
+    _upsert(CYCLE_DURATION.rows([({}, outcome.total_ms / 1000)])
+            + DECIDE_DURATION.rows([({}, outcome.decide_ms / 1000)])
+            + [(PREEMPTIONS, _labels({"reason": r}), float(n)) for r, n in victims.items()], grow=True)
     _upsert([(CYCLE_LAST_RUN, "", at)], grow=False)
 
 
@@ -132,12 +210,8 @@ class DatabaseCollector:
         def one(name: str) -> float:
             return sum(v for _, v in stored.get(name, []))
 
-        cycles = one(CYCLES)
-        yield SummaryMetricFamily("portal_cycle_duration_seconds",
-                                  "Admission cycle wall time (snapshot + decide + apply).",
-                                  count_value=cycles, sum_value=one(CYCLE_SECONDS_SUM))
-        yield SummaryMetricFamily("portal_cycle_decide_seconds", "Time the pure engine took to decide a cycle.",
-                                  count_value=cycles, sum_value=one(DECIDE_SECONDS_SUM))
+        for histogram in (CYCLE_DURATION, DECIDE_DURATION, QUEUE_WAIT):
+            yield histogram.family(stored)
         last = GaugeMetricFamily(CYCLE_LAST_RUN, "When the last admission cycle ran (Unix time).")
         if CYCLE_LAST_RUN in stored:
             last.add_metric([], one(CYCLE_LAST_RUN))
@@ -198,7 +272,8 @@ def register_collector(collector) -> None:
 
 
 def stored(name: str) -> list[tuple[dict[str, str], float]]:
-    """The stored values of one series (counters and gauges kept in ``MetricValue``), with their labels."""
+    """The stored values of one series (counters, gauges and histogram rows kept in ``MetricValue``), with
+    their labels."""
     from portal.models import MetricValue
 
     return [(_parse(labels), value) for labels, value in

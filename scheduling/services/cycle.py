@@ -57,11 +57,10 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
             result = core.schedule(snapshot)
             t2 = time.perf_counter()
             applied = apply_result(result=result, ctx=ctx)
-            return snapshot, ctx, result, applied, t0, t1, t2, time.perf_counter()
+            return ctx, result, applied, t0, t1, t2, time.perf_counter()
 
         # A lost lock race rolls the whole apply back; deciding again on a fresh snapshot is then safe.
-        snapshot, ctx, result, outcome, t0, t1, t2, t3 = retry_on_conflict(decide_and_apply,
-                                                                          what="admission cycle")
+        ctx, result, outcome, t0, t1, t2, t3 = retry_on_conflict(decide_and_apply, what="admission cycle")
     outcome = CycleOutcome(
         admitted=outcome[0],
         preempted=outcome[1],
@@ -71,7 +70,7 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
         total_ms=(t3 - t0) * 1000,
         policy_version=ctx.policy_version,
     )
-    metrics.observe_cycle(outcome, snapshot=snapshot, result=result, at=time.time())
+    metrics.observe_cycle(outcome, result=result, at=time.time())
     return outcome
 
 
@@ -80,6 +79,7 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
     decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit."""
     admitted = preempted = changed = 0
     to_ungate: list[list[int]] = []
+    waits: list[tuple[dict[str, str], float]] = []
     clusters = {c.name: c for c in Cluster.objects.all()}
     pending = _pending_changes(result.pending, ctx)
     with transaction.atomic():
@@ -109,6 +109,9 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
                 admitted += 1
                 budget_admitted(job)
                 to_ungate.append([job.pk, job.attempt])
+                waits.append(({"tier": job.tier, "department": job.department.slug, "flavor": job.flavor.name},
+                              _queue_wait(job, ctx.now)))
+        metrics.observe_admissions(waits)  # in this transaction: an apply rolled back counts nothing
         for i in range(0, len(to_ungate), ADMIT_BATCH):  # a few messages per cycle, not one per admission
             chunk = to_ungate[i:i + ADMIT_BATCH]
             dispatch.after_commit("scheduling.pods.admit_many", chunk)
@@ -119,6 +122,11 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
 
         changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx)
     return admitted, preempted, changed
+
+
+def _queue_wait(job: Job, now: datetime) -> float:
+    """Seconds since the job was last queued (a requeued attempt waits from its requeue, not its submission)."""
+    return max(0.0, (now - (job.queued_at or job.submitted_at)).total_seconds())
 
 
 def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: dict) -> None:
