@@ -6,12 +6,10 @@ latency into them."""
 from __future__ import annotations
 
 import importlib
-import threading
 from datetime import timedelta
 
 import pytest
 from django.apps import apps
-from django.db import connections
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,6 +17,7 @@ from portal import metrics
 from portal.models import MetricValue
 from scheduling.models import Job
 from scheduling.services.cycle import run_cycle
+from tests.scheduling.test_postgres import _in_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -102,26 +101,14 @@ def test_metrics_parse_as_histograms_with_count_equal_to_the_inf_bucket(client):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_observers_lose_no_increment():
     threads, rounds = 8, 25
-    barrier = threading.Barrier(threads)
-    errors: list[Exception] = []
 
-    def worker(i: int) -> None:
-        try:
-            barrier.wait()
-            for r in range(rounds):
-                # Each batch touches the same rows as every other thread's, in a different label order.
-                batch = [(VISION, float(i + r)), (NLP, 100.0)] if i % 2 else [(NLP, 100.0), (VISION, float(i + r))]
-                metrics.observe(metrics.QUEUE_WAIT, batch)
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+    def observer(i: int) -> None:
+        for r in range(rounds):
+            # Each batch touches the same rows as every other thread's, in a different label order.
+            batch = [(VISION, float(i + r)), (NLP, 100.0)] if i % 2 else [(NLP, 100.0), (VISION, float(i + r))]
+            metrics.observe(metrics.QUEUE_WAIT, batch)
 
-    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
+    _, errors = _in_thread(observer, threads)
     assert not errors
     assert _buckets(metrics.QUEUE_WAIT, VISION)["+Inf"] == threads * rounds
     assert _buckets(metrics.QUEUE_WAIT, NLP)["120.0"] == threads * rounds
