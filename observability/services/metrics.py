@@ -14,7 +14,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from observability.models import AttemptUsage
 from observability.services.collect import READ_FAILURES
 from observability.services.idle import FLAGGED, STOPPED
-from observability.services.series import percentile
 from portal.metrics import stored
 from scheduling.models import Job, JobState, PreemptionVictim
 
@@ -87,7 +86,8 @@ class GpuUseCollector:
                 family.add_metric([labels.get(label, "")], value)
             yield family
 
-        # The queue, as custom metrics for autoscalers (prometheus-adapter) and for the queue-wait alerts.
+        # The queue, as custom metrics for autoscalers (prometheus-adapter) and for the realtime-start alert (a
+        # job still waiting is in no histogram yet: portal_queue_wait_seconds is observed at admission).
         pending = GaugeMetricFamily("portal_queue_pending_gpus", "GPUs asked for by queued jobs, per queue (flavor)"
                                     " and tier.", labels=["queue", "tier"])
         for flavor, tier, n in (Job.objects.filter(state=JobState.QUEUED).values_list("flavor__name", "tier")
@@ -105,17 +105,6 @@ class GpuUseCollector:
         for tier, since in sorted(firsts.items()):
             oldest.add_metric([tier], max(0.0, (now - since).total_seconds()))
         yield oldest
-        wait = GaugeMetricFamily("portal_queue_wait_p95_seconds", "95th percentile of queue wait (queued to "
-                                 "admitted) of jobs admitted in the last hour, per tier and department.",
-                                 labels=["tier", "department"])
-        waits: dict[tuple[str, str], list[float]] = {}
-        for tier, slug, queued_at, admitted_at in Job.objects.filter(
-                admitted_at__gte=now - WAIT_WINDOW, queued_at__isnull=False).values_list(
-                "tier", "department__slug", "queued_at", "admitted_at"):
-            waits.setdefault((tier, slug), []).append(max(0.0, (admitted_at - queued_at).total_seconds()))
-        for (tier, slug), values in sorted(waits.items()):
-            wait.add_metric([tier, slug], percentile(values, 95))
-        yield wait
         victims = GaugeMetricFamily("portal_preemption_victims_recent", "Preemption victims decided in the last "
                                     "hour, by status (blocked: a PodDisruptionBudget refused the eviction).",
                                     labels=["status"])

@@ -41,10 +41,12 @@ def free_port() -> int:
 
 
 class Exporter:
-    """Serves ``gpus``: a list of dicts {pod, namespace, gpu, util, fb_used, fb_free, engine_active}."""
+    """Serves ``gpus``: a list of dicts {pod, namespace, gpu, util, fb_used, fb_free, engine_active}, then
+    ``text``, more exposition text (a test serves the portal's own /metrics through it)."""
 
     def __init__(self):
         self.gpus: list[dict] = []
+        self.text = ""
         self.lock = threading.Lock()
         exporter = self
 
@@ -68,7 +70,7 @@ class Exporter:
     def render(self) -> str:
         lines = []
         with self.lock:
-            gpus = list(self.gpus)
+            gpus, text = list(self.gpus), self.text
         for metric, field in (("DCGM_FI_DEV_GPU_UTIL", "util"), ("DCGM_FI_DEV_FB_USED", "fb_used"),
                               ("DCGM_FI_DEV_FB_FREE", "fb_free"), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "engine_active")):
             lines.append(f"# TYPE {metric} gauge")
@@ -77,7 +79,7 @@ class Exporter:
                     lines.append(f'{metric}{{gpu="{g["gpu"]}",UUID="GPU-{g["pod"]}-{g["gpu"]}",'
                                  f'modelName="NVIDIA A100-SXM4-80GB",Hostname="n0",pod="{g["pod"]}",'
                                  f'namespace="{g["namespace"]}",container="main"}} {g[field]}')
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + text
 
     def close(self):
         self.server.shutdown()
@@ -111,13 +113,17 @@ class Prometheus:
         self.stop()
         raise RuntimeError("prometheus did not become ready within 30 s")
 
+    def query(self, query: str) -> list:
+        """The instant vector ``query`` gives now, through the HTTP API."""
+        return requests.get(self.url + "/api/v1/query", params={"query": query}, timeout=2).json()["data"]["result"]
+
     def wait_for(self, query: str, *, count: int = 1, timeout: float = 30) -> list:
         """Wait until ``query`` returns at least ``count`` series (scrapes have landed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            result = requests.get(self.url + "/api/v1/query", params={"query": query}, timeout=2).json()
-            if len(result["data"]["result"]) >= count:
-                return result["data"]["result"]
+            result = self.query(query)
+            if len(result) >= count:
+                return result
             time.sleep(0.3)
         raise AssertionError(f"{query} never returned {count} series")
 

@@ -51,6 +51,7 @@ def test_the_rules_adapter_and_dashboard_read_series_the_portal_exports(lab, cli
     AttemptUsage.objects.create(job=job, attempt=1, source="simulated", gpus=1, started_at=timezone.now(),
                                 samples=1, mean_util=1, idle_flagged_at=timezone.now())
     metrics.add("portal_gpu_usage_read_failures_total", 1, source="prometheus")
+    metrics.observe(metrics.QUEUE_WAIT, [({"tier": "realtime", "department": "vision", "flavor": "a100-80gb"}, 30)])
     exported = set(SERIES.findall(client.get("/metrics").content.decode()))
     text = ((RULES / "rules" / "portal-alerts.yml").read_text() + (RULES / "prometheus-adapter.yaml").read_text()
             + json.dumps(json.loads((RULES / "grafana" / "gpu-portal.json").read_text())))
