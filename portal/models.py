@@ -263,7 +263,8 @@ class AuditEntry(AppendOnlyModel):
 class MetricValue(models.Model):
     """A metric written by whichever process observes it (the cycle and ledger checks run in Celery
     workers) and read by ``/metrics`` in the web process at scrape time: the database is the one place every
-    process shares. Counters only ever grow (``portal.metrics.add``); gauges are set."""
+    process shares. Counters and histogram buckets only ever grow (``portal.metrics.add``, ``observe``); gauges
+    are set."""
 
     name = models.CharField(max_length=100)
     labels = models.CharField(max_length=200, blank=True, default="")  # canonical "k=v,k2=v2", sorted
