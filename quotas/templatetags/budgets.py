@@ -1,9 +1,12 @@
-"""Template helpers for budgets: ``{% job_cost job as cost %}`` and ``{{ mcr|credits }}``."""
+"""Template helpers for budgets: ``{% job_cost job as cost %}``, ``{{ mcr|credits }}`` (an amount shown) and
+``{{ mcr|credits_value }}`` (an amount as a form field's value); both from portal.money, which also parses
+what a person types back into mcr."""
 
 from __future__ import annotations
 
 from django import template
 
+from portal import money
 from quotas.services import reports
 
 register = template.Library()
@@ -17,9 +20,10 @@ def job_cost(job):
 @register.filter
 def credits(mcr) -> str:
     """1234567 mcr -> "1,234.567 cr" (exact: integer arithmetic)."""
-    if mcr is None or mcr == "":
-        return "—"
-    mcr = int(mcr)
-    sign = "-" if mcr < 0 else ""
-    whole, frac = divmod(abs(mcr), 1000)
-    return f"{sign}{whole:,}.{frac:03d} cr"
+    return money.format_credits(mcr)
+
+
+@register.filter
+def credits_value(mcr) -> str:
+    """12500 mcr -> "12.5", for a form field that takes credits."""
+    return money.credits_value(mcr)
