@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from portal import dispatch, metrics
 from portal.db import retry_on_conflict
+from portal.money import format_credits
 from portal.timestamps import from_epoch
 from quotas import budgets
 from scheduling import core
@@ -202,9 +203,10 @@ def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) 
 def _admission_message(adm: core.Admission) -> str:
     where = ", ".join(adm.placement)
     # The rate actually held (the clearing price or the base price under it) is on the budget event.
-    extra = f" on borrowed capacity (contested, clearing price {adm.price} mcr/GPU-h)" if adm.borrowed and adm.price else (
-        " on borrowed capacity (uncontested)" if adm.borrowed else ""
-    )
+    if adm.borrowed and adm.price:
+        extra = f" on borrowed capacity (contested, clearing price {format_credits(adm.price)}/GPU-h)"
+    else:
+        extra = " on borrowed capacity (uncontested)" if adm.borrowed else ""
     return f"admitted to {where}{extra}"
 
 
