@@ -1,6 +1,5 @@
-"""Template helpers for budgets: ``{% job_cost job as cost %}``, ``{{ mcr|credits }}`` (an amount shown) and
-``{{ mcr|credits_value }}`` (an amount as a form field's value); both from portal.money, which also parses
-what a person types back into mcr."""
+"""Template helpers for budgets: ``{% job_cost job as cost %}`` and ``{{ mcr|credits }}`` (portal.money, which
+also gives a form field's value in credits and parses what a person types back into mcr)."""
 
 from __future__ import annotations
 
@@ -22,8 +21,3 @@ def credits(mcr) -> str:
     """1234567 mcr -> "1,234.567 cr" (exact: integer arithmetic)."""
     return money.format_credits(mcr)
 
-
-@register.filter
-def credits_value(mcr) -> str:
-    """12500 mcr -> "12.5", for a form field that takes credits."""
-    return money.credits_value(mcr)

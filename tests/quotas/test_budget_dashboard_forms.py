@@ -304,3 +304,112 @@ def test_bad_input_keeps_what_was_typed_and_the_idempotency_key(money, browser):
     html = r.content.decode()
     assert r.status_code == 400 and 'value="typo fix"' in html and 'value="same-key"' in html
     assert '<option value="debit" selected' in html
+
+
+# ------------------------------------------------------------------------------------------ amounts in credits
+
+# (who, page, a valid body, the amount's field, whether the API's field takes a negative amount here)
+AMOUNT_FIELDS = [
+    ("root", "prices", {"flavor": "a100-mig-3g.40gb", "tier": "elastic"}, "per_gpu_hour"),
+    ("root", "adjust", {"direction": "credit", "comment": "grant", "idempotency_key": "k"}, "amount"),
+    ("root", "refill", {"mode": "fixed", "period": "monthly", "active": "on"}, "amount"),
+    ("vadmin", "approval", {"gpus_above": ""}, "cost_above"),
+    ("vadmin", "allowances", {"user": "amy", "period": "monthly"}, "limit"),
+]
+
+BAD_AMOUNTS = [
+    ("lots", "Enter an amount in credits, e.g. 12.5."),
+    ("1e3", "Enter an amount in credits, e.g. 12.5."),  # no exponents: what is stored is what was read
+    ("1,000", "Enter an amount in credits, e.g. 12.5."),
+    ("NaN", "Enter an amount in credits, e.g. 12.5."),
+    ("-", "Enter an amount in credits, e.g. 12.5."),
+    ("12.3456", "Use at most 3 decimals: 0.001 credits is the smallest amount."),
+    ("0.0001", "Use at most 3 decimals: 0.001 credits is the smallest amount."),
+    ("-2.5", None),  # the form's own wording, checked below
+    ("1" + "0" * 20, "Too large: enter at most"),
+    ("9" * 40, "Too large: enter at most"),
+]
+
+
+@pytest.mark.parametrize(("who", "page", "body", "field"), AMOUNT_FIELDS)
+@pytest.mark.parametrize(("typed", "message"), BAD_AMOUNTS)
+def test_every_amount_field_refuses_what_is_not_credits_in_credits(money, browser, who, page, body, field, typed,
+                                                                  message):
+    before = _snapshot()
+    r = browser(getattr(money, who)).post(PAGES[page], {**body, field: typed})
+    assert r.status_code == 400
+    html = r.content.decode()
+    error = html.split(f'data-error-for="{field}">', 1)[1].split("</p>", 1)[0]
+    if message is None:
+        assert error in ("Enter 0 or more credits.",
+                         "Enter a positive amount of credits; choose debit to take credits away.")
+    else:
+        assert error.startswith(message), error
+    assert "mcr" not in error and "Nothing was saved" in html
+    assert f'value="{typed}"' in html  # what was typed stays in the field, to be corrected
+    assert _snapshot() == before
+
+
+def test_the_largest_amount_the_api_takes_is_said_in_credits(money, browser):
+    r = browser(money.root).post(PAGES["prices"], {"flavor": "a100-mig-3g.40gb", "tier": "elastic",
+                                                   "per_gpu_hour": "1000000000.001"})
+    assert r.status_code == 400 and "Too large: enter at most 1,000,000,000 credits." in r.content.decode()
+    assert browser(money.root).post(PAGES["prices"], {"flavor": "a100-mig-3g.40gb", "tier": "elastic",
+                                                      "per_gpu_hour": "1000000000"}).status_code == 302
+    assert Price.objects.get(flavor=money.mig, tier="elastic").per_gpu_hour == 10**12  # the API's own maximum
+
+
+def test_amount_fields_are_decimal_inputs_labelled_in_credits(money, browser):
+    for who, page, _, field in AMOUNT_FIELDS:
+        html = browser(getattr(money, who)).get(PAGES[page]).content.decode()
+        tag = html.split(f'name="{field}"', 1)[1].split(">", 1)[0]
+        assert 'step="0.001"' in tag and 'min="0"' in tag and 'type="number"' in tag
+        label = html.split(f'name="{field}"', 1)[0].rsplit("<label>", 1)[1]
+        assert "credits" in label and "mcr" not in label
+        assert "mcr" not in html and "milli" not in html
+
+
+def test_what_a_person_types_is_what_they_see_back(money, browser, consistent):
+    root, vadmin = browser(money.root), browser(money.vadmin)
+    # a price: the table and the edit form
+    assert root.post(PAGES["prices"], {"flavor": "a100-mig-3g.40gb", "tier": "elastic",
+                                       "per_gpu_hour": "12.345"}).status_code == 302
+    assert Price.objects.get(flavor=money.mig, tier="elastic").per_gpu_hour == 12_345
+    assert "12.345 cr" in root.get(PAGES["prices"]).content.decode()
+    assert 'value="12.345"' in root.get(f"{PAGES['prices']}?flavor=a100-mig-3g.40gb&tier=elastic").content.decode()
+    # a whole number and trailing zeros come back as the plain number
+    assert root.post(PAGES["prices"], {"flavor": "a100-mig-3g.40gb", "tier": "elastic",
+                                       "per_gpu_hour": "7.500"}).status_code == 302
+    assert 'value="7.5"' in root.get(f"{PAGES['prices']}?flavor=a100-mig-3g.40gb&tier=elastic").content.decode()
+    # an adjustment: the ledger and the balance
+    r = root.post(PAGES["adjust"], {"direction": "credit", "amount": "12.345", "comment": "grant",
+                                    "idempotency_key": "rt"}, follow=True)
+    html = r.content.decode()
+    assert "+12.345 cr recorded (balance 112.345 cr)" in html and "112.345 cr" in html
+    assert Wallet.objects.get(department=money.vision).balance == 112_345
+    r = root.post(PAGES["adjust"], {"direction": "debit", "amount": "0.345", "comment": "round",
+                                    "idempotency_key": "rt2"}, follow=True)
+    assert "-0.345 cr recorded (balance 112.000 cr)" in r.content.decode()
+    consistent()
+    # a refill rule
+    assert root.post(PAGES["refill"], {"mode": "fixed", "amount": "12.345", "period": "monthly",
+                                       "active": "on"}).status_code == 302
+    assert RefillRule.objects.get(department=money.vision).amount == 12_345
+    html = root.get(PAGES["refill"]).content.decode()
+    assert 'value="12.345"' in html and "12.345 cr" in html
+    # an approval rule
+    assert vadmin.post(PAGES["approval"], {"gpus_above": "", "cost_above": "12.345"}).status_code == 302
+    assert ApprovalRule.objects.get(department=money.vision).cost_above == 12_345
+    assert 'value="12.345"' in vadmin.get(PAGES["approval"]).content.decode()
+    assert "above 12.345 cr" in vadmin.get("/budgets/vision/").content.decode()
+    # an allowance
+    assert vadmin.post(PAGES["allowances"], {"user": "amy", "limit": "12.345", "period": "weekly"}).status_code == 302
+    assert Allowance.objects.get(user=money.amy).limit == 12_345
+    assert "12.345 cr" in vadmin.get(PAGES["allowances"]).content.decode()
+    assert 'value="12.345"' in vadmin.get(f"{PAGES['allowances']}?user=amy").content.decode()
+
+
+def test_a_refused_amount_keeps_its_decimals_in_the_field(money, browser):
+    r = browser(money.root).post(PAGES["adjust"], {"direction": "credit", "amount": "12.345", "comment": "",
+                                                   "idempotency_key": "k"})
+    assert r.status_code == 400 and 'value="12.345"' in r.content.decode()  # the comment was missing
