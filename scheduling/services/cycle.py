@@ -143,7 +143,7 @@ def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any,
         job = ctx.jobs.get(pr.job_id)
         if job is None or job.state != JobState.QUEUED:
             continue
-        pr = _unreachable_reason(pr, job, ctx)
+        pr = _in_credits(_unreachable_reason(pr, job, ctx))
         est = from_epoch(pr.estimated_start)
         code_changed = job.reason_code != pr.code
         est_changed = (est is None) != (job.estimated_start is None) or (
@@ -198,6 +198,16 @@ def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) 
     return replace(pr, code=reasons.CLUSTER_UNREACHABLE,
                    message=f"{reasons.CODES[reasons.CLUSTER_UNREACHABLE]} ({why})"[:300],
                    detail={"clusters": sorted(ctx.unavailable_clusters)}, estimated_start=None)
+
+
+def _in_credits(pr: core.PendingReason) -> core.PendingReason:
+    """The engine counts money in mcr, and its detail keeps them (as the API does); the stored reason is what
+    pages show, so its words say credits."""
+    if pr.code != reasons.BUDGET_INSUFFICIENT or not {"hold", "available", "missing"} <= pr.detail.keys():
+        return pr
+    d = pr.detail
+    return replace(pr, message=f"needs {format_credits(d['hold'])}, has {format_credits(d['available'])}, "
+                               f"missing {format_credits(d['missing'])}")
 
 
 def _admission_message(adm: core.Admission) -> str:
