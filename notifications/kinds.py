@@ -47,8 +47,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("approval.decided", "Approval decided", "the job's owner", _JOB + " was {decision}",
          "{actor} {decision} job {job_id} ({job_name}). {comment}", email=True, webhook=True),
     Kind("budget.low", "Budget low", "the department's admins",
-         "Budget of {department} is low: {balance_credits} credits left",
-         "The balance of {department} fell to {balance} mcr, below the alert threshold of {threshold} mcr. "
+         "Budget of {department} is low: {balance_credits} left",
+         "The balance of {department} fell to {balance_credits}, below the alert threshold of {threshold_credits}. "
          "Jobs wait once it cannot cover their holds.", email=True, webhook=True,
          link="/budgets/{department}/", department_webhook=True),
     Kind("job.idle", "Job idle on its GPUs", "the job's owner", _JOB + " holds idle GPUs",
@@ -56,7 +56,7 @@ KINDS: tuple[Kind, ...] = (
          "minutes. Release them if the work is done, so others can use them.", email=True, webhook=True),
     Kind("allowance.exhausted", "Allowance exhausted", "the user and the department's admins",
          "{user}'s {period} allowance is exhausted",
-         "{user} has committed {used} mcr of a {limit} mcr {period} allowance; job {job_name} ({cost} mcr) "
+         "{user} has committed {used_credits} of a {limit_credits} {period} allowance; job {job_name} ({cost_credits}) "
          "waits for a department admin's approval, and so will the next ones this period.",
          email=True, webhook=True, link="/budgets/approvals/", department_webhook=True),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.shortcuts import render
 
 from portal.errors import Forbidden, NotFound, PortalError, ValidationFailed
+from portal.money import CreditsError, parse_credits
 
 
 def form_payload(post, fields, *, integers=(), nullable=(), checkboxes=()) -> dict:
@@ -34,6 +35,28 @@ def form_payload(post, fields, *, integers=(), nullable=(), checkboxes=()) -> di
     return payload
 
 
+def credit_fields(payload: dict, serializer_class, names, *, positive: str | None = None) -> dict[str, list[str]]:
+    """Pages take amounts in credits, the API's serializers in integer mcr: convert ``names`` of ``payload``
+    in place, within the bounds the serializer's own field sets (so a page cannot accept what the API would
+    refuse), and return the errors, worded in credits, of those that do not convert (they are left out of
+    the payload). ``positive``: the message for a negative amount when the page takes its sign elsewhere
+    (e.g. credit or debit) although the API's field is signed."""
+    fields = serializer_class().fields
+    errors: dict[str, list[str]] = {}
+    for name in names:
+        if name not in payload or payload[name] is None:
+            continue
+        field = fields[name]
+        lowest = 0 if positive is not None else getattr(field, "min_value", None)
+        try:
+            payload[name] = parse_credits(payload[name], min_mcr=lowest, max_mcr=getattr(field, "max_value", None),
+                                          negative_message=positive)
+        except CreditsError as exc:
+            del payload[name]
+            errors[name] = [str(exc)]
+    return errors
+
+
 def service_errors(exc: PortalError) -> dict[str, list[str]]:
     """A service's refusal as form errors: its field errors, plus its message when it says more than the
     generic "Invalid input." (NotFound and Forbidden are not form errors: they stay a 404 and a 403)."""
@@ -47,12 +70,15 @@ def service_errors(exc: PortalError) -> dict[str, list[str]]:
 
 def submit_form(serializer_class, payload: dict, apply, errors: dict | None = None) -> dict[str, list[str]]:
     """Validate ``payload`` with the API's serializer, then ``apply(validated_data)`` (a service call).
-    Returns the field errors ({} when it was applied); nothing is applied when any error is known."""
+    Returns the field errors ({} when it was applied); nothing is applied when any error is known. A field
+    the page already refused (``errors``) keeps the page's message alone: the serializer would only add that
+    it is missing."""
     errors = dict(errors or {})
     s = serializer_class(data=payload)
     if not s.is_valid():
         for k, v in s.errors.items():
-            errors.setdefault(k, []).extend(str(e) for e in v)
+            if k not in errors:
+                errors[k] = [str(e) for e in v]
     if errors:
         return errors
     try:

@@ -6,7 +6,9 @@ Server-rendered over the same services as the API, and read through the same ten
 The admin forms (prices, wallet adjustments, refill rules, approval rules, allowances) are plain HTML forms
 read by the API's own input serializers and applied by the same service functions the API calls, so the
 dashboard and the API accept exactly the same input, write the same ledger entries and the same audit
-entries. Bad input re-renders the form with field errors (HTTP 400) and writes nothing. A missing role is a
+entries. The forms show and take amounts in credits with up to three decimals; ``portal.forms.credit_fields``
+turns them into the API's integer mcr at the form's edge (within the serializer's own bounds), and a saved
+amount is shown back in credits, as typed. Bad input re-renders the form with field errors (HTTP 400) and writes nothing. A missing role is a
 403, another department's object a 404 (as in the API; portal/tenancy.py)."""
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.errors import NotFound, PortalError, ValidationFailed
-from portal.forms import form_payload, render_form, submit_form
+from portal.errors import NotFound, PortalError
+from portal.forms import credit_fields, form_payload, render_form, submit_form
 from portal.models import Department, Membership
+from portal.money import credits_value, format_credits
 from portal.tenancy import ADMIN, APPROVE, CHANGE, VIEW, member, require_role
 from quotas.api.budgets import (
     AdjustSerializer,
@@ -132,15 +135,18 @@ def prices(request):
         def apply(data):
             price, created = pricing.price_set(actor=request.user, **data)
             messages.success(request, f"Price of {price.flavor.name}/{price.tier} "
-                                      f"{'set' if created else 'changed'}: {price.per_gpu_hour} mcr per GPU-hour.")
+                                      f"{'set' if created else 'changed'}: {format_credits(price.per_gpu_hour)} "
+                                      "per GPU-hour.")
 
-        errors = submit_form(PriceInputSerializer, form_payload(request.POST, ("flavor", "tier", "per_gpu_hour")), apply)
+        payload = form_payload(request.POST, ("flavor", "tier", "per_gpu_hour"))
+        errors = submit_form(PriceInputSerializer, payload, apply,
+                             credit_fields(payload, PriceInputSerializer, ("per_gpu_hour",)))
         if not errors:
             return redirect("budgets:prices")
     elif "flavor" in values and "tier" in values and "per_gpu_hour" not in values:
         current = Price.objects.filter(flavor__name=values["flavor"], tier=values["tier"]).first()
         if current is not None:
-            values["per_gpu_hour"] = str(current.per_gpu_hour)
+            values["per_gpu_hour"] = credits_value(current.per_gpu_hour)
     return render_form(request, "quotas/prices.html", {
         "membership": m, "values": values, "tiers": TIER_NAMES,
         "flavors": Flavor.objects.order_by("name"),
@@ -173,26 +179,21 @@ def adjust(request, slug: str):
         values = request.POST.dict()
         values.setdefault("idempotency_key", "")
         payload = form_payload(request.POST, ("amount", "comment"))
-        pre: dict = {}
+        # The API's amount is signed; here the direction gives the sign, so the amount typed is positive.
+        pre = credit_fields(payload, AdjustSerializer, ("amount",),
+                            positive="Enter a positive amount of credits; choose debit to take credits away.")
         direction = values.get("direction")
         if direction not in ("credit", "debit"):
             pre["direction"] = ["Choose credit (add) or debit (take away)."]
-        if payload.get("amount", "").startswith("-"):
-            pre["amount"] = ["Enter a positive number of mcr; choose debit to take credits away."]
         key = values["idempotency_key"].strip()[:64]
 
         def apply(data):
-            amount = data["amount"]
-            if amount < 0:
-                raise ValidationFailed(fields={"amount": [{
-                    "code": "min_value",
-                    "message": "Enter a positive number of mcr; choose debit to take credits away."}]})
-            if direction == "debit":
-                amount = -amount
+            amount = -data["amount"] if direction == "debit" else data["amount"]
             entry = wallet_services.wallet_adjust(department=w.department, amount=amount, actor=request.user,
                                            comment=data["comment"], key=f"adjust:{w.pk}:{key}" if key else None)
-            messages.success(request, f"Wallet {slug}: {entry.amount:+d} mcr recorded (balance "
-                                      f"{entry.balance_after} mcr).")
+            sign = "+" if entry.amount >= 0 else ""
+            messages.success(request, f"Wallet {slug}: {sign}{format_credits(entry.amount)} recorded (balance "
+                                      f"{format_credits(entry.balance_after)}).")
 
         errors = submit_form(AdjustSerializer, payload, apply, pre)
         if not errors:
@@ -209,7 +210,7 @@ def refill_rule(request, slug: str):
     rule = RefillRule.objects.filter(department=dept).first()
     errors: dict = {}
     if rule is not None:
-        values = {f: getattr(rule, f) for f in rules.RULE_FIELDS}
+        values = {f: getattr(rule, f) for f in rules.RULE_FIELDS} | {"amount": credits_value(rule.amount)}
     else:
         values = {"mode": "fixed", "period": "monthly", "active": True}
     if request.method == "POST":
@@ -218,10 +219,11 @@ def refill_rule(request, slug: str):
         def apply(data):
             saved = rules.refill_rule_set(department=dept, actor=request.user, **data)
             messages.success(request, f"Refill rule of {slug} saved: next refill "
-                                      f"{periodic.refill_amount(rule=saved)} mcr.")
+                                      f"{format_credits(periodic.refill_amount(rule=saved))}.")
 
-        errors = submit_form(RefillRuleSerializer, form_payload(request.POST, rules.RULE_FIELDS,
-                                                            checkboxes=("active",)), apply)
+        payload = form_payload(request.POST, rules.RULE_FIELDS, checkboxes=("active",))
+        errors = submit_form(RefillRuleSerializer, payload, apply,
+                             credit_fields(payload, RefillRuleSerializer, ("amount",)))
         if not errors:
             return redirect("budgets:refill_rule", slug=slug)
     return render_form(request, "quotas/refill_rule.html", {
@@ -248,7 +250,8 @@ def approval_rule(request, slug: str):
     m = member(request.user)
     rule = ApprovalRule.objects.filter(department=dept).first()
     errors: dict = {}
-    values = {f: getattr(rule, f) for f in rules.APPROVAL_FIELDS} if rule else {"realtime": False}
+    values = ({f: getattr(rule, f) for f in rules.APPROVAL_FIELDS} | {"cost_above": credits_value(rule.cost_above)}
+              if rule else {"realtime": False})
     if request.method == "POST":
         values = request.POST.dict() | {"realtime": "realtime" in request.POST}
 
@@ -258,7 +261,8 @@ def approval_rule(request, slug: str):
 
         payload = form_payload(request.POST, rules.APPROVAL_FIELDS, nullable=("gpus_above", "cost_above"),
                            checkboxes=("realtime",))
-        errors = submit_form(ApprovalRuleSerializer, payload, apply)
+        errors = submit_form(ApprovalRuleSerializer, payload, apply,
+                             credit_fields(payload, ApprovalRuleSerializer, ("cost_above",)))
         if not errors:
             return redirect("budgets:approval_rule", slug=slug)
     return render_form(request, "quotas/approval_rule.html", {"membership": m, "department": dept, "rule": rule,
@@ -275,7 +279,8 @@ def allowances(request):
     if request.method == "POST":
         values = request.POST.dict()
         username = values.get("user", "").strip()
-        pre: dict = {}
+        payload = form_payload(request.POST, ("limit", "period"))
+        pre = credit_fields(payload, AllowanceSerializer, ("limit",))
         target = None
         if not username:
             pre["user"] = ["Choose a member."]
@@ -289,9 +294,9 @@ def allowances(request):
 
         def apply(data):
             a = allowance_services.allowance_set(user=target, limit=data["limit"], period=data["period"], actor=request.user)
-            messages.success(request, f"Allowance of {username} set: {a.limit} mcr {a.period}.")
+            messages.success(request, f"Allowance of {username} set: {format_credits(a.limit)} {a.period}.")
 
-        errors = submit_form(AllowanceSerializer, form_payload(request.POST, ("limit", "period")), apply, pre)
+        errors = submit_form(AllowanceSerializer, payload, apply, pre)
         if not errors:
             return redirect("budgets:allowances")
     elif "user" in values and "limit" not in values:
@@ -299,7 +304,7 @@ def allowances(request):
         # their allowance), exactly as if they did not exist.
         current = Allowance.objects.restrict(request.user, VIEW).filter(user__username=values["user"]).first()
         if current is not None:
-            values.update(limit=str(current.limit), period=current.period)
+            values.update(limit=credits_value(current.limit), period=current.period)
     allowances = (Allowance.objects.restrict(request.user, VIEW).select_related("user", "wallet__department")
                   .order_by("wallet__department__slug", "user__username", "id"))
     rows = [(a, allowance_services.allowance_used(allowance=a)) for a in allowances]

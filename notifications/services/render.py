@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from notifications.kinds import BY_NAME
+from portal.money import format_credits
+
+# The amounts (in mcr) an event's data may carry; each is also offered to the templates as ``<key>_credits``.
+MONEY_KEYS = ("balance", "threshold", "used", "limit", "cost")
 
 
 class _Lenient(dict):
@@ -39,7 +43,9 @@ def message_for(event) -> Message:
     if kind is None:  # a kind removed since the event was written
         return Message(subject=event.kind, body=str(event.data), url=settings.PORTAL_URL + "/")
     data = {**event.data}
-    if "balance" in data:
-        data.setdefault("balance_credits", f"{int(data['balance']) / 1000:g}")
+    # Events keep amounts in mcr, as the API does; what a person reads is in credits.
+    for key in MONEY_KEYS:
+        if isinstance(data.get(key), int):
+            data.setdefault(f"{key}_credits", format_credits(data[key]))
     return Message(subject=fill(kind.subject, data)[:200], body=fill(kind.body, data).strip(),
                    url=settings.PORTAL_URL + fill(kind.link, data))

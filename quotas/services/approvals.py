@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from notifications.services import emit
+from portal.money import format_credits
 from quotas.models import Allowance, ApprovalRule
 from quotas.services.allowances import allowance_used, period_start
 from quotas.services.pricing import estimated_cost
@@ -62,12 +63,12 @@ def approval_required(*, job, inputs: ApprovalInputs | None = None) -> str | Non
         if rule.cost_above is not None:
             cost = estimated_cost(job=job)
             if cost > rule.cost_above:
-                why.append(f"estimated cost {cost} mcr > {rule.cost_above}")
+                why.append(f"estimated cost {format_credits(cost)} > {format_credits(rule.cost_above)}")
     if allowance is not None:
         cost = estimated_cost(job=job) if cost is None else cost
         if inputs.used + cost > allowance.limit:
             why.append(f"exceeds {job.owner.get_username()}'s {allowance.period} allowance "
-                       f"({inputs.used} + {cost} > {allowance.limit} mcr)")
+                       f"({format_credits(inputs.used)} + {format_credits(cost)} > {format_credits(allowance.limit)})")
             _allowance_exhausted(job=job, allowance=allowance, used=inputs.used, cost=cost)
         elif not why:
             inputs.used += cost

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
+from portal.money import format_credits
 from quotas.models import LedgerEntry, Wallet
 from quotas.services.pricing import admission_rate, cost_of, estimated_cost, read_prices
 from quotas.services.settlement import settle_attempt
@@ -89,11 +90,11 @@ def on_job_admitted(*, job) -> BudgetNote | None:
     held = -1 if entry is None else entry.held_change
     if amount == 0:
         return None
-    message = (f"hold {held} mcr: {rate} mcr/GPU-h ({basis} price) x {gpus} GPU(s) x "
+    message = (f"hold {format_credits(max(held, 0))}: {format_credits(rate)}/GPU-h ({basis} price) x {gpus} GPU(s) x "
                f"{job.max_runtime_s / 3600:g} h")
     if held < amount:
         log.warning("job %s: hold short, wanted %s mcr, held %s", job.pk, amount, max(held, 0))
-        message += f"; SHORT by {amount - max(held, 0)} mcr (the charge can never exceed the hold)"
+        message += f"; SHORT by {format_credits(amount - max(held, 0))} (the charge can never exceed the hold)"
     return BudgetNote(reason_code="hold", message=message, data={"hold": max(held, 0), "rate": rate,
                                                                  "basis": basis})
 
@@ -108,9 +109,10 @@ def on_attempt_ended(*, job, attempt: int, outcome: str) -> BudgetNote | None:
     result = settle_attempt(job=job, attempt=attempt, outcome=outcome)
     if result is None or already:
         return None
-    message = f"attempt {attempt} {outcome}: charged {result.charged} mcr for {result.gpu_seconds / 3600:.3f} GPU-h"
+    message = (f"attempt {attempt} {outcome}: charged {format_credits(result.charged)} for "
+               f"{result.gpu_seconds / 3600:.3f} GPU-h")
     if result.refunded:
-        message += f", refunded {result.refunded} mcr"
+        message += f", refunded {format_credits(result.refunded)}"
     return BudgetNote(reason_code="settle", message=message, attempt=attempt,
                       data={"charged": result.charged, "refunded": result.refunded,
                             "gpu_seconds": result.gpu_seconds})

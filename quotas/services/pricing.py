@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.audit import audit
+from portal.money import format_credits
 from quotas.models import TIER_NAMES, Flavor, Price
 from quotas.services.base import field_error
 
@@ -78,10 +79,10 @@ def price_set(*, flavor: Flavor, tier: str, per_gpu_hour: int, actor) -> tuple[P
         raise field_error("per_gpu_hour", "Must be >= 0.", "min_value")
     others = dict(Price.objects.filter(flavor=flavor).exclude(tier=tier).values_list("tier", "per_gpu_hour"))
     if tier == "realtime" and any(per_gpu_hour <= v for v in others.values()):
-        raise field_error("per_gpu_hour", f"Realtime must be dearer than the other tiers ({max(others.values())}"
-                                           " mcr/GPU-h).", "realtime_not_dearer")
+        raise field_error("per_gpu_hour", "Realtime must be dearer than the other tiers "
+                                           f"({format_credits(max(others.values()))}/GPU-h).", "realtime_not_dearer")
     if tier != "realtime" and "realtime" in others and per_gpu_hour >= others["realtime"]:
-        raise field_error("per_gpu_hour", f"Must be below the realtime price ({others['realtime']} mcr/GPU-h).",
+        raise field_error("per_gpu_hour", f"Must be below the realtime price ({format_credits(others['realtime'])}/GPU-h).",
                            "realtime_not_dearer")
     with transaction.atomic():
         price = Price.objects.select_for_update().filter(flavor=flavor, tier=tier).first()

@@ -27,6 +27,7 @@ from django.utils import timezone
 from portal.audit import audit
 from portal.errors import Conflict, IdempotencyKeyReused, NotFound
 from portal.models import Department
+from portal.money import format_credits
 from quotas.models import LedgerEntry, LedgerKind, RefillRecord, Wallet
 from quotas.services import alerts
 from quotas.services.base import field_error
@@ -121,8 +122,8 @@ def wallet_hold(*, job, attempt: int, amount: int, rate: int, actor=None, allow_
         if amount > wallet.available:
             if not allow_partial:
                 raise InsufficientCredits(
-                    f"The hold needs {amount} mcr; {wallet.available} available, missing "
-                    f"{amount - wallet.available}.",
+                    f"The hold needs {format_credits(amount)}; {format_credits(wallet.available)} available, "
+                    f"missing {format_credits(amount - wallet.available)}.",
                     detail={"hold": amount, "available": wallet.available, "missing": amount - wallet.available},
                 )
             amount = wallet.available
@@ -254,8 +255,9 @@ def wallet_adjust(*, department: Department, amount: int, actor, comment: str, k
                 raise IdempotencyKeyReused(detail={"entry_id": existing.pk})
             return existing
         if amount < 0 and -amount > wallet.available:
-            raise field_error("amount", f"Only {wallet.available} mcr are available to take away "
-                                         f"({wallet.held} are held by running jobs).", "insufficient_credits")
+            raise field_error("amount", f"Only {format_credits(wallet.available)} are available to take away "
+                                         f"({format_credits(wallet.held)} held by running jobs).",
+                              "insufficient_credits")
         old = {"balance": wallet.balance}
         entry = _append(wallet, kind=LedgerKind.ADJUSTMENT, amount=amount, key=key, actor=actor,
                         memo=comment[:300])

@@ -1,9 +1,11 @@
-"""Template helpers for budgets: ``{% job_cost job as cost %}`` and ``{{ mcr|credits }}``."""
+"""Template helpers for budgets: ``{% job_cost job as cost %}`` and ``{{ mcr|credits }}`` (portal.money, which
+also gives a form field's value in credits and parses what a person types back into mcr)."""
 
 from __future__ import annotations
 
 from django import template
 
+from portal import money
 from quotas.services import reports
 
 register = template.Library()
@@ -17,9 +19,5 @@ def job_cost(job):
 @register.filter
 def credits(mcr) -> str:
     """1234567 mcr -> "1,234.567 cr" (exact: integer arithmetic)."""
-    if mcr is None or mcr == "":
-        return "—"
-    mcr = int(mcr)
-    sign = "-" if mcr < 0 else ""
-    whole, frac = divmod(abs(mcr), 1000)
-    return f"{sign}{whole:,}.{frac:03d} cr"
+    return money.format_credits(mcr)
+

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from portal import dispatch, metrics
 from portal.db import retry_on_conflict
+from portal.money import format_credits
 from portal.timestamps import from_epoch
 from quotas import budgets
 from scheduling import core
@@ -150,7 +151,7 @@ def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any,
         job = ctx.jobs.get(pr.job_id)
         if job is None or job.state != JobState.QUEUED:
             continue
-        pr = _unreachable_reason(pr, job, ctx)
+        pr = _in_credits(_unreachable_reason(pr, job, ctx))
         est = from_epoch(pr.estimated_start)
         code_changed = job.reason_code != pr.code
         est_changed = (est is None) != (job.estimated_start is None) or (
@@ -207,12 +208,23 @@ def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) 
                    detail={"clusters": sorted(ctx.unavailable_clusters)}, estimated_start=None)
 
 
+def _in_credits(pr: core.PendingReason) -> core.PendingReason:
+    """The engine counts money in mcr, and its detail keeps them (as the API does); the stored reason is what
+    pages show, so its words say credits."""
+    if pr.code != reasons.BUDGET_INSUFFICIENT or not {"hold", "available", "missing"} <= pr.detail.keys():
+        return pr
+    d = pr.detail
+    return replace(pr, message=f"needs {format_credits(d['hold'])}, has {format_credits(d['available'])}, "
+                               f"missing {format_credits(d['missing'])}")
+
+
 def _admission_message(adm: core.Admission) -> str:
     where = ", ".join(adm.placement)
     # The rate actually held (the clearing price or the base price under it) is on the budget event.
-    extra = f" on borrowed capacity (contested, clearing price {adm.price} mcr/GPU-h)" if adm.borrowed and adm.price else (
-        " on borrowed capacity (uncontested)" if adm.borrowed else ""
-    )
+    if adm.borrowed and adm.price:
+        extra = f" on borrowed capacity (contested, clearing price {format_credits(adm.price)}/GPU-h)"
+    else:
+        extra = " on borrowed capacity (uncontested)" if adm.borrowed else ""
     return f"admitted to {where}{extra}"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.contrib import messages
@@ -18,7 +17,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.errors import PortalError, error_body
-from portal.forms import form_payload
+from portal.forms import credit_fields, form_payload
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer
@@ -48,23 +47,13 @@ def jobs(request):
 FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
                "deadline", "max_runtime_s", "checkpoint_interval_s", "bid")
 INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s")
-BID_MESSAGE = "Credits per GPU-hour, a number with at most 3 decimals (e.g. 1.5)."
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:
     """The submit form -> the API's JSON payload (numbers as JSON integers, as the API requires), plus what
     only a form has: a command typed as a shell line, and environment variables as NAME=value lines."""
     payload = form_payload(post, FORM_FIELDS, integers=INT_FIELDS)
-    errors: dict = {}
-    if "bid" in payload:  # the form speaks credits; the API milli-credits
-        try:
-            mcr = Decimal(payload["bid"]) * 1000
-            if not mcr.is_finite() or mcr != mcr.to_integral_value():
-                raise InvalidOperation
-            payload["bid"] = int(mcr)
-        except InvalidOperation:
-            del payload["bid"]
-            errors["bid"] = [BID_MESSAGE]
+    errors = credit_fields(payload, JobSubmitSerializer, ("bid",))  # the form speaks credits, the API mcr
     command = post.get("command", "").strip()
     if command:
         try:

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from portal.errors import PortalError
+from portal.money import MCR_PER_CREDIT
 from portal.tenancy import ADMIN, member, require_role
 from scheduling.core.types import URGENCIES, USER_TIERS
 from scheduling.models import PolicyVersion
@@ -73,6 +74,8 @@ def policy(request):
     matrix = [(u, [weights.get(u, {}).get(t, "") for t in USER_TIERS]) for u in URGENCIES]
     return render(request, "scheduling/policy.html", {
         "membership": m, "policy": data, "version": version, "matrix": matrix, "user_tiers": USER_TIERS,
+        # the policy's bid_weight counts per mcr, as bids travel in the API; the page speaks credits
+        "bid_points_per_credit": f"{data.get('bid_weight', 0) * MCR_PER_CREDIT:g}",
         "policy_json": text if text is not None else json.dumps(data, indent=2, sort_keys=True),
         "comment": comment, "errors": errors, "can_edit": m.is_platform_admin,
         "from_whatif": request.method == "GET" and text is not None,

@@ -1,6 +1,6 @@
 """What each role clicks on the dashboard, in Debian's Chromium: the home page per role, a chart drawn
-with its data, the quote following the submit form, a finished job's logs, the token page, confirmations
-and the narrow layout."""
+with its data, the quote following the submit form, a finished job's logs, the token page, confirmations,
+the narrow layout, and the budget forms speaking credits."""
 
 from __future__ import annotations
 
@@ -161,3 +161,46 @@ def test_cancel_asks_first_and_the_layout_fits_a_phone(login, lab, submit):
         page.goto(page.url.split("/jobs/")[0].split("/tokens/")[0].split("/cluster/")[0].rstrip("/") + path)
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"{path} is {width} px wide at 390"
+
+
+def test_budget_forms_speak_credits(login, lab):
+    from playwright.sync_api import expect
+
+    from quotas.models import Price, Wallet
+
+    Wallet.objects.create(department=lab.vision, balance=100_000)
+    page = login("root")
+    base = page.url.rstrip("/")
+    page.goto(base + "/budgets/prices/")
+    page.select_option("select[name=flavor]", "a100-80gb")
+    page.select_option("select[name=tier]", "elastic")
+    page.fill("input[name=per_gpu_hour]", "1.2345")  # a fourth decimal: refused, in credits
+    page.click("button:has-text('Save price')")
+    expect(page.locator("[data-error-for=per_gpu_hour]")).to_have_text(
+        "Use at most 3 decimals: 0.001 credits is the smallest amount.")
+    assert page.input_value("input[name=per_gpu_hour]") == "1.2345"
+    page.fill("input[name=per_gpu_hour]", "1.25")
+    page.click("button:has-text('Save price')")
+    row = page.locator("tr[data-price]", has_text="a100-80gb")
+    expect(row).to_contain_text("1.250 cr")
+    assert Price.objects.get(flavor=lab.a100, tier="elastic").per_gpu_hour == 1250
+    row.locator("a:has-text('Edit')").click()
+    assert page.input_value("input[name=per_gpu_hour]") == "1.25"  # what was typed, not 1250
+    assert "mcr" not in page.inner_text("main")
+
+    page.goto(base + "/budgets/vision/adjust")
+    page.fill("input[name=amount]", "12.345")
+    page.fill("input[name=comment]", "grant")
+    page.click("button:has-text('Record adjustment')")
+    page.wait_for_url("**/budgets/vision/")
+    expect(page.locator("#wallet-balance")).to_have_text("112.345 cr")
+
+    page = login("alice")
+    page.goto(base + "/jobs/new")
+    page.fill("input[name=name]", "bidder")
+    page.fill("input[name=image]", "nvcr.io/nvidia/pytorch:24.05-py3")
+    page.fill("textarea[name=command]", "python train.py")
+    page.fill("input[name=bid]", "2.5")  # above the base price: the worst case a hold covers
+    expect(page.locator("[data-quote=cost]")).to_have_text("2.500 cr")
+    page.fill("input[name=bid]", "2.5005")
+    expect(page.locator("[data-quote-error=bid]")).to_contain_text("at most 3 decimals")

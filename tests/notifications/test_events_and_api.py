@@ -58,13 +58,13 @@ def test_budget_low_goes_to_the_admins_once_per_descent_with_the_default_thresho
     go(wallets.wallet_adjust, department=lab.vision, amount=-5_000, actor=lab.root, comment="spend")
     assert smtp_server.messages == []  # 15,000: still above
     go(wallets.wallet_adjust, department=lab.vision, amount=-6_000, actor=lab.root, comment="spend")
-    assert _subjects(smtp_server) == [("vadmin@x.test", "Budget of vision is low: 9 credits left")]
+    assert _subjects(smtp_server) == [("vadmin@x.test", "Budget of vision is low: 9.000 cr left")]
     go(wallets.wallet_adjust, department=lab.vision, amount=-1_000, actor=lab.root, comment="spend")
     assert len(smtp_server.messages) == 1  # already below: one descent, one alert
     go(wallets.wallet_adjust, department=lab.vision, amount=50_000, actor=lab.root, comment="top up")
     DepartmentSettings.objects.create(department=lab.vision, budget_low_threshold=40_000)  # its own threshold
     go(wallets.wallet_adjust, department=lab.vision, amount=-20_000, actor=lab.root, comment="spend")
-    assert len(smtp_server.messages) == 2 and "below the alert threshold of 40000 mcr" in smtp_server.messages[-1]["body"]
+    assert len(smtp_server.messages) == 2 and "below the alert threshold of 40.000 cr" in smtp_server.messages[-1]["body"]
 
 
 def test_allowance_exhausted_tells_the_user_and_the_admins_once_per_period(lab, submit, go, smtp_server):

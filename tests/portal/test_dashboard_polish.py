@@ -122,3 +122,23 @@ def test_demo_documents_its_address_argument():
     parser = load_command_class("portal", "demo").create_parser("manage.py", "demo")
     text = parser.format_help()
     assert "ADDRPORT" in text and "127.0.0.1:8000" in text
+
+
+def test_every_destructive_form_asks_first():
+    """A form that deletes, removes, revokes, cancels or decides carries data-confirm (portal/app.js asks),
+    unless it is a confirmation page itself (a "confirm" checkbox the service requires, as archiving has)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    destructive = re.compile(r"delete|remove|revoke|cancel|reject|approve", re.I)
+    unasked = []
+    for template in sorted(root.glob("*/templates/**/*.html")):
+        html = template.read_text()
+        for form in re.finditer(r"<form\b([^>]*)>(.*?)</form>", html, re.S):
+            attrs, body = form.groups()
+            action = re.search(r'action="([^"]*)"', attrs)
+            if ((action and destructive.search(action.group(1))) or 'class="danger"' in body) \
+                    and "data-confirm" not in attrs and 'name="confirm"' not in body:
+                unasked.append(f"{template.relative_to(root)}: {attrs.strip()[:80]}")
+    assert unasked == []

@@ -275,7 +275,7 @@ def test_cost_rule_and_allowance_require_approval(money, submit, client_for):
     ApprovalRule.objects.create(department=money.vision, cost_above=5000)
     assert submit(money.alice, gpus=2, max_runtime_s=3600).state == JobState.QUEUED  # 2000 mcr
     job = submit(money.alice, gpus=2, max_runtime_s=4 * 3600)  # 8000 mcr
-    assert job.state == JobState.PENDING_APPROVAL and "estimated cost 8000" in job.reason_message
+    assert job.state == JobState.PENDING_APPROVAL and "estimated cost 8.000 cr > " in job.reason_message
     r = client_for(money.vadmin).put("/api/v1/allowances/amy", {"limit": 1500}, format="json")
     assert r.status_code == 200
     assert client_for(money.nadmin).put("/api/v1/allowances/amy", {"limit": 1}, format="json").status_code == 404
@@ -294,7 +294,7 @@ def test_queued_jobs_count_against_the_allowance_alone_and_in_a_batch(money, sub
     big = {"gpus": 2, "max_runtime_s": 12_960}  # 2 GPUs x 3.6 h x 1000 mcr/GPU-h = 7200 mcr
     jobs = [submit(money.amy, name=f"a{i}", **big) for i in range(5)]
     assert [j.state for j in jobs] == [JobState.QUEUED] + [JobState.PENDING_APPROVAL] * 4
-    assert "(7200 + 7200 > 10000 mcr)" in jobs[1].reason_message
+    assert "(7.200 cr + 7.200 cr > 10.000 cr)" in jobs[1].reason_message
     used = client_for(money.vadmin).get("/api/v1/allowances").json()[0]["used"]
     assert used == 7200
     client_for(money.amy).post(f"/api/v1/jobs/{jobs[0].pk}/cancel", {}, format="json")

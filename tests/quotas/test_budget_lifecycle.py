@@ -74,7 +74,7 @@ def test_budget_insufficient_keeps_job_pending_with_missing_amount(money, submit
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
     assert job.reason_code == "budget_insufficient"
-    assert "missing 30000" in job.reason_message
+    assert "missing 30.000 cr" in job.reason_message
 
 
 def test_cancel_running_job_settles_use_and_releases_rest(money, submit, go, consistent):

@@ -145,4 +145,4 @@ def test_hold_is_capped_when_credits_vanished_between_snapshot_and_apply(money, 
     budget_admitted(job)
     hold = LedgerEntry.objects.get(job=job, kind="hold")
     assert hold.held_change == 6000 and hold.data["wanted"] == 10_000
-    assert "SHORT by 4000" in job.events.filter(kind="budget").get().message
+    assert "SHORT by 4.000 cr" in job.events.filter(kind="budget").get().message
