@@ -8,6 +8,7 @@ from .fifo import fifo_schedule
 from .policy import DEFAULT_POLICY, PolicyError, policy_from_dict, policy_to_dict
 from .types import (
     Admission,
+    ClusterInfo,
     CycleResult,
     DisruptionBudget,
     Node,
@@ -25,6 +26,7 @@ schedule = engine_schedule
 __all__ = [
     "DEFAULT_POLICY",
     "Admission",
+    "ClusterInfo",
     "CycleResult",
     "DisruptionBudget",
     "Node",

@@ -17,7 +17,8 @@ CAPACITY_RANK = {
 }
 
 # Waits whose end cannot be predicted honestly: credits (refills are not predictable), impossible requests,
-# evictions under way (their duration is the victims' grace period, not known here).
+# evictions under way (their duration is the victims' grace period, not known here), clusters closed to
+# admissions (an operator reopens them, not the clock).
 NO_ESTIMATE = frozenset(
     {
         reasons.BUDGET_INSUFFICIENT,
@@ -25,6 +26,8 @@ NO_ESTIMATE = frozenset(
         reasons.EXCEEDS_CAPACITY,
         reasons.INVALID_REQUEST,
         reasons.PREEMPTION_IN_PROGRESS,
+        reasons.NO_MATCHING_CLUSTER,
+        reasons.CLUSTERS_UNAVAILABLE,
     }
 )
 

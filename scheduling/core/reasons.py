@@ -20,6 +20,16 @@ EXCEEDS_CAPACITY = "exceeds_capacity"
 QUOTA_LENT_OUT = "quota_lent_out"
 INVALID_REQUEST = "invalid_request"
 REALTIME_HEADROOM = "realtime_headroom"
+# several clusters
+NO_MATCHING_CLUSTER = "no_matching_cluster"  # no cluster has every label of the job's selector: never fits
+CLUSTERS_UNAVAILABLE = "clusters_unavailable"  # every matching cluster is cordoned or draining: waits
+
+# Detail keys of the cluster reasons: the selector asked for, the clusters that match it (and their states),
+# the clusters that do not, and the cluster each capacity or quota wait is about.
+DETAIL_SELECTOR = "selector"
+DETAIL_MATCHING = "matching_clusters"  # {name: state} of the clusters the selector matches
+DETAIL_UNAVAILABLE = "unavailable_clusters"  # {name: state} of the matching clusters closed to admissions
+DETAIL_CLUSTER = "cluster"
 
 CODES: dict[str, str] = {
     QUEUED: "Waiting for the next admission cycle.",
@@ -41,4 +51,6 @@ CODES: dict[str, str] = {
     QUOTA_LENT_OUT: "The department's guaranteed GPUs are lent out and cannot be reclaimed right now.",
     INVALID_REQUEST: "The job asks for no GPUs or no pods.",
     REALTIME_HEADROOM: "The last free GPUs are kept for realtime work until a running job can be preempted.",
+    NO_MATCHING_CLUSTER: "No cluster has every label the job requires.",
+    CLUSTERS_UNAVAILABLE: "Every cluster the job may run on is cordoned or draining.",
 }

@@ -19,6 +19,7 @@ URGENCIES: tuple[str, ...] = ("low", "normal", "high", "critical")
 USER_TIERS: tuple[str, ...] = ("standard", "senior", "pi")
 TASK_TYPES: tuple[str, ...] = ("train", "inference", "processing")
 DEFAULT_CLUSTER = "default"
+CLUSTER_STATES: tuple[str, ...] = ("active", "cordoned", "draining")
 
 _EMPTY: Mapping = MappingProxyType({})
 
@@ -40,6 +41,16 @@ DEFAULT_WEIGHTS: Mapping[tuple[str, str], float] = MappingProxyType(
         ("critical", "pi"): 5.00,
     }
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo:
+    """A cluster's scheduling-relevant facts. Clusters a snapshot does not list are active, unlabelled, cost_rank 0."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs: region, cost tier, data locality...
+    state: str = "active"  # cordoned: no new admissions; draining: no new admissions, running work finishes
+    cost_rank: int = 0  # lower is cheaper; among clusters that fit equally well the cheaper one is chosen
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,8 @@ class Quota:
 
     ``borrowing_limit``: GPUs above nominal the department may borrow (None = unlimited).
     ``lending_limit``: GPUs of its unused nominal it lends to the cohort (None = all of them).
+    ``cluster``: None for a global quota (the department's GPUs of the flavor counted across all clusters);
+    a cluster's name limits only that cluster's GPUs of the flavor.
     """
 
     department: str
@@ -77,6 +90,7 @@ class Quota:
     nominal: int
     borrowing_limit: int | None = None
     lending_limit: int | None = None
+    cluster: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +111,8 @@ class PendingJob:
     hold: int = 0  # credits the department must have available to admit this job (0 = free)
     cluster: str | None = None  # pinned cluster, None = any
     attempt: int = 1
+    cluster_selector: tuple[tuple[str, str], ...] = ()  # required cluster labels: all must match
+    cluster_preference: tuple[tuple[str, str], ...] = ()  # preferred cluster labels: more matches rank higher
 
     @property
     def gpus(self) -> int:
@@ -217,6 +233,7 @@ class Snapshot:
     # Estimated starts for still-pending jobs (a forward replay per flavor, a quarter of a busy cycle's cost).
     # The portal shows them; the trace simulator does not read them and turns them off.
     estimates: bool = True
+    clusters: tuple[ClusterInfo, ...] = ()  # clusters not listed are active, unlabelled, cost_rank 0
 
 
 # ---------------------------------------------------------------- decisions (the engine's output)

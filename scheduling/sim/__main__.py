@@ -148,13 +148,17 @@ def _whatif(a) -> int:
     quotas = {
         d: {fl: {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit}
             for fl, q in dep.quotas.items()}
+        | {f"{fl}@{c}": {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit}
+           for (c, fl), q in dep.cluster_quotas.items()}
         for d, dep in sc.departments.items()
-    }
-    groups = [{"name": g.name, "count": g.count, "gpus_per_node": g.gpus_per_node, "flavor": g.flavor}
-              for g in sc.node_groups]
+    }  # fmt: skip
+    groups = [{"name": g.name, "count": g.count, "gpus_per_node": g.gpus_per_node, "flavor": g.flavor,
+               "cluster": g.cluster} for g in sc.node_groups]  # fmt: skip
+    placement = {k: sc.assign[k] for k in ("cluster_selector", "cluster_preference") if k in sc.assign}
     res = compare(read_csv(a.trace), node_groups=groups, quotas=quotas, current_policy=sc.policy_overrides,
                   proposed_policy=proposed, options=sc.options,
-                  members={d: dep.members for d, dep in sc.departments.items()})
+                  members={d: dep.members for d, dep in sc.departments.items()},
+                  clusters=sc.clusters, placement=placement)
     print(format_diff(res))
     return 0
 

@@ -58,10 +58,12 @@ def alone_waits(sc: Scenario, jobs, policy_name: str = "fcfs") -> dict[str, dict
         groups = _private_groups(sc, d)
         if not groups:
             continue
-        mine = [j for j in jobs if j.department == d and _fits_alone(j, groups)]
+        # (its private cluster is one cluster, wherever its data lives: selectors and preferences do not apply)
+        mine = [replace(j, cluster_selector=(), cluster_preference=()) for j in jobs
+                if j.department == d and _fits_alone(j, groups)]  # fmt: skip
         if not mine:
             continue
-        sub = replace(sc, node_groups=tuple(groups),
+        sub = replace(sc, clusters=(), node_groups=tuple(groups),
                       departments={d: Department(d, {fl: FlavorQuota(q.nominal) for fl, q in dept.quotas.items()})})
         res = simulate(scenario=sub, jobs=mine, policy=policies.make(policy_name), name=f"alone-{d}")
         out[d] = {r.spec.id: r.first_start - r.spec.submit for r in res.jobs if r.first_start is not None}

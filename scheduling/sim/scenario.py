@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from scheduling.core import Node, Policy, Quota
-from scheduling.core.types import TIERS, URGENCIES, USER_TIERS
+from scheduling.core import ClusterInfo, Node, Policy, Quota
+from scheduling.core.types import CLUSTER_STATES, DEFAULT_CLUSTER, TIERS, URGENCIES, USER_TIERS
 
 from . import loaders, synth
 from . import trace as tr
@@ -32,6 +32,7 @@ class NodeGroup:
     gpus_per_node: int
     flavor: str
     labels: tuple[tuple[str, str], ...] = ()
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,8 @@ class Department:
     quotas: dict[str, FlavorQuota]
     budget: int | None = None
     members: dict[str, str] = field(default_factory=dict)  # user -> user tier
+    # per-cluster quotas, (cluster, flavor) -> quota: limits the department's GPUs of that cluster only
+    cluster_quotas: dict[tuple[str, str], FlavorQuota] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,8 @@ class JobSpec:
     max_runtime_s: float = 3600.0
     # This job's checkpoint interval; None = SimOptions.checkpoint_interval_s, 0 = never checkpoints.
     checkpoint_interval_s: float | None = None
+    cluster_selector: tuple[tuple[str, str], ...] = ()  # cluster labels it requires
+    cluster_preference: tuple[tuple[str, str], ...] = ()  # cluster labels it prefers
 
     @property
     def gpus(self) -> int:
@@ -110,6 +115,9 @@ class Scenario:
     base_dir: Path = Path(".")
     prices: dict[tuple[str, str], int] = field(default_factory=dict)  # (flavor, tier) -> base mcr per GPU-hour
     unfittable: str = "error"  # jobs no node set of their flavor can ever hold: "error" or "drop" (with a warning)
+    # Several clusters (``clusters:``): their labels, state and cost rank; each node group names its cluster.
+    # Empty for the single-cluster form (``cluster:``), whose nodes are all in the default cluster.
+    clusters: tuple[ClusterInfo, ...] = ()
 
     # ---------------------------------------------------------------- cluster
     def nodes(self) -> tuple[Node, ...]:
@@ -118,7 +126,8 @@ class Scenario:
             width = len(str(max(g.count - 1, 0)))
             for i in range(g.count):
                 out.append(
-                    Node(name=f"{g.name}-{i:0{width}d}", flavor=g.flavor, gpus=g.gpus_per_node, labels=g.labels)
+                    Node(name=f"{g.name}-{i:0{width}d}", flavor=g.flavor, gpus=g.gpus_per_node, labels=g.labels,
+                         cluster=g.cluster)  # fmt: skip
                 )
         return tuple(out)
 
@@ -140,6 +149,8 @@ class Scenario:
         for d in sorted(self.departments):
             for fl, q in sorted(self.departments[d].quotas.items()):
                 out.append(Quota(d, fl, q.nominal, q.borrowing_limit, q.lending_limit))
+            for (cluster, fl), q in sorted(self.departments[d].cluster_quotas.items()):
+                out.append(Quota(d, fl, q.nominal, q.borrowing_limit, q.lending_limit, cluster))
         return tuple(out)
 
     def policy(self) -> Policy:
@@ -154,8 +165,16 @@ class Scenario:
 
     def fits(self, job: JobSpec) -> bool:
         """Whether the job fits the empty cluster: enough nodes of its flavor hold one pod each (gangs
-        all-or-nothing, several pods may share a node)."""
-        return fits_nodes(job, [g for g in self.node_groups if g.flavor == job.flavor])
+        all-or-nothing, several pods may share a node). With several clusters, one cluster the job's selector
+        matches must hold the whole gang (a gang never spans clusters)."""
+        groups = [g for g in self.node_groups if g.flavor == job.flavor]
+        if not self.clusters:
+            return fits_nodes(job, groups)
+        labels = {c.name: set(c.labels) for c in self.clusters}
+        return any(
+            set(job.cluster_selector) <= labels[c] and fits_nodes(job, [g for g in groups if g.cluster == c])
+            for c in labels
+        )
 
 
 def fits_nodes(job: JobSpec, groups) -> bool:
@@ -196,7 +215,11 @@ def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scena
     if not isinstance(data, dict):
         raise ScenarioError("scenario must be a mapping")
     groups = []
-    for i, g in enumerate((data.get("cluster") or {}).get("node_groups") or []):
+    clusters = _parse_clusters(data)
+    raw_groups = [(DEFAULT_CLUSTER, g) for g in (data.get("cluster") or {}).get("node_groups") or []]
+    if clusters:
+        raw_groups = [(str(c["name"]), g) for c in data["clusters"] for g in (c.get("node_groups") or [])]
+    for i, (cluster, g) in enumerate(raw_groups):
         labels = tuple(sorted((str(k), str(v)) for k, v in (g.get("labels") or {}).items()))
         groups.append(
             NodeGroup(
@@ -205,10 +228,14 @@ def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scena
                 gpus_per_node=int(g["gpus_per_node"]),
                 flavor=str(g.get("flavor") or "gpu"),
                 labels=labels,
+                cluster=cluster,
             )
         )
     if not groups:
-        raise ScenarioError("cluster.node_groups is empty")
+        raise ScenarioError("clusters[].node_groups is empty" if clusters else "cluster.node_groups is empty")
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise ScenarioError("node group names must be unique across clusters (they name the nodes)")
     depts: dict[str, Department] = {}
     auto = None
     raw_depts = data.get("departments")
@@ -218,17 +245,26 @@ def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scena
         for name, d in raw_depts.items():
             d = d or {}
             quotas = {}
+            cluster_quotas = {}
             for fl, q in (d.get("quotas") or {}).items():
                 if isinstance(q, int | float):
                     q = {"nominal": q}
-                quotas[str(fl)] = FlavorQuota(
+                quota = FlavorQuota(
                     int(q.get("nominal", 0)), _limit(q.get("borrowing_limit")), _limit(q.get("lending_limit"))
                 )
+                # "flavor@cluster": a per-cluster quota (the core's name for that scope)
+                flavor, _, cluster = str(fl).partition("@")
+                if cluster:
+                    if cluster not in {c.name for c in clusters}:
+                        raise ScenarioError(f"department {name}: quota {fl}: no cluster {cluster!r} in clusters")
+                    cluster_quotas[(cluster, flavor)] = quota
+                else:
+                    quotas[flavor] = quota
             members = {str(u): str(t) for u, t in (d.get("members") or {}).items()}
             for u, t in members.items():
                 if t not in USER_TIERS:
                     raise ScenarioError(f"department {name}: member {u} has unknown tier {t}")
-            depts[str(name)] = Department(str(name), quotas, d.get("budget"), members)
+            depts[str(name)] = Department(str(name), quotas, d.get("budget"), members, cluster_quotas)
     sim = data.get("simulation") or {}
     opt_fields = set(SimOptions.__dataclass_fields__)
     bad = set(sim) - opt_fields
@@ -259,9 +295,37 @@ def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scena
         base_dir=base_dir,
         prices=prices,
         unfittable=unfittable,
+        clusters=clusters,
     )
     sc.policy()  # validate early
+    for key in ("cluster_selector", "cluster_preference"):
+        for dept, labels in (sc.assign.get(key) or {}).items():
+            if not isinstance(labels, dict):
+                raise ScenarioError(f"assign.{key}.{dept} must map label keys to values")
     return sc
+
+
+def _parse_clusters(data: dict[str, Any]) -> tuple[ClusterInfo, ...]:
+    """``clusters:`` (several clusters, each with its node groups) or nothing (the single ``cluster:`` form)."""
+    raw = data.get("clusters")
+    if raw is None:
+        return ()
+    if data.get("cluster") is not None:
+        raise ScenarioError("give either cluster: (one cluster) or clusters: (several), not both")
+    if not isinstance(raw, list) or not raw:
+        raise ScenarioError("clusters must be a non-empty list")
+    out = []
+    for c in raw:
+        if not isinstance(c, dict) or not c.get("name"):
+            raise ScenarioError("every cluster needs a name")
+        state = str(c.get("state", "active"))
+        if state not in CLUSTER_STATES:
+            raise ScenarioError(f"cluster {c['name']}: state must be one of {', '.join(CLUSTER_STATES)}")
+        labels = tuple(sorted((str(k), str(v)) for k, v in (c.get("labels") or {}).items()))
+        out.append(ClusterInfo(str(c["name"]), labels, state, int(c.get("cost_rank", 0))))
+    if len({c.name for c in out}) != len(out):
+        raise ScenarioError("cluster names must be unique")
+    return tuple(out)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -405,6 +469,12 @@ def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobS
     mr_max = mr.get("max_s")
     flavors = sc.flavors()
     user_tier_cache: dict[tuple[str, str], str] = {}
+    # cluster labels a department's jobs require or prefer (e.g. where its data lives); "*": every other one
+    placement = {
+        key: {str(d): tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+              for d, labels in (a.get(key) or {}).items()}
+        for key in ("cluster_selector", "cluster_preference")
+    }  # fmt: skip
     jobs = []
     for i, r in enumerate(rows):
         dept = r.department
@@ -470,6 +540,10 @@ def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobS
                 bid=int(r.bid or 0),
                 max_runtime_s=max_rt,
                 checkpoint_interval_s=r.checkpoint_interval_s,
+                cluster_selector=placement["cluster_selector"].get(dept, placement["cluster_selector"].get("*", ())),
+                cluster_preference=placement["cluster_preference"].get(
+                    dept, placement["cluster_preference"].get("*", ())
+                ),
             )
         )
     return jobs

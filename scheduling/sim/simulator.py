@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from scheduling.core import PendingJob, Quota, RunningJob, Snapshot
+from scheduling.core import ClusterInfo, PendingJob, Quota, RunningJob, Snapshot
 from scheduling.core.policy import decay_usage
 from scheduling.core.reasons import BUDGET_INSUFFICIENT
 
@@ -126,8 +126,12 @@ class SimContext:
 class Simulator:
     def __init__(self, *, nodes, quotas: tuple[Quota, ...], policy_obj, jobs: list[JobSpec], decide,
                  options: SimOptions | None = None, name: str = "policy", budgets: dict[str, int] | None = None,
-                 prices: dict[tuple[str, str], int] | None = None):
+                 prices: dict[tuple[str, str], int] | None = None, clusters: tuple[ClusterInfo, ...] = ()):
         self.nodes = tuple(nodes)
+        self.clusters = tuple(clusters)
+        # what an admission must respect across clusters (checked like placements): the state, the labels
+        self.cluster_open = {c.name: c.state == "active" for c in self.clusters}
+        self.cluster_labels = {c.name: frozenset(c.labels) for c in self.clusters}
         self.quotas = tuple(quotas)
         self.policy_obj = policy_obj
         self.decide = decide
@@ -244,6 +248,7 @@ class Simulator:
             id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, pods=s.pods, gpus_per_pod=s.gpus_per_pod,
             urgency=s.urgency, user_tier=s.user_tier, user=s.user, submitted_at=s.submit, deadline=s.deadline,
             max_runtime_s=s.max_runtime_s, bid=s.bid, attempt=rec.attempt, hold=self._worst_hold(s),
+            cluster_selector=s.cluster_selector, cluster_preference=s.cluster_preference,
         )
         self.pend_gpus[s.department] += s.gpus
         self.pend_count[s.department] += 1
@@ -369,7 +374,7 @@ class Simulator:
             now=t, nodes=self.nodes, running=tuple(self.running.values()), pending=tuple(self.pending.values()),
             quotas=self.quotas, policy=self.policy_obj, credits=self._credits(),
             usage=MappingProxyType(dict(self.usage)),
-            recent_preemptions=sum(n for _, n in self.preempt_times), estimates=False,
+            recent_preemptions=sum(n for _, n in self.preempt_times), estimates=False, clusters=self.clusters,
         )
 
     def _bad(self, kind: str, msg: str) -> None:
@@ -430,6 +435,11 @@ class Simulator:
             )
             if not ok:
                 self._bad("admission", f"job {s.id} does not fit on {a.placement}")
+                continue
+            if any(self.node_cluster[n] != a.cluster for n in need) or not self.cluster_open.get(a.cluster, True) or (
+                s.cluster_selector and not self.cluster_labels.get(a.cluster, frozenset()).issuperset(s.cluster_selector)
+            ):
+                self._bad("admission", f"job {s.id} may not start on cluster {a.cluster} ({a.placement})")
                 continue
             self._start(rec, a.placement, a.borrowed, a.cluster, t, a.price)
             n_adm += 1
@@ -526,6 +536,6 @@ def simulate(*, scenario, jobs: list[JobSpec], policy, name: str | None = None,
     sim = Simulator(
         nodes=scenario.nodes(), quotas=scenario.quotas(), policy_obj=scenario.policy(), jobs=jobs, decide=policy,
         options=options or scenario.options, name=name or getattr(policy, "name", "policy"),
-        budgets=scenario.budgets(), prices=scenario.prices,
+        budgets=scenario.budgets(), prices=scenario.prices, clusters=scenario.clusters,
     )
     return sim.run()

@@ -8,11 +8,12 @@ deadline, bid, max runtime, pods) and calls ``compare``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from scheduling.core import Snapshot
+from scheduling.core import ClusterInfo, Snapshot
+from scheduling.core.types import DEFAULT_CLUSTER
 
 from . import metrics
 from .scenario import Department, FlavorQuota, NodeGroup, Scenario, SimOptions, make_policy, prepare
@@ -34,6 +35,8 @@ def compare(
     proposed: Decide | None = None,
     options: SimOptions | None = None,
     members: Mapping[str, Mapping[str, str]] | None = None,
+    clusters: Sequence[ClusterInfo] = (),
+    placement: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None,
 ) -> dict[str, Any]:
     """Replay ``rows`` twice and return the differences per department and per tier.
 
@@ -41,8 +44,13 @@ def compare(
 
     - ``rows``: the recorded history in the trace format, actual run times as ``duration_s``; rows need a
       ``department`` and should carry ``tier``/``urgency``/``flavor``/``max_runtime_s`` as recorded.
-    - ``node_groups``: ``[{"name", "count", "gpus_per_node", "flavor"}]`` - the cluster to replay on.
-    - ``quotas``: ``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"} or nominal}}``.
+    - ``node_groups``: ``[{"name", "count", "gpus_per_node", "flavor", "cluster"?}]`` - the cluster(s) to
+      replay on (``cluster`` defaults to the default cluster; names must be unique across clusters).
+    - ``quotas``: ``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"} or nominal}}``; a key
+      ``flavor@cluster`` is a per-cluster quota.
+    - ``clusters``: the clusters' labels, states and cost ranks (``ClusterInfo``); empty for one cluster.
+    - ``placement``: ``{"cluster_selector" | "cluster_preference": {department or "*": {label: value}}}``,
+      the cluster labels each department's jobs require or prefer (the scenario's ``assign`` keys).
     - ``current_policy`` / ``proposed_policy``: ``Policy`` fields as a dict (``weights`` as
       ``{"urgency/user_tier": w}``); ``proposed_quotas`` replaces ``quotas`` for the proposed run.
     - ``current`` / ``proposed``: the decision functions (default: ``scheduling.core.schedule`` for both, looked up
@@ -59,20 +67,27 @@ def compare(
     def scenario(q, pol):
         depts = {}
         for d, per in q.items():
-            fq = {}
+            fq, local = {}, {}
             for fl, v in per.items():
                 if isinstance(v, int):
                     v = {"nominal": v}
-                fq[fl] = FlavorQuota(int(v.get("nominal", 0)), v.get("borrowing_limit"), v.get("lending_limit"))
-            depts[d] = Department(d, fq, None, dict((members or {}).get(d, {})))
+                quota = FlavorQuota(int(v.get("nominal", 0)), v.get("borrowing_limit"), v.get("lending_limit"))
+                flavor, _, cluster = fl.partition("@")
+                if cluster:
+                    local[(cluster, flavor)] = quota
+                else:
+                    fq[flavor] = quota
+            depts[d] = Department(d, fq, None, dict((members or {}).get(d, {})), local)
         groups = tuple(
-            NodeGroup(str(g.get("name", f"g{i}")), int(g["count"]), int(g["gpus_per_node"]), str(g["flavor"]))
+            NodeGroup(str(g.get("name", f"g{i}")), int(g["count"]), int(g["gpus_per_node"]), str(g["flavor"]),
+                      cluster=str(g.get("cluster", DEFAULT_CLUSTER)))  # fmt: skip
             for i, g in enumerate(node_groups)
         )
         # recorded jobs that no longer fit the cluster (nodes removed since) are left out, as before; the
         # summary counts them
         sc = Scenario(name="whatif", node_groups=groups, departments=depts, policy_overrides=dict(pol or {}),
-                      trace={}, assign={}, load=None, options=options or SimOptions(), unfittable="drop")
+                      trace={}, assign=dict(placement or {}), load=None, options=options or SimOptions(),
+                      unfittable="drop", clusters=tuple(clusters))
         make_policy(sc.policy_overrides)
         return sc
 

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from scheduling.core import reasons, schedule
 from scheduling.core.policy import DEFAULT_POLICY
 from scheduling.core.types import (
+    CLUSTER_STATES,
     TIERS,
     URGENCIES,
+    ClusterInfo,
     DisruptionBudget,
     Node,
     PendingJob,
@@ -25,13 +27,20 @@ NOW = 50_000.0
 DEPTS = ("A", "B", "C")
 FLAVORS = ("a100", "mig")
 TIER_ORDER = ("realtime", "elastic", "backfill")
+LABEL_SETS = ((), (("region", "eu"),), (("data", "imagenet"), ("region", "eu")), (("region", "us"),))
+SELECTORS = ((), (), (), (("region", "eu"),), (("data", "imagenet"),), (("region", "us"),), (("gpu", "none"),))
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
-def snapshots(draw):
+def snapshots(draw, federated: bool = False):
+    """Random snapshots; ``federated``: three clusters with labels, states and cost ranks, jobs with cluster
+    selectors and preferences, and per-cluster quotas beside global ones."""
     nodes = []
-    clusters = ("default", "east") if draw(st.integers(0, 3)) == 0 else ("default",)
+    if federated:
+        clusters = ("default", "east", "west")
+    else:
+        clusters = ("default", "east") if draw(st.integers(0, 3)) == 0 else ("default",)
     for flavor in FLAVORS:
         for i in range(draw(st.integers(1 if flavor == "a100" else 0, 4))):
             gpus = draw(st.sampled_from([1, 2, 4, 8]))
@@ -90,18 +99,20 @@ def snapshots(draw):
     quotas = []
     for dept in DEPTS:
         for flavor in FLAVORS:
-            if draw(st.integers(0, 5)) == 0:
-                continue
-            nominal = draw(st.integers(0, 12))
-            quotas.append(
-                Quota(
-                    dept,
-                    flavor,
-                    nominal,
-                    draw(st.one_of(st.none(), st.integers(0, 8))),
-                    draw(st.one_of(st.none(), st.integers(0, nominal))),
+            for scope in (None, *clusters) if federated else (None,):
+                if draw(st.integers(0, 5 if scope is None else 1)) == 0:
+                    continue
+                nominal = draw(st.integers(0, 12))
+                quotas.append(
+                    Quota(
+                        dept,
+                        flavor,
+                        nominal,
+                        draw(st.one_of(st.none(), st.integers(0, 8))),
+                        draw(st.one_of(st.none(), st.integers(0, nominal))),
+                        scope,
+                    )
                 )
-            )
     pending = []
     for i in range(draw(st.integers(0, 14))):
         pending.append(
@@ -120,6 +131,8 @@ def snapshots(draw):
                 bid=draw(st.integers(0, 500)),
                 hold=draw(st.sampled_from([0, 0, 100, 1000])),
                 cluster=draw(st.sampled_from((None, None, None, "east"))),
+                cluster_selector=draw(st.sampled_from(SELECTORS)) if federated else (),
+                cluster_preference=draw(st.sampled_from(SELECTORS)) if federated else (),
             )
         )
     credits = draw(st.one_of(st.none(), st.fixed_dictionaries({d: st.integers(0, 2000) for d in DEPTS})))
@@ -128,7 +141,20 @@ def snapshots(draw):
         min_runtime_s=draw(st.sampled_from([60.0, 600.0, 1200.0])),
         preemption_rate_limit=draw(st.integers(0, 4)),
     )
+    infos = ()
+    if federated:
+        infos = tuple(
+            ClusterInfo(
+                name,
+                draw(st.sampled_from(LABEL_SETS)),
+                draw(st.sampled_from(CLUSTER_STATES + ("active", "active"))),
+                draw(st.integers(0, 2)),
+            )
+            for name in clusters
+            if draw(st.integers(0, 4)) > 0  # sometimes unlisted: active, unlabelled
+        )
     return Snapshot(
+        clusters=infos,
         now=NOW,
         nodes=tuple(nodes),
         running=tuple(running),
@@ -246,12 +272,18 @@ def test_preemption_safety(snap):
 @SETTINGS
 @given(snapshots(), st.randoms(use_true_random=False))
 def test_same_decision_for_any_input_order(snap, rnd):
+    assert schedule(snap) == schedule(_reordered(snap, rnd))
+
+
+def _reordered(snap, rnd):
+    """The same snapshot with every tuple of the input shuffled and the usage mapping reversed."""
+
     def shuffled(items):
         items = list(items)
         rnd.shuffle(items)
         return tuple(items)
 
-    other = replace(
+    return replace(
         snap,
         nodes=shuffled(snap.nodes),
         running=shuffled(snap.running),
@@ -259,8 +291,8 @@ def test_same_decision_for_any_input_order(snap, rnd):
         quotas=shuffled(snap.quotas),
         disruption_budgets=shuffled(snap.disruption_budgets),
         usage=dict(reversed(list(snap.usage.items()))),
+        clusters=shuffled(snap.clusters),
     )
-    assert schedule(snap) == schedule(other)
 
 
 @SETTINGS
@@ -342,3 +374,83 @@ def test_backfill_never_delays_a_reserved_head(snap):
                     if name in free:
                         free[name] -= g
         assert sum(max(0, f) // head.gpus_per_pod for f in free.values()) >= head.pods
+
+
+# ---------------------------------------------------------------- several clusters
+
+
+@SETTINGS
+@given(snapshots(federated=True))
+def test_never_admitted_on_a_closed_or_non_matching_cluster(snap):
+    res = schedule(snap)
+    jobs = {j.id: j for j in snap.pending}
+    info = {c.name: c for c in snap.clusters}
+    ids = [a.job_id for a in res.admissions] + [r.job_id for r in res.pending]
+    assert sorted(ids) == sorted(jobs)
+    assert all(r.code in reasons.CODES for r in res.pending)
+    for a in res.admissions:
+        job = jobs[a.job_id]
+        cluster = info.get(a.cluster, ClusterInfo(a.cluster))
+        assert cluster.state == "active", (a, cluster)
+        assert set(job.cluster_selector) <= set(cluster.labels)
+        assert job.cluster in (None, a.cluster)
+        names = {n.name for n in snap.nodes if n.cluster == a.cluster and n.flavor == job.flavor}
+        assert set(a.placement) <= names  # the nodes it names are that cluster's
+    closed = {c.name for c in snap.clusters if c.state != "active"}
+    running = {r.id: r for r in snap.running}
+    for p in res.preemptions:
+        # victims are taken only where the preemptor may start: never on a closed cluster
+        assert all(running[v].cluster not in closed for v in p.victim_ids)
+    for r in res.pending:
+        if r.code == reasons.NO_MATCHING_CLUSTER:
+            job = jobs[r.job_id]
+            assert not any(
+                set(job.cluster_selector) <= set(c.labels) and job.cluster in (None, c.name) for c in snap.clusters
+            )
+        if "reserved_from" in r.detail:
+            assert r.detail["cluster"] not in closed
+
+
+@SETTINGS
+@given(snapshots(federated=True))
+def test_no_quota_scope_grows_beyond_its_limit(snap):
+    """Per-cluster quotas bound a department's use of that cluster, global ones its use everywhere (where it
+    has no per-cluster row, or has a global row too): no scope that grows this cycle ends above nominal +
+    borrowing limit, and no department grows on a cluster it has no quota for at all."""
+    res = schedule(snap)
+    jobs = {j.id: j for j in snap.pending}
+    rows = {(q.department, q.flavor, q.cluster): q for q in snap.quotas}
+
+    def scopes(dept, flavor, cluster):
+        local = (dept, flavor, cluster) in rows
+        out = [(dept, flavor, cluster)] if local else []
+        if (dept, flavor, None) in rows or not local:
+            out.append((dept, flavor, None))
+        return out
+
+    before = defaultdict(int)
+    for r in snap.running:
+        for key in scopes(r.department, r.flavor, r.cluster):
+            before[key] += r.gpus
+    after = defaultdict(int, before)
+    for a in res.admissions:
+        job = jobs[a.job_id]
+        for key in scopes(job.department, job.flavor, a.cluster):
+            after[key] += job.gpus
+    for key, used in after.items():
+        if used == before.get(key, 0):
+            continue
+        q = rows.get(key)
+        assert q is not None, key
+        if q.borrowing_limit is not None:
+            assert used <= q.nominal + q.borrowing_limit, key
+
+
+@SETTINGS
+@given(snapshots(federated=True), st.randoms(use_true_random=False))
+def test_federated_decisions_do_not_depend_on_input_order(snap, rnd):
+    first = schedule(snap)
+    assert first == schedule(_reordered(snap, rnd))
+    assert first == schedule(snap)
+    for r in first.pending:
+        assert r.estimated_start is None or r.estimated_start >= snap.now

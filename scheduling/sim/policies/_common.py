@@ -55,9 +55,21 @@ class View:
         total = self.flavor_free.get(flavor, 0) + (sum(extra.values()) if extra else 0)
         if total < pods * per_pod:
             return None
+        names = self.flavor_nodes.get(flavor, ())
+        clusters = sorted({self.cluster_of[n] for n in names})
+        if len(clusters) > 1:
+            # a gang never spans clusters: the first cluster (by name) that holds all of it. Baselines know
+            # nothing else of clusters (states, selectors, preferences): they are single-cluster schedulers.
+            for cluster in clusters:
+                found = self._place(flavor, pods, per_pod, extra, [n for n in names if self.cluster_of[n] == cluster])
+                if found is not None:
+                    return found
+            return None
+        return self._place(flavor, pods, per_pod, extra, names)
+
+    def _place(self, flavor, pods, per_pod, extra, names):
         trial = {}
         placement = []
-        names = self.flavor_nodes.get(flavor, ())
         for _ in range(pods):
             best = None
             for name in names:
