@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-engine bench-e2e bench-e2e-kube ci clean
+.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-engine bench-e2e bench-e2e-kube ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -35,6 +35,9 @@ bench-philly: $(VENV_STAMP)  ## Philly (15k jobs, 256 GPUs), every policy, loads
 bench-traces: $(VENV_STAMP)  ## ElasticFlow (15.8k jobs) and Alibaba (6.2k pods), every policy, load 0.9, 1 seed: 4 min measured (one worker)
 	$(PY) -m scheduling.sim report --out reports/traces --scenarios scenarios/elasticflow.yaml,scenarios/alibaba.yaml \
 		--loads 0.9 --seeds 1
+
+bench-realtime-cost: $(VENV_STAMP)  ## lab8 + lab1node at 0.9/1.1, 3 seeds: utilisation with and without the realtime tier, and late realtime starts the cooldown forces
+	$(PY) -m benchmarks.realtime_cost
 
 bench-quick: $(VENV_STAMP)
 	$(PY) -m scheduling.sim report --out reports/sim-quick --quick

@@ -67,6 +67,7 @@ class JobRecord:
     hold: int = 0  # milli-credits held for the current attempt
     rate: int = 0  # milli-credits per GPU-hour the current attempt is charged
     budget_blocked: bool = False  # was ever pending for lack of credits
+    runs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of every attempt that ended
 
 
 @dataclass
@@ -340,6 +341,7 @@ class Simulator:
         self.held[s.department] -= s.gpus
         self.busy -= s.gpus
         rec.attained_gpu_s += (t - rec.start) * s.gpus
+        rec.runs.append((rec.start, t))
 
     def _finish(self, rec: JobRecord, t: float) -> None:
         self._settle(rec, t, preempted=False)
