@@ -49,6 +49,15 @@ from .types import (
 )
 
 
+def _duration(seconds: float) -> str:
+    """A wait as a person reads it: seconds under two minutes, minutes under two hours, else hours."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 class Cycle:
     """Mutable working state of one cycle (never the snapshot itself)."""
 
@@ -678,7 +687,7 @@ class Cycle:
                 detail["reserved_from"] = when
                 detail["cluster"] = pool.cluster
                 self.heads[job.id] = when
-                note = f"GPUs are reserved for it from {when - self.now:.0f} s from now"
+                note = f"GPUs are reserved for it in {_duration(when - self.now)}"
         if quota_code is not None:
             kept = ("reserved_from", "head", "reserved_until", "cluster")
             quota_detail.update({key: detail[key] for key in kept if key in detail})

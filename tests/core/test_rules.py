@@ -744,3 +744,13 @@ def test_fair_share_weight_moves_the_order():
     )  # fmt: skip
     assert set(snap.decide().admitted) == {2}
     assert set(snap.policy(fair_share_weight=0.0).decide().admitted) == {1}
+
+
+@pytest.mark.parametrize(("ahead_s", "text"), [(90.0, "in 90 s"), (1778.0, "in 30 min"), (3 * HOUR, "in 3.0 h")])
+def test_the_reserved_head_is_told_when_in_words_a_person_reads(ahead_s, text):
+    res = (
+        Snap().nodes(1, gpus=4).quota("A", 4)
+        .running(run(10, gpus=4, tier="realtime", preemptible=False, ran=HOUR, max_runtime_s=HOUR + ahead_s))
+        .pending(job(1, gpus=4)).decide()
+    )  # fmt: skip
+    assert f"GPUs are reserved for it {text}." in res.reason[1].message
