@@ -242,7 +242,7 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: se
             message=f"preemption decided for job {pre.preemptor_id} ({pre.reason}): {pre.message}"[:500],
             data={"preemption_id": record.pk, "preemptor": pre.preemptor_id},
         )
-        ns = namespace_for(v.department.slug)
+        ns = namespace_for(v.department.slug, v.cluster)
         dispatch.after_commit("scheduling.pods.evict", v.pk, v.attempt, ns, record.pk)
     if preemptor is not None:
         # The message and the detail name the same victims: the ones recorded here (the engine's list may

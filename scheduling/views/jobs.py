@@ -22,7 +22,7 @@ from portal.forms import form_payload
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer
-from scheduling.models import Job, JobEvent, JobState, TaskType, Tier, Urgency
+from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, Tier, Urgency
 from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
@@ -84,6 +84,18 @@ def _form_to_payload(post) -> tuple[dict, dict]:
             env[k.strip()] = v
     if env:
         payload["env"] = env
+    for field in ("cluster_selector", "cluster_preference"):  # key=value, one per line (or comma-separated)
+        labels = {}
+        for item in (x.strip() for x in post.get(field, "").replace(",", "\n").splitlines()):
+            if not item:
+                continue
+            if "=" not in item:
+                errors.setdefault(field, []).append(f"{item!r}: use label=value, one per line.")
+            else:
+                k, v = item.split("=", 1)
+                labels[k.strip()] = v.strip()
+        if labels:
+            payload[field] = labels
     return payload, errors
 
 
@@ -110,6 +122,7 @@ def submit(request):
     return render(request, "scheduling/submit.html", {
         "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
+        "clusters": list(Cluster.objects.order_by("name").only("name", "labels", "state")),
         "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
     }, status=400 if errors else 200)
 
