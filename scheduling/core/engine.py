@@ -39,6 +39,7 @@ from .preemption import (
 from .quota import QuotaBook
 from .types import (
     Admission,
+    ClusterInfo,
     CycleResult,
     PendingJob,
     PendingReason,
@@ -67,6 +68,18 @@ class Cycle:
         self.pools_by_flavor: dict[str, list[Pool]] = defaultdict(list)
         for (_, flavor), pool in sorted(self.pools.items()):
             self.pools_by_flavor[flavor].append(pool)
+
+        # Clusters: listed ones with their labels, state and cost rank; any other cluster a node names is
+        # active, unlabelled and of cost rank 0.
+        self.clusters: dict[str, ClusterInfo] = {c.name: c for c in sorted(snapshot.clusters, key=lambda c: c.name)}
+        for node in snapshot.nodes:
+            if node.cluster not in self.clusters:
+                self.clusters[node.cluster] = ClusterInfo(node.cluster)
+        self.cluster_labels = {name: frozenset(c.labels) for name, c in self.clusters.items()}
+        self.flavor_clusters: dict[str, set[str]] = defaultdict(set)
+        for node in snapshot.nodes:
+            self.flavor_clusters[node.flavor].add(node.cluster)
+        self.closed_for: dict[int, dict[str, str]] = {}  # job -> matching clusters closed to admissions
 
         self.running = sorted(snapshot.running, key=lambda j: j.id)
         self.scorer = Scorer(snapshot)
@@ -119,9 +132,9 @@ class Cycle:
         self.admissions: dict[int, Admission] = {}
         self.preemptions: list[Preemption] = []
         self.reasons: dict[int, PendingReason] = {}
-        self.admitted_end: list[tuple[float, str, str, int]] = []  # for estimates: (end, dept, flavor, gpus)
+        self.admitted_end: list[tuple[float, str, str, int, str]] = []  # for estimates: (end, dept, flavor, gpus, cluster)
         self.fail_cache: dict[tuple, tuple[str, dict]] = {}
-        self.pool_cache: dict[tuple[str, str | None], list[Pool]] = {}
+        self.pool_cache: dict[tuple, tuple[list[Pool], dict[str, str]]] = {}
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
         self.late_realtime = 0  # pending realtime jobs already past their start target
         self.job_gpus = {j.id: j.gpus for j in snapshot.pending}
@@ -154,6 +167,8 @@ class Cycle:
                 running=self.running,
                 admitted_end=self.admitted_end,
                 heads=self.heads,
+                allowed=self.open_to,
+                rank=self.cluster_rank,
             )
             estimates = estimate_pending(view, still)
         else:
@@ -196,12 +211,83 @@ class Cycle:
             if start_credits is not None and job.hold > start_credits.get(job.department, 0):
                 continue
             dept, flavor, k = job.department, job.flavor, job.gpus
-            if not self.quota.borrows(dept, flavor, k):
-                continue
-            if self.quota.never(dept, flavor, k) is not None or self.quota.limit_code(dept, flavor, k) is not None:
+            # (per-cluster quotas: it could have borrowed on one of the clusters open to it)
+            scoped = (dept, flavor) in self.quota.scoped
+            if not any(
+                self.quota.borrows(dept, flavor, k, c)
+                and self.quota.never(dept, flavor, k, c) is None
+                and self.quota.limit_code(dept, flavor, k, c) is None
+                for c in ([p.cluster for p in self.job_pools(job)[0]] if scoped else [None])
+            ):
                 continue
             out[flavor] = job.bid
         return dict(sorted(out.items()))
+
+    def matches(self, job: PendingJob, cluster: str) -> bool:
+        """Whether ``job`` may run on ``cluster`` at all: its pin and every label of its selector."""
+        if job.cluster not in (None, cluster):
+            return False
+        return not job.cluster_selector or self.cluster_labels[cluster].issuperset(job.cluster_selector)
+
+    def open_to(self, job: PendingJob, cluster: str) -> bool:
+        return self.matches(job, cluster) and self.clusters[cluster].state == "active"
+
+    def job_pools(self, job: PendingJob) -> tuple[list[Pool], dict[str, str]]:
+        """The pools of the job's flavor it may be admitted to (a matching cluster that is active), and the
+        matching clusters with such a pool that are closed to admissions, with their state."""
+        key = (job.flavor, job.cluster, job.cluster_selector)
+        hit = self.pool_cache.get(key)
+        if hit is None:
+            pools: list[Pool] = []
+            closed: dict[str, str] = {}
+            for pool in self.pools_by_flavor.get(job.flavor, ()):
+                if not self.matches(job, pool.cluster):
+                    continue
+                state = self.clusters[pool.cluster].state
+                if state == "active":
+                    pools.append(pool)
+                else:  # cordoned or draining: its running work stays, nothing new starts there
+                    closed[pool.cluster] = state
+            hit = self.pool_cache[key] = (pools, closed)
+        return hit
+
+    def cluster_rank(self, job: PendingJob, cluster: str) -> tuple[int, int]:
+        """How a cluster ranks for a job before fit: more of its preferred labels first, then the cheaper."""
+        pref = 0
+        if job.cluster_preference:
+            labels = self.cluster_labels[cluster]
+            pref = sum(1 for pair in job.cluster_preference if pair in labels)
+        return (-pref, self.clusters[cluster].cost_rank)
+
+    def scoped_quota(self, job: PendingJob, pools: list[Pool]) -> tuple[str | None, list[Pool]] | None:
+        """For a department with per-cluster quotas of the job's flavor, whose pools differ in the quota
+        scopes they count in: admit the job on the best pool whose scopes have room (None), else choose the
+        pools to explain (and preempt or reserve in) by (how far the quota is from allowing it, cluster rank,
+        name), and a cluster of them that selects their scopes."""
+        dept, flavor, k = job.department, job.flavor, job.gpus
+        groups: dict[tuple[str, ...], list[Pool]] = {}
+        for pool in pools:
+            groups.setdefault(self.quota.keys(dept, flavor, pool.cluster), []).append(pool)
+        if len(groups) == 1:
+            return pools[0].cluster, pools
+        room: list[Pool] = []
+        status = []
+        for group in groups.values():
+            c = group[0].cluster
+            if self.quota.never(dept, flavor, k, c) is not None:
+                far = 3
+            elif self.quota.limit_code(dept, flavor, k, c) is not None:
+                far = 2
+            elif self.quota.check(dept, flavor, k, cluster=c)[0] is not None:
+                far = 1
+            else:
+                far = 0
+                room += group
+            status.append((far, min(self.cluster_rank(job, p.cluster) + (p.cluster,) for p in group), group))
+        if room and self.admit(job, sorted(room, key=lambda p: p.cluster), None):
+            return None
+        _, _, group = min(status, key=lambda st: (st[0], st[1]))
+        return group[0].cluster, group
 
     def consider(self, job: PendingJob) -> None:
         """Admit, preempt for, or explain ``job``."""
@@ -211,12 +297,29 @@ class Cycle:
             return self.pend(
                 job, reasons.INVALID_REQUEST, {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod}
             )
-        pools = self.pool_cache.get((flavor, job.cluster))
-        if pools is None:
-            pools = [p for p in self.pools_by_flavor.get(flavor, ()) if job.cluster in (None, p.cluster)]
-            self.pool_cache[(flavor, job.cluster)] = pools
+        if job.cluster_selector and not any(self.matches(job, c) for c in self.clusters):
+            return self.pend(
+                job,
+                reasons.NO_MATCHING_CLUSTER,
+                {reasons.DETAIL_SELECTOR: dict(job.cluster_selector), reasons.DETAIL_CLUSTER: job.cluster,
+                 "clusters": sorted(self.clusters)},  # fmt: skip
+            )
+        pools, closed = self.job_pools(job)
+        if closed:
+            self.closed_for[job.id] = closed
         if not pools:
-            if flavor in self.known_flavors and job.cluster is None:
+            if closed:
+                return self.pend(
+                    job,
+                    reasons.CLUSTERS_UNAVAILABLE,
+                    {reasons.DETAIL_UNAVAILABLE: dict(closed), reasons.DETAIL_SELECTOR: dict(job.cluster_selector)},
+                    "closed to admissions: " + ", ".join(f"{c} ({s})" for c, s in sorted(closed.items())),
+                )
+            if (
+                flavor in self.known_flavors
+                and job.cluster is None
+                and (not job.cluster_selector or any(self.matches(job, c) for c in self.flavor_clusters[flavor]))
+            ):
                 return self.pend(
                     job, reasons.NO_CAPACITY, {"free": 0, "requested": k, "schedulable_nodes": 0}
                 )
@@ -231,26 +334,32 @@ class Cycle:
                     {"hold": job.hold, "available": available, "missing": missing},
                     f"needs {job.hold}, has {available}, missing {missing} milli-credits",
                 )
-        never = self.quota.never(job.department, flavor, k)
+        qc = None  # a cluster of the pools whose quota scopes apply (None: the global scope only)
+        if (job.department, flavor) in self.quota.scoped:
+            chosen = self.scoped_quota(job, pools)
+            if chosen is None:
+                return None  # admitted on a cluster whose per-cluster quota has room
+            qc, pools = chosen
+        never = self.quota.never(job.department, flavor, k, qc)
         if never is not None:
-            detail = self.quota.detail(job.department, flavor, k)
+            detail = self.quota.detail(job.department, flavor, k, cluster=qc)
             detail["never"] = True
             return self.pend(
                 job, never, detail, "the request exceeds the quota the department could ever use"
             )
         realtime = tier_rank(job.tier) == REALTIME
-        borrows = self.quota.borrows(job.department, flavor, k)
-        limit = self.quota.limit_code(job.department, flavor, k)
+        borrows = self.quota.borrows(job.department, flavor, k, qc)
+        limit = self.quota.limit_code(job.department, flavor, k, qc)
         if limit is not None:
             # The department itself holds all it may: only its own jobs ending let this one in, or, for
             # realtime work, the eviction of the department's own lower tiers.
             if realtime and job.id not in self.inflight:
-                outcome = self.preempt(job, self.pool_cache[(flavor, job.cluster)], borrows)
+                outcome = self.preempt(job, pools, borrows)
                 if outcome is None:
                     return None
-            detail = self.quota.detail(job.department, flavor, k)
+            detail = self.quota.detail(job.department, flavor, k, cluster=qc)
             return self.pend(job, limit, detail, quota_note(detail))
-        code, detail = self.quota.check(job.department, flavor, k)
+        code, detail = self.quota.check(job.department, flavor, k, cluster=qc)
         if code is None and self.admit(job, pools, borrows):
             return None
         if code is None and job.id in self.headroom_held:
@@ -274,7 +383,8 @@ class Cycle:
                 return self.pend(job, outcome[0], outcome[1])
         return self.blocked(job, pools, code, detail)
 
-    def admit(self, job: PendingJob, pools: list[Pool], borrows: bool) -> bool:
+    def admit(self, job: PendingJob, pools: list[Pool], borrows: bool | None) -> bool:
+        """Place ``job`` in the best of ``pools`` that fits. ``borrows`` None: per the chosen pool's cluster."""
         g, n = job.gpus_per_pod, job.pods
         end = self.now + job.max_runtime_s
         options = []
@@ -286,17 +396,20 @@ class Cycle:
                     self.headroom_held.add(job.id)
                     continue
                 total = index.free_total() if len(pools) > 1 else 0
-                options.append((total, pool.cluster, pool, long))
+                options.append((self.cluster_rank(job, pool.cluster), total, pool.cluster, pool, long))
         if not options:
             return False
-        _, _, pool, long = min(options, key=lambda o: (o[0], o[1]))
+        # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
+        _, _, _, pool, long = min(options, key=lambda o: (o[0], o[1], o[2]))
+        if borrows is None:
+            borrows = self.quota.borrows(job.department, job.flavor, job.gpus, pool.cluster)
         placed = pool.place(g, n, long)
         for i in placed:
             pool.events.append((end, i, g))
-        self.quota.add(job.department, job.flavor, job.gpus)
+        self.quota.add(job.department, job.flavor, job.gpus, pool.cluster)
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        self.admitted_end.append((end, job.department, job.flavor, job.gpus))
+        self.admitted_end.append((end, job.department, job.flavor, job.gpus, pool.cluster))
         self.admissions[job.id] = Admission(
             job_id=job.id,
             placement=tuple(pool.names[i] for i in placed),
@@ -329,11 +442,13 @@ class Cycle:
         # it waits until the job has waited reclaim_delay_s (the borrower may end meanwhile).
         waited = self.now - job.submitted_at
         patient = realtime or waited >= self.policy.reclaim_delay_s
-        cache_key = (flavor, job.cluster, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient)
+        clusters = tuple(p.cluster for p in pools)
+        cache_key = (flavor, clusters, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient)
         if cache_key in self.fail_cache:
             return self.fail_cache[cache_key]
 
-        preemptor = Preemptor(dept, flavor, k, rank, borrows)
+        # (the pools share their quota scopes: the consider step chose them so)
+        preemptor = Preemptor(dept, flavor, k, rank, borrows, cluster=clusters[0] if clusters else None)
         min_run, starve_policy = self.policy.min_runtime_s, self.policy
 
         def eligible_for(relax_cooldown: bool):
@@ -444,8 +559,9 @@ class Cycle:
             job.flavor,
             job.gpus,
             tier_rank(job.tier),
-            quota.borrows(job.department, job.flavor, job.gpus),
+            quota.borrows(job.department, job.flavor, job.gpus, pool.cluster),
             starving=self.starving(job),
+            cluster=pool.cluster,
         )
 
         def eligible(v: RunningJob, removed) -> bool:
@@ -545,13 +661,13 @@ class Cycle:
             for pool in pools:
                 found = pool.earliest_fit(g, n, self.now)
                 if found is not None:
-                    fits.append((found[0], pool.cluster, pool, found[1]))
+                    fits.append((found[0], self.cluster_rank(job, pool.cluster), pool.cluster, pool, found[1]))
             if fits:
-                when, _, pool, spare = min(fits, key=lambda f: (f[0], f[1]))
+                when, _, _, pool, spare = min(fits, key=lambda f: (f[0], f[1], f[2]))
                 if when > self.now:
                     # A head within its nominal quota that would wait long reclaims its lent GPUs (the
                     # guarantee); any head evicts cheap work rather than idle GPUs while they drain.
-                    borrows = self.quota.borrows(job.department, job.flavor, k)
+                    borrows = self.quota.borrows(job.department, job.flavor, k, pool.cluster)
                     if not borrows and when - self.now > self.policy.reclaim_delay_s:
                         outcome = self.preempt(job, [pool], borrows)
                         if outcome is None:
@@ -570,6 +686,9 @@ class Cycle:
         return self.pend(job, code, detail, note)
 
     def pend(self, job: PendingJob, code: str, detail: dict, note: str | None = None) -> bool:
+        closed = self.closed_for.get(job.id)
+        if closed and reasons.DETAIL_UNAVAILABLE not in detail:
+            detail[reasons.DETAIL_UNAVAILABLE] = dict(closed)  # matching clusters it may not start on now
         message = reasons.CODES[code]
         if note:
             message = f"{message[:-1]}: {note}."

@@ -15,7 +15,7 @@ known), when it lies deeper than ``DEPTH`` jobs in its flavor's queue, or furthe
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
@@ -37,8 +37,13 @@ class EstimateView:
     pools_by_flavor: Mapping[str, Sequence[Pool]]
     quota: QuotaBook
     running: Sequence[RunningJob]
-    admitted_end: Sequence[tuple[float, str, str, int]]  # (end, department, flavor, GPUs) of this cycle's admissions
+    # (end, department, flavor, GPUs, cluster) of this cycle's admissions
+    admitted_end: Sequence[tuple[float, str, str, int, str]]
     heads: Mapping[int, float]  # reserved heads -> reserved start
+    # Whether a job may start on a cluster (its pin, selector, and the cluster's state), and how the clusters
+    # it may start on rank before fit (preferred labels, cost); None: any cluster, by name.
+    allowed: Callable[[PendingJob, str], bool] | None = None
+    rank: Callable[[PendingJob, str], tuple] | None = None
 
 
 def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, float | None]:
@@ -53,7 +58,10 @@ def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, f
         if pools:
             _simulate(view, flavor, pools, jobs[:DEPTH], out)
     for job_id, when in view.heads.items():
-        out[job_id] = when
+        # The reservation is a promise; a head whose per-cluster quota lets it start earlier on another cluster
+        # than the one it reserved on gets that earlier time.
+        found = out.get(job_id)
+        out[job_id] = when if found is None else min(when, found)
     return out
 
 
@@ -70,24 +78,39 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             seq += 1
     for job in view.running:
         if job.flavor == flavor:
-            heap.append((max(now, job.expected_end), seq, -1, 0, job.gpus, job.department))
+            heap.append((max(now, job.expected_end), seq, -1, 0, job.gpus, (job.department, job.cluster)))
             seq += 1
-    for end, dept, fl, gpus in view.admitted_end:
+    for end, dept, fl, gpus, cluster in view.admitted_end:
         if fl == flavor:
-            heap.append((end, seq, -1, 0, gpus, dept))
+            heap.append((end, seq, -1, 0, gpus, (dept, cluster)))
             seq += 1
     heapify(heap)
     t = now
     limit = now + HORIZON_S
     for job in jobs:
         g, n = job.gpus_per_pod, job.pods
-        cand = [pi for pi, p in enumerate(pools) if job.cluster in (None, p.cluster)]
+        if view.allowed is None:
+            cand = [pi for pi, p in enumerate(pools) if job.cluster in (None, p.cluster)]
+        else:
+            cand = [pi for pi, p in enumerate(pools) if view.allowed(job, p.cluster)]
+        if view.rank is not None and len(cand) > 1:
+            cand.sort(key=lambda pi: (view.rank(job, pools[pi].cluster), pools[pi].cluster))
         if not any(pools[pi].empty.capacity(g) >= n for pi in cand):
             continue
+        # The earliest instant it fits on any cluster open to it (quota included: per-cluster quotas differ).
+        scoped = (job.department, flavor) in book.scoped
         chosen = None
         while True:
-            if book.check(job.department, flavor, job.gpus)[0] is None:
-                chosen = next((pi for pi in cand if index[pi].capacity(g) >= n), None)
+            if scoped or book.check(job.department, flavor, job.gpus)[0] is None:
+                chosen = next(
+                    (
+                        pi
+                        for pi in cand
+                        if index[pi].capacity(g) >= n
+                        and (not scoped or book.check(job.department, flavor, job.gpus, cluster=pools[pi].cluster)[0] is None)
+                    ),
+                    None,
+                )
                 if chosen is not None:
                     break
             if not heap:
@@ -96,12 +119,12 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             if t > limit:
                 return
             while heap and heap[0][0] <= t:
-                _, _, pi, i, gpus, dept = heappop(heap)
+                _, _, pi, i, gpus, owner = heappop(heap)
                 if pi >= 0:
                     free[pi][i] += gpus
                     index[pi].set(i, free[pi][i])
                 else:
-                    book.add(dept, flavor, -gpus)
+                    book.add(owner[0], flavor, -gpus, owner[1])
         if chosen is None:
             continue
         out[job.id] = t
@@ -113,6 +136,6 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             idx.set(i, free[chosen][i])
             heappush(heap, (end, seq, chosen, i, g, None))
             seq += 1
-        heappush(heap, (end, seq, -1, 0, job.gpus, job.department))
+        heappush(heap, (end, seq, -1, 0, job.gpus, (job.department, pools[chosen].cluster)))
         seq += 1
-        book.add(job.department, flavor, job.gpus)
+        book.add(job.department, flavor, job.gpus, pools[chosen].cluster)

@@ -49,6 +49,7 @@ class Preemptor:
     rank: int  # tier rank
     borrows: bool  # it would take its department beyond its nominal quota
     starving: bool = False
+    cluster: str | None = None  # the cluster of the pool it would start in (selects per-cluster quotas)
 
 
 def at_risk_s(job: RunningJob, now: float) -> float:
@@ -72,12 +73,12 @@ def priority_victim(v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapp
         gone = removed.get(p.department, 0)
         return (
             not p.borrows
-            or quota.over_nominal(p.department, p.flavor, gone)
-            or quota.usage[(p.department, p.flavor)] - gone - v.gpus + p.gpus <= quota.nominal(p.department, p.flavor)
+            or quota.over_nominal(p.department, p.flavor, gone, p.cluster)
+            or quota.within_nominal(p.department, p.flavor, p.gpus - gone - v.gpus, p.cluster)
         )
     if not p.borrows and tier_rank(v.tier) > p.rank:
         return True
-    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0))
+    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0), v.cluster)
 
 
 def reclaim_victim(
@@ -88,7 +89,7 @@ def reclaim_victim(
     not evict training), never a job that had starved before it started."""
     if v.department == p.department or tier_rank(v.tier) < p.rank or started_starved:
         return False
-    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0))
+    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0), v.cluster)
 
 
 def drain_victim(
@@ -103,7 +104,7 @@ def drain_victim(
     vrank = tier_rank(v.tier)
     if vrank < p.rank or (started_starved and vrank <= p.rank):
         return False
-    over = v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0))
+    over = v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0), v.cluster)
     if v.department == p.department:
         return True
     if p.rank == REALTIME and p.borrows:
@@ -184,7 +185,7 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
             old = free[i] + seen.get(i, 0)
             seen[i] = seen.get(i, 0) + job.gpus_per_pod
             cap += max(0, old + job.gpus_per_pod) // g - max(0, old) // g
-        if cap >= pods and quota.check(dept, flavor, k, {job.department: job.gpus})[0] is None:
+        if cap >= pods and quota.check(dept, flavor, k, {job.department: job.gpus}, pool.cluster)[0] is None:
             best = c
     return None if best is None else [best]
 
@@ -195,20 +196,31 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
     removed: dict[str, int] = defaultdict(int)
     used_budget: dict[str, int] = defaultdict(int)
     cap = pool.now.capacity(g)
-    # quota, incrementally: the cohort pool's draw after the removals, and the preemptor's own limits
+    # quota, incrementally, in every scope the preemptor's GPUs on this cluster count in: the cohort pool's
+    # draw after the removals, and the preemptor's own limits. A victim's GPUs return to a scope only when its
+    # department's use on this cluster counts there.
     usage = quota.usage
-    draw = quota.pool_used.get(flavor, 0)
-    pool_cap = quota.pool_cap.get(flavor, 0)
-    nominal, limit, _ = quota.limits.get((dept, flavor), (0, 0, 0))
-    ceiling = None if limit is None else nominal + limit
+    scopes = []
+    for key in quota.keys(dept, flavor, pool.cluster):
+        nominal, limit, _ = quota.limits.get((dept, key), (0, 0, 0))
+        scopes.append([key, quota.pool_used.get(key, 0), quota.pool_cap.get(key, 0),
+                       None if limit is None else nominal + limit, defaultdict(int)])  # fmt: skip
+    counts: dict[tuple[str, str], bool] = {}
 
     def apply(c: Candidate, sign: int) -> None:
-        nonlocal cap, draw
+        nonlocal cap
         job = c.job
         d = job.department
-        before = usage[(d, flavor)] - removed[d]
         removed[d] += sign * job.gpus
-        draw += quota.over(d, flavor, before - sign * job.gpus) - quota.over(d, flavor, before)
+        for scope in scopes:
+            key, gone = scope[0], scope[4]
+            if (d, key) not in counts:
+                counts[(d, key)] = quota.counts(d, flavor, pool.cluster, key)
+            if not counts[(d, key)]:
+                continue
+            before = usage[(d, key)] - gone[d]
+            gone[d] += sign * job.gpus
+            scope[1] += quota.over(d, key, before - sign * job.gpus) - quota.over(d, key, before)
         for i in c.nodes:
             old = free[i] + delta[i]
             delta[i] += sign * job.gpus_per_pod
@@ -217,10 +229,13 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
     def fits() -> bool:
         if cap < pods:
             return False
-        used = usage[(dept, flavor)] - removed[dept]
-        if ceiling is not None and used + k > ceiling:
-            return False
-        return draw + quota.over(dept, flavor, used + k) - quota.over(dept, flavor, used) <= pool_cap
+        for key, draw, pool_cap, ceiling, gone in scopes:
+            used = usage[(dept, key)] - gone[dept]
+            if ceiling is not None and used + k > ceiling:
+                return False
+            if draw + quota.over(dept, key, used + k) - quota.over(dept, key, used) > pool_cap:
+                return False
+        return True
 
     chosen: list[Candidate] = []
     order = cands if seed is None else [seed, *(c for c in cands if c is not seed)]

@@ -7,6 +7,7 @@ from dataclasses import replace
 from scheduling.core import schedule
 from scheduling.core.policy import DEFAULT_POLICY
 from scheduling.core.types import (
+    ClusterInfo,
     CycleResult,
     DisruptionBudget,
     Node,
@@ -81,6 +82,7 @@ class Snap:
         self._credits = None
         self._usage: dict[str, float] = {}
         self._recent = 0
+        self._clusters: list[ClusterInfo] = []
 
     def nodes(self, count: int, flavor: str = "a100", gpus: int = 8, prefix: str = "n", **kw) -> Snap:
         start = sum(1 for n in self._nodes if n.name.startswith(prefix))
@@ -92,8 +94,12 @@ class Snap:
         return self
 
     def quota(self, dept: str, nominal: int, flavor: str = "a100", borrow: int | None = None,
-              lend: int | None = None) -> Snap:  # fmt: skip
-        self._quotas.append(Quota(dept, flavor, nominal, borrow, lend))
+              lend: int | None = None, cluster: str | None = None) -> Snap:  # fmt: skip
+        self._quotas.append(Quota(dept, flavor, nominal, borrow, lend, cluster))
+        return self
+
+    def cluster(self, name: str, state: str = "active", cost_rank: int = 0, **labels: str) -> Snap:
+        self._clusters.append(ClusterInfo(name, tuple(sorted(labels.items())), state, cost_rank))
         return self
 
     def running(self, *jobs: RunningJob) -> Snap:
@@ -136,6 +142,7 @@ class Snap:
             usage=self._usage,
             disruption_budgets=tuple(self._budgets),
             recent_preemptions=self._recent,
+            clusters=tuple(self._clusters),
         )
 
     def decide(self) -> Result:
