@@ -31,7 +31,8 @@ STATES = tuple(ClusterState.values)
 # name), never credentials, so they may be audited and shown to platform admins.
 CLUSTER_FIELDS = ("backend", "is_default", "kubeconfig", "kubeconfig_env", "context", "in_cluster",
                   "namespace_template", "labels", "state", "cost_rank")
-CONNECTION_FIELDS = ("kubeconfig", "kubeconfig_env", "context", "in_cluster")
+# What a lab file may state besides the backend and whether a cluster is the default.
+CLUSTER_SETTINGS = tuple(f for f in CLUSTER_FIELDS if f not in ("backend", "is_default"))
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 COST_RANK_RANGE = (-1000, 1000)
@@ -64,10 +65,6 @@ def _cluster_problems(values: dict) -> dict[str, list[dict]]:
                           "variable, or in-cluster access.", "ambiguous")
     if len(values["context"] or "") > 253:
         bad("context", "At most 253 characters.")
-    if (values["backend"] == BackendKind.KUBERNETES and not values["is_default"]
-            and not (path or env or values["in_cluster"])):
-        bad("kubeconfig", "A Kubernetes cluster other than the default one needs a kubeconfig path, a kubeconfig "
-                          "environment variable or in-cluster access.", "required")
     template = values["namespace_template"] or ""
     if template:
         try:

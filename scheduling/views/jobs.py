@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.errors import PortalError, error_body
-from portal.forms import form_payload
+from portal.forms import form_payload, parse_labels
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer
@@ -84,17 +84,11 @@ def _form_to_payload(post) -> tuple[dict, dict]:
             env[k.strip()] = v
     if env:
         payload["env"] = env
-    for field in ("cluster_selector", "cluster_preference"):  # key=value, one per line (or comma-separated)
-        labels = {}
-        for item in (x.strip() for x in post.get(field, "").replace(",", "\n").splitlines()):
-            if not item:
-                continue
-            if "=" not in item:
-                errors.setdefault(field, []).append(f"{item!r}: use label=value, one per line.")
-            else:
-                k, v = item.split("=", 1)
-                labels[k.strip()] = v.strip()
-        if labels:
+    for field in ("cluster_selector", "cluster_preference"):  # label=value, comma-separated
+        labels = parse_labels(post.get(field, ""))
+        if labels is None:
+            errors[field] = ["Write labels as label=value, separated by commas."]
+        elif labels:
             payload[field] = labels
     return payload, errors
 
