@@ -24,7 +24,7 @@ from portal.api.serializers import (
     MemberUpdateSerializer,
 )
 from portal.errors import Forbidden, NotFound, PortalError
-from portal.forms import form_payload, parse_labels, render_form, service_errors, submit_form
+from portal.forms import form_payload, labels_into, render_form, service_errors, submit_form
 from portal.models import Department, Membership, Role, UserTier
 from portal.services import departments, members
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
@@ -339,11 +339,7 @@ def flavors(request):
         payload = form_payload(request.POST, ("name", "resource_name", "gpu_memory_gib", "description"),
                                integers=("gpu_memory_gib",))
         pre: dict = {}
-        labels = parse_labels(request.POST.get("node_labels", ""))
-        if labels is None:
-            pre["node_labels"] = ["Write labels as key=value, separated by commas."]
-        else:
-            payload["node_labels"] = labels
+        labels_into(request.POST, "node_labels", payload, pre)
 
         def apply(data):
             name = data.pop("name")
@@ -390,11 +386,7 @@ def clusters(request):
             payload = form_payload(request.POST, CLUSTER_FORM_FIELDS, integers=("cost_rank",),
                                    checkboxes=("is_default", "in_cluster"))
             pre: dict = {}
-            labels = parse_labels(request.POST.get("labels", ""))
-            if labels is None:
-                pre["labels"] = ["Write labels as key=value, separated by commas."]
-            else:
-                payload["labels"] = labels
+            labels_into(request.POST, "labels", payload, pre)
 
             def apply(data):
                 c = inventory.cluster_create(actor=request.user, **data)

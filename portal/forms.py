@@ -49,6 +49,15 @@ def parse_labels(text: str) -> dict | None:
     return out
 
 
+def labels_into(post, name: str, payload: dict, errors: dict) -> None:
+    """The form field ``name`` (``key=value, ...``) as a label mapping in ``payload``, or a form error."""
+    labels = parse_labels(post.get(name, ""))
+    if labels is None:
+        errors[name] = ["Write labels as key=value, separated by commas."]
+    else:
+        payload[name] = labels
+
+
 def service_errors(exc: PortalError) -> dict[str, list[str]]:
     """A service's refusal as form errors: its field errors, plus its message when it says more than the
     generic "Invalid input." (NotFound and Forbidden are not form errors: they stay a 404 and a 403)."""

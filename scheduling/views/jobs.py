@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.errors import PortalError, error_body
-from portal.forms import form_payload, parse_labels
+from portal.forms import form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer
@@ -85,11 +85,7 @@ def _form_to_payload(post) -> tuple[dict, dict]:
     if env:
         payload["env"] = env
     for field in ("cluster_selector", "cluster_preference"):  # label=value, comma-separated
-        labels = parse_labels(post.get(field, ""))
-        if labels is None:
-            errors[field] = ["Write labels as label=value, separated by commas."]
-        elif labels:
-            payload[field] = labels
+        labels_into(post, field, payload, errors)
     return payload, errors
 
 
