@@ -52,6 +52,9 @@ class SnapshotContext:
     unavailable_clusters: dict[str, str] = field(default_factory=dict)
     # flavors with at least one node on a cluster this cycle may use
     available_flavors: set[str] = field(default_factory=set)
+    # (cluster, flavor) pairs with at least one node this cycle may use, and every cluster's labels
+    available_pairs: set[tuple[str, str]] = field(default_factory=set)
+    cluster_labels: dict[str, dict] = field(default_factory=dict)
 
 
 JOB_FIELDS = (
@@ -96,6 +99,8 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         for n in node_rows
     )
     ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
+    ctx.available_pairs = {(n.cluster, n.flavor) for n in nodes if n.cluster not in ctx.unavailable_clusters}
+    ctx.cluster_labels = {c.name: dict(c.labels or {}) for c in cluster_rows.values()}
     clusters = tuple(
         core.ClusterInfo(name=c.name, labels=label_pairs(c.labels), state=c.state, cost_rank=c.cost_rank)
         for c in cluster_rows.values()

@@ -209,7 +209,12 @@ def test_jobs_waiting_only_for_an_unreachable_cluster_are_never_bound_elsewhere(
     go(run_cycle)
     job.refresh_from_db()
     assert job.state == JobState.QUEUED and job.cluster_id is None
+    assert job.reason_code == "cluster_unreachable" and job.reason_detail == {"clusters": ["cloud"]}
     assert all_pods(fed) == []
+    anywhere = go(submit, lab.alice, gpus=2)  # the campus cluster still serves everyone else
+    go(run_cycle)
+    anywhere.refresh_from_db()
+    assert (anywhere.state, anywhere.cluster.name) == (JobState.ADMITTED, "default")
 
 
 def test_watch_410_on_one_cluster_relists_while_the_other_admits(fed, lab, submit, go):
