@@ -24,7 +24,7 @@ from portal.api.serializers import (
     MemberUpdateSerializer,
 )
 from portal.errors import Forbidden, NotFound, PortalError
-from portal.forms import form_payload, render_form, service_errors, submit_form
+from portal.forms import form_payload, labels_into, render_form, service_errors, submit_form
 from portal.models import Department, Membership, Role, UserTier
 from portal.services import departments, members
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
@@ -38,11 +38,13 @@ from quotas.models import Flavor, Quota, QuotaChangeRequest
 from quotas.services import flavors as flavor_services
 from quotas.services import quota_requests as quota_requests_service
 from quotas.services import rules
-from scheduling.api.clusters import ClusterCreateSerializer, NodeGroupInputSerializer
+from scheduling.api.clusters import ClusterCreateSerializer, ClusterUpdateSerializer, NodeGroupInputSerializer
 from scheduling.models import Cluster
 from scheduling.services import inventory
 
 QUOTA_INPUTS = ("nominal", "borrowing_limit", "lending_limit")
+CLUSTER_FORM_FIELDS = ("name", "backend", "is_default", "state", "cost_rank", "kubeconfig", "kubeconfig_env",
+                       "context", "in_cluster", "namespace_template")
 
 
 # ------------------------------------------------------------------------------------------ departments
@@ -337,11 +339,7 @@ def flavors(request):
         payload = form_payload(request.POST, ("name", "resource_name", "gpu_memory_gib", "description"),
                                integers=("gpu_memory_gib",))
         pre: dict = {}
-        labels = parse_labels(request.POST.get("node_labels", ""))
-        if labels is None:
-            pre["node_labels"] = ["Write labels as key=value, separated by commas."]
-        else:
-            payload["node_labels"] = labels
+        labels_into(request.POST, "node_labels", payload, pre)
 
         def apply(data):
             name = data.pop("name")
@@ -358,20 +356,6 @@ def flavors(request):
             return redirect("lab:flavors")
     rows = [(f, rules.flavor_capacity(f)) for f in Flavor.objects.order_by("name")]
     return render_form(request, "lab/flavors.html", {"membership": m, "rows": rows, "values": values}, errors)
-
-
-def parse_labels(text: str) -> dict | None:
-    out = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if "=" not in part:
-            return None
-        k, v = (x.strip() for x in part.split("=", 1))
-        if not k:
-            return None
-        out[k] = v
-    return out
 
 
 @login_required
@@ -399,12 +383,26 @@ def clusters(request):
     if request.method == "POST":
         values = request.POST.dict()
         if request.POST.get("action") == "cluster":
+            payload = form_payload(request.POST, CLUSTER_FORM_FIELDS, integers=("cost_rank",),
+                                   checkboxes=("is_default", "in_cluster"))
+            pre: dict = {}
+            labels_into(request.POST, "labels", payload, pre)
+
             def apply(data):
                 c = inventory.cluster_create(actor=request.user, **data)
                 messages.success(request, f"Cluster {c.name} created.")
 
-            errors = submit_form(ClusterCreateSerializer, form_payload(request.POST, ("name", "backend", "is_default"),
-                                                                   checkboxes=("is_default",)), apply)
+            errors = submit_form(ClusterCreateSerializer, payload, apply, pre)
+        elif request.POST.get("action") == "state":  # drain, cordon or reopen a cluster
+            cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
+            if cluster is None:
+                raise NotFound("No such cluster.")
+
+            def apply(data):
+                inventory.cluster_update(cluster=cluster, actor=request.user, **data)
+                messages.success(request, f"Cluster {cluster.name} is {data['state']} now.")
+
+            errors = submit_form(ClusterUpdateSerializer, form_payload(request.POST, ("state", "comment")), apply)
         else:
             cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
             flavor = Flavor.objects.filter(name=request.POST.get("flavor", "")).first()
@@ -428,7 +426,7 @@ def clusters(request):
     rows = [(c, sorted(inventory.node_groups(c).items()), inventory.inventory_owned(c),
              c.nodes.select_related("flavor").order_by("name")) for c in Cluster.objects.order_by("name")]
     return render_form(request, "lab/clusters.html", {
-        "membership": m, "rows": rows, "values": values, "backends": inventory.BACKENDS,
+        "membership": m, "rows": rows, "values": values, "backends": inventory.BACKENDS, "states": inventory.STATES,
         "flavors": Flavor.objects.order_by("name"), "clusters": Cluster.objects.order_by("name")}, errors)
 
 

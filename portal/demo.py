@@ -1,7 +1,9 @@
-"""Seed demo data: three departments competing for an 8 x A100 simulated cluster, users, quotas, jobs.
+"""Seed demo data: three departments competing for an 8 x A100 simulated campus cluster, plus a second
+simulated cluster of another flavor (a 4 x H100 cloud pool), users, quotas, jobs.
 
 The lab itself (departments, members, flavors, the cluster, quotas, prices, budgets) comes from the shipped
-lab file ``portal/fixtures/demo-lab.yaml``, applied like ``manage.py lab apply``; only the passwords and the
+lab file ``portal/fixtures/demo-lab.yaml``, applied like ``manage.py lab apply``; the second cluster is added
+through the same services the API and the lab pages call (``add_cloud_cluster``), and the passwords and the
 sample jobs are the demo's own."""
 
 from __future__ import annotations
@@ -46,10 +48,12 @@ def seed(*, jobs: bool = True) -> dict[str, str]:
     with transaction.atomic():
         if not Department.objects.exists():
             apply_lab(LAB_FILE.read_text())
+            add_cloud_cluster()
         creds = _passwords()
         a100 = Flavor.objects.get(name="a100-80gb")
+        h100 = Flavor.objects.filter(name="h100").first()
     if jobs and not Job.objects.exists():
-        _demo_jobs(a100)
+        _demo_jobs(a100, h100)
     return creds
 
 
@@ -74,7 +78,30 @@ def _passwords() -> dict[str, str]:
     return creds
 
 
-def _demo_jobs(a100: Flavor) -> None:
+def add_cloud_cluster() -> None:
+    """A second simulated cluster of another flavor: "cloud", one node of 4 H100s, labelled and dearer than the
+    campus cluster (which gets its own labels), with H100 quotas and prices for vision and nlp."""
+    from quotas.services import flavors, pricing
+    from quotas.services.rules import quota_create
+    from scheduling.models import Cluster
+    from scheduling.services import inventory
+
+    inventory.cluster_update(cluster=Cluster.objects.get(is_default=True), actor=None,
+                             labels={"site": "campus", "data": "campus"})
+    h100 = flavors.flavor_create(actor=None, name="h100", resource_name="nvidia.com/gpu",
+                                 node_labels={"gpu-type": "h100"}, gpu_memory_gib=80,
+                                 description="NVIDIA H100 80GB SXM")
+    cloud = inventory.cluster_create(actor=None, name="cloud", backend="simulated",
+                                     labels={"site": "cloud", "cost-tier": "high"}, cost_rank=10)
+    inventory.node_group_set(cluster=cloud, actor=None, name="sim-h100", flavor=h100, nodes=1, gpus_per_node=4)
+    for slug in ("vision", "nlp"):
+        quota_create(department=Department.objects.get(slug=slug), flavor=h100, actor=None, nominal=2,
+                     borrowing_limit=2)
+    for tier, rate in (("realtime", 6000), ("elastic", 2000), ("backfill", 800)):
+        pricing.price_set(flavor=h100, tier=tier, per_gpu_hour=rate, actor=None)
+
+
+def _demo_jobs(a100: Flavor, h100: Flavor | None) -> None:
     from scheduling.services.jobs import job_submit
 
     User = get_user_model()
@@ -91,11 +118,15 @@ def _demo_jobs(a100: Flavor) -> None:
         ("dave", "distill-7b", 2, 1, "elastic", "normal", 3600, 650),
         ("alice", "vit-huge", 4, 2, "elastic", "normal", 7200, 400),  # 8 GPUs > 4: waits for approval
     ]
-    for username, name, gpus, pods, tier, urgency, runtime, bid in specs:
+    # on the cloud cluster's H100s: one job pinned there by a required cluster label
+    cloud = [("bob", "llm-pretrain-h100", 2, 1, "elastic", "high", 3600, 0, {"site": "cloud"}),
+             ("alice", "sam-h100", 2, 1, "elastic", "normal", 1800, 0, {})] if h100 is not None else []
+    for username, name, gpus, pods, tier, urgency, runtime, bid, *where in [*specs, *cloud]:
         job_submit(
             user=User.objects.get(username=username),
             data={"name": name, "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                  "command": ["python", "train.py", "--config", f"{name}.yaml"], "env": {}, "flavor": a100,
+                  "command": ["python", "train.py", "--config", f"{name}.yaml"], "env": {},
+                  "flavor": h100 if where else a100, "cluster_selector": where[0] if where else {},
                   "gpus": gpus, "pods": pods, "cpu_millicores": 8000, "memory_mib": 65536, "tier": tier,
                   "urgency": urgency, "task_type": "train", "deadline": None, "max_runtime_s": runtime, "bid": bid,
                   "termination_grace_s": 30, "pdb_min_available": None},

@@ -57,6 +57,30 @@ def credit_fields(payload: dict, serializer_class, names, *, positive: str | Non
     return errors
 
 
+def parse_labels(text: str) -> dict | None:
+    """``key=value`` pairs separated by commas (or new lines) as a dict; None when one is not a pair."""
+    out = {}
+    for part in (p.strip() for p in text.replace("\n", ",").split(",")):
+        if not part:
+            continue
+        if "=" not in part:
+            return None
+        k, v = (x.strip() for x in part.split("=", 1))
+        if not k:
+            return None
+        out[k] = v
+    return out
+
+
+def labels_into(post, name: str, payload: dict, errors: dict) -> None:
+    """The form field ``name`` (``key=value, ...``) as a label mapping in ``payload``, or a form error."""
+    labels = parse_labels(post.get(name, ""))
+    if labels is None:
+        errors[name] = ["Write labels as key=value, separated by commas."]
+    else:
+        payload[name] = labels
+
+
 def service_errors(exc: PortalError) -> dict[str, list[str]]:
     """A service's refusal as form errors: its field errors, plus its message when it says more than the
     generic "Invalid input." (NotFound and Forbidden are not form errors: they stay a 404 and a 403)."""

@@ -13,12 +13,13 @@ from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
+from portal import dispatch
 from scheduling.backends import get_backend
 from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec, QuotaExceeded
 from scheduling.core import reasons
-from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
+from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, PreemptionVictim
 from scheduling.services import clusters, cycle, logs, stats
-from scheduling.services.jobs import record_event
+from scheduling.services.jobs import pods_at_submission, record_event
 from scheduling.services.locks import exclusive
 
 log = logging.getLogger(__name__)
@@ -61,17 +62,15 @@ def _mark_unreachable(job: Job, exc: Exception) -> None:
         )
 
 
-def _cluster_name(job: Job) -> str:
-    return job.cluster.name if job.cluster_id else clusters.default_cluster().name
-
-
 @shared_task(name="scheduling.pods.create", time_limit=60, soft_time_limit=50, **RETRY)
 def create_pods(job_id: int, attempt: int) -> str:
     job = _job(job_id, attempt, (JobState.QUEUED, JobState.ADMITTED))
     if job is None:
         return "stale"
+    if job.state == JobState.QUEUED and not pods_at_submission():
+        return "at_admission"  # made on the cluster the admission binds the job to, not before
     try:
-        get_backend(_cluster_name(job)).ensure_pods(clusters.podset_for(job))
+        get_backend(clusters.cluster_of(job)).ensure_pods(clusters.podset_for(job))
     except ClusterUnavailable as exc:
         _mark_unreachable(job, exc)
         raise
@@ -94,7 +93,7 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
     job = _job(job_id, attempt, (JobState.ADMITTED,))
     if job is None:
         return "stale"
-    backend = get_backend(_cluster_name(job))
+    backend = get_backend(clusters.cluster_of(job))  # the cluster the admission bound this attempt to
     try:
         backend.start(clusters.podset_for(job), tuple(job.placement), fresh=fresh)
     except QuotaExceeded as exc:
@@ -157,7 +156,7 @@ def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | N
             return "done"
     elif job.attempt != attempt or job.state not in (JobState.ADMITTED, JobState.RUNNING):
         return "stale"
-    cluster = job.cluster.name if job.cluster_id else "default"
+    cluster = clusters.cluster_of(job)
     now = timezone.now()
     if victim is not None and victim.status == PreemptionVictim.Status.DECIDED:
         PreemptionVictim.objects.filter(pk=victim.pk).update(
@@ -193,13 +192,21 @@ def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | N
 
 
 @shared_task(name="scheduling.pods.delete", time_limit=60, soft_time_limit=50, **RETRY)
-def delete_pods(job_id: int, attempt: int, namespace: str) -> str:
-    job = Job.objects.filter(pk=job_id).first()
-    if job is not None and job.attempt == attempt and job.state in (JobState.QUEUED, JobState.ADMITTED,
-                                                                    JobState.RUNNING):
-        return "live"  # never delete the pods of a live attempt
-    logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
-    cluster = job.cluster.name if job is not None and job.cluster_id else "default"
+def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+    """Delete an attempt's pods on ``cluster`` (None: the cluster the job is bound to, else the default one).
+    Never the pods of a live attempt on the cluster it is bound to; a queued attempt's pods are kept too (its
+    admission may be adopting them right now)."""
+    job = Job.objects.select_related("cluster").filter(pk=job_id).first()
+    if job is not None and job.attempt == attempt:
+        if job.state == JobState.QUEUED:
+            return "live"
+        if job.state in (JobState.ADMITTED, JobState.RUNNING) and (
+                cluster is None or clusters.cluster_of(job).name == cluster):
+            return "live"  # never delete the pods of a live attempt
+    if cluster is None:
+        cluster = clusters.cluster_of(job).name if job is not None else clusters.default_cluster().name
+    if job is None or job.attempt != attempt or clusters.cluster_of(job).name == cluster:
+        logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
     get_backend(cluster).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
     return "deleted"
 
@@ -230,17 +237,59 @@ def run_cycle() -> dict | None:
     return None if outcome is None else outcome.__dict__
 
 
-@shared_task(name="scheduling.cycle.sync", time_limit=120, soft_time_limit=100, ignore_result=True)
+def _fan_out(task_name: str) -> dict:
+    """One message per cluster, so each cluster's work runs (and times out) on its own: a cluster that is down
+    or slow holds up no other's. A publish that fails for one cluster is logged; the next beat sends it again."""
+    sent: dict[str, str] = {}
+    for cluster_id, name in Cluster.objects.order_by("name").values_list("pk", "name") or []:
+        try:
+            dispatch.send_now(task_name, cluster_id)
+            sent[name] = "sent"
+        except Exception:  # noqa: BLE001 - one cluster's failure must not stop the others' messages
+            log.exception("%s for cluster %s could not be run", task_name, name)
+            sent[name] = "failed"
+    if not sent:  # no cluster row yet: the default one is made on first use
+        dispatch.send_now(task_name, clusters.default_cluster().pk)
+    return sent
+
+
+def _cluster_row(cluster_id: int | None) -> Cluster | None:
+    if cluster_id is None:
+        return clusters.default_cluster()
+    return Cluster.objects.filter(pk=cluster_id).first()
+
+
+@shared_task(name="scheduling.cycle.sync", time_limit=60, soft_time_limit=50, ignore_result=True)
 def sync_cluster() -> dict:
-    with exclusive("cluster-sync") as acquired:
+    """Sync every cluster: one ``sync_one`` each."""
+    return _fan_out("scheduling.cycle.sync_one")
+
+
+@shared_task(name="scheduling.cycle.sync_one", time_limit=120, soft_time_limit=100, ignore_result=True)
+def sync_one(cluster_id: int | None = None) -> dict:
+    """Sync one cluster, under that cluster's own lock (two syncs of one cluster never overlap; syncs of
+    different clusters run side by side)."""
+    cluster = _cluster_row(cluster_id)
+    if cluster is None:
+        return {"gone": 1}
+    with exclusive(f"cluster-sync-{cluster.name}") as acquired:
         if not acquired:
             return {"skipped": 1}
-        return clusters.sync_cluster()
+        return clusters.sync_cluster(cluster=cluster)
 
 
-@shared_task(name="scheduling.cycle.reconcile", time_limit=300, soft_time_limit=280, ignore_result=True)
+@shared_task(name="scheduling.cycle.reconcile", time_limit=60, soft_time_limit=50, ignore_result=True)
 def reconcile() -> dict:
-    with exclusive("reconcile") as acquired:
+    """Reconcile every cluster: one ``reconcile_one`` each."""
+    return _fan_out("scheduling.cycle.reconcile_one")
+
+
+@shared_task(name="scheduling.cycle.reconcile_one", time_limit=300, soft_time_limit=280, ignore_result=True)
+def reconcile_one(cluster_id: int | None = None) -> dict:
+    cluster = _cluster_row(cluster_id)
+    if cluster is None:
+        return {"gone": 1}
+    with exclusive(f"reconcile-{cluster.name}") as acquired:
         if not acquired:
             return {"skipped": 1}
-        return clusters.reconcile()
+        return clusters.reconcile(cluster=cluster)

@@ -26,6 +26,9 @@ def export_lab() -> dict:
         entry: dict = {"name": c.name, "backend": c.backend}
         if c.is_default:
             entry["default"] = True
+        # the settings that differ from a new cluster's (connection settings are references, not secrets)
+        fresh = Cluster()
+        entry.update({f: getattr(c, f) for f in inventory.CLUSTER_SETTINGS if getattr(c, f) != getattr(fresh, f)})
         groups = inventory.node_groups(c)
         if groups and not inventory.inventory_owned(c):
             entry["node_groups"] = [{"name": n, **g} for n, g in sorted(groups.items())]

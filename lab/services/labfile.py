@@ -129,13 +129,16 @@ class _Applier:
         for i, c in enumerate(self.data.get("clusters") or []):
             path = ("clusters", i)
             want = {"backend": c.get("backend", "simulated"), "is_default": bool(c.get("default", False))}
+            # The other settings are applied where the file states them; left out, they stay as they are (a
+            # cluster an admin drained from the page is not reopened by the next apply).
+            want.update({f: c[f] for f in inventory.CLUSTER_SETTINGS if f in c})
             cur = Cluster.objects.filter(name=c["name"]).first()
             if cur is None:
                 self.run(path, "+", f"cluster {c['name']}", _diff({}, want),
                          lambda c=c, w=want: inventory.cluster_create(actor=self.actor, name=c["name"], **w))
             else:
-                old = {"backend": cur.backend, "is_default": cur.is_default}
-                if old != want and (old["backend"] != want["backend"] or want["is_default"]):
+                old = {k: getattr(cur, k) for k in want}
+                if old != want and (any(old[k] != want[k] for k in want if k != "is_default") or want["is_default"]):
                     w = {k: v for k, v in want.items() if old[k] != v}
                     self.run(path, "~", f"cluster {c['name']}", _diff(old, want),
                              lambda cur=cur, w=w: inventory.cluster_update(cluster=cur, actor=self.actor, **w))

@@ -207,7 +207,13 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
     def cluster(v, p):
         s.obj(v, p, {"name": lambda x, q: s.string(x, q, validators=(CLUSTER_NAME,)),
                      "backend": lambda x, q: s.string(x, q, choices=inventory.BACKENDS),
-                     "default": s.boolean, "node_groups": lambda x, q: s.items(x, q, node_group, "name")},
+                     "default": s.boolean, "node_groups": lambda x, q: s.items(x, q, node_group, "name"),
+                     "state": lambda x, q: s.string(x, q, choices=inventory.STATES),
+                     "labels": s.labels, "cost_rank": lambda x, q: s.integer(x, q, minimum=inventory.COST_RANK_RANGE[0]),
+                     "kubeconfig": lambda x, q: s.string(x, q, max_length=500),
+                     "kubeconfig_env": lambda x, q: s.string(x, q, max_length=100),
+                     "context": lambda x, q: s.string(x, q, max_length=253), "in_cluster": s.boolean,
+                     "namespace_template": lambda x, q: s.string(x, q, max_length=100)},
               ("name",))
 
     def member(v, p):

@@ -24,7 +24,7 @@ from observability.services.series import aggregate
 from observability.services.simulated import SimulatedSource, profile_of
 from portal import metrics
 from scheduling.models import Job, JobEvent, JobState
-from scheduling.services.jobs import namespace_for
+from scheduling.services.jobs import attempt_cluster, namespace_for
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def attempt_ended_at(job: Job, attempt: int) -> datetime | None:
 
 def _read(src, *, job: Job, attempt: int, start: datetime, end: datetime, final: bool, out: Outcome):
     try:
-        series = src.read(job=job, attempt=attempt, namespace=namespace_for(job.department.slug),
+        series = src.read(job=job, attempt=attempt, namespace=namespace_for(job.department.slug, attempt_cluster(job, attempt)),
                           start=start, end=end)
     except PrometheusUnavailable as exc:
         out.failed += 1

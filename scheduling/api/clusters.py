@@ -11,9 +11,9 @@ from rest_framework.views import APIView
 
 from portal.api.serializers import StrictSerializer
 from portal.errors import NotFound, ValidationFailed
-from portal.tenancy import ADMIN, require_role
+from portal.tenancy import ADMIN, PLATFORM, member, require_role, scope
 from quotas.models import Flavor
-from scheduling.models import Cluster
+from scheduling.models import Cluster, label_problems
 from scheduling.services import inventory
 
 ONLY = "Only platform admins manage clusters."
@@ -27,15 +27,28 @@ class NodeGroupSerializer(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField())
 
 
+class ClusterPublicSerializer(serializers.ModelSerializer):
+    """What every member sees of a cluster: enough to write a cluster selector, nothing of how it is reached."""
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "labels", "state", "is_default", "reachable"]
+        read_only_fields = fields
+
+
 class ClusterSerializer(serializers.ModelSerializer):
+    """A platform admin's view. The connection settings are references (a file path, a variable's name): the
+    kubeconfig itself is never read into the database, so it can never appear here."""
+
     node_groups = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
     inventory_owned = serializers.SerializerMethodField(help_text="nodes come from the cluster's own inventory")
 
     class Meta:
         model = Cluster
-        fields = ["name", "backend", "is_default", "reachable", "last_sync_at", "last_error", "inventory_owned",
-                  "nodes", "node_groups"]
+        fields = ["name", "backend", "is_default", "state", "labels", "cost_rank", "kubeconfig", "kubeconfig_env",
+                  "context", "in_cluster", "namespace_template", "reachable", "last_sync_at", "last_error",
+                  "inventory_owned", "nodes", "node_groups"]
         read_only_fields = fields
 
     def get_node_groups(self, cluster) -> list[dict]:
@@ -48,15 +61,36 @@ class ClusterSerializer(serializers.ModelSerializer):
         return inventory.inventory_owned(cluster)
 
 
-class ClusterCreateSerializer(StrictSerializer):
-    name = serializers.SlugField(max_length=40)
-    backend = serializers.ChoiceField(choices=inventory.BACKENDS, default="simulated")
-    is_default = serializers.BooleanField(default=False)
+class ClusterFieldsSerializer(StrictSerializer):
+    """The settings of a cluster; the service checks how they fit together (one way to reach it, a namespace
+    template with {department}, Kubernetes label rules)."""
 
-
-class ClusterUpdateSerializer(StrictSerializer):
     backend = serializers.ChoiceField(choices=inventory.BACKENDS, required=False)
     is_default = serializers.BooleanField(required=False)
+    state = serializers.ChoiceField(choices=inventory.STATES, required=False)
+    labels = serializers.DictField(child=serializers.CharField(max_length=63, allow_blank=True), required=False)
+    cost_rank = serializers.IntegerField(min_value=inventory.COST_RANK_RANGE[0],
+                                         max_value=inventory.COST_RANK_RANGE[1], required=False)
+    kubeconfig = serializers.CharField(max_length=500, required=False, allow_blank=True,
+                                       help_text="path of a kubeconfig file on the portal's hosts")
+    kubeconfig_env = serializers.CharField(max_length=100, required=False, allow_blank=True,
+                                           help_text="name of an environment variable holding a kubeconfig")
+    context = serializers.CharField(max_length=253, required=False, allow_blank=True)
+    in_cluster = serializers.BooleanField(required=False)
+    namespace_template = serializers.CharField(max_length=100, required=False, allow_blank=True)
+
+    def validate_labels(self, labels):
+        problems = label_problems(labels)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return labels
+
+
+class ClusterCreateSerializer(ClusterFieldsSerializer):
+    name = serializers.SlugField(max_length=40)
+
+
+class ClusterUpdateSerializer(ClusterFieldsSerializer):
     comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
@@ -78,10 +112,15 @@ def _cluster(user, name: str) -> Cluster:
 
 
 class ClusterListView(APIView):
-    @extend_schema(responses=ClusterSerializer(many=True))
+    @extend_schema(responses=ClusterSerializer(many=True),
+                   description="Platform admins get every setting; other members each cluster's name, labels "
+                               "and state (to write cluster selectors), never how it is reached.")
     def get(self, request):
-        require_role(request.user, ADMIN, ONLY)
-        return Response(ClusterSerializer(Cluster.objects.order_by("name"), many=True).data)
+        member(request.user)
+        clusters = Cluster.objects.order_by("name")
+        if scope(request.user, PLATFORM).nothing:
+            return Response(ClusterPublicSerializer(clusters, many=True).data)
+        return Response(ClusterSerializer(clusters, many=True).data)
 
     @extend_schema(request=ClusterCreateSerializer, responses={201: ClusterSerializer})
     def post(self, request):

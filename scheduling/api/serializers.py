@@ -14,7 +14,7 @@ from rest_framework import serializers
 
 from portal.api.serializers import StrictSerializer
 from quotas.models import Flavor
-from scheduling.models import Job, JobEvent, TaskType, Tier, Urgency
+from scheduling.models import Cluster, Job, JobEvent, TaskType, Tier, Urgency, label_problems
 
 # The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
 #   reference := name [ ":" tag ] [ "@" digest ];  name := [domain "/"] path-component ["/" path-component]*
@@ -161,6 +161,12 @@ class JobSubmitSerializer(StrictSerializer):
     )
     pdb_min_available = StrictIntegerField(min_value=1, max_value=64, required=False, allow_null=True,
                                            default=None)
+    cluster_selector = serializers.DictField(
+        child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict,
+        help_text="cluster labels the job requires, e.g. {\"data\": \"campus\"}: only clusters with all of them")
+    cluster_preference = serializers.DictField(
+        child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict,
+        help_text="cluster labels the job prefers: among clusters that fit, more matches go first")
 
     def unknown_field_message(self, name: str) -> str:
         return f"Unknown field {name!r}. Jobs cannot set raw pod fields."
@@ -207,6 +213,28 @@ class JobSubmitSerializer(StrictSerializer):
                 bad.append(f"{key} must be a finite {'whole ' if integer else ''}number from {low} to {high}.")
         if bad:
             raise serializers.ValidationError(bad, code="invalid_env")
+        return value
+
+    def _cluster_labels(self) -> list[dict]:
+        """Every cluster's labels, read once per serializer (a batch checks all its items against one read)."""
+        if not hasattr(self, "_clusters_seen"):
+            self._clusters_seen = [c or {} for c in Cluster.objects.values_list("labels", flat=True)]
+        return self._clusters_seen
+
+    def validate_cluster_selector(self, value):
+        problems = label_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems, code="invalid_label")
+        if value and not any(all(labels.get(k) == v for k, v in value.items()) for labels in self._cluster_labels()):
+            raise serializers.ValidationError(
+                "No cluster has all of these labels (GET /api/v1/clusters lists each cluster's labels).",
+                code="no_matching_cluster")
+        return value
+
+    def validate_cluster_preference(self, value):
+        problems = label_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems, code="invalid_label")
         return value
 
     def validate_deadline(self, value):
@@ -290,7 +318,7 @@ class JobSerializer(serializers.ModelSerializer):
             "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
             "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
-            "attempt",
+            "cluster_selector", "cluster_preference", "attempt",
             "cluster", "placement", "borrowed", "price", "exit_code", "preemption_count", "submitted_at",
             "admitted_at", "started_at", "finished_at",
         ]

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from portal import dispatch
@@ -24,7 +25,7 @@ from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission, get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
 from scheduling.core import reasons
-from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, Node, PreemptionVictim
+from scheduling.models import IN_FLIGHT, Cluster, ClusterState, Job, JobState, Node, PreemptionVictim
 from scheduling.services import notify
 from scheduling.services.jobs import (
     budget_attempt_ended,
@@ -64,12 +65,32 @@ def default_cluster() -> Cluster:
     return cluster
 
 
+def cluster_of(job: Job) -> Cluster:
+    """The cluster of the job's current attempt (a job admitted before clusters were recorded, or a queued one
+    whose pods are made at submission, is on the default cluster)."""
+    return job.cluster if job.cluster_id else default_cluster()
+
+
+def bound_to(jobs, cluster: Cluster):
+    """The jobs (a queryset) whose current attempt is bound to ``cluster``."""
+    if cluster.is_default:
+        return jobs.filter(Q(cluster=cluster) | Q(cluster__isnull=True))
+    return jobs.filter(cluster=cluster)
+
+
+def federated() -> bool:
+    """More than one cluster is registered: a queued job's cluster is not known until it is admitted, so no
+    backend creates its pods before then (they are created on the chosen cluster at admission)."""
+    return Cluster.objects.count() > 1
+
+
 def podset_for(job: Job) -> PodSet:
     policy, _ = current_policy()
+    cluster = cluster_of(job)
     return PodSet(
         job_id=job.pk,
         attempt=job.attempt,
-        namespace=namespace_for(job.department.slug),
+        namespace=namespace_for(job.department.slug, cluster),
         department=job.department.slug,
         job_name=job.name,
         owner=job.owner.get_username(),
@@ -93,7 +114,7 @@ def podset_for(job: Job) -> PodSet:
         termination_grace_s=job.termination_grace_s,
         checkpoint_interval_s=job.checkpoint_interval_s,
         pdb_min_available=job.pdb_min_available,
-        cluster=job.cluster.name if job.cluster_id else default_cluster().name,
+        cluster=cluster.name,
     )
 
 
@@ -102,7 +123,10 @@ def ensure_priority_classes() -> list[str]:
     classes = {policy.priority_classes.get(t, f"ai-{t}"): v for t, v in PRIORITY_VALUES.items()}
     changed: list[str] = []
     for cluster in Cluster.objects.all() or [default_cluster()]:
-        changed += get_backend(cluster.name).ensure_priority_classes(classes)
+        try:
+            changed += get_backend(cluster).ensure_priority_classes(classes)
+        except ClusterUnavailable as exc:  # one cluster down must not keep the others' classes from being made
+            log.warning("cluster %s: PriorityClasses not ensured (%s)", cluster.name, exc)
     return changed
 
 
@@ -110,19 +134,80 @@ def ensure_priority_classes() -> list[str]:
 
 
 def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
-    """Read the cluster once (nodes + the portal's pods), store nodes, and move jobs from their pods."""
+    """Read one cluster once (nodes + the portal's pods), store its nodes, and move the jobs bound to it from
+    their pods. Every cluster is synced on its own (``scheduling.cycle.sync_one``): one that is down or slow
+    marks itself unreachable and holds up no other."""
     cluster = cluster or default_cluster()
-    backend = get_backend(cluster.name)
     try:
+        backend = get_backend(cluster)
         inv = backend.inventory()
     except ClusterUnavailable as exc:
-        Cluster.objects.filter(pk=cluster.pk).update(reachable=False, last_error=str(exc)[:2000])
+        mark_unreachable(cluster=cluster, error=str(exc))
         return {"unreachable": 1}
-    Cluster.objects.filter(pk=cluster.pk).update(reachable=True, last_error="", last_sync_at=timezone.now())
+    mark_reachable(cluster=cluster)
     if backend.owns_inventory:
         store_nodes(cluster=cluster, inventory=inv, terminating=_terminating_gpus(inv.pods))
-    counts = apply_pod_states(inv.pods, complete=True)
+    counts = apply_pod_states(inv.pods, complete=True, cluster=cluster)
+    if drain_finished(cluster=cluster):
+        counts["drained"] = 1
     return counts
+
+
+def _unreachable_message(cluster: Cluster) -> str:
+    return (f"cluster {cluster.name} is unreachable: the job's pods there are left as they are (never started "
+            "elsewhere) until it answers again")
+
+
+def mark_unreachable(*, cluster: Cluster, error: str) -> int:
+    """The cluster's API did not answer: say so on the cluster and on every job running there (once per
+    outage, on its timeline too). Its running jobs are not requeued: their pods may still run, and starting
+    them elsewhere would run the work twice. Returns how many jobs were marked."""
+    Cluster.objects.filter(pk=cluster.pk).update(reachable=False, last_error=error[:2000])
+    log.warning("cluster %s unreachable: %s", cluster.name, error[:300])
+    message = _unreachable_message(cluster)
+    marked = 0
+    active = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)), cluster)
+    for job in active.exclude(reason_code=reasons.CLUSTER_UNREACHABLE).select_related("department", "flavor",
+                                                                                     "owner"):
+        if Job.objects.filter(pk=job.pk, attempt=job.attempt, state=job.state).exclude(
+                reason_code=reasons.CLUSTER_UNREACHABLE).update(reason_code=reasons.CLUSTER_UNREACHABLE,
+                                                                reason_message=message[:300]):
+            record_event(job=job, kind="note", reason_code=reasons.CLUSTER_UNREACHABLE, message=message,
+                         data={"cluster": cluster.name})
+            marked += 1
+    return marked
+
+
+def mark_reachable(*, cluster: Cluster) -> None:
+    """The cluster answered: clear its error, and the unreachable reason of the jobs running there."""
+    Cluster.objects.filter(pk=cluster.pk).update(reachable=True, last_error="", last_sync_at=timezone.now())
+    active = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING),
+                                         reason_code=reasons.CLUSTER_UNREACHABLE), cluster)
+    for job in active.select_related("department", "flavor", "owner"):
+        message = f"cluster {cluster.name} answers again"
+        if Job.objects.filter(pk=job.pk, attempt=job.attempt, reason_code=reasons.CLUSTER_UNREACHABLE).update(
+                reason_code=job.state, reason_message=message):
+            record_event(job=job, kind="note", reason_code="cluster_reachable", message=message,
+                         data={"cluster": cluster.name})
+
+
+def drain_finished(*, cluster: Cluster) -> bool:
+    """A draining cluster on which no job of the portal is active any more becomes cordoned (audited): its
+    running work has finished or moved, and it still takes no new admissions."""
+    if cluster.state != ClusterState.DRAINING:
+        return False
+    if bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)), cluster).exists():
+        return False
+    from portal.audit import audit
+
+    with transaction.atomic():
+        if not Cluster.objects.filter(pk=cluster.pk, state=ClusterState.DRAINING).update(
+                state=ClusterState.CORDONED):
+            return False
+        audit(actor=None, action="cluster.update", obj=cluster, old={"state": ClusterState.DRAINING},
+              new={"state": ClusterState.CORDONED}, comment="drained: no job of the portal runs there any more")
+    cluster.state = ClusterState.CORDONED
+    return True
 
 
 def _terminating_gpus(pods: Iterable[PodState]) -> dict[tuple[str, str], int]:
@@ -173,16 +258,20 @@ def store_nodes(*, cluster: Cluster, inventory: Inventory, terminating: dict[tup
 # ------------------------------------------------------------------------------------------ pod states
 
 
-def apply_pod_states(states: Iterable[PodState], *, complete: bool = False) -> dict[str, int]:
+def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
+                     cluster: Cluster | None = None) -> dict[str, int]:
     """Move each job according to its current attempt's pods. ``complete``: ``states`` lists every portal
-    pod, so an active job whose eviction was under way and that has no pod left is requeued now (other active
-    jobs without pods are ``reconcile``'s: their pods may not have been created yet)."""
+    pod of ``cluster``, so an active job there whose eviction was under way and that has no pod left is
+    requeued now (other active jobs without pods are ``reconcile``'s: their pods may not have been created
+    yet). ``cluster``: where the states come from; only the jobs bound to it move (a stray pod of the same
+    attempt on another cluster never moves a job). None: the default cluster."""
+    cluster = cluster or default_cluster()
     by_job: dict[int, list[PodState]] = defaultdict(list)
     for s in states:
         by_job[s.job_id].append(s)
     counts: dict[str, int] = defaultdict(int)
-    jobs = Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
-        "department", "flavor", "owner"
+    jobs = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)), cluster).select_related(
+        "department", "flavor", "owner", "cluster"
     )
     if len(by_job) <= 1000:  # a watcher's few events; a full inventory also lists every finished job's pods,
         jobs = jobs.filter(pk__in=list(by_job))  # and the active jobs (bounded by capacity) are the fewer rows
@@ -206,7 +295,7 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False) -> d
         if outcome:
             counts[outcome] += 1
     if complete:  # evicting jobs none of whose pods is listed any more: their eviction is over
-        for job in _evicting_jobs():
+        for job in _evicting_jobs(cluster):
             if any(p.attempt == job.attempt for p in by_job.get(job.pk, ())):
                 continue
             try:
@@ -226,12 +315,13 @@ def _apply_job_atomically(job: Job, pods: list[PodState]) -> str | None:
         return _apply_job(snapshot, pods)
 
 
-def _evicting_jobs():
-    """Active jobs whose current attempt is being evicted (decided, requested or accepted)."""
+def _evicting_jobs(cluster: Cluster):
+    """Active jobs on ``cluster`` whose current attempt is being evicted (decided, requested or accepted)."""
     ids = PreemptionVictim.objects.filter(
         status__in=IN_FLIGHT, job__state__in=(JobState.ADMITTED, JobState.RUNNING)
     ).values_list("job_id", flat=True)
-    return [j for j in Job.objects.filter(pk__in=list(ids)).select_related("department", "flavor", "owner")
+    return [j for j in bound_to(Job.objects.filter(pk__in=list(ids)), cluster)
+            .select_related("department", "flavor", "owner", "cluster")
             .order_by("pk") if PreemptionVictim.objects.filter(job=j, attempt=j.attempt, status__in=IN_FLIGHT).exists()]
 
 
@@ -246,13 +336,15 @@ def attempt_gone(*, job: Job) -> bool:
 
 def apply_pod_deleted(*, state: PodState, cluster: str = "default") -> str | None:
     """A watcher saw one of the portal's pods go away: re-read that attempt's pods (one list) and move the job,
-    so an externally deleted pod or the end of an eviction is acted on now, not at the next reconcile."""
-    job = Job.objects.filter(pk=state.job_id, attempt=state.attempt,
-                             state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
-        "department", "flavor", "owner").first()
+    so an externally deleted pod or the end of an eviction is acted on now, not at the next reconcile. Only a
+    job bound to that cluster moves."""
+    row = Cluster.objects.filter(name=cluster).first() or default_cluster()
+    job = bound_to(Job.objects.filter(pk=state.job_id, attempt=state.attempt,
+                                      state__in=(JobState.ADMITTED, JobState.RUNNING)), row).select_related(
+        "department", "flavor", "owner", "cluster").first()
     if job is None:
         return None
-    remaining = get_backend(cluster).attempt_pods(job_id=job.pk, attempt=job.attempt, namespace=state.namespace)
+    remaining = get_backend(row).attempt_pods(job_id=job.pk, attempt=job.attempt, namespace=state.namespace)
     with transaction.atomic():
         if remaining:
             return _apply_job(job, list(remaining))
@@ -317,7 +409,7 @@ def _scheduler_may_still_bind(job: Job, pod: PodState, now: datetime) -> bool:
     if pod.since is None or now.timestamp() - pod.since >= SCHEDULING_GRACE.total_seconds():
         return False
     placement = set(job.placement or ())
-    cluster = job.cluster.name if job.cluster_id else default_cluster().name
+    cluster = cluster_of(job).name
     known = set(Node.objects.filter(cluster__name=cluster, name__in=placement).values_list("name", flat=True))
     return placement <= known
 
@@ -345,6 +437,7 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
     """End the current attempt (eviction, lost node, unschedulable) and queue the next one, keeping the
     original submission time so the job does not lose its place to aging."""
     old_attempt = job.attempt
+    ran_on = cluster_of(job)  # the next attempt may go to another cluster: the old pods are deleted here
     now = timezone.now()
     with transaction.atomic():
         budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
@@ -363,7 +456,8 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
         if not requeued:
             return False
         budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
-        dispatch.after_commit("scheduling.pods.delete", job.pk, old_attempt, namespace_for(job.department.slug))
+        dispatch.after_commit("scheduling.pods.delete", job.pk, old_attempt,
+                              namespace_for(job.department.slug, ran_on), ran_on.name)
         enqueue_pod_creation(job)
     return True
 
@@ -403,12 +497,17 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
     without pods get them (again) where pods are created at submission; admitted jobs still gated, or still
     without pods where pods are created at admission, are started again (and requeued after a bounded wait);
     active jobs whose pods vanished are requeued; gangs partly evicted get the rest of their evictions asked
-    again; and portal pods without a live job attempt are deleted."""
+    again; and portal pods without a live job attempt are deleted.
+
+    One cluster per call (``scheduling.cycle.reconcile_one`` per cluster): only the jobs bound to it are looked
+    at, so a job running on another cluster is never taken for lost here, and an unreachable cluster's jobs are
+    left alone until it answers. Pods here of an attempt bound to another cluster are deleted."""
     cluster = cluster or default_cluster()
-    backend = get_backend(cluster.name)
     try:
+        backend = get_backend(cluster)
         inv = backend.inventory()
-    except ClusterUnavailable:
+    except ClusterUnavailable as exc:
+        mark_unreachable(cluster=cluster, error=str(exc))
         return {"unreachable": 1}
     pods: dict[tuple[int, int], list[PodState]] = defaultdict(list)
     for p in inv.pods:
@@ -419,14 +518,18 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
         "department", "flavor", "owner"
     )
     live_keys = set()
-    at_admission = creates_pods_at_admission(cluster.name)
-    evicting = {j.pk for j in _evicting_jobs()}
+    several = federated()
+    at_admission = creates_pods_at_admission(cluster) or several
+    evicting = {j.pk for j in _evicting_jobs(cluster)}
     for job in live:
         key = (job.pk, job.attempt)
+        here = job.cluster_id == cluster.pk or (job.cluster_id is None and cluster.is_default)
+        if job.state != JobState.QUEUED and not here:
+            continue  # bound to another cluster: its pods here, if any, are strays (deleted below)
         live_keys.add(key)
         mine = pods.get(key, [])
         if job.state == JobState.QUEUED:
-            if len(mine) < job.pods and not at_admission:
+            if len(mine) < job.pods and not at_admission and cluster.is_default:
                 dispatch.send_now("scheduling.pods.create", job.pk, job.attempt)
                 counts["created"] += 1
         elif job.state == JobState.ADMITTED and at_admission and len(mine) < job.pods and job.pk not in evicting:
@@ -465,7 +568,7 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
                 dispatch.send_now("scheduling.pods.evict", job.pk, job.attempt, mine[0].namespace, lost)
                 counts["evictions_resent"] += 1
     for key, plist in pods.items():
-        if key not in live_keys:  # pods of a finished job or of an attempt that moved on
-            dispatch.send_now("scheduling.pods.delete", key[0], key[1], plist[0].namespace)
+        if key not in live_keys:  # pods of a finished job, of an attempt that moved on, or bound elsewhere
+            dispatch.send_now("scheduling.pods.delete", key[0], key[1], plist[0].namespace, cluster.name)
             counts["orphans_deleted"] += 1
     return dict(counts)

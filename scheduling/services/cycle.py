@@ -194,18 +194,25 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
 
 # Reasons about the job or its department, true whatever the cluster's state: kept during an outage.
 _NOT_ABOUT_THE_CLUSTER = {reasons.BUDGET_INSUFFICIENT, reasons.QUOTA_EXHAUSTED, reasons.BORROW_LIMIT,
-                          reasons.AWAITING_APPROVAL, reasons.INVALID_REQUEST, reasons.QUOTA_LENT_OUT}
+                          reasons.AWAITING_APPROVAL, reasons.INVALID_REQUEST, reasons.QUOTA_LENT_OUT,
+                          reasons.NO_MATCHING_CLUSTER, reasons.CLUSTERS_UNAVAILABLE}
 
 
 def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) -> core.PendingReason:
-    """While every cluster offering the job's GPU type is unreachable (or not read yet), the engine sees no
-    schedulable node and would say "no capacity"; the truth is that the cluster cannot be reached."""
-    if not ctx.unavailable_clusters or pr.code in _NOT_ABOUT_THE_CLUSTER or job.flavor.name in ctx.available_flavors:
+    """While every cluster the job may run on (its selector's) that offers its GPU type is unreachable (or not
+    read yet), the engine sees no schedulable node and would say "no capacity"; the truth is that the cluster
+    cannot be reached."""
+    if not ctx.unavailable_clusters or pr.code in _NOT_ABOUT_THE_CLUSTER:
         return pr
-    why = "; ".join(ctx.unavailable_clusters[c] for c in sorted(ctx.unavailable_clusters))
+    selector = job.cluster_selector or {}
+    allowed = [c for c, labels in ctx.cluster_labels.items() if all(labels.get(k) == v for k, v in selector.items())]
+    if any((c, job.flavor.name) in ctx.available_pairs for c in allowed):
+        return pr
+    down = sorted(c for c in ctx.unavailable_clusters if c in allowed) or sorted(ctx.unavailable_clusters)
+    why = "; ".join(ctx.unavailable_clusters[c] for c in down)
     return replace(pr, code=reasons.CLUSTER_UNREACHABLE,
                    message=f"{reasons.CODES[reasons.CLUSTER_UNREACHABLE]} ({why})"[:300],
-                   detail={"clusters": sorted(ctx.unavailable_clusters)}, estimated_start=None)
+                   detail={"clusters": down}, estimated_start=None)
 
 
 def _in_credits(pr: core.PendingReason) -> core.PendingReason:
@@ -262,7 +269,7 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: se
             message=f"preemption decided for job {pre.preemptor_id} ({pre.reason}): {pre.message}"[:500],
             data={"preemption_id": record.pk, "preemptor": pre.preemptor_id},
         )
-        ns = namespace_for(v.department.slug)
+        ns = namespace_for(v.department.slug, v.cluster)
         dispatch.after_commit("scheduling.pods.evict", v.pk, v.attempt, ns, record.pk)
     if preemptor is not None:
         # The message and the detail name the same victims: the ones recorded here (the engine's list may

@@ -22,49 +22,117 @@ from portal.audit import audit
 from portal.errors import Conflict, ValidationFailed
 from quotas.models import Flavor
 from scheduling.backends import owns_inventory
-from scheduling.models import ACTIVE_STATES, Cluster, Job, Node
+from scheduling.models import ACTIVE_STATES, BackendKind, Cluster, ClusterState, Job, Node, label_problems
 
 NODE_GROUP_LABEL = "portal.node-group"
-BACKENDS = ("simulated", "kubernetes")
-CLUSTER_FIELDS = ("backend", "is_default")
+BACKENDS = tuple(BackendKind.values)
+STATES = tuple(ClusterState.values)
+# Everything an admin sets on a cluster. The connection settings are references (a file path, a variable's
+# name), never credentials, so they may be audited and shown to platform admins.
+CLUSTER_FIELDS = ("backend", "is_default", "kubeconfig", "kubeconfig_env", "context", "in_cluster",
+                  "namespace_template", "labels", "state", "cost_rank")
+# What a lab file may state besides the backend and whether a cluster is the default.
+CLUSTER_SETTINGS = tuple(f for f in CLUSTER_FIELDS if f not in ("backend", "is_default"))
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+COST_RANK_RANGE = (-1000, 1000)
 
 
 def _error(field: str, message: str, code: str = "invalid") -> ValidationFailed:
     return ValidationFailed(fields={field: [{"code": code, "message": message}]})
 
 
-def cluster_create(*, actor, name: str, backend: str = "simulated", is_default: bool = False) -> Cluster:
-    if backend not in BACKENDS:
-        raise _error("backend", f"Choose one of {', '.join(BACKENDS)}.", "invalid_choice")
+def _cluster_problems(values: dict) -> dict[str, list[dict]]:
+    """Field errors of a cluster's settings as they would be after a create or an update (all fields given)."""
+    errors: dict[str, list[dict]] = {}
+
+    def bad(field, message, code="invalid"):
+        errors.setdefault(field, []).append({"code": code, "message": message})
+
+    if values["backend"] not in BACKENDS:
+        bad("backend", f"Choose one of {', '.join(BACKENDS)}.", "invalid_choice")
+    if values["state"] not in STATES:
+        bad("state", f"Choose one of {', '.join(STATES)}.", "invalid_choice")
+    path = values["kubeconfig"] or ""
+    if path and (not path.startswith("/") or len(path) > 500 or "\x00" in path):
+        bad("kubeconfig", "The absolute path of a kubeconfig file (e.g. a mounted Secret), up to 500 characters.")
+    env = values["kubeconfig_env"] or ""
+    if env and not ENV_NAME.match(env):
+        bad("kubeconfig_env", "The name of an environment variable: letters, digits and '_', not starting with a "
+                              "digit.")
+    if sum(bool(x) for x in (path, env, values["in_cluster"])) > 1:
+        bad("kubeconfig", "Give one way to reach the cluster: a kubeconfig path, a kubeconfig environment "
+                          "variable, or in-cluster access.", "ambiguous")
+    if len(values["context"] or "") > 253:
+        bad("context", "At most 253 characters.")
+    template = values["namespace_template"] or ""
+    if template:
+        try:
+            sample = template.format(department="dept")
+        except (KeyError, IndexError, ValueError):
+            sample = None
+        if "{department}" not in template or sample is None or not DNS_LABEL.match(sample):
+            bad("namespace_template", "A namespace name with {department} in it, e.g. gpu-{department} (lower-case "
+                                      "letters, digits and '-').")
+    for problem in label_problems(values["labels"]):
+        bad("labels", problem)
+    rank = values["cost_rank"]
+    if isinstance(rank, bool) or not isinstance(rank, int) or not COST_RANK_RANGE[0] <= rank <= COST_RANK_RANGE[1]:
+        bad("cost_rank", f"A whole number from {COST_RANK_RANGE[0]} to {COST_RANK_RANGE[1]} (lower is cheaper).")
+    return errors
+
+
+def cluster_settings(cluster: Cluster) -> dict:
+    return {f: getattr(cluster, f) for f in CLUSTER_FIELDS}
+
+
+def cluster_create(*, actor, name: str, **values) -> Cluster:
+    """Register a cluster (``values``: any of CLUSTER_FIELDS; the rest take their defaults)."""
+    unknown = set(values) - set(CLUSTER_FIELDS)
+    if unknown:
+        raise _error(sorted(unknown)[0], "Unknown field.", "unknown_field")
+    settings = {**cluster_settings(Cluster()), **values}
+    settings["labels"] = settings["labels"] if settings["labels"] is not None else {}
+    errors = _cluster_problems(settings)
+    if errors:
+        raise ValidationFailed(fields=errors)
     with transaction.atomic():
         if Cluster.objects.filter(name=name).exists():
             raise _error("name", f"A cluster named {name} exists already.", "unique")
-        if is_default:
+        if settings["is_default"]:
             Cluster.objects.filter(is_default=True).update(is_default=False)
-        cluster = Cluster.objects.create(name=name, backend=backend, is_default=is_default)
-        audit(actor=actor, action="cluster.create", obj=cluster, new={"name": name, "backend": backend,
-                                                                      "is_default": is_default})
+        cluster = Cluster.objects.create(name=name, **settings)
+        audit(actor=actor, action="cluster.create", obj=cluster, new={"name": name, **settings})
     return cluster
 
 
 def cluster_update(*, cluster: Cluster, actor, comment: str = "", **values) -> Cluster:
-    """Change a cluster's backend or make it the default (the previous default stops being one)."""
-    if "backend" in values and values["backend"] not in BACKENDS:
-        raise _error("backend", f"Choose one of {', '.join(BACKENDS)}.", "invalid_choice")
+    """Change a cluster's settings, make it the default (the previous default stops being one), or change its
+    state: ``cordoned`` takes no new admissions; ``draining`` takes none either and lets its running work
+    finish (then the sync makes it ``cordoned``); ``active`` opens it again."""
+    unknown = set(values) - set(CLUSTER_FIELDS)
+    if unknown:
+        raise _error(sorted(unknown)[0], "Unknown field.", "unknown_field")
     if values.get("is_default") is False and cluster.is_default:
         raise _error("is_default", "Make another cluster the default instead: there is always one.", "invalid")
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
-        old = {f: getattr(cluster, f) for f in CLUSTER_FIELDS}
-        if values.get("is_default") and not cluster.is_default:
+        old = cluster_settings(cluster)
+        new = {**old, **{k: v for k, v in values.items() if v is not None or k == "labels"}}
+        if new["labels"] is None:
+            new["labels"] = {}
+        errors = _cluster_problems(new)
+        if errors:
+            raise ValidationFailed(fields=errors)
+        if new["is_default"] and not cluster.is_default:
             Cluster.objects.filter(is_default=True).update(is_default=False)
-        for f in CLUSTER_FIELDS:
-            if f in values:
-                setattr(cluster, f, values[f])
-        new = {f: getattr(cluster, f) for f in CLUSTER_FIELDS}
         if new != old:
+            for f, v in new.items():
+                setattr(cluster, f, v)
             cluster.save(update_fields=list(CLUSTER_FIELDS))
-            audit(actor=actor, action="cluster.update", obj=cluster, old=old, new=new, comment=comment)
+            changed = [f for f in CLUSTER_FIELDS if old[f] != new[f]]
+            audit(actor=actor, action="cluster.update", obj=cluster, old={f: old[f] for f in changed},
+                  new={f: new[f] for f in changed}, comment=comment)
     return cluster
 
 
@@ -111,7 +179,7 @@ def _busy_nodes(cluster: Cluster) -> set[str]:
 
 def inventory_owned(cluster: Cluster) -> bool:
     """Whether the cluster reports its own nodes (then node groups cannot be declared)."""
-    return owns_inventory(cluster.name) or cluster.backend != "simulated"
+    return owns_inventory(cluster) or cluster.backend != "simulated"
 
 
 GROUP_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,50}[a-z0-9])?$")

@@ -23,7 +23,7 @@ from quotas import budgets
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
-from scheduling.models import TRANSITIONS, Job, JobEvent, JobState, Node
+from scheduling.models import TRANSITIONS, Cluster, Job, JobEvent, JobState, Node
 from scheduling.services import notify
 
 log = logging.getLogger(__name__)
@@ -279,11 +279,22 @@ def _replay(existing: Job, digest: str) -> Job:
     return existing
 
 
+def pods_at_submission() -> bool:
+    """Whether a queued job's gated pods are made before its admission: only with a single cluster whose
+    backend does so (the simulated one). The Kubernetes backend creates them at admission (a gated pod counts
+    against its namespace's ResourceQuota), and with several clusters a queued job is bound to none yet: its
+    pods are made on the cluster its admission chooses, never anywhere before."""
+    rows = list(Cluster.objects.order_by("pk")[:2])
+    if len(rows) > 1:
+        return False
+    return not creates_pods_at_admission(rows[0] if rows else "default")
+
+
 def enqueue_pod_creation(job: Job) -> None:
-    """Queue the creation of the job's gated pods, for a backend that creates them while the job is queued.
-    The Kubernetes backend creates them at admission instead (a gated pod counts against its namespace's
-    ResourceQuota): nothing to do here for it."""
-    if creates_pods_at_admission(job.cluster.name if job.cluster_id else "default"):
+    """Queue the creation of the job's gated pods where they are made while it is queued. The task itself
+    checks ``pods_at_submission()`` (a submission reads no cluster row); with the Kubernetes default cluster
+    of ``SCHEDULING_BACKEND`` no message is sent at all."""
+    if settings.SCHEDULING_BACKEND == "kubernetes":
         return
     job_id, attempt = job.pk, job.attempt
     # The job is committed and accepted whatever the broker does (``send`` logs an unreachable broker), and
@@ -342,14 +353,30 @@ def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Jo
         if job.state == JobState.CANCELLED:
             return job
         raise InvalidTransition(f"The job is {job.state} and can no longer be cancelled.")
-    if had_pods:
-        dispatch.after_commit("scheduling.pods.delete", job.pk, attempt, namespace_for(job.department.slug))
+    if had_pods:  # on the cluster the attempt is bound to (None: a queued job's pods, on the default cluster)
+        cluster = job.cluster if job.cluster_id else None
+        dispatch.after_commit("scheduling.pods.delete", job.pk, attempt, namespace_for(job.department.slug, cluster),
+                              cluster.name if cluster else None)
     budget_attempt_ended(job=job, attempt=attempt, outcome="cancelled")
     return job
 
 
-def namespace_for(department_slug: str) -> str:
-    return settings.KUBE_NAMESPACE_TEMPLATE.format(department=department_slug)
+def attempt_cluster(job: Job, attempt: int) -> Cluster | None:
+    """The cluster one attempt of the job was bound to: the job's own while that attempt is current, else the
+    one its admission recorded on the timeline (None: never admitted, or admitted before clusters were
+    recorded: the default cluster)."""
+    if job.attempt == attempt and job.cluster_id:
+        return job.cluster
+    data = (JobEvent.objects.filter(job=job, attempt=attempt, kind="transition", to_state=JobState.ADMITTED)
+            .order_by("-at", "-id").values_list("data", flat=True).first()) or {}
+    name = data.get("cluster")
+    return Cluster.objects.filter(name=name).first() if name else None
+
+
+def namespace_for(department_slug: str, cluster: Cluster | None = None) -> str:
+    """The department's namespace on ``cluster``: the cluster's own template, else KUBE_NAMESPACE_TEMPLATE."""
+    template = (cluster.namespace_template if cluster is not None else "") or settings.KUBE_NAMESPACE_TEMPLATE
+    return template.format(department=department_slug)
 
 
 def largest_node_gpus(*, flavor: Flavor) -> int | None:

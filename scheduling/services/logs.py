@@ -18,7 +18,7 @@ from django.utils import timezone
 from scheduling.backends import get_backend
 from scheduling.backends.base import BackendError
 from scheduling.models import AttemptLog, Job, JobState
-from scheduling.services.jobs import namespace_for
+from scheduling.services.jobs import attempt_cluster, namespace_for
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,9 @@ def is_live(job: Job, attempt: int) -> bool:
 
 
 def _backend_lines(job: Job, attempt: int, *, tail: int, follow: bool = False) -> Iterator[str]:
-    backend = get_backend(job.cluster.name if job.cluster_id else "default")
-    return backend.logs(job_id=job.pk, attempt=attempt, namespace=namespace_for(job.department.slug),
+    cluster = attempt_cluster(job, attempt)  # a requeued job's earlier attempt may have run elsewhere
+    backend = get_backend(cluster if cluster is not None else "default")
+    return backend.logs(job_id=job.pk, attempt=attempt, namespace=namespace_for(job.department.slug, cluster),
                         tail_lines=tail, follow=follow)
 
 

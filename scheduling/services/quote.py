@@ -24,7 +24,7 @@ from scheduling.core import reasons
 from scheduling.core import types as core_types
 from scheduling.models import Job, JobState
 from scheduling.selectors import wall_eta
-from scheduling.services.snapshot import build_snapshot
+from scheduling.services.snapshot import build_snapshot, label_pairs
 
 # The hypothetical job's id in the snapshot: no stored job has a negative id.
 QUOTE_JOB_ID = -1
@@ -125,6 +125,7 @@ def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, 
         urgency=job.urgency, user_tier=job.user_tier, user=user, submitted_at=snapshot.now,
         deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=float(job.max_runtime_s),
         bid=job.bid or 0, hold=hold,
+        cluster_selector=label_pairs(job.cluster_selector), cluster_preference=label_pairs(job.cluster_preference),
     )
     started = time.perf_counter()
     result = core.schedule(replace(snapshot, pending=(*snapshot.pending, pending)))

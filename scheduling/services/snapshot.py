@@ -1,7 +1,7 @@
 """Turn the database into the engine's frozen Snapshot, in a fixed, small number of queries.
 
-Queries: nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
-preemption count (8, whatever the number of jobs or nodes), plus the budgets' one read of wallets and prices
+Queries: clusters, nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
+preemption count (9, whatever the number of jobs or nodes), plus the budgets' one read of wallets and prices
 (``quotas.budgets.read_for_cycle``: one query without budgets, two with). ``SnapshotContext`` keeps the Job rows the cycle
 read so that applying the result compares against what the decision was made on.
 
@@ -28,7 +28,7 @@ from quotas.models import Quota
 from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import types as core
-from scheduling.models import IN_FLIGHT, Job, JobState, Node, PreemptionVictim
+from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, Node, PreemptionVictim
 from scheduling.services.policy import current_policy
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ class SnapshotContext:
     unavailable_clusters: dict[str, str] = field(default_factory=dict)
     # flavors with at least one node on a cluster this cycle may use
     available_flavors: set[str] = field(default_factory=set)
+    # (cluster, flavor) pairs with at least one node this cycle may use, and every cluster's labels
+    available_pairs: set[tuple[str, str]] = field(default_factory=set)
+    cluster_labels: dict[str, dict] = field(default_factory=dict)
 
 
 JOB_FIELDS = (
@@ -60,6 +63,7 @@ JOB_FIELDS = (
     "checkpoint_interval_s",
     "reason_code", "reason_message", "estimated_start", "placement", "started_at", "admitted_at",
     "borrowed", "cluster__name", "pdb_min_available", "department_id", "owner_id", "flavor_id",
+    "cluster_selector", "cluster_preference",
 )
 
 
@@ -72,7 +76,10 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     policy, version = current_policy()
     ctx = SnapshotContext(now=now, policy_version=version)
 
-    node_rows = list(Node.objects.select_related("flavor", "cluster"))
+    cluster_rows = {c.pk: c for c in Cluster.objects.order_by("name")}
+    node_rows = list(Node.objects.select_related("flavor"))
+    for n in node_rows:  # the rows just read, not one query per node
+        n.cluster = cluster_rows[n.cluster_id]
     for n in node_rows:
         if n.cluster.name not in ctx.unavailable_clusters:
             why = cluster_unavailable(n.cluster)
@@ -92,6 +99,12 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         for n in node_rows
     )
     ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
+    ctx.available_pairs = {(n.cluster, n.flavor) for n in nodes if n.cluster not in ctx.unavailable_clusters}
+    ctx.cluster_labels = {c.name: dict(c.labels or {}) for c in cluster_rows.values()}
+    clusters = tuple(
+        core.ClusterInfo(name=c.name, labels=label_pairs(c.labels), state=c.state, cost_rank=c.cost_rank)
+        for c in cluster_rows.values()
+    )
     quotas = tuple(
         core.Quota(
             department=q.department.slug,
@@ -186,6 +199,8 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 bid=j.bid,
                 hold=budget.hold_for(j),
                 attempt=j.attempt,
+                cluster_selector=label_pairs(j.cluster_selector),
+                cluster_preference=label_pairs(j.cluster_preference),
             )
         )
 
@@ -203,8 +218,14 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         usage=decayed_usage(now=now, half_life_s=policy.usage_half_life_s),
         disruption_budgets=tuple(disruption),
         recent_preemptions=recent,
+        clusters=clusters,
     )
     return snapshot, ctx
+
+
+def label_pairs(labels) -> tuple[tuple[str, str], ...]:
+    """A stored label mapping as the core's sorted (key, value) pairs."""
+    return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
 
 
 def cluster_unavailable(cluster) -> str:
@@ -213,7 +234,7 @@ def cluster_unavailable(cluster) -> str:
     if not cluster.reachable:
         return f"cluster {cluster.name} is unreachable" + (f": {cluster.last_error[:200]}" if cluster.last_error
                                                            else "")
-    if owns_inventory(cluster.name) and (cluster.last_sync_at is None or cluster.last_sync_at < PROCESS_STARTED):
+    if owns_inventory(cluster) and (cluster.last_sync_at is None or cluster.last_sync_at < PROCESS_STARTED):
         return f"cluster {cluster.name}'s nodes have not been read from it yet since the portal started"
     return ""
 
@@ -224,15 +245,18 @@ def cluster_budgets(active: list[Job]) -> dict[str, BudgetCoverage]:
     (a budget's room changes with every eviction and every pod that becomes ready); a cluster whose API fails
     is left out (its jobs fall back to their own ``pdb_min_available``) and logged."""
     reachable: dict[str, bool] = {}
+    rows: dict[str, object] = {}
     for j in active:
         name = j.cluster.name if j.cluster else core.DEFAULT_CLUSTER
         reachable[name] = reachable.get(name, True) and (j.cluster.reachable if j.cluster else True)
+        if j.cluster:
+            rows[name] = j.cluster  # the row already read: no query to find its backend
     out: dict[str, BudgetCoverage] = {}
     for name, ok in sorted(reachable.items()):
         if not ok:
             continue
         try:
-            cov = get_backend(name).budget_coverage()
+            cov = get_backend(rows.get(name, name)).budget_coverage()
         except BackendError as exc:
             log.warning("cluster %s: disruption budgets unavailable this cycle (%s); using the jobs' own", name, exc)
             continue

@@ -17,11 +17,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.errors import PortalError, error_body
-from portal.forms import credit_fields, form_payload
+from portal.forms import credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer
-from scheduling.models import Job, JobEvent, JobState, TaskType, Tier, Urgency
+from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, Tier, Urgency
 from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
@@ -73,6 +73,8 @@ def _form_to_payload(post) -> tuple[dict, dict]:
             env[k.strip()] = v
     if env:
         payload["env"] = env
+    for field in ("cluster_selector", "cluster_preference"):  # label=value, comma-separated
+        labels_into(post, field, payload, errors)
     return payload, errors
 
 
@@ -99,6 +101,7 @@ def submit(request):
     return render(request, "scheduling/submit.html", {
         "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
+        "clusters": list(Cluster.objects.order_by("name").only("name", "labels", "state")),
         "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
     }, status=400 if errors else 200)
 

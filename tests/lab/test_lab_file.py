@@ -221,14 +221,22 @@ def test_the_actor_must_be_a_platform_admin(tmp_path, lab):
 def test_the_demo_seeds_through_the_lab_file_and_is_idempotent(settings, tmp_path):
     settings.DATA_DIR = str(tmp_path)
     creds = demo.seed()
-    assert set(creds) == {u for u, *_ in demo.USERS} and Job.objects.count() == 10
+    assert set(creds) == {u for u, *_ in demo.USERS} and Job.objects.count() == 12
     assert AuditEntry.objects.filter(action="department.create").count() == 4
+    # two simulated clusters of different flavors; the H100 job that requires the cloud's label runs there
+    assert sorted(Node.objects.values_list("cluster__name", "flavor__name")) == [
+        ("cloud", "h100"), ("default", "a100-80gb"), ("default", "a100-80gb")]
+    assert Job.objects.get(name="llm-pretrain-h100").cluster_selector == {"site": "cloud"}
+    from scheduling.services.cycle import run_cycle
+
+    run_cycle()
+    assert Job.objects.get(name="llm-pretrain-h100").cluster.name == "cloud"
     from django.contrib.auth import get_user_model
 
     admin = get_user_model().objects.get(username="admin")
     assert admin.check_password(creds["admin"]) and admin.is_staff
-    Quota.objects.filter(department__slug="nlp").update(nominal=2)  # an admin's change since
+    Quota.objects.filter(department__slug="nlp", flavor__name="a100-80gb").update(nominal=2)  # changed since
     again = demo.seed()
-    assert again == creds and Job.objects.count() == 10
-    assert Quota.objects.get(department__slug="nlp").nominal == 2
+    assert again == creds and Job.objects.count() == 12
+    assert Quota.objects.get(department__slug="nlp", flavor__name="a100-80gb").nominal == 2
     assert Path(demo.credentials_path()).exists()

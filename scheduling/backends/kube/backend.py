@@ -232,6 +232,7 @@ class KubernetesBackend(ClusterBackend):
         api_client: k8s.ApiClient | None = None,
         host: str | None = None,
         kubeconfig: str | None = None,
+        kubeconfig_dict: dict[str, Any] | None = None,
         context: str | None = None,
         in_cluster: bool | None = None,
         flavors: Sequence[FlavorRule] = (),
@@ -249,7 +250,8 @@ class KubernetesBackend(ClusterBackend):
     ) -> None:
         self.name = name
         self.api_client = build_api_client(
-            api_client=api_client, host=host, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster
+            api_client=api_client, host=host, kubeconfig=kubeconfig, kubeconfig_dict=kubeconfig_dict,
+            context=context, in_cluster=in_cluster,
         )
         self.core = k8s.CoreV1Api(self.api_client)
         self.policy = k8s.PolicyV1Api(self.api_client)

@@ -93,12 +93,14 @@ def build_api_client(
     *,
     api_client: k8s.ApiClient | None = None,
     kubeconfig: str | None = None,
+    kubeconfig_dict: dict[str, Any] | None = None,
     context: str | None = None,
     in_cluster: bool | None = None,
     host: str | None = None,
 ) -> k8s.ApiClient:
     """An ``ApiClient`` from (first match): an explicit client; ``host`` (tests, the fake API, no auth); an
-    explicit kubeconfig path; in-cluster service-account config; the default kubeconfig (``$KUBECONFIG``).
+    explicit kubeconfig path; a kubeconfig already parsed (read from an environment variable); in-cluster
+    service-account config; the default kubeconfig (``$KUBECONFIG``).
 
     Clients built here do not retry silently (urllib3 ``retries=False``): a dead API server surfaces at once.
     """
@@ -109,6 +111,8 @@ def build_api_client(
         cfg.host = host
     elif kubeconfig:
         k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+    elif kubeconfig_dict is not None:
+        k8s_config.load_kube_config_from_dict(kubeconfig_dict, context=context, client_configuration=cfg)
     elif in_cluster or in_cluster is None and _in_cluster_available():
         k8s_config.load_incluster_config(client_configuration=cfg)
     else:

@@ -1,8 +1,10 @@
-"""Follow the portal's pods in the cluster and move their jobs (the Kubernetes backend's status feed).
+"""Follow the portal's pods in the clusters and move their jobs (the Kubernetes backends' status feed).
 
-One active instance: the command waits for the "pod-watcher" lock, so running it on several hosts gives a hot
-standby, not duplicate work. A watch that expires (410 Gone) re-lists and resumes; a restart re-lists, and the
-reconciler covers anything missed while no watcher ran.
+Without ``--cluster`` it watches every Kubernetes cluster registered, one thread each (clusters registered
+later are picked up within a minute). One active watcher per cluster: each thread waits for that cluster's
+"pod-watcher-<name>" lock, so running the command on several hosts gives a hot standby, not duplicate work, and
+one cluster that is down only stalls its own thread. A watch that expires (410 Gone) re-lists and resumes; a
+restart re-lists, and the reconciler covers anything missed while no watcher ran.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from portal.heartbeat import touch
-from scheduling.backends import get_backend
+from scheduling.backends import cluster_kind, get_backend
 from scheduling.backends.base import ClusterUnavailable
+from scheduling.models import Cluster
 from scheduling.services.clusters import apply_pod_deleted, apply_pod_states
 from scheduling.services.locks import exclusive
 
@@ -28,7 +31,8 @@ class Command(BaseCommand):
     help = "Watch the portal's pods and apply their states to jobs (one active instance at a time)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--cluster", default="default")
+        parser.add_argument("--cluster", default=None, help="Watch only this cluster (default: every Kubernetes "
+                                                              "cluster, one thread each).")
         parser.add_argument("--max-events", type=int, default=0, help="Stop after N events (tests).")
         parser.add_argument("--lock-wait-s", type=float, default=5.0, help="Seconds between lock attempts.")
 
@@ -40,16 +44,39 @@ class Command(BaseCommand):
                 signal.signal(sig, lambda *_: stop.set())
             except ValueError:  # not the main thread (tests)
                 pass
-        while not stop.is_set():
-            with exclusive(f"pod-watcher-{cluster}") as acquired:
-                if acquired:
-                    self.stdout.write(f"watching pods of cluster {cluster!r}")
-                    n = watch(cluster=cluster, stop=stop, max_events=max_events)
-                    self.stdout.write(f"watch ended after {n} events")
-                    if max_events:
-                        return
-                    continue
-            stop.wait(lock_wait_s)
+        if cluster is not None:
+            self.watch_one(cluster, stop, max_events, lock_wait_s)
+            return
+        threads: dict[str, threading.Thread] = {}
+        while not stop.is_set():  # a thread per Kubernetes cluster, new clusters picked up as they come
+            close_old_connections()
+            for row in Cluster.objects.order_by("name"):
+                if cluster_kind(row) == "kubernetes" and not (row.name in threads and threads[row.name].is_alive()):
+                    threads[row.name] = threading.Thread(
+                        target=self.watch_one, args=(row.name, stop, max_events, lock_wait_s),
+                        name=f"watch-{row.name}", daemon=True)
+                    threads[row.name].start()
+            if max_events:
+                for t in threads.values():
+                    t.join()
+                return
+            stop.wait(60)
+
+    def watch_one(self, cluster: str, stop: threading.Event, max_events: int, lock_wait_s: float) -> None:
+        try:
+            while not stop.is_set():
+                with exclusive(f"pod-watcher-{cluster}") as acquired:
+                    if acquired:
+                        self.stdout.write(f"watching pods of cluster {cluster!r}")
+                        n = watch(cluster=cluster, stop=stop, max_events=max_events)
+                        self.stdout.write(f"watch of {cluster!r} ended after {n} events")
+                        if max_events:
+                            return
+                        continue
+                stop.wait(lock_wait_s)
+        finally:
+            if threading.current_thread() is not threading.main_thread():
+                connection.close()
 
 
 def _keep_alive(stop: threading.Event) -> None:
@@ -65,11 +92,13 @@ def _keep_alive(stop: threading.Event) -> None:
 
 
 def watch(*, cluster: str, stop: threading.Event, max_events: int = 0) -> int:
-    """Apply pod events until ``stop`` is set (or ``max_events``); returns the number of events applied."""
-    backend = get_backend(cluster)
+    """Apply one cluster's pod events until ``stop`` is set (or ``max_events``); returns the number applied.
+    Only jobs bound to that cluster move."""
     n = 0
     while not stop.is_set():
         try:
+            row = Cluster.objects.filter(name=cluster).first()
+            backend = get_backend(row if row is not None else cluster)
             stream = backend.watch_pods(stop=stop)
             for kind, state in stream:
                 if not connection.in_atomic_block:  # drop a connection the database closed while we waited
@@ -77,7 +106,7 @@ def watch(*, cluster: str, stop: threading.Event, max_events: int = 0) -> int:
                 if kind == "DELETED":  # an eviction finished, or someone deleted the pod: act now
                     apply_pod_deleted(state=state, cluster=cluster)
                 else:
-                    apply_pod_states([state])
+                    apply_pod_states([state], cluster=row)
                 n += 1
                 if max_events and n >= max_events:
                     stream.stop()

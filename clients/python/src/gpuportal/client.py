@@ -180,13 +180,21 @@ class Client:
         """GPUs per flavor: total, used, free, whole free nodes."""
         return self._json("GET", "cluster")
 
+    def clusters(self) -> list[dict]:
+        """The clusters jobs may run on: ``name``, ``labels``, ``state`` (active / cordoned / draining),
+        ``is_default``, ``reachable``. Their labels are what ``cluster_selector`` (required) and
+        ``cluster_preference`` (preferred) of a job name, e.g. ``submit(..., cluster_selector={"data": "campus"})``."""
+        return self._json("GET", "clusters")
+
     # ------------------------------------------------------------------------------------------ jobs
 
     def submit(self, spec: dict | None = None, /, *, idempotency_key: str | None = None, **fields) -> dict:
         """Submit one job and return it (with its ``reason`` and timeline).
 
         ``spec`` is the job as a dict (the body of ``POST /api/v1/jobs``); keyword arguments are merged into
-        it: ``submit(name="r50", image="...", command=[...], flavor="a100-80gb", gpus=2)``. One
+        it: ``submit(name="r50", image="...", command=[...], flavor="a100-80gb", gpus=2)``; with several
+        clusters, ``cluster_selector={"region": "eu"}`` restricts it to clusters with those labels and
+        ``cluster_preference`` ranks the ones that have them first (see ``clusters()``). One
         Idempotency-Key (``idempotency_key``, else a new random one) goes with every retry, so a lost answer
         retried never creates a second job. Pass your own key to make re-running a notebook cell safe too:
         the same key with the same body returns the job created the first time.
