@@ -26,7 +26,8 @@ from django.utils import timezone
 from portal.models import Department, Membership
 from quotas.models import Flavor, Quota
 from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
-from scheduling.models import Job, JobState, Node
+from scheduling.core.types import ClusterInfo
+from scheduling.models import Cluster, Job, JobState, Node
 from scheduling.services.policy import current_policy, policy_as_dict
 from scheduling.sim.policies import Portal
 from scheduling.sim.trace import TraceRow
@@ -93,6 +94,7 @@ def export_rows(*, since, limit: int | None = None) -> list:
             urgency=j.urgency, flavor=j.flavor.name,
             deadline_s=(j.deadline - t0).total_seconds() if j.deadline else None, bid=j.bid,
             max_runtime_s=float(j.max_runtime_s), pods=j.pods,
+            cluster_selector=_pairs(j.cluster_selector), cluster_preference=_pairs(j.cluster_preference),
         ))
     return rows
 
@@ -202,13 +204,24 @@ def apply_quota_changes(quotas: dict, changes: Iterable[QuotaChange]) -> dict:
     return proposed
 
 
+def _pairs(labels) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+
+
 def node_groups() -> list[dict]:
-    """The current cluster (schedulable nodes) as the simulator's node groups."""
-    groups = Counter(Node.objects.filter(schedulable=True).values_list("flavor__name", "gpus"))
+    """The clusters' schedulable nodes as the simulator's node groups, one per (cluster, flavor, size)."""
+    groups = Counter(Node.objects.filter(schedulable=True).values_list("cluster__name", "flavor__name", "gpus"))
     if not groups:
         raise WhatIfError("There are no schedulable nodes to replay on.")
-    return [{"name": f"{flavor}-{gpus}", "count": n, "gpus_per_node": gpus, "flavor": flavor}
-            for (flavor, gpus), n in sorted(groups.items())]
+    return [{"name": f"{cluster}-{flavor}-{gpus}", "count": n, "gpus_per_node": gpus, "flavor": flavor,
+             "cluster": cluster}
+            for (cluster, flavor, gpus), n in sorted(groups.items())]
+
+
+def cluster_infos() -> tuple[ClusterInfo, ...]:
+    """Each cluster's labels, state and cost rank, as the engine sees them in the live cycle."""
+    return tuple(ClusterInfo(c.name, labels=_pairs(c.labels), state=c.state, cost_rank=c.cost_rank)
+                 for c in Cluster.objects.order_by("name"))
 
 
 def member_tiers() -> dict[str, dict[str, str]]:
@@ -298,7 +311,7 @@ def run_whatif(*, days: float, proposed_policy: dict | None = None, quota_change
     current, proposed = _Bounded(t0 + budget, budget), _Bounded(t0 + budget, budget)
     result = compare(rows, node_groups=groups, quotas=quotas, proposed_quotas=proposed_quotas,
                      current_policy=sim_policy(current_doc), proposed_policy=sim_policy(proposed_doc),
-                     current=current, proposed=proposed, members=member_tiers())
+                     current=current, proposed=proposed, members=member_tiers(), clusters=cluster_infos())
     depts = sorted(set(current.victims) | set(proposed.victims) | {r.department for r in rows})
     result["current"]["preemptions_dept"] = {d: current.victims.get(d, 0) for d in depts}
     result["proposed"]["preemptions_dept"] = {d: proposed.victims.get(d, 0) for d in depts}

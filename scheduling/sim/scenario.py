@@ -540,10 +540,10 @@ def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobS
                 bid=int(r.bid or 0),
                 max_runtime_s=max_rt,
                 checkpoint_interval_s=r.checkpoint_interval_s,
-                cluster_selector=placement["cluster_selector"].get(dept, placement["cluster_selector"].get("*", ())),
-                cluster_preference=placement["cluster_preference"].get(
-                    dept, placement["cluster_preference"].get("*", ())
-                ),
+                cluster_selector=r.cluster_selector if r.cluster_selector is not None
+                else placement["cluster_selector"].get(dept, placement["cluster_selector"].get("*", ())),
+                cluster_preference=r.cluster_preference if r.cluster_preference is not None
+                else placement["cluster_preference"].get(dept, placement["cluster_preference"].get("*", ())),
             )
         )
     return jobs

@@ -20,7 +20,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "gpus", "department")
-OPTIONAL = ("user", "tier", "urgency", "flavor", "deadline_s", "bid", "max_runtime_s", "pods", "checkpoint_interval_s")
+OPTIONAL = ("user", "tier", "urgency", "flavor", "deadline_s", "bid", "max_runtime_s", "pods", "checkpoint_interval_s",
+            "cluster_selector", "cluster_preference")
 COLUMNS = REQUIRED + OPTIONAL
 
 
@@ -44,6 +45,10 @@ class TraceRow:
     max_runtime_s: float | None = None
     pods: int | None = None
     checkpoint_interval_s: float | None = None  # None: the scenario's default; 0: never checkpoints
+    # cluster labels this job required / preferred (the portal's history records them per job); None: the
+    # scenario's per-department assignment
+    cluster_selector: tuple[tuple[str, str], ...] | None = None
+    cluster_preference: tuple[tuple[str, str], ...] | None = None
 
 
 def _opt_float(v: str | None) -> float | None:
@@ -59,6 +64,20 @@ def _opt_int(v: str | None) -> int | None:
 def _opt_str(v: str | None) -> str | None:
     v = (v or "").strip()
     return v or None
+
+
+def _opt_labels(v: str | None) -> tuple[tuple[str, str], ...] | None:
+    """``key=value;key=value`` as sorted pairs; empty = None (the scenario decides)."""
+    v = (v or "").strip()
+    if not v:
+        return None
+    pairs = []
+    for part in filter(None, (p.strip() for p in v.split(";"))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"cluster labels must be key=value;key=value, got {v!r}")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(sorted(pairs))
 
 
 def parse_rows(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceRow]:
@@ -85,6 +104,8 @@ def parse_rows(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceRo
                 max_runtime_s=_opt_float(rec.get("max_runtime_s")),
                 pods=_opt_int(rec.get("pods")),
                 checkpoint_interval_s=_opt_float(rec.get("checkpoint_interval_s")),
+                cluster_selector=_opt_labels(rec.get("cluster_selector")),
+                cluster_preference=_opt_labels(rec.get("cluster_preference")),
             )
         except (TypeError, ValueError) as exc:
             raise TraceError(f"{source}:{n}: {exc}") from None
@@ -102,6 +123,8 @@ def read_csv(path: str | Path) -> list[TraceRow]:
 def _fmt(v) -> str:
     if v is None:
         return ""
+    if isinstance(v, tuple):
+        return ";".join(f"{k}={val}" for k, val in v)
     if isinstance(v, float):
         return repr(int(v)) if v.is_integer() else repr(round(v, 3))
     return str(v)

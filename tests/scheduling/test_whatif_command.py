@@ -78,3 +78,36 @@ def test_invalid_proposed_policy(history, tmp_path):
 def test_the_replay_is_capped_to_the_most_recent_jobs(history, capsys):
     call_command("whatif", "--quota", "nlp:a100-80gb:2:0", "--max-jobs", "5")
     assert "replayed 5 jobs of the last 30 days (the most recent 5 of 12: capped)" in capsys.readouterr().out
+
+
+def test_the_replay_uses_every_cluster_and_each_jobs_own_cluster_labels(history, lab):
+    import io
+
+    from scheduling.models import Cluster, Node
+    from scheduling.services import whatif
+    from scheduling.sim.trace import parse_rows, write_csv
+
+    cloud = Cluster.objects.create(name="cloud", backend="simulated", labels={"data": "cloud"}, cost_rank=2)
+    Node.objects.create(cluster=cloud, name="c0", flavor=lab.a100, gpus=4)
+    pinned = list(Job.objects.order_by("id").values_list("pk", flat=True)[:4])
+    Job.objects.filter(pk__in=pinned).update(cluster_selector={"data": "cloud"})
+
+    groups = whatif.node_groups()
+    assert {(g["cluster"], g["flavor"]) for g in groups} == {("default", "a100-80gb"), ("cloud", "a100-80gb")}
+    assert len({g["name"] for g in groups}) == len(groups)  # unique across clusters, as the simulator needs
+    infos = {c.name: c for c in whatif.cluster_infos()}
+    assert infos["cloud"].labels == (("data", "cloud"),) and infos["cloud"].cost_rank == 2
+
+    rows = whatif.export_rows(since=timezone.now() - timedelta(days=30))
+    by_id = {int(r.job_id): r for r in rows}
+    assert all(by_id[pk].cluster_selector == (("data", "cloud"),) for pk in pinned)
+    assert {r.cluster_selector for r in rows if int(r.job_id) not in pinned} == {()}
+    out = io.StringIO()
+    write_csv(rows, out)  # the exported trace keeps them too
+    again = parse_rows(io.StringIO(out.getvalue()))
+    assert [r.cluster_selector or () for r in again] == [r.cluster_selector for r in rows]
+
+    result = whatif.run_whatif(days=30, quota_changes=[whatif.QuotaChange("nlp", "a100-80gb", 3, None, None)])
+    assert result.jobs == 12
+    # every job started, the pinned ones on the only cluster their labels allow
+    assert result.result["current"]["never_started"] == 0 == result.result["proposed"]["never_started"]

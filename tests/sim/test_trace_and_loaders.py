@@ -128,3 +128,12 @@ def test_public_trace_scenarios_have_no_unfittable_jobs(name):
     sc = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.yaml")
     _, jobs, info = prepare(sc, trace_dir=TRACES)
     assert jobs and info["dropped_unfittable"] == 0
+
+
+def test_a_trace_row_may_carry_its_own_cluster_labels():
+    head = "job_id,submit_time_s,duration_s,gpus,department,cluster_selector,cluster_preference\n"
+    rows = parse_rows([head, "a,0,60,1,x,data=cloud;region=eu,\n", "b,1,60,1,x,,tier=cheap\n"])
+    assert rows[0].cluster_selector == (("data", "cloud"), ("region", "eu")) and rows[0].cluster_preference is None
+    assert rows[1].cluster_selector is None and rows[1].cluster_preference == (("tier", "cheap"),)
+    with pytest.raises(TraceError, match="key=value"):
+        parse_rows([head, "c,0,60,1,x,cloud,\n"])
