@@ -345,6 +345,8 @@ SPECTACULAR_SETTINGS = {
         "UrgencyEnum": "scheduling.models.Urgency",
         "TaskTypeEnum": "scheduling.models.TaskType",
         "JobStateEnum": "scheduling.models.JobState",
+        "ClusterStateEnum": "scheduling.models.ClusterState",
+        "ClusterBackendEnum": "scheduling.models.BackendKind",
         "BudgetPeriodEnum": "quotas.models.RefillRule.PERIODS",
         "ReportPeriodEnum": [("day", "day"), ("month", "month")],
         "NotificationKindEnum": "notifications.api.serializers.KIND_CHOICES",

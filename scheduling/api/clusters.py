@@ -13,7 +13,7 @@ from portal.api.serializers import StrictSerializer
 from portal.errors import NotFound, ValidationFailed
 from portal.tenancy import ADMIN, PLATFORM, member, require_role, scope
 from quotas.models import Flavor
-from scheduling.models import Cluster, label_problems
+from scheduling.models import BackendKind, Cluster, ClusterState, label_problems
 from scheduling.services import inventory
 
 ONLY = "Only platform admins manage clusters."
@@ -65,9 +65,9 @@ class ClusterFieldsSerializer(StrictSerializer):
     """The settings of a cluster; the service checks how they fit together (one way to reach it, a namespace
     template with {department}, Kubernetes label rules)."""
 
-    backend = serializers.ChoiceField(choices=inventory.BACKENDS, required=False)
+    backend = serializers.ChoiceField(choices=BackendKind.choices, required=False)
     is_default = serializers.BooleanField(required=False)
-    state = serializers.ChoiceField(choices=inventory.STATES, required=False)
+    state = serializers.ChoiceField(choices=ClusterState.choices, required=False)
     labels = serializers.DictField(child=serializers.CharField(max_length=63, allow_blank=True), required=False)
     cost_rank = serializers.IntegerField(min_value=inventory.COST_RANK_RANGE[0],
                                          max_value=inventory.COST_RANK_RANGE[1], required=False)
