@@ -220,7 +220,9 @@ def quota(request, slug: str):
                                          message="Only the department's admins can change or request quotas.")
     m = member(request.user)
     flavors = list(Flavor.objects.order_by("name"))
-    current = {q.flavor.name: q for q in Quota.objects.filter(department=dept).select_related("flavor")}
+    # The form changes global quotas; per-cluster ones are set through the API or the lab file.
+    current = {q.flavor.name: q for q in Quota.objects.filter(department=dept, cluster__isnull=True).select_related(
+        "flavor")}
     values = request.GET.dict()
     if "flavor" in values and values["flavor"] in current and "nominal" not in values:
         q = current[values["flavor"]]

@@ -136,10 +136,11 @@ def current_policy_doc() -> tuple[dict, int]:
 
 
 def current_quotas() -> dict[str, dict[str, dict[str, int | None]]]:
-    """``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"}}}`` as in force."""
+    """``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"}}}`` as in force; a per-cluster
+    quota's key is ``flavor@cluster`` (the simulator's)."""
     out: dict = {}
-    for q in Quota.objects.select_related("department", "flavor"):
-        out.setdefault(q.department.slug, {})[q.flavor.name] = {
+    for q in Quota.objects.select_related("department", "flavor", "cluster"):
+        out.setdefault(q.department.slug, {})[q.key] = {
             "nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit}
     return out
 
