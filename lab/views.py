@@ -80,7 +80,8 @@ def _department_context(request, dept: Department, m) -> dict:
         "membership": m, "department": dept,
         "members": Membership.objects.restrict(request.user, VIEW).filter(department=dept)
         .select_related("user").order_by("user__username"),
-        "quotas": Quota.objects.restrict(request.user, VIEW).filter(department=dept).select_related("flavor"),
+        "quotas": Quota.objects.restrict(request.user, VIEW).filter(department=dept).select_related("flavor",
+                                                                                                  "cluster"),
         "requests": QuotaChangeRequest.objects.restrict(request.user, VIEW).filter(department=dept)
         .select_related("flavor", "requested_by", "decided_by")[:20],
         "can_change": Department.objects.permits(request.user, dept, CHANGE),

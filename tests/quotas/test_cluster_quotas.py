@@ -195,3 +195,46 @@ def test_the_whatif_sees_per_cluster_quotas_by_the_simulators_key(lab, east):
     assert current_quotas()["vision"] == {
         "a100-80gb": {"nominal": 4, "borrowing_limit": 4, "lending_limit": None},
         "a100-80gb@east": {"nominal": 2, "borrowing_limit": 0, "lending_limit": None}}
+
+
+# ------------------------------------------------------------------------------------------ pages, requests
+
+
+def test_the_department_page_shows_each_quotas_cluster_and_the_form_changes_the_global_one(lab, east):
+    from django.test import Client
+
+    per = rules.quota_create(department=lab.vision, flavor=lab.a100, cluster=east, nominal=2, actor=lab.root)
+    c = Client()
+    c.force_login(lab.alice)
+    page = c.get("/lab/departments/vision/").content.decode()
+    assert '<tr data-quota="a100-80gb"><td>a100-80gb</td><td>all clusters</td><td>4</td>' in page
+    assert '<tr data-quota="a100-80gb@east"><td>a100-80gb</td><td>east</td><td>2</td>' in page
+    c.force_login(lab.root)
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "3", "borrowing_limit": "",
+                                                 "lending_limit": "", "reason": "less"})
+    assert r.status_code == 302
+    assert Quota.objects.get(department=lab.vision, cluster=None).nominal == 3
+    assert Quota.objects.get(pk=per.pk).nominal == 2
+
+
+def test_an_approved_request_changes_the_global_quota(lab, east):
+    from quotas.services import quota_requests
+
+    per = rules.quota_create(department=lab.vision, flavor=lab.a100, cluster=east, nominal=2, actor=lab.root)
+    req = quota_requests.quota_request_create(department=lab.vision, flavor=lab.a100, actor=lab.vadmin, nominal=3,
+                                              reason="fewer jobs")
+    quota_requests.quota_request_approve(req=req, actor=lab.root)
+    assert Quota.objects.get(department=lab.vision, cluster=None).nominal == 3
+    assert Quota.objects.get(pk=per.pk).nominal == 2
+
+
+def test_summaries_count_the_global_quota_or_else_the_per_cluster_ones(lab, east):
+    from scheduling.selectors import quota_use
+
+    rules.quota_create(department=lab.vision, flavor=lab.a100, cluster=east, nominal=2, actor=lab.root)
+    rules.quota_create(department=lab.nlp, flavor=lab.a100, cluster=east, nominal=1, actor=lab.root)
+    rules.quota_create(department=lab.nlp, flavor=lab.a100, cluster=lab.cluster, nominal=3, actor=lab.root)
+    Quota.objects.filter(department=lab.nlp, cluster=None).delete()
+    assert Quota.objects.nominal_by_flavor() == {(lab.vision.pk, lab.a100.pk): 4, (lab.nlp.pk, lab.a100.pk): 4}
+    assert [r["nominal"] for r in quota_use(department_id=lab.vision.pk)] == [4]  # not 4 + 2
+    assert [r["nominal"] for r in quota_use(department_id=lab.nlp.pk)] == [4]  # 1 + 3
