@@ -129,7 +129,8 @@ def quota_set(*, quota: Quota, actor, oversubscribe: bool = False, comment: str 
     and audited with old and new values and the reason. ``quota.warnings`` lists what was accepted
     knowingly (oversubscription). A quota's department, flavor and cluster do not change."""
     with transaction.atomic():
-        quota = Quota.objects.select_for_update().select_related("department", "flavor", "cluster").get(
+        # Lock the quota row only: its cluster is an outer join, which PostgreSQL cannot lock.
+        quota = Quota.objects.select_for_update(of=("self",)).select_related("department", "flavor", "cluster").get(
             pk=quota.pk)
         new = {f: values.get(f, getattr(quota, f)) for f in QUOTA_FIELDS}
         warnings = _check_quota(department=quota.department, flavor=quota.flavor, nominal=new["nominal"],
