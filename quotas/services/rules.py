@@ -2,7 +2,8 @@
 
 Invariants: a department has at most one rule row of each kind; every change and deletion writes an
 ``AuditEntry`` in the same transaction; a lending limit never exceeds the nominal quota; the nominal quotas of
-a flavor fit its installed GPUs (a per-cluster quota's: that cluster's GPUs) unless oversubscription was asked for (and then the audit entry says so).
+a flavor fit its installed GPUs (a per-cluster quota's: that cluster's GPUs) unless oversubscription was asked
+for (and then the audit entry says so).
 """
 
 from __future__ import annotations
