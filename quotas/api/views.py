@@ -109,7 +109,7 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.Des
 class QuotaSerializer(serializers.ModelSerializer):
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True,
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
                                            help_text="the cluster of a per-cluster quota; null: all clusters")
     in_use = serializers.SerializerMethodField()
 
