@@ -80,7 +80,8 @@ def _department_context(request, dept: Department, m) -> dict:
         "membership": m, "department": dept,
         "members": Membership.objects.restrict(request.user, VIEW).filter(department=dept)
         .select_related("user").order_by("user__username"),
-        "quotas": Quota.objects.restrict(request.user, VIEW).filter(department=dept).select_related("flavor"),
+        "quotas": Quota.objects.restrict(request.user, VIEW).filter(department=dept).select_related("flavor",
+                                                                                                  "cluster"),
         "requests": QuotaChangeRequest.objects.restrict(request.user, VIEW).filter(department=dept)
         .select_related("flavor", "requested_by", "decided_by")[:20],
         "can_change": Department.objects.permits(request.user, dept, CHANGE),
@@ -220,7 +221,9 @@ def quota(request, slug: str):
                                          message="Only the department's admins can change or request quotas.")
     m = member(request.user)
     flavors = list(Flavor.objects.order_by("name"))
-    current = {q.flavor.name: q for q in Quota.objects.filter(department=dept).select_related("flavor")}
+    # The form changes global quotas; per-cluster ones are set through the API or the lab file.
+    current = {q.flavor.name: q for q in Quota.objects.filter(department=dept, cluster__isnull=True).select_related(
+        "flavor")}
     values = request.GET.dict()
     if "flavor" in values and values["flavor"] in current and "nominal" not in values:
         q = current[values["flavor"]]

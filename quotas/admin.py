@@ -30,10 +30,10 @@ class FlavorAdmin(ReadOnlyAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(ReadOnlyAdmin):
-    list_display = ("department", "flavor", "nominal", "borrowing_limit", "lending_limit")
-    list_filter = ("flavor", "department")
-    search_fields = ("department__slug", "flavor__name")
-    list_select_related = ("department", "flavor")
+    list_display = ("department", "flavor", "scope", "nominal", "borrowing_limit", "lending_limit")
+    list_filter = ("flavor", "department", "cluster")
+    search_fields = ("department__slug", "flavor__name", "cluster__name")
+    list_select_related = ("department", "flavor", "cluster")
 
 
 @admin.register(QuotaChangeRequest)

@@ -55,15 +55,34 @@ class QuotaQuerySet(TenantQuerySet):
 
     rules = {VIEW: DEPARTMENT, CHANGE: PLATFORM, ADMIN: PLATFORM}
 
+    def nominal_by_flavor(self) -> dict[tuple[int, int], int]:
+        """{(department id, flavor id): nominal GPUs across clusters}: the global quota's, or for a department
+        with per-cluster quotas only, their sum (what it is guaranteed of the flavor in all)."""
+        out: dict[tuple[int, int], int] = {}
+        scoped: dict[tuple[int, int], int] = {}
+        for dept, flavor, cluster, nominal in self.values_list("department_id", "flavor_id", "cluster_id",
+                                                               "nominal").order_by():
+            if cluster is None:
+                out[(dept, flavor)] = nominal
+            else:
+                scoped[(dept, flavor)] = scoped.get((dept, flavor), 0) + nominal
+        return {**scoped, **out}
+
+
 class Quota(models.Model):
     """One department's share of one flavor inside the cohort.
 
     nominal: guaranteed GPUs. borrowing_limit: GPUs above nominal it may borrow from idle capacity (null =
     unlimited). lending_limit: GPUs of its unused nominal it lends to others (null = all of it).
+    cluster: null = a global quota (the flavor's GPUs on every cluster); a cluster = that cluster's GPUs of the
+    flavor only. A job must fit every quota it counts in (the global one and its cluster's).
     """
 
     department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quotas")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="quotas")
+    # PROTECT: deleting a cluster must not silently drop the guarantees departments hold on it.
+    cluster = models.ForeignKey("scheduling.Cluster", null=True, blank=True, on_delete=models.PROTECT,
+                                related_name="quotas")
     nominal = models.PositiveIntegerField(default=0)
     borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     lending_limit = models.PositiveIntegerField(null=True, blank=True)
@@ -71,9 +90,13 @@ class Quota(models.Model):
     objects = QuotaQuerySet.as_manager()
 
     class Meta:
-        ordering = ["department__slug", "flavor__name"]
+        # The global quota first, then the per-cluster ones (the same on every database).
+        ordering = ["department__slug", "flavor__name", F("cluster__name").asc(nulls_first=True)]
         constraints = [
-            models.UniqueConstraint(fields=["department", "flavor"], name="quota_unique_department_flavor"),
+            models.UniqueConstraint(fields=["department", "flavor"], condition=Q(cluster__isnull=True),
+                                    name="quota_unique_department_flavor"),
+            models.UniqueConstraint(fields=["department", "flavor", "cluster"], condition=Q(cluster__isnull=False),
+                                    name="quota_unique_department_flavor_cluster"),
             models.CheckConstraint(
                 condition=Q(lending_limit__isnull=True) | Q(lending_limit__lte=F("nominal")),
                 name="quota_lending_within_nominal",
@@ -81,7 +104,17 @@ class Quota(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.department}/{self.flavor}: {self.nominal}"
+        return f"{self.department}/{self.key}: {self.nominal}"
+
+    @property
+    def key(self) -> str:
+        """The flavor, or ``flavor@cluster`` for a per-cluster quota (the simulator's and lab files' key)."""
+        return self.flavor.name if self.cluster_id is None else f"{self.flavor.name}@{self.cluster.name}"
+
+    @property
+    def scope(self) -> str:
+        """Where the quota counts, for pages: the cluster's name or "all clusters"."""
+        return "all clusters" if self.cluster_id is None else self.cluster.name
 
 
 class QuotaChangeRequestQuerySet(TenantQuerySet):

@@ -34,11 +34,13 @@ def export_lab() -> dict:
             entry["node_groups"] = [{"name": n, **g} for n, g in sorted(groups.items())]
         clusters.append(entry)
     out["clusters"] = clusters
-    capacity = {f.pk: rules.flavor_capacity(f) for f in Flavor.objects.all()}
+    # Oversubscription is judged per scope: global quotas against all clusters' GPUs, a cluster's quotas
+    # against its own.
     nominal: dict = {}
-    for q in Quota.objects.all():
-        nominal[q.flavor_id] = nominal.get(q.flavor_id, 0) + q.nominal
-    over = {fid for fid, n in nominal.items() if n > capacity.get(fid, 0)}
+    for q in Quota.objects.select_related("flavor", "cluster"):
+        scope = (q.flavor, q.cluster)
+        nominal[scope] = nominal.get(scope, 0) + q.nominal
+    over = {(f.pk, c.pk if c else None) for (f, c), n in nominal.items() if n > rules.flavor_capacity(f, c)}
     depts = []
     for d in Department.objects.order_by("slug"):
         entry = {"slug": d.slug, "name": d.name}
@@ -49,10 +51,10 @@ def export_lab() -> dict:
              "tier": m.user_tier}
             for m in Membership.objects.filter(department=d).select_related("user").order_by("user__username")]
         quotas = {}
-        for q in Quota.objects.filter(department=d).select_related("flavor").order_by("flavor__name"):
-            quotas[q.flavor.name] = {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit,
-                                     "lending_limit": q.lending_limit,
-                                     **({"oversubscribe": True} if q.flavor_id in over else {})}
+        for q in Quota.objects.filter(department=d).select_related("flavor", "cluster"):
+            quotas[q.key] = {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit,
+                             "lending_limit": q.lending_limit,
+                             **({"oversubscribe": True} if (q.flavor_id, q.cluster_id) in over else {})}
         if quotas:
             entry["quotas"] = quotas
         wallet = Wallet.objects.filter(department=d).first()

@@ -236,34 +236,41 @@ class _Applier:
             if dept is None:
                 continue
             declared = set()
-            for fname, q in (d.get("quotas") or {}).items():
-                path = ("departments", i, "quotas", fname)
-                declared.add(fname)
+            for key, q in (d.get("quotas") or {}).items():
+                path = ("departments", i, "quotas", key)
+                declared.add(key)
+                # ``flavor@cluster``: a quota on that cluster only; ``flavor``: on all clusters.
+                fname, at, cname = key.partition("@")
                 flavor = Flavor.objects.filter(name=fname).first()
                 if flavor is None:
                     self.fail(path, f"no flavor {fname} (declare it under flavors:)")
                     continue
+                cluster = Cluster.objects.filter(name=cname).first() if at else None
+                if at and cluster is None:
+                    self.fail(path, f"no cluster {cname!r} (declare it under clusters:)")
+                    continue
                 want = {"nominal": q["nominal"], "borrowing_limit": q.get("borrowing_limit"),
                         "lending_limit": q.get("lending_limit")}
-                cur = Quota.objects.filter(department=dept, flavor=flavor).first()
+                cur = Quota.objects.filter(department=dept, flavor=flavor, cluster=cluster).first()
                 over = bool(q.get("oversubscribe", False))
                 if cur is None:
-                    changes.append((want["nominal"], path, "+", f"quota {d['slug']}/{fname}", _diff({}, want),
-                                    lambda dp=dept, fl=flavor, w=want, o=over: rules.quota_create(
-                                        department=dp, flavor=fl, actor=self.actor, oversubscribe=o,
+                    changes.append((want["nominal"], path, "+", f"quota {d['slug']}/{key}", _diff({}, want),
+                                    lambda dp=dept, fl=flavor, cl=cluster, w=want, o=over: rules.quota_create(
+                                        department=dp, flavor=fl, cluster=cl, actor=self.actor, oversubscribe=o,
                                         comment="lab file", **w)))
                 else:
                     old = {k: getattr(cur, k) for k in want}
                     if old != want:
-                        changes.append((want["nominal"] - cur.nominal, path, "~", f"quota {d['slug']}/{fname}",
+                        changes.append((want["nominal"] - cur.nominal, path, "~", f"quota {d['slug']}/{key}",
                                         _diff(old, want),
                                         lambda c=cur, w=want, o=over: rules.quota_set(
                                             quota=c, actor=self.actor, oversubscribe=o, comment="lab file", **w)))
             if self.prune:
-                for q in Quota.objects.filter(department=dept).exclude(flavor__name__in=declared).select_related(
-                        "flavor", "department"):
+                for q in Quota.objects.filter(department=dept).select_related("flavor", "cluster", "department"):
+                    if q.key in declared:
+                        continue
                     changes.append((-q.nominal, ("departments", i, "quotas"), "-",
-                                    f"quota {d['slug']}/{q.flavor.name}", [],
+                                    f"quota {d['slug']}/{q.key}", [],
                                     lambda q=q: rules.quota_delete(quota=q, actor=self.actor,
                                                                    comment="pruned by the lab file")))
         # Decreases first: GPUs moved from one department to another never count twice on the way.

@@ -13,6 +13,7 @@ from portal.models import SLUG, Department, Role, UserTier, not_reserved
 from quotas.models import FLAVOR_NAME, RESOURCE_NAME, Flavor
 from scheduling.core.policy import PolicyError, policy_from_dict
 from scheduling.core.types import TIERS
+from scheduling.models import Cluster
 from scheduling.services import inventory
 
 VERSION = 1
@@ -186,6 +187,8 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
         f.get("name") for f in (data.get("flavors") or []) if isinstance(f, dict)}
     known_depts = set(Department.objects.values_list("slug", flat=True)) | {
         d.get("slug") for d in (data.get("departments") or []) if isinstance(d, dict)}
+    known_clusters = set(Cluster.objects.values_list("name", flat=True)) | {
+        c.get("name") for c in (data.get("clusters") or []) if isinstance(c, dict)}
 
     def flavor_ref(v, p):
         s.string(v, p)
@@ -232,10 +235,15 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
 
     def quotas(v, p):
         if not isinstance(v, dict):
-            s.err(p, "must be a mapping of flavor: {nominal: ...}")
+            s.err(p, "must be a mapping of flavor (or flavor@cluster): {nominal: ...}")
             return
         for k, q in v.items():
-            flavor_ref(k, (*p, k))
+            # ``flavor@cluster`` is a quota on that cluster only (the simulator's key).
+            fname, at, cname = str(k).partition("@")
+            flavor_ref(fname if at else k, (*p, k))
+            if at and cname not in known_clusters:
+                s.err((*p, k), f"no cluster {cname!r} (declare it under clusters:); a per-cluster quota is "
+                               "flavor@cluster")
             quota(q, (*p, k))
 
     def refill(v, p):

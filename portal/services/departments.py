@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from portal.audit import audit
@@ -74,7 +73,7 @@ def archive_impact(department: Department) -> dict:
     jobs = Job.objects.filter(department=department)
     waiting = jobs.filter(state__in=WAITING).count()
     active = jobs.filter(state__in=ACTIVE_STATES).count()
-    nominal = Quota.objects.filter(department=department).aggregate(n=Sum("nominal"))["n"] or 0
+    nominal = sum(Quota.objects.filter(department=department).nominal_by_flavor().values())
     members = Membership.objects.filter(department=department).count()
     text = [
         f"{waiting} waiting job(s) (pending approval, queued or preempted) will be cancelled.",

@@ -19,7 +19,7 @@ from portal.tenancy import ADMIN, CHANGE, VIEW, membership_of, require_role
 from quotas.models import Flavor, Quota, QuotaChangeRequest
 from quotas.services import flavors as flavor_services
 from quotas.services import quota_requests, rules
-from scheduling.models import ACTIVE_STATES, Job
+from scheduling.models import ACTIVE_STATES, Cluster, Job
 
 
 class FlavorSerializer(serializers.ModelSerializer):
@@ -109,14 +109,20 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.Des
 class QuotaSerializer(serializers.ModelSerializer):
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
+                                           help_text="the cluster of a per-cluster quota; null: all clusters")
     in_use = serializers.SerializerMethodField()
 
     class Meta:
         model = Quota
-        fields = ["id", "department", "flavor", "nominal", "borrowing_limit", "lending_limit", "in_use"]
+        fields = ["id", "department", "flavor", "cluster", "nominal", "borrowing_limit", "lending_limit", "in_use"]
 
     def get_in_use(self, quota) -> int:
-        return self.context.get("usage", {}).get((quota.department_id, quota.flavor_id), 0)
+        """GPUs the department's admitted and running jobs hold in the quota's scope."""
+        usage = self.context.get("usage", {})
+        if quota.cluster_id is None:
+            return sum(n for (d, f, _), n in usage.items() if (d, f) == (quota.department_id, quota.flavor_id))
+        return usage.get((quota.department_id, quota.flavor_id, quota.cluster_id), 0)
 
 
 class QuotaUpdateSerializer(StrictSerializer):
@@ -132,6 +138,8 @@ class QuotaUpdateSerializer(StrictSerializer):
 class QuotaCreateSerializer(QuotaUpdateSerializer):
     department = serializers.SlugField(max_length=40)
     flavor = serializers.CharField(max_length=40)
+    cluster = serializers.CharField(max_length=40, required=False, allow_null=True, default=None,
+                                    help_text="a cluster's name for a per-cluster quota; null: all clusters")
     nominal = serializers.IntegerField(min_value=0, max_value=100_000)
 
 
@@ -145,9 +153,16 @@ class QuotaOutSerializer(QuotaSerializer):
         return list(getattr(quota, "warnings", []))
 
 
-def _lookup(user, department: str, flavor: str) -> tuple[Department, Flavor]:
-    """The department (through the tenancy gate) and the flavor a quota body names, as field errors."""
+def _lookup(user, department: str, flavor: str, cluster: str | None = None
+            ) -> tuple[Department, Flavor, Cluster | None]:
+    """The department (through the tenancy gate), the flavor and the cluster (if any) a quota body names, as
+    field errors."""
     errors = {}
+    cl = None
+    if cluster is not None:
+        cl = Cluster.objects.filter(name=cluster).first()
+        if cl is None:
+            errors["cluster"] = [{"code": "does_not_exist", "message": f"No cluster {cluster}."}]
     dept = Department.objects.restrict(user, VIEW).filter(slug=department).first()
     if dept is None:
         errors["department"] = [{"code": "does_not_exist", "message": f"No department {department}."}]
@@ -156,7 +171,7 @@ def _lookup(user, department: str, flavor: str) -> tuple[Department, Flavor]:
         errors["flavor"] = [{"code": "does_not_exist", "message": f"No flavor {flavor}."}]
     if errors:
         raise ValidationFailed(fields=errors)
-    return dept, fl
+    return dept, fl, cl
 
 
 class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -167,7 +182,7 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = QuotaSerializer
 
     def get_queryset(self):
-        return Quota.objects.restrict(self.request.user, VIEW).select_related("department", "flavor")
+        return Quota.objects.restrict(self.request.user, VIEW).select_related("department", "flavor", "cluster")
 
     def get_object(self, action=VIEW):
         return self.get_queryset().get_or_404(self.request.user, action, pk=self.kwargs["pk"],
@@ -187,8 +202,9 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
         s = QuotaCreateSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         data = dict(s.validated_data)
-        dept, flavor = _lookup(request.user, data.pop("department"), data.pop("flavor"))
-        quota = rules.quota_create(department=dept, flavor=flavor, actor=request.user, **data)
+        dept, flavor, cluster = _lookup(request.user, data.pop("department"), data.pop("flavor"),
+                                        data.pop("cluster"))
+        quota = rules.quota_create(department=dept, flavor=flavor, cluster=cluster, actor=request.user, **data)
         return Response(QuotaOutSerializer(quota, context=self.get_serializer_context()).data,
                         status=status.HTTP_201_CREATED)
 
@@ -202,10 +218,16 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
         ctx = super().get_serializer_context()
         rows = (
             Job.objects.filter(state__in=ACTIVE_STATES)
-            .values("department_id", "flavor_id")
+            .values("department_id", "flavor_id", "cluster_id")
             .annotate(n=Sum(F("gpus") * F("pods")))
         )
-        ctx["usage"] = {(r["department_id"], r["flavor_id"]): r["n"] for r in rows}
+        # A job without a cluster runs on the default one.
+        default = Cluster.objects.filter(is_default=True).values_list("pk", flat=True).first()
+        usage: dict = {}
+        for r in rows:
+            key = (r["department_id"], r["flavor_id"], r["cluster_id"] or default)
+            usage[key] = usage.get(key, 0) + r["n"]
+        ctx["usage"] = usage
         return ctx
 
 
@@ -268,7 +290,7 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         slug = data.pop("department")
         dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
                                              message="You can request quotas for your own department only.")
-        _, flavor = _lookup(request.user, slug, data.pop("flavor"))
+        _, flavor, _ = _lookup(request.user, slug, data.pop("flavor"))
         req = quota_requests.quota_request_create(department=dept, flavor=flavor, actor=request.user, **data)
         return Response(QuotaRequestSerializer(req).data, status=status.HTTP_201_CREATED)
 

@@ -9,8 +9,6 @@ entry's transaction: a rolled-back charge alerts nobody.
 
 from __future__ import annotations
 
-from django.db.models import Sum
-
 from notifications.services import emit
 from notifications.services.preferences import budget_low_threshold
 from quotas.models import Quota, RefillRule, Wallet
@@ -21,7 +19,8 @@ DEFAULT_FRACTION = 0.10
 def refill_amount(*, rule: RefillRule) -> int:
     """What the rule adds per period: its amount, or its amount per nominal GPU of the department's quotas."""
     if rule.mode == "per_nominal_gpu":
-        nominal = Quota.objects.filter(department_id=rule.department_id).aggregate(n=Sum("nominal"))["n"] or 0
+        # Per-cluster quotas inside a global one are not counted twice.
+        nominal = sum(Quota.objects.filter(department_id=rule.department_id).nominal_by_flavor().values())
         return rule.amount * nominal
     return rule.amount
 

@@ -58,7 +58,7 @@ def quota_request_approve(*, req: QuotaChangeRequest, actor, comment: str = "") 
     values = {f: getattr(req, f) for f in FIELDS}
     with transaction.atomic():
         _decide(req, actor=actor, state=QuotaChangeRequest.State.APPROVED, comment=comment)
-        quota = Quota.objects.filter(department=req.department, flavor=req.flavor).first()
+        quota = Quota.objects.filter(department=req.department, flavor=req.flavor, cluster__isnull=True).first()
         if quota is None:
             quota = rules.quota_create(department=req.department, flavor=req.flavor, actor=actor,
                                        oversubscribe=req.oversubscribe, comment=why, **values)

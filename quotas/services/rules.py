@@ -2,7 +2,8 @@
 
 Invariants: a department has at most one rule row of each kind; every change and deletion writes an
 ``AuditEntry`` in the same transaction; a lending limit never exceeds the nominal quota; the nominal quotas of
-a flavor fit its installed GPUs unless oversubscription was asked for (and then the audit entry says so).
+a flavor fit its installed GPUs (a per-cluster quota's: that cluster's GPUs) unless oversubscription was asked
+for (and then the audit entry says so).
 """
 
 from __future__ import annotations
@@ -68,17 +69,21 @@ def approval_rule_set(*, department: Department, actor, **values) -> ApprovalRul
 QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
 
 
-def flavor_capacity(flavor) -> int:
-    """The GPUs of ``flavor`` installed in every cluster (schedulable nodes): what nominal quotas share."""
-    total = Node.objects.filter(flavor=flavor, schedulable=True).aggregate(n=Sum("gpus"))["n"]
-    return int(total or 0)
+def flavor_capacity(flavor, cluster=None) -> int:
+    """The GPUs of ``flavor`` installed (schedulable nodes) in every cluster, or in ``cluster`` only: what the
+    global nominal quotas, or that cluster's per-cluster ones, share."""
+    nodes = Node.objects.filter(flavor=flavor, schedulable=True)
+    if cluster is not None:
+        nodes = nodes.filter(cluster=cluster)
+    return int(nodes.aggregate(n=Sum("gpus"))["n"] or 0)
 
 
 def _check_quota(*, department: Department, flavor, nominal: int, borrowing, lending, oversubscribe: bool,
-                 exclude_pk=None) -> list[str]:
+                 cluster=None, exclude_pk=None) -> list[str]:
     """The quota rules: borrowing limit >= 0, lending limit <= nominal, and the nominal quotas of a flavor
-    within its installed GPUs, unless ``oversubscribe`` (then a warning is returned). Raises every field error
-    at once."""
+    within its installed GPUs (a per-cluster quota's: with the other per-cluster quotas of that cluster, within
+    that cluster's GPUs), unless ``oversubscribe`` (then a warning is returned). Raises every field error at
+    once."""
     errors: dict[str, list[dict]] = {}
 
     def err(field, message, code):
@@ -94,11 +99,15 @@ def _check_quota(*, department: Department, flavor, nominal: int, borrowing, len
         err("lending_limit", "The lending limit cannot exceed the nominal quota.", "exceeds_nominal")
     warnings: list[str] = []
     if not errors:
-        others = Quota.objects.filter(flavor=flavor).exclude(pk=exclude_pk).aggregate(n=Sum("nominal"))["n"] or 0
-        capacity = flavor_capacity(flavor)
+        # Each scope shares its own GPUs: global quotas all clusters', a cluster's quotas that cluster's.
+        same_scope = Quota.objects.filter(flavor=flavor, cluster=cluster).exclude(pk=exclude_pk)
+        others = same_scope.aggregate(n=Sum("nominal"))["n"] or 0
+        capacity = flavor_capacity(flavor, cluster)
         total = others + nominal
         if total > capacity:
-            message = (f"The nominal quotas of {flavor.name} would add up to {total} GPUs, but the clusters have "
+            where = "the clusters have" if cluster is None else f"cluster {cluster.name} has"
+            what = flavor.name if cluster is None else f"{flavor.name} on {cluster.name}"
+            message = (f"The nominal quotas of {what} would add up to {total} GPUs, but {where} "
                        f"{capacity}: {total - capacity} GPU(s) oversubscribed.")
             if oversubscribe:
                 warnings.append(message + " Accepted because oversubscribe was asked for: guarantees may not "
@@ -111,44 +120,54 @@ def _check_quota(*, department: Department, flavor, nominal: int, borrowing, len
     return warnings
 
 
+def _audited(quota: Quota, values: dict) -> dict:
+    """What an audit entry records of a quota: its values, plus the cluster of a per-cluster quota."""
+    return {**values, **({"cluster": quota.cluster.name} if quota.cluster_id else {})}
+
+
 def quota_set(*, quota: Quota, actor, oversubscribe: bool = False, comment: str = "", **values) -> Quota:
     """Change a quota (platform admins, or a platform admin approving a department's request), validated
     and audited with old and new values and the reason. ``quota.warnings`` lists what was accepted
-    knowingly (oversubscription)."""
+    knowingly (oversubscription). A quota's department, flavor and cluster do not change."""
     with transaction.atomic():
-        quota = Quota.objects.select_for_update().select_related("department", "flavor").get(pk=quota.pk)
+        # Lock the quota row only: its cluster is an outer join, which PostgreSQL cannot lock.
+        quota = Quota.objects.select_for_update(of=("self",)).select_related("department", "flavor", "cluster").get(
+            pk=quota.pk)
         new = {f: values.get(f, getattr(quota, f)) for f in QUOTA_FIELDS}
         warnings = _check_quota(department=quota.department, flavor=quota.flavor, nominal=new["nominal"],
                                 borrowing=new["borrowing_limit"], lending=new["lending_limit"],
-                                oversubscribe=oversubscribe, exclude_pk=quota.pk)
+                                oversubscribe=oversubscribe, cluster=quota.cluster, exclude_pk=quota.pk)
         old = {f: getattr(quota, f) for f in QUOTA_FIELDS}
         for f in QUOTA_FIELDS:
             setattr(quota, f, new[f])
         quota.save(update_fields=list(QUOTA_FIELDS))
         if old != new:
-            audit(actor=actor, action="quota.set", obj=quota, department=quota.department, old=old,
-                  new={**new, **({"oversubscribed": True} if warnings else {})},
+            audit(actor=actor, action="quota.set", obj=quota, department=quota.department,
+                  old=_audited(quota, old),
+                  new=_audited(quota, {**new, **({"oversubscribed": True} if warnings else {})}),
                   comment=" ".join([comment, *warnings]).strip())
     quota.warnings = warnings
     return quota
 
 
 def quota_create(*, department: Department, flavor, actor, nominal: int = 0, borrowing_limit=None,
-                 lending_limit=None, oversubscribe: bool = False, comment: str = "") -> Quota:
-    """Give a department a quota of a flavor it has none of (validated and audited like a change)."""
+                 lending_limit=None, oversubscribe: bool = False, comment: str = "", cluster=None) -> Quota:
+    """Give a department a quota of a flavor it has none of (validated and audited like a change): a global
+    one (``cluster`` None) or one on ``cluster`` only."""
     if department.is_archived:
         raise field_error("department", f"{department.slug} is archived: it takes no new quotas.", "archived")
     with transaction.atomic():
-        if Quota.objects.filter(department=department, flavor=flavor).exists():
-            raise field_error("flavor", f"{department.slug} already has a quota of {flavor.name}; change it "
+        if Quota.objects.filter(department=department, flavor=flavor, cluster=cluster).exists():
+            where = "" if cluster is None else f" on {cluster.name}"
+            raise field_error("flavor", f"{department.slug} already has a quota of {flavor.name}{where}; change it "
                                         "instead.", "unique")
         warnings = _check_quota(department=department, flavor=flavor, nominal=nominal, borrowing=borrowing_limit,
-                                lending=lending_limit, oversubscribe=oversubscribe)
-        quota = Quota.objects.create(department=department, flavor=flavor, nominal=nominal,
+                                lending=lending_limit, oversubscribe=oversubscribe, cluster=cluster)
+        quota = Quota.objects.create(department=department, flavor=flavor, cluster=cluster, nominal=nominal,
                                      borrowing_limit=borrowing_limit, lending_limit=lending_limit)
         new = {f: getattr(quota, f) for f in QUOTA_FIELDS}
         audit(actor=actor, action="quota.create", obj=quota, department=department,
-              new={**new, **({"oversubscribed": True} if warnings else {})},
+              new=_audited(quota, {**new, **({"oversubscribed": True} if warnings else {})}),
               comment=" ".join([comment, *warnings]).strip())
     quota.warnings = warnings
     return quota
@@ -158,5 +177,5 @@ def quota_delete(*, quota: Quota, actor, comment: str = "") -> None:
     """Remove a department's quota of a flavor (it keeps only what it can borrow), audited."""
     with transaction.atomic():
         audit(actor=actor, action="quota.delete", obj=quota, department=quota.department,
-              old={f: getattr(quota, f) for f in QUOTA_FIELDS}, comment=comment)
+              old=_audited(quota, {f: getattr(quota, f) for f in QUOTA_FIELDS}), comment=comment)
         quota.delete()

@@ -20,7 +20,7 @@ from django.db.models import ProtectedError
 
 from portal.audit import audit
 from portal.errors import Conflict, ValidationFailed
-from quotas.models import Flavor
+from quotas.models import Flavor, Quota
 from scheduling.backends import owns_inventory
 from scheduling.models import ACTIVE_STATES, BackendKind, Cluster, ClusterState, Job, Node, label_problems
 
@@ -137,9 +137,16 @@ def cluster_update(*, cluster: Cluster, actor, comment: str = "", **values) -> C
 
 
 def cluster_delete(*, cluster: Cluster, actor, comment: str = "") -> None:
-    """Remove a cluster that no job ever ran on (jobs keep their cluster for their history)."""
+    """Remove a cluster that no job ever ran on (jobs keep their cluster for their history) and that no
+    department holds a quota on (its quotas are deleted first, each audited)."""
     if Job.objects.filter(cluster=cluster).exists():
         raise Conflict(f"Jobs ran on {cluster.name}: it stays for their history.")
+    held = sorted({f"{d}/{f}" for d, f in Quota.objects.filter(cluster=cluster).values_list(
+        "department__slug", "flavor__name")})
+    if held:
+        # Deleting it would silently drop guarantees departments were given on it.
+        raise Conflict(f"Departments hold quotas on {cluster.name} ({', '.join(held)}): delete those quotas "
+                       "first.")
     if cluster.is_default and Cluster.objects.exclude(pk=cluster.pk).exists():
         raise Conflict(f"{cluster.name} is the default cluster: make another one the default first.")
     with transaction.atomic():
@@ -150,7 +157,8 @@ def cluster_delete(*, cluster: Cluster, actor, comment: str = "") -> None:
             with transaction.atomic():
                 cluster.delete()
         except ProtectedError:
-            raise Conflict(f"Jobs ran on {cluster.name}: it stays for their history.")
+            # A job or a quota arrived after the checks above.
+            raise Conflict(f"Jobs ran on {cluster.name} or departments hold quotas on it: it stays.")
 
 
 def node_groups(cluster: Cluster) -> dict[str, dict]:

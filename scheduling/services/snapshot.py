@@ -112,8 +112,9 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
             nominal=q.nominal,
             borrowing_limit=q.borrowing_limit,
             lending_limit=q.lending_limit,
+            cluster=q.cluster.name if q.cluster_id else None,
         )
-        for q in Quota.objects.select_related("department", "flavor")
+        for q in Quota.objects.select_related("department", "flavor", "cluster")
     )
 
     active = list(

@@ -90,8 +90,7 @@ def record_sample(*, now: datetime | None = None) -> datetime:
                       .values_list("job__flavor_id").annotate(n=Count("id")).order_by()):
         preempted[flavor] += n
 
-    quotas = {(q.department_id, q.flavor_id): q.nominal for q in Quota.objects.only(
-        "department_id", "flavor_id", "nominal")}
+    quotas = Quota.objects.nominal_by_flavor()
     keys = set(quotas) | set(busy) | set(queued_by_dept)
     borrowed = {k: max(0, busy.get(k, 0) - quotas.get(k, 0)) for k in keys}
     lent = lent_shares(keys, quotas, busy, borrowed)

@@ -136,10 +136,11 @@ def current_policy_doc() -> tuple[dict, int]:
 
 
 def current_quotas() -> dict[str, dict[str, dict[str, int | None]]]:
-    """``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"}}}`` as in force."""
+    """``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"}}}`` as in force; a per-cluster
+    quota's key is ``flavor@cluster`` (the simulator's)."""
     out: dict = {}
-    for q in Quota.objects.select_related("department", "flavor"):
-        out.setdefault(q.department.slug, {})[q.flavor.name] = {
+    for q in Quota.objects.select_related("department", "flavor", "cluster"):
+        out.setdefault(q.department.slug, {})[q.key] = {
             "nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit}
     return out
 
@@ -173,8 +174,9 @@ def _gpus(raw, label: str, where: str) -> int | None:
 def quota_change(department: str, flavor: str, nominal=None, borrowing_limit=None, lending_limit=None,
                  *, departments: Iterable[str] | None = None, flavors: Iterable[str] | None = None) -> QuotaChange:
     """Validate one proposed quota (values may be strings from a form or a command line; blank nominal = 0,
-    blank limits = unlimited). Unknown departments and flavors, non-integers, negatives and a lending limit
-    above the nominal quota are WhatIfErrors naming the quota."""
+    blank limits = unlimited). ``flavor@cluster`` is a per-cluster quota. Unknown departments, flavors and
+    clusters, non-integers, negatives and a lending limit above the nominal quota are WhatIfErrors naming the
+    quota."""
     where = f"{department}/{flavor}"
     known_depts = set(departments) if departments is not None else set(
         Department.objects.values_list("slug", flat=True))
@@ -182,9 +184,13 @@ def quota_change(department: str, flavor: str, nominal=None, borrowing_limit=Non
     if department not in known_depts:
         raise WhatIfError(f"{where}: unknown department {department!r}.",
                           {"quotas": [f"{where}: unknown department {department!r}."]})
-    if flavor not in known_flavors:
-        raise WhatIfError(f"{where}: unknown flavor {flavor!r}.",
-                          {"quotas": [f"{where}: unknown flavor {flavor!r}."]})
+    name, at, cluster = flavor.partition("@")
+    if name not in known_flavors:
+        raise WhatIfError(f"{where}: unknown flavor {name!r}.",
+                          {"quotas": [f"{where}: unknown flavor {name!r}."]})
+    if at and not Cluster.objects.filter(name=cluster).exists():
+        raise WhatIfError(f"{where}: unknown cluster {cluster!r}.",
+                          {"quotas": [f"{where}: unknown cluster {cluster!r}."]})
     nom = _gpus(nominal, "nominal", where) or 0
     borrow = _gpus(borrowing_limit, "borrowing limit", where)
     lend = _gpus(lending_limit, "lending limit", where)

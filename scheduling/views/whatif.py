@@ -28,7 +28,9 @@ def _quota_grid(user, quotas: dict) -> list[dict]:
     flavors = list(Flavor.objects.order_by("name").values_list("name", flat=True))
     rows = []
     for d in depts.values_list("slug", flat=True):
-        for f in flavors:
+        # each flavor, then the department's per-cluster quotas of it (``flavor@cluster``)
+        keys = [k for f in flavors for k in (f, *sorted(k for k in quotas.get(d, {}) if k.startswith(f + "@")))]
+        for f in keys:
             q = quotas.get(d, {}).get(f)
             initial = {k: ("" if q is None or q.get(k) is None else str(q[k])) for k in QUOTA_INPUTS}
             rows.append({"department": d, "flavor": f, "exists": q is not None, "initial": initial,

@@ -240,3 +240,66 @@ def test_the_demo_seeds_through_the_lab_file_and_is_idempotent(settings, tmp_pat
     assert again == creds and Job.objects.count() == 12
     assert Quota.objects.get(department__slug="nlp", flavor__name="a100-80gb").nominal == 2
     assert Path(demo.credentials_path()).exists()
+
+
+# ------------------------------------------------------------------------------------------ per-cluster quotas
+
+EDGE = ("clusters:\n  - name: edge\n    backend: simulated\n    node_groups:\n"
+        "      - {name: edge-a100, flavor: a100-80gb, nodes: 1, gpus_per_node: 4}\n")
+
+
+def _with_edge_quota(quota: str) -> str:
+    return DEMO.replace("clusters:\n", EDGE, 1).replace(
+        "      a100-80gb: {nominal: 4, borrowing_limit: 4, lending_limit: null}\n",
+        "      a100-80gb: {nominal: 4, borrowing_limit: 4, lending_limit: null}\n" + quota, 1)
+
+
+def test_per_cluster_quotas_apply_export_and_prune(tmp_path):
+    text = _with_edge_quota("      a100-80gb@edge: {nominal: 2, borrowing_limit: 0}\n")
+    r = apply_lab(text)
+    assert "+ quota vision/a100-80gb@edge" in "\n".join(r.lines)
+    q = Quota.objects.select_related("cluster").get(department__slug="vision", cluster__isnull=False)
+    assert (q.cluster.name, q.nominal, q.borrowing_limit) == ("edge", 2, 0)
+    assert apply_lab(text).unchanged
+    exported = dump(export_lab())
+    vision = next(d for d in yaml.safe_load(exported)["departments"] if d["slug"] == "vision")
+    assert vision["quotas"] == {
+        "a100-80gb": {"nominal": 4, "borrowing_limit": 4, "lending_limit": None},
+        "a100-80gb@edge": {"nominal": 2, "borrowing_limit": 0, "lending_limit": None}}
+    # the exported file recreates the quotas as they were
+    with transaction.atomic():
+        Quota.objects.all().delete()
+        assert apply_lab(exported).created > 0 and dump(export_lab()) == exported
+        transaction.set_rollback(True)
+    # a changed one is changed in place; one the file drops is removed with --prune only
+    apply_lab(text.replace("a100-80gb@edge: {nominal: 2,", "a100-80gb@edge: {nominal: 3,"))
+    assert Quota.objects.get(pk=q.pk).nominal == 3
+    assert apply_lab(DEMO.replace("clusters:\n", EDGE, 1)).unchanged
+    out, _ = _cmd("apply", _file(tmp_path, DEMO.replace("clusters:\n", EDGE, 1)), "--prune")
+    assert "- quota vision/a100-80gb@edge" in out
+    assert not Quota.objects.filter(cluster__isnull=False).exists()
+    assert Quota.objects.filter(department__slug="vision", cluster__isnull=True).exists()
+
+
+@pytest.mark.parametrize(("quota", "message"), [
+    ("a100-80gb@nowhere: {nominal: 1}", "no cluster 'nowhere'"),
+    ("b200@edge: {nominal: 1}", "no flavor b200"),
+    ("a100-80gb@: {nominal: 1}", "no cluster ''"),
+])
+def test_bad_per_cluster_quota_keys_are_errors_with_their_line(quota, message):
+    text = _with_edge_quota(f"      {quota}\n")
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab(text)
+    key = quota.split(":")[0]
+    assert any(e.path == ("departments", 0, "quotas", key) and message in e.message and e.line
+               for e in exc.value.errors), exc.value.errors
+    assert not Department.objects.exists()
+
+
+def test_a_per_cluster_quota_above_its_clusters_gpus_rolls_everything_back():
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab(_with_edge_quota("      a100-80gb@edge: {nominal: 5}\n"))
+    assert any("cluster edge has 4" in e.message for e in exc.value.errors), exc.value.errors
+    assert not Department.objects.exists() and not Cluster.objects.exists()
+    apply_lab(_with_edge_quota("      a100-80gb@edge: {nominal: 5, oversubscribe: true}\n"))
+    assert "oversubscribe: true" in dump(export_lab())

@@ -59,6 +59,8 @@ def test_compare_prints_differences(history, tmp_path, capsys):
     (["--policy", "/nonexistent.json", "--days", "0.0001"], "cannot read"),
     ([], "nothing to compare"),
     (["--days", "0", "--quota", "nlp:a100-80gb:2"], "positive"),
+    (["--quota", "nlp:a100-80gb@nowhere:2"], "unknown cluster 'nowhere'"),
+    (["--quota", "nlp:h100@default:2"], "unknown flavor 'h100'"),
 ])
 def test_bad_arguments_are_clear_errors(history, args, message):
     with pytest.raises(CommandError, match=message):
@@ -111,3 +113,44 @@ def test_the_replay_uses_every_cluster_and_each_jobs_own_cluster_labels(history,
     assert result.jobs == 12
     # every job started, the pinned ones on the only cluster their labels allow
     assert result.result["current"]["never_started"] == 0 == result.result["proposed"]["never_started"]
+
+
+def test_per_cluster_quotas_are_replayed_and_proposed_by_their_flavor_at_cluster_key(history, lab, capsys):
+    from quotas.services import rules
+    from scheduling.models import Cluster, Node
+    from scheduling.services import whatif
+
+    cloud = Cluster.objects.create(name="cloud", backend="simulated", cost_rank=2)
+    Node.objects.create(cluster=cloud, name="c0", flavor=lab.a100, gpus=4)
+    rules.quota_create(department=lab.nlp, flavor=lab.a100, cluster=cloud, nominal=2, borrowing_limit=0,
+                       actor=lab.root)
+    assert whatif.current_quotas()["nlp"]["a100-80gb@cloud"] == {"nominal": 2, "borrowing_limit": 0,
+                                                                 "lending_limit": None}
+    # nlp may not use the default cluster at all in the proposal: its jobs replay on the cloud cluster only
+    call_command("whatif", "--quota", "nlp:a100-80gb@default:0:0")
+    assert "replayed 12 jobs" in capsys.readouterr().out
+    result = whatif.run_whatif(days=30, quota_changes=[whatif.quota_change("nlp", "a100-80gb@cloud", 4, 0)])
+    assert result.jobs == 12
+    assert result.result["current"]["never_started"] == 0 == result.result["proposed"]["never_started"]
+    # the keys take effect: with no a100 on either cluster nlp's 4 jobs never start in the proposal
+    result = whatif.run_whatif(days=30, quota_changes=[whatif.quota_change("nlp", "a100-80gb@cloud", 0, 0),
+                                                       whatif.quota_change("nlp", "a100-80gb@default", 0, 0)])
+    assert result.result["current"]["never_started"] == 0
+    assert result.result["proposed"]["never_started"] == 4
+
+
+def test_the_whatif_page_lists_per_cluster_quotas(history, lab):
+    from django.test import Client
+    from django.urls import reverse
+
+    from quotas.services import rules
+    from scheduling.models import Cluster, Node
+
+    cloud = Cluster.objects.create(name="cloud", backend="simulated")
+    Node.objects.create(cluster=cloud, name="c0", flavor=lab.a100, gpus=4)
+    rules.quota_create(department=lab.nlp, flavor=lab.a100, cluster=cloud, nominal=2, actor=lab.root)
+    c = Client()
+    c.force_login(lab.root)
+    page = c.get(reverse("dashboard:whatif"))
+    assert page.status_code == 200
+    assert b'name="quota:nlp:a100-80gb@cloud:nominal" value="2"' in page.content
