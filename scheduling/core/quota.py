@@ -106,11 +106,13 @@ class QuotaBook:
         )
 
     def borrows(self, dept: str, flavor: str, k: int, cluster: str | None = None) -> bool:
+        if not self.scoped:  # (the common case, no per-cluster quota anywhere: one scope, no generator)
+            return self.usage[(dept, flavor)] + k > self.limits.get((dept, flavor), (0, 0, 0))[0]
         return any(self.usage[(dept, key)] + k > self.nominal(dept, key) for key in self.keys(dept, flavor, cluster))
 
     def never(self, dept: str, flavor: str, k: int, cluster: str | None = None) -> str | None:
         """The reason code when ``k`` GPUs exceed what the department could ever hold, else None."""
-        for key in self.keys(dept, flavor, cluster):
+        for key in (flavor,) if not self.scoped else self.keys(dept, flavor, cluster):
             nominal, limit, guaranteed = self.limits.get((dept, key), (0, 0, 0))
             if limit is not None and k > nominal + limit:
                 return reasons.QUOTA_EXHAUSTED if limit == 0 else reasons.BORROW_LIMIT
@@ -121,7 +123,7 @@ class QuotaBook:
     def limit_code(self, dept: str, flavor: str, k: int, cluster: str | None = None) -> str | None:
         """The reason code when ``k`` more GPUs would take the department beyond nominal + borrowing limit
         now (its own running jobs hold what it may use), else None."""
-        for key in self.keys(dept, flavor, cluster):
+        for key in (flavor,) if not self.scoped else self.keys(dept, flavor, cluster):
             nominal, limit, _ = self.limits.get((dept, key), (0, 0, 0))
             if limit is not None and self.usage[(dept, key)] + k > nominal + limit:
                 return reasons.QUOTA_EXHAUSTED if limit == 0 else reasons.BORROW_LIMIT
@@ -137,6 +139,8 @@ class QuotaBook:
     ) -> tuple[str | None, dict[str, object]]:
         """(None, {}) when ``k`` more GPUs on ``cluster`` are admissible after ``removed`` GPUs per department
         are freed there, else (reason code, detail)."""
+        if not self.scoped:
+            return self._check(dept, flavor, k, removed)
         keys = self.keys(dept, flavor, cluster)
         for key in keys:
             gone = removed
