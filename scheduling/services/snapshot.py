@@ -101,10 +101,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.available_pairs = {(n.cluster, n.flavor) for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.cluster_labels = {c.name: dict(c.labels or {}) for c in cluster_rows.values()}
-    clusters = tuple(
-        core.ClusterInfo(name=c.name, labels=label_pairs(c.labels), state=c.state, cost_rank=c.cost_rank)
-        for c in cluster_rows.values()
-    )
+    clusters = cluster_infos(cluster_rows.values())
     quotas = tuple(
         core.Quota(
             department=q.department.slug,
@@ -227,6 +224,13 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
 def label_pairs(labels) -> tuple[tuple[str, str], ...]:
     """A stored label mapping as the core's sorted (key, value) pairs."""
     return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+
+
+def cluster_infos(rows) -> tuple[core.ClusterInfo, ...]:
+    """Cluster rows as the engine sees them: labels, state (cordoned and draining take nothing new), cost rank."""
+    return tuple(
+        core.ClusterInfo(name=c.name, labels=label_pairs(c.labels), state=c.state, cost_rank=c.cost_rank) for c in rows
+    )
 
 
 def cluster_unavailable(cluster) -> str:

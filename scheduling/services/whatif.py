@@ -28,6 +28,7 @@ from quotas.models import Flavor, Quota
 from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
 from scheduling.core.types import ClusterInfo
 from scheduling.models import Cluster, Job, JobState, Node
+from scheduling.services import snapshot
 from scheduling.services.policy import current_policy, policy_as_dict
 from scheduling.sim.policies import Portal
 from scheduling.sim.trace import TraceRow
@@ -94,7 +95,8 @@ def export_rows(*, since, limit: int | None = None) -> list:
             urgency=j.urgency, flavor=j.flavor.name,
             deadline_s=(j.deadline - t0).total_seconds() if j.deadline else None, bid=j.bid,
             max_runtime_s=float(j.max_runtime_s), pods=j.pods,
-            cluster_selector=_pairs(j.cluster_selector), cluster_preference=_pairs(j.cluster_preference),
+            cluster_selector=snapshot.label_pairs(j.cluster_selector),
+            cluster_preference=snapshot.label_pairs(j.cluster_preference),
         ))
     return rows
 
@@ -210,10 +212,6 @@ def apply_quota_changes(quotas: dict, changes: Iterable[QuotaChange]) -> dict:
     return proposed
 
 
-def _pairs(labels) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
-
-
 def node_groups() -> list[dict]:
     """The clusters' schedulable nodes as the simulator's node groups, one per (cluster, flavor, size)."""
     groups = Counter(Node.objects.filter(schedulable=True).values_list("cluster__name", "flavor__name", "gpus"))
@@ -226,8 +224,7 @@ def node_groups() -> list[dict]:
 
 def cluster_infos() -> tuple[ClusterInfo, ...]:
     """Each cluster's labels, state and cost rank, as the engine sees them in the live cycle."""
-    return tuple(ClusterInfo(c.name, labels=_pairs(c.labels), state=c.state, cost_rank=c.cost_rank)
-                 for c in Cluster.objects.order_by("name"))
+    return snapshot.cluster_infos(Cluster.objects.order_by("name"))
 
 
 def member_tiers() -> dict[str, dict[str, str]]:
