@@ -6,9 +6,12 @@ A ``Pool`` holds the schedulable nodes of one (cluster, flavor). Node ``i`` is t
 
 * ``best(g)``: the node with the fewest free GPUs that still fits ``g`` (best fit), ties by node name, in
   O(max node size + log nodes). Best fit fills partly used nodes first and so keeps whole nodes free.
-* ``capacity(g)``: how many pods of ``g`` GPUs fit in total (sum of floor(free / g)), in O(max node size).
-  Identical pods placed one by one by best fit always succeed when ``capacity(g) >= pods`` (each pod lowers
-  the capacity by exactly one), so a gang is checked before anything is taken: all or nothing.
+* ``capacity(g)``: how many pods of ``g`` GPUs fit in total (sum of floor(free / g)), in O(max node size),
+  remembered per ``g`` until a node's value changes: every job a cycle leaves waiting asks again, while the
+  index changes only when a job is placed. Identical pods placed one by one by best fit always succeed when
+  ``capacity(g) >= pods`` (each pod lowers the capacity by exactly one), so a gang is checked before anything
+  is taken: all or nothing.
+* ``free_total()``: the sum of the (clamped) free GPUs, kept up to date on every change.
 
 Nodes that are cordoned / not Ready are not in any pool. Tainted (but schedulable) nodes are in their pool yet
 not in the index: the adapter reports only taints the portal's pods do not tolerate, so no job uses them. Free GPUs may be negative when the input over-commits a node; the index sees max(0, free).
@@ -22,18 +25,21 @@ from .types import Node
 
 
 class BucketIndex:
-    __slots__ = ("val", "heaps", "count", "top")
+    __slots__ = ("val", "heaps", "count", "top", "total", "caps")
 
     def __init__(self, values: list[int], members: list[int], top: int):
         self.top = top
         self.val = [-1] * len(values)
         self.heaps: list[list[int]] = [[] for _ in range(top + 1)]
         self.count = [0] * (top + 1)
+        self.total = 0
         for i in members:  # increasing i: every bucket list is already a valid heap
             v = min(top, max(0, values[i]))
             self.val[i] = v
             self.heaps[v].append(i)
             self.count[v] += 1
+            self.total += v
+        self.caps: dict[int, int] = {}  # g -> capacity(g), until the next change
 
     def set(self, i: int, value: int) -> None:
         old = self.val[i]
@@ -44,8 +50,11 @@ class BucketIndex:
             return
         self.count[old] -= 1
         self.count[value] += 1
+        self.total += value - old
         self.val[i] = value
         heappush(self.heaps[value], i)
+        if self.caps:
+            self.caps.clear()
 
     def best(self, g: int) -> int | None:
         val, heaps, count = self.val, self.heaps, self.count
@@ -58,12 +67,14 @@ class BucketIndex:
         return None
 
     def capacity(self, g: int) -> int:
-        count = self.count
-        return sum(count[f] * (f // g) for f in range(g, self.top + 1) if count[f])
+        cap = self.caps.get(g)
+        if cap is None:
+            count = self.count
+            cap = self.caps[g] = sum(count[f] * (f // g) for f in range(g, self.top + 1) if count[f])
+        return cap
 
     def free_total(self) -> int:
-        count = self.count
-        return sum(f * count[f] for f in range(1, self.top + 1))
+        return self.total
 
 
 class Pool:
@@ -82,6 +93,7 @@ class Pool:
         "long",
         "spare",
         "initial_count",
+        "initial_caps",
         "empty",
         "events",
         "reservation",
@@ -101,6 +113,7 @@ class Pool:
         self.long: BucketIndex | None = None  # free GPUs usable by jobs running past the reservation
         self.spare: dict[int, int] = {}  # reserved node -> GPUs left at the reservation time
         self.initial_count: list[int] = []
+        self.initial_caps: dict[int, int] = {}  # g -> initial_capacity(g): it never changes within a cycle
         self.empty: BucketIndex | None = None
         self.events: list[tuple[float, int, int]] = []  # (end, node index, gpus) of running/admitted pods
         self.reservation: Reservation | None = None
@@ -117,8 +130,12 @@ class Pool:
         self.empty = BucketIndex(self.size, self.indexed, top)
 
     def initial_capacity(self, g: int) -> int:
-        count = self.initial_count
-        return sum(count[f] * (f // g) for f in range(g, len(count)) if count[f])
+        """How many pods of ``g`` GPUs fit as the cycle began (before its admissions)."""
+        cap = self.initial_caps.get(g)
+        if cap is None:
+            count = self.initial_count
+            cap = self.initial_caps[g] = sum(count[f] * (f // g) for f in range(g, len(count)) if count[f])
+        return cap
 
     def eff(self, i: int) -> int:
         spare = self.spare.get(i)
