@@ -74,6 +74,7 @@ class Scorer:
         self.ratios = use_ratios(nominal=nominal, running=running, usage=snapshot.usage)
         self.starvation_limit = starvation_limit(self.policy, self.now, snapshot.pending)
         self._scores: dict[int, float] = {}
+        self._fair: dict[str, float] = {}  # department -> fair factor (it depends on the department alone)
 
     def score(self, job: PendingJob) -> float:
         s = self._scores.get(job.id)
@@ -88,6 +89,7 @@ class Scorer:
                 bid=job.bid,
                 use_ratio=self.ratios.get(job.department, 1.0),
                 gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
+                fair=self.fair(job.department),
             )
             self._scores[job.id] = s
         return s
@@ -105,10 +107,14 @@ class Scorer:
             use_ratio=self.ratios.get(job.department, 1.0),
             gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
             aging=False,
+            fair=self.fair(job.department),
         )
 
     def fair(self, department: str) -> float:
-        return fair_factor(self.policy, self.ratios.get(department, 1.0))
+        f = self._fair.get(department)
+        if f is None:
+            f = self._fair[department] = fair_factor(self.policy, self.ratios.get(department, 1.0))
+        return f
 
     def starving_since(self, job: PendingJob) -> float | None:
         return starving_since(self.policy, self.now, job, self.fair(job.department), self.starvation_limit)

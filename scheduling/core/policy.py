@@ -245,6 +245,7 @@ def job_score(
     use_ratio: float = 1.0,
     gpu_hours: float = 0.0,
     aging: bool = True,
+    fair: float | None = None,
 ) -> float:
     """score = weight[urgency, user_tier] * fair_factor(use_ratio) * size_factor(gpu_hours)
     * (weight_points + aging_per_minute * minutes waited)
@@ -252,12 +253,16 @@ def job_score(
 
     The weight multiplies the aging as well as the base points, so in a long queue a critical job keeps its
     lead (it ages four times as fast as a normal one) instead of drowning in everybody's waiting time; every
-    weight above zero still ages, so nobody waits forever (and ``starvation_s`` bounds the wait outright)."""
+    weight above zero still ages, so nobody waits forever (and ``starvation_s`` bounds the wait outright).
+
+    ``fair``: ``fair_factor(policy, use_ratio)`` when the caller already has it (one per department and cycle)."""
     weight = policy.weights.get((urgency, user_tier), policy.default_weight)
     base = policy.weight_points
     if aging:
         base += policy.aging_per_minute * max(0.0, now - submitted_at) / 60.0
-    score = weight * fair_factor(policy, use_ratio) * size_factor(policy, gpu_hours) * base
+    if fair is None:
+        fair = fair_factor(policy, use_ratio)
+    score = weight * fair * size_factor(policy, gpu_hours) * base
     if deadline is not None and policy.deadline_horizon_s > 0:
         proximity = 1.0 - (deadline - now) / policy.deadline_horizon_s
         score += policy.deadline_boost * min(1.0, max(0.0, proximity))
