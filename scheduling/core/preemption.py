@@ -172,20 +172,21 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
     base = pool.now.capacity(g)
     best = None
     for c in cands:
-        if best is not None and (c.key[2], c.job.gpus) >= (best.key[2], best.job.gpus):
-            continue
         job = c.job
-        if not eligible(job, {}):
+        if best is not None and (c.key[2], job.gpus) >= (best.key[2], best.job.gpus):
             continue
-        if budget_left is not None and any(job.pods > budget_left.get(b, job.pods) for b in job.disruption_budgets):
-            continue
+        # The physical test first: it is the cheapest, and most candidates alone free too little.
         cap = base
         seen: dict[int, int] = {}
         for i in c.nodes:
             old = free[i] + seen.get(i, 0)
             seen[i] = seen.get(i, 0) + job.gpus_per_pod
             cap += max(0, old + job.gpus_per_pod) // g - max(0, old) // g
-        if cap >= pods and quota.check(dept, flavor, k, {job.department: job.gpus}, pool.cluster)[0] is None:
+        if cap < pods or not eligible(job, {}):
+            continue
+        if budget_left is not None and any(job.pods > budget_left.get(b, job.pods) for b in job.disruption_budgets):
+            continue
+        if quota.check(dept, flavor, k, {job.department: job.gpus}, pool.cluster)[0] is None:
             best = c
     return None if best is None else [best]
 
