@@ -644,7 +644,7 @@ class Cycle:
         if quota_code is not None and any(p.now.capacity(g) >= n and p.reservation is None for p in pools):
             return self.pend(job, quota_code, quota_detail, quota_note(quota_detail))
         end = self.now + job.max_runtime_s
-        best: tuple[int, str, dict] | None = None
+        best: tuple[int, str, str, dict] | None = None  # (capacity rank, cluster, code, detail)
         free_total = 0
         for pool in pools:
             long = pool.reservation is not None and end > pool.reservation.until
@@ -657,11 +657,10 @@ class Cycle:
             ):
                 detail["head"] = pool.reservation.job_id
                 detail["reserved_until"] = pool.reservation.until
-            cand = (CAPACITY_RANK[code], pool.cluster, detail)
+            cand = (CAPACITY_RANK[code], pool.cluster, code, detail)
             if best is None or cand[:2] < best[:2]:
                 best = cand
-        rank, _, detail = best
-        code = next(c for c, r in CAPACITY_RANK.items() if r == rank)
+        _, _, code, detail = best
         detail["free"] = free_total if len(pools) > 1 else detail["free"]
         note = None
         # EASY: the first job blocked by capacity in a pool without a reservation becomes its head.
