@@ -47,10 +47,16 @@ def starving_since(
         limit = policy.starvation_s
     if limit <= 0 or tier_rank(job.tier) == REALTIME:
         return None
-    weight = policy.weights.get((job.urgency, job.user_tier), policy.default_weight) * fair
-    lo, hi = STARVATION_WEIGHT_RANGE
-    since = job.submitted_at + limit / min(hi, max(lo, weight))
+    since = job.submitted_at + starvation_delay(policy, job.urgency, job.user_tier, fair, limit)
     return since if since <= now else None
+
+
+def starvation_delay(policy: Policy, urgency: str, user_tier: str, fair: float, limit: float) -> float:
+    """How long after its submission a (non-realtime) job starves: ``limit`` divided by its weight times its
+    department's fair-share factor, the product clamped to ``STARVATION_WEIGHT_RANGE``."""
+    weight = policy.weights.get((urgency, user_tier), policy.default_weight) * fair
+    lo, hi = STARVATION_WEIGHT_RANGE
+    return limit / min(hi, max(lo, weight))
 
 
 def started_starved(policy: Policy, job: RunningJob) -> bool:
@@ -75,6 +81,8 @@ class Scorer:
         self.starvation_limit = starvation_limit(self.policy, self.now, snapshot.pending)
         self._scores: dict[int, float] = {}
         self._fair: dict[str, float] = {}  # department -> fair factor (it depends on the department alone)
+        # (urgency, user tier, department) -> starvation delay: the same for every job of the combination
+        self._delays: dict[tuple[str, str, str], float] = {}
 
     def score(self, job: PendingJob) -> float:
         s = self._scores.get(job.id)
@@ -117,7 +125,18 @@ class Scorer:
         return f
 
     def starving_since(self, job: PendingJob) -> float | None:
-        return starving_since(self.policy, self.now, job, self.fair(job.department), self.starvation_limit)
+        """``starving_since`` with this cycle's starvation limit and the job's department's fair factor."""
+        limit = self.starvation_limit
+        if limit <= 0 or tier_rank(job.tier) == REALTIME:
+            return None
+        key = (job.urgency, job.user_tier, job.department)
+        delay = self._delays.get(key)
+        if delay is None:
+            delay = self._delays[key] = starvation_delay(
+                self.policy, job.urgency, job.user_tier, self.fair(job.department), limit
+            )
+        since = job.submitted_at + delay
+        return since if since <= self.now else None
 
     def order_key(self, job: PendingJob) -> tuple:
         since = self.starving_since(job)
