@@ -146,7 +146,6 @@ class Cycle:
         self.pool_cache: dict[tuple, tuple[list[Pool], dict[str, str]]] = {}
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
         self.late_realtime = 0  # pending realtime jobs already past their start target
-        self.job_gpus = {j.id: j.gpus for j in snapshot.pending}
 
     # ------------------------------------------------------------ the cycle
 
@@ -293,7 +292,7 @@ class Cycle:
                 far = 0
                 room += group
             status.append((far, min(self.cluster_rank(job, p.cluster) + (p.cluster,) for p in group), group))
-        if room and self.admit(job, sorted(room, key=lambda p: p.cluster), None):
+        if room and self.admit(job, sorted(room, key=lambda p: p.cluster)):
             return None
         _, _, group = min(status, key=lambda st: (st[0], st[1]))
         return group[0].cluster, group
@@ -357,19 +356,18 @@ class Cycle:
                 job, never, detail, "the request exceeds the quota the department could ever use"
             )
         realtime = tier_rank(job.tier) == REALTIME
-        borrows = self.quota.borrows(job.department, flavor, k, qc)
         limit = self.quota.limit_code(job.department, flavor, k, qc)
         if limit is not None:
             # The department itself holds all it may: only its own jobs ending let this one in, or, for
             # realtime work, the eviction of the department's own lower tiers.
             if realtime and job.id not in self.inflight:
-                outcome = self.preempt(job, pools, borrows)
+                outcome = self.preempt(job, pools, self.quota.borrows(job.department, flavor, k, qc))
                 if outcome is None:
                     return None
             detail = self.quota.detail(job.department, flavor, k, cluster=qc)
             return self.pend(job, limit, detail, quota_note(detail))
         code, detail = self.quota.check(job.department, flavor, k, cluster=qc)
-        if code is None and self.admit(job, pools, borrows):
+        if code is None and self.admit(job, pools):
             return None
         if code is None and job.id in self.headroom_held:
             return self.pend(
@@ -385,15 +383,16 @@ class Cycle:
         # Blocked by the cohort's quota (others use the GPUs it could have) or by capacity: preempt when the
         # rules allow it, else wait, as the pool's reserved head when it is the first to wait.
         if realtime:
-            outcome = self.preempt(job, pools, borrows)
+            outcome = self.preempt(job, pools, self.quota.borrows(job.department, flavor, k, qc))
             if outcome is None:
                 return None  # preemption under way
             if outcome[0] is not None:
                 return self.pend(job, outcome[0], outcome[1])
         return self.blocked(job, pools, code, detail)
 
-    def admit(self, job: PendingJob, pools: list[Pool], borrows: bool | None) -> bool:
-        """Place ``job`` in the best of ``pools`` that fits. ``borrows`` None: per the chosen pool's cluster."""
+    def admit(self, job: PendingJob, pools: list[Pool]) -> bool:
+        """Place ``job`` in the best of ``pools`` that fits; whether it borrows is judged on the chosen pool's
+        cluster (asked only of the jobs that start: most jobs of a busy cycle wait)."""
         g, n = job.gpus_per_pod, job.pods
         end = self.now + job.max_runtime_s
         options = []
@@ -410,8 +409,7 @@ class Cycle:
             return False
         # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
         _, _, _, pool, long = min(options, key=lambda o: (o[0], o[1], o[2]))
-        if borrows is None:
-            borrows = self.quota.borrows(job.department, job.flavor, job.gpus, pool.cluster)
+        borrows = self.quota.borrows(job.department, job.flavor, job.gpus, pool.cluster)
         placed = pool.place(g, n, long)
         for i in placed:
             pool.events.append((end, i, g))
@@ -713,7 +711,7 @@ class Cycle:
             "pending": len(self.snap.pending),
             "running": len(self.snap.running),
             "admitted": len(admissions),
-            "admitted_gpus": sum(self.job_gpus.get(a.job_id, 0) for a in admissions),
+            "admitted_gpus": sum(gpus for _, _, _, gpus, _ in self.admitted_end),
             "borrowed": sum(1 for a in admissions if a.borrowed),
             "preemptions": len(self.preemptions),
             "victims": len(self.taken),
