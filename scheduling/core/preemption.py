@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import chain
 
 from .ordering import REALTIME, tier_rank
 from .placement import Pool
@@ -171,9 +172,10 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
     free = pool.free
     base = pool.now.capacity(g)
     best = None
+    best_cost = None  # (work at risk, GPUs) of the best so far: only a cheaper candidate can replace it
     for c in cands:
         job = c.job
-        if best is not None and (c.key[2], job.gpus) >= (best.key[2], best.job.gpus):
+        if best_cost is not None and (c.key[2], job.gpus) >= best_cost:
             continue
         # The physical test first: it is the cheapest, and most candidates alone free too little.
         cap = base
@@ -188,6 +190,7 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
             continue
         if quota.check(dept, flavor, k, {job.department: job.gpus}, pool.cluster)[0] is None:
             best = c
+            best_cost = (c.key[2], job.gpus)
     return None if best is None else [best]
 
 
@@ -239,7 +242,8 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
         return True
 
     chosen: list[Candidate] = []
-    order = cands if seed is None else [seed, *(c for c in cands if c is not seed)]
+    # (lazily: the walk usually stops long before the end of the candidates)
+    order = cands if seed is None else chain((seed,), (c for c in cands if c is not seed))
     for c in order:
         job = c.job
         if not eligible(job, removed):
