@@ -454,6 +454,10 @@ class Cycle:
         if cache_key in self.fail_cache:
             return self.fail_cache[cache_key]
 
+        if self.rate_left <= 0:
+            # The window's preemptions are used up: do not search (a cycle may see thousands of blocked jobs).
+            return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(0))
+
         # (the pools share their quota scopes: the consider step chose them so)
         preemptor = Preemptor(dept, flavor, k, rank, borrows, cluster=clusters[0] if clusters else None)
         min_run, starve_policy = self.policy.min_runtime_s, self.policy
@@ -494,9 +498,6 @@ class Cycle:
                     best = (pool, found)
             return best
 
-        if self.rate_left <= 0:
-            # The window's preemptions are used up: do not search (a cycle may see thousands of blocked jobs).
-            return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(0))
         best = attempt(False, self.budget_left)
         if best is not None and not realtime and (not patient or sum(c.job.gpus for c in best[1]) > 2 * k):
             best = None  # too wasteful for now: wait (reserved) and retry once patient
