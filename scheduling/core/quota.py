@@ -219,7 +219,7 @@ class QuotaBook:
         return max(0, used - self.guaranteed(dept, key))
 
     def add(self, dept: str, flavor: str, k: int, cluster: str | None = None) -> None:
-        for key in self.keys(dept, flavor, cluster):
+        for key in (flavor,) if not self.scoped else self.keys(dept, flavor, cluster):
             g = self.guaranteed(dept, key)
             before = self.usage[(dept, key)]
             self.usage[(dept, key)] = before + k
