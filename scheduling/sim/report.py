@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -218,7 +219,7 @@ def markdown(results, agg, *, out: Path, title="Policy comparison", meta=None) -
             lines.append("")
         lines += _gpu_class_table(rows) + _queued_table(rows) + _sharing_table(rows) + _spend_table(rows)
         lines += _losses(rows)
-    lines += _targets_section(agg)
+    lines += _targets_section(agg, results)
     lines += ["## Plots", ""]
     for png in sorted(out.glob("*.png")):
         lines.append(f"![{png.stem}]({png.name})")
@@ -389,18 +390,42 @@ def targets(agg) -> dict[tuple[str, float], list[tuple[str, str, str]]]:
     return out
 
 
-def _targets_section(agg):
+def _target_key(label: str) -> str:
+    """A target's label without its figures in parentheses (the largest GPU class may differ by seed)."""
+    return re.sub(r" \([^)]*\)", "", label)
+
+
+def per_seed_targets(results) -> dict[tuple[str, float], dict[str, list[str]]]:
+    """(scenario, load) -> {target: [status on each seed]}: every seed judged on its own replays, so that a
+    target met on the seed average by less than the seeds differ shows as met on some seeds only."""
+    seeds = sorted({m["seed"] for m in results if "error" not in m and m.get("seed") is not None})
+    out: dict[tuple[str, float], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for seed in seeds:
+        for key, lines in targets(aggregate([m for m in results if m.get("seed") == seed])).items():
+            for st, label, _ in lines:
+                out[key][_target_key(label)].append(st)
+    return out
+
+
+def _targets_section(agg, results=()):
     t = targets(agg)
     if not t:
         return []
+    by_seed = per_seed_targets(results)
     out = ["## Targets", "",
            "The portal's policy against the baselines of this run, per scenario and load (seed averages). "
-           "\"n/a\": the reference replay is missing or the target cannot apply.", ""]
+           "\"n/a\": the reference replay is missing or the target cannot apply. With several seeds, each target "
+           "is also judged on every seed's replays alone: \"met on 2 of 3 seeds\" means the seed average is "
+           "within the seeds' spread of the line, so read it as a tie.", ""]
     for (scen, load), lines in t.items():
         met = sum(1 for st, _, _ in lines if st == "met")
         judged = sum(1 for st, _, _ in lines if st != "n/a")
         out += [f"### {scen} at load {load}: {met} of {judged} met", ""]
-        out += [f"- {st}: {lbl}: {fig}" for st, lbl, fig in lines]
+        for st, lbl, fig in lines:
+            seeds = [x for x in by_seed.get((scen, load), {}).get(_target_key(lbl), []) if x != "n/a"]
+            if st != "n/a" and len(seeds) > 1:
+                fig += f"; met on {seeds.count('met')} of {len(seeds)} seeds"
+            out.append(f"- {st}: {lbl}: {fig}")
         out.append("")
     return out
 
