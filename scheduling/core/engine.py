@@ -48,6 +48,11 @@ from .types import (
     Snapshot,
 )
 
+# Heads after the first reserve only while the reserved GPUs are under this share of their pool: on a small pool
+# a second reservation would close the last GPUs that small jobs backfill into, while on a large one several
+# reservations keep the large jobs behind the head from being overtaken by every small job that fits a hole.
+MAX_RESERVED_SHARE = 0.5
+
 
 def _duration(seconds: float) -> str:
     """A wait as a person reads it: seconds under two minutes, minutes under two hours, else hours."""
@@ -397,20 +402,19 @@ class Cycle:
         end = self.now + job.max_runtime_s
         options = []
         for pool in pools:
-            long = pool.reservation is not None and end > pool.reservation.until
-            index = pool.long if (long and pool.long is not None) else pool.now
+            index = pool.index_for(end)
             if index.capacity(g) >= n:
                 if not self.leaves_headroom(job, pool):
                     self.headroom_held.add(job.id)
                     continue
                 total = index.free_total() if len(pools) > 1 else 0
-                options.append((self.cluster_rank(job, pool.cluster), total, pool.cluster, pool, long))
+                options.append((self.cluster_rank(job, pool.cluster), total, pool.cluster, pool))
         if not options:
             return False
         # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
-        _, _, _, pool, long = min(options, key=lambda o: (o[0], o[1], o[2]))
+        _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
         borrows = self.quota.borrows(job.department, job.flavor, job.gpus, pool.cluster)
-        placed = pool.place(g, n, long)
+        placed = pool.place(g, n, end)
         for i in placed:
             pool.events.append((end, i, g))
         self.quota.add(job.department, job.flavor, job.gpus, pool.cluster)
@@ -642,12 +646,13 @@ class Cycle:
         g, n, k = job.gpus_per_pod, job.pods, job.gpus
         if quota_code is not None and any(p.now.capacity(g) >= n and p.reservation is None for p in pools):
             return self.pend(job, quota_code, quota_detail, quota_note(quota_detail))
+        # (nor does it reserve behind another head: the GPUs are there, its quota is what it waits for)
+        quota_only = quota_code is not None and any(p.now.capacity(g) >= n for p in pools)
         end = self.now + job.max_runtime_s
         best: tuple[int, str, str, dict] | None = None  # (capacity rank, cluster, code, detail)
         free_total = 0
         for pool in pools:
-            long = pool.reservation is not None and end > pool.reservation.until
-            code, free = capacity_code(pool, g, n, long)
+            code, free = capacity_code(pool, g, n, pool.crossed(end) > 0)
             free_total += free
             detail: dict[str, object] = {"free": free, "requested": k, "pods": n, "cluster": pool.cluster}
             if pool.reservation is not None and code in (
@@ -662,8 +667,21 @@ class Cycle:
         _, _, code, detail = best
         detail["free"] = free_total if len(pools) > 1 else detail["free"]
         note = None
-        # EASY: the first job blocked by capacity in a pool without a reservation becomes its head.
-        if code != reasons.EXCEEDS_CAPACITY and all(p.reservation is None for p in pools):
+        # EASY, deepened: the first jobs blocked by capacity in a pool become its reserved heads, up to
+        # reservation_depth of them while their GPUs are less than MAX_RESERVED_SHARE of the pool's; only the
+        # first may reclaim or drain for its start.
+        depth = self.policy.reservation_depth
+        if (
+            code != reasons.EXCEEDS_CAPACITY
+            and depth > 0
+            and not quota_only
+            and all(
+                p.reservation is None
+                or (len(p.reservations) < depth and p.reserved_gpus < MAX_RESERVED_SHARE * p.gpus_total)
+                for p in pools
+            )
+        ):
+            first = all(p.reservation is None for p in pools)
             fits = []
             for pool in pools:
                 found = pool.earliest_fit(g, n, self.now)
@@ -671,7 +689,7 @@ class Cycle:
                     fits.append((found[0], self.cluster_rank(job, pool.cluster), pool.cluster, pool, found[1]))
             if fits:
                 when, _, _, pool, spare = min(fits, key=lambda f: (f[0], f[1], f[2]))
-                if when > self.now:
+                if when > self.now and first:
                     # A head within its nominal quota that would wait long reclaims its lent GPUs (the
                     # guarantee); any head evicts cheap work rather than idle GPUs while they drain.
                     borrows = self.quota.borrows(job.department, job.flavor, k, pool.cluster)
@@ -681,7 +699,7 @@ class Cycle:
                             return None
                     if self.drain(job, pool, when):
                         return None
-                pool.reserve(job.id, when, spare)
+                pool.reserve(job.id, when, spare, k)
                 detail["reserved_from"] = when
                 detail["cluster"] = pool.cluster
                 self.heads[job.id] = when
@@ -717,7 +735,7 @@ class Cycle:
             "preemptions": len(self.preemptions),
             "victims": len(self.taken),
             "still_pending": len(pending),
-            "reservations": sum(1 for p in self.pools.values() if p.reservation is not None),
+            "reservations": sum(len(p.reservations) for p in self.pools.values()),
             "capacity_gpus": capacity,
             "free_gpus_after": free,
             "utilisation_after": (capacity - free) / capacity if capacity else 0.0,

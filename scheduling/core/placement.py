@@ -19,6 +19,7 @@ not in the index: the adapter reports only taints the portal's pods do not toler
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from heapq import heappop, heappush
 
 from .types import Node
@@ -97,6 +98,11 @@ class Pool:
         "empty",
         "events",
         "reservation",
+        "reservations",
+        "untils",
+        "prefix",
+        "reserved_gpus",
+        "gpus_total",
     )
 
     def __init__(self, cluster: str, flavor: str, nodes: list[Node]):
@@ -109,14 +115,19 @@ class Pool:
         self.free = list(self.size)
         self.taints = [frozenset(n.taints) for n in nodes]
         self.indexed = [i for i, n in enumerate(nodes) if not n.taints]
+        self.gpus_total = sum(self.size[i] for i in self.indexed)  # GPUs of the indexed nodes
         self.now: BucketIndex | None = None
-        self.long: BucketIndex | None = None  # free GPUs usable by jobs running past the reservation
-        self.spare: dict[int, int] = {}  # reserved node -> GPUs left at the reservation time
+        self.long: BucketIndex | None = None  # free GPUs usable by jobs running past every reservation
+        self.spare: dict[int, int] = {}  # reserved node -> GPUs left at the reservation times (the least of them)
         self.initial_count: list[int] = []
         self.initial_caps: dict[int, int] = {}  # g -> initial_capacity(g): it never changes within a cycle
         self.empty: BucketIndex | None = None
         self.events: list[tuple[float, int, int]] = []  # (end, node index, gpus) of running/admitted pods
-        self.reservation: Reservation | None = None
+        self.reservation: Reservation | None = None  # the earliest of the reservations
+        self.reservations: list[Reservation] = []  # by (reserved start, head id)
+        self.untils: list[float] = []  # their reserved starts, in that order
+        self.reserved_gpus = 0  # GPUs of the reserved heads
+        self.prefix: dict[int, BucketIndex] = {}  # m -> free GPUs usable by jobs running past the first m
 
     @property
     def top(self) -> int:
@@ -141,31 +152,71 @@ class Pool:
         spare = self.spare.get(i)
         return self.free[i] if spare is None else min(self.free[i], spare)
 
-    def take(self, i: int, g: int, long: bool) -> None:
+    def cut(self, i: int, m: int) -> int:
+        """Node ``i``'s free GPUs open to a job that runs past the first ``m`` reservations (by start)."""
+        value = self.free[i]
+        for r in self.reservations[:m]:
+            left = r.spare.get(i)
+            if left is not None and left < value:
+                value = left
+        return value
+
+    def crossed(self, end: float) -> int:
+        """How many reservations a job ending at ``end`` runs past: it must keep off their heads' GPUs."""
+        return bisect_left(self.untils, end) if self.untils else 0
+
+    def index_for(self, end: float) -> BucketIndex:
+        """The free GPUs a job ending at ``end`` may use now."""
+        m = self.crossed(end)
+        if m == 0:
+            return self.now
+        if m == len(self.reservations):
+            return self.long
+        index = self.prefix.get(m)
+        if index is None:
+            index = self.prefix[m] = BucketIndex([self.cut(i, m) for i in range(len(self.free))], self.indexed, self.top)
+        return index
+
+    def take(self, i: int, g: int, m: int) -> None:
+        """Place ``g`` GPUs on node ``i`` for a job that runs past the first ``m`` reservations: those heads
+        have that many GPUs fewer to spare there."""
         self.free[i] -= g
-        if long and i in self.spare:
-            self.spare[i] -= g
+        for r in self.reservations[:m]:
+            if i in r.spare:
+                r.spare[i] -= g
+        if i in self.spare:
+            self.spare[i] = min(r.spare[i] for r in self.reservations if i in r.spare)
         self.now.set(i, self.free[i])
         if self.long is not None:
             self.long.set(i, self.eff(i))
+        for mm, index in self.prefix.items():
+            index.set(i, self.cut(i, mm))
 
-    def place(self, g: int, pods: int, long: bool) -> list[int] | None:
-        """Best-fit ``pods`` pods of ``g`` GPUs on indexed nodes, all or nothing. A ``long`` job (one that runs
-        past this pool's reservation) only uses GPUs the reserved head will not need."""
-        index = self.long if (long and self.long is not None) else self.now
+    def place(self, g: int, pods: int, end: float) -> list[int] | None:
+        """Best-fit ``pods`` pods of ``g`` GPUs on indexed nodes, all or nothing. A job ending at ``end`` only
+        uses GPUs that the heads of the reservations it runs past will not need."""
+        index = self.index_for(end)
         if index.capacity(g) < pods:
             return None
+        m = self.crossed(end)
         out = []
         for _ in range(pods):
             i = index.best(g)
             out.append(i)
-            self.take(i, g, long)
+            self.take(i, g, m)
         return out
 
     def earliest_fit(self, g: int, pods: int, now: float) -> tuple[float, list[int]] | None:
         """When (and where, by best fit) ``pods`` x ``g`` GPUs fit here if running and admitted pods end at their
         max runtime and nothing else is admitted; None if they never do."""
-        cap = self.now.capacity(g)
+        spare = self.spare  # GPUs earlier reservations' heads leave free per node: a later head gets no more
+
+        def cut(i: int, v: int) -> int:
+            if i in spare and spare[i] < v:
+                v = spare[i]
+            return v if v > 0 else 0
+
+        cap = self.long.capacity(g) if self.reservations else self.now.capacity(g)
         projected: dict[int, int] = {}
         when = now
         if cap < pods:
@@ -179,14 +230,14 @@ class Pool:
                     continue
                 old = projected.get(i, self.free[i])
                 new = old + gpus
-                cap += max(0, new) // g - max(0, old) // g
+                cap += cut(i, new) // g - cut(i, old) // g
                 projected[i] = new
                 if found is None and cap >= pods:
                     found = end
             if found is None:
                 return None
             when = max(now, found)
-        value = {i: max(0, projected.get(i, self.free[i])) for i in self.indexed}
+        value = {i: cut(i, projected.get(i, self.free[i])) for i in self.indexed}
         heap = [(v, i) for i, v in value.items() if v >= g]
         heap.sort()
         chosen: list[int] = []
@@ -200,19 +251,27 @@ class Pool:
                 heappush(heap, (value[i], i))
         return when, [(i, value[i]) for i in chosen]
 
-    def reserve(self, job_id: int, when: float, spare_after: list[tuple[int, int]]) -> None:
-        """Hold capacity for a blocked head: until ``when``, jobs ending later keep off its GPUs (EASY)."""
+    def reserve(self, job_id: int, when: float, spare_after: list[tuple[int, int]], gpus: int = 0) -> None:
+        """Hold capacity for a blocked head: until ``when``, jobs ending later keep off its GPUs (EASY). Several
+        heads may hold reservations: each later one is placed on what the earlier ones leave (conservative
+        backfill), and a job must keep off the GPUs of every reservation it would run past."""
+        res = Reservation(job_id, when, dict(spare_after))
+        self.reserved_gpus += gpus
         for i, left in spare_after:
             self.spare[i] = min(self.spare.get(i, left), left)
-        self.reservation = Reservation(job_id, when, tuple(sorted(self.spare)))
+        self.reservations.append(res)
+        self.reservations.sort(key=lambda r: (r.until, r.job_id))
+        self.reservation = self.reservations[0]
+        self.untils = [r.until for r in self.reservations]
+        self.prefix.clear()
         values = [self.eff(i) for i in range(len(self.free))]
         self.long = BucketIndex(values, self.indexed, self.top)
 
 
 class Reservation:
-    __slots__ = ("job_id", "until", "nodes")
+    __slots__ = ("job_id", "until", "spare")
 
-    def __init__(self, job_id: int, until: float, nodes: tuple[int, ...]):
+    def __init__(self, job_id: int, until: float, spare: dict[int, int]):
         self.job_id = job_id
         self.until = until
-        self.nodes = nodes
+        self.spare = spare  # reserved node -> GPUs the head leaves free there at ``until``

@@ -43,7 +43,7 @@ _NUMBER_FIELDS = (
     "drain_max_loss_s",
 )
 _POSITIVE_FIELDS = ("deadline_horizon_s", "usage_half_life_s", "preemption_window_s")
-_INT_FIELDS = ("version", "preemption_rate_limit", "realtime_headroom_gpus")
+_INT_FIELDS = ("version", "preemption_rate_limit", "realtime_headroom_gpus", "reservation_depth")
 _KNOWN = set(_NUMBER_FIELDS) | set(_INT_FIELDS) | {"weights", "priority_classes", "allow_short_min_runtime"}
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -159,6 +159,7 @@ def policy_to_dict(policy: Policy) -> dict[str, object]:
         out[name] = getattr(policy, name)
     out["preemption_rate_limit"] = policy.preemption_rate_limit
     out["realtime_headroom_gpus"] = policy.realtime_headroom_gpus
+    out["reservation_depth"] = policy.reservation_depth
     out["priority_classes"] = dict(policy.priority_classes)
     out["allow_short_min_runtime"] = policy.min_runtime_s < MIN_RUNTIME_FLOOR_S
     return out

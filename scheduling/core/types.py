@@ -211,6 +211,10 @@ class Policy:
     drain_max_loss_s: float = 300.0
     # GPUs kept free for realtime work while every running job of a pool is inside its cooldown (0 = off).
     realtime_headroom_gpus: int = 1
+    # How many blocked jobs per pool may hold an EASY reservation (the first ones in the order; after the first,
+    # only while the reserved GPUs are under half the pool's): a job that would run past any of their reserved
+    # starts keeps off the GPUs those heads need. 1 is plain EASY backfill; 0 reserves nothing.
+    reservation_depth: int = 16
     priority_classes: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType(
             {"realtime": "ai-realtime", "elastic": "ai-elastic", "backfill": "ai-backfill"}

@@ -45,6 +45,8 @@ def test_changes_are_applied():
         ({"deadline_horizon_s": 0}, "deadline_horizon_s"),
         ({"preemption_rate_limit": 1.5}, "preemption_rate_limit"),
         ({"preemption_rate_limit": -1}, "preemption_rate_limit"),
+        ({"reservation_depth": -1}, "reservation_depth"),
+        ({"reservation_depth": 2.5}, "reservation_depth"),
         ({"weights": {"urgent": {"pi": 1}}}, "weights.urgent"),
         ({"weights": {"high": {"professor": 1}}}, "weights.high.professor"),
         ({"weights": {"high": {"pi": -1}}}, "weights.high.pi"),

@@ -340,6 +340,66 @@ def test_backfill_on_nodes_the_head_does_not_need():
     assert res.placement(2) == ("n2",)
 
 
+def _two_heads(depth: int, *extra):
+    # n0: 8 busy until NOW+1h, n1: 6 busy until NOW+2h (2 free), n2: 8 busy until NOW+3h, n3: 4 busy for long
+    # (4 free). Head 1 (8 GPUs) fits on n0 at NOW+1h; head 2 (8 GPUs), placed on what head 1 leaves, on n1 at
+    # NOW+2h. Their 16 GPUs are half of the pool's 32: the third blocked job reserves nothing.
+    return (
+        Snap().nodes(4).quota("A", 64).policy(reservation_depth=depth)
+        .running(run(10, on="n0", gpus=8, ran=0, max_runtime_s=HOUR),
+                 run(11, on="n1", gpus=6, ran=0, max_runtime_s=2 * HOUR),
+                 run(12, on="n2", gpus=8, ran=0, max_runtime_s=3 * HOUR),
+                 run(13, on="n3", gpus=4, ran=0, max_runtime_s=40 * HOUR))
+        .pending(job(1, gpus=8, urgency="critical"), job(2, gpus=8, urgency="high"), job(3, gpus=8), *extra)
+        .decide()
+    )  # fmt: skip
+
+
+def test_the_jobs_behind_the_head_reserve_too_up_to_half_the_pool():
+    res = _two_heads(16)
+    assert res.reason[1].detail["reserved_from"] == NOW + HOUR
+    assert res.reason[2].detail["reserved_from"] == NOW + 2 * HOUR
+    assert res.reason[2].estimated_start == NOW + 2 * HOUR
+    assert "reserved_from" not in res.reason[3].detail
+    assert res.raw.figures["reservations"] == 2
+
+
+@pytest.mark.parametrize(("depth", "where", "second_reserved"), [(16, ("n3",), True), (1, ("n1",), False)])
+def test_long_backfill_keeps_off_the_gpus_of_every_head_it_would_delay(depth, where, second_reserved):
+    """A 10-hour job would delay head 2 on n1's free GPUs: with one reservation (plain EASY) nothing stops it
+    there (best fit prefers the fuller n1), with two it goes to n3, which no head needs."""
+    res = _two_heads(depth, job(4, gpus=2, urgency="low", max_runtime_s=10 * HOUR))
+    assert res.placement(4) == where
+    assert ("reserved_from" in res.reason[2].detail) is second_reserved
+
+
+def test_a_job_ending_between_two_reserved_starts_may_use_the_later_heads_gpus():
+    """Ending at NOW+1.5h it runs past head 1's start (n0, full until then anyway) but not head 2's (n1 at
+    NOW+2h): n1's free GPUs are open to it."""
+    res = _two_heads(16, job(5, gpus=2, urgency="low", max_runtime_s=1.5 * HOUR))
+    assert res.placement(5) == ("n1",)
+    assert res.reason[2].detail["reserved_from"] == NOW + 2 * HOUR
+
+
+def test_on_a_small_pool_only_the_head_reserves():
+    # One 8-GPU node, 4 GPUs busy for an hour and 4 for two: head 1 (4 GPUs) takes half the pool already.
+    res = (
+        Snap().nodes(1).quota("A", 8)
+        .running(run(10, on="n0", gpus=4, ran=0, max_runtime_s=HOUR), run(11, on="n0", gpus=4, ran=0,
+                 max_runtime_s=2 * HOUR))
+        .pending(job(1, gpus=4, urgency="critical"), job(2, gpus=4, urgency="high")).decide()
+    )  # fmt: skip
+    assert res.reason[1].detail["reserved_from"] == NOW + HOUR
+    assert "reserved_from" not in res.reason[2].detail
+
+
+def test_reservation_depth_zero_reserves_nothing():
+    res = _two_heads(0, job(4, gpus=2, urgency="low", max_runtime_s=10 * HOUR))
+    assert not any("reserved_from" in r.detail for r in res.raw.pending)
+    assert res.raw.figures["reservations"] == 0
+    assert res.placement(4) == ("n1",)
+
+
 # ---------------------------------------------------------------- rule 8: preemption
 
 
