@@ -393,6 +393,24 @@ def test_on_a_small_pool_only_the_head_reserves():
     assert "reserved_from" not in res.reason[2].detail
 
 
+def test_a_job_held_by_quota_alone_does_not_reserve_behind_the_head():
+    """Job 2 fits physically now (n3 has 4 free) and waits only for its department's quota: it must not hold
+    GPUs as a second head. Job 3, which needs a whole node, still reserves behind head 1."""
+    res = (
+        Snap().nodes(4).quota("A", 16).quota("B", 16, lend=0)
+        .running(run(10, on="n0", gpus=8, ran=0, max_runtime_s=HOUR),
+                 run(11, on="n1", gpus=8, ran=0, max_runtime_s=2 * HOUR),
+                 run(12, dept="B", on="n2", gpus=6, ran=0, max_runtime_s=40 * HOUR),
+                 run(13, dept="B", on="n3", gpus=4, ran=0, max_runtime_s=40 * HOUR))
+        .pending(job(1, dept="B", gpus=8, urgency="critical"), job(2, gpus=4, urgency="high"),
+                 job(3, dept="B", gpus=8, urgency="low"))
+        .decide()
+    )  # fmt: skip
+    assert res.reason[1].detail["reserved_from"] == NOW + HOUR
+    assert res.code(2) == reasons.QUOTA_EXHAUSTED and "reserved_from" not in res.reason[2].detail
+    assert res.reason[3].detail["reserved_from"] == NOW + 2 * HOUR
+
+
 def test_reservation_depth_zero_reserves_nothing():
     res = _two_heads(0, job(4, gpus=2, urgency="low", max_runtime_s=10 * HOUR))
     assert not any("reserved_from" in r.detail for r in res.raw.pending)
