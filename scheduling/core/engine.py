@@ -641,9 +641,11 @@ class Cycle:
     def blocked(
         self, job: PendingJob, pools: list[Pool], quota_code: str | None, quota_detail: dict
     ) -> bool:
-        """Explain a job that cannot start now, and make it the pool's reserved head when it is the first to
-        wait there. A job held by the cohort's quota reserves too when the GPUs it needs are physically in use
-        (lent-out capacity is capacity); one that would fit physically now waits on quota alone."""
+        """Explain a job that cannot start now, and make it a reserved head of the pool when it is among the
+        first to wait there (``reservation_depth``, ``MAX_RESERVED_SHARE``). A job held by the cohort's quota
+        reserves too when the GPUs it needs are physically in use (lent-out capacity is capacity); one that
+        would fit physically now waits on quota alone. ``detail["head"]`` names the head with the earliest
+        reserved start."""
         g, n, k = job.gpus_per_pod, job.pods, job.gpus
         if quota_code is not None and any(p.now.capacity(g) >= n and p.reservation is None for p in pools):
             return self.pend(job, quota_code, quota_detail, quota_note(quota_detail))
