@@ -8,14 +8,14 @@ for (and then the audit entry says so).
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
 from portal.audit import audit
 from portal.errors import NotFound, ValidationFailed
 from portal.models import Department
-from quotas.models import ApprovalRule, Quota, RefillRule, Wallet
+from quotas.models import ApprovalRule, Flavor, Quota, RefillRule, Wallet
 from quotas.services.base import field_error
 from quotas.services.wallets import wallet_create
 from scheduling.models import Node
@@ -120,6 +120,13 @@ def _check_quota(*, department: Department, flavor, nominal: int, borrowing, len
     return warnings
 
 
+def _lock_flavor(flavor_id: int) -> None:
+    """Serialise the quota writes of one flavor: each checks the sum of the flavor's other quotas against its
+    GPUs, so two concurrent writes could each pass alone and oversubscribe together (or both find no quota and
+    both insert one). Taken first in every quota write, before any quota row, so the lock order is fixed."""
+    Flavor.objects.select_for_update().filter(pk=flavor_id).values_list("pk", flat=True).first()
+
+
 def _audited(quota: Quota, values: dict) -> dict:
     """What an audit entry records of a quota: its values, plus the cluster of a per-cluster quota."""
     return {**values, **({"cluster": quota.cluster.name} if quota.cluster_id else {})}
@@ -130,6 +137,7 @@ def quota_set(*, quota: Quota, actor, oversubscribe: bool = False, comment: str 
     and audited with old and new values and the reason. ``quota.warnings`` lists what was accepted
     knowingly (oversubscription). A quota's department, flavor and cluster do not change."""
     with transaction.atomic():
+        _lock_flavor(quota.flavor_id)
         # Lock the quota row only: its cluster is an outer join, which PostgreSQL cannot lock.
         quota = Quota.objects.select_for_update(of=("self",)).select_related("department", "flavor", "cluster").get(
             pk=quota.pk)
@@ -156,15 +164,22 @@ def quota_create(*, department: Department, flavor, actor, nominal: int = 0, bor
     one (``cluster`` None) or one on ``cluster`` only."""
     if department.is_archived:
         raise field_error("department", f"{department.slug} is archived: it takes no new quotas.", "archived")
+    where = "" if cluster is None else f" on {cluster.name}"
+    exists = field_error("flavor", f"{department.slug} already has a quota of {flavor.name}{where}; change it "
+                                   "instead.", "unique")
     with transaction.atomic():
+        _lock_flavor(flavor.pk)
         if Quota.objects.filter(department=department, flavor=flavor, cluster=cluster).exists():
-            where = "" if cluster is None else f" on {cluster.name}"
-            raise field_error("flavor", f"{department.slug} already has a quota of {flavor.name}{where}; change it "
-                                        "instead.", "unique")
+            raise exists
         warnings = _check_quota(department=department, flavor=flavor, nominal=nominal, borrowing=borrowing_limit,
                                 lending=lending_limit, oversubscribe=oversubscribe, cluster=cluster)
-        quota = Quota.objects.create(department=department, flavor=flavor, cluster=cluster, nominal=nominal,
-                                     borrowing_limit=borrowing_limit, lending_limit=lending_limit)
+        try:
+            with transaction.atomic():
+                quota = Quota.objects.create(department=department, flavor=flavor, cluster=cluster,
+                                             nominal=nominal, borrowing_limit=borrowing_limit,
+                                             lending_limit=lending_limit)
+        except IntegrityError:  # (only where the flavor lock is a no-op, as on SQLite)
+            raise exists from None
         new = {f: getattr(quota, f) for f in QUOTA_FIELDS}
         audit(actor=actor, action="quota.create", obj=quota, department=department,
               new=_audited(quota, {**new, **({"oversubscribed": True} if warnings else {})}),
