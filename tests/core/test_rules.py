@@ -382,15 +382,24 @@ def test_a_job_ending_between_two_reserved_starts_may_use_the_later_heads_gpus()
 
 
 def test_on_a_small_pool_only_the_head_reserves():
-    # One 8-GPU node, 4 GPUs busy for an hour and 4 for two: head 1 (4 GPUs) takes half the pool already.
-    res = (
-        Snap().nodes(1).quota("A", 8)
-        .running(run(10, on="n0", gpus=4, ran=0, max_runtime_s=HOUR), run(11, on="n0", gpus=4, ran=0,
+    # Two 4-GPU nodes, n0 busy for an hour and n1 for two: head 1 takes n0 at NOW+1h, half the pool. Head 2
+    # would fit on n1 at NOW+2h, but a second reservation would close the pool's last GPUs to backfill.
+    snap = (
+        Snap().nodes(2, gpus=4).quota("A", 8)
+        .running(run(10, on="n0", gpus=4, ran=0, max_runtime_s=HOUR), run(11, on="n1", gpus=4, ran=0,
                  max_runtime_s=2 * HOUR))
-        .pending(job(1, gpus=4, urgency="critical"), job(2, gpus=4, urgency="high")).decide()
+        .pending(job(1, gpus=4, urgency="critical"), job(2, gpus=4, urgency="high"))
     )  # fmt: skip
+    res = snap.decide()
     assert res.reason[1].detail["reserved_from"] == NOW + HOUR
     assert "reserved_from" not in res.reason[2].detail
+    # the cap is what stops it: with two more nodes, busy for longer, head 2 reserves n1
+    res = (
+        snap.node("n2", "a100", 4).node("n3", "a100", 4)
+        .running(run(12, on="n2", gpus=4, ran=0, max_runtime_s=40 * HOUR),
+                 run(13, on="n3", gpus=4, ran=0, max_runtime_s=40 * HOUR)).decide()
+    )  # fmt: skip
+    assert res.reason[2].detail["reserved_from"] == NOW + 2 * HOUR
 
 
 def test_a_job_held_by_quota_alone_does_not_reserve_behind_the_head():
