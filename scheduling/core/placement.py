@@ -167,7 +167,10 @@ class Pool:
 
     def index_for(self, end: float) -> BucketIndex:
         """The free GPUs a job ending at ``end`` may use now."""
-        m = self.crossed(end)
+        return self.index_past(self.crossed(end))
+
+    def index_past(self, m: int) -> BucketIndex:
+        """The free GPUs a job that runs past the first ``m`` reservations may use now."""
         if m == 0:
             return self.now
         if m == len(self.reservations):
@@ -195,10 +198,10 @@ class Pool:
     def place(self, g: int, pods: int, end: float) -> list[int] | None:
         """Best-fit ``pods`` pods of ``g`` GPUs on indexed nodes, all or nothing. A job ending at ``end`` only
         uses GPUs that the heads of the reservations it runs past will not need."""
-        index = self.index_for(end)
+        m = self.crossed(end)
+        index = self.index_past(m)
         if index.capacity(g) < pods:
             return None
-        m = self.crossed(end)
         out = []
         for _ in range(pods):
             i = index.best(g)
