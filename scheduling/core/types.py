@@ -191,8 +191,10 @@ class Policy:
     preemption_window_s: float = 600.0
     realtime_start_target_s: float = 300.0
     weight_points: float = 100.0  # score points per unit of weight
-    # Shorter work first: the score is divided by (1 + GPU-hours asked for) ** size_weight (0 = off).
-    size_weight: float = 0.3
+    # Shorter work first: the score is divided by (1 + GPU-hours asked for) ** size_weight (0 = off). At 1 a
+    # job's score grows with its wait per GPU-hour asked for (its slowdown, roughly), which is what shortens the
+    # average wait of a deep queue; the starvation guard bounds what that costs large jobs.
+    size_weight: float = 1.0
     # A job that has waited this long, divided by its weight x fair-share factor (clamped to 0.5..4), is
     # *starving*: it goes ahead of every non-starving job of its tier and gets the pool's reservation, whatever
     # its size, score or whether it borrows (0 = never).

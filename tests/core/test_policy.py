@@ -90,7 +90,7 @@ def test_short_min_runtime_needs_the_explicit_flag():
         ({"bid": 1000}, 110.0),
         ({"use_ratio": 2.0}, 100.0 / 16),  # twice its share: a sixteenth of the pace (weight 400)
         ({"use_ratio": 0.5}, 400.0),  # half its share: four times the pace
-        ({"gpu_hours": 7.0}, 100.0 * 8**-0.3),  # (1 + GPU-hours) ** -size_weight
+        ({"gpu_hours": 7.0}, 100.0 / 8),  # (1 + GPU-hours) ** -size_weight
     ],
 )
 def test_score_terms(kw, expected):

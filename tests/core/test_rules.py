@@ -662,7 +662,7 @@ def test_estimates_follow_running_jobs_ending_at_max_runtime():
     res = (
         Snap().nodes(1).quota("A", 8)
         .running(run(10, gpus=8, ran=600, max_runtime_s=HOUR))
-        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR, submitted_at=NOW - HOUR), job(2, gpus=4), job(3, gpus=8, pods=2))
+        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR, submitted_at=NOW - HOUR), job(2, gpus=4, urgency="low"), job(3, gpus=8, pods=2))
         .decide()
     )  # fmt: skip
     assert res.reason[1].estimated_start == NOW - 600 + HOUR
@@ -719,7 +719,7 @@ def test_estimates_off_changes_no_decision_and_keeps_only_reservation_times():
     built = (
         Snap().nodes(1).quota("A", 16)
         .running(run(10, gpus=8, ran=600, max_runtime_s=HOUR))
-        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR, submitted_at=NOW - 2 * HOUR), job(2, gpus=4), job(3, gpus=2))
+        .pending(job(1, gpus=8, max_runtime_s=2 * HOUR, submitted_at=NOW - 2 * HOUR), job(2, gpus=4, urgency="low"), job(3, gpus=2, urgency="low"))
         .build()
     )  # fmt: skip
     on, off = schedule(built), schedule(replace(built, estimates=False))
