@@ -2,17 +2,18 @@
 
 One pure pass over a frozen snapshot; see docs/scheduling.md for the rules. In short:
 
-1. Index nodes per (cluster, flavor) (``placement.Pool``), subtract running pods, build the quota book and
-   the victim candidates (``preemption``).
+1. Index nodes per (cluster, flavor) (``topology``, ``placement.Pool``), subtract running pods, build the quota
+   book (``quota``) and the victim candidates (``eviction``).
 2. One pass in the pending order (``ordering``: tier, starving first, then score): each job is placed by best
    fit (gang all-or-nothing) when the cohort's quota and the capacity allow it, respecting the EASY reservations
    of the pool's heads. Otherwise a realtime job preempts (priority); the first job to wait in a pool becomes its
-   head and reserves, reclaims lent GPUs (bounded) or drains cheap work instead of idling GPUs; the next ones
-   to wait reserve too (``reservation_depth``, while their GPUs are under half the pool's).
+   head and reserves, reclaims lent GPUs (bounded) or drains cheap work instead of idling GPUs (``eviction``
+   plans these, on ``preemption``'s victim rules); the next ones to wait reserve too (``reservation_depth``,
+   while their GPUs are under half the pool's).
 3. Every job still pending gets a reason code, a one-line message, a detail (``explain``) and an honest
    estimated start (``estimate``). Borrowed capacity of a flavor clears at the highest losing bid of the
-   cycle's borrowers of that flavor (capped at each winner's own bid); with no loser it is uncontested and
-   the adapter charges the base (reserve) price.
+   cycle's borrowers of that flavor (``pricing``; capped at each winner's own bid); with no loser it is
+   uncontested and the adapter charges the base (reserve) price.
 
 The input is never mutated and every iteration runs over inputs sorted by a total order ending in an id or
 name, so the decision is the same for any order of the snapshot's tuples.
@@ -20,32 +21,23 @@ name, so the decision is the same for any order of the snapshot's tuples.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from types import MappingProxyType
 
 from . import reasons
 from .estimate import EstimateView, estimate_pending
-from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, quota_note
-from .ordering import REALTIME, Scorer, started_starved, tier_rank
+from .eviction import Evictions
+from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, duration_text, quota_note
+from .ordering import REALTIME, Scorer, tier_rank
 from .placement import Pool
-from .preemption import (
-    Candidate,
-    Preemptor,
-    at_risk_s,
-    drain_victim,
-    priority_victim,
-    reclaim_victim,
-    search,
-)
+from .pricing import clearing_prices
 from .quota import QuotaBook
+from .topology import Topology
 from .types import (
     Admission,
-    ClusterInfo,
     CycleResult,
     PendingJob,
     PendingReason,
     Preemption,
-    RunningJob,
     Snapshot,
 )
 
@@ -55,101 +47,43 @@ from .types import (
 MAX_RESERVED_SHARE = 0.5
 
 
-def _duration(seconds: float) -> str:
-    """A wait as a person reads it: seconds under two minutes, minutes under two hours, else hours."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 class Cycle:
-    """Mutable working state of one cycle (never the snapshot itself)."""
+    """Mutable working state of one cycle (never the snapshot itself). It owns admission: the order, the
+    quota and capacity checks, placement, reservations and each pending job's reason; evictions, prices,
+    estimates and figures are delegated to their modules."""
 
     def __init__(self, snapshot: Snapshot):
         self.snap = snapshot
         self.now = snapshot.now
         self.policy = snapshot.policy
-        by_pool: dict[tuple[str, str], list] = defaultdict(list)
-        self.known_flavors: set[str] = set()
-        for node in snapshot.nodes:
-            self.known_flavors.add(node.flavor)
-            if node.schedulable:
-                by_pool[(node.cluster, node.flavor)].append(node)
-        self.pools: dict[tuple[str, str], Pool] = {
-            key: Pool(key[0], key[1], nodes) for key, nodes in sorted(by_pool.items())
-        }
-        self.pools_by_flavor: dict[str, list[Pool]] = defaultdict(list)
-        for (_, flavor), pool in sorted(self.pools.items()):
-            self.pools_by_flavor[flavor].append(pool)
-
-        # Clusters: listed ones with their labels, state and cost rank; any other cluster a node names is
-        # active, unlabelled and of cost rank 0.
-        self.clusters: dict[str, ClusterInfo] = {c.name: c for c in sorted(snapshot.clusters, key=lambda c: c.name)}
-        for node in snapshot.nodes:
-            if node.cluster not in self.clusters:
-                self.clusters[node.cluster] = ClusterInfo(node.cluster)
-        self.cluster_labels = {name: frozenset(c.labels) for name, c in self.clusters.items()}
-        self.flavor_clusters: dict[str, set[str]] = defaultdict(set)
-        for node in snapshot.nodes:
-            self.flavor_clusters[node.flavor].add(node.cluster)
+        self.topology = topo = Topology(snapshot)
+        self.pools = topo.pools
+        self.pools_by_flavor = topo.pools_by_flavor
         self.closed_for: dict[int, dict[str, str]] = {}  # job -> matching clusters closed to admissions
 
+        # The running jobs' pods hold their GPUs until their declared end.
         self.running = sorted(snapshot.running, key=lambda j: j.id)
-        self.scorer = Scorer(snapshot)
-        # Victims already leaving for a pending job: it waits for them rather than choosing more.
-        self.inflight: dict[int, list[int]] = defaultdict(list)
-        for job in self.running:
-            if job.evicting_for is not None:
-                self.inflight[job.evicting_for].append(job.id)
-        self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
         for job in self.running:
             pool = self.pools.get((job.cluster, job.flavor))
-            nodes: list[int] = []
+            if pool is None:
+                continue
             end = max(self.now, job.expected_end)
-            if pool is not None:
-                for name in job.placement:
-                    i = pool.pos.get(name)
-                    if i is None:
-                        continue
+            for name in job.placement:
+                i = pool.pos.get(name)
+                if i is not None:
                     pool.free[i] -= job.gpus_per_pod
                     pool.events.append((end, i, job.gpus_per_pod))
-                    if not pool.taints[i]:
-                        nodes.append(i)
-            if job.tier != "realtime" and job.preemptible and pool is not None:
-                key = (
-                    0 if job.borrowed else 1,
-                    -tier_rank(job.tier),
-                    job.gpus * at_risk_s(job, self.now),
-                    self.scorer.running_score(job),
-                    job.id,
-                )
-                self.cands[(job.cluster, job.flavor)].append(Candidate(job, nodes, key))
-        # Running jobs a realtime arrival could preempt within half its start target (realtime headroom).
-        soon = self.now + self.policy.realtime_start_target_s / 2 - self.policy.min_runtime_s
-        self.evictable_soon: dict[tuple[str, str], int] = {
-            key: sum(1 for c in cands if c.job.started_at <= soon) for key, cands in self.cands.items()
-        }
-        self.headroom_held: set[int] = set()
         for pool in self.pools.values():
             pool.build()
-        for cands in self.cands.values():
-            cands.sort(key=lambda c: c.key)
 
+        self.scorer = Scorer(snapshot)
         self.quota = QuotaBook(snapshot.quotas, self.running)
+        self.evictions = Evictions(snapshot, self.running, self.pools, self.scorer, self.quota)
+        self.headroom_held: set[int] = set()
         self.credits = None if snapshot.credits is None else dict(snapshot.credits)
-        self.budget_left = {
-            b.name: b.disruptions_allowed for b in sorted(snapshot.disruption_budgets, key=lambda b: b.name)
-        }
-        self.rate_left = self.policy.preemption_rate_limit - snapshot.recent_preemptions
-        self.taken: set[int] = set()  # victim ids
         self.admissions: dict[int, Admission] = {}
-        self.preemptions: list[Preemption] = []
-        self.reasons: dict[int, PendingReason] = {}
+        self.reasons: dict[int, tuple[str, str, dict]] = {}  # pending job -> (code, message, detail)
         self.admitted_end: list[tuple[float, str, str, int, str]] = []  # for estimates: (end, dept, flavor, gpus, cluster)
-        self.fail_cache: dict[tuple, tuple[str, dict]] = {}
-        self.pool_cache: dict[tuple, tuple[list[Pool], dict[str, str]]] = {}
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
         self.late_realtime = 0  # pending realtime jobs already past their start target
 
@@ -160,7 +94,7 @@ class Cycle:
         for job in order:
             self.consider(job)
 
-        clearing = self.clearing_prices()
+        clearing = clearing_prices(self.snap.pending, self.admissions, self.snap.credits, self.quota, self.topology)
         admissions = []
         for job in order:
             adm = self.admissions.get(job.id)
@@ -181,7 +115,7 @@ class Cycle:
                 running=self.running,
                 admitted_end=self.admitted_end,
                 heads=self.heads,
-                allowed=self.open_to,
+                allowed=self.topology.open_to,
                 rank=self.cluster_rank,
             )
             estimates = estimate_pending(view, still)
@@ -198,7 +132,7 @@ class Cycle:
             pending_out.append(PendingReason(job.id, code, message, MappingProxyType(detail), est))
         return CycleResult(
             admissions=tuple(admissions),
-            preemptions=tuple(self.preemptions),
+            preemptions=tuple(self.evictions.preemptions),
             pending=tuple(pending_out),
             clearing_prices=MappingProxyType(clearing),
             figures=MappingProxyType(self.figures(admissions, pending_out)),
@@ -207,71 +141,14 @@ class Cycle:
     def starving(self, job: PendingJob) -> bool:
         return self.scorer.starving_since(job) is not None
 
-    def clearing_prices(self) -> dict[str, int]:
-        """A uniform price for borrowed capacity, per flavor: the highest bid that lost, i.e. of a job left
-        pending that would have had to borrow, could have borrowed (its department's borrowing limit and the
-        credits it had at the start of the cycle allow it) and asked for a flavor that exists. Losers are
-        judged on the cycle's final quota use, so for a given set of winners the price does not depend on the
-        order in which the jobs were considered: a winner that bid at least the price pays the same whatever
-        it bid. A winner never pays more than its own bid (the cap is applied per admission); with no loser
-        the borrowing is uncontested (no price: the adapter charges the base price)."""
-        start_credits = self.snap.credits
-        out: dict[str, int] = {}
-        for job in self.snap.pending:
-            if job.id in self.admissions or job.bid <= out.get(job.flavor, 0):
-                continue
-            if job.pods < 1 or job.gpus_per_pod < 1 or job.flavor not in self.known_flavors:
-                continue
-            if start_credits is not None and job.hold > start_credits.get(job.department, 0):
-                continue
-            dept, flavor, k = job.department, job.flavor, job.gpus
-            # (per-cluster quotas: it could have borrowed on one of the clusters open to it)
-            scoped = (dept, flavor) in self.quota.scoped
-            if not any(
-                self.quota.borrows(dept, flavor, k, c)
-                and self.quota.never(dept, flavor, k, c) is None
-                and self.quota.limit_code(dept, flavor, k, c) is None
-                for c in ([p.cluster for p in self.job_pools(job)[0]] if scoped else [None])
-            ):
-                continue
-            out[flavor] = job.bid
-        return dict(sorted(out.items()))
-
     def matches(self, job: PendingJob, cluster: str) -> bool:
-        """Whether ``job`` may run on ``cluster`` at all: its pin and every label of its selector."""
-        if job.cluster not in (None, cluster):
-            return False
-        return not job.cluster_selector or self.cluster_labels[cluster].issuperset(job.cluster_selector)
-
-    def open_to(self, job: PendingJob, cluster: str) -> bool:
-        return self.matches(job, cluster) and self.clusters[cluster].state == "active"
+        return self.topology.matches(job, cluster)
 
     def job_pools(self, job: PendingJob) -> tuple[list[Pool], dict[str, str]]:
-        """The pools of the job's flavor it may be admitted to (a matching cluster that is active), and the
-        matching clusters with such a pool that are closed to admissions, with their state."""
-        key = (job.flavor, job.cluster, job.cluster_selector)
-        hit = self.pool_cache.get(key)
-        if hit is None:
-            pools: list[Pool] = []
-            closed: dict[str, str] = {}
-            for pool in self.pools_by_flavor.get(job.flavor, ()):
-                if not self.matches(job, pool.cluster):
-                    continue
-                state = self.clusters[pool.cluster].state
-                if state == "active":
-                    pools.append(pool)
-                else:  # cordoned or draining: its running work stays, nothing new starts there
-                    closed[pool.cluster] = state
-            hit = self.pool_cache[key] = (pools, closed)
-        return hit
+        return self.topology.job_pools(job)
 
     def cluster_rank(self, job: PendingJob, cluster: str) -> tuple[int, int]:
-        """How a cluster ranks for a job before fit: more of its preferred labels first, then the cheaper."""
-        pref = 0
-        if job.cluster_preference:
-            labels = self.cluster_labels[cluster]
-            pref = sum(1 for pair in job.cluster_preference if pair in labels)
-        return (-pref, self.clusters[cluster].cost_rank)
+        return self.topology.cluster_rank(job, cluster)
 
     def scoped_quota(self, job: PendingJob, pools: list[Pool]) -> tuple[str | None, list[Pool]] | None:
         """For a department with per-cluster quotas of the job's flavor, whose pools differ in the quota
@@ -311,12 +188,12 @@ class Cycle:
             return self.pend(
                 job, reasons.INVALID_REQUEST, {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod}
             )
-        if job.cluster_selector and not any(self.matches(job, c) for c in self.clusters):
+        if job.cluster_selector and not any(self.matches(job, c) for c in self.topology.clusters):
             return self.pend(
                 job,
                 reasons.NO_MATCHING_CLUSTER,
                 {reasons.DETAIL_SELECTOR: dict(job.cluster_selector), reasons.DETAIL_CLUSTER: job.cluster,
-                 "clusters": sorted(self.clusters)},  # fmt: skip
+                 "clusters": sorted(self.topology.clusters)},  # fmt: skip
             )
         pools, closed = self.job_pools(job)
         if closed:
@@ -330,9 +207,9 @@ class Cycle:
                     "closed to admissions: " + ", ".join(f"{c} ({s})" for c, s in sorted(closed.items())),
                 )
             if (
-                flavor in self.known_flavors
+                flavor in self.topology.known_flavors
                 and job.cluster is None
-                and (not job.cluster_selector or any(self.matches(job, c) for c in self.flavor_clusters[flavor]))
+                and (not job.cluster_selector or any(self.matches(job, c) for c in self.topology.flavor_clusters[flavor]))
             ):
                 return self.pend(
                     job, reasons.NO_CAPACITY, {"free": 0, "requested": k, "schedulable_nodes": 0}
@@ -366,7 +243,7 @@ class Cycle:
         if limit is not None:
             # The department itself holds all it may: only its own jobs ending let this one in, or, for
             # realtime work, the eviction of the department's own lower tiers.
-            if realtime and job.id not in self.inflight:
+            if realtime and job.id not in self.evictions.inflight:
                 outcome = self.preempt(job, pools, self.quota.borrows(job.department, flavor, k, qc))
                 if outcome is None:
                     return None
@@ -381,7 +258,7 @@ class Cycle:
                 reasons.REALTIME_HEADROOM,
                 {"headroom_gpus": self.policy.realtime_headroom_gpus, "requested": k},
             )
-        inflight = self.inflight.get(job.id)
+        inflight = self.evictions.inflight.get(job.id)
         if inflight:
             return self.pend(
                 job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"}
@@ -438,205 +315,27 @@ class Cycle:
         if headroom <= 0 or tier_rank(job.tier) == REALTIME:
             return True
         key = (pool.cluster, pool.flavor)
-        if self.evictable_soon.get(key, 0) > 0 or not self.cands.get(key):
-            # (with no preemptible job running at all, nothing would ever become evictable: the wait would be
-            # unbounded, so the job starts)
+        if self.evictions.may_evict_soon(key):
             return True
         return pool.now.free_total() - job.gpus >= headroom
 
     def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool):
         """None when victims were chosen (the job waits for them); else (reason code or None, detail)."""
-        realtime = tier_rank(job.tier) == REALTIME
-        rank = tier_rank(job.tier)
-        flavor, dept, k = job.flavor, job.department, job.gpus
-        quota = self.quota
-        # A reclaim that frees much more than the job needs wastes the victims' work and leaves GPUs idle:
-        # it waits until the job has waited reclaim_delay_s (the borrower may end meanwhile).
-        waited = self.now - job.submitted_at
-        patient = realtime or waited >= self.policy.reclaim_delay_s
-        clusters = tuple(p.cluster for p in pools)
-        cache_key = (flavor, clusters, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient)
-        if cache_key in self.fail_cache:
-            return self.fail_cache[cache_key]
+        outcome = self.evictions.preempt(job, pools, borrows)
+        if isinstance(outcome[0], Preemption):
+            self.evicting(job, *outcome)
+            return None
+        return outcome
 
-        if self.rate_left <= 0:
-            # The window's preemptions are used up: do not search (a cycle may see thousands of blocked jobs).
-            return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(0))
-
-        # (the pools share their quota scopes: the consider step chose them so)
-        preemptor = Preemptor(dept, flavor, k, rank, borrows, cluster=clusters[0] if clusters else None)
-        min_run, starve_policy = self.policy.min_runtime_s, self.policy
-
-        def eligible_for(relax_cooldown: bool):
-            now = self.now
-
-            def eligible(v: RunningJob, removed) -> bool:
-                if v.id in self.taken or (not relax_cooldown and now - v.started_at < min_run):
-                    return False
-                if realtime:
-                    return priority_victim(v, preemptor, quota, removed)
-                return reclaim_victim(
-                    v, preemptor, quota, removed, started_starved=started_starved(starve_policy, v)
-                )
-
-            return eligible
-
-        def attempt(relax_cooldown: bool, budgets):
-            best = None
-            for pool in pools:
-                cands = self.cands.get((pool.cluster, flavor))
-                if not cands:
-                    continue
-                found = search(
-                    cands,
-                    pool=pool,
-                    g=job.gpus_per_pod,
-                    pods=job.pods,
-                    quota=quota,
-                    dept=dept,
-                    flavor=flavor,
-                    k=k,
-                    eligible=eligible_for(relax_cooldown),
-                    budget_left=budgets,
-                )
-                if found is not None and (best is None or len(found) < len(best[1])):
-                    best = (pool, found)
-            return best
-
-        best = attempt(False, self.budget_left)
-        if best is not None and not realtime and (not patient or sum(c.job.gpus for c in best[1]) > 2 * k):
-            best = None  # too wasteful for now: wait (reserved) and retry once patient
-            wasteful = True
-        else:
-            wasteful = False
-        if best is not None:
-            pool, victims = best
-            # Reclaims may use only half of the window's preemptions: realtime work keeps the rest.
-            allowed = self.rate_left if realtime else self.rate_left - (self.policy.preemption_rate_limit + 1) // 2
-            if len(victims) <= allowed:
-                self.commit_preemption(job, pool, victims, "priority" if realtime else "reclaim")
-                return None
-            result = (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(len(victims)))
-            return result  # not cached: the rate budget is what blocks
-        relaxed = None if wasteful else attempt(True, self.budget_left)
-        if wasteful:
-            result = (None, {})
-        elif relaxed is not None:
-            min_run = self.policy.min_runtime_s
-            at = max(c.job.started_at + min_run for c in relaxed[1])
-            result = (
-                reasons.PREEMPTION_COOLDOWN,
-                {
-                    "victims_needed": len(relaxed[1]),
-                    "min_runtime_s": min_run,
-                    "preemptible_at": at,
-                },
-            )
-        elif attempt(True, None) is not None:
-            # Name the candidates' budgets that are short (else all of the candidates' budgets: together they
-            # are), not every budget of the snapshot: with the cluster's own PDBs read, that may be every PDB of
-            # every job namespace.
-            covering = {
-                (b, self.budget_left[b] < c.job.pods)
-                for pool in pools
-                for c in self.cands.get((pool.cluster, flavor), ())
-                for b in c.job.disruption_budgets
-                if b in self.budget_left
-            }
-            short = sorted({b for b, is_short in covering if is_short}) or sorted({b for b, _ in covering})
-            result = (reasons.DISRUPTION_BUDGET, {"budgets": short})
-        else:
-            result = (None, {})
-        self.fail_cache[cache_key] = result
-        return result
-
-    def drain(self, job: PendingJob, pool: Pool, when: float) -> bool:
-        """Instead of reserving GPUs that would idle until ``when``, evict cheap work now: the head of the queue
-        preempts running jobs when the work they lose since their last checkpoint is less than
-        ``drain_ratio`` times the GPU-time the drain would leave idle. Who may be a victim is
-        ``preemption.drain_victim``; on top of it, never within the cooldown and never a job with more than
-        ``drain_max_loss_s`` at risk (it waits for the victim's next checkpoint). Drains, like reclaims, use
-        at most half of the window's preemption budget."""
-        ratio = self.policy.drain_ratio
-        if ratio <= 0 or self.rate_left - (self.policy.preemption_rate_limit + 1) // 2 <= 0:
-            return False
-        cands = self.cands.get((pool.cluster, pool.flavor))
-        if not cands:
-            return False
-        idle = min(pool.now.free_total(), job.gpus) * (when - self.now)
-        if idle <= 0:
-            return False
-        quota, now, policy = self.quota, self.now, self.policy
-        preemptor = Preemptor(
-            job.department,
-            job.flavor,
-            job.gpus,
-            tier_rank(job.tier),
-            quota.borrows(job.department, job.flavor, job.gpus, pool.cluster),
-            starving=self.starving(job),
-            cluster=pool.cluster,
-        )
-
-        def eligible(v: RunningJob, removed) -> bool:
-            if v.id in self.taken or now - v.started_at < policy.min_runtime_s:
-                return False
-            if at_risk_s(v, now) > policy.drain_max_loss_s:
-                return False  # wait for its next checkpoint
-            return drain_victim(v, preemptor, quota, removed, started_starved=started_starved(policy, v))
-
-        victims = search(
-            cands,
-            pool=pool,
-            g=job.gpus_per_pod,
-            pods=job.pods,
-            quota=quota,
-            dept=job.department,
-            flavor=job.flavor,
-            k=job.gpus,
-            eligible=eligible,
-            budget_left=self.budget_left,
-        )
-        if not victims:
-            return False
-        lost = sum(c.job.gpus * at_risk_s(c.job, now) for c in victims)
-        allowed = self.rate_left - (self.policy.preemption_rate_limit + 1) // 2
-        if lost > ratio * idle or len(victims) > allowed:
-            return False
-        self.commit_preemption(job, pool, victims, "drain")
-        return True
-
-    def commit_preemption(self, job: PendingJob, pool: Pool, victims: list[Candidate], why: str) -> None:
-        ids = tuple(sorted(c.job.id for c in victims))
-        for c in victims:
-            self.taken.add(c.job.id)
-            for b in c.job.disruption_budgets:
-                if b in self.budget_left:
-                    self.budget_left[b] -= c.job.pods
-        self.rate_left -= len(victims)
+    def evicting(self, job: PendingJob, preemption: Preemption, cluster: str) -> None:
+        """The job waits for the victims it chose; what it will hold is committed with the eviction."""
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        purpose = {
-            "priority": "start within its target",
-            "reclaim": "reclaim its nominal quota",
-            "drain": "start now instead of idling the GPUs its reservation drains",
-        }[why]
-        message = (
-            f"Job {job.id} ({job.tier}) preempts {len(victims)} job(s) on {pool.cluster}/{job.flavor} to {purpose}."
-        )
-        self.preemptions.append(Preemption(job.id, ids, why, message))
         self.pend(
-            job, reasons.PREEMPTION_IN_PROGRESS, {"victims": list(ids), "reason": why, "cluster": pool.cluster}
+            job,
+            reasons.PREEMPTION_IN_PROGRESS,
+            {"victims": list(preemption.victim_ids), "reason": preemption.reason, "cluster": cluster},
         )
-
-    def rate_detail(self, needed: int) -> dict[str, object]:
-        detail: dict[str, object] = {
-            "allowed_now": max(0, self.rate_left),
-            "limit": self.policy.preemption_rate_limit,
-            "window_s": self.policy.preemption_window_s,
-        }
-        if needed:
-            detail["victims_needed"] = needed
-        return detail
 
     def blocked(
         self, job: PendingJob, pools: list[Pool], quota_code: str | None, quota_detail: dict
@@ -700,13 +399,15 @@ class Cycle:
                         outcome = self.preempt(job, [pool], borrows)
                         if outcome is None:
                             return None
-                    if self.drain(job, pool, when):
+                    drained = self.evictions.drain(job, pool, when, self.starving(job))
+                    if drained is not None:
+                        self.evicting(job, drained, pool.cluster)
                         return None
                 pool.reserve(job.id, when, spare, k)
                 detail["reserved_from"] = when
                 detail["cluster"] = pool.cluster
                 self.heads[job.id] = when
-                note = f"GPUs are reserved for it in {_duration(when - self.now)}"
+                note = f"GPUs are reserved for it in {duration_text(when - self.now)}"
         if quota_code is not None:
             kept = ("reserved_from", "head", "reserved_until", "cluster")
             quota_detail.update({key: detail[key] for key in kept if key in detail})
@@ -724,30 +425,20 @@ class Cycle:
         return False
 
     def figures(self, admissions: list[Admission], pending: list[PendingReason]) -> dict[str, float]:
-        capacity = sum(sum(p.size[i] for i in p.indexed) for p in self.pools.values())
-        free = sum(p.now.free_total() for p in self.pools.values())
-        by_code: dict[str, int] = defaultdict(int)
-        for r in pending:
-            by_code[r.code] += 1
-        out: dict[str, float] = {
-            "pending": len(self.snap.pending),
-            "running": len(self.snap.running),
-            "admitted": len(admissions),
-            "admitted_gpus": sum(gpus for _, _, _, gpus, _ in self.admitted_end),
-            "borrowed": sum(1 for a in admissions if a.borrowed),
-            "preemptions": len(self.preemptions),
-            "victims": len(self.taken),
-            "still_pending": len(pending),
-            "reservations": sum(len(p.reservations) for p in self.pools.values()),
-            "capacity_gpus": capacity,
-            "free_gpus_after": free,
-            "utilisation_after": (capacity - free) / capacity if capacity else 0.0,
-            "estimates_known": sum(1 for r in pending if r.estimated_start is not None),
-            "realtime_past_target": self.late_realtime,
-        }
-        for code in sorted(by_code):
-            out[f"reason.{code}"] = by_code[code]
-        return out
+        ev = self.evictions
+        return cycle_figures(
+            pending_in=len(self.snap.pending),
+            running_in=len(self.snap.running),
+            admissions=admissions,
+            admitted_gpus=sum(gpus for _, _, _, gpus, _ in self.admitted_end),
+            pending=pending,
+            preemptions=len(ev.preemptions),
+            victims=len(ev.taken),
+            reservations=sum(len(p.reservations) for p in self.pools.values()),
+            capacity_gpus=self.topology.capacity_gpus(),
+            free_gpus_after=self.topology.free_gpus(),
+            realtime_past_target=self.late_realtime,
+        )
 
 
 def engine_schedule(snapshot: Snapshot) -> CycleResult:

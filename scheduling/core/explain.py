@@ -1,11 +1,15 @@
 """How a pending job is explained: the capacity reason in one pool, which reason wins across pools, which
-reasons carry no estimated start, and the one-line note of a quota wait. Pure; the engine decides which
-applies."""
+reasons carry no estimated start, the one-line note of a quota wait, and the cycle's figures for operators.
+Pure; the engine decides which applies."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
+
 from . import reasons
 from .placement import Pool
+from .types import Admission, PendingReason
 
 # How blocked-by-capacity reasons rank when a job could go to several pools (clusters): the most hopeful wins.
 CAPACITY_RANK = {
@@ -52,3 +56,52 @@ def quota_note(detail: dict) -> str:
     if "cohort_idle" in detail:  # what could be borrowed: the number that explains most quota waits
         note += f", {detail['cohort_idle']} idle in the cohort to borrow"
     return note
+
+
+def duration_text(seconds: float) -> str:
+    """A wait as a person reads it: seconds under two minutes, minutes under two hours, else hours."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def cycle_figures(
+    *,
+    pending_in: int,
+    running_in: int,
+    admissions: Sequence[Admission],
+    admitted_gpus: int,
+    pending: Sequence[PendingReason],
+    preemptions: int,
+    victims: int,
+    reservations: int,
+    capacity_gpus: int,
+    free_gpus_after: int,
+    realtime_past_target: int,
+) -> dict[str, float]:
+    """The cycle's figures for operators (the portal exports them as metrics): counts in and out, GPUs,
+    and how many pending jobs wait for each reason."""
+    by_code: dict[str, int] = defaultdict(int)
+    for r in pending:
+        by_code[r.code] += 1
+    out: dict[str, float] = {
+        "pending": pending_in,
+        "running": running_in,
+        "admitted": len(admissions),
+        "admitted_gpus": admitted_gpus,
+        "borrowed": sum(1 for a in admissions if a.borrowed),
+        "preemptions": preemptions,
+        "victims": victims,
+        "still_pending": len(pending),
+        "reservations": reservations,
+        "capacity_gpus": capacity_gpus,
+        "free_gpus_after": free_gpus_after,
+        "utilisation_after": (capacity_gpus - free_gpus_after) / capacity_gpus if capacity_gpus else 0.0,
+        "estimates_known": sum(1 for r in pending if r.estimated_start is not None),
+        "realtime_past_target": realtime_past_target,
+    }
+    for code in sorted(by_code):
+        out[f"reason.{code}"] = by_code[code]
+    return out

@@ -1,0 +1,274 @@
+"""The cycle's evictions (pure): which running jobs are candidates in each pool, and the three ways a pending
+job may have some of them evicted: priority (realtime work starting within its target), reclaim (a head
+within its nominal quota taking back lent GPUs) and drain (a head evicting cheap work instead of idling the
+GPUs its reservation waits for).
+
+Who may be a victim of whom and the smallest-victim-set search are ``preemption``'s; this module adds what
+only a cycle knows: the victims already taken, the disruption budgets and the preemption rate window left,
+the cooldown, and when a reclaim is too wasteful to make yet. The cycle records a chosen eviction (the
+job's credits and its pending reason); nothing here changes the pools or the quota book.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from . import reasons
+from .ordering import REALTIME, Scorer, started_starved, tier_rank
+from .placement import Pool
+from .preemption import (
+    Candidate,
+    Preemptor,
+    at_risk_s,
+    drain_victim,
+    priority_victim,
+    reclaim_victim,
+    search,
+)
+from .quota import QuotaBook
+from .types import PendingJob, Preemption, RunningJob, Snapshot
+
+_PURPOSE = {
+    "priority": "start within its target",
+    "reclaim": "reclaim its nominal quota",
+    "drain": "start now instead of idling the GPUs its reservation drains",
+}
+
+
+class Evictions:
+    """Victim candidates and what the cycle has spent of its eviction budgets.
+
+    ``running`` is sorted by id and ``pools`` hold the running jobs' pods already (a candidate's nodes are
+    the untainted nodes its pods run on)."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        running: list[RunningJob],
+        pools: dict[tuple[str, str], Pool],
+        scorer: Scorer,
+        quota: QuotaBook,
+    ):
+        self.now = snapshot.now
+        self.policy = snapshot.policy
+        self.quota = quota
+        self.scorer = scorer
+        # Victims already leaving for a pending job: it waits for them rather than choosing more.
+        self.inflight: dict[int, list[int]] = defaultdict(list)
+        for job in running:
+            if job.evicting_for is not None:
+                self.inflight[job.evicting_for].append(job.id)
+        self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+        for job in running:
+            pool = pools.get((job.cluster, job.flavor))
+            if job.tier == "realtime" or not job.preemptible or pool is None:
+                continue
+            nodes = [
+                i for i in (pool.pos.get(name) for name in job.placement) if i is not None and not pool.taints[i]
+            ]
+            key = (
+                0 if job.borrowed else 1,
+                -tier_rank(job.tier),
+                job.gpus * at_risk_s(job, self.now),
+                scorer.running_score(job),
+                job.id,
+            )
+            self.cands[(job.cluster, job.flavor)].append(Candidate(job, nodes, key))
+        for cands in self.cands.values():
+            cands.sort(key=lambda c: c.key)
+        # Running jobs a realtime arrival could preempt within half its start target (realtime headroom).
+        soon = self.now + self.policy.realtime_start_target_s / 2 - self.policy.min_runtime_s
+        self.evictable_soon: dict[tuple[str, str], int] = {
+            key: sum(1 for c in cands if c.job.started_at <= soon) for key, cands in self.cands.items()
+        }
+        self.budget_left = {
+            b.name: b.disruptions_allowed for b in sorted(snapshot.disruption_budgets, key=lambda b: b.name)
+        }
+        self.rate_left = self.policy.preemption_rate_limit - snapshot.recent_preemptions
+        self.taken: set[int] = set()  # victim ids
+        self.preemptions: list[Preemption] = []
+        self.fail_cache: dict[tuple, tuple[str | None, dict]] = {}
+
+    def may_evict_soon(self, key: tuple[str, str]) -> bool:
+        """Whether a realtime job arriving now in this pool would find a victim within half its target, or
+        the pool runs nothing preemptible at all (then waiting for one would be unbounded)."""
+        return self.evictable_soon.get(key, 0) > 0 or not self.cands.get(key)
+
+    def _reclaim_share(self) -> int:
+        """Evictions left for reclaims and drains: realtime work keeps half of the window's."""
+        return self.rate_left - (self.policy.preemption_rate_limit + 1) // 2
+
+    def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool):
+        """Priority (realtime) or reclaim evictions for ``job``: (Preemption, cluster) when victims were
+        chosen (the job waits for them), else (reason code or None, detail)."""
+        realtime = tier_rank(job.tier) == REALTIME
+        rank = tier_rank(job.tier)
+        flavor, dept, k = job.flavor, job.department, job.gpus
+        quota = self.quota
+        # A reclaim that frees much more than the job needs wastes the victims' work and leaves GPUs idle:
+        # it waits until the job has waited reclaim_delay_s (the borrower may end meanwhile).
+        waited = self.now - job.submitted_at
+        patient = realtime or waited >= self.policy.reclaim_delay_s
+        clusters = tuple(p.cluster for p in pools)
+        cache_key = (flavor, clusters, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient)
+        if cache_key in self.fail_cache:
+            return self.fail_cache[cache_key]
+
+        if self.rate_left <= 0:
+            # The window's preemptions are used up: do not search (a cycle may see thousands of blocked jobs).
+            return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(0))
+
+        # (the pools share their quota scopes: the cycle chose them so)
+        preemptor = Preemptor(dept, flavor, k, rank, borrows, cluster=clusters[0] if clusters else None)
+        min_run, policy, now = self.policy.min_runtime_s, self.policy, self.now
+
+        def eligible_for(relax_cooldown: bool):
+            def eligible(v: RunningJob, removed) -> bool:
+                if v.id in self.taken or (not relax_cooldown and now - v.started_at < min_run):
+                    return False
+                if realtime:
+                    return priority_victim(v, preemptor, quota, removed)
+                return reclaim_victim(v, preemptor, quota, removed, started_starved=started_starved(policy, v))
+
+            return eligible
+
+        def attempt(relax_cooldown: bool, budgets):
+            best = None
+            for pool in pools:
+                cands = self.cands.get((pool.cluster, flavor))
+                if not cands:
+                    continue
+                found = search(
+                    cands,
+                    pool=pool,
+                    g=job.gpus_per_pod,
+                    pods=job.pods,
+                    quota=quota,
+                    dept=dept,
+                    flavor=flavor,
+                    k=k,
+                    eligible=eligible_for(relax_cooldown),
+                    budget_left=budgets,
+                )
+                if found is not None and (best is None or len(found) < len(best[1])):
+                    best = (pool, found)
+            return best
+
+        best = attempt(False, self.budget_left)
+        if best is not None and not realtime and (not patient or sum(c.job.gpus for c in best[1]) > 2 * k):
+            best = None  # too wasteful for now: wait (reserved) and retry once patient
+            wasteful = True
+        else:
+            wasteful = False
+        if best is not None:
+            pool, victims = best
+            # Reclaims may use only half of the window's preemptions: realtime work keeps the rest.
+            allowed = self.rate_left if realtime else self._reclaim_share()
+            if len(victims) <= allowed:
+                return self.commit(job, pool, victims, "priority" if realtime else "reclaim"), pool.cluster
+            return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(len(victims)))  # not cached: the rate blocks
+        relaxed = None if wasteful else attempt(True, self.budget_left)
+        if wasteful:
+            result: tuple[str | None, dict] = (None, {})
+        elif relaxed is not None:
+            at = max(c.job.started_at + min_run for c in relaxed[1])
+            result = (
+                reasons.PREEMPTION_COOLDOWN,
+                {"victims_needed": len(relaxed[1]), "min_runtime_s": min_run, "preemptible_at": at},
+            )
+        elif attempt(True, None) is not None:
+            # Name the candidates' budgets that are short (else all of the candidates' budgets: together they
+            # are), not every budget of the snapshot: with the cluster's own PDBs read, that may be every PDB of
+            # every job namespace.
+            covering = {
+                (b, self.budget_left[b] < c.job.pods)
+                for pool in pools
+                for c in self.cands.get((pool.cluster, flavor), ())
+                for b in c.job.disruption_budgets
+                if b in self.budget_left
+            }
+            short = sorted({b for b, is_short in covering if is_short}) or sorted({b for b, _ in covering})
+            result = (reasons.DISRUPTION_BUDGET, {"budgets": short})
+        else:
+            result = (None, {})
+        self.fail_cache[cache_key] = result
+        return result
+
+    def drain(self, job: PendingJob, pool: Pool, when: float, starving: bool) -> Preemption | None:
+        """Instead of reserving GPUs that would idle until ``when``, evict cheap work now: the head of the queue
+        preempts running jobs when the work they lose since their last checkpoint is less than
+        ``drain_ratio`` times the GPU-time the drain would leave idle. Who may be a victim is
+        ``preemption.drain_victim``; on top of it, never within the cooldown and never a job with more than
+        ``drain_max_loss_s`` at risk (it waits for the victim's next checkpoint). Drains, like reclaims, use
+        at most half of the window's preemption budget."""
+        ratio = self.policy.drain_ratio
+        if ratio <= 0 or self._reclaim_share() <= 0:
+            return None
+        cands = self.cands.get((pool.cluster, pool.flavor))
+        if not cands:
+            return None
+        idle = min(pool.now.free_total(), job.gpus) * (when - self.now)
+        if idle <= 0:
+            return None
+        quota, now, policy = self.quota, self.now, self.policy
+        preemptor = Preemptor(
+            job.department,
+            job.flavor,
+            job.gpus,
+            tier_rank(job.tier),
+            quota.borrows(job.department, job.flavor, job.gpus, pool.cluster),
+            starving=starving,
+            cluster=pool.cluster,
+        )
+
+        def eligible(v: RunningJob, removed) -> bool:
+            if v.id in self.taken or now - v.started_at < policy.min_runtime_s:
+                return False
+            if at_risk_s(v, now) > policy.drain_max_loss_s:
+                return False  # wait for its next checkpoint
+            return drain_victim(v, preemptor, quota, removed, started_starved=started_starved(policy, v))
+
+        victims = search(
+            cands,
+            pool=pool,
+            g=job.gpus_per_pod,
+            pods=job.pods,
+            quota=quota,
+            dept=job.department,
+            flavor=job.flavor,
+            k=job.gpus,
+            eligible=eligible,
+            budget_left=self.budget_left,
+        )
+        if not victims:
+            return None
+        lost = sum(c.job.gpus * at_risk_s(c.job, now) for c in victims)
+        if lost > ratio * idle or len(victims) > self._reclaim_share():
+            return None
+        return self.commit(job, pool, victims, "drain")
+
+    def commit(self, job: PendingJob, pool: Pool, victims: list[Candidate], why: str) -> Preemption:
+        ids = tuple(sorted(c.job.id for c in victims))
+        for c in victims:
+            self.taken.add(c.job.id)
+            for b in c.job.disruption_budgets:
+                if b in self.budget_left:
+                    self.budget_left[b] -= c.job.pods
+        self.rate_left -= len(victims)
+        message = (
+            f"Job {job.id} ({job.tier}) preempts {len(victims)} job(s) on {pool.cluster}/{job.flavor} "
+            f"to {_PURPOSE[why]}."
+        )
+        preemption = Preemption(job.id, ids, why, message)
+        self.preemptions.append(preemption)
+        return preemption
+
+    def rate_detail(self, needed: int) -> dict[str, object]:
+        detail: dict[str, object] = {
+            "allowed_now": max(0, self.rate_left),
+            "limit": self.policy.preemption_rate_limit,
+            "window_s": self.policy.preemption_window_s,
+        }
+        if needed:
+            detail["victims_needed"] = needed
+        return detail
