@@ -328,7 +328,8 @@ class Cycle:
         return outcome
 
     def evicting(self, job: PendingJob, preemption: Preemption, cluster: str) -> None:
-        """The job waits for the victims it chose; what it will hold is committed with the eviction."""
+        """The job waits for the victims it chose; its credit hold is set aside now, as on admission, so no
+        later job of the cycle spends the same credits."""
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
         self.pend(
