@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from . import reasons
 from .estimate import EstimateView, estimate_pending
-from .eviction import Evictions
+from .eviction import Chosen, Evictions
 from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, duration_text, quota_note
 from .ordering import REALTIME, Scorer, tier_rank
 from .placement import Pool
@@ -322,8 +322,8 @@ class Cycle:
     def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool):
         """None when victims were chosen (the job waits for them); else (reason code or None, detail)."""
         outcome = self.evictions.preempt(job, pools, borrows)
-        if isinstance(outcome[0], Preemption):
-            self.evicting(job, *outcome)
+        if isinstance(outcome, Chosen):
+            self.evicting(job, outcome.preemption, outcome.cluster)
             return None
         return outcome
 

@@ -12,6 +12,7 @@ job's credits and its pending reason); nothing here changes the pools or the quo
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from . import reasons
 from .ordering import REALTIME, Scorer, started_starved, tier_rank
@@ -33,6 +34,14 @@ _PURPOSE = {
     "reclaim": "reclaim its nominal quota",
     "drain": "start now instead of idling the GPUs its reservation drains",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """Victims chosen for a pending job: it waits for them on ``cluster``."""
+
+    preemption: Preemption
+    cluster: str
 
 
 class Evictions:
@@ -98,9 +107,10 @@ class Evictions:
         """Evictions left for reclaims and drains: realtime work keeps half of the window's."""
         return self.rate_left - (self.policy.preemption_rate_limit + 1) // 2
 
-    def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool):
-        """Priority (realtime) or reclaim evictions for ``job``: (Preemption, cluster) when victims were
-        chosen (the job waits for them), else (reason code or None, detail)."""
+    def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool) -> Chosen | tuple[str | None, dict]:
+        """Priority (realtime) or reclaim evictions for ``job``: ``Chosen`` when victims were chosen (the job
+        waits for them), else why none were: (reason code, detail), or (None, {}) when nothing blocks but the
+        capacity itself (the job then waits, reserved)."""
         realtime = tier_rank(job.tier) == REALTIME
         rank = tier_rank(job.tier)
         flavor, dept, k = job.flavor, job.department, job.gpus
@@ -165,7 +175,7 @@ class Evictions:
             # Reclaims may use only half of the window's preemptions: realtime work keeps the rest.
             allowed = self.rate_left if realtime else self._reclaim_share()
             if len(victims) <= allowed:
-                return self.commit(job, pool, victims, "priority" if realtime else "reclaim"), pool.cluster
+                return Chosen(self.commit(job, pool, victims, "priority" if realtime else "reclaim"), pool.cluster)
             return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(len(victims)))  # not cached: the rate blocks
         relaxed = None if wasteful else attempt(True, self.budget_left)
         if wasteful:

@@ -11,7 +11,7 @@ from core_builders import NOW, Snap, job, run
 
 from scheduling.core import reasons
 from scheduling.core.engine import Cycle
-from scheduling.core.types import Preemption
+from scheduling.core.eviction import Chosen
 
 MIN = 60.0
 HOUR = 3600.0
@@ -87,9 +87,9 @@ def test_preempt(running, pending, setup, expect):
     c = cycle(*running, recent=setup.get("recent", 0), budgets=setup.get("budgets", ()))
     borrows = c.quota.borrows(pending.department, pending.flavor, pending.gpus, "default")
     outcome = c.evictions.preempt(pending, [pool_of(c)], borrows)
-    if isinstance(outcome[0], Preemption):
-        p, cluster = outcome
-        assert (p.reason, p.victim_ids, cluster) == (*expect, "default")
+    if isinstance(outcome, Chosen):
+        p = outcome.preemption
+        assert (p.reason, p.victim_ids, outcome.cluster) == (*expect, "default")
         assert c.evictions.taken == set(expect[1])
         return
     code, detail = outcome
@@ -101,13 +101,13 @@ def test_preempt(running, pending, setup, expect):
 
 def test_commit_spends_the_budgets_and_the_window():
     c = cycle(borrower(disruption_budgets=("team-b",)), recent=2, budgets=[("team-b", 3)])
-    p, _ = c.evictions.preempt(job(1, gpus=2, tier="realtime"), [pool_of(c)], False)
-    assert p.victim_ids == (10,)
+    chosen = c.evictions.preempt(job(1, gpus=2, tier="realtime"), [pool_of(c)], False)
+    assert isinstance(chosen, Chosen) and chosen.preemption.victim_ids == (10,)
     assert c.evictions.budget_left == {"team-b": 2}  # one pod
     assert c.evictions.rate_left == 10 - 2 - 1
     # the victim is taken: nobody else may choose it in this cycle
     again = c.evictions.preempt(job(2, gpus=2, tier="realtime"), [pool_of(c)], False)
-    assert not isinstance(again[0], Preemption)
+    assert not isinstance(again, Chosen)
 
 
 @pytest.mark.parametrize(
