@@ -148,18 +148,7 @@ class Evictions:
                 cands = self.cands.get((pool.cluster, flavor))
                 if not cands:
                     continue
-                found = search(
-                    cands,
-                    pool=pool,
-                    g=job.gpus_per_pod,
-                    pods=job.pods,
-                    quota=quota,
-                    dept=dept,
-                    flavor=flavor,
-                    k=k,
-                    eligible=eligible_for(relax_cooldown),
-                    budget_left=budgets,
-                )
+                found = self._search(job, pool, cands, eligible_for(relax_cooldown), budgets)
                 if found is not None and (best is None or len(found) < len(best[1])):
                     best = (pool, found)
             return best
@@ -238,24 +227,28 @@ class Evictions:
                 return False  # wait for its next checkpoint
             return drain_victim(v, preemptor, quota, removed, started_starved=started_starved(policy, v))
 
-        victims = search(
-            cands,
-            pool=pool,
-            g=job.gpus_per_pod,
-            pods=job.pods,
-            quota=quota,
-            dept=job.department,
-            flavor=job.flavor,
-            k=job.gpus,
-            eligible=eligible,
-            budget_left=self.budget_left,
-        )
+        victims = self._search(job, pool, cands, eligible, self.budget_left)
         if not victims:
             return None
         lost = sum(c.job.gpus * at_risk_s(c.job, now) for c in victims)
         if lost > ratio * idle or len(victims) > self._reclaim_share():
             return None
         return self.commit(job, pool, victims, "drain")
+
+    def _search(self, job: PendingJob, pool: Pool, cands: list[Candidate], eligible, budgets):
+        """The smallest victim set in ``pool`` that lets the whole of ``job`` start (``preemption.search``)."""
+        return search(
+            cands,
+            pool=pool,
+            g=job.gpus_per_pod,
+            pods=job.pods,
+            quota=self.quota,
+            dept=job.department,
+            flavor=job.flavor,
+            k=job.gpus,
+            eligible=eligible,
+            budget_left=budgets,
+        )
 
     def commit(self, job: PendingJob, pool: Pool, victims: list[Candidate], why: str) -> Preemption:
         ids = tuple(sorted(c.job.id for c in victims))
