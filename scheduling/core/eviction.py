@@ -48,7 +48,7 @@ class Evictions:
     """Victim candidates and what the cycle has spent of its eviction budgets.
 
     ``running`` is sorted by id and ``pools`` hold the running jobs' pods already (a candidate's nodes are
-    the untainted nodes its pods run on)."""
+    the untainted nodes its pods run on); ``scorer`` ranks candidates of equal work at risk."""
 
     def __init__(
         self,
@@ -61,7 +61,6 @@ class Evictions:
         self.now = snapshot.now
         self.policy = snapshot.policy
         self.quota = quota
-        self.scorer = scorer
         # Victims already leaving for a pending job: it waits for them rather than choosing more.
         self.inflight: dict[int, list[int]] = defaultdict(list)
         for job in running:
