@@ -116,7 +116,7 @@ class Cycle:
                 admitted_end=self.admitted_end,
                 heads=self.heads,
                 allowed=self.topology.open_to,
-                rank=self.cluster_rank,
+                rank=self.topology.cluster_rank,
             )
             estimates = estimate_pending(view, still)
         else:
@@ -140,15 +140,6 @@ class Cycle:
 
     def starving(self, job: PendingJob) -> bool:
         return self.scorer.starving_since(job) is not None
-
-    def matches(self, job: PendingJob, cluster: str) -> bool:
-        return self.topology.matches(job, cluster)
-
-    def job_pools(self, job: PendingJob) -> tuple[list[Pool], dict[str, str]]:
-        return self.topology.job_pools(job)
-
-    def cluster_rank(self, job: PendingJob, cluster: str) -> tuple[int, int]:
-        return self.topology.cluster_rank(job, cluster)
 
     def scoped_quota(self, job: PendingJob, pools: list[Pool]) -> tuple[str | None, list[Pool]] | None:
         """For a department with per-cluster quotas of the job's flavor, whose pools differ in the quota
@@ -174,7 +165,7 @@ class Cycle:
             else:
                 far = 0
                 room += group
-            status.append((far, min(self.cluster_rank(job, p.cluster) + (p.cluster,) for p in group), group))
+            status.append((far, min(self.topology.cluster_rank(job, p.cluster) + (p.cluster,) for p in group), group))
         if room and self.admit(job, sorted(room, key=lambda p: p.cluster)):
             return None
         _, _, group = min(status, key=lambda st: (st[0], st[1]))
@@ -188,14 +179,14 @@ class Cycle:
             return self.pend(
                 job, reasons.INVALID_REQUEST, {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod}
             )
-        if job.cluster_selector and not any(self.matches(job, c) for c in self.topology.clusters):
+        if job.cluster_selector and not any(self.topology.matches(job, c) for c in self.topology.clusters):
             return self.pend(
                 job,
                 reasons.NO_MATCHING_CLUSTER,
                 {reasons.DETAIL_SELECTOR: dict(job.cluster_selector), reasons.DETAIL_CLUSTER: job.cluster,
                  "clusters": sorted(self.topology.clusters)},  # fmt: skip
             )
-        pools, closed = self.job_pools(job)
+        pools, closed = self.topology.job_pools(job)
         if closed:
             self.closed_for[job.id] = closed
         if not pools:
@@ -209,7 +200,7 @@ class Cycle:
             if (
                 flavor in self.topology.known_flavors
                 and job.cluster is None
-                and (not job.cluster_selector or any(self.matches(job, c) for c in self.topology.flavor_clusters[flavor]))
+                and (not job.cluster_selector or any(self.topology.matches(job, c) for c in self.topology.flavor_clusters[flavor]))
             ):
                 return self.pend(
                     job, reasons.NO_CAPACITY, {"free": 0, "requested": k, "schedulable_nodes": 0}
@@ -286,7 +277,7 @@ class Cycle:
                     self.headroom_held.add(job.id)
                     continue
                 total = index.free_total() if len(pools) > 1 else 0
-                options.append((self.cluster_rank(job, pool.cluster), total, pool.cluster, pool))
+                options.append((self.topology.cluster_rank(job, pool.cluster), total, pool.cluster, pool))
         if not options:
             return False
         # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
@@ -389,7 +380,7 @@ class Cycle:
             for pool in pools:
                 found = pool.earliest_fit(g, n, self.now)
                 if found is not None:
-                    fits.append((found[0], self.cluster_rank(job, pool.cluster), pool.cluster, pool, found[1]))
+                    fits.append((found[0], self.topology.cluster_rank(job, pool.cluster), pool.cluster, pool, found[1]))
             if fits:
                 when, _, _, pool, spare = min(fits, key=lambda f: (f[0], f[1], f[2]))
                 if when > self.now and first:
