@@ -111,27 +111,27 @@ def test_commit_spends_the_budgets_and_the_window():
 
 
 @pytest.mark.parametrize(
-    ("victim", "starving", "made"),
+    ("victim", "head_tier", "starving", "made"),
     [
         # cheap work (5 minutes since its last checkpoint) is drained rather than idling 4 GPUs for hours
-        (run(10, dept="A", gpus=4, ran=HOUR + 5 * MIN, checkpoint_interval_s=HOUR), False, True),
+        (run(10, dept="A", gpus=4, ran=HOUR + 5 * MIN, checkpoint_interval_s=HOUR), "elastic", False, True),
         # more than drain_max_loss_s at risk: it waits for the victim's next checkpoint
-        (run(10, dept="A", gpus=4, ran=HOUR + 20 * MIN, checkpoint_interval_s=HOUR), False, False),
+        (run(10, dept="A", gpus=4, ran=HOUR + 20 * MIN, checkpoint_interval_s=HOUR), "elastic", False, False),
         # within its cooldown: never
-        (run(10, dept="A", gpus=4, ran=4 * MIN, checkpoint_interval_s=MIN), False, False),
+        (run(10, dept="A", gpus=4, ran=4 * MIN, checkpoint_interval_s=MIN), "elastic", False, False),
         # another department's work within its nominal quota is drained only for a head that starves
-        (run(10, dept="B", gpus=4, ran=HOUR + MIN, checkpoint_interval_s=HOUR), False, False),
-        (run(10, dept="B", gpus=4, ran=HOUR + MIN, checkpoint_interval_s=HOUR), True, True),
+        (run(10, dept="B", gpus=4, ran=HOUR + MIN, checkpoint_interval_s=HOUR), "elastic", False, False),
+        (run(10, dept="B", gpus=4, ran=HOUR + MIN, checkpoint_interval_s=HOUR), "elastic", True, True),
         # nor elastic work for a backfill head, starving or not
-        (run(10, dept="A", gpus=4, ran=HOUR + MIN, checkpoint_interval_s=HOUR), True, "backfill"),
+        (run(10, dept="A", gpus=4, ran=HOUR + MIN, checkpoint_interval_s=HOUR), "backfill", True, False),
     ],
 )
-def test_drain(victim, starving, made):
+def test_drain(victim, head_tier, starving, made):
     # The victim would hold its 4 GPUs for hours yet; the other 4 are free and would idle until it ends.
     c = cycle(replace(victim, max_runtime_s=10 * HOUR))
-    head = job(1, gpus=8, tier="backfill" if made == "backfill" else "elastic")
+    head = job(1, gpus=8, tier=head_tier)
     drained = c.evictions.drain(head, pool_of(c), NOW + 5 * HOUR, starving)
-    if made is not True:
+    if not made:
         assert drained is None and not c.evictions.taken
         return
     assert drained is not None and (drained.reason, drained.victim_ids) == ("drain", (10,))
