@@ -97,6 +97,8 @@ class Pool:
         "initial_caps",
         "empty",
         "events",
+        "_events_sorted",
+        "_indexed_set",
         "reservation",
         "reservations",
         "untils",
@@ -123,6 +125,10 @@ class Pool:
         self.initial_caps: dict[int, int] = {}  # g -> initial_capacity(g): it never changes within a cycle
         self.empty: BucketIndex | None = None
         self.events: list[tuple[float, int, int]] = []  # (end, node index, gpus) of running/admitted pods
+        # The events in order, extended as admissions append more: each reserved head asks for them, and
+        # sorting a sorted list with a short unsorted tail is linear where a fresh sort is not.
+        self._events_sorted: list[tuple[float, int, int]] = []
+        self._indexed_set = frozenset(self.indexed)
         self.reservation: Reservation | None = None  # the earliest of the reservations
         self.reservations: list[Reservation] = []  # by (reserved start, head id)
         self.untils: list[float] = []  # their reserved starts, in that order
@@ -223,8 +229,11 @@ class Pool:
         projected: dict[int, int] = {}
         when = now
         if cap < pods:
-            indexed = set(self.indexed)
-            events = sorted(self.events)
+            indexed = self._indexed_set
+            events = self._events_sorted
+            if len(events) != len(self.events):
+                events.extend(self.events[len(events):])
+                events.sort()
             found = None
             for end, i, gpus in events:
                 if found is not None and end > found:
@@ -267,8 +276,11 @@ class Pool:
         self.reservation = self.reservations[0]
         self.untils = [r.until for r in self.reservations]
         self.prefix.clear()
-        values = [self.eff(i) for i in range(len(self.free))]
-        self.long = BucketIndex(values, self.indexed, self.top)
+        if self.long is None:
+            self.long = BucketIndex([self.eff(i) for i in range(len(self.free))], self.indexed, self.top)
+        else:  # only the new head's nodes have less to spare
+            for i, _ in spare_after:
+                self.long.set(i, self.eff(i))
 
 
 class Reservation:
