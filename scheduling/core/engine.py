@@ -85,6 +85,9 @@ class Cycle:
         self.reasons: dict[int, tuple[str, str, dict]] = {}  # pending job -> (code, message, detail)
         self.admitted_end: list[tuple[float, str, str, int, str]] = []  # for estimates: (end, dept, flavor, gpus, cluster)
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
+        # Pools that take no more reserved heads (reservation_depth reached, or MAX_RESERVED_SHARE of their
+        # GPUs reserved): asked of every job that waits, so kept as a set rather than recomputed.
+        self.heads_full: set[Pool] = set()
         self.late_realtime = 0  # pending realtime jobs already past their start target
 
     # ------------------------------------------------------------ the cycle
@@ -369,11 +372,7 @@ class Cycle:
             code != reasons.EXCEEDS_CAPACITY
             and depth > 0
             and not quota_only
-            and all(
-                p.reservation is None
-                or (len(p.reservations) < depth and p.reserved_gpus < MAX_RESERVED_SHARE * p.gpus_total)
-                for p in pools
-            )
+            and self.heads_full.isdisjoint(pools)
         ):
             first = all(p.reservation is None for p in pools)
             fits = []
@@ -396,6 +395,8 @@ class Cycle:
                         self.evicting(job, drained, pool.cluster)
                         return None
                 pool.reserve(job.id, when, spare, k)
+                if len(pool.reservations) >= depth or pool.reserved_gpus >= MAX_RESERVED_SHARE * pool.gpus_total:
+                    self.heads_full.add(pool)
                 detail["reserved_from"] = when
                 detail["cluster"] = pool.cluster
                 self.heads[job.id] = when

@@ -20,8 +20,13 @@ _LOWEST = len(TIERS)
 STARVATION_WEIGHT_RANGE = (0.5, 4.0)
 
 
+# A plain dict: the public mapping is read-only, and every lookup through its proxy costs a little more in
+# the functions every pending job passes through several times a cycle.
+_RANK = dict(TIER_RANK)
+
+
 def tier_rank(tier: str) -> int:
-    return TIER_RANK.get(tier, _LOWEST)
+    return _RANK.get(tier, _LOWEST)
 
 
 def starvation_limit(policy: Policy, now: float, pending) -> float:
@@ -139,7 +144,8 @@ class Scorer:
         return since if since <= self.now else None
 
     def order_key(self, job: PendingJob) -> tuple:
-        since = self.starving_since(job)
+        rank = tier_rank(job.tier)
+        since = None if rank == REALTIME else self.starving_since(job)
         if since is not None:
-            return (tier_rank(job.tier), 0, since, job.submitted_at, job.id)
-        return (tier_rank(job.tier), 1, -self.score(job), job.submitted_at, job.id)
+            return (rank, 0, since, job.submitted_at, job.id)
+        return (rank, 1, -self.score(job), job.submitted_at, job.id)
