@@ -49,7 +49,10 @@ class Event(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["created_at"], condition=Q(expanded_at__isnull=True),
-                                name="notif_event_unexpanded")]
+                                name="notif_event_unexpanded"),
+                   # the retention's hourly pass reads the oldest expanded events
+                   models.Index(fields=["created_at"], condition=Q(expanded_at__isnull=False),
+                                name="notif_event_expanded")]
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk}"

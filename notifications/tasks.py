@@ -19,3 +19,9 @@ def deliver(event_ids: list[int] | None = None) -> dict:
 def sweep() -> dict:
     """Events no message announced (the broker was down), retries that are due, claims of dead workers."""
     return delivery.sweep()
+
+
+@shared_task(name="notifications.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)
+def cleanup() -> int:
+    """Events and deliveries past NOTIFY_RETENTION_DAYS with nothing left to send."""
+    return delivery.cleanup()

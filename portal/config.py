@@ -93,6 +93,9 @@ SETTINGS: tuple[Setting, ...] = (
             "(30 s, 1, 2, 4, 8 min ...).", "float"),
     Setting("NOTIFY_SWEEP_INTERVAL_S", "30", "Seconds between sweeps that send pending notifications and "
             "retries (Celery beat), also those written while the broker was down.", "float"),
+    Setting("NOTIFY_RETENTION_DAYS", "90", "Notifications: delete events and their deliveries this many days after "
+            "they were reported, once nothing is left to send (at least 31, so that a once-per-period event "
+            "is never reported twice in one period).", "int"),
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("SECURE_SSL", "false", "Behind TLS: secure cookies, HSTS, redirect to https.", "bool"),
     Setting("DATA_DIR", str(BASE_DIR / "var"), "Where the embedded defaults keep SQLite, broker and locks."),
@@ -182,6 +185,9 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
                 or float(values["EMAIL_TIMEOUT_S"]) <= 0):
             problems.append("NOTIFY_MAX_ATTEMPTS, NOTIFY_RETRY_BASE_S, NOTIFY_SWEEP_INTERVAL_S, "
                             "NOTIFY_WEBHOOK_TIMEOUT_S and EMAIL_TIMEOUT_S must be positive.")
+        if int(values["NOTIFY_RETENTION_DAYS"]) < 31:
+            problems.append("NOTIFY_RETENTION_DAYS must be at least 31: an event reported once per month is "
+                            "remembered for the whole month, so it is not reported twice.")
         if urlparse(str(values["PORTAL_URL"])).scheme not in {"http", "https"}:
             problems.append("PORTAL_URL must be an http:// or https:// URL.")
         if "{department}" not in str(values["KUBE_NAMESPACE_TEMPLATE"]):

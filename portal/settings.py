@@ -184,6 +184,8 @@ CELERY_BEAT_SCHEDULE = {
     # retries that are due; a delivery is claimed by one worker, so overlapping sweeps send nothing twice
     "notifications-sweep": {"task": "notifications.sweep", "schedule": float(ENV["NOTIFY_SWEEP_INTERVAL_S"]),
                             "options": {"expires": 10 * float(ENV["NOTIFY_SWEEP_INTERVAL_S"])}},
+    # reported events and their deliveries past NOTIFY_RETENTION_DAYS, once nothing is left to send
+    "notifications-cleanup": {"task": "notifications.cleanup", "schedule": 3600.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -253,6 +255,7 @@ EMAIL_TIMEOUT = float(ENV["EMAIL_TIMEOUT_S"])
 DEFAULT_FROM_EMAIL = str(ENV["DEFAULT_FROM_EMAIL"])
 NOTIFY_WEBHOOK_TIMEOUT_S = float(ENV["NOTIFY_WEBHOOK_TIMEOUT_S"])
 NOTIFY_MAX_ATTEMPTS = int(ENV["NOTIFY_MAX_ATTEMPTS"])
+NOTIFY_RETENTION_DAYS = int(ENV["NOTIFY_RETENTION_DAYS"])
 NOTIFY_RETRY_BASE_S = float(ENV["NOTIFY_RETRY_BASE_S"])
 LOCK_DIR = DATA_DIR / "locks"
 LOCK_DIR.mkdir(exist_ok=True)

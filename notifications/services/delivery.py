@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from notifications.kinds import BY_NAME
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 STALE_CLAIM = timedelta(minutes=10)
 BATCH = 50
+CLEANUP_BATCH = 1000  # events deleted per statement by the retention
 
 
 # ------------------------------------------------------------------------------------------ expand
@@ -205,3 +206,25 @@ def sweep(*, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
             counts[status] = counts.get(status, 0) + 1
         sent += len(ids)
     return counts
+
+
+def cleanup(*, now: datetime | None = None) -> int:
+    """Delete the events reported more than NOTIFY_RETENTION_DAYS ago, with their deliveries, once nothing is
+    left to do for them: expanded, and every delivery sent or failed (one still pending or being sent is
+    kept, whatever its age, so a retry is never lost). Returns how many events were deleted.
+
+    Most events are never sent to anyone (kinds that are off by default, such as a job starting); without
+    this the outbox would grow by several rows per job for ever. An event's ``dedupe_key`` goes with it, which
+    is why the retention is at least a month: the once-per-period events (an allowance used up) are then
+    never reported twice in one period."""
+    horizon = (now or timezone.now()) - timedelta(days=settings.NOTIFY_RETENTION_DAYS)
+    unfinished = Delivery.objects.filter(event=OuterRef("pk")).exclude(
+        status__in=(Delivery.Status.SENT, Delivery.Status.FAILED))
+    old = Event.objects.filter(created_at__lt=horizon, expanded_at__isnull=False).exclude(Exists(unfinished))
+    deleted = 0
+    while True:  # in batches: a first run after a long time must not hold one huge delete
+        ids = list(old.values_list("pk", flat=True)[:CLEANUP_BATCH])
+        if not ids:
+            return deleted
+        Event.objects.filter(pk__in=ids).delete()
+        deleted += len(ids)
