@@ -1,8 +1,10 @@
 """The one pending order, and the scores it is made of (pure; see docs/scheduling.md, "Orderings").
 
-Pending jobs are taken in the order ``(tier rank, not starving, starving since | -score, submitted_at, id)``:
-realtime before elastic before backfill; within a tier, starving jobs first (the longest starving first), then
-the others by score. Every term is documented in ``policy.job_score`` and ``starving_since``.
+Pending jobs are taken in the order ``(tier rank, band, not starving, starving since | -score, submitted_at,
+id)``: realtime before elastic before backfill; within a tier, the priority band first (jobs whose weight is at
+least ``priority_band_weight``; one band when it is 0), and within a band starving jobs first (the longest
+starving first), then the others by score. Every term is documented in ``policy.job_score``,
+``starving_since`` and ``band``.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Scorer:
         self._fair: dict[str, float] = {}  # department -> fair factor (it depends on the department alone)
         # (urgency, user tier, department) -> starvation delay: the same for every job of the combination
         self._delays: dict[tuple[str, str, str], float] = {}
+        self._bands: dict[tuple[str, str], int] = {}  # (urgency, user tier) -> band
 
     def score(self, job: PendingJob) -> float:
         s = self._scores.get(job.id)
@@ -143,9 +146,22 @@ class Scorer:
         since = job.submitted_at + delay
         return since if since <= self.now else None
 
+    def band(self, job: PendingJob) -> int:
+        """0 for the priority band (weight at least ``priority_band_weight``, when that is set), else 1."""
+        threshold = self.policy.priority_band_weight
+        if threshold <= 0:
+            return 1
+        key = (job.urgency, job.user_tier)
+        band = self._bands.get(key)
+        if band is None:
+            weight = self.policy.weights.get(key, self.policy.default_weight)
+            band = self._bands[key] = 0 if weight >= threshold else 1
+        return band
+
     def order_key(self, job: PendingJob) -> tuple:
         rank = tier_rank(job.tier)
+        band = self.band(job)
         since = None if rank == REALTIME else self.starving_since(job)
         if since is not None:
-            return (rank, 0, since, job.submitted_at, job.id)
-        return (rank, 1, -self.score(job), job.submitted_at, job.id)
+            return (rank, band, 0, since, job.submitted_at, job.id)
+        return (rank, band, 1, -self.score(job), job.submitted_at, job.id)

@@ -38,6 +38,7 @@ _NUMBER_FIELDS = (
     "size_weight",
     "starvation_s",
     "starvation_queue_factor",
+    "priority_band_weight",
     "reclaim_delay_s",
     "drain_ratio",
     "drain_max_loss_s",

@@ -203,6 +203,13 @@ class Policy:
     # non-realtime jobs: on an overloaded cluster a fixed limit makes most of the queue "starving", and a
     # starving queue is ordered by age alone, which undoes urgency and fair share (0 = the fixed limit only).
     starvation_queue_factor: float = 2.0
+    # Jobs whose weight (urgency x user tier, before fair share) is at least this form the *priority band* of
+    # their tier: they go ahead of the tier's other jobs, starving ones included, and the starvation guard then
+    # orders each band on its own (0 = off: one band). At 2 the band is high and critical work: it waits a
+    # fraction of what it waits otherwise, at the cost of the GPUs and the wait of large routine jobs, whose
+    # starving heads it overtakes (docs/simulator.md measures both). Meant for a minority of the work: routine
+    # jobs starve only behind it.
+    priority_band_weight: float = 0.0
     # Only a pool's head within nominal that has waited this long, and whose reservation lies further ahead,
     # reclaims lent GPUs (freeing at most twice what it needs).
     reclaim_delay_s: float = 1800.0

@@ -176,6 +176,41 @@ def test_the_starvation_limit_grows_with_the_queue(queue_factor, starves):
 
 
 @pytest.mark.parametrize(
+    ("band_weight", "urgency", "user_tier", "winner"),
+    [
+        (0.0, "high", "standard", 1),  # one band: the starving job goes first, whatever the other's urgency
+        (2.0, "high", "standard", 2),  # high work (weight 2) is in the priority band, ahead of starving work
+        (2.0, "normal", "pi", 1),  # a PI's normal job (weight 1.3) is not
+        (4.0, "high", "pi", 1),  # a band of critical work only: high (2.6) stays behind the starving job
+        (4.0, "critical", "standard", 2),
+    ],
+)
+def test_the_priority_band_goes_ahead_of_starving_work(band_weight, urgency, user_tier, winner):
+    # One 4-GPU node and two 4-GPU jobs: a normal job starving for 30 h and a fresh one of the given weight.
+    res = (
+        Snap().nodes(1, gpus=4).quota("A", 4).policy(priority_band_weight=band_weight)
+        .pending(job(1, dept="A", gpus=4, submitted_at=NOW - 30 * HOUR),
+                 job(2, dept="A", gpus=4, urgency=urgency, user_tier=user_tier, submitted_at=NOW - 60))
+        .decide()
+    )  # fmt: skip
+    assert set(res.admitted) == {winner}
+    loser = 3 - winner
+    assert res.reason[loser].detail.get("reserved_from") is not None  # the other is the reserved head
+
+
+def test_the_priority_band_keeps_the_tiers_and_the_starvation_guard_within_it():
+    # Realtime work stays ahead of an elastic job in the band; inside the band a starving job goes first.
+    snap = Snap().nodes(1, gpus=4).quota("A", 4).policy(priority_band_weight=2.0)
+    rt = snap.pending(job(1, dept="A", gpus=4, tier="realtime", submitted_at=NOW - 60),
+                      job(2, dept="A", gpus=4, urgency="critical", submitted_at=NOW - 60)).decide()
+    assert set(rt.admitted) == {1}
+    old = Snap().nodes(1, gpus=4).quota("A", 4).policy(priority_band_weight=2.0).pending(
+        job(1, dept="A", gpus=4, urgency="high", submitted_at=NOW - 30 * HOUR),
+        job(2, dept="A", gpus=4, urgency="critical", submitted_at=NOW - 60)).decide()
+    assert set(old.admitted) == {1}
+
+
+@pytest.mark.parametrize(
     ("credits", "holds", "admitted", "missing"),
     [
         (1000, (400, 400), {1, 2}, None),

@@ -111,3 +111,21 @@ def test_policy_page_shows_weights_and_only_platform_admins_edit(client, lab):
     bad = client.post("/policy/", {"policy": json.dumps(data)})
     assert bad.status_code == 400 and b"aging_per_minute" in bad.content
     assert PolicyVersion.objects.count() == 1
+
+
+def test_the_policy_page_says_what_the_priority_band_does_once_it_is_set(client, lab):
+    import json
+
+    from scheduling.services.policy import current_policy, policy_as_dict
+
+    client.force_login(lab.root)
+    assert b"With <code>priority_band_weight</code> set" in client.get("/policy/").content  # off: how to use it
+    data = policy_as_dict(current_policy()[0])
+    data["priority_band_weight"] = 2
+    assert client.post("/policy/", {"policy": json.dumps(data), "comment": "urgent work first"}).status_code == 302
+    assert current_policy()[0].priority_band_weight == 2.0
+    text = " ".join(client.get("/policy/").content.decode().split())
+    assert "after the jobs of weight 2.0 or more: they form a priority band" in text
+    data["priority_band_weight"] = -1
+    bad = client.post("/policy/", {"policy": json.dumps(data)})
+    assert bad.status_code == 400 and b"priority_band_weight" in bad.content
