@@ -7,9 +7,9 @@ One pure pass over a frozen snapshot; see docs/scheduling.md for the rules. In s
 2. One pass in the pending order (``ordering``: tier, the priority band if set, starving first, then score):
    each job is placed by best fit (gang all-or-nothing) when the cohort's quota and the capacity allow it,
    respecting the EASY reservations of the pool's heads. Otherwise a realtime job preempts (priority); the
-   first job to wait in a pool becomes its head and reserves, reclaims lent GPUs (bounded) or drains cheap work instead of idling GPUs (``eviction``
-   plans these, on ``preemption``'s victim rules); the next ones to wait reserve too (``reservation_depth``,
-   while their GPUs are under half the pool's).
+   first job to wait in a pool becomes its head and reserves, reclaims lent GPUs (bounded) or drains cheap
+   work instead of idling GPUs (``eviction`` plans these, on ``preemption``'s victim rules); the next ones to
+   wait reserve too (``reservation_depth``, while their GPUs are under half the pool's).
 3. Every job still pending gets a reason code, a one-line message, a detail (``explain``) and an honest
    estimated start (``estimate``). Borrowed capacity of a flavor clears at the highest losing bid of the
    cycle's borrowers of that flavor (``pricing``; capped at each winner's own bid); with no loser it is
