@@ -71,7 +71,15 @@ def policy(request):
     current, version = current_policy()
     data = policy_as_dict(current)
     weights = data.get("weights", {})
-    matrix = [(u, [weights.get(u, {}).get(t, "") for t in USER_TIERS]) for u in URGENCIES]
+    band = data.get("priority_band_weight") or 0
+
+    def cell(urgency: str, user_tier: str) -> tuple[object, bool]:
+        """The pair's weight as saved (blank: default_weight applies) and whether it is in the priority band."""
+        saved = weights.get(urgency, {}).get(user_tier)
+        weight = data.get("default_weight", 1.0) if saved is None else saved
+        return ("" if saved is None else saved), bool(band) and weight >= band
+
+    matrix = [(u, [cell(u, t) for t in USER_TIERS]) for u in URGENCIES]
     return render(request, "scheduling/policy.html", {
         "membership": m, "policy": data, "version": version, "matrix": matrix, "user_tiers": USER_TIERS,
         # the policy's bid_weight counts per mcr, as bids travel in the API; the page speaks credits

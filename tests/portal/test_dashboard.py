@@ -124,8 +124,13 @@ def test_the_policy_page_says_what_the_priority_band_does_once_it_is_set(client,
     data["priority_band_weight"] = 2
     assert client.post("/policy/", {"policy": json.dumps(data), "comment": "urgent work first"}).status_code == 302
     assert current_policy()[0].priority_band_weight == 2.0
-    text = " ".join(client.get("/policy/").content.decode().split())
+    page = client.get("/policy/")
+    text = " ".join(page.content.decode().split())
     assert "after the jobs of weight 2.0 or more: they form a priority band" in text
+    # the matrix marks the band: the six high and critical cells (weights 2.0 to 5.0), not a PI's normal 1.3
+    marked = [weight for _, cells in page.context["matrix"] for weight, in_band in cells if in_band]
+    assert sorted(marked) == [2.0, 2.3, 2.6, 4.0, 4.5, 5.0]
+    assert text.count('class="in-band"') == 6 and 'id="band-legend"' in text
     data["priority_band_weight"] = -1
     bad = client.post("/policy/", {"policy": json.dumps(data)})
     assert bad.status_code == 400 and b"priority_band_weight" in bad.content
