@@ -54,7 +54,9 @@ class Checked:
         return self.inner(snap)
 
 
-@pytest.mark.parametrize("name", [p for p in policies.DEFAULT if p != "k8s-quota-priority"] + ["k8s-quota-priority"])
+@pytest.mark.parametrize(
+    "name", [p for p in policies.DEFAULT if p != "k8s-quota-priority"] + ["k8s-quota-priority", "portal-band"]
+)
 def test_conservation_every_job_finishes_once(name):
     sc, jobs = _prepared()
     pol = Checked(policies.make(name))
@@ -71,6 +73,26 @@ def test_conservation_every_job_finishes_once(name):
         # run time of the final attempt plus kept progress equals the job's duration
         assert r.progress_s == pytest.approx(r.spec.duration_s)
     assert res.busy_gpu_s <= res.capacity * (res.window[1] - res.window[0]) + 1e-6
+
+
+@pytest.mark.parametrize(("scenario_band", "engine_band"), [(None, 2.0), (4.0, 4.0)])
+def test_the_band_variant_runs_the_engine_with_the_band_unless_the_scenario_sets_its_own(
+        monkeypatch, scenario_band, engine_band):
+    import scheduling.core
+
+    seen = set()
+    engine = scheduling.core.schedule
+
+    def spy(snap):
+        seen.add(snap.policy.priority_band_weight)
+        return engine(snap)
+
+    monkeypatch.setattr(scheduling.core, "schedule", spy)
+    sc = small_scenario(**({"policy": {"priority_band_weight": scenario_band}} if scenario_band else {}))
+    sc, jobs, _ = prepare(sc, rows=rows(30), load=0.8)
+    simulate(scenario=sc, jobs=jobs, policy=policies.make("portal-band"))
+    assert seen == {engine_band}
+    assert policies.kind("portal-band") == "portal"  # the report's targets treat it as the portal
 
 
 class PreemptOnce:
