@@ -15,7 +15,7 @@ from scheduling.services.policy import current_policy, policy_as_dict, policy_up
 
 
 class PolicyVersionSerializer(serializers.ModelSerializer):
-    author = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    author = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = PolicyVersion

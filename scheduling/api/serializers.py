@@ -296,7 +296,7 @@ class JobBatchSubmitSerializer(StrictSerializer):
 
 
 class JobEventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = JobEvent
