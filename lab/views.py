@@ -206,86 +206,105 @@ def restore(request, slug: str):
 # ------------------------------------------------------------------------------------------ quotas
 
 
-def whatif_link(slug: str, flavor: str, values: dict) -> str:
-    """The What-if page with this quota change prefilled (it reads ``quota:<dept>:<flavor>:<field>``)."""
-    query = {f"quota:{slug}:{flavor}:{k}": values.get(k, "") for k in QUOTA_INPUTS if k in values}
+def whatif_link(slug: str, flavor: str, values: dict, cluster: str | None = None) -> str:
+    """The What-if page with this quota change prefilled (it reads ``quota:<dept>:<scope>:<field>``, the scope
+    being the flavor, or ``flavor@cluster`` for a per-cluster quota)."""
+    scope = f"{flavor}@{cluster}" if cluster else flavor
+    query = {f"quota:{slug}:{scope}:{k}": values.get(k, "") for k in QUOTA_INPUTS if k in values}
     return f"{reverse('dashboard:whatif')}?{urlencode(query)}"
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def quota(request, slug: str):
-    """A quota change for one department. Platform admins apply it (validated against the installed GPUs;
-    ``oversubscribe`` accepts more, with a warning); department admins file it as a request with a reason."""
+    """A quota change for one department: its global quota of a flavor (all clusters) or its quota on one
+    cluster. Platform admins apply it (validated against the installed GPUs, of that cluster for a
+    per-cluster quota; ``oversubscribe`` accepts more, with a warning); department admins file it as a
+    request with a reason."""
     dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
                                          message="Only the department's admins can change or request quotas.")
     m = member(request.user)
     flavors = list(Flavor.objects.order_by("name"))
-    # The form changes global quotas; per-cluster ones are set through the API or the lab file.
-    current = {q.flavor.name: q for q in Quota.objects.filter(department=dept, cluster__isnull=True).select_related(
-        "flavor")}
+    clusters = list(Cluster.objects.order_by("name"))
+    current = {(q.flavor.name, q.cluster.name if q.cluster else ""): q
+               for q in Quota.objects.filter(department=dept).select_related("flavor", "cluster")}
     values = request.GET.dict()
-    if "flavor" in values and values["flavor"] in current and "nominal" not in values:
-        q = current[values["flavor"]]
+    scope = (values.get("flavor", ""), values.get("cluster", ""))
+    if scope in current and "nominal" not in values:
+        q = current[scope]
         values.update({k: "" if getattr(q, k) is None else str(getattr(q, k)) for k in QUOTA_INPUTS})
     errors: dict = {}
-    fields = ("flavor", *QUOTA_INPUTS, "oversubscribe")
+    fields = ("flavor", "cluster", *QUOTA_INPUTS, "oversubscribe")
     if request.method == "POST":
         values = request.POST.dict()
         payload = form_payload(request.POST, fields, integers=QUOTA_INPUTS, nullable=("borrowing_limit",
                                                                                       "lending_limit"),
                                checkboxes=("oversubscribe",))
+        cluster_name = payload.pop("cluster", "") or None
+        cluster = next((c for c in clusters if c.name == cluster_name), None)
+        pre = {} if cluster_name is None or cluster else {"cluster": ["Choose a cluster, or all clusters."]}
+        flavor = next((f for f in flavors if f.name == payload.get("flavor")), None)
+        if flavor is None:
+            pre["flavor"] = ["Choose a flavor."]
         reason = request.POST.get("reason", "").strip()
+        where = f"{slug}/{flavor.name if flavor else ''}" + (f" on {cluster.name}" if cluster else "")
         if m.is_platform_admin:
-            flavor = next((f for f in flavors if f.name == payload.get("flavor")), None)
-            pre = {} if flavor else {"flavor": ["Choose a flavor."]}
             def apply(data):
-                data = {k: v for k, v in data.items() if k != "flavor"}
-                q = current.get(flavor.name)
+                data = {k: v for k, v in data.items() if k not in ("flavor", "comment")}
+                q = current.get((flavor.name, cluster.name if cluster else ""))
                 if q is None:
-                    q = rules.quota_create(department=dept, flavor=flavor, actor=request.user, comment=reason, **{
-                        k: v for k, v in data.items() if k != "comment"})
+                    q = rules.quota_create(department=dept, flavor=flavor, cluster=cluster, actor=request.user,
+                                           comment=reason, **data)
                 else:
-                    q = rules.quota_set(quota=q, actor=request.user, comment=reason, **{
-                        k: v for k, v in data.items() if k != "comment"})
+                    q = rules.quota_set(quota=q, actor=request.user, comment=reason, **data)
                 for w in q.warnings:
                     messages.warning(request, w)
-                messages.success(request, f"Quota of {slug}/{flavor.name} set: nominal {q.nominal}.")
+                messages.success(request, f"Quota of {where} set: nominal {q.nominal}.")
 
             payload.pop("flavor", None)
             errors = submit_form(QuotaUpdateSerializer, payload, apply, pre)
         else:
             def apply(data):
                 req = quota_requests_service.quota_request_create(
-                    department=dept, actor=request.user, flavor=Flavor.objects.get(name=data.pop("flavor")),
-                    **{k: v for k, v in data.items() if k != "department"})
-                messages.success(request, f"Quota request {req.pk} filed: a platform admin decides it.")
+                    department=dept, actor=request.user, flavor=flavor, cluster=cluster,
+                    **{k: v for k, v in data.items() if k not in ("department", "flavor", "cluster")})
+                messages.success(request, f"Quota request {req.pk} ({where}) filed: a platform admin decides it.")
 
             payload.update(department=slug, reason=reason)
-            pre = {} if any(f.name == payload.get("flavor") for f in flavors) else {"flavor": ["Choose a flavor."]}
             errors = submit_form(QuotaRequestCreateSerializer, payload, apply, pre)
         if not errors:
             return redirect("lab:department", slug=slug)
-    link = whatif_link(slug, values["flavor"], values) if values.get("flavor") and values.get("nominal") else None
+    link = None
+    if values.get("flavor") and values.get("nominal"):
+        link = whatif_link(slug, values["flavor"], values, values.get("cluster") or None)
     capacity = {f.name: rules.flavor_capacity(f) for f in flavors}
+    per_cluster = {(f.name, c.name): rules.flavor_capacity(f, c) for f in flavors for c in clusters
+                   if (f.name, c.name) in current}
+    # each flavor's global quota (all clusters), then the department's quotas of it on one cluster
+    rows = []
+    for f in flavors:
+        rows.append((f, "", current.get((f.name, "")), capacity[f.name]))
+        rows += [(f, c, current[(f.name, c)], per_cluster[(f.name, c)])
+                 for (name, c) in sorted(current) if name == f.name and c]
     return render_form(request, "lab/quota.html", {
-        "membership": m, "department": dept, "flavors": flavors, "current": current, "values": values,
-        "capacity": capacity, "whatif": link,
-        "rows": [(f, current.get(f.name), capacity[f.name]) for f in flavors]}, errors)
+        "membership": m, "department": dept, "flavors": flavors, "clusters": clusters, "current": current,
+        "values": values, "capacity": capacity, "whatif": link, "rows": rows,
+        "several_clusters": len(clusters) > 1}, errors)
 
 
 @login_required
 def quota_requests(request):
     m = require_role(request.user, CHANGE, "Quota requests are for department and platform admins.")
     rows = QuotaChangeRequest.objects.restrict(request.user, VIEW).select_related(
-        "department", "flavor", "requested_by", "decided_by").order_by("state", "-requested_at", "-id")[:200]
+        "department", "flavor", "cluster", "requested_by", "decided_by").order_by("state", "-requested_at", "-id")[:200]
     return render(request, "lab/quota_requests.html", {
         "membership": m, "requests": [(r, whatif_link(r.department.slug, r.flavor.name, {
-            k: "" if getattr(r, k) is None else getattr(r, k) for k in QUOTA_INPUTS})) for r in rows]})
+            k: "" if getattr(r, k) is None else getattr(r, k) for k in QUOTA_INPUTS},
+            r.cluster.name if r.cluster else None)) for r in rows]})
 
 
 def _decide(request, pk: int, decide):
-    req = QuotaChangeRequest.objects.select_related("department", "flavor", "requested_by").get_or_404(
+    req = QuotaChangeRequest.objects.select_related("department", "flavor", "cluster", "requested_by").get_or_404(
         request.user, ADMIN, pk=pk, missing="No such quota request.",
         message="Only platform admins decide quota requests.")
     s = QuotaRequestDecisionSerializer(data=form_payload(request.POST, ("comment",)))
@@ -307,8 +326,9 @@ def quota_request_approve(request, pk: int):
         _, q = quota_requests_service.quota_request_approve(req=req, actor=request.user, **data)
         for w in q.warnings:
             messages.warning(request, w)
-        messages.success(request, f"Request {pk} approved: {req.department.slug}/{req.flavor.name} nominal "
-                                  f"{q.nominal}.")
+        where = f" on {req.cluster.name}" if req.cluster else ""
+        messages.success(request, f"Request {pk} approved: {req.department.slug}/{req.flavor.name}{where} "
+                                  f"nominal {q.nominal}.")
     return _decide(request, pk, decide)
 
 

@@ -136,6 +136,11 @@ class QuotaChangeRequest(models.Model):
 
     department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quota_requests")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="quota_requests")
+    # null: the global quota (all clusters); a cluster: the department's quota on that cluster only. A cluster
+    # is deleted only once no request for it is pending; its decided requests go with it (the audit log keeps
+    # them).
+    cluster = models.ForeignKey("scheduling.Cluster", null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="quota_requests")
     nominal = models.PositiveIntegerField()
     borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     lending_limit = models.PositiveIntegerField(null=True, blank=True)
@@ -164,7 +169,8 @@ class QuotaChangeRequest(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"quota request {self.pk} {self.department_id}/{self.flavor_id}: {self.nominal} ({self.state})"
+        scope = f"{self.flavor_id}@{self.cluster_id}" if self.cluster_id else f"{self.flavor_id}"
+        return f"quota request {self.pk} {self.department_id}/{scope}: {self.nominal} ({self.state})"
 
 
 # ------------------------------------------------------------------------------------------ budgets

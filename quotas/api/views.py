@@ -234,12 +234,16 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
 class QuotaRequestSerializer(serializers.ModelSerializer):
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
+                                           help_text="the cluster of a per-cluster quota; null: all clusters")
+    # null: the requester's account was deleted; not decided yet
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = QuotaChangeRequest
-        fields = ["id", "department", "flavor", "nominal", "borrowing_limit", "lending_limit", "oversubscribe",
+        fields = ["id", "department", "flavor", "cluster", "nominal", "borrowing_limit", "lending_limit",
+                  "oversubscribe",
                   "reason", "state", "requested_by", "requested_at", "decided_by", "decided_at",
                   "decision_comment"]
         read_only_fields = fields
@@ -248,6 +252,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 class QuotaRequestCreateSerializer(StrictSerializer):
     department = serializers.SlugField(max_length=40)
     flavor = serializers.CharField(max_length=40)
+    cluster = serializers.CharField(max_length=40, required=False, allow_null=True, default=None,
+                                    help_text="a cluster's name to change the quota on that cluster only; null: the "
+                                              "global quota (all clusters)")
     nominal = serializers.IntegerField(min_value=0, max_value=100_000)
     borrowing_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True,
                                                default=None)
@@ -269,12 +276,12 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 
     def get_queryset(self):
         qs = QuotaChangeRequest.objects.restrict(self.request.user, VIEW).select_related(
-            "department", "flavor", "requested_by", "decided_by")
+            "department", "flavor", "cluster", "requested_by", "decided_by")
         state = self.request.query_params.get("state")
         return qs.filter(state=state) if state else qs
 
     def _request(self, action_=VIEW):
-        return QuotaChangeRequest.objects.select_related("department", "flavor", "requested_by").get_or_404(
+        return QuotaChangeRequest.objects.select_related("department", "flavor", "cluster", "requested_by").get_or_404(
             self.request.user, action_, pk=self.kwargs["pk"], missing="No such quota request.",
             message="Only platform admins decide quota requests.")
 
@@ -290,8 +297,9 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         slug = data.pop("department")
         dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
                                              message="You can request quotas for your own department only.")
-        _, flavor, _ = _lookup(request.user, slug, data.pop("flavor"))
-        req = quota_requests.quota_request_create(department=dept, flavor=flavor, actor=request.user, **data)
+        _, flavor, cluster = _lookup(request.user, slug, data.pop("flavor"), data.pop("cluster"))
+        req = quota_requests.quota_request_create(department=dept, flavor=flavor, cluster=cluster, actor=request.user,
+                                                  **data)
         return Response(QuotaRequestSerializer(req).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=QuotaRequestDecisionSerializer, responses=QuotaRequestSerializer)

@@ -20,8 +20,9 @@ FIELDS = ("nominal", "borrowing_limit", "lending_limit")
 
 
 def quota_request_create(*, department, flavor, actor, reason: str, nominal: int, borrowing_limit=None,
-                         lending_limit=None, oversubscribe: bool = False) -> QuotaChangeRequest:
-    """File a request. The simple rules are checked now (a request that could never be applied is refused);
+                         lending_limit=None, oversubscribe: bool = False, cluster=None) -> QuotaChangeRequest:
+    """File a request for the department's global quota of ``flavor`` or, with ``cluster``, for its quota on
+    that cluster only. The simple rules are checked now (a request that could never be applied is refused);
     capacity is checked again when a platform admin decides, against the quotas of that moment."""
     if department.is_archived:
         raise field_error("department", f"{department.slug} is archived: it takes no quota changes.", "archived")
@@ -31,11 +32,11 @@ def quota_request_create(*, department, flavor, actor, reason: str, nominal: int
         raise field_error("lending_limit", "The lending limit cannot exceed the nominal quota.", "exceeds_nominal")
     with transaction.atomic():
         req = QuotaChangeRequest.objects.create(
-            department=department, flavor=flavor, nominal=nominal, borrowing_limit=borrowing_limit,
+            department=department, flavor=flavor, cluster=cluster, nominal=nominal, borrowing_limit=borrowing_limit,
             lending_limit=lending_limit, oversubscribe=oversubscribe, reason=reason.strip(), requested_by=actor)
         audit(actor=actor, action="quota_request.create", obj=req, department=department,
-              new={"flavor": flavor.name, **{f: getattr(req, f) for f in FIELDS},
-                   "oversubscribe": oversubscribe}, comment=req.reason)
+              new={"flavor": flavor.name, "cluster": cluster.name if cluster else None,
+                   **{f: getattr(req, f) for f in FIELDS}, "oversubscribe": oversubscribe}, comment=req.reason)
     return req
 
 
@@ -58,10 +59,10 @@ def quota_request_approve(*, req: QuotaChangeRequest, actor, comment: str = "") 
     values = {f: getattr(req, f) for f in FIELDS}
     with transaction.atomic():
         _decide(req, actor=actor, state=QuotaChangeRequest.State.APPROVED, comment=comment)
-        quota = Quota.objects.filter(department=req.department, flavor=req.flavor, cluster__isnull=True).first()
+        quota = Quota.objects.filter(department=req.department, flavor=req.flavor, cluster=req.cluster).first()
         if quota is None:
-            quota = rules.quota_create(department=req.department, flavor=req.flavor, actor=actor,
-                                       oversubscribe=req.oversubscribe, comment=why, **values)
+            quota = rules.quota_create(department=req.department, flavor=req.flavor, cluster=req.cluster,
+                                       actor=actor, oversubscribe=req.oversubscribe, comment=why, **values)
         else:
             quota = rules.quota_set(quota=quota, actor=actor, oversubscribe=req.oversubscribe, comment=why,
                                     **values)

@@ -20,7 +20,7 @@ from django.db.models import ProtectedError
 
 from portal.audit import audit
 from portal.errors import Conflict, ValidationFailed
-from quotas.models import Flavor, Quota
+from quotas.models import Flavor, Quota, QuotaChangeRequest
 from scheduling.backends import owns_inventory
 from scheduling.models import ACTIVE_STATES, BackendKind, Cluster, ClusterState, Job, Node, label_problems
 
@@ -147,6 +147,10 @@ def cluster_delete(*, cluster: Cluster, actor, comment: str = "") -> None:
         # Deleting it would silently drop guarantees departments were given on it.
         raise Conflict(f"Departments hold quotas on {cluster.name} ({', '.join(held)}): delete those quotas "
                        "first.")
+    pending = QuotaChangeRequest.objects.filter(cluster=cluster, state=QuotaChangeRequest.State.PENDING)
+    if pending.exists():
+        ids = ", ".join(str(pk) for pk in sorted(pending.values_list("pk", flat=True)))
+        raise Conflict(f"Quota requests for {cluster.name} are pending ({ids}): approve or reject them first.")
     if cluster.is_default and Cluster.objects.exclude(pk=cluster.pk).exists():
         raise Conflict(f"{cluster.name} is the default cluster: make another one the default first.")
     with transaction.atomic():

@@ -228,6 +228,91 @@ def test_an_approved_request_changes_the_global_quota(lab, east):
     assert Quota.objects.get(pk=per.pk).nominal == 2
 
 
+def _page_client(user):
+    from django.test import Client
+
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def test_a_platform_admin_sets_a_per_cluster_quota_on_the_form(lab, east):
+    c = _page_client(lab.root)
+    form = c.get("/lab/departments/vision/quota").content.decode()
+    assert '<option value="east" >east only</option>' in form  # several clusters: the form offers them
+    body = {"flavor": "a100-80gb", "cluster": "east", "nominal": "2", "borrowing_limit": "0", "lending_limit": "",
+            "reason": "east is for vision's inference"}
+    r = c.post("/lab/departments/vision/quota", body)
+    assert r.status_code == 302, r.content.decode()
+    per = Quota.objects.get(department=lab.vision, cluster=east)
+    assert (per.nominal, per.borrowing_limit) == (2, 0)
+    assert Quota.objects.get(department=lab.vision, cluster=None).nominal == 4  # the global one is untouched
+    page = " ".join(c.get("/lab/departments/vision/quota?flavor=a100-80gb&cluster=east").content.decode().split())
+    assert '<tr data-scope="a100-80gb@east"><td>a100-80gb</td><td>east</td><td>4</td> <td>2</td><td>0</td>' in page
+    assert '<tr data-scope="a100-mig-3g.40gb"><td>a100-mig-3g.40gb (MIG)</td><td>all clusters</td><td>0</td> <td>—</td>' in page
+    assert 'name="nominal" value="2"' in page  # prefilled from the per-cluster quota
+    assert "quota%3Avision%3Aa100-80gb%40east%3Anominal=2" in page  # What-if by the simulator's key
+    r = c.post("/lab/departments/vision/quota", {**body, "nominal": "3"})
+    assert r.status_code == 302 and Quota.objects.get(pk=per.pk).nominal == 3
+    entry = AuditEntry.objects.filter(action="quota.set").latest("id")
+    assert entry.new["nominal"] == 3
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"cluster": "nowhere", "nominal": "1"}, "cluster"),
+    ({"cluster": "east", "nominal": "5"}, "nominal"),  # east has 4 GPUs
+])
+def test_a_bad_per_cluster_quota_on_the_form_is_a_field_error_and_saves_nothing(lab, east, body, field):
+    r = _page_client(lab.root).post("/lab/departments/vision/quota", {
+        "flavor": "a100-80gb", "borrowing_limit": "", "lending_limit": "", "reason": "", **body})
+    assert r.status_code == 400
+    assert f'data-error-for="{field}"' in r.content.decode() or field in r.context["errors"]
+    assert not Quota.objects.filter(cluster__isnull=False).exists()
+
+
+def test_a_department_admin_requests_a_per_cluster_quota_and_its_approval_sets_that_one(lab, east):
+    r = _page_client(lab.vadmin).post("/lab/departments/vision/quota", {
+        "flavor": "a100-80gb", "cluster": "east", "nominal": "2", "borrowing_limit": "", "lending_limit": "",
+        "reason": "latency tests need the east site"})
+    assert r.status_code == 302
+    from quotas.models import QuotaChangeRequest
+
+    req = QuotaChangeRequest.objects.get()
+    assert req.cluster == east and req.nominal == 2
+    root = _page_client(lab.root)
+    assert f'<tr data-request="{req.pk}"><td>{req.pk}</td><td>vision</td><td>a100-80gb on east</td>' in root.get(
+        "/lab/quota-requests/").content.decode()
+    assert root.post(f"/lab/quota-requests/{req.pk}/approve", {"comment": "ok"}).status_code == 302
+    assert Quota.objects.get(department=lab.vision, cluster=east).nominal == 2
+    assert Quota.objects.get(department=lab.vision, cluster=None).nominal == 4
+
+
+def test_the_api_files_per_cluster_requests_with_field_errors_for_unknown_clusters(lab, east, client_for):
+    c = client_for(lab.vadmin)
+    body = {"department": "vision", "flavor": "a100-80gb", "cluster": "east", "nominal": 1, "reason": "tests"}
+    r = c.post("/api/v1/quota-requests", body, format="json")
+    assert r.status_code == 201, r.json()
+    assert r.json()["cluster"] == "east"
+    assert c.get(f"/api/v1/quota-requests/{r.json()['id']}").json()["cluster"] == "east"
+    bad = c.post("/api/v1/quota-requests", {**body, "cluster": "nowhere"}, format="json")
+    assert bad.status_code == 400 and "cluster" in _fields(bad)
+    plain = c.post("/api/v1/quota-requests", {**body, "cluster": None}, format="json")
+    assert plain.status_code == 201 and plain.json()["cluster"] is None
+
+
+def test_a_cluster_with_pending_quota_requests_is_not_deleted(lab, east):
+    from quotas.services import quota_requests
+
+    req = quota_requests.quota_request_create(department=lab.vision, flavor=lab.a100, cluster=east,
+                                              actor=lab.vadmin, nominal=1, reason="tests")
+    with pytest.raises(Conflict, match=f"pending \\({req.pk}\\)"):
+        cluster_delete(cluster=east, actor=lab.root)
+    quota_requests.quota_request_reject(req=req, actor=lab.root, comment="no")
+    cluster_delete(cluster=east, actor=lab.root)  # decided requests go with it; the audit log keeps them
+    assert not Cluster.objects.filter(name="east").exists()
+    assert AuditEntry.objects.filter(action="quota_request.create", new__cluster="east").exists()
+
+
 def test_summaries_count_the_global_quota_or_else_the_per_cluster_ones(lab, east):
     from scheduling.selectors import quota_use
 
