@@ -140,6 +140,7 @@ def snapshots(draw, federated: bool = False):
         DEFAULT_POLICY,
         min_runtime_s=draw(st.sampled_from([60.0, 600.0, 1200.0])),
         preemption_rate_limit=draw(st.integers(0, 4)),
+        priority_band_weight=draw(st.sampled_from([0.0, 0.0, 2.0, 4.0])),  # the invariants hold with a band too
     )
     infos = ()
     if federated:
