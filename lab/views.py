@@ -278,14 +278,12 @@ def quota(request, slug: str):
     if values.get("flavor") and values.get("nominal"):
         link = whatif_link(slug, values["flavor"], values, values.get("cluster") or None)
     capacity = {f.name: rules.flavor_capacity(f) for f in flavors}
-    per_cluster = {(f.name, c.name): rules.flavor_capacity(f, c) for f in flavors for c in clusters
-                   if (f.name, c.name) in current}
     # each flavor's global quota (all clusters), then the department's quotas of it on one cluster
     rows = []
     for f in flavors:
         rows.append((f, "", current.get((f.name, "")), capacity[f.name]))
-        rows += [(f, c, current[(f.name, c)], per_cluster[(f.name, c)])
-                 for (name, c) in sorted(current) if name == f.name and c]
+        rows += [(f, c, q, rules.flavor_capacity(f, q.cluster))
+                 for (name, c), q in sorted(current.items(), key=lambda kv: kv[0]) if name == f.name and c]
     return render_form(request, "lab/quota.html", {
         "membership": m, "department": dept, "flavors": flavors, "clusters": clusters, "current": current,
         "values": values, "capacity": capacity, "whatif": link, "rows": rows,

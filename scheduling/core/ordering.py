@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .policy import fair_factor, job_score, use_ratios
+from .policy import fair_factor, in_priority_band, job_score, use_ratios
 from .types import TIER_RANK, TIERS, PendingJob, Policy, RunningJob, Snapshot
 
 REALTIME = TIER_RANK["realtime"]
@@ -148,14 +148,12 @@ class Scorer:
 
     def band(self, job: PendingJob) -> int:
         """0 for the priority band (weight at least ``priority_band_weight``, when that is set), else 1."""
-        threshold = self.policy.priority_band_weight
-        if threshold <= 0:
+        if self.policy.priority_band_weight <= 0:
             return 1
         key = (job.urgency, job.user_tier)
         band = self._bands.get(key)
         if band is None:
-            weight = self.policy.weights.get(key, self.policy.default_weight)
-            band = self._bands[key] = 0 if weight >= threshold else 1
+            band = self._bands[key] = 0 if in_priority_band(self.policy, *key) else 1
         return band
 
     def order_key(self, job: PendingJob) -> tuple:

@@ -166,6 +166,13 @@ def policy_to_dict(policy: Policy) -> dict[str, object]:
     return out
 
 
+def in_priority_band(policy: Policy, urgency: str, user_tier: str) -> bool:
+    """Whether jobs of this urgency and user tier are in the priority band: ``priority_band_weight`` is set and
+    their weight (a pair missing from the matrix weighs ``default_weight``) reaches it."""
+    threshold = policy.priority_band_weight
+    return threshold > 0 and policy.weights.get((urgency, user_tier), policy.default_weight) >= threshold
+
+
 # ---------------------------------------------------------------- scoring
 
 # A department's use relative to its entitlement is capped here: beyond four times its share, more use changes

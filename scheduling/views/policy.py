@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods
 from portal.errors import PortalError
 from portal.money import MCR_PER_CREDIT
 from portal.tenancy import ADMIN, member, require_role
+from scheduling.core.policy import in_priority_band
 from scheduling.core.types import URGENCIES, USER_TIERS
 from scheduling.models import PolicyVersion
 from scheduling.selectors import cluster_grid, cluster_summary
@@ -71,15 +72,9 @@ def policy(request):
     current, version = current_policy()
     data = policy_as_dict(current)
     weights = data.get("weights", {})
-    band = data.get("priority_band_weight") or 0
-
-    def cell(urgency: str, user_tier: str) -> tuple[object, bool]:
-        """The pair's weight as saved (blank: default_weight applies) and whether it is in the priority band."""
-        saved = weights.get(urgency, {}).get(user_tier)
-        weight = data.get("default_weight", 1.0) if saved is None else saved
-        return ("" if saved is None else saved), bool(band) and weight >= band
-
-    matrix = [(u, [cell(u, t) for t in USER_TIERS]) for u in URGENCIES]
+    # each pair's weight as saved (blank: default_weight applies), and whether it is in the priority band
+    matrix = [(u, [(weights.get(u, {}).get(t, ""), in_priority_band(current, u, t)) for t in USER_TIERS])
+              for u in URGENCIES]
     return render(request, "scheduling/policy.html", {
         "membership": m, "policy": data, "version": version, "matrix": matrix, "user_tiers": USER_TIERS,
         # the policy's bid_weight counts per mcr, as bids travel in the API; the page speaks credits

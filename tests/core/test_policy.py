@@ -11,6 +11,7 @@ from scheduling.core.policy import (
     DEFAULT_POLICY,
     PolicyError,
     decay_usage,
+    in_priority_band,
     job_score,
     policy_from_dict,
     policy_to_dict,
@@ -138,3 +139,20 @@ def test_decayed_usage_halves_every_half_life_and_integrates_new_use_exactly():
         stepped = decay_usage(stepped, day / 24, 4, day)
     assert stepped == pytest.approx(decay_usage(0.0, day, 4, day))
     assert decay_usage(1000.0, day, 4, 0.0) == 0.0  # no memory
+
+
+@pytest.mark.parametrize(
+    ("band_weight", "urgency", "user_tier", "in_band"),
+    [
+        (0.0, "critical", "pi", False),  # off: nobody is in the band
+        (2.0, "high", "standard", True),  # weight 2.0 reaches it
+        (2.0, "normal", "pi", False),  # 1.3 does not
+        (2.0, "low", "guest", True),  # a pair missing from the matrix weighs default_weight (3 here)
+        (4.0, "low", "guest", False),
+    ],
+)
+def test_the_priority_band_is_the_pairs_whose_weight_reaches_it(band_weight, urgency, user_tier, in_band):
+    from dataclasses import replace
+
+    policy = replace(DEFAULT_POLICY, priority_band_weight=band_weight, default_weight=3.0)
+    assert in_priority_band(policy, urgency, user_tier) is in_band
