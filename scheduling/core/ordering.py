@@ -2,9 +2,9 @@
 
 Pending jobs are taken in the order ``(tier rank, band, not starving, starving since | -score, submitted_at,
 id)``: realtime before elastic before backfill; within a tier, the priority band first (jobs whose weight is at
-least ``priority_band_weight``; one band when it is 0), and within a band starving jobs first (the longest
-starving first), then the others by score. Every term is documented in ``policy.job_score``,
-``starving_since`` and ``band``.
+least ``priority_band_weight`` and that have waited ``BAND_ENTRY_SHARE`` of the starvation limit; one band when
+it is 0), and within a band starving jobs first (the longest starving first), then the others by score. Every
+term is documented in ``policy.job_score``, ``starving_since`` and ``band``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,15 @@ _LOWEST = len(TIERS)
 # A job's weight stretches or shrinks its starvation limit only this far: a critical job starves after a
 # quarter of the limit, a low one after twice the limit (never later).
 STARVATION_WEIGHT_RANGE = (0.5, 4.0)
+
+
+# A job of the priority band goes ahead of the rest of its tier only once it has waited this share of the
+# starvation limit (3 hours at the default 12 h limit, more when the queue is long). Until then it is ordered by
+# its score like everyone else, which its weight already favours. Putting every band job ahead at once made each
+# urgent arrival take the GPUs being drained for the starving head, which then waited again: on the labs that
+# cost about a point of utilisation at load 0.9, where joining after a quarter of the limit costs none and still
+# more than halves the urgent waits (docs/simulator.md, "The priority band").
+BAND_ENTRY_SHARE = 0.25
 
 
 # A plain dict: the public mapping is read-only, and every lookup through its proxy costs a little more in
@@ -91,6 +100,7 @@ class Scorer:
         # (urgency, user tier, department) -> starvation delay: the same for every job of the combination
         self._delays: dict[tuple[str, str, str], float] = {}
         self._bands: dict[tuple[str, str], int] = {}  # (urgency, user tier) -> band
+        self.band_entry = BAND_ENTRY_SHARE * max(0.0, self.starvation_limit)
 
     def score(self, job: PendingJob) -> float:
         s = self._scores.get(job.id)
@@ -147,13 +157,16 @@ class Scorer:
         return since if since <= self.now else None
 
     def band(self, job: PendingJob) -> int:
-        """0 for the priority band (weight at least ``priority_band_weight``, when that is set), else 1."""
+        """0 for a job of the priority band (weight at least ``priority_band_weight``, when that is set) that has
+        waited ``BAND_ENTRY_SHARE`` of this cycle's starvation limit, else 1."""
         if self.policy.priority_band_weight <= 0:
             return 1
         key = (job.urgency, job.user_tier)
         band = self._bands.get(key)
         if band is None:
             band = self._bands[key] = 0 if in_priority_band(self.policy, *key) else 1
+        if band == 0 and self.now - job.submitted_at < self.band_entry:
+            return 1
         return band
 
     def order_key(self, job: PendingJob) -> tuple:

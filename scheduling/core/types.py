@@ -204,12 +204,13 @@ class Policy:
     # starving queue is ordered by age alone, which undoes urgency and fair share (0 = the fixed limit only).
     starvation_queue_factor: float = 2.0
     # Jobs whose weight (urgency x user tier, before fair share) is at least this form the *priority band* of
-    # their tier: they go ahead of the tier's other jobs, starving ones included, and the starvation guard then
-    # orders each band on its own (0 = off: one band). At 2 the band is high and critical work: it waits a
-    # fraction of what it waits otherwise, at the cost of the GPUs and the wait of large routine jobs, whose
-    # starving heads it overtakes (docs/simulator.md measures both). Meant for a minority of the work: routine
-    # jobs starve only behind it.
-    priority_band_weight: float = 0.0
+    # their tier: once they have waited a quarter of the starvation limit (``ordering.BAND_ENTRY_SHARE``) they
+    # go ahead of the tier's other jobs, starving ones included, and the starvation guard then orders each band
+    # on its own (0 = off: one band). At 2 (the default) the band is high and critical work: without it, urgent
+    # jobs queue behind routine work that has starved and behind its reservations (on the labs they wait
+    # 0.7-0.8x what they wait under FCFS; with it 0.3-0.43x, docs/simulator.md). Meant for a minority of the
+    # work: routine jobs starve only behind it.
+    priority_band_weight: float = 2.0
     # Only a pool's head within nominal that has waited this long, and whose reservation lies further ahead,
     # reclaims lent GPUs (freeing at most twice what it needs).
     reclaim_delay_s: float = 1800.0

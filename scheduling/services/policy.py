@@ -15,12 +15,19 @@ from scheduling.core.types import Policy
 from scheduling.models import PolicyVersion
 
 
+# A saved version is the whole document of the day it was saved, and an upgrade must not change what it does.
+# A field added since is missing from it; where the field's default is not the behaviour the portal had before
+# the field existed, the version takes that behaviour (the priority band did not exist: one band).
+BEFORE_IT_EXISTED: dict[str, object] = {"priority_band_weight": 0.0}
+
+
 def current_policy() -> tuple[Policy, int]:
     """The policy in force and its version (0 = built-in defaults, never edited)."""
     row = PolicyVersion.objects.order_by("-version").first()
     if row is None:
         return Policy(), 0
-    return dataclasses.replace(policy_from_dict(row.data), version=row.version), row.version
+    data = {**BEFORE_IT_EXISTED, **row.data}
+    return dataclasses.replace(policy_from_dict(data), version=row.version), row.version
 
 
 def policy_as_dict(policy: Policy) -> dict:

@@ -186,11 +186,12 @@ def test_the_starvation_limit_grows_with_the_queue(queue_factor, starves):
     ],
 )
 def test_the_priority_band_goes_ahead_of_starving_work(band_weight, urgency, user_tier, winner):
-    # One 4-GPU node and two 4-GPU jobs: a normal job starving for 30 h and a fresh one of the given weight.
+    # One 4-GPU node and two 4-GPU jobs: a normal job starving for 30 h and one of the given weight that has
+    # waited 4 h, past a quarter of the 12 h starvation limit, so it has joined the band if it is in it.
     res = (
         Snap().nodes(1, gpus=4).quota("A", 4).policy(priority_band_weight=band_weight)
         .pending(job(1, dept="A", gpus=4, submitted_at=NOW - 30 * HOUR),
-                 job(2, dept="A", gpus=4, urgency=urgency, user_tier=user_tier, submitted_at=NOW - 60))
+                 job(2, dept="A", gpus=4, urgency=urgency, user_tier=user_tier, submitted_at=NOW - 4 * HOUR))
         .decide()
     )  # fmt: skip
     assert set(res.admitted) == {winner}
@@ -198,15 +199,39 @@ def test_the_priority_band_goes_ahead_of_starving_work(band_weight, urgency, use
     assert res.reason[loser].detail.get("reserved_from") is not None  # the other is the reserved head
 
 
+@pytest.mark.parametrize(
+    ("waited_h", "queue_waits_h", "joins"),
+    [
+        (2.9, None, False),  # the limit is the fixed 12 h: a critical job joins the band after 3 h
+        (3.1, None, True),
+        (3.1, 10.0, False),  # the median pending job has waited 10 h: the limit is 20 h, so it joins after 5 h
+        (5.1, 10.0, True),
+    ],
+)
+def test_a_job_joins_the_priority_band_after_a_quarter_of_the_starvation_limit(waited_h, queue_waits_h, joins):
+    # Until then it is ordered by its score like everyone else, so an urgent arrival does not at once take the
+    # GPUs being drained for a starving head. Job 1 (normal, starving for 30 h) and job 2 (critical) want the
+    # only node; jobs 3-5 (8 GPUs, never fit) set the queue's median wait when given.
+    extra = [] if queue_waits_h is None else [
+        job(i, dept="B", gpus=8, urgency="low", submitted_at=NOW - queue_waits_h * HOUR) for i in (3, 4, 5)]
+    res = (
+        Snap().nodes(1, gpus=4).quota("A", 4).quota("B", 0).policy(priority_band_weight=2.0, fair_share_weight=0.0)
+        .pending(job(1, dept="A", gpus=4, submitted_at=NOW - 30 * HOUR),
+                 job(2, dept="A", gpus=4, urgency="critical", submitted_at=NOW - waited_h * HOUR), *extra)
+        .decide()
+    )  # fmt: skip
+    assert set(res.admitted) == ({2} if joins else {1})
+
+
 def test_the_priority_band_keeps_the_tiers_and_the_starvation_guard_within_it():
     # Realtime work stays ahead of an elastic job in the band; inside the band a starving job goes first.
     snap = Snap().nodes(1, gpus=4).quota("A", 4).policy(priority_band_weight=2.0)
     rt = snap.pending(job(1, dept="A", gpus=4, tier="realtime", submitted_at=NOW - 60),
-                      job(2, dept="A", gpus=4, urgency="critical", submitted_at=NOW - 60)).decide()
+                      job(2, dept="A", gpus=4, urgency="critical", submitted_at=NOW - 4 * HOUR)).decide()
     assert set(rt.admitted) == {1}
     old = Snap().nodes(1, gpus=4).quota("A", 4).policy(priority_band_weight=2.0).pending(
         job(1, dept="A", gpus=4, urgency="high", submitted_at=NOW - 30 * HOUR),
-        job(2, dept="A", gpus=4, urgency="critical", submitted_at=NOW - 60)).decide()
+        job(2, dept="A", gpus=4, urgency="critical", submitted_at=NOW - 4 * HOUR)).decide()
     assert set(old.admitted) == {1}
 
 

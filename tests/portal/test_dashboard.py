@@ -113,24 +113,26 @@ def test_policy_page_shows_weights_and_only_platform_admins_edit(client, lab):
     assert PolicyVersion.objects.count() == 1
 
 
-def test_the_policy_page_says_what_the_priority_band_does_once_it_is_set(client, lab):
+def test_the_policy_page_says_what_the_priority_band_does_and_when_it_is_off(client, lab):
     import json
 
     from scheduling.services.policy import current_policy, policy_as_dict
 
     client.force_login(lab.root)
-    assert b"With <code>priority_band_weight</code> set" in client.get("/policy/").content  # off: how to use it
-    data = policy_as_dict(current_policy()[0])
-    data["priority_band_weight"] = 2
-    assert client.post("/policy/", {"policy": json.dumps(data), "comment": "urgent work first"}).status_code == 302
-    assert current_policy()[0].priority_band_weight == 2.0
-    page = client.get("/policy/")
+    page = client.get("/policy/")  # the default policy: high and critical work forms the band
     text = " ".join(page.content.decode().split())
-    assert "after the jobs of weight 2.0 or more: they form a priority band" in text
+    assert "after the jobs of weight 2.0 or more that have waited a quarter of that time: they form a priority band" in text
     # the matrix marks the band: the six high and critical cells (weights 2.0 to 5.0), not a PI's normal 1.3
     marked = [weight for _, cells in page.context["matrix"] for weight, in_band in cells if in_band]
     assert sorted(marked) == [2.0, 2.3, 2.6, 4.0, 4.5, 5.0]
     assert text.count('class="in-band"') == 6 and 'id="band-legend"' in text
+    data = policy_as_dict(current_policy()[0])
+    data["priority_band_weight"] = 0
+    assert client.post("/policy/", {"policy": json.dumps(data), "comment": "one band"}).status_code == 302
+    assert current_policy()[0].priority_band_weight == 0.0
+    off = " ".join(client.get("/policy/").content.decode().split())
+    assert "The priority band is off (<code>priority_band_weight</code> 0)" in off
+    assert 'class="in-band"' not in off and 'id="band-legend"' not in off
     data["priority_band_weight"] = -1
     bad = client.post("/policy/", {"policy": json.dumps(data)})
     assert bad.status_code == 400 and b"priority_band_weight" in bad.content

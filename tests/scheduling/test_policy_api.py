@@ -42,6 +42,22 @@ def test_update_is_versioned_audited_and_used_by_the_next_cycle(lab, client_for)
     assert [v["version"] for v in c.get("/api/v1/policy/versions").json()] == [1]
 
 
+@pytest.mark.parametrize(("saved", "band"), [
+    ({}, 0.0),  # saved before the priority band existed: it keeps running with one band
+    ({"priority_band_weight": 0.0}, 0.0),
+    ({"priority_band_weight": 4.0}, 4.0),
+])
+def test_an_upgrade_does_not_change_what_a_saved_version_does(lab, saved, band):
+    from scheduling.core.policy import DEFAULT_POLICY, policy_to_dict
+    from scheduling.services.policy import current_policy
+
+    assert current_policy()[0].priority_band_weight == DEFAULT_POLICY.priority_band_weight == 2.0  # never saved
+    data = {k: v for k, v in policy_to_dict(DEFAULT_POLICY).items() if k not in ("version", "priority_band_weight")}
+    PolicyVersion.objects.create(version=1, data={**data, **saved}, author=lab.root, comment="")
+    policy, version = current_policy()
+    assert (version, policy.priority_band_weight) == (1, band)
+
+
 @pytest.mark.parametrize("bad", [
     {"aging_per_minute": -1},
     {"min_runtime_s": 60},  # below 10 minutes without the explicit opt-in

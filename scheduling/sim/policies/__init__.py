@@ -10,7 +10,7 @@ from __future__ import annotations
 from .k8s import FCFS, QuotaPriority, StrictFCFS
 from .kueue import Kueue
 from .lasrtf import SRTF, Tiresias
-from .portal import CoreFifo, Portal, PortalBand
+from .portal import CoreFifo, Portal, PortalNoBand
 from .slurm import EasyBackfill
 from .volcano import VolcanoDRF
 
@@ -24,7 +24,7 @@ REGISTRY = {
     "tiresias": Tiresias,
     "srtf-oracle": SRTF,
     "portal": Portal,
-    "portal-band": PortalBand,
+    "portal-noband": PortalNoBand,
     "core-fifo": CoreFifo,
 }
 
@@ -41,8 +41,8 @@ DESCRIPTIONS = {
     "tiresias": "Tiresias discretised 2D-LAS (attained GPU-service queues) with its starvation guard",
     "srtf-oracle": "SRTF with known durations (ideal reference, oracle)",
     "portal": "the portal's engine scheduling.core.schedule, default policy",
-    "portal-band": "the portal's engine with the priority band on (priority_band_weight 2: high and critical "
-                   "work ahead of starving routine work)",
+    "portal-noband": "the portal's engine with the priority band off (priority_band_weight 0: high and "
+                     "critical work waits behind starving routine work)",
     "core-fifo": "scheduling.core.fifo_schedule placeholder (strict FIFO within nominal)",
 }
 

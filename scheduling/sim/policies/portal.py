@@ -22,19 +22,16 @@ class Portal:
         return f"{fn.__module__}.{fn.__name__}"
 
 
-class PortalBand(Portal):
-    """The portal's engine with the opt-in priority band on (unless the scenario sets its own): jobs of weight
-    ``BAND_WEIGHT`` or more, high and critical work with the default weights, go ahead of starving routine
-    work. Beside ``portal`` in one run, it shows a lab what the band would trade on its own trace."""
+class PortalNoBand(Portal):
+    """The portal's engine with the priority band off (``priority_band_weight`` 0, whatever the scenario sets):
+    one band, so high and critical work goes first only by its score and by starving sooner. Beside ``portal``
+    in one run, it shows a lab what the band trades on its own trace."""
 
-    name = "portal-band"
-    BAND_WEIGHT = 2.0
+    name = "portal-noband"
 
     def __call__(self, snap):
-        if snap.policy.priority_band_weight <= 0:
-            snap = dataclasses.replace(
-                snap, policy=dataclasses.replace(snap.policy, priority_band_weight=self.BAND_WEIGHT)
-            )
+        if snap.policy.priority_band_weight != 0:
+            snap = dataclasses.replace(snap, policy=dataclasses.replace(snap.policy, priority_band_weight=0.0))
         return super().__call__(snap)
 
 
