@@ -121,7 +121,7 @@ def test_the_policy_page_says_what_the_priority_band_does_and_when_it_is_off(cli
     client.force_login(lab.root)
     page = client.get("/policy/")  # the default policy: high and critical work forms the band
     text = " ".join(page.content.decode().split())
-    assert "after the jobs of weight 2.0 or more that have waited a quarter of that time: they form a priority band" in text
+    assert "after the jobs of weight 2.0 or more that have waited a quarter of the limit: they form a priority band" in text
     # the matrix marks the band: the six high and critical cells (weights 2.0 to 5.0), not a PI's normal 1.3
     marked = [weight for _, cells in page.context["matrix"] for weight, in_band in cells if in_band]
     assert sorted(marked) == [2.0, 2.3, 2.6, 4.0, 4.5, 5.0]
