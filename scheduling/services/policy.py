@@ -14,7 +14,6 @@ from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
 from scheduling.core.types import Policy
 from scheduling.models import PolicyVersion
 
-
 # A saved version is the whole document of the day it was saved, and an upgrade must not change what it does.
 # A field added since is missing from it; where the field's default is not the behaviour the portal had before
 # the field existed, the version takes that behaviour (the priority band did not exist: one band).
