@@ -236,11 +236,20 @@ class Cycle:
         limit = self.quota.limit_code(job.department, flavor, k, qc)
         if limit is not None:
             # The department itself holds all it may: only its own jobs ending let this one in, or, for
-            # realtime work, the eviction of the department's own lower tiers.
-            if realtime and job.id not in self.evictions.inflight:
+            # realtime work, the eviction of the department's own lower tiers. When those exist but may not be
+            # evicted yet (cooldown, disruption budget, rate), that is what the job waits for, and says; so
+            # does a job whose victims are already leaving.
+            inflight = self.evictions.inflight.get(job.id)
+            if inflight:
+                return self.pend(
+                    job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"}
+                )
+            if realtime:
                 outcome = self.preempt(job, pools, self.quota.borrows(job.department, flavor, k, qc))
                 if outcome is None:
                     return None
+                if outcome[0] is not None:
+                    return self.pend(job, outcome[0], outcome[1])
             detail = self.quota.detail(job.department, flavor, k, cluster=qc)
             return self.pend(job, limit, detail, quota_note(detail))
         code, detail = self.quota.check(job.department, flavor, k, cluster=qc)

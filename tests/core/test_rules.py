@@ -598,6 +598,31 @@ def test_preemption_guards(victim_kw, snap_kw, code):
         assert not res.raw.preemptions
 
 
+@pytest.mark.parametrize(
+    ("own_kw", "code"),
+    [
+        ({"ran": 300}, reasons.PREEMPTION_COOLDOWN),  # its own training job may be evicted in 5 minutes
+        ({"ran": 3600}, reasons.PREEMPTION_IN_PROGRESS),
+        ({"ran": 3600, "evicting_for": 1}, reasons.PREEMPTION_IN_PROGRESS),  # already leaving for it
+        ({"ran": 3600, "tier": "realtime"}, reasons.BORROW_LIMIT),  # nothing it may evict: the limit it is at
+    ],
+)
+def test_a_realtime_job_at_its_borrowing_limit_says_what_it_waits_for(own_kw, code):
+    # A holds its nominal 2 + borrowing limit 2 on a node of 8; its realtime job may evict only A's own lower
+    # tiers, so the honest reason is whatever keeps that eviction from happening now.
+    res = (
+        Snap().nodes(1).quota("A", 2, borrow=2).quota("B", 6)
+        .running(run(10, dept="A", gpus=4, borrowed=True, **own_kw)).pending(job(1, dept="A", gpus=1, tier="realtime"))
+        .decide()
+    )  # fmt: skip
+    assert res.code(1) == code
+    if code == reasons.PREEMPTION_COOLDOWN:
+        assert res.reason[1].detail["preemptible_at"] == NOW + 300
+    if own_kw.get("evicting_for"):
+        assert res.reason[1].detail == {"victims": [10], "reason": "in_flight", "start_target": NOW + 300}
+        assert not res.raw.preemptions
+
+
 # A pod may be covered by several budgets (the job's own PDB, a team's PDB by label, a namespace-wide one): the
 # Eviction API refuses if any of them has no room, so a victim needs room in every one of its budgets, and its
 # pods are charged to each of them for the rest of the cycle.
