@@ -208,7 +208,7 @@ class Policy:
     # go ahead of the tier's other jobs, starving ones included, and the starvation guard then orders each band
     # on its own (0 = off: one band). At 2 (the default) the band is high and critical work: without it, urgent
     # jobs queue behind routine work that has starved and behind its reservations (on the labs they wait
-    # 0.7-0.8x what they wait under FCFS; with it 0.3-0.43x, docs/simulator.md). Meant for a minority of the
+    # 0.7-0.8x what they wait under FCFS; with it 0.29-0.43x, docs/simulator.md). Meant for a minority of the
     # work: routine jobs starve only behind it.
     priority_band_weight: float = 2.0
     # Only a pool's head within nominal that has waited this long, and whose reservation lies further ahead,
