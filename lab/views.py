@@ -279,11 +279,11 @@ def quota(request, slug: str):
         link = whatif_link(slug, values["flavor"], values, values.get("cluster") or None)
     capacity = {f.name: rules.flavor_capacity(f) for f in flavors}
     # each flavor's global quota (all clusters), then the department's quotas of it on one cluster
+    per_cluster = sorted((key, q) for key, q in current.items() if key[1])  # keys are unique: q never compared
     rows = []
     for f in flavors:
         rows.append((f, "", current.get((f.name, "")), capacity[f.name]))
-        rows += [(f, c, q, rules.flavor_capacity(f, q.cluster))
-                 for (name, c), q in sorted(current.items(), key=lambda kv: kv[0]) if name == f.name and c]
+        rows += [(f, c, q, rules.flavor_capacity(f, q.cluster)) for (name, c), q in per_cluster if name == f.name]
     return render_form(request, "lab/quota.html", {
         "membership": m, "department": dept, "flavors": flavors, "clusters": clusters, "current": current,
         "values": values, "capacity": capacity, "whatif": link, "rows": rows,

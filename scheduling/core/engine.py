@@ -239,11 +239,8 @@ class Cycle:
             # realtime work, the eviction of the department's own lower tiers. When those exist but may not be
             # evicted yet (cooldown, disruption budget, rate), that is what the job waits for, and says; so
             # does a job whose victims are already leaving.
-            inflight = self.evictions.inflight.get(job.id)
-            if inflight:
-                return self.pend(
-                    job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"}
-                )
+            if self.waits_for_victims(job):
+                return None
             if realtime:
                 outcome = self.preempt(job, pools, self.quota.borrows(job.department, flavor, k, qc))
                 if outcome is None:
@@ -261,11 +258,8 @@ class Cycle:
                 reasons.REALTIME_HEADROOM,
                 {"headroom_gpus": self.policy.realtime_headroom_gpus, "requested": k},
             )
-        inflight = self.evictions.inflight.get(job.id)
-        if inflight:
-            return self.pend(
-                job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"}
-            )
+        if self.waits_for_victims(job):
+            return None
         # Blocked by the cohort's quota (others use the GPUs it could have) or by capacity: preempt when the
         # rules allow it, else wait, as the pool's reserved head when it is the first to wait.
         if realtime:
@@ -275,6 +269,15 @@ class Cycle:
             if outcome[0] is not None:
                 return self.pend(job, outcome[0], outcome[1])
         return self.blocked(job, pools, code, detail)
+
+    def waits_for_victims(self, job: PendingJob) -> bool:
+        """Whether the job's victims are already leaving (evictions in flight); it then waits for them, saying
+        so, instead of choosing more."""
+        inflight = self.evictions.inflight.get(job.id)
+        if not inflight:
+            return False
+        self.pend(job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"})
+        return True
 
     def admit(self, job: PendingJob, pools: list[Pool]) -> bool:
         """Place ``job`` in the best of ``pools`` that fits; whether it borrows is judged on the chosen pool's
