@@ -52,6 +52,19 @@ def utilisation(busy_gpu_s: float, capacity: int, window: tuple[float, float]) -
     return busy_gpu_s / (capacity * span) if capacity > 0 and span > 0 else float("nan")
 
 
+def lost_in_window(jobs, window: tuple[float, float]) -> float:
+    """GPU-seconds of work lost to preemption that were executed inside the window (each preempted attempt's
+    run after its last checkpoint, grace period included)."""
+    w0, w1 = window
+    total = 0.0
+    for r in jobs:
+        for t0, t1 in r.lost_runs:
+            lo, hi = max(t0, w0), min(t1, w1)
+            if hi > lo:
+                total += (hi - lo) * r.spec.gpus
+    return total
+
+
 def srpt_fluid_bound(arrivals_work, capacity: int) -> float:
     """Mean completion time of preemptive SRPT on one fluid server of ``capacity`` GPUs processing each job's
     GPU-seconds: a lower bound on the mean JCT of any GPU schedule (jobs made perfectly divisible)."""
@@ -96,6 +109,8 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
     """All metrics of one replay as a plain dict (JSON-able)."""
     jobs = res.jobs
     util = utilisation(res.busy_gpu_s, res.capacity, res.window)
+    # Allocated GPU-time counts work that a preemption later threw away; useful utilisation does not.
+    useful = utilisation(res.busy_gpu_s - lost_in_window(jobs, res.window), res.capacity, res.window)
     started = [r for r in jobs if r.first_start is not None]
     finished = [r for r in jobs if r.finish is not None]
     wait_of = {r.spec.id: r.first_start - r.spec.submit for r in started}
@@ -131,6 +146,7 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
         "rho": rho,
         "utilisation": util,
         "util_over_min_rho": util / min(1.0, rho) if rho > 0 else float("nan"),
+        "useful_utilisation": useful,
         "wait": _stats(list(wait_of.values())),
         "wait_tier": {t: _stats(by_tier[t]) for t in TIERS if by_tier.get(t)},
         "wait_dept": {d: _stats(v) for d, v in sorted(by_dept.items())},

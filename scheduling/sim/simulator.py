@@ -68,6 +68,9 @@ class JobRecord:
     rate: int = 0  # milli-credits per GPU-hour the current attempt is charged
     budget_blocked: bool = False  # was ever pending for lack of credits
     runs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of every attempt that ended
+    # (from, to) of the part of each preempted attempt whose work was lost: after its last checkpoint, the
+    # grace period included. Useful utilisation leaves it out.
+    lost_runs: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -360,6 +363,8 @@ class Simulator:
         kept = 0.0 if not ck else math.floor(ran_before / ck + 1e-9) * ck
         kept = min(kept, rec.spec.duration_s - rec.progress_s)
         rec.lost_gpu_s += max(ran - kept, 0.0) * rec.spec.gpus
+        if ran > kept:
+            rec.lost_runs.append((rec.start + kept, t))
         rec.progress_s += kept
         rec.last_run_s = ran_before
         self._settle(rec, rec.evict_at if rec.evict_at is not None else t, preempted=True)
