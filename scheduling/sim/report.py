@@ -452,10 +452,12 @@ def _losses(rows):
     for name2, b in a.items():
         if name2 == name:
             continue
-        for f, lbl, better_low in (("utilisation", "utilisation", False), ("wait_avg", "average wait", True),
-                                   ("jct_avg", "average JCT", True), ("jain", "Jain", False)):
-            pv, bv = p[f], b[f]
-            if any(isinstance(x, float) and math.isnan(x) for x in (pv, bv)):
+        for f, lbl, better_low in (("utilisation", "utilisation", False),
+                                   ("useful_utilisation", "useful utilisation", False),
+                                   ("wait_avg", "average wait", True), ("jct_avg", "average JCT", True),
+                                   ("jain", "Jain", False)):
+            pv, bv = p.get(f), b.get(f)
+            if any(_nan(x) for x in (pv, bv)):
                 continue
             if (better_low and bv < pv * 0.95) or (not better_low and bv > pv * 1.02):
                 losses.append(f"{lbl} vs `{name2}`")

@@ -471,3 +471,14 @@ def test_targets_say_on_how_many_seeds_they_hold(tmp_path):
     # one seed: nothing to add
     single = _targets_section(aggregate(one), one)
     assert not any("seeds" in line for line in single if line.startswith("- "))
+
+
+def test_the_loss_summary_names_a_useful_utilisation_lead_that_lost_work_hides():
+    from scheduling.sim.report import _losses
+
+    rows = [("fcfs", {"utilisation": 0.89, "useful_utilisation": 0.89, "wait_avg": 100.0, "jct_avg": 100.0,
+                      "jain": 0.5}),
+            ("portal", {"utilisation": 0.90, "useful_utilisation": 0.86, "wait_avg": 100.0, "jct_avg": 100.0,
+                        "jain": 0.5})]
+    (line, _) = _losses(rows)
+    assert line == "`portal` loses on: useful utilisation vs `fcfs`"
