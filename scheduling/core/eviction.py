@@ -15,13 +15,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from . import reasons
-from .ordering import REALTIME, Scorer, started_starved, tier_rank
+from .ordering import REALTIME, Scorer, tier_rank
 from .placement import Pool
 from .preemption import (
     Candidate,
     Preemptor,
     at_risk_s,
     drain_victim,
+    fits_past_reservations,
     priority_victim,
     reclaim_victim,
     search,
@@ -61,6 +62,7 @@ class Evictions:
         self.now = snapshot.now
         self.policy = snapshot.policy
         self.quota = quota
+        self.scorer = scorer
         # Victims already leaving for a pending job: it waits for them rather than choosing more.
         self.inflight: dict[int, list[int]] = defaultdict(list)
         for job in running:
@@ -119,7 +121,9 @@ class Evictions:
         waited = self.now - job.submitted_at
         patient = realtime or waited >= self.policy.reclaim_delay_s
         clusters = tuple(p.cluster for p in pools)
-        cache_key = (flavor, clusters, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient)
+        end = self.now + job.max_runtime_s
+        crossed = tuple(p.crossed(end) for p in pools)  # reservations it must keep off grow during the cycle
+        cache_key = (flavor, clusters, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient, crossed)
         if cache_key in self.fail_cache:
             return self.fail_cache[cache_key]
 
@@ -129,7 +133,7 @@ class Evictions:
 
         # (the pools share their quota scopes: the cycle chose them so)
         preemptor = Preemptor(dept, flavor, k, rank, borrows, cluster=clusters[0] if clusters else None)
-        min_run, policy, now = self.policy.min_runtime_s, self.policy, self.now
+        min_run, now, scorer = self.policy.min_runtime_s, self.now, self.scorer
 
         def eligible_for(relax_cooldown: bool):
             def eligible(v: RunningJob, removed) -> bool:
@@ -137,7 +141,7 @@ class Evictions:
                     return False
                 if realtime:
                     return priority_victim(v, preemptor, quota, removed)
-                return reclaim_victim(v, preemptor, quota, removed, started_starved=started_starved(policy, v))
+                return reclaim_victim(v, preemptor, quota, removed, first=scorer.comes_back_first(v, job))
 
             return eligible
 
@@ -148,6 +152,8 @@ class Evictions:
                 if not cands:
                     continue
                 found = self._search(job, pool, cands, eligible_for(relax_cooldown), budgets)
+                if found is not None and not fits_past_reservations(pool, found, job.gpus_per_pod, job.pods, end):
+                    found = None  # the GPUs it frees are a head's: the job could not start on them
                 if found is not None and (best is None or len(found) < len(best[1])):
                     best = (pool, found)
             return best
@@ -208,7 +214,7 @@ class Evictions:
         idle = min(pool.now.free_total(), job.gpus) * (when - self.now)
         if idle <= 0:
             return None
-        quota, now, policy = self.quota, self.now, self.policy
+        quota, now, policy, scorer = self.quota, self.now, self.policy, self.scorer
         preemptor = Preemptor(
             job.department,
             job.flavor,
@@ -224,7 +230,7 @@ class Evictions:
                 return False
             if at_risk_s(v, now) > policy.drain_max_loss_s:
                 return False  # wait for its next checkpoint
-            return drain_victim(v, preemptor, quota, removed, started_starved=started_starved(policy, v))
+            return drain_victim(v, preemptor, quota, removed, first=scorer.comes_back_first(v, job))
 
         victims = self._search(job, pool, cands, eligible, self.budget_left)
         if not victims:

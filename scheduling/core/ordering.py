@@ -75,12 +75,6 @@ def starvation_delay(policy: Policy, urgency: str, user_tier: str, fair: float, 
     return limit / min(hi, max(lo, weight))
 
 
-def started_starved(policy: Policy, job: RunningJob) -> bool:
-    """Whether a running job had starved before it started (measured from its first submission). Such a job is
-    not reclaimed or drained by work of its own tier: it would starve again, and the eviction would repeat."""
-    return policy.starvation_s > 0 and job.started_at - job.submitted_at >= policy.starvation_s
-
-
 class Scorer:
     """Scores of one cycle: the departments' use ratios are computed once from the snapshot."""
 
@@ -94,6 +88,8 @@ class Scorer:
         for job in snapshot.running:
             running[job.department] += job.gpus
         self.ratios = use_ratios(nominal=nominal, running=running, usage=snapshot.usage)
+        self._use = (nominal, running, snapshot.usage)  # to recompute a ratio without one running job
+        self._without: dict[int, dict[str, float]] = {}  # running job id -> use ratios once it is evicted
         self.starvation_limit = starvation_limit(self.policy, self.now, snapshot.pending)
         self._scores: dict[int, float] = {}
         self._fair: dict[str, float] = {}  # department -> fair factor (it depends on the department alone)
@@ -155,6 +151,43 @@ class Scorer:
             )
         since = job.submitted_at + delay
         return since if since <= self.now else None
+
+    def comes_back_first(self, victim: RunningJob, preemptor: PendingJob) -> bool:
+        """Whether ``victim``, evicted for ``preemptor``, would queue ahead of it: it would take its GPUs back
+        as soon as they are free, and the eviction would repeat every cooldown for nothing. Both keys are
+        those of the cycle after the eviction: the departments' use without the victim's GPUs (a department
+        running less gains score faster), the victim with its original submission, urgency, deadline and bid."""
+        ratios = self._without.get(victim.id)
+        if ratios is None:
+            nominal, running, usage = self._use
+            fewer = dict(running)
+            fewer[victim.department] = fewer.get(victim.department, 0) - victim.gpus
+            ratios = self._without[victim.id] = use_ratios(nominal=nominal, running=fewer, usage=usage)
+        as_pending = PendingJob(
+            id=victim.id, department=victim.department, flavor=victim.flavor, tier=victim.tier,
+            pods=victim.pods, gpus_per_pod=victim.gpus_per_pod, urgency=victim.urgency,
+            user_tier=victim.user_tier, submitted_at=victim.submitted_at, deadline=victim.deadline,
+            max_runtime_s=victim.max_runtime_s, bid=victim.bid,
+        )  # fmt: skip
+        return self._key(as_pending, ratios) < self._key(preemptor, ratios)
+
+    def _key(self, job: PendingJob, ratios: dict[str, float]) -> tuple:
+        """``order_key`` with other use ratios."""
+        rank = tier_rank(job.tier)
+        band = self.band(job)
+        ratio = ratios.get(job.department, 1.0)
+        fair = fair_factor(self.policy, ratio)
+        limit = self.starvation_limit
+        if rank != REALTIME and limit > 0:
+            since = job.submitted_at + starvation_delay(self.policy, job.urgency, job.user_tier, fair, limit)
+            if since <= self.now:
+                return (rank, band, 0, since, job.submitted_at, job.id)
+        score = job_score(
+            self.policy, self.now, urgency=job.urgency, user_tier=job.user_tier, submitted_at=job.submitted_at,
+            deadline=job.deadline, bid=job.bid, use_ratio=ratio, gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
+            fair=fair,
+        )  # fmt: skip
+        return (rank, band, 1, -score, job.submitted_at, job.id)
 
     def band(self, job: PendingJob) -> int:
         """0 for a job of the priority band (weight at least ``priority_band_weight``, when that is set) that has

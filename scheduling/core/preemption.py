@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 
-from .ordering import REALTIME, tier_rank
+from .ordering import tier_rank
 from .placement import Pool
 from .quota import QuotaBook
 from .types import RunningJob
@@ -64,53 +64,87 @@ def at_risk_s(job: RunningJob, now: float) -> float:
 
 
 def priority_victim(v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int]) -> bool:
-    """Realtime work that must start within its target: any lower tier, unless the realtime job itself
-    borrows; then only borrowers of departments above their nominal quota, or its own department's lower tiers
-    when that does not just move the borrowing around (the victim would come back in its department's nominal
-    share, ahead of the preemptor, and the eviction would repeat every cooldown for nothing)."""
-    if v.department == p.department:
-        if tier_rank(v.tier) <= p.rank:
-            return False
-        gone = removed.get(p.department, 0)
-        return (
-            not p.borrows
-            or quota.over_nominal(p.department, p.flavor, gone, p.cluster)
-            or quota.within_nominal(p.department, p.flavor, p.gpus - gone - v.gpus, p.cluster)
-        )
-    if not p.borrows and tier_rank(v.tier) > p.rank:
+    """Realtime work that must start within its target: any lower tier of another department, even when the
+    realtime job borrows to start (Kueue's borrowWithinCohort with its threshold at the realtime tier). A
+    realtime job is never preempted, so it cannot start on idle borrowed GPUs and give them back later; the
+    alternative is a late start whenever the other departments run within their nominal quotas, which on a
+    lab whose quotas fill the cluster is most of the time. The victim department's claim is bounded by the
+    quota check the search makes anyway (its lending limit, the realtime department's borrowing limit), and
+    its evicted job loses only the work since its last checkpoint and queues again at once.
+
+    Its own department's lower tiers too, unless that just moves the borrowing around: when the realtime job
+    borrows and its department is within nominal, the victim would come back in its department's nominal
+    share, ahead of the preemptor, and the eviction would repeat every cooldown for nothing."""
+    if tier_rank(v.tier) <= p.rank:
+        return False
+    if v.department != p.department:
         return True
-    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0), v.cluster)
+    gone = removed.get(p.department, 0)
+    return (
+        not p.borrows
+        or quota.over_nominal(p.department, p.flavor, gone, p.cluster)
+        or quota.within_nominal(p.department, p.flavor, p.gpus - gone - v.gpus, p.cluster)
+    )
 
 
 def reclaim_victim(
-    v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int], *, started_starved: bool
+    v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int], *, first: bool
 ) -> bool:
     """A department within its nominal quota takes back lent GPUs: only from other departments' borrowers
     while those stay above their nominal quota, never of a higher tier than the preemptor (dev/test work does
-    not evict training), never a job that had starved before it started."""
-    if v.department == p.department or tier_rank(v.tier) < p.rank or started_starved:
+    not evict training), never a job that would queue ahead of the preemptor once evicted (``first``: it
+    would take the GPUs back as soon as they are free, say because it starves, and the eviction would repeat
+    every cooldown)."""
+    if v.department == p.department or tier_rank(v.tier) < p.rank or first:
         return False
     return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0), v.cluster)
 
 
 def drain_victim(
-    v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int], *, started_starved: bool
+    v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int], *, first: bool
 ) -> bool:
     """The queue's head evicts cheap work instead of idling GPUs while they drain: lower tiers of anyone,
     borrowers above their nominal quota, its own department's work of its tier or lower, and, once the head
-    starves, any work of its tier or lower. Never higher tiers, never a job of its tier or higher that had
-    starved before it started. A realtime head that borrows takes from other departments only what
-    ``priority_victim`` would give it (their borrowers above nominal): draining must not be a way around the
-    rule that a borrowing realtime job leaves other departments' nominal quotas alone."""
+    starves, any work of its tier or lower. Never higher tiers, never a job that would queue ahead of the head
+    once evicted (``first``). For a realtime head every candidate qualifies (realtime work is never one), as
+    every candidate of another department does for ``priority_victim``."""
     vrank = tier_rank(v.tier)
-    if vrank < p.rank or (started_starved and vrank <= p.rank):
+    if vrank < p.rank or first:
         return False
     over = v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0), v.cluster)
     if v.department == p.department:
         return True
-    if p.rank == REALTIME and p.borrows:
-        return over
     return p.starving or vrank > p.rank or over
+
+
+def fits_past_reservations(pool: Pool, victims: list[Candidate], g: int, pods: int, end: float) -> bool:
+    """Whether a job of ``pods`` x ``g`` GPUs ending at ``end`` could start once ``victims`` are gone, keeping off
+    the GPUs of every reservation it would run past (the search counts only free GPUs). A victim's GPUs count
+    for such a job only beyond what the heads' plans already take: a victim due to end before a head's
+    reserved start was part of that head's plan; one due to end later was not, so its GPUs are spare."""
+    m = pool.crossed(end)
+    if m == 0:
+        return True
+    freed: dict[int, list[RunningJob]] = defaultdict(list)
+    for c in victims:
+        for i in c.nodes:
+            freed[i].append(c.job)
+    reservations = pool.reservations[:m]
+    fit = 0
+    for i in pool.indexed:
+        jobs = freed.get(i, ())
+        value = pool.free[i] + sum(j.gpus_per_pod for j in jobs)
+        for r in reservations:
+            left = r.spare.get(i)
+            if left is not None:
+                left += sum(j.gpus_per_pod for j in jobs if j.expected_end > r.until)
+                if left < value:
+                    value = left
+        if value > 0:
+            fit += value // g
+            if fit >= pods:
+                return True
+    return False
 
 
 # ---------------------------------------------------------------- the search

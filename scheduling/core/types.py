@@ -135,6 +135,7 @@ class RunningJob:
     submitted_at: float = 0.0
     bid: int = 0
     cluster: str = DEFAULT_CLUSTER
+    deadline: float | None = None  # as submitted: it orders the job again if it is evicted
     # Names of the DisruptionBudgets covering its pods (a team's PDB, a namespace-wide one, the job's own):
     # it is a victim only while every one of them has room left for all of its pods.
     disruption_budgets: tuple[str, ...] = ()

@@ -170,6 +170,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 submitted_at=to_epoch(j.submitted_at),
                 bid=j.bid,
                 cluster=cluster,
+                deadline=to_epoch(j.deadline),
                 disruption_budgets=budgets,
                 preemptible=j.tier != "realtime" and j.pk not in ctx.evicting,
                 evicting_for=ctx.evicting_for.get(j.pk),

@@ -332,7 +332,7 @@ class Simulator:
             id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, placement=tuple(placement),
             gpus_per_pod=s.gpus_per_pod, started_at=t, max_runtime_s=s.max_runtime_s, borrowed=borrowed,
             urgency=s.urgency, user_tier=s.user_tier, submitted_at=s.submit, bid=s.bid, cluster=cluster,
-            preemptible=s.tier != "realtime", checkpoint_interval_s=self._ckpt(s),
+            deadline=s.deadline, preemptible=s.tier != "realtime", checkpoint_interval_s=self._ckpt(s),
         )
         self._push(t + max(s.duration_s - rec.progress_s, 0.0), FINISH, s.id, rec.attempt)
 

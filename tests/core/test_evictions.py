@@ -124,12 +124,16 @@ def test_commit_spends_the_budgets_and_the_window():
         (run(10, dept="B", gpus=4, ran=HOUR + MIN, checkpoint_interval_s=HOUR), "elastic", True, True),
         # nor elastic work for a backfill head, starving or not
         (run(10, dept="A", gpus=4, ran=HOUR + MIN, checkpoint_interval_s=HOUR), "backfill", True, False),
+        # nor a job that has waited and run longer than the head has waited: queued again, it would go
+        # first and take its GPUs back
+        (run(10, dept="A", gpus=4, ran=HOUR + 5 * MIN, checkpoint_interval_s=HOUR, submitted_at=NOW - 9 * HOUR),
+         "elastic", False, False),  # fmt: skip
     ],
 )
 def test_drain(victim, head_tier, starving, made):
     # The victim would hold its 4 GPUs for hours yet; the other 4 are free and would idle until it ends.
     c = cycle(replace(victim, max_runtime_s=10 * HOUR))
-    head = job(1, gpus=8, tier=head_tier)
+    head = job(1, gpus=8, tier=head_tier, submitted_at=NOW - 8 * HOUR)
     drained = c.evictions.drain(head, pool_of(c), NOW + 5 * HOUR, starving)
     if not made:
         assert drained is None and not c.evictions.taken

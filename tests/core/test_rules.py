@@ -696,12 +696,46 @@ def test_elastic_jobs_do_not_preempt_for_priority():
     assert not res.raw.preemptions
 
 
-def test_borrowing_realtime_job_does_not_preempt_a_department_within_nominal():
-    res = (
-        Snap().nodes(1).quota("A", 0).quota("B", 8).running(run(10, dept="B", gpus=8, tier="backfill"))
-        .pending(job(1, gpus=8, tier="realtime")).decide()
-    )  # fmt: skip
+def test_realtime_job_does_not_evict_for_gpus_a_reserved_head_holds():
+    """A realtime head that cannot start (other realtime work holds its GPUs) reserves them; a later realtime
+    job that would run past that reservation could not start on a victim's GPUs that the head's plan already
+    counts on, so it evicts nothing: the victim would lose its work and a shorter job would take the GPUs."""
+
+    def decide(victim_ends_in):  # (every running job started an hour ago)
+        return (
+            Snap().nodes(2).quota("A", 16).quota("B", 16)
+            .running(run(20, on="n0", gpus=6, tier="realtime", max_runtime_s=3 * HOUR),
+                     run(10, dept="B", on="n0", gpus=2, tier="backfill", max_runtime_s=HOUR + victim_ends_in),
+                     run(21, on="n1", gpus=8, tier="realtime", max_runtime_s=4 * HOUR))
+            .pending(job(1, gpus=8, tier="realtime", submitted_at=NOW - HOUR),
+                     job(2, gpus=2, tier="realtime", max_runtime_s=8 * HOUR))
+            .decide()
+        )  # fmt: skip
+
+    # the backfill job ends (in 1 h) before the head's start on n0 (in 2 h): the head counts on its GPUs
+    res = decide(HOUR)
+    assert res.reason[1].detail.get("reserved_from") is not None
+    assert not res.raw.preemptions and res.code(2) != reasons.PREEMPTION_IN_PROGRESS
+    # it would hold n0 for 10 h: the head reserves n1 instead (in 3 h), and the realtime job takes n0's GPUs
+    res = decide(10 * HOUR)
+    assert [(p.preemptor_id, p.victim_ids) for p in res.raw.preemptions] == [(2, (10,))]
+
+
+def test_borrowing_realtime_job_preempts_within_another_departments_lending_limit_only():
+    def decide(lend):
+        return (
+            Snap().nodes(1).quota("A", 1).quota("B", 7, lend=lend)
+            .running(run(10, dept="B", gpus=4, tier="backfill"), run(11, dept="B", gpus=4, tier="elastic"))
+            .pending(job(1, gpus=4, tier="realtime")).decide()
+        )  # fmt: skip
+
+    # B runs within its nominal quota; A needs 3 GPUs more than its own. Its realtime job takes B's cheapest lower-tier work ...
+    res = decide(None)
+    assert [(p.victim_ids, p.reason) for p in res.raw.preemptions] == [((10,), "priority")]
+    # ... but never more than B lends (A could reach 3 GPUs at most: the job waits, saying so)
+    res = decide(2)
     assert not res.raw.preemptions
+    assert res.reason[1].code == reasons.QUOTA_EXHAUSTED and res.reason[1].detail["never"]
 
 
 # ---------------------------------------------------------------- rule 9: reasons

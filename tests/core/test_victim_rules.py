@@ -27,11 +27,17 @@ def victim(dept="B", gpus=1, tier="elastic", borrowed=False, **kw):
     [
         # another department's lower tier, the realtime job within its quota
         (victim(), Preemptor("A", "a100", 1, 0, borrows=False), (), True),
-        # a realtime job that borrows takes only borrowers above their nominal quota ...
-        (victim(), Preemptor("A", "a100", 1, 0, borrows=True), (), False),
+        # a realtime job that borrows still takes other departments' lower tiers, within their nominal quota
+        # too (the quota check of the search bounds it by their lending limit)
+        (victim(), Preemptor("A", "a100", 1, 0, borrows=True), (), True),
+        (victim(tier="backfill"), Preemptor("A", "a100", 1, 0, borrows=True), (), True),
         (victim(gpus=1, borrowed=True), Preemptor("A", "a100", 1, 0, borrows=True), (run(98, dept="B", gpus=4),), True),
-        # ... or its own department's lower tiers when it then fits in nominal
+        # ... and its own department's lower tiers when it then fits in nominal
         (victim(dept="A", gpus=2), Preemptor("A", "a100", 1, 0, borrows=True), (run(98, dept="A", gpus=3),), True),
+        # but not when the victim would come straight back inside nominal, ahead of it
+        (victim(dept="A", gpus=1), Preemptor("A", "a100", 2, 0, borrows=True), (run(98, dept="A", gpus=3),), False),
+        # never another department's realtime work
+        (victim(tier="realtime"), Preemptor("A", "a100", 1, 0, borrows=True), (), False),
         # never its own department's work of the same tier
         (victim(dept="A", tier="realtime"), Preemptor("A", "a100", 1, 0, borrows=False), (), False),
     ],
@@ -41,7 +47,7 @@ def test_priority_victims(v, p, others, ok):
 
 
 @pytest.mark.parametrize(
-    ("v", "p", "starved", "ok"),
+    ("v", "p", "first", "ok"),
     [
         (victim(gpus=5, borrowed=True), Preemptor("A", "a100", 1, ELASTIC, borrows=False), False, True),
         # not a borrower, or its department back within nominal: no
@@ -50,18 +56,18 @@ def test_priority_victims(v, p, others, ok):
         # dev/test never evicts training; training may evict dev/test
         (victim(gpus=5, borrowed=True), Preemptor("A", "a100", 1, BACKFILL, borrows=False), False, False),
         (victim(gpus=5, borrowed=True, tier="backfill"), Preemptor("A", "a100", 1, ELASTIC, borrows=False), False, True),
-        # a job that had starved before it started would starve again
+        # a job that would queue ahead of its preemptor would take its GPUs back
         (victim(gpus=5, borrowed=True), Preemptor("A", "a100", 1, ELASTIC, borrows=False), True, False),
         # never its own department
         (victim(dept="A", gpus=5, borrowed=True), Preemptor("A", "a100", 1, ELASTIC, borrows=False), False, False),
     ],
 )
-def test_reclaim_victims(v, p, starved, ok):
-    assert reclaim_victim(v, p, book(v), {}, started_starved=starved) is ok
+def test_reclaim_victims(v, p, first, ok):
+    assert reclaim_victim(v, p, book(v), {}, first=first) is ok
 
 
 @pytest.mark.parametrize(
-    ("v", "p", "starved", "ok"),
+    ("v", "p", "first", "ok"),
     [
         (victim(tier="backfill"), Preemptor("A", "a100", 8, ELASTIC, borrows=True), False, True),  # lower tier
         (victim(dept="A"), Preemptor("A", "a100", 8, ELASTIC, borrows=True), False, True),  # its own department
@@ -69,14 +75,17 @@ def test_reclaim_victims(v, p, starved, ok):
         (victim(), Preemptor("A", "a100", 8, ELASTIC, borrows=True), False, False),
         (victim(), Preemptor("A", "a100", 8, ELASTIC, borrows=True, starving=True), False, True),
         (victim(gpus=5, borrowed=True), Preemptor("A", "a100", 8, ELASTIC, borrows=True), False, True),
-        # never a higher tier, never a job of its tier that had starved before it started
+        # never a higher tier, never a job that would queue ahead of the head
         (victim(), Preemptor("A", "a100", 8, BACKFILL, borrows=True, starving=True), False, False),
         (victim(dept="A"), Preemptor("A", "a100", 8, ELASTIC, borrows=True), True, False),
-        (victim(tier="backfill"), Preemptor("A", "a100", 8, ELASTIC, borrows=True), True, True),
+        (victim(tier="backfill"), Preemptor("A", "a100", 8, ELASTIC, borrows=True), True, False),
+        # a realtime head takes what a realtime preemptor may: others' lower tiers, borrowing or not
+        (victim(), Preemptor("A", "a100", 1, 0, borrows=True), False, True),
+        (victim(tier="realtime"), Preemptor("A", "a100", 1, 0, borrows=True), False, False),
     ],
 )
-def test_drain_victims(v, p, starved, ok):
-    assert drain_victim(v, p, book(v), {}, started_starved=starved) is ok
+def test_drain_victims(v, p, first, ok):
+    assert drain_victim(v, p, book(v), {}, first=first) is ok
 
 
 @pytest.mark.parametrize(
