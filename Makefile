@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-engine bench-e2e bench-e2e-kube ci clean
+.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-idle bench-engine bench-e2e bench-e2e-kube ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -38,6 +38,9 @@ bench-traces: $(VENV_STAMP)  ## ElasticFlow (15.8k jobs) and Alibaba (6.2k pods)
 
 bench-realtime-cost: $(VENV_STAMP)  ## lab8 + lab1node at 0.9/1.1, 3 seeds: utilisation with and without the realtime tier, and late realtime starts the cooldown forces
 	$(PY) -m benchmarks.realtime_cost
+
+bench-idle: $(VENV_STAMP)    ## lab8 + lab1node at 0.9/1.1, 3 seeds: where the portal's idle GPU-time goes (held for a reservation, no job fits, ...), beside Slurm-EASY's utilisation
+	$(PY) -m benchmarks.idle
 
 bench-quick: $(VENV_STAMP)
 	$(PY) -m scheduling.sim report --out reports/sim-quick --quick

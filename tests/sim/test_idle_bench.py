@@ -1,0 +1,63 @@
+"""The idle-time benchmark's classification of free GPUs after a cycle (benchmarks/idle.py), on real engine
+decisions."""
+
+from benchmarks.idle import CLASSES, classify, idle_shares
+from scheduling.core import schedule
+from scheduling.core.types import Node, PendingJob, Quota, RunningJob, Snapshot
+
+NOW = 100_000.0
+HOUR = 3600.0
+EVEN = (Quota("A", "a100", 8), Quota("B", "a100", 8))
+
+
+def _snap(running=(), pending=(), quotas=EVEN):
+    return Snapshot(now=NOW, nodes=(Node("n0", "a100", 8),), running=tuple(running), pending=tuple(pending),
+                    quotas=tuple(quotas))  # fmt: skip
+
+
+def _run(id, gpus, dept="A", hours=10.0, ran=60.0):
+    return RunningJob(id=id, department=dept, flavor="a100", tier="elastic", placement=("n0",), gpus_per_pod=gpus,
+                      started_at=NOW - ran, max_runtime_s=hours * HOUR, submitted_at=NOW - ran)  # fmt: skip
+
+
+def _job(id, gpus, dept="A", hours=1.0, waited=HOUR):
+    return PendingJob(id=id, department=dept, flavor="a100", gpus_per_pod=gpus, max_runtime_s=hours * HOUR,
+                      submitted_at=NOW - waited)  # fmt: skip
+
+
+def _classes(snap):
+    return dict(classify(snap, schedule(snap)))
+
+
+def test_nothing_pending():
+    assert _classes(_snap([_run(1, 4)])) == {"nothing pending": 4}
+
+
+def test_a_job_that_fits_but_would_delay_the_reserved_head():
+    # the 8-GPU head reserves the node for when the 6-GPU job ends; the 2-GPU job would run past that
+    snap = _snap([_run(1, 6)], [_job(2, 8, waited=2 * HOUR), _job(3, 2, hours=20.0)])
+    assert _classes(snap) == {"held for a reservation": 2}
+
+
+def test_free_gpus_waiting_with_a_job_for_its_victims():
+    rt = PendingJob(id=2, department="A", flavor="a100", tier="realtime", gpus_per_pod=4, submitted_at=NOW)
+    snap = _snap([_run(1, 6, dept="B", ran=HOUR)], [rt])
+    assert _classes(snap) == {"victims leaving": 2}
+
+
+def test_no_pending_job_fits_the_free_gpus():
+    assert _classes(_snap([_run(1, 6)], [_job(2, 4)])) == {"no pending job fits": 2}
+
+
+def test_a_job_held_by_its_quota():
+    snap = _snap([_run(1, 2)], [_job(2, 2)], quotas=(Quota("A", "a100", 2, 0), Quota("B", "a100", 6)))
+    assert _classes(snap) == {"held by quota": 6}
+
+
+def test_shares_weight_each_cycle_by_the_time_to_the_next_within_the_window():
+    cycles = [(0.0, {"no pending job fits": 2}), (10.0, {"nothing pending": 4}), (30.0, {}), (40.0, {})]
+    shares = idle_shares(cycles, capacity=4, window=(5.0, 20.0))
+    assert set(shares) == set(CLASSES)
+    # 2 GPUs x 5 s and 4 GPUs x 10 s of 4 GPUs x 15 s
+    assert abs(shares["no pending job fits"] - 10 / 60) < 1e-9
+    assert abs(shares["nothing pending"] - 40 / 60) < 1e-9
