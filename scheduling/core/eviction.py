@@ -134,6 +134,7 @@ class Evictions:
         # (the pools share their quota scopes: the cycle chose them so)
         preemptor = Preemptor(dept, flavor, k, rank, borrows, cluster=clusters[0] if clusters else None)
         min_run, now, scorer = self.policy.min_runtime_s, self.now, self.scorer
+        max_loss = self.policy.drain_max_loss_s
 
         def eligible_for(relax_cooldown: bool):
             def eligible(v: RunningJob, removed) -> bool:
@@ -141,6 +142,8 @@ class Evictions:
                     return False
                 if realtime:
                     return priority_victim(v, preemptor, quota, removed)
+                if v.checkpoint_interval_s and at_risk_s(v, now) > max_loss:
+                    return False  # it checkpoints within the interval: reclaim just after, not now
                 return reclaim_victim(v, preemptor, quota, removed, first=scorer.comes_back_first(v, job))
 
             return eligible
