@@ -142,8 +142,6 @@ class Evictions:
                     return False
                 if realtime:
                     return priority_victim(v, preemptor, quota, removed)
-                if v.checkpoint_interval_s and at_risk_s(v, now) > max_loss:
-                    return False  # it checkpoints within the interval: reclaim just after, not now
                 return reclaim_victim(v, preemptor, quota, removed, first=scorer.comes_back_first(v, job))
 
             return eligible
@@ -162,11 +160,17 @@ class Evictions:
             return best
 
         best = attempt(False, self.budget_left)
-        if best is not None and not realtime and (not patient or sum(c.job.gpus for c in best[1]) > 2 * k):
-            best = None  # too wasteful for now: wait (reserved) and retry once patient
-            wasteful = True
-        else:
-            wasteful = False
+        wasteful = False
+        if best is not None and not realtime:
+            first = best[1][0].job
+            if not patient or sum(c.job.gpus for c in best[1]) > 2 * k:
+                wasteful = True  # too wasteful for now: wait (reserved) and retry once patient
+            elif len(best[1]) == 1 and first.checkpoint_interval_s and at_risk_s(first, now) > max_loss:
+                # One victim that checkpoints: take it just after its next checkpoint, at most one interval
+                # away. (A set of several is rarely all near a checkpoint at once: it is taken as it is.)
+                wasteful = True
+            if wasteful:
+                best = None
         if best is not None:
             pool, victims = best
             # Reclaims may use only half of the window's preemptions: realtime work keeps the rest.

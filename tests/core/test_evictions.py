@@ -69,6 +69,13 @@ WAITED = dict(submitted_at=NOW - HOUR)  # past reclaim_delay_s (30 min)
             {},
             ("reclaim", (11,)),
         ),  # fmt: skip
+        # a set of several is taken as it is: waiting until all of them are near a checkpoint could take forever
+        (
+            tuple(borrower(10 + i, gpus=2, ran=HOUR + (20 + i) * MIN, checkpoint_interval_s=HOUR) for i in range(4)),
+            job(1, gpus=4, **WAITED),
+            {},
+            ("reclaim", (10, 11)),
+        ),
         # never more than twice the GPUs it needs: 8 freed for 1 is too wasteful, it waits
         ((borrower(),), job(1, gpus=1, **WAITED), {}, (None, {})),
         # backfill never reclaims from elastic work
