@@ -134,7 +134,6 @@ class Evictions:
         # (the pools share their quota scopes: the cycle chose them so)
         preemptor = Preemptor(dept, flavor, k, rank, borrows, cluster=clusters[0] if clusters else None)
         min_run, now, scorer = self.policy.min_runtime_s, self.now, self.scorer
-        max_loss = self.policy.drain_max_loss_s
 
         def eligible_for(relax_cooldown: bool):
             def eligible(v: RunningJob, removed) -> bool:
@@ -160,17 +159,11 @@ class Evictions:
             return best
 
         best = attempt(False, self.budget_left)
-        wasteful = False
-        if best is not None and not realtime:
-            first = best[1][0].job
-            if not patient or sum(c.job.gpus for c in best[1]) > 2 * k:
-                wasteful = True  # too wasteful for now: wait (reserved) and retry once patient
-            elif len(best[1]) == 1 and first.checkpoint_interval_s and at_risk_s(first, now) > max_loss:
-                # One victim that checkpoints: take it just after its next checkpoint, at most one interval
-                # away. (A set of several is rarely all near a checkpoint at once: it is taken as it is.)
-                wasteful = True
-            if wasteful:
-                best = None
+        if best is not None and not realtime and (not patient or sum(c.job.gpus for c in best[1]) > 2 * k):
+            best = None  # too wasteful for now: wait (reserved) and retry once patient
+            wasteful = True
+        else:
+            wasteful = False
         if best is not None:
             pool, victims = best
             # Reclaims may use only half of the window's preemptions: realtime work keeps the rest.

@@ -52,30 +52,6 @@ WAITED = dict(submitted_at=NOW - HOUR)  # past reclaim_delay_s (30 min)
             {},
             ("reclaim", (11,)),
         ),
-        # borrowers that checkpoint are reclaimed just after a checkpoint (at most drain_max_loss_s lost): 20 and
-        # 25 minutes past theirs, it waits for the next ...
-        (
-            (borrower(gpus=4, ran=HOUR + 20 * MIN, checkpoint_interval_s=HOUR),
-             borrower(11, gpus=4, ran=HOUR + 25 * MIN, checkpoint_interval_s=HOUR)),
-            job(1, gpus=4, **WAITED),
-            {},
-            (None, {}),
-        ),  # fmt: skip
-        # ... and takes the one that has just saved one
-        (
-            (borrower(gpus=4, ran=HOUR + 20 * MIN, checkpoint_interval_s=HOUR),
-             borrower(11, gpus=4, ran=HOUR + 3 * MIN, checkpoint_interval_s=HOUR)),
-            job(1, gpus=4, **WAITED),
-            {},
-            ("reclaim", (11,)),
-        ),  # fmt: skip
-        # a set of several is taken as it is: waiting until all of them are near a checkpoint could take forever
-        (
-            tuple(borrower(10 + i, gpus=2, ran=HOUR + (20 + i) * MIN, checkpoint_interval_s=HOUR) for i in range(4)),
-            job(1, gpus=4, **WAITED),
-            {},
-            ("reclaim", (10, 11)),
-        ),
         # never more than twice the GPUs it needs: 8 freed for 1 is too wasteful, it waits
         ((borrower(),), job(1, gpus=1, **WAITED), {}, (None, {})),
         # backfill never reclaims from elastic work
