@@ -100,15 +100,16 @@ def test_eviction_blocked_by_pdb_is_recorded_and_retried_later(kube, lab, submit
 
 @pytest.fixture
 def full(kube, lab, submit, go):
-    """bob (nlp) runs jobs a and b (2 GPUs each, his nominal quota), alice (vision) c (4 GPUs): the cluster is
-    full, everyone has run for an hour; a realtime job of bob's may evict a or b (a first, by id)."""
+    """bob (nlp) runs jobs a and b (2 GPUs each, his nominal quota), alice (vision) c (4 GPUs, realtime, so never
+    a victim): the cluster is full, everyone has run for an hour; a realtime job of bob's may evict a or b (a
+    first, by id)."""
     from datetime import timedelta
 
     from django.utils import timezone
 
     a = go(submit, lab.bob, gpus=2, name="a")
     b = go(submit, lab.bob, gpus=2, name="b")
-    c = go(submit, lab.alice, gpus=4, name="c")
+    c = go(submit, lab.alice, gpus=4, name="c", tier="realtime")
     go(run_cycle)
     for job, ns in ((a, "gpu-nlp"), (b, "gpu-nlp"), (c, "gpu-vision")):
         job.refresh_from_db()
@@ -153,7 +154,7 @@ def test_a_pod_under_its_own_and_a_namespace_pdb_is_not_chosen(kube, lab, submit
     from django.utils import timezone
 
     a = go(submit, lab.bob, gpus=2, pods=2, pdb_min_available=1, name="a")  # its own PDB allows 1
-    c = go(submit, lab.alice, gpus=4, name="c")
+    c = go(submit, lab.alice, gpus=4, name="c", tier="realtime")  # never a victim: only a could make room
     go(run_cycle)
     a.refresh_from_db()
     c.refresh_from_db()
