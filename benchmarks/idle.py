@@ -75,14 +75,11 @@ def fits(job, nodes: list[int]) -> bool:
 
 def classify(snap, result) -> dict[str, int]:
     """Idle GPUs after one cycle, per class."""
-    waiting: dict[str, list] = defaultdict(list)
-    for r in result.pending:
-        waiting[r.job_id] = r.code
     jobs = {j.id: j for j in snap.pending}
-    by_flavor: dict[str, list] = defaultdict(list)
-    for job_id, code in waiting.items():
-        job = jobs[job_id]
-        by_flavor[job.flavor].append((job, code))
+    by_flavor: dict[str, list] = defaultdict(list)  # flavor -> [(waiting job, its reason code)]
+    for r in result.pending:
+        job = jobs[r.job_id]
+        by_flavor[job.flavor].append((job, r.code))
     out: dict[str, int] = defaultdict(int)
     for flavor, nodes in free_after(snap, result).items():
         idle = sum(nodes)

@@ -10,6 +10,7 @@ term is documented in ``policy.job_score``, ``starving_since`` and ``band``.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from .policy import fair_factor, in_priority_band, job_score, use_ratios
 from .types import TIER_RANK, TIERS, PendingJob, Policy, RunningJob, Snapshot
@@ -90,6 +91,7 @@ class Scorer:
         self.ratios = use_ratios(nominal=nominal, running=running, usage=snapshot.usage)
         self._use = (nominal, running, snapshot.usage)  # to recompute a ratio without one running job
         self._without: dict[int, dict[str, float]] = {}  # running job id -> use ratios once it is evicted
+        self._first: dict[tuple[int, int], bool] = {}  # (victim id, preemptor id) -> comes_back_first
         self.starvation_limit = starvation_limit(self.policy, self.now, snapshot.pending)
         self._scores: dict[int, float] = {}
         self._fair: dict[str, float] = {}  # department -> fair factor (it depends on the department alone)
@@ -98,9 +100,11 @@ class Scorer:
         self._bands: dict[tuple[str, str], int] = {}  # (urgency, user tier) -> band
         self.band_entry = BAND_ENTRY_SHARE * max(0.0, self.starvation_limit)
 
-    def score(self, job: PendingJob) -> float:
-        s = self._scores.get(job.id)
+    def score(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> float:
+        """The job's score this cycle; with ``ratios``, as it would be with those use ratios (not cached)."""
+        s = None if ratios is not None else self._scores.get(job.id)
         if s is None:
+            ratio = (self.ratios if ratios is None else ratios).get(job.department, 1.0)
             s = job_score(
                 self.policy,
                 self.now,
@@ -109,11 +113,12 @@ class Scorer:
                 submitted_at=job.submitted_at,
                 deadline=job.deadline,
                 bid=job.bid,
-                use_ratio=self.ratios.get(job.department, 1.0),
+                use_ratio=ratio,
                 gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
-                fair=self.fair(job.department),
+                fair=self.fair(job.department) if ratios is None else fair_factor(self.policy, ratio),
             )
-            self._scores[job.id] = s
+            if ratios is None:
+                self._scores[job.id] = s
         return s
 
     def running_score(self, job: RunningJob) -> float:
@@ -138,17 +143,22 @@ class Scorer:
             f = self._fair[department] = fair_factor(self.policy, self.ratios.get(department, 1.0))
         return f
 
-    def starving_since(self, job: PendingJob) -> float | None:
-        """``starving_since`` with this cycle's starvation limit and the job's department's fair factor."""
+    def starving_since(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> float | None:
+        """``starving_since`` with this cycle's starvation limit and the job's department's fair factor (from
+        ``ratios`` when given, not cached)."""
         limit = self.starvation_limit
         if limit <= 0 or tier_rank(job.tier) == REALTIME:
             return None
-        key = (job.urgency, job.user_tier, job.department)
-        delay = self._delays.get(key)
-        if delay is None:
-            delay = self._delays[key] = starvation_delay(
-                self.policy, job.urgency, job.user_tier, self.fair(job.department), limit
-            )
+        if ratios is not None:
+            fair = fair_factor(self.policy, ratios.get(job.department, 1.0))
+            delay = starvation_delay(self.policy, job.urgency, job.user_tier, fair, limit)
+        else:
+            key = (job.urgency, job.user_tier, job.department)
+            delay = self._delays.get(key)
+            if delay is None:
+                delay = self._delays[key] = starvation_delay(
+                    self.policy, job.urgency, job.user_tier, self.fair(job.department), limit
+                )
         since = job.submitted_at + delay
         return since if since <= self.now else None
 
@@ -156,7 +166,12 @@ class Scorer:
         """Whether ``victim``, evicted for ``preemptor``, would queue ahead of it: it would take its GPUs back
         as soon as they are free, and the eviction would repeat every cooldown for nothing. Both keys are
         those of the cycle after the eviction: the departments' use without the victim's GPUs (a department
-        running less gains score faster), the victim with its original submission, urgency, deadline and bid."""
+        running less gains score faster), the victim with its original submission, urgency, deadline and bid.
+        (Asked for every candidate a victim search looks at, often again: kept per pair for the cycle.)"""
+        pair = (victim.id, preemptor.id)
+        first = self._first.get(pair)
+        if first is not None:
+            return first
         ratios = self._without.get(victim.id)
         if ratios is None:
             nominal, running, usage = self._use
@@ -169,25 +184,8 @@ class Scorer:
             user_tier=victim.user_tier, submitted_at=victim.submitted_at, deadline=victim.deadline,
             max_runtime_s=victim.max_runtime_s, bid=victim.bid,
         )  # fmt: skip
-        return self._key(as_pending, ratios) < self._key(preemptor, ratios)
-
-    def _key(self, job: PendingJob, ratios: dict[str, float]) -> tuple:
-        """``order_key`` with other use ratios."""
-        rank = tier_rank(job.tier)
-        band = self.band(job)
-        ratio = ratios.get(job.department, 1.0)
-        fair = fair_factor(self.policy, ratio)
-        limit = self.starvation_limit
-        if rank != REALTIME and limit > 0:
-            since = job.submitted_at + starvation_delay(self.policy, job.urgency, job.user_tier, fair, limit)
-            if since <= self.now:
-                return (rank, band, 0, since, job.submitted_at, job.id)
-        score = job_score(
-            self.policy, self.now, urgency=job.urgency, user_tier=job.user_tier, submitted_at=job.submitted_at,
-            deadline=job.deadline, bid=job.bid, use_ratio=ratio, gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
-            fair=fair,
-        )  # fmt: skip
-        return (rank, band, 1, -score, job.submitted_at, job.id)
+        first = self._first[pair] = self.order_key(as_pending, ratios) < self.order_key(preemptor, ratios)
+        return first
 
     def band(self, job: PendingJob) -> int:
         """0 for a job of the priority band (weight at least ``priority_band_weight``, when that is set) that has
@@ -202,10 +200,11 @@ class Scorer:
             return 1
         return band
 
-    def order_key(self, job: PendingJob) -> tuple:
+    def order_key(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> tuple:
+        """The job's key in the pending order; with ``ratios``, as it would be with those use ratios."""
         rank = tier_rank(job.tier)
         band = self.band(job)
-        since = None if rank == REALTIME else self.starving_since(job)
+        since = None if rank == REALTIME else self.starving_since(job, ratios)
         if since is not None:
             return (rank, band, 0, since, job.submitted_at, job.id)
-        return (rank, band, 1, -self.score(job), job.submitted_at, job.id)
+        return (rank, band, 1, -self.score(job, ratios), job.submitted_at, job.id)
