@@ -38,6 +38,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SECRET_KEY", "", "Django secret key. Empty: generated once and kept in DATA_DIR/secret_key "
             "(fine for one machine; set it explicitly when several processes run on several hosts).",
             secret=True),
+    Setting("FIELD_ENCRYPTION_KEYS", "", "Comma-separated keys that encrypt the secrets the portal stores and must "
+            "read back (webhook signing secrets): the first encrypts, every one decrypts; rotate by putting a new "
+            "key first, running manage.py rotate_field_keys, then dropping the old one. Empty: SECRET_KEY (keep "
+            "the old SECRET_KEY here when you change it).", secret=True),
     Setting("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]", "Comma-separated host names the portal serves."),
     Setting("CSRF_TRUSTED_ORIGINS", "", "Comma-separated origins (scheme://host) trusted for CSRF."),
     Setting("DATABASE_URL", "", "PostgreSQL URL, e.g. postgres://user:pw@host:5432/portal. Empty: SQLite "

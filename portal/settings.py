@@ -30,6 +30,8 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+# Stored secrets are encrypted with these (portal/crypto.py): the first encrypts, every one decrypts.
+FIELD_ENCRYPTION_KEYS = [k.strip() for k in str(ENV["FIELD_ENCRYPTION_KEYS"]).split(",") if k.strip()] or [SECRET_KEY]
 DEBUG = bool(ENV["DEBUG"])
 ALLOWED_HOSTS = [h.strip() for h in str(ENV["ALLOWED_HOSTS"]).split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in str(ENV["CSRF_TRUSTED_ORIGINS"]).split(",") if o.strip()]

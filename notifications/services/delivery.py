@@ -162,6 +162,9 @@ def _send(d: Delivery) -> None:
     hook = d.webhook
     if hook is None or not hook.active:
         raise channels.SendError("the webhook was deleted or disabled", retry=False)
+    if not hook.secret:
+        raise channels.SendError("the webhook's secret cannot be decrypted with FIELD_ENCRYPTION_KEYS: add the "
+                                 "key it was stored with, or rotate the secret", retry=False)
     payload = {
         # Slack and Mattermost incoming webhooks show "text"; other receivers read the structured fields.
         "text": f"*{msg.subject}*\n{msg.body}\n<{msg.url}|Open in the portal>",
