@@ -31,7 +31,7 @@ bench: $(VENV_STAMP)         ## lab8 + lab1node, every policy, loads 0.7/0.9/1.1
 	$(PY) -m scheduling.sim report --out reports/bench --scenarios scenarios/lab8.yaml,scenarios/lab1node.yaml \
 		--loads 0.7,0.9,1.1 --seeds 12
 
-bench-philly: $(VENV_STAMP)  ## Philly (15k jobs, 256 GPUs), every policy, loads 0.7/0.9/1.1, 1 seed: load 0.9 alone took 45 min here (one worker; the portal's replay 23 min), so plan on 2-3 h
+bench-philly: $(VENV_STAMP)  ## Philly (15k jobs, 256 GPUs), every policy, loads 0.7/0.9/1.1, 1 seed: 0.7 + 1.1 took 70 min here and 0.9 45 min (one worker), so plan on about 2 h
 	$(PY) -m scheduling.sim report --out reports/philly --scenarios scenarios/philly.yaml --loads 0.7,0.9,1.1 --seeds 1
 
 bench-traces: $(VENV_STAMP)  ## ElasticFlow (15.8k jobs) and Alibaba (6.2k pods), every policy, load 0.9, 1 seed: 4 min measured (one worker)
