@@ -7,31 +7,23 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from test_delivery import _fail
+from test_delivery import _webhook as _created
 
 from notifications.models import Delivery, Webhook
 from portal import crypto
-from scheduling.models import JobState
-from scheduling.services import clusters
 
 pytestmark = pytest.mark.django_db
 
 
 def _webhook(client_for, user, receiver):
-    r = client_for(user).post("/api/v1/notifications/webhooks", {"url": receiver.url}, format="json")
-    assert r.status_code == 201, r.content
-    receiver.secret = r.json()["secret"]
-    return Webhook.objects.get(pk=r.json()["id"])
+    return Webhook.objects.get(pk=_created(client_for, user, receiver)["id"])
 
 
 def _stored(hook) -> str:
     with connection.cursor() as cur:
         cur.execute(f"SELECT secret FROM {Webhook._meta.db_table} WHERE id = %s", [hook.pk])  # noqa: S608
         return cur.fetchone()[0]
-
-
-def _fail(go, job):
-    return go(clusters.finish, job=job, state=JobState.FAILED, exit_code=1, reason="Error",
-              message="pod failed", finished_at=None)
 
 
 def test_the_secret_is_stored_encrypted_and_still_signs(lab, running_job, go, client_for, receiver):
