@@ -245,6 +245,9 @@ def test_preemption_safety(snap):
     nominal = defaultdict(int, {(q.department, q.flavor): q.nominal for q in snap.quotas})
     victims = [v for p in res.preemptions for v in p.victim_ids]
     assert len(victims) == len(set(victims))
+    after = defaultdict(int, usage)  # the departments' use once every victim of the cycle has left
+    for vid in victims:
+        after[(running[vid].department, running[vid].flavor)] -= running[vid].gpus
     assert len(victims) <= max(0, snap.policy.preemption_rate_limit - snap.recent_preemptions)
     pods_per_budget = defaultdict(int)
     for p in res.preemptions:
@@ -263,9 +266,19 @@ def test_preemption_safety(snap):
                     assert TIER_ORDER.index(v.tier) >= TIER_ORDER.index(pre.tier)
                     assert pre.tier != "realtime" or within
                 else:
-                    # otherwise a department within its nominal quota is only preempted by a realtime job that
-                    # is itself within nominal, never for another department's borrowing
-                    assert pre.tier == "realtime" and within
+                    # otherwise a department within its nominal quota is only preempted by realtime work of a
+                    # higher tier; a realtime job may borrow to start (Kueue's borrowWithinCohort at the realtime
+                    # tier), but never more than the others' unused nominal once every victim has left
+                    assert pre.tier == "realtime" and TIER_ORDER.index(v.tier) > TIER_ORDER.index(pre.tier)
+                    if not within:
+                        borrowed = usage[(pre.department, pre.flavor)] + pre.gpus - nominal[(pre.department, pre.flavor)]
+                        lendable = sum(
+                            min(max(0, q.nominal - after[(q.department, q.flavor)]),
+                                q.nominal if q.lending_limit is None else q.lending_limit)
+                            for q in snap.quotas
+                            if q.flavor == pre.flavor and q.department != pre.department
+                        )
+                        assert borrowed <= lendable
     for budget in snap.disruption_budgets:
         assert pods_per_budget[budget.name] <= budget.disruptions_allowed
 
