@@ -300,15 +300,16 @@ def _nan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def targets(agg) -> dict[tuple[str, float], list[tuple[str, str, str]]]:
+def targets(agg, subject: str | None = None) -> dict[tuple[str, float], list[tuple[str, str, str]]]:
     """(scenario, load) -> [(status, target, figures)], status "met", "missed" or "n/a", for the portal's
-    policy (whatever its name in this run) against the baselines replayed in the same run."""
+    policy (whatever its name in this run), or for the policy named ``subject``, against the baselines
+    replayed in the same run. A baseline judged against itself meets its own line (equal is enough)."""
     out = {}
     for scen, load in sorted({(k[0], k[1]) for k in agg}):
         a = {k[2]: v for k, v in agg.items() if k[0] == scen and k[1] == load}
-        name = _portal_name(sorted(a, key=lambda n: list(policies.REGISTRY).index(n)
-                                   if n in policies.REGISTRY else 99))
-        if name is None:
+        name = subject if subject is not None else _portal_name(
+            sorted(a, key=lambda n: list(policies.REGISTRY).index(n) if n in policies.REGISTRY else 99))
+        if name is None or name not in a:
             continue
         p = a[name]
         lines: list[tuple[str, str, str]] = []
@@ -398,7 +399,38 @@ def targets(agg) -> dict[tuple[str, float], list[tuple[str, str, str]]]:
             r = p["jct_avg"] / refs["srtf-oracle"]["jct_avg"]
             add("average JCT <= 1.3x the SRTF oracle's", r <= 1.3,
                 f"{_h(p['jct_avg'])} vs {_h(refs['srtf-oracle']['jct_avg'])} = {r:.2f}x")
-        out[(scen, load)] = [(st, f"`{name}`: {lbl}" if name != "portal" else lbl, fig) for st, lbl, fig in lines]
+        prefix = subject is None and name != "portal"
+        out[(scen, load)] = [(st, f"`{name}`: {lbl}" if prefix else lbl, fig) for st, lbl, fig in lines]
+    return out
+
+
+def targets_by_policy(agg) -> dict[tuple[str, float], dict[str, dict[str, str]]]:
+    """(scenario, load) -> {policy: {target: status}}: every policy of the run judged by the same lines as the
+    portal. It shows whether any policy meets every target at once, and which targets only a policy that fails
+    others meets (each baseline is strong on the axis it was built for)."""
+    out: dict[tuple[str, float], dict[str, dict[str, str]]] = defaultdict(dict)
+    for name in sorted({k[2] for k in agg}, key=lambda n: (list(policies.REGISTRY).index(n)
+                                                           if n in policies.REGISTRY else 99, n)):
+        for key, lines in targets(agg, subject=name).items():
+            out[key][name] = {_target_key(label): st for st, label, _ in lines}
+    return dict(out)
+
+
+_MARK = {"met": "met", "missed": "**missed**", "n/a": "n/a"}
+
+
+def _matrix(by_policy: dict[str, dict[str, str]]) -> list[str]:
+    """One scenario and load's targets (rows) by policy (columns), with a count of the targets met."""
+    names = list(by_policy)
+    labels: list[str] = []
+    for row in by_policy.values():
+        labels += [lbl for lbl in row if lbl not in labels]
+    out = ["| target | " + " | ".join(f"`{n}`" for n in names) + " |", "|---" * (len(names) + 1) + "|"]
+    for lbl in labels:
+        out.append(f"| {lbl} | " + " | ".join(_MARK.get(by_policy[n].get(lbl, "n/a"), "n/a") for n in names) + " |")
+    met = [sum(1 for st in by_policy[n].values() if st == "met") for n in names]
+    judged = [sum(1 for st in by_policy[n].values() if st != "n/a") for n in names]
+    out.append("| **met** | " + " | ".join(f"{m} of {j}" for m, j in zip(met, judged, strict=True)) + " |")
     return out
 
 
@@ -439,6 +471,13 @@ def _targets_section(agg, results=()):
                 fig += f"; met on {seeds.count('met')} of {len(seeds)} seeds"
             out.append(f"- {st}: {lbl}: {fig}")
         out.append("")
+    matrix = targets_by_policy(agg)
+    if matrix:
+        out += ["### Every policy by the same targets", "",
+                "The same lines applied to each policy of the run (seed averages). A baseline meets the line it is "
+                "the reference of by definition; what matters is whether any policy meets all of them at once.", ""]
+        for (scen, load), by_policy in sorted(matrix.items()):
+            out += [f"#### {scen} at load {load}", ""] + _matrix(by_policy) + [""]
     return out
 
 

@@ -422,6 +422,41 @@ def test_targets_judge_the_portal_against_the_baselines_of_the_run():
     assert low["realtime p95 wait < 60 s"] == "n/a" and low["utilisation >= max(FCFS, Slurm-EASY)"] == "n/a"
 
 
+def test_every_policy_is_judged_by_the_portals_targets():
+    """The matrix applies the same lines to each policy: a baseline meets the line it is the reference of, and
+    fails the others on its own figures."""
+    from scheduling.sim.report import _matrix, targets, targets_by_policy
+
+    agg = {
+        ("lab", 0.9, "fcfs"): _agg_row(utilisation=0.85, useful_utilisation=0.85, wait_urgent_nonrt_avg=100.0,
+                                       realtime_within_5min=0.3, wait_gpus={"8": {"avg": 200.0}}),
+        ("lab", 0.9, "slurm-easy"): _agg_row(utilisation=0.88, useful_utilisation=0.88, realtime_within_5min=0.2,
+                                             wait_urgent_nonrt_avg=90.0, wait_gpus={"8": {"avg": 60.0}}),
+        ("lab", 0.9, "tiresias"): _agg_row(utilisation=0.95, useful_utilisation=0.83, lost_pct_of_busy=12.0,
+                                           wait_gpus={"8": {"avg": 40.0}}),
+        ("lab", 0.9, "portal"): _agg_row(utilisation=0.86, useful_utilisation=0.86, wait_urgent_nonrt_avg=15.0),
+    }
+    m = targets_by_policy(agg)[("lab", 0.9)]
+    assert list(m) == ["fcfs", "slurm-easy", "tiresias", "portal"]  # the registry's order
+    util = "utilisation >= max(FCFS, Slurm-EASY)"
+    assert [m[n][util] for n in m] == ["missed", "met", "met", "missed"]
+    useful = "useful utilisation >= max(FCFS, Slurm-EASY)"
+    assert m["tiresias"][useful] == "missed"  # 0.83: what its preemptions threw away
+    big = "largest GPU class average wait <= 2x Tiresias's and <= FCFS's"
+    assert [m[n][big] for n in m] == ["missed", "met", "met", "missed"]  # FCFS 200 s > 2 x 40 s
+    rt = ">= 99% of realtime jobs started within 5 min"
+    assert [m[n][rt] for n in m] == ["missed", "missed", "met", "met"]
+    assert m["tiresias"]["GPU-hours lost to preemption <= 3%"] == "missed"
+    # the portal's own lines are the same whether it is named or found
+    assert [st for st, _, _ in targets(agg, subject="portal")[("lab", 0.9)]] == [
+        st for st, _, _ in targets(agg)[("lab", 0.9)]]
+    table = _matrix(m)
+    assert table[0] == "| target | `fcfs` | `slurm-easy` | `tiresias` | `portal` |"
+    assert f"| {util} | **missed** | met | met | **missed** |" in table
+    counts = table[-1].split(" | ")[1:]
+    assert counts[-1].startswith(str(sum(1 for st in m["portal"].values() if st == "met")) + " of ")
+
+
 def test_a_gpu_class_the_portal_never_started_is_a_missed_target():
     from scheduling.sim.report import targets
 
