@@ -296,6 +296,12 @@ def _portal_name(names) -> str | None:
     return next((n for n in names if policies.kind(n) == "portal"), None)
 
 
+def _registry_order(name: str) -> tuple[int, str]:
+    """Policies in the registry's order (baselines first, the portal last), unknown names after them."""
+    order = list(policies.REGISTRY)
+    return (order.index(name) if name in order else len(order), name)
+
+
 def _nan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
@@ -307,8 +313,7 @@ def targets(agg, subject: str | None = None) -> dict[tuple[str, float], list[tup
     out = {}
     for scen, load in sorted({(k[0], k[1]) for k in agg}):
         a = {k[2]: v for k, v in agg.items() if k[0] == scen and k[1] == load}
-        name = subject if subject is not None else _portal_name(
-            sorted(a, key=lambda n: list(policies.REGISTRY).index(n) if n in policies.REGISTRY else 99))
+        name = subject if subject is not None else _portal_name(sorted(a, key=_registry_order))
         if name is None or name not in a:
             continue
         p = a[name]
@@ -409,8 +414,7 @@ def targets_by_policy(agg) -> dict[tuple[str, float], dict[str, dict[str, str]]]
     portal. It shows whether any policy meets every target at once, and which targets only a policy that fails
     others meets (each baseline is strong on the axis it was built for)."""
     out: dict[tuple[str, float], dict[str, dict[str, str]]] = defaultdict(dict)
-    for name in sorted({k[2] for k in agg}, key=lambda n: (list(policies.REGISTRY).index(n)
-                                                           if n in policies.REGISTRY else 99, n)):
+    for name in sorted({k[2] for k in agg}, key=_registry_order):
         for key, lines in targets(agg, subject=name).items():
             out[key][name] = {_target_key(label): st for st, label, _ in lines}
     return dict(out)

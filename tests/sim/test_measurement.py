@@ -453,8 +453,9 @@ def test_every_policy_is_judged_by_the_portals_targets():
     table = _matrix(m)
     assert table[0] == "| target | `fcfs` | `slurm-easy` | `tiresias` | `portal` |"
     assert f"| {util} | **missed** | met | met | **missed** |" in table
-    counts = table[-1].split(" | ")[1:]
-    assert counts[-1].startswith(str(sum(1 for st in m["portal"].values() if st == "met")) + " of ")
+    # portal: 0.95 x rho, realtime, its p95, urgent waits and lost work met; utilisation, useful utilisation and
+    # the largest class missed; Jain and JCT n/a (no Volcano-DRF or SRTF replay)
+    assert table[-1] == "| **met** | 2 of 8 | 6 of 8 | 6 of 8 | 5 of 8 |"
 
 
 def test_a_gpu_class_the_portal_never_started_is_a_missed_target():
