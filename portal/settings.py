@@ -269,7 +269,9 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 # Brute-force protection (django-axes, see portal/lockout.py): counted per account name and per client IP,
 # in the database (so it works with Redis down), locked for the cool-off after the limit, reset on success.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# The credential is checked first (portal.lockout.VerifyFirstAxesBackend): a lockout refuses wrong attempts
+# only, never a right password because someone else failed with that name or from that address.
+AUTHENTICATION_BACKENDS = ["portal.lockout.VerifyFirstAxesBackend", "django.contrib.auth.backends.ModelBackend"]
 
 # Single sign-on with OpenID Connect (mozilla-django-oidc, portal/sso.py): off unless a client id is configured.
 # Local accounts keep working beside it (the demo, break-glass admins), and so do API tokens.
@@ -293,7 +295,7 @@ if SSO_ENABLED:
 AXES_FAILURE_LIMIT = 10
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_RESET_ON_SUCCESS = True
+AXES_RESET_ON_SUCCESS = False  # portal.lockout resets the account's own failures, not the address's
 AXES_LOCKOUT_CALLABLE = "portal.lockout.lockout_response"
 AXES_SENSITIVE_PARAMETERS = ["password", "token"]
 AXES_VERBOSE = False
