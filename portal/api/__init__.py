@@ -11,6 +11,9 @@ from portal.errors import ValidationFailed
 
 # Deeper than any job, batch or budget body can be; a deeper document is refused before it is walked.
 MAX_JSON_DEPTH = 32
+# More keys in one object than any body has (a job has about 25 fields and at most 100 env variables; Django
+# caps form fields at the same DATA_UPLOAD_MAX_NUMBER_FIELDS). Refused before any serializer looks at a key.
+MAX_JSON_KEYS = 1000
 IDEMPOTENCY_KEY_MAX = 200
 
 
@@ -23,7 +26,8 @@ class Pagination(PageNumberPagination):
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, plus what it lets through to a 500: a document nested so deep that decoding it
     overflows the stack (RecursionError), and NUL characters in keys or strings (PostgreSQL cannot store
-    them). Both are a 400 ``malformed_request`` like any other unparsable body."""
+    them); and what would keep a worker busy validating it: an object with more than MAX_JSON_KEYS keys.
+    All are a 400 ``malformed_request`` like any other unparsable body."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:
@@ -45,6 +49,9 @@ def _check(data) -> None:
             if "\x00" in value:
                 raise ParseError("JSON parse error - NUL characters are not allowed.")
         elif isinstance(value, dict):
+            if len(value) > MAX_JSON_KEYS:
+                raise ParseError(f"JSON parse error - an object has {len(value)} keys; at most {MAX_JSON_KEYS} "
+                                 "are accepted.")
             for k, v in value.items():
                 if "\x00" in k:
                     raise ParseError("JSON parse error - NUL characters are not allowed.")

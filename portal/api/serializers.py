@@ -7,11 +7,17 @@ from rest_framework import serializers
 
 from portal.models import SLUG, ApiToken, Department, Membership, Role, UserTier, not_reserved
 
+# More fields than any input serializer declares (a job has about 25): a body with more is refused at once,
+# before a single key is validated, and an error lists at most UNKNOWN_FIELDS_LISTED unknown fields.
+MAX_BODY_FIELDS = 100
+UNKNOWN_FIELDS_LISTED = 20
+
 
 # The base of every input serializer: a body that is not a JSON object, or that carries a field the serializer
-# does not know, is a 400 with an ``unknown_field`` error for each unknown field, reported together with the
-# other fields' errors (``"gpu": 8`` must not submit a one-GPU job). Its docstring is what the OpenAPI schema
-# shows for input serializers without one of their own.
+# does not know, is a 400 with an ``unknown_field`` error for each unknown field (the first
+# UNKNOWN_FIELDS_LISTED by name, then how many more), reported together with the other fields' errors
+# (``"gpu": 8`` must not submit a one-GPU job). Its docstring is what the OpenAPI schema shows for input
+# serializers without one of their own.
 class StrictSerializer(serializers.Serializer):
     """Unknown fields are an error (a typo must not be silently ignored)."""
 
@@ -21,21 +27,33 @@ class StrictSerializer(serializers.Serializer):
         return "Unknown field."
 
     def unknown_errors(self, data: dict) -> dict:
-        """A field error for each field of ``data`` the serializer does not declare."""
-        return {name: [serializers.ErrorDetail(self.unknown_field_message(name), code="unknown_field")]
-                for name in sorted(set(data) - set(self.fields))}
+        """A field error for each of the first UNKNOWN_FIELDS_LISTED fields of ``data`` the serializer does
+        not declare, and one ``non_field_errors`` entry saying how many more there are."""
+        unknown = sorted(set(data) - set(self.fields))  # data has at most MAX_BODY_FIELDS keys here
+        errors = {name: [serializers.ErrorDetail(self.unknown_field_message(name), code="unknown_field")]
+                  for name in unknown[:UNKNOWN_FIELDS_LISTED]}
+        if len(unknown) > UNKNOWN_FIELDS_LISTED:
+            errors["non_field_errors"] = [serializers.ErrorDetail(
+                f"And {len(unknown) - UNKNOWN_FIELDS_LISTED} more unknown fields ({len(unknown)} in all).",
+                code="unknown_field")]
+        return errors
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": [
                 serializers.ErrorDetail(self.not_an_object, code="invalid")]})
+        if len(data) > MAX_BODY_FIELDS:
+            raise serializers.ValidationError({"non_field_errors": [serializers.ErrorDetail(
+                f"The body has {len(data)} fields; at most {MAX_BODY_FIELDS} are accepted.",
+                code="too_many_fields")]})
         errors: dict = {}
         value = None
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
             errors = dict(exc.detail)
-        errors.update(self.unknown_errors(data))
+        for name, details in self.unknown_errors(data).items():
+            errors[name] = [*errors.get(name, []), *details]
         if errors:
             raise serializers.ValidationError(errors)
         return value

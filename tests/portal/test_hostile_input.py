@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import Client
+
+from portal.api import MAX_JSON_KEYS
+from portal.api.serializers import MAX_BODY_FIELDS, UNKNOWN_FIELDS_LISTED
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +57,60 @@ def test_json_nested_deeper_than_anyone_needs_is_a_400(api):
     _json_error(api.post("/api/v1/jobs", deep, content_type="application/json"))
     deep_object = '{"a":' * 5_000 + "1" + "}" * 5_000
     _json_error(api.post("/api/v1/jobs/batch", deep_object, content_type="application/json"))
+
+
+@pytest.fixture
+def key_work(monkeypatch):
+    """Counts the per-key work of the strict serializers: bodies validated, unknown fields named."""
+    from portal.api.serializers import StrictSerializer
+    from scheduling.api.serializers import JobSubmitSerializer
+
+    counts = {"bodies": 0, "named": 0}
+    to_internal, name = StrictSerializer.to_internal_value, JobSubmitSerializer.unknown_field_message
+
+    def counted_to_internal(self, data):
+        counts["bodies"] += 1
+        return to_internal(self, data)
+
+    def counted_name(self, field):
+        counts["named"] += 1
+        return name(self, field)
+
+    monkeypatch.setattr(StrictSerializer, "to_internal_value", counted_to_internal)
+    monkeypatch.setattr(JobSubmitSerializer, "unknown_field_message", counted_name)
+    return counts
+
+
+def test_a_body_with_100000_keys_is_refused_before_any_key_is_validated(api, payload, key_work):
+    keys = {**payload(), **{f"unknown{i:06}": 1 for i in range(100_000)}}
+    body = json.dumps(keys)
+    assert len(body) > 1_600_000  # the size that kept a worker busy until it was killed
+    error = _json_error(api.post("/api/v1/jobs", body, content_type="application/json"))
+    assert error["code"] == "malformed_request" and f"{len(keys)} keys" in error["message"]
+    assert f"at most {MAX_JSON_KEYS}" in error["message"]
+    assert key_work == {"bodies": 0, "named": 0}
+    nested = json.dumps(payload(env={f"K{i}": "v" for i in range(MAX_JSON_KEYS + 1)}))  # any object, not only the top
+    assert _json_error(api.post("/api/v1/jobs", nested, content_type="application/json"))["code"] == "malformed_request"
+
+
+def test_a_body_with_more_fields_than_any_serializer_declares_is_one_error_naming_the_limit(api, payload, key_work):
+    body = {**payload(), **{f"k{i}": 1 for i in range(500)}}
+    r = api.post("/api/v1/jobs", body, content_type="application/json")
+    fields = _json_error(r)["fields"]
+    assert list(fields) == ["non_field_errors"] and fields["non_field_errors"][0]["code"] == "too_many_fields"
+    assert f"at most {MAX_BODY_FIELDS}" in fields["non_field_errors"][0]["message"]
+    assert key_work == {"bodies": 1, "named": 0}
+
+
+def test_unknown_fields_are_listed_up_to_the_cap_then_counted(api, payload, key_work):
+    body = {**payload(gpus=0), **{f"k{i:02}": 1 for i in range(60)}}
+    fields = _json_error(api.post("/api/v1/jobs", body, content_type="application/json"))["fields"]
+    unknown = [name for name, errs in fields.items() if errs[0]["code"] == "unknown_field" and name.startswith("k")]
+    assert unknown == [f"k{i:02}" for i in range(UNKNOWN_FIELDS_LISTED)]
+    assert fields["non_field_errors"] == [{"code": "unknown_field",
+                                           "message": "And 40 more unknown fields (60 in all)."}]
+    assert "gpus" in fields  # the other fields' errors are still reported with them
+    assert key_work["named"] == UNKNOWN_FIELDS_LISTED
 
 
 def test_options_on_every_report_format_answers(api):
