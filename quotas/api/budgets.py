@@ -36,6 +36,7 @@ from quotas.models import (
     Wallet,
 )
 from quotas.services import allowances, periodic, pricing, reports, rules, wallets
+from scheduling.core.csvcells import safe_row
 from scheduling.models import Job
 from scheduling.selectors import pending_approvals
 from scheduling.services import approvals
@@ -499,8 +500,8 @@ class CSVRenderer(BaseRenderer):
         out = io.StringIO()
         w = csv.writer(out)
         w.writerow(reports.REPORT_COLUMNS)
-        for row in data or []:
-            w.writerow(["" if row.get(c) is None else row.get(c) for c in reports.REPORT_COLUMNS])
+        for row in data or []:  # names are users' own text: neutralised so no spreadsheet runs them
+            w.writerow(safe_row("" if row.get(c) is None else row.get(c) for c in reports.REPORT_COLUMNS))
         return out.getvalue().encode()
 
 

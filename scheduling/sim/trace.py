@@ -19,6 +19,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from scheduling.core.csvcells import safe_cell
+
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "gpus", "department")
 OPTIONAL = ("user", "tier", "urgency", "flavor", "deadline_s", "bid", "max_runtime_s", "pods", "checkpoint_interval_s",
             "cluster_selector", "cluster_preference")
@@ -130,6 +132,10 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _cell(v) -> str:
+    return _fmt(v) if isinstance(v, int | float) else safe_cell(_fmt(v))
+
+
 def write_csv(rows: Iterable[TraceRow], out: str | Path | io.TextIOBase) -> None:
     """Write rows in the trace format (all columns, blanks for unset optional values)."""
     own = not hasattr(out, "write")
@@ -137,8 +143,8 @@ def write_csv(rows: Iterable[TraceRow], out: str | Path | io.TextIOBase) -> None
     try:
         w = csv.writer(fh)
         w.writerow(COLUMNS)
-        for r in rows:
-            w.writerow([_fmt(getattr(r, c)) for c in COLUMNS])
+        for r in rows:  # numbers are formatted as text, so only the text columns go through safe_cell
+            w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
     finally:
         if own:
             fh.close()

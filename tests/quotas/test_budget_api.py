@@ -377,6 +377,19 @@ def test_usage_report_json_and_csv(money, submit, client_for, django_capture_on_
     assert got[("nlp", "a100-80gb")]["gpu_hours"] == "1.0" and got[("nlp", "a100-80gb")]["user"] == ""
 
 
+def test_the_usage_csv_neutralises_names_a_spreadsheet_would_run(money, submit, client_for,
+                                                                 django_capture_on_commit_callbacks):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.filter(pk=money.alice.pk).update(username="@SUM+1-2")
+    _run_some_jobs(money, submit, django_capture_on_commit_callbacks)
+    r = client_for(money.root).get("/api/v1/reports/usage?group_by=department,user&format=csv")
+    table = list(csv.DictReader(io.StringIO(r.content.decode())))
+    users = {t["user"]: t for t in table}
+    assert "'@SUM+1-2" in users and "@SUM+1-2" not in users and "bob" in users
+    assert users["'@SUM+1-2"]["charged_mcr"] == "2000"  # numbers stay numbers
+
+
 def test_a_wallet_adjust_replayed_with_another_body_is_a_422(money, client_for):
     admin = client_for(money.root)
     first = admin.post("/api/v1/wallets/vision/adjust", {"amount": 500, "comment": "grant"}, format="json",

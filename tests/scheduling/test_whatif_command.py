@@ -35,6 +35,17 @@ def test_export_writes_the_trace_format(history, tmp_path):
     assert float(rows[0]["duration_s"]) == 45 * 60
 
 
+def test_export_neutralises_names_a_spreadsheet_would_run(history, lab, tmp_path):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.filter(pk=lab.bob.pk).update(username="-2+3")
+    out = tmp_path / "h.csv"
+    call_command("whatif", "--export", str(out))
+    rows = list(csv.DictReader(out.open()))
+    assert {r["user"] for r in rows} == {"alice", "'-2+3", "vadmin"}
+    assert rows[0]["submit_time_s"] == "0.0"  # numbers are not quoted
+
+
 def test_compare_prints_differences(history, tmp_path, capsys):
     from scheduling.services.policy import current_policy, policy_as_dict
 

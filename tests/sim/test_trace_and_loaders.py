@@ -1,3 +1,4 @@
+import csv
 import io
 import os
 from pathlib import Path
@@ -29,6 +30,19 @@ def test_csv_roundtrip(tmp_path):
     rs = rows(10)
     write_csv(rs, tmp_path / "t.csv")
     assert read_csv(tmp_path / "t.csv") == rs
+
+
+def test_a_written_trace_neutralises_text_a_spreadsheet_would_run(tmp_path):
+    from dataclasses import replace
+
+    rs = [replace(r, user=user) for r, user in zip(rows(4), ["=1+1", "\tx", "ok", "@SUM(A1)"], strict=True)]
+    rs[2] = replace(rs[2], cluster_selector=(("=k", "v"),))
+    rs[3] = replace(rs[3], deadline_s=-5.0)  # a number, even a negative one, is not a formula
+    write_csv(rs, tmp_path / "t.csv")
+    got = list(csv.DictReader((tmp_path / "t.csv").open(newline="")))
+    assert [g["user"] for g in got] == ["'=1+1", "'\tx", "ok", "'@SUM(A1)"]
+    assert got[2]["cluster_selector"] == "'=k=v"
+    assert got[3]["deadline_s"] == "-5"
 
 
 def test_compression_hits_target_load_and_keeps_deadline_slack():

@@ -19,6 +19,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from scheduling.core.csvcells import safe_row
 from scheduling.services.whatif import (
     QUOTA_FIELDS,
     TRACE_COLUMNS,
@@ -53,8 +54,8 @@ class Command(BaseCommand):
             with open(export, "w", newline="") as fh:
                 w = csv.writer(fh)
                 w.writerow(TRACE_COLUMNS)
-                for r in rows:
-                    w.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in TRACE_COLUMNS])
+                for r in rows:  # job and user names are users' own text: neutralised for spreadsheets
+                    w.writerow(safe_row("" if getattr(r, c) is None else getattr(r, c) for c in TRACE_COLUMNS))
             self.stdout.write(f"wrote {len(rows)} jobs to {export}")
             return
         if not policy and not quota:
