@@ -1,4 +1,5 @@
-"""Architecture figures: the largest modules, imports hidden inside functions, and import circles.
+"""Architecture figures: the largest modules, imports hidden inside functions, import circles, the apps'
+import graph against their declared layers, and functions longer than a screenful.
 
     python -m benchmarks.architecture [--json]
 
@@ -16,6 +17,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("portal", "quotas", "scheduling", "observability", "notifications", "lab")
+# The apps from the top floor down (docs/architecture.md, "Dependencies"); apps on one floor know nothing of
+# each other. An import from a lower floor to a higher one is an arrow that runs back up. The pure core is a
+# library every app may use (stdlib only), so an import of scheduling.core is no arrow into scheduling.
+FLOORS = (("lab", "observability"), ("scheduling",), ("quotas",), ("notifications",), ("portal",))
+PURE = "scheduling.core"
+LONG_FUNCTION = 80
+LARGE_MODULE = 600
 
 
 def _modules() -> dict[str, Path]:
@@ -47,7 +55,7 @@ def _is_type_checking(node: ast.If) -> bool:
 
 
 def _imports(module: str, path: Path, modules: dict[str, Path]):
-    """Yield (target module, inside a function?) for every first-party import of one module."""
+    """Yield (target module, inside a function?, line) for every first-party import of one module."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
 
@@ -60,7 +68,7 @@ def _imports(module: str, path: Path, modules: dict[str, Path]):
                 for alias in child.names:
                     target = _resolve(alias.name, modules)
                     if target:
-                        yield target, in_function
+                        yield target, in_function, child.lineno
             elif isinstance(child, ast.ImportFrom):
                 if child.level:
                     base = package.split(".")
@@ -71,7 +79,7 @@ def _imports(module: str, path: Path, modules: dict[str, Path]):
                 for alias in child.names:
                     target = _resolve(f"{stem}.{alias.name}", modules) or _resolve(stem, modules)
                     if target and target != module:
-                        yield target, in_function
+                        yield target, in_function, child.lineno
             yield from visit(child, inner)
 
     yield from visit(tree, False)
@@ -123,14 +131,56 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(result, key=lambda c: (-len(c), c))
 
 
+def _floor(app: str) -> int:
+    return next(i for i, apps in enumerate(FLOORS) if app in apps)
+
+
+def _app_graph(edges: list[tuple[str, str]]) -> dict:
+    """App-level arrows (one per pair of apps, with how many imports make it), those that run back up, and
+    the pairs of apps that import each other."""
+    arrows: dict[tuple[str, str], int] = {}
+    for source, target in edges:
+        a, b = source.split(".")[0], target.split(".")[0]
+        if a != b and not (target == PURE or target.startswith(PURE + ".")):
+            arrows[(a, b)] = arrows.get((a, b), 0) + 1
+    up = sorted(f"{a} -> {b} ({n})" for (a, b), n in arrows.items() if _floor(a) >= _floor(b) and a != b)
+    both = sorted({" <-> ".join(sorted((a, b))) for (a, b) in arrows if (b, a) in arrows})
+    return {"app_arrows": {f"{a} -> {b}": n for (a, b), n in sorted(arrows.items())},
+            "arrows_back_up": up, "two_way_app_pairs": both}
+
+
+def _reason(path: Path, line: int) -> str:
+    """The comment an import inside a function gives for being there (on its line or the line above)."""
+    lines = path.read_text().splitlines()
+    for text in (lines[line - 1], lines[line - 2] if line > 1 else ""):
+        if "#" in text:
+            return text.split("#", 1)[1].strip()
+    return ""
+
+
+def _long_functions(modules: dict[str, Path]) -> list[dict]:
+    rows = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > LONG_FUNCTION:
+                    rows.append({"function": f"{name}.{node.name}", "lines": length})
+    return sorted(rows, key=lambda r: (-r["lines"], r["function"]))
+
+
 def measure() -> dict:
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
-    in_function = 0
+    edges: list[tuple[str, str]] = []
+    hidden_imports: list[dict] = []
     for name, path in modules.items():
-        for target, hidden in _imports(name, path, modules):
+        for target, hidden, line in _imports(name, path, modules):
             graph[name].add(target)
-            in_function += hidden
+            edges.append((name, target))
+            if hidden:
+                hidden_imports.append({"where": f"{path.relative_to(ROOT)}:{line}", "imports": target,
+                                       "reason": _reason(path, line)})
     # A package's __init__ importing its own submodules is not a circle between modules.
     for name in graph:
         graph[name] = {t for t in graph[name] if not (t.startswith(name + ".") and modules[name].name == "__init__.py")}
@@ -138,9 +188,13 @@ def measure() -> dict:
     circles = _circles(graph)
     return {
         "largest_modules": [{"module": n, "lines": lines} for lines, n in sizes[:5]],
-        "imports_inside_functions": in_function,
+        "modules_over_limit": [{"module": n, "lines": lines} for lines, n in sizes if lines > LARGE_MODULE],
+        "imports_inside_functions": len(hidden_imports),
+        "imports_inside_functions_without_reason": [h for h in hidden_imports if not h["reason"]],
         "circles": circles,
         "modules_in_circles": sum(len(c) for c in circles),
+        **_app_graph(edges),
+        "functions_over_limit": _long_functions(modules),
     }
 
 
@@ -152,10 +206,24 @@ def main(argv=None) -> int:
     print("largest modules:")
     for row in figures["largest_modules"]:
         print(f"  {row['lines']:5d}  {row['module']}")
-    print(f"imports inside functions: {figures['imports_inside_functions']}")
+    print(f"modules over {LARGE_MODULE} lines: {len(figures['modules_over_limit'])}")
+    print(f"imports inside functions: {figures['imports_inside_functions']}, of which without a reason: "
+          f"{len(figures['imports_inside_functions_without_reason'])}")
+    for row in figures["imports_inside_functions_without_reason"]:
+        print(f"  {row['where']}  {row['imports']}")
     print(f"import circles: {len(figures['circles'])} ({figures['modules_in_circles']} modules)")
     for circle in figures["circles"]:
         print("  " + " <-> ".join(circle))
+    print("app arrows: " + ", ".join(f"{k} ({n})" for k, n in figures["app_arrows"].items()))
+    print(f"app arrows that run back up: {len(figures['arrows_back_up'])}")
+    for row in figures["arrows_back_up"]:
+        print(f"  {row}")
+    print(f"apps that import each other: {len(figures['two_way_app_pairs'])}")
+    for row in figures["two_way_app_pairs"]:
+        print(f"  {row}")
+    print(f"functions over {LONG_FUNCTION} lines: {len(figures['functions_over_limit'])}")
+    for row in figures["functions_over_limit"]:
+        print(f"  {row['lines']:5d}  {row['function']}")
     return 0
 
 

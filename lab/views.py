@@ -16,17 +16,17 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.api.serializers import (
+from lab.api.serializers import (
     DepartmentArchiveSerializer,
     DepartmentCreateSerializer,
     DepartmentUpdateSerializer,
     MemberCreateSerializer,
     MemberUpdateSerializer,
 )
+from lab.services import departments, members
 from portal.errors import Forbidden, NotFound, PortalError
 from portal.forms import form_payload, labels_into, render_form, service_errors, submit_form
 from portal.models import Department, Membership, Role, UserTier
-from portal.services import departments, members
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
 from quotas.api.views import (
     FlavorInputSerializer,

@@ -8,7 +8,7 @@ class ObservabilityConfig(AppConfig):
     def ready(self):
         # Registered here, once the models are loaded, so every process finds the tasks by name (beat names
         # them) and /metrics includes the GPU-use series in every process that serves it.
-        from observability import tasks  # noqa: F401
+        from observability import checks, tasks  # noqa: F401
         from observability.services import metrics
         from portal.metrics import register_collector
 

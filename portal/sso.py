@@ -28,8 +28,8 @@ from django.shortcuts import redirect
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
+from lab.services import members
 from portal.models import Department, Membership, Role, SsoGroupMapping, UserTier
-from portal.services import members
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from portal import views as portal_views
 api_v1 = [
     path("", include("scheduling.api.urls")),
     path("", include("portal.api.urls")),
+    path("", include("lab.api.urls")),
     path("", include("quotas.api.urls")),
     path("", include("observability.api.urls")),
     path("", include("notifications.api.urls")),

@@ -56,3 +56,17 @@ def test_a_planted_violation_breaks_the_contracts(tmp_path, module, line, contra
     assert run.returncode != 0, run.stdout[-4000:]
     broken = run.stdout[run.stdout.index("Broken contracts"):]
     assert contract in broken, broken[:4000]
+
+
+def test_make_arch_counts_app_arrows_that_run_back_up_and_two_way_pairs():
+    from benchmarks.architecture import _app_graph
+
+    figures = _app_graph([
+        ("scheduling.services.jobs", "quotas.budgets"),       # down: fine
+        ("quotas.services.rules", "scheduling.models"),       # up
+        ("quotas.models", "scheduling.core.types"),           # the pure core: a library, no arrow
+        ("portal.services.x", "lab.services.members"),        # up from the base
+        ("lab.views", "observability.models"),                # same floor: apps there know nothing of each other
+    ])
+    assert figures["arrows_back_up"] == ["lab -> observability (1)", "portal -> lab (1)", "quotas -> scheduling (1)"]
+    assert figures["two_way_app_pairs"] == ["quotas <-> scheduling"]

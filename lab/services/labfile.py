@@ -23,12 +23,12 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from lab.services import departments as dept_services
+from lab.services import members as member_services
 from lab.services.export import dump, export_lab
 from lab.services.shape import LabError, LabFileInvalid, check_shape, line_of, load
 from portal.errors import PortalError
 from portal.models import Department, Membership, Role, SsoGroupMapping, UserTier
-from portal.services import departments as dept_services
-from portal.services import members as member_services
 from portal.services import sso as sso_services
 from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
 from quotas.services import flavors as flavor_services

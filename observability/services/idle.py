@@ -15,6 +15,7 @@ from notifications.services.outbox import emit
 from observability.models import AttemptUsage
 from portal import metrics
 from portal.audit import audit
+from scheduling.core.types import TIERS
 from scheduling.models import Job, JobState
 from scheduling.services.jobs import job_stop, record_event
 
@@ -26,17 +27,26 @@ DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_MINUTES = 30.0
 
 
+def per_tier(values: dict[str, float], tier: str, default: float | None) -> float | None:
+    """A per-tier setting's value for ``tier``: its own, else the "*" value for every tier not named."""
+    return values.get(tier, values.get("*", default))
+
+
+def unknown_tiers(values: dict[str, float]) -> list[str]:
+    return sorted(set(values) - set(TIERS) - {"*"})
+
+
 def threshold_pct(tier: str) -> float:
-    return settings.IDLE_GPU_THRESHOLD_PCT.get(tier, DEFAULT_THRESHOLD_PCT)
+    return per_tier(settings.IDLE_GPU_THRESHOLD_PCT, tier, DEFAULT_THRESHOLD_PCT)
 
 
 def minutes(tier: str) -> float:
-    return settings.IDLE_GPU_MINUTES.get(tier, DEFAULT_MINUTES)
+    return per_tier(settings.IDLE_GPU_MINUTES, tier, DEFAULT_MINUTES)
 
 
 def stop_grace(tier: str) -> float | None:
     """Further idle minutes after the flag before the job is stopped; None: this tier's jobs are never stopped."""
-    return settings.IDLE_STOP_GRACE_MINUTES.get(tier)
+    return per_tier(settings.IDLE_STOP_GRACE_MINUTES, tier, None)
 
 
 def check(*, usage: AttemptUsage, job: Job, now: datetime) -> str:

@@ -1,11 +1,11 @@
 """The strict serializer base every app's input serializers share, and the shapes of the portal's own
-endpoints: who am I, departments, API tokens."""
+endpoints: who am I, API tokens."""
 
 from __future__ import annotations
 
 from rest_framework import serializers
 
-from portal.models import SLUG, ApiToken, Department, Membership, Role, UserTier, not_reserved
+from portal.models import ApiToken, Membership
 
 # More fields than any input serializer declares (a job has about 25): a body with more is refused at once,
 # before a single key is validated, and an error lists at most UNKNOWN_FIELDS_LISTED unknown fields.
@@ -71,62 +71,6 @@ class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     email = serializers.EmailField()
     membership = MembershipSerializer(allow_null=True)
-
-
-class DepartmentSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Department
-        fields = ["slug", "name", "archived_at"]
-
-
-class DepartmentCreateSerializer(StrictSerializer):
-    # The model's own slug rules, so every error of a body is listed at once (uniqueness: the service).
-    slug = serializers.CharField(max_length=40, validators=[SLUG, not_reserved])
-    name = serializers.CharField(max_length=120)
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-
-
-class DepartmentUpdateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=120)
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-
-
-class DepartmentArchiveSerializer(StrictSerializer):
-    reason = serializers.CharField(max_length=2000)
-    confirm = serializers.BooleanField(default=False)
-
-
-class ArchiveImpactSerializer(serializers.Serializer):
-    waiting_jobs = serializers.IntegerField()
-    active_jobs = serializers.IntegerField()
-    members = serializers.IntegerField()
-    nominal_gpus = serializers.IntegerField()
-    text = serializers.ListField(child=serializers.CharField())
-
-
-class MemberSerializer(serializers.ModelSerializer):
-    username = serializers.CharField(source="user.username", read_only=True)
-    email = serializers.CharField(source="user.email", read_only=True)
-    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-
-    class Meta:
-        model = Membership
-        fields = ["username", "email", "department", "role", "user_tier"]
-        read_only_fields = fields
-
-
-class MemberCreateSerializer(StrictSerializer):
-    username = serializers.CharField(max_length=150)
-    email = serializers.EmailField(required=False, allow_blank=True, default="")
-    role = serializers.ChoiceField(choices=Role.choices, default=Role.RESEARCHER)
-    user_tier = serializers.ChoiceField(choices=UserTier.choices, default=UserTier.STANDARD)
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-
-
-class MemberUpdateSerializer(StrictSerializer):
-    role = serializers.ChoiceField(choices=Role.choices, required=False)
-    user_tier = serializers.ChoiceField(choices=UserTier.choices, required=False)
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class TokenSerializer(serializers.ModelSerializer):

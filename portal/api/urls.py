@@ -1,6 +1,6 @@
-"""The portal's own endpoints (mounted under /api/v1/): me, departments, tokens. Trailing slashes optional."""
+"""The portal's own endpoints (mounted under /api/v1/): me, tokens. Trailing slashes optional."""
 
-from django.urls import include, path, re_path
+from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from portal.api import views
@@ -8,13 +8,9 @@ from portal.api import views
 router = DefaultRouter()
 router.trailing_slash = "/?"
 router.include_root_view = False
-router.register("departments", views.DepartmentViewSet, basename="department")
 router.register("tokens", views.TokenViewSet, basename="token")
 
 urlpatterns = [
     path("", include(router.urls)),
     path("me", views.MeView.as_view(), name="me"),
-    re_path(r"^departments/(?P<slug>[a-z0-9-]+)/members/?$", views.MemberListView.as_view(), name="member-list"),
-    re_path(r"^departments/(?P<slug>[a-z0-9-]+)/members/(?P<username>[\w.@+-]+)/?$",
-            views.MemberDetailView.as_view(), name="member-detail"),
 ]

@@ -11,8 +11,8 @@ import yaml
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
+from lab import demo
 from lab.services.labfile import LabFileInvalid, apply_lab, dump, export_lab
-from portal import demo
 from portal.models import AuditEntry, Department, Membership
 from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
 from scheduling.models import Cluster, Job, JobState, Node, PolicyVersion

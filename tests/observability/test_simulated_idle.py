@@ -145,3 +145,22 @@ def test_the_beat_runs_the_collector(settings):
 
     entry = settings.CELERY_BEAT_SCHEDULE["observability-collect"]
     assert entry["task"] == "observability.collect" and entry["task"] in app.tasks
+
+
+def test_a_per_tier_setting_naming_no_tier_fails_the_start_up_check(settings):
+    from observability.checks import per_tier_settings
+
+    settings.IDLE_GPU_MINUTES = {"*": 30.0}
+    assert per_tier_settings(None) == []
+    settings.IDLE_GPU_MINUTES = {"realtim": 30.0, "*": 10.0}
+    (error,) = per_tier_settings(None)
+    assert error.id == "observability.E001" and "realtim" in error.msg and "IDLE_GPU_MINUTES" in error.msg
+
+
+def test_the_star_value_applies_to_every_tier_not_named(settings):
+    from observability.services import idle
+
+    settings.IDLE_STOP_GRACE_MINUTES = {"backfill": 15.0}
+    assert idle.stop_grace("backfill") == 15.0 and idle.stop_grace("elastic") is None
+    settings.IDLE_GPU_MINUTES = {"realtime": 60.0, "*": 10.0}
+    assert idle.minutes("realtime") == 60.0 and idle.minutes("backfill") == 10.0

@@ -2,7 +2,7 @@
 simulated cluster of another flavor (a 4 x H100 cloud pool), users, quotas, jobs.
 
 The lab itself (departments, members, flavors, the cluster, quotas, prices, budgets) comes from the shipped
-lab file ``portal/fixtures/demo-lab.yaml``, applied like ``manage.py lab apply``; the second cluster is added
+lab file ``lab/fixtures/demo-lab.yaml``, applied like ``manage.py lab apply``; the second cluster is added
 through the same services the API and the lab pages call (``add_cloud_cluster``), and the passwords and the
 sample jobs are the demo's own."""
 
@@ -41,7 +41,7 @@ def credentials_path() -> Path:
 
 
 def seed(*, jobs: bool = True) -> dict[str, str]:
-    """Seed the demo lab through the lab file (``portal/fixtures/demo-lab.yaml``), the same path as
+    """Seed the demo lab through the lab file (``lab/fixtures/demo-lab.yaml``), the same path as
     ``manage.py lab apply``, then give the demo users passwords. Idempotent: the file is applied only to an
     empty lab, so re-running keeps what an admin changed since, and existing passwords. Returns
     {username: password}."""
