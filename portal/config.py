@@ -7,8 +7,11 @@ later at the first request. ``python manage.py config`` prints the effective con
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -91,6 +94,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DEFAULT_FROM_EMAIL", "GPU portal <gpu-portal@localhost>", "Sender of notification e-mails."),
     Setting("NOTIFY_WEBHOOK_TIMEOUT_S", "5", "Webhooks: seconds before a POST to a receiver gives up.",
             "float"),
+    Setting("NOTIFY_WEBHOOK_ALLOW", "", "Webhooks: comma-separated receivers allowed although they are not public "
+            "(in-cluster or on the LAN): CIDRs or addresses (10.42.0.0/16, fd00::/8, 10.0.0.7: any port), host "
+            "names (hooks.ns.svc.cluster.local, *.corp.example: whatever they resolve to) with an optional :port, and "
+            "*:port (a public receiver on a port other than 80/443). Empty: public receivers on 80 and 443 only.",
+            "allowlist"),
     Setting("NOTIFY_MAX_ATTEMPTS", "6", "Notifications: attempts per delivery before it is marked failed.",
             "int"),
     Setting("NOTIFY_RETRY_BASE_S", "30", "Notifications: first retry delay; it doubles each attempt "
@@ -257,6 +265,9 @@ def _parse(s: Setting, raw: str) -> object:
         return raw
     if s.kind == "tiermap":
         return _tiermap(raw)
+    if s.kind == "allowlist":
+        webhook_allow(raw)  # checked here; kept as the text it is, parsed where it is used
+        return raw
     if s.kind == "url" and raw and "://" not in raw:
         raise ValueError("expected a URL like scheme://host")
     return raw
@@ -279,6 +290,52 @@ def _tiermap(raw: str) -> dict[str, float]:
         if not out[key] >= 0:
             raise ValueError("numbers must be zero or positive")
     return out
+
+
+@dataclass(frozen=True)
+class EgressAllow:
+    """NOTIFY_WEBHOOK_ALLOW parsed: networks (any port), host names or ``*.suffix`` patterns with an optional
+    port (None: any), and extra ports allowed on public addresses."""
+
+    networks: tuple = ()
+    names: tuple[tuple[str, int | None], ...] = ()
+    public_ports: frozenset[int] = frozenset()
+
+
+@functools.lru_cache(maxsize=16)
+def webhook_allow(raw: str) -> EgressAllow:
+    """Parse NOTIFY_WEBHOOK_ALLOW; a ValueError names the first entry that is not a CIDR, an address, a host
+    name (``*.`` allowed in front) with an optional ``:port``, or ``*:port``."""
+    networks, names, ports = [], [], set()
+    for entry in (e.strip().lower() for e in raw.split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+            continue
+        except ValueError:
+            pass
+        host, sep, port_text = entry.rpartition(":") if not entry.startswith("[") else (entry, "", "")
+        if not sep:
+            host, port_text = entry, ""
+        port = None
+        if sep:
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                raise ValueError(f"{entry!r}: the port must be a number from 1 to 65535")
+            port = int(port_text)
+        if host == "*":
+            if port is None:
+                raise ValueError(f"{entry!r}: * needs a port (*:8443)")
+            ports.add(port)
+            continue
+        name = host.removeprefix("*.").rstrip(".")
+        if not _HOST_NAME.fullmatch(name):
+            raise ValueError(f"{entry!r}: expected a CIDR (10.42.0.0/16), an address, a host name[:port] or *:port")
+        names.append((host.rstrip("."), port))
+    return EgressAllow(networks=tuple(networks), names=tuple(names), public_ports=frozenset(ports))
+
+
+_HOST_NAME = re.compile(r"(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*")
 
 
 def describe(values: dict[str, object]) -> list[tuple[str, str, str]]:

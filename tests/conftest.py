@@ -161,3 +161,13 @@ def go(django_capture_on_commit_callbacks):
             return fn(*args, **kwargs)
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def dns(monkeypatch):
+    """Webhook URLs resolve through a fake resolver (tests/fakes/dns.py), never a real DNS server."""
+    from tests.fakes.dns import FakeDNS
+
+    fake = FakeDNS()
+    monkeypatch.setattr("notifications.services.egress.resolve", fake)
+    return fake

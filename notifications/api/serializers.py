@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from notifications.kinds import KINDS, NAMES
 from notifications.models import Webhook
+from notifications.services import egress
 from portal.api.serializers import StrictSerializer
 
 KIND_CHOICES = [(k.name, k.title) for k in KINDS]
@@ -85,8 +86,11 @@ class WebhookWithSecretSerializer(WebhookSerializer):
 
 
 def _url(value: str) -> str:
-    if not value.startswith(("https://", "http://")):
-        raise serializers.ValidationError("Use an http:// or https:// URL.", code="invalid")
+    """Only public receivers (or those NOTIFY_WEBHOOK_ALLOW names): the portal sends from inside the lab."""
+    try:
+        egress.vet(value)
+    except egress.Refused as exc:
+        raise serializers.ValidationError(exc.message, code=exc.code)
     return value
 
 

@@ -8,6 +8,7 @@ from django.db import transaction
 
 from notifications.kinds import BY_NAME, KINDS
 from notifications.models import DepartmentSettings, Preference, Webhook
+from notifications.services import egress
 from notifications.services.channels import new_secret
 from portal.audit import audit
 from portal.errors import ValidationFailed
@@ -106,6 +107,7 @@ def webhook_create(*, user, url: str, scope: str = "user", kinds: list[str] | No
         taken = Webhook.objects.filter(user=user)
         owner = user
         kinds = []
+    _vet(url)
     if taken.exists():
         raise ValidationFailed(fields={"scope": [{"code": "exists", "message":
                                "There is already a webhook here; change or delete it, or rotate its secret."}]})
@@ -122,6 +124,8 @@ def webhook_update(*, user, hook: Webhook, data: dict) -> Webhook:
     if hook.user_id is not None and data.get("kinds"):
         raise ValidationFailed(fields={"kinds": [{"code": "invalid", "message":
                                "A user's webhook follows the user's preferences; set those instead."}]})
+    if "url" in data:
+        _vet(data["url"])
     old = {"url": hook.url, "active": hook.active, "kinds": hook.kinds}
     for field in ("url", "active", "kinds"):
         if field in data:
@@ -131,6 +135,15 @@ def webhook_update(*, user, hook: Webhook, data: dict) -> Webhook:
         audit(actor=user, action="webhook.update", obj=hook, department=hook.department, old=old,
               new={"url": hook.url, "active": hook.active, "kinds": hook.kinds})
     return hook
+
+
+def _vet(url: str) -> None:
+    """A webhook reaches only public receivers or those the operator allowed (``egress``); checked again at
+    every delivery."""
+    try:
+        egress.vet(url)
+    except egress.Refused as exc:
+        raise ValidationFailed(fields={"url": [{"code": exc.code, "message": exc.message}]})
 
 
 def webhook_rotate(*, user, hook: Webhook) -> tuple[Webhook, str]:

@@ -60,6 +60,8 @@ class Receiver:
         self.delay_s = 0.0
         self.lock = threading.Lock()
         self.url = ""
+        self.location = ""  # with a 3xx answer: its Location header
+        self.reply = b""  # the body of every answer (empty: "ok" or "receiver error")
 
     def verify(self, headers, body: bytes) -> bool:
         ts = headers.get("X-Portal-Timestamp", "")
@@ -71,7 +73,9 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver():
+def receiver(settings):
+    """A receiver on loopback, which the portal reaches only because the operator's allow-list names it."""
+    settings.NOTIFY_WEBHOOK_ALLOW = "127.0.0.1/32"
     state = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
@@ -84,8 +88,10 @@ def receiver():
                 state.received.append({"headers": dict(self.headers), "body": json.loads(body),
                                        "valid": state.verify(self.headers, body), "answered": code})
             self.send_response(code)
+            if state.location:
+                self.send_header("Location", state.location)
             self.end_headers()
-            self.wfile.write(b"ok" if code < 300 else b"receiver error")
+            self.wfile.write(state.reply if state.reply else b"ok" if code < 300 else b"receiver error")
 
         def log_message(self, *args):
             pass
