@@ -182,6 +182,9 @@ def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | N
                 and (last.data or {}).get("pod") == pod):  # asked again every reconcile run: said once
             record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
                          message=message[:500], data={**data, "pod": pod})
+        if partial:  # the job's own state says what it waits for, not only its timeline
+            Job.objects.filter(pk=job.pk, attempt=attempt, state__in=(JobState.ADMITTED, JobState.RUNNING)).update(
+                reason_code=reasons.DISRUPTION_BUDGET, reason_message=message[:300])
         return "partly_blocked" if partial else "blocked"
     if victim is not None and outcome.status == "accepted":
         PreemptionVictim.objects.filter(pk=victim.pk, status=PreemptionVictim.Status.REQUESTED).update(
@@ -209,6 +212,38 @@ def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None =
         logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
     get_backend(cluster).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
     return "deleted"
+
+
+@shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)
+def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+    """Clear the pods of an attempt that has ended (requeued, finished, orphaned) on ``cluster``: the ones that no
+    longer run are deleted, the ones that still run are evicted through the Eviction API. A refusal (a
+    PodDisruptionBudget) is recorded on the job once per pod and left running; the reconciler asks again on its
+    next run, for as long as the pods are there. Never a live attempt on the cluster it is bound to."""
+    job = Job.objects.select_related("cluster", "department", "flavor", "owner").filter(pk=job_id).first()
+    if job is not None and job.attempt == attempt:
+        if job.state == JobState.QUEUED:
+            return "live"
+        if job.state in (JobState.ADMITTED, JobState.RUNNING) and (
+                cluster is None or clusters.cluster_of(job).name == cluster):
+            return "live"
+    if cluster is None:
+        cluster = clusters.cluster_of(job).name if job is not None else clusters.default_cluster().name
+    if job is None or job.attempt != attempt or clusters.cluster_of(job).name == cluster:
+        logs.keep_attempt_log(job_id=job_id, attempt=attempt)
+    outcome = get_backend(cluster).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+    if outcome.status != "blocked":
+        return "removed"
+    pod = outcome.pods[0] if outcome.pods else ""
+    log.info("job %s attempt %s: eviction of %s refused (%s); asked again later", job_id, attempt, pod,
+             outcome.message)
+    if job is not None and not job.events.filter(attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                                                 data__pod=pod).exists():
+        record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                     message=f"pod {pod} of ended attempt {attempt} still runs: its eviction was refused "
+                             f"({outcome.message or 'a PodDisruptionBudget forbids it'}); asking again, "
+                             "never deleting it"[:500], data={"pod": pod})
+    return "blocked"
 
 
 @shared_task(name="scheduling.pods.keep_log", time_limit=120, soft_time_limit=100, ignore_result=True)

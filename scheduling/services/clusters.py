@@ -285,6 +285,16 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
         pods = [p for p in by_job[job.pk] if p.attempt == job.attempt]
         if not pods:
             continue
+        if not complete and len(pods) < job.pods and any(_disrupted(p) for p in pods):
+            # A watcher's event names one pod. Whether a gang's disruption ends the attempt depends on its other
+            # pods: one that still runs must be evicted (its PodDisruptionBudget may refuse), never deleted
+            # along with an attempt requeued on the strength of one pod's event.
+            try:
+                pods = list(get_backend(cluster).attempt_pods(job_id=job.pk, attempt=job.attempt,
+                                                              namespace=pods[0].namespace)) or pods
+            except ClusterUnavailable as exc:
+                log.warning("job %s: the attempt's other pods could not be read (%s); left to the sync", job.pk, exc)
+                continue
         try:
             outcome = retry_on_conflict(lambda j=job, p=pods: _apply_job_atomically(j, p),
                                         what=f"pod sync of job {job.pk}")
@@ -294,8 +304,13 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
             continue
         if outcome:
             counts[outcome] += 1
-    if complete:  # evicting jobs none of whose pods is listed any more: their eviction is over
-        for job in _evicting_jobs(cluster):
+    if complete:  # evicting jobs (or broken gangs) none of whose pods is listed any more: their eviction is over
+        broken = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING),
+                                             reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)), cluster)
+        evicting = {j.pk: j for j in _evicting_jobs(cluster)}
+        for job in broken.select_related("department", "flavor", "owner", "cluster"):
+            evicting.setdefault(job.pk, job)
+        for job in sorted(evicting.values(), key=lambda j: j.pk):
             if any(p.attempt == job.attempt for p in by_job.get(job.pk, ())):
                 continue
             try:
@@ -330,6 +345,9 @@ def attempt_gone(*, job: Job) -> bool:
     way, else as lost (someone deleted its pods)."""
     if PreemptionVictim.objects.filter(job=job, attempt=job.attempt, status__in=IN_FLIGHT).exists():
         return requeue(job=job, outcome="preempted", reason="Evicted", message="evicted; its pods are gone")
+    if job.reason_code in (GANG_BROKEN, reasons.DISRUPTION_BUDGET):
+        return requeue(job=job, outcome="platform_failure", reason="GangBroken",
+                       message="its gang lost a pod to someone else; the others were evicted and are gone")
     return requeue(job=job, outcome="platform_failure", reason="PodsLost",
                    message="the job's pods disappeared from the cluster")
 
@@ -351,10 +369,42 @@ def apply_pod_deleted(*, state: PodState, cluster: str = "default") -> str | Non
         return "requeued" if attempt_gone(job=job) else None
 
 
+def _disrupted(pod: PodState) -> bool:
+    """The pod was evicted, lost with its node, failed or is terminating: its attempt may be over."""
+    return pod.reason in EVICTION_REASONS or pod.reason in PLATFORM_REASONS or pod.phase == "Failed" or pod.deleting
+
+
+# Reason on an active gang that lost a member while others still run: they are being evicted (never deleted).
+GANG_BROKEN = "gang_broken"
+
+
+def _wait_for_the_rest(job: Job, pods: list[PodState], lost: PodState, now: datetime) -> bool:
+    """A gang lost ``lost`` (evicted by someone else, its node drained or gone) while other pods of the attempt
+    still run. The attempt cannot go on, but its running pods may be covered by a PodDisruptionBudget: they
+    are asked to go through the Eviction API (a 429 is honoured: the reconciler asks again on each run), and
+    the job keeps its placement until they are gone. Returns True when the job has to wait for that."""
+    if job.pods < 2:
+        return False
+    running = [p for p in pods if p is not lost and not _disrupted(p) and p.holds_node(now.timestamp())]
+    if not running:
+        return False
+    message = (f"pod {lost.name} is gone ({lost.reason or lost.phase}); evicting the gang's other pods "
+               f"({', '.join(p.name for p in running)}) through the Eviction API before it is requeued")
+    if Job.objects.filter(pk=job.pk, attempt=job.attempt, state=job.state).exclude(
+            reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)).update(reason_code=GANG_BROKEN,
+                                                                              reason_message=message[:300]):
+        record_event(job=job, kind="eviction", attempt=job.attempt, reason_code=GANG_BROKEN, message=message[:500],
+                     data={"pod": lost.name})
+        dispatch.after_commit("scheduling.pods.evict", job.pk, job.attempt, lost.namespace, None)
+    return True
+
+
 def _apply_job(job: Job, pods: list[PodState]) -> str | None:
     now = timezone.now()
     evicted = [p for p in pods if p.reason in EVICTION_REASONS]
     if evicted:
+        if _wait_for_the_rest(job, pods, evicted[0], now):
+            return None
         if any(p.holds_node(now.timestamp()) for p in pods):
             # A terminating pod keeps its node's GPUs until it is gone (or its grace period has passed), and a
             # gang's pods whose eviction was refused keep running: the job keeps its placement (so nothing is
@@ -368,6 +418,8 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
     if platform:
         p = platform[0]
         if p.reason in SCHEDULING_REASONS and _scheduler_may_still_bind(job, p, now):
+            return None
+        if _wait_for_the_rest(job, pods, p, now):
             return None
         return "requeued" if requeue(job=job, outcome="platform_failure", reason=p.reason,
                                      message=f"pod {p.name}: {p.reason} {p.message}".strip()) else None
@@ -398,6 +450,7 @@ def _broken_gang(job: Job, pods: list[PodState], evicting: set[int]) -> bool:
     others still run."""
     running = any(not p.deleting and p.phase not in ("Succeeded", "Failed") for p in pods)
     disrupted = (any(p.reason in EVICTION_REASONS for p in pods) or job.pk in evicting
+                 or job.reason_code in (GANG_BROKEN, reasons.DISRUPTION_BUDGET)
                  or (job.state == JobState.RUNNING and len(pods) < job.pods))
     return running and disrupted
 
@@ -456,7 +509,8 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
         if not requeued:
             return False
         budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
-        dispatch.after_commit("scheduling.pods.delete", job.pk, old_attempt,
+        # Removed, not deleted: a pod of the old attempt that still runs goes through the Eviction API.
+        dispatch.after_commit("scheduling.pods.remove", job.pk, old_attempt,
                               namespace_for(job.department.slug, ran_on), ran_on.name)
         enqueue_pod_creation(job)
     return True
@@ -569,6 +623,7 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
                 counts["evictions_resent"] += 1
     for key, plist in pods.items():
         if key not in live_keys:  # pods of a finished job, of an attempt that moved on, or bound elsewhere
-            dispatch.send_now("scheduling.pods.delete", key[0], key[1], plist[0].namespace, cluster.name)
+            # still-running ones through the Eviction API: a dead attempt's pods are no reason to bypass a PDB
+            dispatch.send_now("scheduling.pods.remove", key[0], key[1], plist[0].namespace, cluster.name)
             counts["orphans_deleted"] += 1
     return dict(counts)

@@ -225,6 +225,71 @@ def test_a_gang_is_requeued_only_once_every_pod_is_evicted_and_never_deleted_pas
     assert (g.state, g.attempt) == (JobState.QUEUED, 2)
 
 
+@pytest.mark.parametrize("drain", ["kubelet", "eviction_api"])
+def test_a_gang_that_lost_a_pod_to_someone_else_evicts_the_rest_and_never_deletes_them(
+        kube, lab, submit, go, monkeypatch, drain):
+    """Someone else takes pod 0 of a running gang (the kubelet under node pressure, or a drain through the
+    Eviction API, seen by the watcher after its grace period), while a team's PDB covers pod 1. The watcher's
+    event names pod 0 only: the job must not be requeued on its strength (that deleted pod 1 behind its PDB).
+    Pod 1 goes through the Eviction API, the 429 is honoured and said on the job, and the job is requeued
+    only once pod 1 may go."""
+    import threading
+    from dataclasses import replace
+
+    from scheduling.backends import get_backend
+    from scheduling.backends.kube.status import pod_state
+    from scheduling.management.commands.watch_pods import watch
+
+    g = go(submit, lab.bob, gpus=2, pods=2, name="gang")
+    started(kube, go, g)
+    g.refresh_from_db()
+    assert g.state == JobState.RUNNING
+    kube.add_pdb("gpu-nlp", "team", {"minAvailable": 1, "selector": {
+        "matchLabels": {"gpu-portal.io/job-id": str(g.pk), "gpu-portal.io/pod-index": "1"}}})
+    first, second = pod_name(g, index=0), pod_name(g, index=1)
+    backend = get_backend("default")
+    if drain == "kubelet":
+        kube.kubelet_evict("gpu-nlp", first)
+        event = pod_state(kube.pod("gpu-nlp", first))
+    else:
+        backend.core.create_namespaced_pod_eviction(first, "gpu-nlp", {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": first, "namespace": "gpu-nlp"}})
+        event = pod_state(kube.pod("gpu-nlp", first))
+        assert event.deleting and event.reason == "Evicted"
+        event = replace(event, deletion_deadline=timezone.now().timestamp() - 1)  # seen after its grace period
+
+    class Stream(list):
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(backend, "watch_pods", lambda **_: Stream([("MODIFIED", event)]))
+    assert go(watch, cluster="default", stop=threading.Event(), max_events=1) == 1
+    g.refresh_from_db()
+    assert (g.state, g.attempt) == (JobState.RUNNING, 1)  # not requeued while pod 1 runs
+    assert kube.count("DELETE", f"/pods/{second}$") == 0
+    assert not kube.pod("gpu-nlp", second)["metadata"].get("deletionTimestamp")
+    assert kube.count("POST", f"/pods/{second}/eviction$") == 1  # asked through the Eviction API: 429
+    assert g.reason_code == "disruption_budget" and "team" in g.reason_message  # its state says why
+    assert g.events.filter(reason_code="gang_broken").count() == 1
+
+    assert go(reconcile).get("evictions_retried") == 1  # asked again, with the reconciler's cadence
+    go(sync_cluster)
+    g.refresh_from_db()
+    assert (g.state, g.attempt) == (JobState.RUNNING, 1)
+    assert kube.count("DELETE", f"/pods/{second}$") == 0
+    assert kube.count("POST", f"/pods/{second}/eviction$") == 2
+    assert g.events.filter(reason_code="disruption_budget").count() == 1  # said once
+
+    kube.pdbs.clear()  # the team relaxes its budget
+    go(reconcile)
+    assert kube.pod("gpu-nlp", second)["metadata"].get("deletionTimestamp")
+    kube.advance(31)
+    go(sync_cluster)
+    g.refresh_from_db()
+    assert (g.state, g.attempt) == (JobState.QUEUED, 2)
+    assert kube.count("DELETE", f"/pods/{second}$") == 0  # evicted, never deleted while it ran
+
+
 def test_reason_and_detail_name_the_same_victims(kube, lab, submit, go, full):
     v, c = full
     first = go(submit, lab.bob, gpus=4, tier="realtime", name="first")
