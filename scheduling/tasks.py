@@ -34,8 +34,8 @@ RETRY = {
 }
 
 
-# Event code of an admission the namespace's ResourceQuota refused (an event, not a pending reason).
-NAMESPACE_QUOTA = "namespace_quota"
+# Event code of an admission the namespace's ResourceQuota refused (also the pending reason it leads to).
+NAMESPACE_QUOTA = reasons.NAMESPACE_QUOTA
 
 
 @worker_ready.connect
@@ -93,12 +93,17 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
     job = _job(job_id, attempt, (JobState.ADMITTED,))
     if job is None:
         return "stale"
-    backend = get_backend(clusters.cluster_of(job))  # the cluster the admission bound this attempt to
+    cluster = clusters.cluster_of(job)  # the cluster the admission bound this attempt to
+    backend = get_backend(cluster)
+    if clusters.quota_backing_off(job=job, now=timezone.now()):
+        return "backing_off"  # this attempt's one retry chain has its next try later: no second chain
     try:
         backend.start(clusters.podset_for(job), tuple(job.placement), fresh=fresh)
     except QuotaExceeded as exc:
         _quota_refused(job, exc)
-        raise
+        delay = clusters.quota_refused(job=job, cluster=cluster, exc=exc, now=timezone.now())
+        admit_pods.apply_async((job_id, attempt), countdown=delay)  # the chain's next step
+        return "quota_backoff"
     except InvalidPodSpec as exc:
         # The cluster refuses these pods as they are (a missing namespace, a stricter PodSecurity level):
         # retrying cannot help, so the job fails with the API server's reason and gives its GPUs back. Any pod
@@ -106,6 +111,7 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
         clusters.finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
                         message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
         return "refused"
+    clusters.quota_admitted(job=job)
     return "admitted"
 
 

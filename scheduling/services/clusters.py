@@ -25,7 +25,16 @@ from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission, get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
 from scheduling.core import reasons
-from scheduling.models import IN_FLIGHT, Cluster, ClusterState, Job, JobState, Node, PreemptionVictim
+from scheduling.models import (
+    IN_FLIGHT,
+    Cluster,
+    ClusterState,
+    Job,
+    JobState,
+    NamespaceQuotaRefusal,
+    Node,
+    PreemptionVictim,
+)
 from scheduling.services import notify
 from scheduling.services.jobs import (
     budget_attempt_ended,
@@ -54,6 +63,10 @@ LOST_GRACE = timedelta(seconds=60)
 ADMIT_RETRY = timedelta(seconds=30)
 # ... and after this long it gives its GPUs back and waits in the queue again (e.g. a full namespace quota).
 ADMIT_GIVE_UP = timedelta(minutes=5)
+# A namespace quota refusal: the start's back-off (2 s, 4 s, ... capped) and how long it keeps jobs of that size
+# off the cluster when no change of the quota is seen (a bound, in case the change is never observed).
+QUOTA_BACKOFF_S = (2, 300)
+QUOTA_REFUSAL_TTL = timedelta(minutes=30)
 
 
 def default_cluster() -> Cluster:
@@ -148,6 +161,8 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
     if backend.owns_inventory:
         store_nodes(cluster=cluster, inventory=inv, terminating=_terminating_gpus(inv.pods))
     counts = apply_pod_states(inv.pods, complete=True, cluster=cluster)
+    if recheck_quota_refusals(cluster=cluster, backend=backend):
+        counts["quota_refusals_cleared"] = 1
     if drain_finished(cluster=cluster):
         counts["drained"] = 1
     return counts
@@ -328,6 +343,13 @@ def _apply_job_atomically(job: Job, pods: list[PodState]) -> str | None:
     snapshot = copy.copy(job)  # a retry starts from the job as read, not as a rolled-back attempt left it
     with transaction.atomic():
         return _apply_job(snapshot, pods)
+
+
+def _quota_chain_pending(job: Job, now: datetime) -> bool:
+    """The attempt's quota retry chain has a try due soon (its message is on its way): starting another would
+    double the refused creates. A chain whose next try is long overdue (its message was lost) is not pending."""
+    return NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True,
+                                                next_retry_at__gt=now - ADMIT_RETRY).exists()
 
 
 def _evicting_jobs(cluster: Cluster):
@@ -543,6 +565,64 @@ def _mark_restarted(job: Job) -> None:
                          message=f"restarted as attempt {job.attempt} after preemption")
 
 
+# ------------------------------------------------------------------------------------------ namespace quotas
+
+
+def quota_backing_off(*, job: Job, now: datetime) -> bool:
+    """The attempt's start was refused by a namespace quota and its next try is not due yet."""
+    return NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True,
+                                                next_retry_at__gt=now).exists()
+
+
+def quota_refused(*, job: Job, cluster: Cluster, exc, now: datetime) -> float:
+    """Record a namespace quota refusal of the attempt's pods (one row per attempt, its back-off step moved on)
+    and return the seconds until the chain's next try. The row also tells the engine to keep jobs of this size
+    of the department off that cluster until the quota changes."""
+    low, high = QUOTA_BACKOFF_S
+    with transaction.atomic():
+        row = NamespaceQuotaRefusal.objects.select_for_update().filter(job=job, attempt=job.attempt).first()
+        step = 1 if row is None else row.step + 1
+        delay = float(min(high, low * 2 ** (step - 1)))
+        values = {"cluster": cluster, "namespace": getattr(exc, "namespace", "") or namespace_for(
+            job.department.slug, cluster), "gpus": job.pods * job.gpus,
+            "request": {"pods": job.pods, "gpus_per_pod": job.gpus, "cpu_millicores": job.cpu_millicores,
+                        "memory_mib": job.memory_mib, "resource": job.flavor.resource_name},
+            "quota_version": getattr(exc, "quota_version", "")[:500], "quotas": getattr(exc, "quotas", {}),
+            "message": str(exc)[:2000], "refused_at": now, "step": step,
+            "next_retry_at": now + timedelta(seconds=delay), "expires_at": now + QUOTA_REFUSAL_TTL,
+            "cleared_at": None}
+        if row is None:
+            NamespaceQuotaRefusal.objects.create(job=job, attempt=job.attempt, **values)
+        else:
+            NamespaceQuotaRefusal.objects.filter(pk=row.pk).update(**values)
+    return delay
+
+
+def quota_admitted(*, job: Job) -> None:
+    """The attempt's pods were let in after all: its refusal no longer holds."""
+    NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True).update(
+        cleared_at=timezone.now())
+
+
+def recheck_quota_refusals(*, cluster: Cluster, backend) -> int:
+    """Re-read the ResourceQuotas of the namespaces with a refusal in force on ``cluster`` (one list each) and
+    clear the refusals whose quotas changed since (a raised ceiling, or room freed): their jobs may be admitted
+    there again. Returns how many were cleared."""
+    now = timezone.now()
+    rows = list(NamespaceQuotaRefusal.objects.filter(cluster=cluster, cleared_at__isnull=True, expires_at__gt=now))
+    cleared = 0
+    for namespace in sorted({r.namespace for r in rows}):
+        try:
+            version = backend.namespace_quota_version(namespace)
+        except Exception as exc:  # noqa: BLE001 - one namespace's read must not stop the sync
+            log.warning("cluster %s: quotas of %s not re-read (%s)", cluster.name, namespace, exc)
+            continue
+        stale = [r.pk for r in rows if r.namespace == namespace and r.quota_version != version]
+        if stale:
+            cleared += NamespaceQuotaRefusal.objects.filter(pk__in=stale).update(cleared_at=now)
+    return cleared
+
+
 # ------------------------------------------------------------------------------------------ reconcile
 
 
@@ -595,7 +675,7 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
                            message=f"its pods could not be started within {int(ADMIT_GIVE_UP.total_seconds())} s "
                                    "of its admission (see its events)"):
                     counts["requeued"] += 1
-            elif now - since > ADMIT_RETRY:
+            elif now - since > ADMIT_RETRY and not _quota_chain_pending(job, now):
                 dispatch.send_now("scheduling.pods.admit", job.pk, job.attempt)
                 counts["admitted"] += 1
         elif job.state == JobState.ADMITTED and mine and any(p.gated for p in mine):
