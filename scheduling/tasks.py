@@ -34,8 +34,8 @@ RETRY = {
 }
 
 
-# Event code of an admission the namespace's ResourceQuota refused (an event, not a pending reason).
-NAMESPACE_QUOTA = "namespace_quota"
+# Event code of an admission the namespace's ResourceQuota refused (also the pending reason it leads to).
+NAMESPACE_QUOTA = reasons.NAMESPACE_QUOTA
 
 
 @worker_ready.connect
@@ -93,12 +93,17 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
     job = _job(job_id, attempt, (JobState.ADMITTED,))
     if job is None:
         return "stale"
-    backend = get_backend(clusters.cluster_of(job))  # the cluster the admission bound this attempt to
+    cluster = clusters.cluster_of(job)  # the cluster the admission bound this attempt to
+    backend = get_backend(cluster)
+    if clusters.quota_backing_off(job=job, now=timezone.now()):
+        return "backing_off"  # this attempt's one retry chain has its next try later: no second chain
     try:
         backend.start(clusters.podset_for(job), tuple(job.placement), fresh=fresh)
     except QuotaExceeded as exc:
         _quota_refused(job, exc)
-        raise
+        delay = clusters.quota_refused(job=job, cluster=cluster, exc=exc, now=timezone.now())
+        admit_pods.apply_async((job_id, attempt), countdown=delay)  # the chain's next step
+        return "quota_backoff"
     except InvalidPodSpec as exc:
         # The cluster refuses these pods as they are (a missing namespace, a stricter PodSecurity level):
         # retrying cannot help, so the job fails with the API server's reason and gives its GPUs back. Any pod
@@ -106,6 +111,7 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
         clusters.finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
                         message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
         return "refused"
+    clusters.quota_admitted(job=job)
     return "admitted"
 
 
@@ -182,6 +188,9 @@ def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | N
                 and (last.data or {}).get("pod") == pod):  # asked again every reconcile run: said once
             record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
                          message=message[:500], data={**data, "pod": pod})
+        if partial:  # the job's own state says what it waits for, not only its timeline
+            Job.objects.filter(pk=job.pk, attempt=attempt, state__in=(JobState.ADMITTED, JobState.RUNNING)).update(
+                reason_code=reasons.DISRUPTION_BUDGET, reason_message=message[:300])
         return "partly_blocked" if partial else "blocked"
     if victim is not None and outcome.status == "accepted":
         PreemptionVictim.objects.filter(pk=victim.pk, status=PreemptionVictim.Status.REQUESTED).update(
@@ -209,6 +218,38 @@ def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None =
         logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
     get_backend(cluster).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
     return "deleted"
+
+
+@shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)
+def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+    """Clear the pods of an attempt that has ended (requeued, finished, orphaned) on ``cluster``: the ones that no
+    longer run are deleted, the ones that still run are evicted through the Eviction API. A refusal (a
+    PodDisruptionBudget) is recorded on the job once per pod and left running; the reconciler asks again on its
+    next run, for as long as the pods are there. Never a live attempt on the cluster it is bound to."""
+    job = Job.objects.select_related("cluster", "department", "flavor", "owner").filter(pk=job_id).first()
+    if job is not None and job.attempt == attempt:
+        if job.state == JobState.QUEUED:
+            return "live"
+        if job.state in (JobState.ADMITTED, JobState.RUNNING) and (
+                cluster is None or clusters.cluster_of(job).name == cluster):
+            return "live"
+    if cluster is None:
+        cluster = clusters.cluster_of(job).name if job is not None else clusters.default_cluster().name
+    if job is None or job.attempt != attempt or clusters.cluster_of(job).name == cluster:
+        logs.keep_attempt_log(job_id=job_id, attempt=attempt)
+    outcome = get_backend(cluster).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+    if outcome.status != "blocked":
+        return "removed"
+    pod = outcome.pods[0] if outcome.pods else ""
+    log.info("job %s attempt %s: eviction of %s refused (%s); asked again later", job_id, attempt, pod,
+             outcome.message)
+    if job is not None and not job.events.filter(attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                                                 data__pod=pod).exists():
+        record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                     message=f"pod {pod} of ended attempt {attempt} still runs: its eviction was refused "
+                             f"({outcome.message or 'a PodDisruptionBudget forbids it'}); asking again, "
+                             "never deleting it"[:500], data={"pod": pod})
+    return "blocked"
 
 
 @shared_task(name="scheduling.pods.keep_log", time_limit=120, soft_time_limit=100, ignore_result=True)

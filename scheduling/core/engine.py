@@ -209,6 +209,15 @@ class Cycle:
                     job, reasons.NO_CAPACITY, {"free": 0, "requested": k, "schedulable_nodes": 0}
                 )
             return self.pend(job, reasons.UNKNOWN_FLAVOR, {"flavor": flavor, "cluster": job.cluster})
+        refused = {q.cluster for q in self.snap.namespace_quotas
+                   if q.department == job.department and q.flavor == flavor and k >= q.gpus and self.now < q.until}
+        if refused:  # a namespace quota there refused a request this large: no admission there until it changes
+            pools = [p for p in pools if p.cluster not in refused]
+            if not pools:
+                return self.pend(
+                    job, reasons.NAMESPACE_QUOTA, {"clusters": sorted(refused), "requested": k},
+                    "refused by the namespace quota on " + ", ".join(sorted(refused)),
+                )
         if self.credits is not None and job.hold > 0:
             available = self.credits.get(job.department, 0)
             if job.hold > available:

@@ -234,6 +234,19 @@ class Policy:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceQuotaLimit:
+    """A namespace ResourceQuota on ``cluster`` refused a request of ``gpus`` GPUs of ``flavor`` by
+    ``department``: until ``until`` (the adapter drops it earlier once it sees the quota change), no job of that
+    department and flavor needing at least that many GPUs is admitted there."""
+
+    cluster: str
+    department: str
+    flavor: str
+    gpus: int
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[Node, ...] = ()
@@ -249,6 +262,7 @@ class Snapshot:
     # The portal shows them; the trace simulator does not read them and turns them off.
     estimates: bool = True
     clusters: tuple[ClusterInfo, ...] = ()  # clusters not listed are active, unlabelled, cost_rank 0
+    namespace_quotas: tuple[NamespaceQuotaLimit, ...] = ()  # namespace ResourceQuota refusals in force
 
 
 # ---------------------------------------------------------------- decisions (the engine's output)

@@ -25,7 +25,16 @@ from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission, get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
 from scheduling.core import reasons
-from scheduling.models import IN_FLIGHT, Cluster, ClusterState, Job, JobState, Node, PreemptionVictim
+from scheduling.models import (
+    IN_FLIGHT,
+    Cluster,
+    ClusterState,
+    Job,
+    JobState,
+    NamespaceQuotaRefusal,
+    Node,
+    PreemptionVictim,
+)
 from scheduling.services import notify
 from scheduling.services.jobs import (
     budget_attempt_ended,
@@ -54,6 +63,10 @@ LOST_GRACE = timedelta(seconds=60)
 ADMIT_RETRY = timedelta(seconds=30)
 # ... and after this long it gives its GPUs back and waits in the queue again (e.g. a full namespace quota).
 ADMIT_GIVE_UP = timedelta(minutes=5)
+# A namespace quota refusal: the start's back-off (2 s, 4 s, ... capped) and how long it keeps jobs of that size
+# off the cluster when no change of the quota is seen (a bound, in case the change is never observed).
+QUOTA_BACKOFF_S = (2, 300)
+QUOTA_REFUSAL_TTL = timedelta(minutes=30)
 
 
 def default_cluster() -> Cluster:
@@ -148,6 +161,8 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
     if backend.owns_inventory:
         store_nodes(cluster=cluster, inventory=inv, terminating=_terminating_gpus(inv.pods))
     counts = apply_pod_states(inv.pods, complete=True, cluster=cluster)
+    if recheck_quota_refusals(cluster=cluster, backend=backend):
+        counts["quota_refusals_cleared"] = 1
     if drain_finished(cluster=cluster):
         counts["drained"] = 1
     return counts
@@ -285,6 +300,16 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
         pods = [p for p in by_job[job.pk] if p.attempt == job.attempt]
         if not pods:
             continue
+        if not complete and len(pods) < job.pods and any(_disrupted(p) for p in pods):
+            # A watcher's event names one pod. Whether a gang's disruption ends the attempt depends on its other
+            # pods: one that still runs must be evicted (its PodDisruptionBudget may refuse), never deleted
+            # along with an attempt requeued on the strength of one pod's event.
+            try:
+                pods = list(get_backend(cluster).attempt_pods(job_id=job.pk, attempt=job.attempt,
+                                                              namespace=pods[0].namespace)) or pods
+            except ClusterUnavailable as exc:
+                log.warning("job %s: the attempt's other pods could not be read (%s); left to the sync", job.pk, exc)
+                continue
         try:
             outcome = retry_on_conflict(lambda j=job, p=pods: _apply_job_atomically(j, p),
                                         what=f"pod sync of job {job.pk}")
@@ -294,8 +319,13 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
             continue
         if outcome:
             counts[outcome] += 1
-    if complete:  # evicting jobs none of whose pods is listed any more: their eviction is over
-        for job in _evicting_jobs(cluster):
+    if complete:  # evicting jobs (or broken gangs) none of whose pods is listed any more: their eviction is over
+        broken = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING),
+                                             reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)), cluster)
+        evicting = {j.pk: j for j in _evicting_jobs(cluster)}
+        for job in broken.select_related("department", "flavor", "owner", "cluster"):
+            evicting.setdefault(job.pk, job)
+        for job in sorted(evicting.values(), key=lambda j: j.pk):
             if any(p.attempt == job.attempt for p in by_job.get(job.pk, ())):
                 continue
             try:
@@ -315,6 +345,13 @@ def _apply_job_atomically(job: Job, pods: list[PodState]) -> str | None:
         return _apply_job(snapshot, pods)
 
 
+def _quota_chain_pending(job: Job, now: datetime) -> bool:
+    """The attempt's quota retry chain has a try due soon (its message is on its way): starting another would
+    double the refused creates. A chain whose next try is long overdue (its message was lost) is not pending."""
+    return NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True,
+                                                next_retry_at__gt=now - ADMIT_RETRY).exists()
+
+
 def _evicting_jobs(cluster: Cluster):
     """Active jobs on ``cluster`` whose current attempt is being evicted (decided, requested or accepted)."""
     ids = PreemptionVictim.objects.filter(
@@ -330,6 +367,9 @@ def attempt_gone(*, job: Job) -> bool:
     way, else as lost (someone deleted its pods)."""
     if PreemptionVictim.objects.filter(job=job, attempt=job.attempt, status__in=IN_FLIGHT).exists():
         return requeue(job=job, outcome="preempted", reason="Evicted", message="evicted; its pods are gone")
+    if job.reason_code in (GANG_BROKEN, reasons.DISRUPTION_BUDGET):
+        return requeue(job=job, outcome="platform_failure", reason="GangBroken",
+                       message="its gang lost a pod to someone else; the others were evicted and are gone")
     return requeue(job=job, outcome="platform_failure", reason="PodsLost",
                    message="the job's pods disappeared from the cluster")
 
@@ -351,10 +391,42 @@ def apply_pod_deleted(*, state: PodState, cluster: str = "default") -> str | Non
         return "requeued" if attempt_gone(job=job) else None
 
 
+def _disrupted(pod: PodState) -> bool:
+    """The pod was evicted, lost with its node, failed or is terminating: its attempt may be over."""
+    return pod.reason in EVICTION_REASONS or pod.reason in PLATFORM_REASONS or pod.phase == "Failed" or pod.deleting
+
+
+# Reason on an active gang that lost a member while others still run: they are being evicted (never deleted).
+GANG_BROKEN = "gang_broken"
+
+
+def _wait_for_the_rest(job: Job, pods: list[PodState], lost: PodState, now: datetime) -> bool:
+    """A gang lost ``lost`` (evicted by someone else, its node drained or gone) while other pods of the attempt
+    still run. The attempt cannot go on, but its running pods may be covered by a PodDisruptionBudget: they
+    are asked to go through the Eviction API (a 429 is honoured: the reconciler asks again on each run), and
+    the job keeps its placement until they are gone. Returns True when the job has to wait for that."""
+    if job.pods < 2:
+        return False
+    running = [p for p in pods if p is not lost and not _disrupted(p) and p.holds_node(now.timestamp())]
+    if not running:
+        return False
+    message = (f"pod {lost.name} is gone ({lost.reason or lost.phase}); evicting the gang's other pods "
+               f"({', '.join(p.name for p in running)}) through the Eviction API before it is requeued")
+    if Job.objects.filter(pk=job.pk, attempt=job.attempt, state=job.state).exclude(
+            reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)).update(reason_code=GANG_BROKEN,
+                                                                              reason_message=message[:300]):
+        record_event(job=job, kind="eviction", attempt=job.attempt, reason_code=GANG_BROKEN, message=message[:500],
+                     data={"pod": lost.name})
+        dispatch.after_commit("scheduling.pods.evict", job.pk, job.attempt, lost.namespace, None)
+    return True
+
+
 def _apply_job(job: Job, pods: list[PodState]) -> str | None:
     now = timezone.now()
     evicted = [p for p in pods if p.reason in EVICTION_REASONS]
     if evicted:
+        if _wait_for_the_rest(job, pods, evicted[0], now):
+            return None
         if any(p.holds_node(now.timestamp()) for p in pods):
             # A terminating pod keeps its node's GPUs until it is gone (or its grace period has passed), and a
             # gang's pods whose eviction was refused keep running: the job keeps its placement (so nothing is
@@ -368,6 +440,8 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
     if platform:
         p = platform[0]
         if p.reason in SCHEDULING_REASONS and _scheduler_may_still_bind(job, p, now):
+            return None
+        if _wait_for_the_rest(job, pods, p, now):
             return None
         return "requeued" if requeue(job=job, outcome="platform_failure", reason=p.reason,
                                      message=f"pod {p.name}: {p.reason} {p.message}".strip()) else None
@@ -398,6 +472,7 @@ def _broken_gang(job: Job, pods: list[PodState], evicting: set[int]) -> bool:
     others still run."""
     running = any(not p.deleting and p.phase not in ("Succeeded", "Failed") for p in pods)
     disrupted = (any(p.reason in EVICTION_REASONS for p in pods) or job.pk in evicting
+                 or job.reason_code in (GANG_BROKEN, reasons.DISRUPTION_BUDGET)
                  or (job.state == JobState.RUNNING and len(pods) < job.pods))
     return running and disrupted
 
@@ -456,7 +531,8 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
         if not requeued:
             return False
         budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
-        dispatch.after_commit("scheduling.pods.delete", job.pk, old_attempt,
+        # Removed, not deleted: a pod of the old attempt that still runs goes through the Eviction API.
+        dispatch.after_commit("scheduling.pods.remove", job.pk, old_attempt,
                               namespace_for(job.department.slug, ran_on), ran_on.name)
         enqueue_pod_creation(job)
     return True
@@ -487,6 +563,64 @@ def _mark_restarted(job: Job) -> None:
         if n:
             record_event(job=job, kind="preemption", reason_code="restarted",
                          message=f"restarted as attempt {job.attempt} after preemption")
+
+
+# ------------------------------------------------------------------------------------------ namespace quotas
+
+
+def quota_backing_off(*, job: Job, now: datetime) -> bool:
+    """The attempt's start was refused by a namespace quota and its next try is not due yet."""
+    return NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True,
+                                                next_retry_at__gt=now).exists()
+
+
+def quota_refused(*, job: Job, cluster: Cluster, exc, now: datetime) -> float:
+    """Record a namespace quota refusal of the attempt's pods (one row per attempt, its back-off step moved on)
+    and return the seconds until the chain's next try. The row also tells the engine to keep jobs of this size
+    of the department off that cluster until the quota changes."""
+    low, high = QUOTA_BACKOFF_S
+    with transaction.atomic():
+        row = NamespaceQuotaRefusal.objects.select_for_update().filter(job=job, attempt=job.attempt).first()
+        step = 1 if row is None else row.step + 1
+        delay = float(min(high, low * 2 ** (step - 1)))
+        values = {"cluster": cluster, "namespace": getattr(exc, "namespace", "") or namespace_for(
+            job.department.slug, cluster), "gpus": job.pods * job.gpus,
+            "request": {"pods": job.pods, "gpus_per_pod": job.gpus, "cpu_millicores": job.cpu_millicores,
+                        "memory_mib": job.memory_mib, "resource": job.flavor.resource_name},
+            "quota_version": getattr(exc, "quota_version", "")[:500], "quotas": getattr(exc, "quotas", {}),
+            "message": str(exc)[:2000], "refused_at": now, "step": step,
+            "next_retry_at": now + timedelta(seconds=delay), "expires_at": now + QUOTA_REFUSAL_TTL,
+            "cleared_at": None}
+        if row is None:
+            NamespaceQuotaRefusal.objects.create(job=job, attempt=job.attempt, **values)
+        else:
+            NamespaceQuotaRefusal.objects.filter(pk=row.pk).update(**values)
+    return delay
+
+
+def quota_admitted(*, job: Job) -> None:
+    """The attempt's pods were let in after all: its refusal no longer holds."""
+    NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True).update(
+        cleared_at=timezone.now())
+
+
+def recheck_quota_refusals(*, cluster: Cluster, backend) -> int:
+    """Re-read the ResourceQuotas of the namespaces with a refusal in force on ``cluster`` (one list each) and
+    clear the refusals whose quotas changed since (a raised ceiling, or room freed): their jobs may be admitted
+    there again. Returns how many were cleared."""
+    now = timezone.now()
+    rows = list(NamespaceQuotaRefusal.objects.filter(cluster=cluster, cleared_at__isnull=True, expires_at__gt=now))
+    cleared = 0
+    for namespace in sorted({r.namespace for r in rows}):
+        try:
+            version = backend.namespace_quota_version(namespace)
+        except Exception as exc:  # noqa: BLE001 - one namespace's read must not stop the sync
+            log.warning("cluster %s: quotas of %s not re-read (%s)", cluster.name, namespace, exc)
+            continue
+        stale = [r.pk for r in rows if r.namespace == namespace and r.quota_version != version]
+        if stale:
+            cleared += NamespaceQuotaRefusal.objects.filter(pk__in=stale).update(cleared_at=now)
+    return cleared
 
 
 # ------------------------------------------------------------------------------------------ reconcile
@@ -541,7 +675,7 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
                            message=f"its pods could not be started within {int(ADMIT_GIVE_UP.total_seconds())} s "
                                    "of its admission (see its events)"):
                     counts["requeued"] += 1
-            elif now - since > ADMIT_RETRY:
+            elif now - since > ADMIT_RETRY and not _quota_chain_pending(job, now):
                 dispatch.send_now("scheduling.pods.admit", job.pk, job.attempt)
                 counts["admitted"] += 1
         elif job.state == JobState.ADMITTED and mine and any(p.gated for p in mine):
@@ -569,6 +703,7 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
                 counts["evictions_resent"] += 1
     for key, plist in pods.items():
         if key not in live_keys:  # pods of a finished job, of an attempt that moved on, or bound elsewhere
-            dispatch.send_now("scheduling.pods.delete", key[0], key[1], plist[0].namespace, cluster.name)
+            # still-running ones through the Eviction API: a dead attempt's pods are no reason to bypass a PDB
+            dispatch.send_now("scheduling.pods.remove", key[0], key[1], plist[0].namespace, cluster.name)
             counts["orphans_deleted"] += 1
     return dict(counts)

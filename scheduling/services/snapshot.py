@@ -28,7 +28,7 @@ from quotas.models import Quota
 from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import types as core
-from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, Node, PreemptionVictim
+from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, NamespaceQuotaRefusal, Node, PreemptionVictim
 from scheduling.services.policy import current_policy
 
 log = logging.getLogger(__name__)
@@ -206,6 +206,11 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     window_start = now - timedelta(seconds=policy.preemption_window_s)
     recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
 
+    refusals = NamespaceQuotaRefusal.objects.filter(cleared_at__isnull=True, expires_at__gt=now).values_list(
+        "cluster__name", "job__department__slug", "job__flavor__name", "gpus", "expires_at")
+    namespace_quotas = tuple(sorted({core.NamespaceQuotaLimit(cluster=c, department=d, flavor=f, gpus=g,
+                                                              until=e.timestamp()) for c, d, f, g, e in refusals},
+                                    key=lambda q: (q.cluster, q.department, q.flavor, q.gpus, q.until)))
     snapshot = core.Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -218,6 +223,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         disruption_budgets=tuple(disruption),
         recent_preemptions=recent,
         clusters=clusters,
+        namespace_quotas=namespace_quotas,
     )
     return snapshot, ctx
 

@@ -451,7 +451,7 @@ class KubernetesBackend(ClusterBackend):
                         pod = self.call.json(self.core.read_namespaced_pod, name, podset.namespace)
                     except ApiError as exc2:
                         if exc2.status == 404:
-                            raise QuotaExceeded(f"{podset.namespace}: {exc.message}") from exc
+                            raise self._quota_exceeded(podset.namespace, exc) from exc
                         raise
                     self._check_adoptable(podset, index, pod)
                     result[name] = "adopted"
@@ -558,7 +558,7 @@ class KubernetesBackend(ClusterBackend):
                 if exc2.status != 404:
                     raise
                 if _is_quota_refusal(exc):
-                    raise QuotaExceeded(f"{podset.namespace}: {exc.message}") from exc
+                    raise self._quota_exceeded(podset.namespace, exc) from exc
                 raise BackendError(f"pod {podset.pod_name(index)} vanished while adopting it; retry") from exc2
             self._check_adoptable(podset, index, pod)
             log.info("adopted existing pod %s/%s", podset.namespace, podset.pod_name(index))
@@ -675,6 +675,76 @@ class KubernetesBackend(ClusterBackend):
         if accepted:
             return EvictionOutcome("accepted", pods=tuple(accepted))
         return EvictionOutcome("gone", pods=tuple(gone))
+
+    @_mapped
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+        """Clear an ended attempt's pods without bypassing a PodDisruptionBudget: a pod that no longer runs
+        (finished, terminating, or never bound to a node) is deleted; one that still runs is evicted through
+        the Eviction API, in index order, stopping at the first refusal (429, or the 500 of a pod under several
+        PDBs), which is reported ``blocked`` with ``partial`` when other pods already went. The attempt's own
+        PDB is deleted only once no pod of it is left running, so it guards its pods until then."""
+        pods = self._attempt_pods(namespace, job_id, attempt)
+        removed: list[str] = []
+        for index in sorted(pods):
+            pod = pods[index]
+            name = pod["metadata"]["name"]
+            phase = (pod.get("status") or {}).get("phase")
+            runs = (phase not in TERMINAL_PHASES and not pod["metadata"].get("deletionTimestamp")
+                    and (pod.get("spec") or {}).get("nodeName"))
+            try:
+                if runs:
+                    body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": name, "namespace": namespace}}
+                    self.call.json(self.core.create_namespaced_pod_eviction, name, namespace, body)
+                else:
+                    self.call.json(self.core.delete_namespaced_pod, name, namespace)
+                removed.append(name)
+            except ApiError as exc:
+                if exc.status == 404:
+                    continue
+                if exc.status == 429:
+                    causes = "; ".join(c.get("message", "") for c in exc.causes if c.get("message"))
+                    return EvictionOutcome("blocked", pods=(name,), message=causes or exc.message,
+                                           partial=bool(removed) or len(pods) < max(pods) + 1)
+                if exc.status == 409:
+                    raise BackendError(f"eviction of {namespace}/{name} conflicted; retry") from exc
+                raise
+            except ClusterUnavailable as exc:
+                if MULTIPLE_PDBS not in str(exc):
+                    raise
+                return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
+                                       partial=bool(removed))
+        try:
+            self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
+                           attempt_base_name(job_id, attempt), namespace)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        return EvictionOutcome("accepted" if removed else "gone", pods=tuple(removed))
+
+    @_mapped
+    def namespace_quota_version(self, namespace: str) -> str:
+        return self._quota_reading(namespace)[0]
+
+    def _quota_reading(self, namespace: str) -> tuple[str, dict[str, dict[str, dict[str, str]]]]:
+        """One list of the namespace's ResourceQuotas: (``name@resourceVersion,...`` sorted, {name: hard/used})."""
+        items = self.call.json(self.core.list_namespaced_resource_quota, namespace).get("items") or []
+        version = ",".join(sorted(f"{q['metadata']['name']}@{q['metadata'].get('resourceVersion', '')}"
+                                  for q in items))
+        quotas = {q["metadata"]["name"]: {"hard": dict((q.get("status") or {}).get("hard") or {}),
+                                          "used": dict((q.get("status") or {}).get("used") or {})} for q in items}
+        return version, quotas
+
+    def _quota_exceeded(self, namespace: str, exc: ApiError) -> QuotaExceeded:
+        """The refusal, with the namespace's quotas as read right after it (so the portal can tell when they
+        change); a failed read leaves the version empty (the refusal then only expires with time)."""
+        try:
+            version, quotas = self._quota_reading(namespace)
+        except (ApiError, BackendError) as err:
+            log.warning("could not read the ResourceQuotas of %s: %s", namespace, err)
+            version, quotas = "", {}
+        return QuotaExceeded(f"{namespace}: {exc.message}", namespace=namespace, quota_version=version,
+                             quotas=quotas)
 
     @_mapped
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str, grace_period_s: int | None = None) -> None:
