@@ -343,3 +343,12 @@ def test_a_half_configuration_is_refused_at_start_up():
         config.load({"OIDC_GROUP_MAP": '[{"group": "g", "department": "vision", "role": "boss"}]'})
     assert "OIDC_GROUP_MAP[0].role" in str(exc.value)
     assert config.load({})["OIDC_RP_CLIENT_ID"] == ""  # off by default
+
+
+def test_the_pages_let_the_log_out_form_go_on_to_the_provider_only(sso, lab, settings):
+    c = Client()
+    sign_in(c, sso, sub="u-24", preferred_username="ian", groups=["cv-lab"])
+    policy = c.get("/")["Content-Security-Policy"]
+    assert f"form-action 'self' {sso.url};" in policy  # else a browser blocks the redirect to end-session
+    settings.OIDC_OP_LOGOUT_ENDPOINT = ""
+    assert "form-action 'self';" in c.get("/")["Content-Security-Policy"]
