@@ -129,6 +129,7 @@ class Provider:
         self.issued_id_tokens: list[str] = []
         self.disabled: set[str] = set()  # subjects the provider no longer signs in
         self.logouts: list[dict] = []  # the end-session requests it accepted
+        self.userinfo_override: dict = {}  # a test may make userinfo disagree with the ID token
         provider = self
 
         class Grant(grants.AuthorizationCodeGrant):
@@ -276,7 +277,7 @@ class Provider:
             user = self.tokens.get(token)
             if user is None:
                 return _json(start_response, 401, {"error": "invalid_token"})
-            return _json(start_response, 200, user)
+            return _json(start_response, 200, {**user, **self.userinfo_override})
         if path == "/end_session":
             return self._end_session(start_response, {k: v[0] for k, v in values.items()})
         return _json(start_response, 404, {"error": "not_found"})

@@ -167,6 +167,14 @@ def test_an_id_token_of_another_issuer_signs_nobody_in(sso, lab, settings):
     assert not get_user_model().objects.filter(username="una").exists()
 
 
+def test_userinfo_of_another_subject_than_the_id_token_signs_nobody_in(sso, lab):
+    sso.userinfo_override = {"sub": "u-someone-else"}
+    c = Client()
+    r = sign_in(c, sso, sub="u-19", preferred_username="ada", groups=["cv-lab"])
+    assert r.status_code == 302 and "sso=failed" in r["Location"]
+    assert not ExternalIdentity.objects.exists() and not get_user_model().objects.filter(username="ada").exists()
+
+
 def test_a_verified_email_links_the_account_an_admin_provisioned(sso, lab):
     from portal.services import members
 
