@@ -68,6 +68,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "portal.sso.SessionRefresh",  # single sign-on sessions re-checked at the provider (off without SSO)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # turns a lockout into the response of portal.lockout
@@ -278,6 +279,13 @@ OIDC_OP_AUTHORIZATION_ENDPOINT = str(ENV["OIDC_OP_AUTHORIZATION_ENDPOINT"])
 OIDC_OP_TOKEN_ENDPOINT = str(ENV["OIDC_OP_TOKEN_ENDPOINT"])
 OIDC_OP_USER_ENDPOINT = str(ENV["OIDC_OP_USER_ENDPOINT"])
 OIDC_OP_JWKS_ENDPOINT = str(ENV["OIDC_OP_JWKS_ENDPOINT"])
+OIDC_OP_ISSUER = str(ENV["OIDC_OP_ISSUER"])
+OIDC_OP_LOGOUT_ENDPOINT = str(ENV["OIDC_OP_LOGOUT_ENDPOINT"])
+# SessionRefresh (portal.sso.SessionRefresh) re-checks a session at the provider after this many seconds.
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = int(ENV["OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS"])
+# The ID token is kept in the session as the id_token_hint of the provider's logout (portal.sso.provider_logout_url).
+OIDC_STORE_ID_TOKEN = True
+OIDC_OP_LOGOUT_URL_METHOD = "portal.sso.provider_logout_url"
 OIDC_RP_SIGN_ALGO = str(ENV["OIDC_RP_SIGN_ALGO"])
 OIDC_RP_SCOPES = str(ENV["OIDC_RP_SCOPES"])
 OIDC_USERNAME_CLAIM = str(ENV["OIDC_USERNAME_CLAIM"])

@@ -7,7 +7,8 @@ Who may do what (the caller has already passed the tenancy gate for the departme
   changes or removes the platform-admin role, and never demotes or removes themselves (a department must
   not lose its last admin by a slip; another admin or a platform admin does it).
 
-A new account gets an unusable password: it signs in through single sign-on, or a platform admin sets a
+A new account gets an unusable password: it signs in through single sign-on (linked by its ``email`` when
+the provider verifies that address, never by the user name: portal/sso.py), or a platform admin sets a
 password (``manage.py changepassword``). A user belongs to one department at a time.
 """
 
