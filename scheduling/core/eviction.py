@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from . import reasons
+from . import reasons, tiers
 from .ordering import REALTIME, Scorer, tier_rank
 from .placement import Pool
 from .preemption import (
@@ -71,7 +71,7 @@ class Evictions:
         self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
         for job in running:
             pool = pools.get((job.cluster, job.flavor))
-            if job.tier == "realtime" or not job.preemptible or pool is None:
+            if not (tiers.preemptible(job.tier) and job.preemptible) or pool is None:
                 continue
             nodes = [
                 i for i in (pool.pos.get(name) for name in job.placement) if i is not None and not pool.taints[i]

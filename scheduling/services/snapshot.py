@@ -27,6 +27,7 @@ from quotas.budgets import read_for_cycle
 from quotas.models import Quota
 from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
+from scheduling.core import tiers
 from scheduling.core import types as core
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, Node, PreemptionVictim
 from scheduling.services.policy import current_policy
@@ -137,7 +138,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     )
     coverage = (
         cluster_budgets(active)
-        if queued and any(j.tier != "realtime" and j.pk not in ctx.evicting for j in active)
+        if queued and any(tiers.preemptible(j.tier) and j.pk not in ctx.evicting for j in active)
         else {}
     )
     running = []
@@ -172,7 +173,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
                 cluster=cluster,
                 deadline=to_epoch(j.deadline),
                 disruption_budgets=budgets,
-                preemptible=j.tier != "realtime" and j.pk not in ctx.evicting,
+                preemptible=tiers.preemptible(j.tier) and j.pk not in ctx.evicting,
                 evicting_for=ctx.evicting_for.get(j.pk),
             )
         )
