@@ -106,3 +106,51 @@ def test_a_refund_never_exceeds_the_charge():
 ])
 def test_price_order(tier, rate, others, conflict):
     assert money.price_order_conflict(tier, rate, others) == conflict
+
+
+# ------------------------------------------------------------------------------------- cycle outcomes
+
+
+def test_every_pending_job_gets_one_explicit_outcome_that_agrees_with_the_result():
+    """Admitted exactly when admitted; Waiting with the reason code it reports; Evicting with the victims its
+    preemption names (or the ones already leaving for it)."""
+    from scheduling.core import Node, PendingJob, Quota, RunningJob, Snapshot
+    from scheduling.core.engine import Cycle
+    from scheduling.core.outcomes import Admitted, Evicting, Waiting
+    from scheduling.core.reasons import PREEMPTION_IN_PROGRESS
+
+    now = 100_000.0
+    snap = Snapshot(
+        now=now,
+        nodes=(Node("n1", "a100", 4), Node("n2", "a100", 4)),
+        running=(
+            RunningJob(1, "b", "a100", "backfill", ("n1",), 4, started_at=now - 7200, max_runtime_s=36000,
+                       borrowed=True),
+            RunningJob(2, "b", "a100", "elastic", ("n2",), 2, started_at=now - 7200, max_runtime_s=36000,
+                       borrowed=True),
+        ),
+        pending=(
+            PendingJob(10, "a", "a100", tier="elastic", gpus_per_pod=2),  # fits now
+            PendingJob(11, "a", "a100", tier="realtime", gpus_per_pod=4, submitted_at=now - 60),  # preempts
+            PendingJob(12, "a", "a100", tier="elastic", gpus_per_pod=8, submitted_at=now - 30),  # waits
+            PendingJob(13, "a", "h100", tier="elastic"),  # unknown flavor
+            PendingJob(14, "a", "a100", pods=0),  # invalid
+        ),
+        quotas=(Quota("a", "a100", 8), Quota("b", "a100", 0, borrowing_limit=8)),
+    )
+    cycle = Cycle(snap)
+    result = cycle.run()
+    outcomes = cycle.outcomes
+    assert set(outcomes) == {j.id for j in snap.pending}
+    admitted = {a.job_id for a in result.admissions}
+    reasons = {p.job_id: p for p in result.pending}
+    victims = {p.preemptor_id: p.victim_ids for p in result.preemptions}
+    assert admitted == {10}
+    assert isinstance(outcomes[11], Evicting) and outcomes[11].victims == victims[11]
+    for job_id, outcome in outcomes.items():
+        assert isinstance(outcome, Admitted) == (job_id in admitted)
+        if isinstance(outcome, Waiting):
+            assert reasons[job_id].code == outcome.code != PREEMPTION_IN_PROGRESS
+        if isinstance(outcome, Evicting):
+            assert reasons[job_id].code == PREEMPTION_IN_PROGRESS
+    assert outcomes[13] == Waiting("unknown_flavor") and outcomes[14] == Waiting("invalid_request")
