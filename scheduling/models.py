@@ -27,6 +27,7 @@ from portal.tenancy import (
     TenantQuerySet,
 )
 from quotas.models import Flavor
+from scheduling.core import tiers as tier_table
 from scheduling.core.types import TIERS
 
 # A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name of up to 63 characters; a value:
@@ -167,12 +168,8 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-TIER_LABELS = {
-    "realtime": "Realtime (starts within 5 minutes, never preempted)",
-    "elastic": "Elastic (interruptible batch training)",
-    "backfill": "Backfill (dev/test, lowest)",
-}
-# The tiers are the scheduling core's list (``Tier.REALTIME`` etc. for the ORM), with a label each.
+# The tiers are the scheduling core's table (``Tier.REALTIME`` etc. for the ORM), each with its label.
+TIER_LABELS = {t.name: t.label for t in tier_table.TABLE}
 Tier = models.TextChoices("Tier", [(t.upper(), (t, TIER_LABELS[t])) for t in TIERS])
 
 

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-TIERS: tuple[str, ...] = ("realtime", "elastic", "backfill")
-TIER_RANK: Mapping[str, int] = MappingProxyType({t: i for i, t in enumerate(TIERS)})
+from . import tiers as _tiers
+
+TIERS: tuple[str, ...] = _tiers.NAMES  # in rank order; the facts of each are in ``tiers.TABLE``
+TIER_RANK: Mapping[str, int] = MappingProxyType({t.name: t.rank for t in _tiers.TABLE})
 URGENCIES: tuple[str, ...] = ("low", "normal", "high", "critical")
 USER_TIERS: tuple[str, ...] = ("standard", "senior", "pi")
 TASK_TYPES: tuple[str, ...] = ("train", "inference", "processing")
@@ -98,7 +100,7 @@ class PendingJob:
     id: int
     department: str
     flavor: str
-    tier: str = "elastic"
+    tier: str = _tiers.DEFAULT
     pods: int = 1
     gpus_per_pod: int = 1
     urgency: str = "normal"
@@ -227,9 +229,7 @@ class Policy:
     # starts keeps off the GPUs those heads need. 1 is plain EASY backfill; 0 reserves nothing.
     reservation_depth: int = 16
     priority_classes: Mapping[str, str] = field(
-        default_factory=lambda: MappingProxyType(
-            {"realtime": "ai-realtime", "elastic": "ai-elastic", "backfill": "ai-backfill"}
-        )
+        default_factory=lambda: MappingProxyType({t.name: t.priority_class for t in _tiers.TABLE})
     )
 
 

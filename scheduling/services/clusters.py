@@ -24,7 +24,7 @@ from quotas import budgets
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission, get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
-from scheduling.core import reasons
+from scheduling.core import reasons, tiers
 from scheduling.models import (
     IN_FLIGHT,
     Cluster,
@@ -47,7 +47,7 @@ from scheduling.services.policy import current_policy
 
 log = logging.getLogger(__name__)
 
-PRIORITY_VALUES = {"realtime": 1_000_000, "elastic": 100_000, "backfill": 1_000}
+PRIORITY_VALUES = {t.name: t.priority_value for t in tiers.TABLE}
 EVICTION_REASONS = {"Evicted", "Preempted", "DisruptionTarget", "TerminationByKubelet"}
 PLATFORM_REASONS = {"NodeLost", "Unschedulable", "SchedulerError", "NodeAffinity", "NodeShutdown",
                     "UnexpectedAdmissionError"}

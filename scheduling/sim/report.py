@@ -14,6 +14,8 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from scheduling.core.types import TIERS
+
 from . import policies
 from .metrics import GPU_CLASSES
 from .runner import run_one
@@ -126,7 +128,7 @@ def aggregate(results):
                   "cycle_ms_avg", "cycle_ms_p95", "wall_s", "never_started", "realtime_preempted"):
             a[f] = _avg(m[f] for m in ms)
         a["wait_avg"] = _avg(m["wait"]["avg"] for m in ms)
-        for t in ("realtime", "elastic", "backfill"):
+        for t in TIERS:
             for s in ("avg", "p50", "p95", "p99"):
                 a[f"wait_{t}_{s}"] = _avg(m["wait_tier"].get(t, {}).get(s) for m in ms)
         a["wait_critical_avg"] = _avg(m["wait_urgency"].get("critical", {}).get("avg") for m in ms)
@@ -543,7 +545,7 @@ def plots(results, agg, out: Path) -> list[Path]:
             if m.get("scenario") == scen and m.get("load") == ld and "samples" in m:
                 for t, xs in m["samples"].items():
                     samples[t][m["policy"]].extend(xs)
-        tiers = [t for t in ("realtime", "elastic", "backfill") if t in samples]
+        tiers = [t for t in TIERS if t in samples]
         if tiers:
             fig, axes = plt.subplots(1, len(tiers), figsize=(5 * len(tiers), 4.2), squeeze=False)
             for ax, t in zip(axes[0], tiers, strict=True):
