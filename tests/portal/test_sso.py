@@ -176,7 +176,7 @@ def test_userinfo_of_another_subject_than_the_id_token_signs_nobody_in(sso, lab)
 
 
 def test_a_verified_email_links_the_account_an_admin_provisioned(sso, lab):
-    from portal.services import members
+    from lab.services import members
 
     members.member_add(department=lab.vision, actor=lab.root, username="zoe", email="Zoe@uni.example")
     zoe = get_user_model().objects.get(username="zoe")
@@ -194,7 +194,7 @@ def test_a_verified_email_links_the_account_an_admin_provisioned(sso, lab):
 
 
 def test_an_unverified_email_or_a_password_account_is_never_linked(sso, lab):
-    from portal.services import members
+    from lab.services import members
 
     members.member_add(department=lab.vision, actor=lab.root, username="zoe", email="zoe@uni.example")
     c = Client()
