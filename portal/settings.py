@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "axes",
     "portal",
     "quotas",
+    "workloads",
     "scheduling",
     "observability",
     "notifications",

@@ -17,6 +17,7 @@ api_v1 = [
     path("", include("portal.api.urls")),
     path("", include("lab.api.urls")),
     path("", include("quotas.api.urls")),
+    path("", include("workloads.api.urls")),
     path("", include("observability.api.urls")),
     path("", include("notifications.api.urls")),
 ]
