@@ -41,6 +41,7 @@ from django.contrib.auth import BACKEND_SESSION_KEY, get_user_model
 from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.core.exceptions import SuspiciousOperation
 from django.db import IntegrityError, transaction
+from django.dispatch import Signal
 from django.http import Http404
 from django.shortcuts import redirect, resolve_url
 from django.urls import reverse
@@ -54,13 +55,17 @@ from mozilla_django_oidc.views import (
     OIDCLogoutView,
 )
 
-from lab.services import members
 from portal.audit import audit
 from portal.models import Department, ExternalIdentity, Membership, Role, SsoGroupMapping, UserTier
 
 log = logging.getLogger(__name__)
 
 ROLE_RANK = {Role.RESEARCHER: 0, Role.DEPARTMENT_ADMIN: 1, Role.PLATFORM_ADMIN: 2}
+
+# A first sign-in whose groups map to a department asks for that membership (user, department, role,
+# user_tier, comment). Adding a member is the lab's use case (lab.services.members, which also keeps the
+# member's allowance in step), so the lab app answers it and this foundation imports no app.
+membership_requested = Signal()
 
 
 def group_mappings() -> list[dict]:
@@ -186,9 +191,9 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             log.warning("single sign-on: %s maps to %s, which does not exist or is archived", user.username,
                         target["department"])
             return
-        members.member_add(department=dept, actor=None, username=user.username, role=target["role"],
-                           user_tier=target["tier"],
-                           comment=f"single sign-on, first login (groups: {', '.join(sorted(map(str, groups)))})")
+        membership_requested.send(
+            sender=type(self), user=user, department=dept, role=target["role"], user_tier=target["tier"],
+            comment=f"single sign-on, first login (groups: {', '.join(sorted(map(str, groups)))})")
 
 
 def _enabled():

@@ -91,6 +91,13 @@ def member_add(*, department: Department, actor, username: str, role: str = Role
     return m
 
 
+def add_on_first_sign_in(*, sender, user, department: Department, role: str, user_tier: str, comment: str,
+                         **kwargs) -> Membership:
+    """The membership a first single sign-on asks for (``portal.sso.membership_requested``)."""
+    return member_add(department=department, actor=None, username=user.username, role=role, user_tier=user_tier,
+                      comment=comment)
+
+
 def member_change(*, membership: Membership, actor, role: str | None = None, user_tier: str | None = None,
                   comment: str = "") -> Membership:
     _check_choices(role, user_tier)
