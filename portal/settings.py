@@ -200,6 +200,7 @@ CELERY_BEAT_SYNC_EVERY = 1
 
 # ------------------------------------------------------------------------------------------ scheduling
 SCHEDULING_BACKEND = str(ENV["SCHEDULING_BACKEND"])
+CYCLE_STALE_AFTER_S = float(ENV["CYCLE_STALE_AFTER_S"])
 SIM_SPEEDUP = float(ENV["SIM_SPEEDUP"])
 KUBECONFIG = str(ENV["KUBECONFIG"])
 KUBE_NAMESPACE_TEMPLATE = str(ENV["KUBE_NAMESPACE_TEMPLATE"])

@@ -62,10 +62,11 @@ def test_a_reader_never_takes_a_message_its_writer_is_still_writing(folders, mon
 
 def test_an_undecodable_message_is_set_aside_and_the_next_one_delivered(folders, tmp_path, caplog):
     conn, channel = _channel(fsbroker.Transport, folders)
-    (tmp_path / "out" / "1_torn.q.msg").write_bytes(b'{"body": ')  # left by an older writer or a full disk
+    # left by an older writer or a full disk; "0_" sorts before any name the writer makes (monotonic ms)
+    (tmp_path / "out" / "0_torn.q.msg").write_bytes(b'{"body": ')
     channel._put("q", {"body": "next"})
     assert channel._get("q") == {"body": "next"}
-    assert [p.name for p in (tmp_path / "broken").iterdir()] == ["1_torn.q.msg"]
+    assert [p.name for p in (tmp_path / "broken").iterdir()] == ["0_torn.q.msg"]
     assert "could not be decoded" in caplog.text
     assert not list((tmp_path / "processed").iterdir())  # delivered messages are not kept
     conn.release()
