@@ -60,6 +60,8 @@ SETTINGS: tuple[Setting, ...] = (
             ("simulated", "kubernetes")),
     Setting("CYCLE_INTERVAL_S", "5", "Seconds between admission cycles (Celery beat).", "float"),
     Setting("RECONCILE_INTERVAL_S", "60", "Seconds between reconciler runs (Celery beat).", "float"),
+    Setting("CYCLE_STALE_AFTER_S", "120", "The scheduler counts as stalled when its last completed admission cycle "
+            "is older than this: /readyz answers 503 and platform admins see a banner (0: never).", "float"),
     Setting("SIM_SPEEDUP", "60", "Simulated cluster: how many simulated seconds pass per real second.",
             "float"),
     Setting("KUBECONFIG", "", "Path to a kubeconfig; empty: in-cluster configuration."),

@@ -135,13 +135,18 @@ else:
 # ------------------------------------------------------------------------------------------ celery
 CELERY_BROKER_URL = str(ENV["CELERY_BROKER_URL"]) or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
+    # filesystem:// is kombu's filesystem transport with atomic writes (portal/fsbroker.py): kombu's own lets
+    # the worker read a message its writer has not filled yet, and the worker dies of it under load.
+    from portal import fsbroker
+
+    fsbroker.register()
     _broker_dir = DATA_DIR / "broker"
     for sub in ("out", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
-        "data_folder_processed": str(_broker_dir / "processed"),
+        "processed_folder": str(_broker_dir / "processed"),  # claimed messages: same file system, atomic rename
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
@@ -197,6 +202,7 @@ CELERY_BEAT_SYNC_EVERY = 1
 
 # ------------------------------------------------------------------------------------------ scheduling
 SCHEDULING_BACKEND = str(ENV["SCHEDULING_BACKEND"])
+CYCLE_STALE_AFTER_S = float(ENV["CYCLE_STALE_AFTER_S"])
 SIM_SPEEDUP = float(ENV["SIM_SPEEDUP"])
 KUBECONFIG = str(ENV["KUBECONFIG"])
 KUBE_NAMESPACE_TEMPLATE = str(ENV["KUBE_NAMESPACE_TEMPLATE"])
