@@ -5,6 +5,7 @@ from django.contrib import admin
 
 from portal.admin import ReadOnlyAdmin
 from scheduling.models import (
+    Approval,
     AttemptLog,
     Cluster,
     ClusterSample,
@@ -137,3 +138,11 @@ class DepartmentSampleAdmin(ReadOnlyAdmin):
     search_fields = ("department__slug",)
     date_hierarchy = "at"
     list_select_related = ("department", "flavor")
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ("job", "decision", "actor", "decided_at", "reason")
+    list_filter = ("decision",)
+    search_fields = ("job__name", "actor__username", "comment", "reason")
+    list_select_related = ("job", "actor")

@@ -22,7 +22,6 @@ from django.utils import timezone
 from quotas.models import LedgerEntry
 from quotas.services.pricing import cost_of
 from quotas.services.wallets import entry_for, hold_key, wallet_refund, wallet_settle
-from scheduling.models import PreemptionVictim
 
 REFUND_POLICY = {
     "platform_failure": 1.0,  # node lost, cluster unreachable, pods vanished: never the user's fault
@@ -51,12 +50,11 @@ def attempt_usage(*, hold: LedgerEntry, end: datetime) -> tuple[int, int]:
     return gpu_seconds, cost_of(rate=hold.rate or 0, gpu_seconds=gpu_seconds)
 
 
-def _refund_share(*, job, attempt: int, outcome: str, hold: LedgerEntry) -> tuple[float, str]:
+def _refund_share(*, outcome: str, hold: LedgerEntry, decided: bool) -> tuple[float, str]:
     if outcome == "platform_failure":
         return REFUND_POLICY["platform_failure"], "platform failure: refunded in full"
     if outcome != "preempted":
         return 0.0, ""
-    decided = PreemptionVictim.objects.filter(job_id=job.pk, attempt=attempt).exists()
     if not decided:
         return REFUND_POLICY["evicted_by_cluster"], "evicted by the cluster, not by the portal: refunded in full"
     if (hold.data or {}).get("borrowed"):
@@ -64,9 +62,13 @@ def _refund_share(*, job, attempt: int, outcome: str, hold: LedgerEntry) -> tupl
     return REFUND_POLICY["preempted_nominal"], "preempted inside the nominal quota: refunded in full"
 
 
-def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = None, actor=None) -> Settlement | None:
+def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = None, actor=None,
+                   preempted_by_portal: bool = False) -> Settlement | None:
     """Settle one attempt's actual GPU-time, release the rest of its hold and refund per REFUND_POLICY.
-    Idempotent (every step has its own key). None when the attempt had no hold."""
+    Idempotent (every step has its own key). None when the attempt had no hold.
+
+    ``preempted_by_portal``: a preempted attempt was the portal's own decision (scheduling recorded it as a
+    preemption victim), not an eviction by the cluster; scheduling says so, quotas never reads a job."""
     hold = entry_for(hold_key(job.pk, attempt))
     if hold is None:
         return None
@@ -81,7 +83,7 @@ def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = No
     with transaction.atomic():
         settle = wallet_settle(job=job, attempt=attempt, amount=cost, gpu_seconds=gpu_seconds, outcome=outcome,
                                actor=actor, memo=f"{outcome}: {gpu_seconds / 3600:.3f} GPU-h")
-        share, why = _refund_share(job=job, attempt=attempt, outcome=outcome, hold=hold)
+        share, why = _refund_share(outcome=outcome, hold=hold, decided=preempted_by_portal)
         refund = None
         if settle is not None and share > 0 and settle.amount < 0:
             refund = wallet_refund(job=job, attempt=attempt, amount=math.floor(-settle.amount * share), reason=why)

@@ -15,9 +15,8 @@ from django.utils import timezone
 from portal.audit import audit
 from portal.errors import Forbidden, InvalidTransition, NotFound, ValidationFailed
 from portal.tenancy import membership_of
-from quotas.models import Approval
 from scheduling.core import reasons
-from scheduling.models import JobState
+from scheduling.models import Approval, JobState
 from scheduling.services import notify
 from scheduling.services.jobs import enqueue_pod_creation, transition
 

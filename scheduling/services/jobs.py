@@ -143,10 +143,12 @@ def budget_admitted(job: Job) -> None:
     _record_budget_note(job, budgets.on_job_admitted(job=job))
 
 
-def budget_attempt_ended(*, job: Job, attempt: int, outcome: str) -> None:
+def budget_attempt_ended(*, job: Job, attempt: int, outcome: str, preempted_by_portal: bool = False) -> None:
     """Settle the hold of an attempt that ended (budgets decide the charge and refund) and put what happened
-    on the job's timeline. Inside the transaction that ends the attempt."""
-    _record_budget_note(job, budgets.on_attempt_ended(job=job, attempt=attempt, outcome=outcome))
+    on the job's timeline. Inside the transaction that ends the attempt. ``preempted_by_portal``: the attempt
+    is a victim of one of the portal's own preemptions (budgets refund by it and never read a victim)."""
+    _record_budget_note(job, budgets.on_attempt_ended(job=job, attempt=attempt, outcome=outcome,
+                                                      preempted_by_portal=preempted_by_portal))
 
 
 def _record_budget_note(job: Job, note: budgets.BudgetNote | None) -> None:
