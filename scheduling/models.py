@@ -480,7 +480,7 @@ class Approval(models.Model):
     """A department admin's decision on a job that waited in pending_approval.
 
     Its table keeps the name it had when it lived in quotas (``quotas_approval``): the model moved with its
-    use case (``scheduling.services.approvals``), the rows did not."""
+    use case (``scheduling.services.job_approvals``), the rows did not."""
 
     DECISIONS = (("approved", "Approved"), ("rejected", "Rejected"))
 

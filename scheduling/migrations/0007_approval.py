@@ -1,4 +1,4 @@
-# The job-approval decision, moved here from quotas with its use case (scheduling.services.approvals). State
+# The job-approval decision, moved here from quotas with its use case (scheduling.services.job_approvals). State
 # only: the table quotas_approval and its rows stay as they are (quotas' 0007 let go of it in the state).
 
 import django.db.models.deletion

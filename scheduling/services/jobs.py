@@ -227,7 +227,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     """
     if membership.department.archived_at is not None:  # kept for its history, closed to new work
         raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
-    inputs = budgets.approval_inputs(department_id=membership.department_id, owner_id=user.pk)
+    inputs = budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
     events: list[JobEvent] = []
@@ -246,7 +246,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
             submitted_at=now,
             **fields,
         )
-        approval = budgets.approval_required(job=job, inputs=inputs)
+        approval = budgets.needs_approval(job=job, inputs=inputs)
         if approval:
             job.state = JobState.PENDING_APPROVAL
             job.reason_code = reasons.AWAITING_APPROVAL

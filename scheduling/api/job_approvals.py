@@ -1,6 +1,6 @@
 """The approvals inbox and the decision on a waiting job (mounted under /api/v1/approvals/), and a job's cost
 (/api/v1/jobs/<id>/cost). Scheduling's endpoints: they read jobs through the tenancy gate, decide through
-``scheduling.services.approvals`` and ask budgets (``quotas.budgets``) for the money."""
+``scheduling.services.job_approvals`` and ask budgets (``quotas.budgets``) for the money."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from portal.tenancy import APPROVE, VIEW, require_role
 from quotas import budgets
 from scheduling.models import Job
 from scheduling.selectors import pending_approvals
-from scheduling.services import approvals
+from scheduling.services import job_approvals
 
 
 def _valid(serializer_class, data, **kwargs) -> dict:
@@ -78,9 +78,9 @@ class ApprovalDecisionView(APIView):
             message="Only a department admin of the job's department can approve or reject it.")
         data = _valid(DecisionSerializer, request.data)
         if self.decision == "approve":
-            job = approvals.job_approve(user=request.user, job=job, comment=data["comment"])
+            job = job_approvals.job_approve(user=request.user, job=job, comment=data["comment"])
         else:
-            job = approvals.job_reject(user=request.user, job=job, comment=data["comment"])
+            job = job_approvals.job_reject(user=request.user, job=job, comment=data["comment"])
         return Response({"id": job.pk, "state": job.state, "decision": job.approval.decision,
                          "comment": job.approval.comment, "actor": request.user.get_username()})
 

@@ -1,6 +1,6 @@
 """The approvals inbox (mounted at /budgets/approvals/, namespace ``approvals``): the jobs waiting for a
 department admin, and the decision on each (approve: queued; reject: cancelled), through
-``scheduling.services.approvals``. Another department's job is a 404, a member without the role a 403."""
+``scheduling.services.job_approvals``. Another department's job is a 404, a member without the role a 403."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from portal.tenancy import APPROVE, require_role
 from quotas import budgets
 from scheduling.models import Job
 from scheduling.selectors import pending_approvals
-from scheduling.services import approvals as job_approvals
+from scheduling.services import job_approvals
 
 
 @login_required
@@ -23,7 +23,7 @@ def approvals(request):
     jobs = list(pending_approvals(request.user))
     for job in jobs:
         job.estimated_cost = budgets.estimated_cost(job=job)
-    return render(request, "scheduling/approvals.html", {"membership": m, "jobs": jobs})
+    return render(request, "scheduling/job_approvals.html", {"membership": m, "jobs": jobs})
 
 
 def _decide(request, pk: int, decision: str):
