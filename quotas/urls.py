@@ -1,5 +1,5 @@
-"""The budget pages (mounted under /budgets/, namespace ``budgets``; /budgets/approvals/ is scheduling's
-inbox, mounted before these by portal/urls.py)."""
+"""The budget pages (mounted under /budgets/, namespace ``budgets``, by scheduling/budget_urls.py, which puts
+scheduling's approvals inbox, /budgets/approvals/, before them)."""
 
 from django.urls import path
 

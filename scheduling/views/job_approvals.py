@@ -1,4 +1,4 @@
-"""The approvals inbox (mounted at /budgets/approvals/, namespace ``approvals``): the jobs waiting for a
+"""The approvals inbox (mounted at /budgets/approvals/, namespace ``budgets``, by scheduling/budget_urls.py): the jobs waiting for a
 department admin, and the decision on each (approve: queued; reject: cancelled), through
 ``scheduling.services.job_approvals``. Another department's job is a 404, a member without the role a 403."""
 
@@ -41,7 +41,7 @@ def _decide(request, pk: int, decision: str):
     except PortalError as exc:
         detail = "; ".join(i["message"] for items in exc.fields.values() for i in items)
         messages.error(request, f"{exc.message} {detail}".strip())
-    return redirect("approvals:inbox")
+    return redirect("budgets:approvals")
 
 
 @login_required
