@@ -46,7 +46,8 @@ urlpatterns = [
     path("metrics", portal_metrics.metrics_view, name="prometheus-django-metrics"),
     path("tokens/", portal_views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke", portal_views.token_revoke, name="token-revoke"),
-    path("budgets/", include("quotas.urls", namespace="budgets")),
+    # quotas' budget pages with scheduling's approvals inbox beside them (composed in scheduling, the app above)
+    path("budgets/", include("scheduling.budget_urls", namespace="budgets")),
     path("observability/", include("observability.urls", namespace="observability")),
     path("notifications/", include("notifications.urls", namespace="notifications")),
     path("lab/", include("lab.urls", namespace="lab")),

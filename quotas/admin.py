@@ -5,7 +5,6 @@ from django.contrib import admin
 from portal.admin import ReadOnlyAdmin
 from quotas.models import (
     Allowance,
-    Approval,
     ApprovalRule,
     Flavor,
     LedgerEntry,
@@ -95,11 +94,3 @@ class RefillRecordAdmin(ReadOnlyAdmin):
 class ApprovalRuleAdmin(ReadOnlyAdmin):
     list_display = ("department", "gpus_above", "cost_above", "realtime", "updated_at")
     search_fields = ("department__slug",)
-
-
-@admin.register(Approval)
-class ApprovalAdmin(ReadOnlyAdmin):
-    list_display = ("job", "decision", "actor", "decided_at", "reason")
-    list_filter = ("decision",)
-    search_fields = ("job__name", "actor__username", "comment", "reason")
-    list_select_related = ("job", "actor")

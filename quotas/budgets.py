@@ -11,11 +11,13 @@ pyproject.toml checks it), and quotas never imports scheduling's services or tas
 * ``on_job_admitted(job=...)`` (admit): place the hold, inside the admitting transaction.
 * ``on_attempt_ended(job=..., attempt=..., outcome=...)`` (attempt ended): settle, release, refund, inside the
   transaction that ends the attempt. Idempotent.
-* ``approval_inputs(...)`` / ``approval_required(job=..., inputs=...)``: whether a submission waits for a
-  department admin.
+* ``submission_check_inputs(...)`` / ``needs_approval(job=..., inputs=...)``: whether a submission waits for
+  a department admin (its department's approval rule, its owner's allowance).
 * ``estimated_cost(job=...)`` (quote): the worst-case cost of one attempt; ``price_for(flavor_id=..., tier=...)``
   the base price it starts from, and ``cost_of(rate=..., gpu_seconds=...)`` the one cost function (a quote
-  prices the engine's clearing price with it).
+  prices the engine's clearing price with it); ``read_prices()`` every base price at once (the approvals
+  inbox quotes a page of jobs with it).
+* ``job_cost(job=...)`` (a job's cost endpoint): its hold, cost to date and final charge, from the ledger.
 * ``burn_rate(wallet=...)`` / ``spend_by_department(since=...)`` (the home page): a department's spend per
   day and running rate; every department's net spend since a date, in one query.
 
@@ -25,25 +27,27 @@ job's timeline. Budgets never write a job or its events.
 
 from __future__ import annotations
 
-from quotas.services.approvals import ApprovalInputs, approval_inputs, approval_required
 from quotas.services.hooks import BudgetNote, BudgetView, on_attempt_ended, on_job_admitted, read_for_cycle
-from quotas.services.pricing import cost_of, estimated_cost, price_for
-from quotas.services.reports import burn_rate, spend_by_department
+from quotas.services.pricing import cost_of, estimated_cost, price_for, read_prices
+from quotas.services.reports import burn_rate, job_cost, spend_by_department
+from quotas.services.submission_checks import SubmissionCheckInputs, needs_approval, submission_check_inputs
 from quotas.services.wallets import lock_department_wallets
 
 __all__ = [
-    "ApprovalInputs",
     "BudgetNote",
     "BudgetView",
-    "approval_inputs",
-    "approval_required",
+    "SubmissionCheckInputs",
     "burn_rate",
     "cost_of",
     "estimated_cost",
+    "job_cost",
     "lock_department_wallets",
+    "needs_approval",
     "on_attempt_ended",
     "on_job_admitted",
     "price_for",
     "read_for_cycle",
+    "read_prices",
     "spend_by_department",
+    "submission_check_inputs",
 ]

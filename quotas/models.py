@@ -412,37 +412,7 @@ class ApprovalRule(models.Model):
         return f"approval rule {self.department_id}"
 
 
-class ApprovalQuerySet(TenantQuerySet):
-    """Decisions on jobs are read like the jobs: by their department's members."""
-
-    department_path = "job__department"
-
-
-class Approval(models.Model):
-    """A department admin's decision on a job that waited in pending_approval."""
-
-    DECISIONS = (("approved", "Approved"), ("rejected", "Rejected"))
-
-    job = models.OneToOneField("scheduling.Job", on_delete=models.CASCADE, related_name="approval")
-    decision = models.CharField(max_length=10, choices=DECISIONS)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    comment = models.TextField(blank=True)
-    reason = models.CharField(max_length=300, blank=True, help_text="why approval was required")
-    decided_at = models.DateTimeField(default=timezone.now)
-
-    objects = ApprovalQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-decided_at", "-id"]
-        constraints = [
-            models.CheckConstraint(condition=Q(decision__in=["approved", "rejected"]), name="approval_valid"),
-        ]
-
-    def __str__(self) -> str:
-        return f"job {self.job_id} {self.decision}"
-
-
 __all__ = [
-    "Allowance", "Approval", "ApprovalRule", "Flavor", "LedgerEntry", "LedgerKind", "MinValueValidator",
+    "Allowance", "ApprovalRule", "Flavor", "LedgerEntry", "LedgerKind", "MinValueValidator",
     "Price", "Quota", "QuotaChangeRequest", "RefillRecord", "RefillRule", "Wallet",
 ]

@@ -1,4 +1,5 @@
-"""The budget pages (mounted under /budgets/, namespace ``budgets``)."""
+"""The budget pages (mounted under /budgets/, namespace ``budgets``, by scheduling/budget_urls.py, which puts
+scheduling's approvals inbox, /budgets/approvals/, before them)."""
 
 from django.urls import path
 
@@ -8,9 +9,6 @@ app_name = "budgets"
 
 urlpatterns = [
     path("", views.wallets, name="wallets"),
-    path("approvals/", views.approvals, name="approvals"),
-    path("approvals/<int:pk>/approve", views.approve, name="approve"),
-    path("approvals/<int:pk>/reject", views.reject, name="reject"),
     path("prices/", views.prices, name="prices"),
     path("prices/<int:pk>/delete", views.price_delete, name="price_delete"),
     path("allowances/", views.allowances, name="allowances"),

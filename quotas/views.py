@@ -1,7 +1,8 @@
-"""Dashboard pages for budgets and approvals (mounted under /budgets/, namespace ``budgets``).
+"""Dashboard pages for budgets (mounted under /budgets/, namespace ``budgets``; the approvals inbox at
+/budgets/approvals/ is scheduling's, scheduling/views/approvals.py).
 
 Server-rendered over the same services as the API, and read through the same tenancy gate
-(``restrict``/``get_or_404``): another department's wallet is a 404, job_approve/job_reject decide.
+(``restrict``/``get_or_404``): another department's wallet is a 404.
 
 The admin forms (prices, wallet adjustments, refill rules, approval rules, allowances) are plain HTML forms
 read by the API's own input serializers and applied by the same service functions the API calls, so the
@@ -21,11 +22,11 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.errors import NotFound, PortalError
+from portal.errors import NotFound
 from portal.forms import credit_fields, form_payload, render_form, submit_form
 from portal.models import Department, Membership
 from portal.money import credits_value, format_credits
-from portal.tenancy import ADMIN, APPROVE, CHANGE, VIEW, member, require_role
+from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
 from quotas.api.budgets import (
     AdjustSerializer,
     AllowanceSerializer,
@@ -37,9 +38,6 @@ from quotas.models import TIER_NAMES, Allowance, ApprovalRule, Flavor, LedgerEnt
 from quotas.services import allowances as allowance_services
 from quotas.services import periodic, pricing, reports, rules
 from quotas.services import wallets as wallet_services
-from scheduling.models import Job
-from scheduling.selectors import pending_approvals
-from scheduling.services import approvals as job_approvals
 
 
 @login_required
@@ -73,45 +71,6 @@ def wallet(request, slug: str):
         "is_admin": m.is_department_admin,
         "is_platform_admin": m.is_platform_admin,
     })
-
-
-@login_required
-def approvals(request):
-    m = require_role(request.user, APPROVE, "Only department admins have an approvals inbox.")
-    jobs = list(pending_approvals(request.user))
-    for job in jobs:
-        job.estimated_cost = pricing.estimated_cost(job=job)
-    return render(request, "quotas/approvals.html", {"membership": m, "jobs": jobs})
-
-
-def _decide(request, pk: int, decision: str):
-    job = Job.objects.select_related("department", "owner").get_or_404(
-        request.user, APPROVE, pk=pk,
-        message="Only a department admin of the job's department can approve or reject it.")
-    comment = request.POST.get("comment", "").strip()
-    try:
-        if decision == "approve":
-            job_approvals.job_approve(user=request.user, job=job, comment=comment)
-            messages.success(request, f"Job {job.pk} approved.")
-        else:
-            job_approvals.job_reject(user=request.user, job=job, comment=comment)
-            messages.success(request, f"Job {job.pk} rejected.")
-    except PortalError as exc:
-        detail = "; ".join(i["message"] for items in exc.fields.values() for i in items)
-        messages.error(request, f"{exc.message} {detail}".strip())
-    return redirect("budgets:approvals")
-
-
-@login_required
-@require_POST
-def approve(request, pk: int):
-    return _decide(request, pk, "approve")
-
-
-@login_required
-@require_POST
-def reject(request, pk: int):
-    return _decide(request, pk, "reject")
 
 
 # ------------------------------------------------------------------------------------------ admin forms

@@ -5,6 +5,7 @@ from django.contrib import admin
 
 from portal.admin import ReadOnlyAdmin
 from scheduling.models import (
+    Approval,
     AttemptLog,
     Cluster,
     ClusterSample,
@@ -146,3 +147,11 @@ class NamespaceQuotaRefusalAdmin(ReadOnlyAdmin):
     list_filter = ("cluster",)
     search_fields = ("job__name", "namespace")
     list_select_related = ("job", "cluster")
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ("job", "decision", "actor", "decided_at", "reason")
+    list_filter = ("decision",)
+    search_fields = ("job__name", "actor__username", "comment", "reason")
+    list_select_related = ("job", "actor")

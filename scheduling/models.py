@@ -467,6 +467,40 @@ class PreemptionVictim(models.Model):
 IN_FLIGHT = (PreemptionVictim.Status.DECIDED, PreemptionVictim.Status.REQUESTED, PreemptionVictim.Status.EVICTED)
 
 
+class ApprovalQuerySet(TenantQuerySet):
+    """Decisions on jobs are read like the jobs: by their department's members."""
+
+    department_path = "job__department"
+
+
+class Approval(models.Model):
+    """A department admin's decision on a job that waited in pending_approval.
+
+    Its table keeps the name it had when it lived in quotas (``quotas_approval``): the model moved with its
+    use case (``scheduling.services.job_approvals``), the rows did not."""
+
+    DECISIONS = (("approved", "Approved"), ("rejected", "Rejected"))
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="approval")
+    decision = models.CharField(max_length=10, choices=DECISIONS)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    comment = models.TextField(blank=True)
+    reason = models.CharField(max_length=300, blank=True, help_text="why approval was required")
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    objects = ApprovalQuerySet.as_manager()
+
+    class Meta:
+        db_table = "quotas_approval"
+        ordering = ["-decided_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(decision__in=["approved", "rejected"]), name="approval_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.decision}"
+
+
 class SimPod(models.Model):
     """A pod of the simulated cluster backend. Kept in the database so that web, worker and beat processes
     share one simulated cluster and a restart loses nothing (the simulated kubelet is ``advance()``)."""

@@ -10,7 +10,7 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from portal.tenancy import APPROVE, VIEW
-from quotas.models import Quota
+from quotas import selectors as quota_selectors
 from scheduling.backends import get_backend
 from scheduling.core.types import TIER_RANK, TIERS
 from scheduling.models import (
@@ -118,9 +118,7 @@ def quota_use(*, department_id: int) -> list[dict]:
     """The department's quota of each flavor now: nominal, borrowing limit, GPUs its admitted and running jobs
     hold, how many of those are borrowed, how many of its idle GPUs others borrow, its queued jobs. Three
     queries whatever the number of jobs."""
-    quotas: dict[tuple[int, int], Quota] = {}
-    for q in Quota.objects.select_related("flavor"):  # global rows first: they stand for the department x flavor
-        quotas.setdefault((q.department_id, q.flavor_id), q)
+    quotas = quota_selectors.quotas_by_department_flavor()
     busy: dict[tuple[int, int], int] = {}
     for dept, flavor, gpus in (Job.objects.filter(state__in=ACTIVE_STATES).values_list("department_id", "flavor_id")
                                .annotate(g=Sum(F_GPUS)).order_by()):
@@ -128,7 +126,7 @@ def quota_use(*, department_id: int) -> list[dict]:
     queued = dict(((d, f), n) for d, f, n in Job.objects.filter(state=JobState.QUEUED, department_id=department_id)
                   .values_list("department_id", "flavor_id").annotate(n=Count("id")).order_by())
     keys = set(quotas) | set(busy)
-    nominal = Quota.objects.nominal_by_flavor()
+    nominal = quota_selectors.nominal_by_flavor()
     borrowed = {k: max(0, busy.get(k, 0) - nominal.get(k, 0)) for k in keys}
     lent = lent_shares(keys, nominal, busy, borrowed)
     rows = []

@@ -1,4 +1,5 @@
-"""Budget endpoints: wallets, prices, ledger, approvals inbox, reports (mounted under /api/v1/).
+"""Budget endpoints: wallets, prices, ledger, reports (mounted under /api/v1/; the approvals inbox and a job's
+cost are scheduling's: scheduling/api/approvals.py).
 
 Interfaces only: they validate input, read through the tenancy gate (``restrict``/``get_or_404``: another
 department's object is a 404, an object seen but not to be acted on a 403) and call quotas.services. Money is
@@ -23,7 +24,7 @@ from portal.api import idempotency_key
 from portal.api.serializers import StrictSerializer
 from portal.errors import NotFound, ValidationFailed
 from portal.models import Department, Membership
-from portal.tenancy import ADMIN, APPROVE, CHANGE, VIEW, member, require_role
+from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
 from quotas.models import (
     TIER_NAMES,
     Allowance,
@@ -37,9 +38,6 @@ from quotas.models import (
 )
 from quotas.services import allowances, periodic, pricing, reports, rules, wallets
 from scheduling.core.csvcells import safe_row
-from scheduling.models import Job
-from scheduling.selectors import pending_approvals
-from scheduling.services import approvals
 
 # ------------------------------------------------------------------------------------------ plumbing
 
@@ -403,89 +401,6 @@ class LedgerListView(GenericAPIView):
             qs = qs.filter(created_at__lt=f["until"])
         page = self.paginate_queryset(qs.order_by("-created_at", "-id"))
         return self.get_paginated_response(LedgerEntrySerializer(page, many=True).data)
-
-
-# ------------------------------------------------------------------------------------------ approvals
-
-
-class PendingJobSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-    owner = serializers.CharField(source="owner.username")
-    department = serializers.CharField(source="department.slug")
-    flavor = serializers.CharField(source="flavor.name")
-    gpus = serializers.IntegerField()
-    pods = serializers.IntegerField()
-    tier = serializers.CharField()
-    urgency = serializers.CharField()
-    max_runtime_s = serializers.IntegerField()
-    bid = serializers.IntegerField()
-    reason_message = serializers.CharField()
-    submitted_at = serializers.DateTimeField()
-    estimated_cost = serializers.SerializerMethodField()
-
-    def get_estimated_cost(self, job) -> int:
-        prices = self.context.get("prices")
-        return pricing.estimated_cost(job=job, prices=prices)
-
-
-class ApprovalListView(GenericAPIView):
-    """GET (department admins): the approvals inbox, oldest first."""
-
-    serializer_class = PendingJobSerializer
-
-    @extend_schema(responses=PendingJobSerializer(many=True))  # a page of them, as the ledger
-    def get(self, request):
-        require_role(request.user, APPROVE, "Only department admins have an approvals inbox.")
-        page = self.paginate_queryset(pending_approvals(request.user))
-        prices = pricing.read_prices()
-        return self.get_paginated_response(PendingJobSerializer(page, many=True, context={"prices": prices}).data)
-
-
-class DecisionSerializer(StrictSerializer):
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-
-
-class ApprovalDecisionView(APIView):
-    """POST /approvals/<job>/approve | reject {"comment": "..."} (a comment is required to reject)."""
-
-    serializer_class = DecisionSerializer
-
-    decision = "approve"
-
-    def post(self, request, pk: int):
-        job = Job.objects.select_related("department", "owner").get_or_404(
-            request.user, APPROVE, pk=pk,
-            message="Only a department admin of the job's department can approve or reject it.")
-        data = _valid(DecisionSerializer, request.data)
-        if self.decision == "approve":
-            job = approvals.job_approve(user=request.user, job=job, comment=data["comment"])
-        else:
-            job = approvals.job_reject(user=request.user, job=job, comment=data["comment"])
-        return Response({"id": job.pk, "state": job.state, "decision": job.approval.decision,
-                         "comment": job.approval.comment, "actor": request.user.get_username()})
-
-
-class JobCostSerializer(serializers.Serializer):
-    metered = serializers.BooleanField()
-    hold = serializers.IntegerField()
-    rate = serializers.IntegerField(allow_null=True)
-    basis = serializers.CharField(allow_null=True)
-    cost_to_date = serializers.IntegerField()
-    charged = serializers.IntegerField()
-    refunded = serializers.IntegerField()
-    final = serializers.IntegerField(allow_null=True)
-    attempts = serializers.DictField()
-
-
-class JobCostView(APIView):
-    """GET /jobs/<id>/cost: the job's hold, cost to date and final charge (scoped like the job)."""
-
-    serializer_class = JobCostSerializer
-
-    def get(self, request, pk: int):
-        job = Job.objects.get_or_404(request.user, VIEW, pk=pk)
-        return Response(reports.job_cost(job=job))
 
 
 # ------------------------------------------------------------------------------------------ reports

@@ -1,5 +1,6 @@
 """Quota and budget endpoints (mounted under /api/v1/): flavors, quotas, wallets, allowances, prices, the
-ledger, approvals, job costs and usage reports. Trailing slashes optional."""
+ledger and usage reports. Trailing slashes optional. (The approvals inbox and a job's cost are scheduling's
+endpoints: scheduling/api/urls.py.)"""
 
 from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
@@ -28,11 +29,5 @@ urlpatterns = [
     re_path(r"^prices/?$", v.PriceListView.as_view(), name="price-list"),
     re_path(r"^prices/(?P<pk>[0-9]+)/?$", v.PriceDetailView.as_view(), name="price-detail"),
     re_path(r"^ledger/?$", v.LedgerListView.as_view(), name="ledger-list"),
-    re_path(r"^approvals/?$", v.ApprovalListView.as_view(), name="approval-list"),
-    re_path(r"^approvals/(?P<pk>[0-9]+)/approve/?$", v.ApprovalDecisionView.as_view(decision="approve"),
-            name="approval-approve"),
-    re_path(r"^approvals/(?P<pk>[0-9]+)/reject/?$", v.ApprovalDecisionView.as_view(decision="reject"),
-            name="approval-reject"),
-    re_path(r"^jobs/(?P<pk>[0-9]+)/cost/?$", v.JobCostView.as_view(), name="job-cost"),
     re_path(r"^reports/usage/?$", v.UsageReportView.as_view(), name="report-usage"),
 ]

@@ -5,7 +5,7 @@ requests (a department admin asks, a platform admin approves or rejects)."""
 
 from __future__ import annotations
 
-from django.db.models import Count, F, Sum
+from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -16,10 +16,10 @@ from portal.api.serializers import StrictSerializer
 from portal.errors import NotFound, ValidationFailed
 from portal.models import Department
 from portal.tenancy import ADMIN, CHANGE, VIEW, membership_of, require_role
+from quotas import ports
 from quotas.models import Flavor, Quota, QuotaChangeRequest
 from quotas.services import flavors as flavor_services
 from quotas.services import quota_requests, rules
-from scheduling.models import ACTIVE_STATES, Cluster, Job
 
 
 class FlavorSerializer(serializers.ModelSerializer):
@@ -153,14 +153,13 @@ class QuotaOutSerializer(QuotaSerializer):
         return list(getattr(quota, "warnings", []))
 
 
-def _lookup(user, department: str, flavor: str, cluster: str | None = None
-            ) -> tuple[Department, Flavor, Cluster | None]:
+def _lookup(user, department: str, flavor: str, cluster: str | None = None) -> tuple[Department, Flavor, object]:
     """The department (through the tenancy gate), the flavor and the cluster (if any) a quota body names, as
     field errors."""
     errors = {}
     cl = None
     if cluster is not None:
-        cl = Cluster.objects.filter(name=cluster).first()
+        cl = ports.facts().cluster_named(cluster)  # clusters are scheduling's (quotas.ports)
         if cl is None:
             errors["cluster"] = [{"code": "does_not_exist", "message": f"No cluster {cluster}."}]
     dept = Department.objects.restrict(user, VIEW).filter(slug=department).first()
@@ -216,18 +215,8 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_serializer_context(self):
         ctx = super().get_serializer_context()
-        rows = (
-            Job.objects.filter(state__in=ACTIVE_STATES)
-            .values("department_id", "flavor_id", "cluster_id")
-            .annotate(n=Sum(F("gpus") * F("pods")))
-        )
-        # A job without a cluster runs on the default one.
-        default = Cluster.objects.filter(is_default=True).values_list("pk", flat=True).first()
-        usage: dict = {}
-        for r in rows:
-            key = (r["department_id"], r["flavor_id"], r["cluster_id"] or default)
-            usage[key] = usage.get(key, 0) + r["n"]
-        ctx["usage"] = usage
+        # GPUs held by jobs, by (department, flavor, cluster): scheduling counts them (quotas.ports).
+        ctx["usage"] = ports.facts().gpus_in_use()
         return ctx
 
 

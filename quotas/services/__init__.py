@@ -3,7 +3,9 @@
 * ``wallets``: the ledger's writers (holds, settlements, releases, refunds, refills, adjustments) and the
   wallet row locks.
 * ``pricing``: base prices, the one cost function ``cost_of`` and the quotes built on it.
-* ``approvals``: whether a submission waits for a department admin.
+* ``submission_checks``: whether a submission waits for a department admin (its approval rule, its owner's
+  allowance). Deciding on a waiting job is scheduling's (``scheduling.services.job_approvals``); deciding on
+  a quota change request is ``quota_requests``.
 * ``allowances``: per-user limits inside a department's wallet.
 * ``rules``: what admins configure (quotas, refill rules, approval rules), audited.
 * ``settlement``: what an ended attempt is charged and refunded.
@@ -20,6 +22,7 @@ Money rules shared by every module:
 * Budgets are enforced for a department once it has a wallet. An install without any wallet does not use
   budgets at all.
 
-Nothing here imports scheduling's services or tasks: quotas sits below scheduling (only
-``scheduling.models`` is read, for a user's queued jobs and a victim's preemption record).
+Nothing here imports scheduling: quotas sits below scheduling. The facts it needs of jobs, nodes and clusters
+(a user's queued jobs, installed GPUs, where an attempt stands) come through ``quotas.ports``, which scheduling
+implements, or as arguments (a preemption that was the portal's own: ``preempted_by_portal``).
 """

@@ -19,11 +19,11 @@ from django.utils import timezone
 
 from portal.audit import audit
 from portal.tenancy import membership_of
+from quotas import ports
 from quotas.models import Allowance, LedgerEntry, LedgerKind, Wallet
 from quotas.services.base import field_error
 from quotas.services.pricing import estimated_cost, read_prices
 from quotas.services.wallets import wallet_create
-from scheduling.models import Job, JobState
 
 
 def allowance_set(*, user, limit: int | None, period: str = "monthly", actor) -> Allowance | None:
@@ -58,9 +58,8 @@ def allowance_used(*, allowance: Allowance, now: datetime | None = None) -> int:
         s=Sum("amount"))["s"] or 0
     held = rows.filter(kind__in=(LedgerKind.HOLD, LedgerKind.SETTLE, LedgerKind.RELEASE)).aggregate(
         s=Sum("held_change"))["s"] or 0
-    queued = list(Job.objects.filter(owner_id=allowance.user_id, state=JobState.QUEUED,
-                                     department__wallet__id=allowance.wallet_id)
-                  .only("flavor", "tier", "gpus", "pods", "max_runtime_s", "bid"))
+    # Queued jobs are scheduling's: it tells what they would cost (quotas.ports), quotas never reads a job.
+    queued = ports.facts().queued_costs(owner_id=allowance.user_id, wallet_id=allowance.wallet_id)
     waiting = 0
     if queued:
         prices = read_prices()

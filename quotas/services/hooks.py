@@ -100,14 +100,15 @@ def on_job_admitted(*, job) -> BudgetNote | None:
                                                                  "basis": basis})
 
 
-def on_attempt_ended(*, job, attempt: int, outcome: str) -> BudgetNote | None:
+def on_attempt_ended(*, job, attempt: int, outcome: str, preempted_by_portal: bool = False) -> BudgetNote | None:
     """Settle, release or refund the hold of one attempt of ``job``; a note only the first time.
 
-    ``outcome``: succeeded | failed | cancelled | preempted | platform_failure."""
+    ``outcome``: succeeded | failed | cancelled | preempted | platform_failure. ``preempted_by_portal``: the
+    preemption was the portal's decision (else a preempted attempt was evicted by the cluster)."""
     if not LedgerEntry.objects.filter(idempotency_key=hold_key(job.pk, attempt)).exists():
         return None
     already = LedgerEntry.objects.filter(idempotency_key=f"settle:{job.pk}:{attempt}").exists()
-    result = settle_attempt(job=job, attempt=attempt, outcome=outcome)
+    result = settle_attempt(job=job, attempt=attempt, outcome=outcome, preempted_by_portal=preempted_by_portal)
     if result is None or already:
         return None
     message = (f"attempt {attempt} {outcome}: charged {format_credits(result.charged)} for "

@@ -13,11 +13,11 @@ from datetime import datetime
 from django.db.models import Sum
 from django.utils import timezone
 
+from quotas import ports
 from quotas.models import LedgerEntry, RefillRule, Wallet
 from quotas.services.alerts import refill_amount
 from quotas.services.settlement import settle_attempt
 from quotas.services.wallets import open_holds, wallet_refill, wallet_release
-from scheduling.models import ACTIVE_STATES, Job
 
 
 def period_key(*, period: str, at: datetime) -> str:
@@ -67,9 +67,12 @@ def reconcile_holds(*, now: datetime | None = None) -> int:
     """Repair: settle or release holds whose attempt ended without being settled (a hook that failed)."""
     fixed = 0
     for wallet in Wallet.objects.order_by("pk"):
-        for hold in open_holds(wallet=wallet):
-            job = Job.objects.filter(pk=hold.job_id).first()
-            if job is None or (job.attempt == hold.attempt and job.state in ACTIVE_STATES):
+        holds = list(open_holds(wallet=wallet))
+        # Where each attempt stands is scheduling's to say (quotas.ports): one read per wallet, no job read here.
+        attempts = ports.facts().attempts({h.job_id for h in holds}) if holds else {}
+        for hold in holds:
+            job = attempts.get(hold.job_id)
+            if job is None or (job.attempt == hold.attempt and job.active):
                 continue
             if job.attempt == hold.attempt and job.state in ("succeeded", "failed", "cancelled"):
                 settle_attempt(job=job, attempt=hold.attempt, outcome=job.state)

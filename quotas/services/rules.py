@@ -15,10 +15,10 @@ from django.utils import timezone
 from portal.audit import audit
 from portal.errors import NotFound, ValidationFailed
 from portal.models import Department
+from quotas import ports
 from quotas.models import ApprovalRule, Flavor, Quota, RefillRule, Wallet
 from quotas.services.base import field_error
 from quotas.services.wallets import wallet_create
-from scheduling.models import Node
 
 RULE_FIELDS = ("mode", "amount", "period", "active")
 
@@ -72,10 +72,8 @@ QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
 def flavor_capacity(flavor, cluster=None) -> int:
     """The GPUs of ``flavor`` installed (schedulable nodes) in every cluster, or in ``cluster`` only: what the
     global nominal quotas, or that cluster's per-cluster ones, share."""
-    nodes = Node.objects.filter(flavor=flavor, schedulable=True)
-    if cluster is not None:
-        nodes = nodes.filter(cluster=cluster)
-    return int(nodes.aggregate(n=Sum("gpus"))["n"] or 0)
+    # The nodes are scheduling's: it counts them (quotas.ports), quotas never reads a node.
+    return ports.facts().installed_gpus(flavor_id=flavor.pk, cluster_id=None if cluster is None else cluster.pk)
 
 
 def _check_quota(*, department: Department, flavor, nominal: int, borrowing, lending, oversubscribe: bool,

@@ -22,7 +22,6 @@ from quotas.models import LedgerEntry
 from quotas.services.wallets import entry_for, hold_key, wallet_refund, wallet_settle
 from scheduling.core import money
 from scheduling.core.money import REFUND_POLICY
-from scheduling.models import PreemptionVictim
 
 __all__ = ["REFUND_POLICY", "Settlement", "attempt_usage", "settle_attempt"]
 
@@ -43,15 +42,19 @@ def attempt_usage(*, hold: LedgerEntry, end: datetime) -> tuple[int, int]:
     return gpu_seconds, money.attempt_charge(hold.rate or 0, gpu_seconds=gpu_seconds)
 
 
-def _refund_share(*, job, attempt: int, outcome: str, hold: LedgerEntry) -> tuple[float, str]:
-    # (only a preemption needs to know who decided it; the policy itself is the core's)
-    decided = outcome != "preempted" or PreemptionVictim.objects.filter(job_id=job.pk, attempt=attempt).exists()
+def _refund_share(*, outcome: str, hold: LedgerEntry, decided: bool) -> tuple[float, str]:
+    # (only a preemption needs to know who decided it: scheduling says so; the policy itself is the core's)
+    decided = outcome != "preempted" or decided
     return money.refund_share(outcome, decided_by_portal=decided, borrowed=bool((hold.data or {}).get("borrowed")))
 
 
-def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = None, actor=None) -> Settlement | None:
+def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = None, actor=None,
+                   preempted_by_portal: bool = False) -> Settlement | None:
     """Settle one attempt's actual GPU-time, release the rest of its hold and refund per REFUND_POLICY.
-    Idempotent (every step has its own key). None when the attempt had no hold."""
+    Idempotent (every step has its own key). None when the attempt had no hold.
+
+    ``preempted_by_portal``: a preempted attempt was the portal's own decision (scheduling recorded it as a
+    preemption victim), not an eviction by the cluster; scheduling says so, quotas never reads a job."""
     hold = entry_for(hold_key(job.pk, attempt))
     if hold is None:
         return None
@@ -66,7 +69,7 @@ def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = No
     with transaction.atomic():
         settle = wallet_settle(job=job, attempt=attempt, amount=cost, gpu_seconds=gpu_seconds, outcome=outcome,
                                actor=actor, memo=f"{outcome}: {gpu_seconds / 3600:.3f} GPU-h")
-        share, why = _refund_share(job=job, attempt=attempt, outcome=outcome, hold=hold)
+        share, why = _refund_share(outcome=outcome, hold=hold, decided=preempted_by_portal)
         refund = None
         if settle is not None and share > 0 and settle.amount < 0:
             refund = wallet_refund(job=job, attempt=attempt, amount=money.refund_of(-settle.amount, share), reason=why)

@@ -129,7 +129,7 @@ def wallet_hold(*, job, attempt: int, amount: int, rate: int, actor=None, allow_
             amount = wallet.available
         if amount <= 0:
             return None
-        return _append(wallet, kind=LedgerKind.HOLD, held_change=amount, key=key, job=job, attempt=attempt,
+        return _append(wallet, kind=LedgerKind.HOLD, held_change=amount, key=key, job_id=job.pk, attempt=attempt,
                        user_id=job.owner_id, flavor_id=job.flavor_id, actor=actor, rate=rate,
                        gpus=job.gpus * job.pods, data=data or {})
 
@@ -155,7 +155,7 @@ def wallet_settle(*, job, attempt: int, amount: int, gpu_seconds: int = 0, outco
             return existing
         remaining = open_hold(job_id=job.pk, attempt=attempt)
         charge = max(0, min(int(amount), remaining))
-        entry = _append(wallet, kind=LedgerKind.SETTLE, amount=-charge, held_change=-charge, key=key, job=job,
+        entry = _append(wallet, kind=LedgerKind.SETTLE, amount=-charge, held_change=-charge, key=key, job_id=job.pk,
                         attempt=attempt, user_id=hold.user_id, flavor_id=hold.flavor_id, actor=actor,
                         rate=hold.rate, gpus=hold.gpus, gpu_seconds=int(gpu_seconds), outcome=outcome,
                         memo=memo[:300], data={"requested": int(amount), "capped": charge < amount})
@@ -186,7 +186,7 @@ def wallet_release(*, job, attempt: int, actor=None, memo: str = "") -> LedgerEn
 def _release(wallet, hold, *, job, attempt: int, amount: int, actor, memo: str, outcome: str = "") -> LedgerEntry:
     """The one RELEASE entry of an attempt (key ``release:<job>:<attempt>``): ``amount`` mcr stop being held."""
     return _append(wallet, kind=LedgerKind.RELEASE, held_change=-amount, key=f"release:{job.pk}:{attempt}",
-                   job=job, attempt=attempt, user_id=hold.user_id, flavor_id=hold.flavor_id, actor=actor,
+                   job_id=job.pk, attempt=attempt, user_id=hold.user_id, flavor_id=hold.flavor_id, actor=actor,
                    rate=hold.rate, gpus=hold.gpus, outcome=outcome, memo=memo)
 
 
@@ -204,7 +204,7 @@ def wallet_refund(*, job, attempt: int, amount: int, reason: str, actor=None) ->
         amount = min(int(amount), -settle.amount)
         if amount <= 0:
             return None
-        return _append(wallet, kind=LedgerKind.REFUND, amount=amount, key=key, job=job, attempt=attempt,
+        return _append(wallet, kind=LedgerKind.REFUND, amount=amount, key=key, job_id=job.pk, attempt=attempt,
                        user_id=settle.user_id, flavor_id=settle.flavor_id, actor=actor, rate=settle.rate,
                        gpus=settle.gpus, outcome=settle.outcome, memo=reason[:300])
 

@@ -1,9 +1,10 @@
-"""Scheduling endpoints (mounted under /api/v1/): jobs, the policy, the cluster. Trailing slashes optional."""
+"""Scheduling endpoints (mounted under /api/v1/): jobs, the policy, the cluster, the approvals inbox. Trailing
+slashes optional."""
 
 from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
 
-from scheduling.api import clusters, policy, views
+from scheduling.api import clusters, job_approvals, policy, views
 
 router = DefaultRouter()
 router.trailing_slash = "/?"  # /api/v1/jobs and /api/v1/jobs/ both work (notebook users type either)
@@ -19,4 +20,10 @@ urlpatterns = [
     re_path(r"^clusters/(?P<name>[-a-zA-Z0-9_]+)/?$", clusters.ClusterDetailView.as_view(), name="cluster-detail"),
     re_path(r"^clusters/(?P<name>[-a-zA-Z0-9_]+)/node-groups/(?P<group>[-a-z0-9]+)/?$",
             clusters.NodeGroupView.as_view(), name="cluster-node-group"),
+    re_path(r"^approvals/?$", job_approvals.ApprovalListView.as_view(), name="approval-list"),
+    re_path(r"^approvals/(?P<pk>[0-9]+)/approve/?$", job_approvals.ApprovalDecisionView.as_view(decision="approve"),
+            name="approval-approve"),
+    re_path(r"^approvals/(?P<pk>[0-9]+)/reject/?$", job_approvals.ApprovalDecisionView.as_view(decision="reject"),
+            name="approval-reject"),
+    re_path(r"^jobs/(?P<pk>[0-9]+)/cost/?$", job_approvals.JobCostView.as_view(), name="job-cost"),
 ]

@@ -20,7 +20,8 @@ from django.db.models import ProtectedError
 
 from portal.audit import audit
 from portal.errors import Conflict, ValidationFailed
-from quotas.models import Flavor, Quota, QuotaChangeRequest
+from quotas import selectors as quota_selectors
+from quotas.models import Flavor
 from scheduling.backends import owns_inventory
 from scheduling.models import ACTIVE_STATES, BackendKind, Cluster, ClusterState, Job, Node, label_problems
 
@@ -141,15 +142,14 @@ def cluster_delete(*, cluster: Cluster, actor, comment: str = "") -> None:
     department holds a quota on (its quotas are deleted first, each audited)."""
     if Job.objects.filter(cluster=cluster).exists():
         raise Conflict(f"Jobs ran on {cluster.name}: it stays for their history.")
-    held = sorted({f"{d}/{f}" for d, f in Quota.objects.filter(cluster=cluster).values_list(
-        "department__slug", "flavor__name")})
+    held = quota_selectors.quota_holders(cluster_id=cluster.pk)
     if held:
         # Deleting it would silently drop guarantees departments were given on it.
         raise Conflict(f"Departments hold quotas on {cluster.name} ({', '.join(held)}): delete those quotas "
                        "first.")
-    pending = QuotaChangeRequest.objects.filter(cluster=cluster, state=QuotaChangeRequest.State.PENDING)
-    if pending.exists():
-        ids = ", ".join(str(pk) for pk in sorted(pending.values_list("pk", flat=True)))
+    pending = quota_selectors.pending_quota_requests(cluster_id=cluster.pk)
+    if pending:
+        ids = ", ".join(str(pk) for pk in pending)
         raise Conflict(f"Quota requests for {cluster.name} are pending ({ids}): approve or reject them first.")
     if cluster.is_default and Cluster.objects.exclude(pk=cluster.pk).exists():
         raise Conflict(f"{cluster.name} is the default cluster: make another one the default first.")

@@ -143,10 +143,12 @@ def budget_admitted(job: Job) -> None:
     _record_budget_note(job, budgets.on_job_admitted(job=job))
 
 
-def budget_attempt_ended(*, job: Job, attempt: int, outcome: str) -> None:
+def budget_attempt_ended(*, job: Job, attempt: int, outcome: str, preempted_by_portal: bool = False) -> None:
     """Settle the hold of an attempt that ended (budgets decide the charge and refund) and put what happened
-    on the job's timeline. Inside the transaction that ends the attempt."""
-    _record_budget_note(job, budgets.on_attempt_ended(job=job, attempt=attempt, outcome=outcome))
+    on the job's timeline. Inside the transaction that ends the attempt. ``preempted_by_portal``: the attempt
+    is a victim of one of the portal's own preemptions (budgets refund by it and never read a victim)."""
+    _record_budget_note(job, budgets.on_attempt_ended(job=job, attempt=attempt, outcome=outcome,
+                                                      preempted_by_portal=preempted_by_portal))
 
 
 def _record_budget_note(job: Job, note: budgets.BudgetNote | None) -> None:
@@ -225,7 +227,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     """
     if membership.department.archived_at is not None:  # kept for its history, closed to new work
         raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
-    inputs = budgets.approval_inputs(department_id=membership.department_id, owner_id=user.pk)
+    inputs = budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
     events: list[JobEvent] = []
@@ -244,7 +246,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
             submitted_at=now,
             **fields,
         )
-        approval = budgets.approval_required(job=job, inputs=inputs)
+        approval = budgets.needs_approval(job=job, inputs=inputs)
         if approval:
             job.state = JobState.PENDING_APPROVAL
             job.reason_code = reasons.AWAITING_APPROVAL

@@ -67,6 +67,7 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
     old_attempt = job.attempt
     ran_on = cluster_of(job)  # the next attempt may go to another cluster: the old pods are deleted here
     now = timezone.now()
+    decided = 0  # how many of the portal's own preemption records name this attempt
     with transaction.atomic():
         budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
         if outcome == "preempted":
@@ -74,7 +75,7 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
                               attempt=old_attempt, reason_code=reason, message=message,
                               last_preempted_at=now, preemption_count=job.preemption_count + 1):
                 return False
-            PreemptionVictim.objects.filter(job=job, attempt=old_attempt).update(
+            decided = PreemptionVictim.objects.filter(job=job, attempt=old_attempt).update(
                 status=PreemptionVictim.Status.REQUEUED, evicted_at=now, requeued_at=now
             )
         ended = copy.copy(job)  # the attempt as it ran (admission time, borrowed, price) for settlement
@@ -83,7 +84,7 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
             notify.job_preempted(job=job, reason=reason, message=message, requeued=requeued)
         if not requeued:
             return False
-        budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
+        budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome, preempted_by_portal=decided > 0)
         # Removed, not deleted: a pod of the old attempt that still runs goes through the Eviction API.
         dispatch.after_commit("scheduling.pods.remove", job.pk, old_attempt,
                               namespace_for(job.department.slug, ran_on), ran_on.name)

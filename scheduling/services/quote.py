@@ -42,8 +42,8 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     base = budgets.price_for(flavor_id=job.flavor_id, tier=job.tier)
     rate = max(base, job.bid or 0)
     cost = budgets.estimated_cost(job=job)
-    approval = budgets.approval_required(
-        job=job, inputs=budgets.approval_inputs(department_id=membership.department_id, owner_id=user.pk))
+    approval = budgets.needs_approval(
+        job=job, inputs=budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk))
 
     snapshot, _ctx = build_snapshot(now=now)
     dept, flavor = membership.department.slug, job.flavor.name

@@ -23,8 +23,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.timestamps import to_epoch
+from quotas import selectors as quota_selectors
 from quotas.budgets import read_for_cycle
-from quotas.models import Quota
 from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import tiers
@@ -157,7 +157,7 @@ def read_quotas() -> tuple[core.Quota, ...]:
             lending_limit=q.lending_limit,
             cluster=q.cluster.name if q.cluster_id else None,
         )
-        for q in Quota.objects.select_related("department", "flavor", "cluster")
+        for q in quota_selectors.quotas_in_force()
     )
 
 

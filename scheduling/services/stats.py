@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
-from quotas.models import Quota
+from quotas import selectors as quota_selectors
 from scheduling.core.types import TIERS
 from scheduling.models import (
     ACTIVE_STATES,
@@ -90,7 +90,7 @@ def record_sample(*, now: datetime | None = None) -> datetime:
                       .values_list("job__flavor_id").annotate(n=Count("id")).order_by()):
         preempted[flavor] += n
 
-    quotas = Quota.objects.nominal_by_flavor()
+    quotas = quota_selectors.nominal_by_flavor()
     keys = set(quotas) | set(busy) | set(queued_by_dept)
     borrowed = {k: max(0, busy.get(k, 0) - quotas.get(k, 0)) for k in keys}
     lent = lent_shares(keys, quotas, busy, borrowed)

@@ -24,7 +24,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from portal.models import Department, Membership
-from quotas.models import Flavor, Quota
+from quotas import selectors as quota_selectors
+from quotas.models import Flavor
 from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
 from scheduling.core.types import ClusterInfo
 from scheduling.models import Cluster, Job, JobState, Node
@@ -141,7 +142,7 @@ def current_quotas() -> dict[str, dict[str, dict[str, int | None]]]:
     """``{department: {flavor: {"nominal", "borrowing_limit", "lending_limit"}}}`` as in force; a per-cluster
     quota's key is ``flavor@cluster`` (the simulator's)."""
     out: dict = {}
-    for q in Quota.objects.select_related("department", "flavor", "cluster"):
+    for q in quota_selectors.quotas_in_force():
         out.setdefault(q.department.slug, {})[q.key] = {
             "nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit}
     return out

@@ -9,7 +9,7 @@ import pytest
 
 from notifications.models import Delivery, DepartmentSettings, Event, Preference
 from scheduling.models import JobState
-from scheduling.services import approvals, clusters
+from scheduling.services import clusters, job_approvals
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +25,7 @@ def test_approval_requested_goes_to_the_admins_and_the_decision_to_the_submitter
     job = go(submit, lab.alice, name="big", gpus=2)
     assert job.state == JobState.PENDING_APPROVAL
     assert _subjects(smtp_server) == [("vadmin@x.test", f"Job {job.pk} by alice waits for your approval")]
-    go(approvals.job_reject, user=lab.vadmin, job=job, comment="too big for now")
+    go(job_approvals.job_reject, user=lab.vadmin, job=job, comment="too big for now")
     assert ("alice@x.test", f"Job {job.pk} (big) was rejected") in _subjects(smtp_server)
     mail = [m for m in smtp_server.messages if m["to"] == ["alice@x.test"]][0]
     assert "vadmin rejected" in mail["body"] and "too big for now" in mail["body"]

@@ -24,7 +24,6 @@ from portal.audit import audit
 from portal.models import ApiToken, AuditEntry, Department, Membership
 from quotas.models import (
     Allowance,
-    Approval,
     ApprovalRule,
     LedgerEntry,
     Price,
@@ -34,7 +33,7 @@ from quotas.models import (
     Wallet,
 )
 from quotas.services import allowances, quota_requests, rules, wallets
-from scheduling.models import AttemptLog, DepartmentSample, Job, JobEvent, JobState
+from scheduling.models import Approval, AttemptLog, DepartmentSample, Job, JobEvent, JobState
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 
 pytestmark = pytest.mark.django_db

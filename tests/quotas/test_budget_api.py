@@ -9,9 +9,9 @@ import io
 import pytest
 
 from portal.models import AuditEntry
-from quotas.models import Approval, ApprovalRule, LedgerEntry, Price, RefillRule, Wallet
+from quotas.models import ApprovalRule, LedgerEntry, Price, RefillRule, Wallet
 from quotas.services import reports
-from scheduling.models import Job, JobState, SimPod
+from scheduling.models import Approval, Job, JobState, SimPod
 from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import run_cycle
 

@@ -1,10 +1,10 @@
-"""Deciding on a job that waits for approval: approve (it is queued) or reject (it is cancelled).
+"""Job approvals: deciding on a job that waits for approval, approve (it is queued) or reject (it is cancelled).
 
 Invariants: only a department admin of the job's department decides (another department's job is a 404);
 each decision is one compare-and-set transition out of ``pending_approval`` plus an ``Approval`` row and an
 audit entry, in one transaction; deciding the same way twice returns the job unchanged, deciding the other
 way after a decision is refused. Whether a job must wait is the budgets' question
-(``quotas.budgets.approval_required``), asked at submission.
+(``quotas.budgets.needs_approval``: its department's approval rule), asked at submission.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from django.utils import timezone
 from portal.audit import audit
 from portal.errors import Forbidden, InvalidTransition, NotFound, ValidationFailed
 from portal.tenancy import membership_of
-from quotas.models import Approval
 from scheduling.core import reasons
-from scheduling.models import JobState
+from scheduling.models import Approval, JobState
 from scheduling.services import notify
 from scheduling.services.jobs import enqueue_pod_creation, transition
 

@@ -1,14 +1,18 @@
-"""Approvals: whether a submission must wait for a department admin before it is queued.
+"""Submission checks: whether a submission must wait for a department admin before it is queued.
+
+One of three things called "approval" in the portal, each named for what it is: this module checks a submission
+against its department's ``ApprovalRule`` and its owner's allowance; deciding on a job that waits is scheduling's
+(``scheduling.services.job_approvals``); deciding on a quota change request is ``quotas.services.quota_requests``.
 
 Invariants:
 
 * A job waits when its department's ``ApprovalRule`` says so (realtime, more GPUs, or a quote above a
   threshold) or when its quote would take its owner past their allowance.
-* A batch of jobs by one submitter reads the rule and the allowance once (``approval_inputs``); every job the
+* A batch of jobs by one submitter reads the rule and the allowance once (``submission_check_inputs``); every job the
   check lets through is added to what the allowance has committed, so the next job of the batch counts it,
   exactly as if the jobs had been submitted one by one.
-* Deciding on a waiting job (approve, reject) is a transition of the job: it lives in scheduling's services,
-  which ask this module nothing more.
+* Deciding on a waiting job (approve, reject) is a transition of the job: it lives in scheduling's services
+  (``job_approvals``), which ask this module nothing more.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from quotas.services.pricing import estimated_cost
 
 
 @dataclass
-class ApprovalInputs:
-    """What ``approval_required`` reads about a submitter: the department's rule, the user's allowance and
+class SubmissionCheckInputs:
+    """What ``needs_approval`` reads about a submitter: the department's rule, the user's allowance and
     what that allowance already has committed. A batch of jobs by one user reads them once; every job the
     check lets through directly is added to ``used``, so the next job of the batch counts it too."""
 
@@ -35,20 +39,20 @@ class ApprovalInputs:
     used: int = 0
 
 
-def approval_inputs(*, department_id, owner_id) -> ApprovalInputs:
+def submission_check_inputs(*, department_id, owner_id) -> SubmissionCheckInputs:
     rule = ApprovalRule.objects.filter(department_id=department_id).first()
     allowance = Allowance.objects.filter(user_id=owner_id).first() if owner_id else None
     used = allowance_used(allowance=allowance) if allowance is not None else 0
-    return ApprovalInputs(rule=rule, allowance=allowance, used=used)
+    return SubmissionCheckInputs(rule=rule, allowance=allowance, used=used)
 
 
-def approval_required(*, job, inputs: ApprovalInputs | None = None) -> str | None:
+def needs_approval(*, job, inputs: SubmissionCheckInputs | None = None) -> str | None:
     """Why ``job`` must wait for a department admin's approval, or None to queue it directly (then the job's
     estimated cost counts against the owner's allowance in ``inputs`` from now on).
 
-    ``inputs`` is ``approval_inputs(...)`` for the job's department and owner, read here when not given."""
+    ``inputs`` is ``submission_check_inputs(...)`` for the job's department and owner, read here when not given."""
     if inputs is None:
-        inputs = approval_inputs(department_id=job.department_id, owner_id=job.owner_id)
+        inputs = submission_check_inputs(department_id=job.department_id, owner_id=job.owner_id)
     rule, allowance = inputs.rule, inputs.allowance
     if rule is None and allowance is None:
         return None

@@ -1,0 +1,39 @@
+"""Quotas' reads for the apps above it (scheduling's snapshot, statistics, what-if, inventory and quota-use
+pages): the quotas in force and their nominal GPUs, who holds quotas on a cluster, pending quota requests.
+One query each, whatever the number of rows; nothing here writes."""
+
+from __future__ import annotations
+
+from quotas.models import Quota, QuotaChangeRequest
+
+
+def quotas_in_force() -> list[Quota]:
+    """Every quota with its department, flavor and cluster (the global quota of a department and flavor
+    before its per-cluster ones): the quotas a cycle, a what-if or a page decides with."""
+    return list(Quota.objects.select_related("department", "flavor", "cluster"))
+
+
+def quotas_by_department_flavor() -> dict[tuple[int, int], Quota]:
+    """{(department id, flavor id): quota} with its flavor; the global quota stands for the pair when there is
+    one, else its first per-cluster quota."""
+    out: dict[tuple[int, int], Quota] = {}
+    for q in Quota.objects.select_related("flavor"):  # global rows first (Quota's ordering)
+        out.setdefault((q.department_id, q.flavor_id), q)
+    return out
+
+
+def nominal_by_flavor() -> dict[tuple[int, int], int]:
+    """{(department id, flavor id): nominal GPUs across clusters} (``QuotaQuerySet.nominal_by_flavor``)."""
+    return Quota.objects.nominal_by_flavor()
+
+
+def quota_holders(*, cluster_id: int) -> list[str]:
+    """"department/flavor" of every quota held on one cluster, sorted."""
+    return sorted({f"{d}/{f}" for d, f in Quota.objects.filter(cluster_id=cluster_id).values_list(
+        "department__slug", "flavor__name")})
+
+
+def pending_quota_requests(*, cluster_id: int) -> list[int]:
+    """Ids of the quota change requests on one cluster still waiting for a decision, sorted."""
+    return sorted(QuotaChangeRequest.objects.filter(cluster_id=cluster_id, state=QuotaChangeRequest.State.PENDING)
+                  .values_list("pk", flat=True))
