@@ -73,6 +73,7 @@ SETTINGS: tuple[Setting, ...] = (
             "jobs.", "int"),
     Setting("WHATIF_TIME_LIMIT_S", "20", "What-if: give up after this many seconds for both replays (keep it "
             "under the web server's request timeout).", "float"),
+    Setting("LAB_FILE_MAX_KB", "1024", "manage.py lab apply: refuse a lab file larger than this many KiB.", "int"),
     Setting("QUOTE_ESTIMATE_MAX_JOBS", "20000", "Quote: skip the start estimate (one engine run over a copy of the "
             "queue) when more jobs than this are active or waiting.", "int"),
     Setting("LOG_KEEP_KB", "256", "Job logs: keep the last this many KiB of every attempt's log when it ends.",
@@ -194,6 +195,8 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("STATS_INTERVAL_S and STATS_RETENTION_DAYS must be positive.")
         if int(values["LOG_KEEP_KB"]) <= 0 or int(values["LOG_RETENTION_DAYS"]) <= 0:
             problems.append("LOG_KEEP_KB and LOG_RETENTION_DAYS must be positive.")
+        if int(values["LAB_FILE_MAX_KB"]) <= 0:
+            problems.append("LAB_FILE_MAX_KB must be positive.")
         if int(values["WHATIF_MAX_JOBS"]) <= 0 or float(values["WHATIF_TIME_LIMIT_S"]) <= 0:
             problems.append("WHATIF_MAX_JOBS and WHATIF_TIME_LIMIT_S must be positive.")
         if (float(values["PROMETHEUS_TIMEOUT_S"]) <= 0 or float(values["GPU_USAGE_INTERVAL_S"]) <= 0

@@ -231,7 +231,7 @@ class DatabaseCollector:
 
     def _collect(self):
         from portal.models import MetricValue
-        from quotas.models import Wallet
+        from quotas.models import Flavor, Wallet
         from scheduling.models import ACTIVE_STATES, Job, JobState, Node
 
         stored: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -259,17 +259,21 @@ class DatabaseCollector:
                           .annotate(n=Count("id")).order_by("reason_code")):
             pending.add_metric([reason or "queued"], n)
         yield pending
+        # Every known flavor has both series, at 0 when it has no schedulable GPU or no job holds one: a series
+        # that vanishes reads as "no data" in Prometheus, not as zero.
+        flavors = sorted(Flavor.objects.values_list("name", flat=True))
         total = GaugeMetricFamily("portal_gpus_total", "Schedulable GPUs by flavor.", labels=["flavor"])
-        for flavor, n in (Node.objects.filter(schedulable=True).values_list("flavor__name")
-                          .annotate(n=Sum("gpus")).order_by("flavor__name")):
-            total.add_metric([flavor], n or 0)
+        totals = dict(Node.objects.filter(schedulable=True).values_list("flavor__name").annotate(n=Sum("gpus"))
+                      .order_by("flavor__name"))
+        for flavor in flavors:
+            total.add_metric([flavor], totals.get(flavor) or 0)
         yield total
         used = GaugeMetricFamily("portal_gpus_used", "GPUs held by admitted/running portal jobs by flavor.",
                                  labels=["flavor"])
-        for flavor, n in (Job.objects.filter(state__in=[s for s in ACTIVE_STATES if s != JobState.QUEUED])
-                          .values_list("flavor__name").annotate(n=Sum(F("gpus") * F("pods")))
-                          .order_by("flavor__name")):
-            used.add_metric([flavor], n or 0)
+        held = dict(Job.objects.filter(state__in=[s for s in ACTIVE_STATES if s != JobState.QUEUED])
+                    .values_list("flavor__name").annotate(n=Sum(F("gpus") * F("pods"))).order_by("flavor__name"))
+        for flavor in flavors:
+            used.add_metric([flavor], held.get(flavor) or 0)
         yield used
 
         drifting = GaugeMetricFamily(LEDGER_DRIFTING, "Wallets whose balance != sum(ledger entries), as of the "

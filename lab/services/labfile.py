@@ -26,7 +26,7 @@ from django.db import transaction
 from lab.services import departments as dept_services
 from lab.services import members as member_services
 from lab.services.export import dump, export_lab
-from lab.services.shape import LabError, LabFileInvalid, check_shape, line_of, load
+from lab.services.shape import LabError, LabFileInvalid, check_shape, decode, line_of, load
 from portal.errors import PortalError
 from portal.models import Department, Membership, Role, SsoGroupMapping, UserTier
 from portal.services import sso as sso_services
@@ -451,10 +451,12 @@ def _move(existing, dept, actor, want, m):
     return _add(dept, actor, want, m)
 
 
-def apply_lab(text: str, *, actor=None, dry_run: bool = False, prune: bool = False) -> Result:
-    """Apply a lab file (see the module's docstring). Raises LabFileInvalid with every error, having changed
+def apply_lab(source: str | bytes, *, actor=None, dry_run: bool = False, prune: bool = False,
+              size: int | None = None) -> Result:
+    """Apply a lab file (see the module's docstring): its text, or its bytes (strict UTF-8; ``size`` is the
+    whole file's when only its start was read). Raises LabFileInvalid with every error, having changed
     nothing; returns what changed (or, with ``dry_run``, what would change)."""
-    data, lines = load(text)
+    data, lines = load(decode(source, size=size) if isinstance(source, bytes) else source)
     errors = check_shape(data, lines)
     if errors:
         raise LabFileInvalid(errors)

@@ -3,6 +3,7 @@ endpoints: who am I, API tokens."""
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
 
 from portal.models import ApiToken, Membership
@@ -57,6 +58,20 @@ class StrictSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         return value
+
+
+class StrictSerializerSchema(OpenApiSerializerExtension):
+    """The OpenAPI schema of a strict serializer's request body says what the API does with an unknown field:
+    ``additionalProperties: false`` (a 400). Its responses are left open."""
+
+    target_class = StrictSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        if direction == "request":
+            schema["additionalProperties"] = False
+        return schema
 
 
 class MembershipSerializer(serializers.ModelSerializer):

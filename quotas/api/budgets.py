@@ -125,6 +125,7 @@ class WalletListView(GenericAPIView):
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(WalletSerializer(page, many=True).data)
 
+    @extend_schema(request=WalletCreateSerializer, responses={201: WalletSerializer})
     def post(self, request):
         require_role(request.user, ADMIN)
         data = _valid(WalletCreateSerializer, request.data)
@@ -327,6 +328,7 @@ class PriceListView(GenericAPIView):
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(PriceSerializer(page, many=True).data)
 
+    @extend_schema(request=PriceInputSerializer, responses={200: PriceSerializer, 201: PriceSerializer})
     def post(self, request):
         require_role(request.user, ADMIN)
         data = _valid(PriceInputSerializer, request.data)
@@ -348,6 +350,8 @@ class PriceDetailView(APIView):
     def get(self, request, pk: int):
         return Response(PriceSerializer(self._price(request, pk)).data)
 
+    # flavor and tier default to the price's own: every field is optional, for PUT as for PATCH
+    @extend_schema(request=PriceInputSerializer(partial=True), responses=PriceSerializer)
     def patch(self, request, pk: int):
         price = self._price(request, pk)
         require_role(request.user, ADMIN)

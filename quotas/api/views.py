@@ -195,6 +195,10 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
         quota = rules.quota_set(quota=quota, actor=request.user, **s.validated_data)
         return Response(QuotaOutSerializer(quota, context=self.get_serializer_context()).data)
 
+    @extend_schema(request=QuotaUpdateSerializer, responses=QuotaOutSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        return self.update(request, *args, partial=True, **kwargs)
+
     @extend_schema(request=QuotaCreateSerializer, responses={201: QuotaOutSerializer})
     def create(self, request, *args, **kwargs):
         require_role(request.user, ADMIN, "Only platform admins can create quotas.")

@@ -4,7 +4,8 @@ groups (its nodes come from the cluster itself)."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -34,6 +35,16 @@ class ClusterPublicSerializer(serializers.ModelSerializer):
         model = Cluster
         fields = ["name", "labels", "state", "is_default", "reachable"]
         read_only_fields = fields
+
+
+class ClusterPublicSchema(OpenApiSerializerExtension):
+    """A member's view has exactly these fields: saying so keeps it apart from the admin's view in the list's
+    ``oneOf`` (an admin's cluster would otherwise match both)."""
+
+    target_class = ClusterPublicSerializer
+
+    def map_serializer(self, auto_schema, direction):
+        return {**auto_schema._map_basic_serializer(self.target, direction), "additionalProperties": False}
 
 
 class ClusterSerializer(serializers.ModelSerializer):
@@ -112,7 +123,9 @@ def _cluster(user, name: str) -> Cluster:
 
 
 class ClusterListView(APIView):
-    @extend_schema(responses=ClusterSerializer(many=True),
+    @extend_schema(responses=PolymorphicProxySerializer(
+                       component_name="ClusterForRole", serializers=[ClusterSerializer, ClusterPublicSerializer],
+                       resource_type_field_name=None, many=True),
                    description="Platform admins get every setting; other members each cluster's name, labels "
                                "and state (to write cluster selectors), never how it is reached.")
     def get(self, request):

@@ -8,6 +8,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.serializers import StrictSerializer
 from portal.tenancy import ADMIN, member, require_role
 from scheduling.models import PolicyVersion
 from scheduling.selectors import cluster_summary
@@ -22,7 +23,7 @@ class PolicyVersionSerializer(serializers.ModelSerializer):
         fields = ["version", "data", "author", "created_at", "comment"]
 
 
-class PolicyUpdateSerializer(serializers.Serializer):
+class PolicyUpdateSerializer(StrictSerializer):
     policy = serializers.DictField()
     comment = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 

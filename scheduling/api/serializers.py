@@ -348,5 +348,5 @@ class JobBatchSerializer(serializers.Serializer):
     jobs = JobSerializer(many=True, read_only=True)
 
 
-class CancelSerializer(serializers.Serializer):
+class CancelSerializer(StrictSerializer):
     comment = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")

@@ -12,6 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 
 from lab import demo
+from lab.services import shape
 from lab.services.labfile import LabFileInvalid, apply_lab, dump, export_lab
 from portal.models import AuditEntry, Department, Membership
 from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
@@ -303,3 +304,154 @@ def test_a_per_cluster_quota_above_its_clusters_gpus_rolls_everything_back():
     assert not Department.objects.exists() and not Cluster.objects.exists()
     apply_lab(_with_edge_quota("      a100-80gb@edge: {nominal: 5, oversubscribe: true}\n"))
     assert "oversubscribe: true" in dump(export_lab())
+
+
+# ------------------------------------------------------------------------------------------ hostile files
+# Each refusal is one line and exit code 2, before the file can cost memory or time.
+
+def _refusal(*args) -> str:
+    with pytest.raises(CommandError) as exc:
+        _cmd(*args)
+    assert exc.value.returncode == 2
+    message = str(exc.value)
+    assert "\n" not in message, message
+    return message
+
+
+def _alias_bomb() -> str:
+    """The billion laughs: nine levels of nine aliases, a few hundred bytes that expand to 9**9 strings."""
+    text = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        text += f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]\n"
+    return text
+
+
+@pytest.fixture(params=shape.LOADERS, ids=lambda c: c.__name__)
+def loader_class(request):
+    """Every YAML loader the portal may use (libyaml's when installed, and the pure-Python one)."""
+    return request.param
+
+
+def test_an_alias_bomb_is_refused_before_it_expands(tmp_path, loader_class):
+    text = _alias_bomb()
+    assert len(text) < 600
+    assert "anchors (&a) are not allowed" in _refusal("apply", _file(tmp_path, text))
+    with pytest.raises(LabFileInvalid) as exc:
+        shape.load(text, loader_class=loader_class)
+    assert [(e.line, e.message) for e in exc.value.errors] == [
+        (1, "YAML anchors (&a) are not allowed in a lab file: write the value out")]
+    with pytest.raises(LabFileInvalid) as exc:  # an alias alone (to nothing) is refused as such
+        shape.load("version: 1\nflavors: *x\n", loader_class=loader_class)
+    assert [(e.line, e.message) for e in exc.value.errors] == [
+        (2, "YAML aliases (*x) are not allowed in a lab file: write the value out")]
+
+
+def test_deep_nesting_is_refused_without_a_recursion_error(tmp_path, loader_class):
+    deep = "a: " + "[" * 20_000 + "]" * 20_000 + "\n"
+    assert "nest" in _refusal("apply", _file(tmp_path, deep))
+    with pytest.raises(LabFileInvalid) as exc:
+        shape.load(deep, loader_class=loader_class)
+    assert "nest" in exc.value.errors[0].message
+    # the cap is the portal's own, in block style too: 21 levels are refused on their line, 20 are read
+    block = "".join(f"{'  ' * i}k{i}:\n" for i in range(shape.MAX_DEPTH)) + "  " * shape.MAX_DEPTH + "- 1\n"
+    with pytest.raises(LabFileInvalid) as exc:
+        shape.load(block, loader_class=loader_class)
+    assert [(e.line, e.message) for e in exc.value.errors] == [(shape.MAX_DEPTH + 1, "nested more than 20 levels deep")]
+    data, _ = shape.load(block.replace("- 1\n", "1\n"), loader_class=loader_class)
+    assert "k0" in data
+
+
+def test_a_file_that_is_not_utf8_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("version: 1\ndepartments:\n  - {slug: caf, name: Caf\xe9}\n".encode("latin-1"))
+    message = _refusal("apply", str(path))
+    assert "line 3" in message and "not UTF-8: byte 0xe9" in message and "save the file as UTF-8" in message
+    assert not Department.objects.exists()
+    # UTF-8, with or without a byte-order mark, is read
+    path.write_bytes("\ufeffversion: 1\nflavors:\n  - {name: h100, description: Caf\xe9}\n".encode())
+    _cmd("apply", str(path))
+    assert Flavor.objects.get().description == "Caf\xe9"
+
+
+def test_a_10_mb_file_is_refused_by_its_size_before_it_is_parsed(tmp_path):
+    line = b"  - {slug: dept, name: Department}\n"
+    head = b"version: 1\ndepartments:\n" + line * (shape.max_bytes() // len(line))
+    path = tmp_path / "big.yaml"
+    path.write_bytes(head + b"\xff" * (10 * 1024 * 1024 - len(head)))  # not UTF-8 past the limit: never decoded
+    message = _refusal("apply", str(path))
+    assert f"the file is {10 * 1024 * 1024} bytes; a lab file may be at most 1048576 bytes" in message
+    with pytest.raises(LabFileInvalid, match="more than 1048576 bytes"):
+        apply_lab(path.read_bytes().decode("utf-8", "replace"))
+
+
+def test_the_size_limit_is_a_setting(tmp_path, settings):
+    settings.LAB_FILE_MAX_KB = 1
+    text = "version: 1\nflavors:\n" + "".join(f"  - {{name: f{i}}}\n" for i in range(80))
+    assert 1024 < len(text) < 2048
+    assert "at most 1024 bytes (LAB_FILE_MAX_KB)" in _refusal("apply", _file(tmp_path, text))
+    settings.LAB_FILE_MAX_KB = 2
+    _cmd("apply", _file(tmp_path, text))
+    assert Flavor.objects.count() == 80
+
+
+def test_standard_input_has_the_same_limits(tmp_path, monkeypatch, settings):
+    settings.LAB_FILE_MAX_KB = 1
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"#" * 5000)))
+    assert "more than 1024 bytes" in _refusal("apply", "-")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"version: 1\nflavors:\n  - {name: \xe9}\n")))
+    assert "not UTF-8" in _refusal("apply", "-")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("version: " + "9" * 5000 + "\n", "not valid YAML: Exceeds the limit (4300 digits)"),
+    ("version: 1\nflavors: \x00\n", "not valid YAML: the character #x0000 is not allowed"),
+    ("departments: [" + "1," * shape.MAX_NODES + "1]\n", f"more than {shape.MAX_NODES} values"),
+])
+def test_other_hostile_values_are_one_line_errors(tmp_path, loader_class, text, message):
+    with pytest.raises(LabFileInvalid) as exc:
+        shape.load(text, loader_class=loader_class)
+    [err] = exc.value.errors
+    assert message in err.message and "\n" not in str(err)
+    assert message in _refusal("apply", _file(tmp_path, text))
+
+
+def test_a_file_with_many_errors_lists_the_first_hundred(tmp_path):
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab("departments:\n" + "  - {}\n" * 300)
+    errors = exc.value.errors
+    assert len(errors) == shape.MAX_ERRORS + 1 and errors[-1].message == "500 more error(s) not listed"
+
+
+def test_a_single_error_is_one_line_and_several_exit_2_too(tmp_path):
+    message = _refusal("apply", _file(tmp_path, "version: 2\n"))
+    assert message.endswith("refused, nothing was changed: line 1: version: this portal reads lab files of version 1")
+    assert _refusal("apply", _file(tmp_path, "version: 2\nflavors: 3\n")).endswith("is invalid: 2 error(s).")
+    # sections of the wrong type are errors, not a TypeError from the lookups of declared names
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab("flavors: [{name: [1]}]\nclusters: {a: 1}\ndepartments: 7\n")
+    assert {e.path for e in exc.value.errors} == {("flavors", 0, "name"), ("clusters",), ("departments",)}
+    assert _refusal("apply", str(tmp_path / "missing.yaml")).startswith("Cannot read")
+
+
+def _manage(tmp_path, *args):
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path), "DATABASE_URL": f"sqlite:///{tmp_path}/fresh.sqlite3",
+           "CELERY_BROKER_URL": "memory://"}
+    return subprocess.run([sys.executable, "manage.py", "lab", *args], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[2], timeout=600)
+
+
+def test_on_a_fresh_install_the_command_says_to_migrate_or_migrates(tmp_path):
+    path = _file(tmp_path, DEMO)
+    r = _manage(tmp_path, "apply", path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]  # one line, no traceback
+    assert "run `manage.py migrate` first (or pass --migrate to apply)" in r.stderr
+    assert _manage(tmp_path, "export").returncode == 2
+    r = _manage(tmp_path, "apply", path, "--migrate")
+    assert r.returncode == 0, r.stderr
+    assert "Applied" in r.stdout
+    r = _manage(tmp_path, "apply", path)
+    assert r.returncode == 0 and "No changes" in r.stdout, r.stderr

@@ -68,3 +68,22 @@ def test_request_counters_are_summed_over_all_web_worker_processes(lab, client, 
     series = 'django_http_responses_total_by_status_view_method_total{method="GET",status="200",view="login"}'
     scrapes = [_value(client.get("/metrics").content.decode(), series) for _ in range(3)]
     assert scrapes == [7.0, 7.0, 7.0]
+
+
+@pytest.mark.django_db
+def test_gpus_used_reads_zero_on_every_scrape_when_nothing_is_used(lab, submit, client):
+    """Scraped 20 times while a job comes and goes: every scrape has the series of every known flavor, at 0
+    when no job holds a GPU of it (a vanished series is "no data" to Prometheus, not 0)."""
+    from quotas.models import Flavor
+    from scheduling.models import Job, JobState
+
+    Flavor.objects.create(name="h100", resource_name="nvidia.com/gpu")  # no node, no job: 0 and 0
+    job = submit(lab.alice, gpus=2)
+    for i in range(20):
+        running = i % 3 == 0
+        Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING if running else JobState.SUCCEEDED)
+        text = client.get("/metrics").content.decode()
+        assert _value(text, 'portal_gpus_used{flavor="a100-80gb"}') == (2 if running else 0), i
+        assert _value(text, 'portal_gpus_used{flavor="h100"}') == 0
+        assert _value(text, 'portal_gpus_total{flavor="h100"}') == 0
+        assert _value(text, 'portal_gpus_total{flavor="a100-80gb"}') == 8
