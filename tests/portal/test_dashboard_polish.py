@@ -119,7 +119,7 @@ def test_api_docs_group_operations_by_resource(client, lab):
 def test_demo_documents_its_address_argument():
     from django.core.management import load_command_class
 
-    parser = load_command_class("portal", "demo").create_parser("manage.py", "demo")
+    parser = load_command_class("lab", "demo").create_parser("manage.py", "demo")
     text = parser.format_help()
     assert "ADDRPORT" in text and "127.0.0.1:8000" in text
 
