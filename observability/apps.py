@@ -7,9 +7,11 @@ class ObservabilityConfig(AppConfig):
 
     def ready(self):
         # Registered here, once the models are loaded, so every process finds the tasks by name (beat names
-        # them) and /metrics includes the GPU-use series in every process that serves it.
+        # them) and /metrics includes the scheduler's, the ledger's and the GPU-use series in every process that serves
+        # it.
         from observability import checks, tasks  # noqa: F401
-        from observability.services import metrics
+        from observability.services import metrics, scheduler_metrics
         from portal.metrics import register_collector
 
+        register_collector(scheduler_metrics.SchedulerCollector())
         register_collector(metrics.GpuUseCollector())

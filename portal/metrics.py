@@ -8,7 +8,7 @@ Two sources, merged at scrape time:
   multiprocess mode sums all workers: a counter no longer jumps with whichever worker answered the scrape.
 * **The scheduler's and the ledger's series**, observed in Celery workers that nothing scrapes. They are
   written to the database (``MetricValue``: counters and histograms only ever grow) or read from it at
-  scrape time (pending jobs, GPUs, wallets), by ``DatabaseCollector``.
+  scrape time (pending jobs, GPUs, wallets) by the collectors the apps register (``register_collector``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count, F, Sum
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 log = logging.getLogger(__name__)
@@ -216,85 +215,19 @@ def scheduler_state(*, now: float) -> SchedulerState:
                           stale_after_s=settings.CYCLE_STALE_AFTER_S)
 
 
-class DatabaseCollector:
-    """The scheduler's and the ledger's series, read from the database when Prometheus scrapes. A database
-    that does not answer leaves these series out of that scrape (and is logged); the rest still answers."""
+def stored_series() -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every stored series (counters, gauges and histogram rows kept in ``MetricValue``) with its labels, in
+    one query: what a collector serves at scrape time."""
+    from portal.models import MetricValue
 
-    def describe(self):
-        return []  # without it, registering would run collect() (and query) while the apps load
-
-    def collect(self):
-        try:
-            yield from self._collect()
-        except Exception:  # noqa: BLE001 - a scrape must not fail because of one source
-            log.warning("scheduler metrics unavailable for this scrape", exc_info=True)
-
-    def _collect(self):
-        from portal.models import MetricValue
-        from quotas.models import Flavor, Wallet
-        from scheduling.models import ACTIVE_STATES, Job, JobState, Node
-
-        stored: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for name, labels, value in MetricValue.objects.values_list("name", "labels", "value"):
-            stored.setdefault(name, []).append((_parse(labels), value))
-
-        def one(name: str) -> float:
-            return sum(v for _, v in stored.get(name, []))
-
-        for histogram in (CYCLE_DURATION, DECIDE_DURATION, QUEUE_WAIT):
-            yield histogram.family(stored)
-        last = GaugeMetricFamily(CYCLE_LAST_RUN, "When the last admission cycle ran (Unix time).")
-        if CYCLE_LAST_RUN in stored:
-            last.add_metric([], one(CYCLE_LAST_RUN))
-        yield last
-        for name, doc, label in ((ADMISSIONS, "Jobs admitted.", "tier"),
-                                 (PREEMPTIONS, "Jobs chosen as preemption victims.", "reason")):
-            family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=[label])
-            for labels, value in stored.get(name, []):
-                family.add_metric([labels.get(label, "")], value)
-            yield family
-
-        pending = GaugeMetricFamily("portal_pending_jobs", "Queued jobs by reason code.", labels=["reason"])
-        for reason, n in (Job.objects.filter(state=JobState.QUEUED).values_list("reason_code")
-                          .annotate(n=Count("id")).order_by("reason_code")):
-            pending.add_metric([reason or "queued"], n)
-        yield pending
-        # Every known flavor has both series, at 0 when it has no schedulable GPU or no job holds one: a series
-        # that vanishes reads as "no data" in Prometheus, not as zero.
-        flavors = sorted(Flavor.objects.values_list("name", flat=True))
-        total = GaugeMetricFamily("portal_gpus_total", "Schedulable GPUs by flavor.", labels=["flavor"])
-        totals = dict(Node.objects.filter(schedulable=True).values_list("flavor__name").annotate(n=Sum("gpus"))
-                      .order_by("flavor__name"))
-        for flavor in flavors:
-            total.add_metric([flavor], totals.get(flavor) or 0)
-        yield total
-        used = GaugeMetricFamily("portal_gpus_used", "GPUs held by admitted/running portal jobs by flavor.",
-                                 labels=["flavor"])
-        held = dict(Job.objects.filter(state__in=[s for s in ACTIVE_STATES if s != JobState.QUEUED])
-                    .values_list("flavor__name").annotate(n=Sum(F("gpus") * F("pods"))).order_by("flavor__name"))
-        for flavor in flavors:
-            used.add_metric([flavor], held.get(flavor) or 0)
-        yield used
-
-        drifting = GaugeMetricFamily(LEDGER_DRIFTING, "Wallets whose balance != sum(ledger entries), as of the "
-                                     "last quotas.check_ledger run.")
-        if LEDGER_DRIFTING in stored:
-            drifting.add_metric([], one(LEDGER_DRIFTING))
-        yield drifting
-        drift = GaugeMetricFamily(LEDGER_DRIFT, "Wallet value minus the sum of its ledger entries (must be 0).",
-                                  labels=["department", "column"])
-        for labels, value in stored.get(LEDGER_DRIFT, []):
-            drift.add_metric([labels.get("department", ""), labels.get("column", "")], value)
-        yield drift
-        available = GaugeMetricFamily("portal_wallet_available_mcr", "Available credits (balance - held).",
-                                      labels=["department"])
-        for slug, balance, held in Wallet.objects.values_list("department__slug", "balance", "held").order_by(
-                "department__slug"):
-            available.add_metric([slug], balance - held)
-        yield available
+    series: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for name, labels, value in MetricValue.objects.values_list("name", "labels", "value"):
+        series.setdefault(name, []).append((_parse(labels), value))
+    return series
 
 
-# Collectors of other apps (registered from their AppConfig.ready), served beside DatabaseCollector.
+# The apps' collectors (registered from their AppConfig.ready): the scheduler's, the ledger's and the GPU-use
+# series live with the apps that own those rows.
 _EXTRA_COLLECTORS: list = []
 
 
@@ -319,11 +252,10 @@ def _registry():
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        registry.register(DatabaseCollector())
         for collector in _EXTRA_COLLECTORS:
             registry.register(collector)
         return registry
-    return REGISTRY  # DatabaseCollector is registered in it by PortalConfig.ready
+    return REGISTRY  # the apps' collectors are registered in it by register_collector
 
 
 def metrics_view(request):

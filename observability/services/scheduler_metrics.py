@@ -1,0 +1,87 @@
+"""The scheduler's and the ledger's series of ``/metrics``: the cycle's histograms and counters as stored by
+the workers (``portal.metrics``), and the queue, GPUs and wallets read from the database at scrape time."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db.models import Count, F, Sum
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from portal import metrics
+from quotas.models import Flavor, Wallet
+from scheduling.models import ACTIVE_STATES, Job, JobState, Node
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerCollector:
+    """The scheduler's and the ledger's series, read from the database when Prometheus scrapes. A database
+    that does not answer leaves these series out of that scrape (and is logged); the rest still answers."""
+
+    def describe(self):
+        return []  # without it, registering would run collect() (and query) while the apps load
+
+    def collect(self):
+        try:
+            yield from self._collect()
+        except Exception:  # noqa: BLE001 - a scrape must not fail because of one source
+            log.warning("scheduler metrics unavailable for this scrape", exc_info=True)
+
+    def _collect(self):
+        stored = metrics.stored_series()
+
+        def one(name: str) -> float:
+            return sum(v for _, v in stored.get(name, []))
+
+        for histogram in (metrics.CYCLE_DURATION, metrics.DECIDE_DURATION, metrics.QUEUE_WAIT):
+            yield histogram.family(stored)
+        last = GaugeMetricFamily(metrics.CYCLE_LAST_RUN, "When the last admission cycle ran (Unix time).")
+        if metrics.CYCLE_LAST_RUN in stored:
+            last.add_metric([], one(metrics.CYCLE_LAST_RUN))
+        yield last
+        for name, doc, label in ((metrics.ADMISSIONS, "Jobs admitted.", "tier"),
+                                 (metrics.PREEMPTIONS, "Jobs chosen as preemption victims.", "reason")):
+            family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=[label])
+            for labels, value in stored.get(name, []):
+                family.add_metric([labels.get(label, "")], value)
+            yield family
+
+        pending = GaugeMetricFamily("portal_pending_jobs", "Queued jobs by reason code.", labels=["reason"])
+        for reason, n in (Job.objects.filter(state=JobState.QUEUED).values_list("reason_code")
+                          .annotate(n=Count("id")).order_by("reason_code")):
+            pending.add_metric([reason or "queued"], n)
+        yield pending
+        # Every known flavor has both series, at 0 when it has no schedulable GPU or no job holds one: a series
+        # that vanishes reads as "no data" in Prometheus, not as zero.
+        flavors = sorted(Flavor.objects.values_list("name", flat=True))
+        total = GaugeMetricFamily("portal_gpus_total", "Schedulable GPUs by flavor.", labels=["flavor"])
+        totals = dict(Node.objects.filter(schedulable=True).values_list("flavor__name").annotate(n=Sum("gpus"))
+                      .order_by("flavor__name"))
+        for flavor in flavors:
+            total.add_metric([flavor], totals.get(flavor) or 0)
+        yield total
+        used = GaugeMetricFamily("portal_gpus_used", "GPUs held by admitted/running portal jobs by flavor.",
+                                 labels=["flavor"])
+        held = dict(Job.objects.filter(state__in=[s for s in ACTIVE_STATES if s != JobState.QUEUED])
+                    .values_list("flavor__name").annotate(n=Sum(F("gpus") * F("pods"))).order_by("flavor__name"))
+        for flavor in flavors:
+            used.add_metric([flavor], held.get(flavor) or 0)
+        yield used
+
+        drifting = GaugeMetricFamily(metrics.LEDGER_DRIFTING, "Wallets whose balance != sum(ledger entries), as of the "
+                                     "last quotas.check_ledger run.")
+        if metrics.LEDGER_DRIFTING in stored:
+            drifting.add_metric([], one(metrics.LEDGER_DRIFTING))
+        yield drifting
+        drift = GaugeMetricFamily(metrics.LEDGER_DRIFT, "Wallet value minus the sum of its ledger entries (must be 0).",
+                                  labels=["department", "column"])
+        for labels, value in stored.get(metrics.LEDGER_DRIFT, []):
+            drift.add_metric([labels.get("department", ""), labels.get("column", "")], value)
+        yield drift
+        available = GaugeMetricFamily("portal_wallet_available_mcr", "Available credits (balance - held).",
+                                      labels=["department"])
+        for slug, balance, held in Wallet.objects.values_list("department__slug", "balance", "held").order_by(
+                "department__slug"):
+            available.add_metric([slug], balance - held)
+        yield available
