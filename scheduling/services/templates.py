@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from portal.audit import audit
 from portal.errors import Forbidden, ValidationFailed
-from portal.tenancy import CHANGE, VIEW, member, permits
+from portal.tenancy import VIEW, member
 from scheduling.models import Job, JobTemplate, TemplateScope
 
 # The submission fields a template may hold and a clone copies: every field of POST /api/v1/jobs. Kept equal
@@ -37,18 +37,17 @@ def _audit_state(t: JobTemplate) -> dict:
 def template_create(*, user, name: str, spec: dict, scope: str = TemplateScope.PERSONAL,
                     description: str = "", department=None) -> JobTemplate:
     """Save ``spec`` (already validated as a submission) as a template. A personal template is the user's; a
-    department template is published by a department admin to their department (``department`` is for
-    platform admins and the lab file, which may name any department)."""
-    m = member(user) if user is not None else None
+    department template is published by a department admin to their own department. Only the lab file names
+    ``department`` (its entry point decided who may apply it, as for every row the file declares)."""
     if scope == TemplateScope.DEPARTMENT:
         if department is None:
+            m = member(user)
+            if not m.is_department_admin:
+                raise Forbidden("Only the department's admins can publish department templates.")
             department = m.department
-        if user is not None and not (m.is_platform_admin or (m.is_department_admin
-                                                               and m.department_id == department.pk)):
-            raise Forbidden("Only the department's admins can publish department templates.")
         owner = None
     else:
-        department, owner = m.department, user
+        department, owner = member(user).department, user
     t = JobTemplate(name=name, scope=scope, department=department, owner=owner, description=description,
                     spec=spec, created_by=user)
     try:
@@ -62,9 +61,8 @@ def template_create(*, user, name: str, spec: dict, scope: str = TemplateScope.P
 
 def template_update(*, user, template: JobTemplate, name: str | None = None, description: str | None = None,
                     spec: dict | None = None) -> JobTemplate:
-    """Change a template's name, description or spec (already validated). The caller checked ``change``."""
-    if user is not None and not permits(user, template, CHANGE):
-        raise Forbidden("Only the template's owner (personal) or the department's admins can change it.")
+    """Change a template's name, description or spec (already validated). The entry point checked that
+    ``user`` may ``change`` it (``JobTemplate.objects.get_or_404(user, CHANGE, ...)``; the lab file: who may apply it)."""
     old = _audit_state(template)
     if name is not None:
         template.name = name
@@ -84,8 +82,7 @@ def template_update(*, user, template: JobTemplate, name: str | None = None, des
 
 
 def template_delete(*, user, template: JobTemplate) -> None:
-    if user is not None and not permits(user, template, CHANGE):
-        raise Forbidden("Only the template's owner (personal) or the department's admins can delete it.")
+    """Delete a template; the entry point checked ``change``, as for ``template_update``."""
     with transaction.atomic():
         audit(actor=user, action="template.delete", obj=template, department=template.department,
               old=_audit_state(template))
