@@ -22,7 +22,7 @@ SHELL = ["/bin/sh", "-c"]
 
 
 def _labels_text(labels) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (labels or {}).items()) if isinstance(labels, dict) else ""
+    return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) if isinstance(labels, dict) else ""
 
 
 def spec_form_values(spec: dict) -> dict:
@@ -35,7 +35,8 @@ def spec_form_values(spec: dict) -> dict:
         shell = len(command) == 3 and command[:2] == SHELL
         values["command"] = command[2] if shell else json.dumps(command)
     if isinstance(spec.get("env"), dict):
-        values["env"] = "\n".join(f"{k}={v}" for k, v in spec["env"].items())
+        # sorted: PostgreSQL's jsonb keeps no key order, and the form should read the same every time
+        values["env"] = "\n".join(f"{k}={v}" for k, v in sorted(spec["env"].items()))
     if isinstance(spec.get("bid"), int):
         values["bid"] = credits_value(spec["bid"])
     for field in ("cluster_selector", "cluster_preference"):
