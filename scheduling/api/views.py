@@ -226,7 +226,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=False, methods=["post"], url_path="quote")
     def quote(self, request):
         member(request.user)
-        serializer = JobSubmitSerializer(data=request.data)
+        serializer = JobSubmitSerializer(data=_from_template(request))
         serializer.is_valid(raise_exception=True)
         return Response(job_quote(user=request.user, data=serializer.validated_data))
 

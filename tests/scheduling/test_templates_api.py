@@ -36,6 +36,17 @@ def test_create_list_and_submit_from_a_personal_template_with_overrides(lab, cli
     assert AuditEntry.objects.filter(action="template.create", object_id=str(t["id"])).count() == 1
 
 
+def test_a_quote_from_a_template_prices_the_merged_job(lab, client_for):
+    c = client_for(lab.alice)
+    _create(c, gpus=1, max_runtime_s=3600)
+    one = c.post("/api/v1/jobs/quote", {"template": "resnet"}, format="json")
+    two = c.post("/api/v1/jobs/quote", {"template": "resnet", "gpus": 2}, format="json")
+    assert (one.status_code, two.status_code) == (200, 200), two.content
+    assert two.json()["gpu_hours"] == 2 * one.json()["gpu_hours"]
+    assert c.post("/api/v1/jobs/quote", {"template": "nope"}, format="json").status_code == 400
+    assert Job.objects.count() == 0
+
+
 def test_personal_template_wins_over_the_department_one_of_the_same_name(lab, client_for):
     assert _create(client_for(lab.vadmin), scope="department", gpus=3).status_code == 201
     assert _create(client_for(lab.alice), gpus=2).status_code == 201
