@@ -4,7 +4,7 @@ VENV_STAMP := .venv/.installed
 # the labs' seeded traces the diagnostics replay (the same 12 as make bench)
 BENCH_SEEDS := 1,2,3,4,5,6,7,8,9,10,11,12
 
-.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-idle bench-engine bench-e2e bench-e2e-kube ci clean
+.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-idle bench-engine bench-e2e bench-e2e-kube soak-demo ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -52,6 +52,11 @@ bench-e2e: $(VENV_STAMP)     ## control-plane throughput through Django + Postgr
 
 bench-e2e-kube: $(VENV_STAMP)  ## the same on the Kubernetes backend against KUBECONFIG, beside the bare scheduler
 	$(PY) -m benchmarks.e2e --backend kubernetes $(E2E_ARGS)
+
+SOAK_MINUTES ?= 60
+SOAK_LOAD_CORES ?= 2
+soak-demo: $(VENV_STAMP)     ## manage.py demo under steady REST submissions for SOAK_MINUTES (60) with SOAK_LOAD_CORES (2) busy loops: worker deaths and unfinished jobs must be 0
+	$(PY) -m benchmarks.soak_demo --minutes $(SOAK_MINUTES) --load-cores $(SOAK_LOAD_CORES) $(SOAK_ARGS)
 
 screenshots: $(VENV_STAMP)   ## refresh docs/screenshots/: the demo runs 90 s, then each main page per role in Chromium
 	$(PY) tools/screenshots.py

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("portal", "quotas", "scheduling", "observability", "notifications", "lab")
+PACKAGES = ("portal", "quotas", "scheduling", "observability", "notifications", "lab", "workloads")
 # The apps from the top floor down (docs/architecture.md, "Dependencies"); apps on one floor know nothing of
 # each other. An import from a lower floor to a higher one is an arrow that runs back up. The pure core is a
 # library every app may use (stdlib only), so an import of scheduling.core is no arrow into scheduling.
-FLOORS = (("lab", "observability"), ("scheduling",), ("quotas",), ("notifications",), ("portal",))
+FLOORS = (("lab", "observability"), ("scheduling",), ("workloads",), ("quotas",), ("notifications",), ("portal",))
 PURE = "scheduling.core"
 LONG_FUNCTION = 80
 LARGE_MODULE = 600

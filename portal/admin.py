@@ -9,7 +9,15 @@ stay editable in Django's own admin (break-glass passwords).
 
 from django.contrib import admin
 
-from portal.models import ApiToken, AuditEntry, Department, Membership, MetricValue, SsoGroupMapping
+from portal.models import (
+    ApiToken,
+    AuditEntry,
+    Department,
+    ExternalIdentity,
+    Membership,
+    MetricValue,
+    SsoGroupMapping,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -72,3 +80,10 @@ class SsoGroupMappingAdmin(ReadOnlyAdmin):
     list_filter = ("role", "department")
     search_fields = ("group", "department__slug")
     list_select_related = ("department",)
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(ReadOnlyAdmin):
+    list_display = ("user", "preferred_username", "issuer", "subject", "last_login_at")
+    search_fields = ("user__username", "preferred_username", "subject")
+    list_select_related = ("user",)

@@ -60,6 +60,8 @@ SETTINGS: tuple[Setting, ...] = (
             ("simulated", "kubernetes")),
     Setting("CYCLE_INTERVAL_S", "5", "Seconds between admission cycles (Celery beat).", "float"),
     Setting("RECONCILE_INTERVAL_S", "60", "Seconds between reconciler runs (Celery beat).", "float"),
+    Setting("CYCLE_STALE_AFTER_S", "120", "The scheduler counts as stalled when its last completed admission cycle "
+            "is older than this: /readyz answers 503 and platform admins see a banner (0: never).", "float"),
     Setting("SIM_SPEEDUP", "60", "Simulated cluster: how many simulated seconds pass per real second.",
             "float"),
     Setting("KUBECONFIG", "", "Path to a kubeconfig; empty: in-cluster configuration."),
@@ -146,10 +148,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("OIDC_OP_TOKEN_ENDPOINT", "", "Single sign-on: the provider's token endpoint.", "url"),
     Setting("OIDC_OP_USER_ENDPOINT", "", "Single sign-on: the provider's userinfo endpoint.", "url"),
     Setting("OIDC_OP_JWKS_ENDPOINT", "", "Single sign-on: the provider's JWKS (keys of its ID tokens).", "url"),
+    Setting("OIDC_OP_ISSUER", "", "Single sign-on: the provider's issuer (``issuer`` in its discovery "
+            "document). ID tokens of another issuer are refused; accounts are matched on (issuer, sub).", "url"),
+    Setting("OIDC_OP_LOGOUT_ENDPOINT", "", "Single sign-on: the provider's end_session_endpoint. Set: logging "
+            "out of the portal logs out of the provider too. Empty: the portal's session only.", "url"),
+    Setting("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS", "900", "Single sign-on: how often (seconds) a session is "
+            "re-checked at the provider (prompt=none); a user the provider no longer signs in loses it.", "int"),
     Setting("OIDC_RP_SIGN_ALGO", "RS256", "Single sign-on: the ID tokens' signature algorithm.", "choice",
             ("RS256", "ES256", "HS256")),
     Setting("OIDC_RP_SCOPES", "openid email profile groups", "Single sign-on: scopes asked for."),
-    Setting("OIDC_USERNAME_CLAIM", "preferred_username", "Single sign-on: the claim that is the user name."),
+    Setting("OIDC_USERNAME_CLAIM", "preferred_username", "Single sign-on: the claim that names a new "
+            "account and is kept as the display name (never matched: accounts are matched on issuer and sub)."),
     Setting("OIDC_GROUPS_CLAIM", "groups", "Single sign-on: the claim listing the user's groups."),
     Setting("OIDC_GROUP_MAP", "", "Single sign-on: JSON list of {\"group\", \"department\", \"role\", "
             "\"tier\"}: a user of the group gets that membership at first login (added to the lab file's)."),
@@ -206,11 +215,13 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("KUBE_NAMESPACE_TEMPLATE must contain {department}.")
         if values["OIDC_RP_CLIENT_ID"]:
             missing = [n for n in ("OIDC_OP_AUTHORIZATION_ENDPOINT", "OIDC_OP_TOKEN_ENDPOINT",
-                                   "OIDC_OP_USER_ENDPOINT") if not values[n]]
+                                   "OIDC_OP_USER_ENDPOINT", "OIDC_OP_ISSUER") if not values[n]]
             if values["OIDC_RP_SIGN_ALGO"] != "HS256" and not values["OIDC_OP_JWKS_ENDPOINT"]:
                 missing.append("OIDC_OP_JWKS_ENDPOINT")
             if missing:
                 problems.append(f"Single sign-on (OIDC_RP_CLIENT_ID set) also needs {', '.join(missing)}.")
+        if int(values["OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS"]) <= 0:
+            problems.append("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS must be positive.")
         problems.extend(group_map_problems(str(values["OIDC_GROUP_MAP"])))
     if problems:
         raise ConfigError(problems)

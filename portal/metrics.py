@@ -185,6 +185,37 @@ def observe_cycle(outcome, *, result, at: float) -> None:
     _upsert([(CYCLE_LAST_RUN, "", at)], grow=False)
 
 
+@dataclass(frozen=True)
+class SchedulerState:
+    """When the last admission cycle completed, from its persisted record (``CYCLE_LAST_RUN``, written by
+    whichever worker ran it), and whether that is longer ago than ``CYCLE_STALE_AFTER_S``."""
+
+    last_run_at: float | None
+    age_s: float | None
+    stale_after_s: float
+
+    @property
+    def stalled(self) -> bool:
+        return self.stale_after_s > 0 and self.age_s is not None and self.age_s > self.stale_after_s
+
+    @property
+    def summary(self) -> str:
+        if self.age_s is None:
+            return "no admission cycle has completed yet"
+        return f"last admission cycle {self.age_s:.0f} s ago"
+
+
+def scheduler_state(*, now: float) -> SchedulerState:
+    """One query. A database that never saw a cycle (a fresh install before its first) is not stalled."""
+    from django.conf import settings
+
+    from portal.models import MetricValue
+
+    last = MetricValue.objects.filter(name=CYCLE_LAST_RUN, labels="").values_list("value", flat=True).first()
+    return SchedulerState(last_run_at=last, age_s=None if last is None else max(0.0, now - last),
+                          stale_after_s=settings.CYCLE_STALE_AFTER_S)
+
+
 class DatabaseCollector:
     """The scheduler's and the ledger's series, read from the database when Prometheus scrapes. A database
     that does not answer leaves these series out of that scrape (and is logged); the rest still answers."""

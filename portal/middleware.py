@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
@@ -80,9 +82,20 @@ class ContentSecurityPolicyMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        response.setdefault("Content-Security-Policy",
-                            CSP_API_DOCS if request.path.startswith(API_DOCS) else CSP)
+        policy = CSP_API_DOCS if request.path.startswith(API_DOCS) else CSP
+        origin = _logout_origin()
+        if origin:  # the Log out form's answer redirects there (single sign-on's end-session), which form-action governs
+            policy = policy.replace("form-action 'self'", f"form-action 'self' {origin}")
+        response.setdefault("Content-Security-Policy", policy)
         return response
+
+
+def _logout_origin() -> str:
+    """The identity provider's origin when logging out goes on to its end-session endpoint, else ''."""
+    if not (settings.SSO_ENABLED and settings.OIDC_OP_LOGOUT_ENDPOINT):
+        return ""
+    url = urlsplit(settings.OIDC_OP_LOGOUT_ENDPOINT)
+    return f"{url.scheme}://{url.netloc}" if url.scheme in ("http", "https") and url.netloc else ""
 
 
 PROBES = {"/healthz": "healthz", "/readyz": "readyz"}

@@ -136,6 +136,26 @@ class SsoGroupMapping(models.Model):
         return f"{self.group} -> {self.department} ({self.role})"
 
 
+class ExternalIdentity(models.Model):
+    """Single sign-on: the provider's account (``iss``, ``sub``) that signs in as this user. The pair never
+    changes at a provider and is never reused, unlike ``preferred_username``, which users can often edit: it is
+    kept here only as the name the provider last gave (a display name), and no sign-in matches on it."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    preferred_username = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="external_identity_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.issuer} {self.subject} -> {self.user}"
+
+
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 

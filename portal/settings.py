@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "axes",
     "portal",
     "quotas",
+    "workloads",
     "scheduling",
     "observability",
     "notifications",
@@ -68,6 +69,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "portal.sso.SessionRefresh",  # single sign-on sessions re-checked at the provider (off without SSO)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # turns a lockout into the response of portal.lockout
@@ -133,13 +135,18 @@ else:
 # ------------------------------------------------------------------------------------------ celery
 CELERY_BROKER_URL = str(ENV["CELERY_BROKER_URL"]) or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
+    # filesystem:// is kombu's filesystem transport with atomic writes (portal/fsbroker.py): kombu's own lets
+    # the worker read a message its writer has not filled yet, and the worker dies of it under load.
+    from portal import fsbroker
+
+    fsbroker.register()
     _broker_dir = DATA_DIR / "broker"
     for sub in ("out", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
-        "data_folder_processed": str(_broker_dir / "processed"),
+        "processed_folder": str(_broker_dir / "processed"),  # claimed messages: same file system, atomic rename
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
@@ -195,6 +202,7 @@ CELERY_BEAT_SYNC_EVERY = 1
 
 # ------------------------------------------------------------------------------------------ scheduling
 SCHEDULING_BACKEND = str(ENV["SCHEDULING_BACKEND"])
+CYCLE_STALE_AFTER_S = float(ENV["CYCLE_STALE_AFTER_S"])
 SIM_SPEEDUP = float(ENV["SIM_SPEEDUP"])
 KUBECONFIG = str(ENV["KUBECONFIG"])
 KUBE_NAMESPACE_TEMPLATE = str(ENV["KUBE_NAMESPACE_TEMPLATE"])
@@ -278,6 +286,13 @@ OIDC_OP_AUTHORIZATION_ENDPOINT = str(ENV["OIDC_OP_AUTHORIZATION_ENDPOINT"])
 OIDC_OP_TOKEN_ENDPOINT = str(ENV["OIDC_OP_TOKEN_ENDPOINT"])
 OIDC_OP_USER_ENDPOINT = str(ENV["OIDC_OP_USER_ENDPOINT"])
 OIDC_OP_JWKS_ENDPOINT = str(ENV["OIDC_OP_JWKS_ENDPOINT"])
+OIDC_OP_ISSUER = str(ENV["OIDC_OP_ISSUER"])
+OIDC_OP_LOGOUT_ENDPOINT = str(ENV["OIDC_OP_LOGOUT_ENDPOINT"])
+# SessionRefresh (portal.sso.SessionRefresh) re-checks a session at the provider after this many seconds.
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = int(ENV["OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS"])
+# The ID token is kept in the session as the id_token_hint of the provider's logout (portal.sso.provider_logout_url).
+OIDC_STORE_ID_TOKEN = True
+OIDC_OP_LOGOUT_URL_METHOD = "portal.sso.provider_logout_url"
 OIDC_RP_SIGN_ALGO = str(ENV["OIDC_RP_SIGN_ALGO"])
 OIDC_RP_SCOPES = str(ENV["OIDC_RP_SCOPES"])
 OIDC_USERNAME_CLAIM = str(ENV["OIDC_USERNAME_CLAIM"])

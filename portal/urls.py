@@ -17,6 +17,7 @@ api_v1 = [
     path("", include("portal.api.urls")),
     path("", include("lab.api.urls")),
     path("", include("quotas.api.urls")),
+    path("", include("workloads.api.urls")),
     path("", include("observability.api.urls")),
     path("", include("notifications.api.urls")),
 ]
@@ -33,7 +34,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("portal/favicon.svg"), permanent=True), name="favicon"),
     path("readyz", portal_views.readyz, name="readyz"),
     path("login/", auth_views.LoginView.as_view(template_name="portal/login.html"), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", sso.logout, name="logout"),  # and out of the identity provider (portal/sso.py)
     # Single sign-on (portal/sso.py): 404 unless configured.
     path("oidc/authenticate/", sso.start, name="oidc_authentication_init"),
     path("oidc/callback/", sso.callback, name="oidc_authentication_callback"),

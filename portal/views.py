@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -14,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.views import defaults
 from django.views.decorators.http import require_http_methods, require_POST
 
+from portal import metrics
 from portal.api.serializers import TokenCreateSerializer
 from portal.celery import app as celery_app
 from portal.errors import error_body
@@ -47,15 +50,17 @@ def _check_broker() -> None:
 
 
 READINESS_CHECKS = {"database": _check_database, "cache": _check_cache, "broker": _check_broker}
-# Without these the portal cannot answer at all; without the others it runs degraded (see
+# Without these the portal cannot answer at all, or answers but never admits a job again (a worker or beat
+# that died leaves the last cycle's record to go stale); without the others it runs degraded (see
 # docs/operations.md, failure modes): submissions are still accepted, and pods follow once they are back.
-CRITICAL = {"database"}
+CRITICAL = {"database", "scheduler"}
 
 
 def readyz(request):
-    """Readiness (no auth): the state of every dependency. 503 when the database is unreachable (take the
-    replica out of the load balancer); 200 "degraded" when only the cache or the broker is, because
-    submissions, cancels and every page still work then."""
+    """Readiness (no auth): the state of every dependency and when the last admission cycle completed. 503
+    with a reason when the database is unreachable or the scheduler has stalled (CYCLE_STALE_AFTER_S); 200
+    "degraded" when only the cache or the broker is, because submissions, cancels and every page still work
+    then."""
     checks: dict[str, str] = {}
     for name, check in READINESS_CHECKS.items():
         try:
@@ -63,9 +68,19 @@ def readyz(request):
             checks[name] = "ok"
         except Exception as exc:  # noqa: BLE001 - reported, never raised
             checks[name] = f"error: {type(exc).__name__}"
+    body: dict = {"checks": checks}
+    try:
+        state = metrics.scheduler_state(now=time.time())
+        body["scheduler"] = state.summary
+        checks["scheduler"] = (f"error: {state.summary}, stalled past {state.stale_after_s:.0f} s"
+                               if state.stalled else "ok")
+    except Exception as exc:  # noqa: BLE001 - the database check above says why
+        checks["scheduler"] = f"error: {type(exc).__name__}"
     failed = {n for n, v in checks.items() if v != "ok"}
-    status_ = "error" if failed & CRITICAL else ("degraded" if failed else "ok")
-    return JsonResponse({"status": status_, "checks": checks}, status=503 if status_ == "error" else 200)
+    body["status"] = "error" if failed & CRITICAL else ("degraded" if failed else "ok")
+    if body["status"] == "error":
+        body["reason"] = "; ".join(f"{n}: {checks[n].removeprefix('error: ')}" for n in sorted(failed & CRITICAL))
+    return JsonResponse(body, status=503 if body["status"] == "error" else 200)
 
 
 # Error pages: under /api/ the one JSON error shape (a client parsing JSON must never get an HTML page, e.g.

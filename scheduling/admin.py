@@ -11,6 +11,7 @@ from scheduling.models import (
     DepartmentSample,
     Job,
     JobEvent,
+    NamespaceQuotaRefusal,
     Node,
     PolicyVersion,
     Preemption,
@@ -137,3 +138,11 @@ class DepartmentSampleAdmin(ReadOnlyAdmin):
     search_fields = ("department__slug",)
     date_hierarchy = "at"
     list_select_related = ("department", "flavor")
+
+
+@admin.register(NamespaceQuotaRefusal)
+class NamespaceQuotaRefusalAdmin(ReadOnlyAdmin):
+    list_display = ("job", "attempt", "cluster", "namespace", "gpus", "step", "refused_at", "expires_at", "cleared_at")
+    list_filter = ("cluster",)
+    search_fields = ("job__name", "namespace")
+    list_select_related = ("job", "cluster")

@@ -29,6 +29,7 @@ from portal.tenancy import (
 )
 from portal.tenancy import scope as tenant_scope
 from quotas.models import Flavor
+from scheduling.core import tiers as tier_table
 from scheduling.core.types import TIERS
 
 # A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name of up to 63 characters; a value:
@@ -169,12 +170,8 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-TIER_LABELS = {
-    "realtime": "Realtime (starts within 5 minutes, never preempted)",
-    "elastic": "Elastic (interruptible batch training)",
-    "backfill": "Backfill (dev/test, lowest)",
-}
-# The tiers are the scheduling core's list (``Tier.REALTIME`` etc. for the ORM), with a label each.
+# The tiers are the scheduling core's table (``Tier.REALTIME`` etc. for the ORM), each with its label.
+TIER_LABELS = {t.name: t.label for t in tier_table.TABLE}
 Tier = models.TextChoices("Tier", [(t.upper(), (t, TIER_LABELS[t])) for t in TIERS])
 
 
@@ -500,6 +497,39 @@ class SimPod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} ({self.phase})"
+
+
+class NamespaceQuotaRefusal(models.Model):
+    """A namespace ResourceQuota refused the pods of an admitted attempt (403 "exceeded quota").
+
+    One row per refused attempt. It carries that start's one retry chain (``step`` of the back-off and when the
+    next try is due, so a reconciler run or a duplicate task never starts a second chain), and it tells the
+    engine that the department's namespace on that cluster does not take a request of this size: such jobs are
+    kept off that cluster (reason ``namespace_quota``) until the namespace's quotas change (``quota_version``,
+    their ``name@resourceVersion`` as read after the refusal, compared by the sync) or ``expires_at`` passes.
+    ``cleared_at`` is set when either happened (or the quota let the attempt's pods in after all)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="quota_refusals")
+    attempt = models.PositiveIntegerField()
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=253)
+    gpus = models.PositiveIntegerField(help_text="the GPUs of the refused request (all its pods)")
+    request = models.JSONField(default=dict, blank=True, help_text="the refused pods' requests")
+    quota_version = models.CharField(max_length=500, blank=True)
+    quotas = models.JSONField(default=dict, blank=True, help_text="the namespace's quotas (hard, used) as read")
+    message = models.TextField(blank=True)
+    refused_at = models.DateTimeField()
+    step = models.PositiveIntegerField(default=1)
+    next_retry_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    cleared_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="one_quota_refusal_per_attempt")]
+        indexes = [models.Index(fields=["cluster", "cleared_at"], name="quota_refusal_in_force")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}: {self.namespace} quota"
 
 
 class TemplateScope(models.TextChoices):

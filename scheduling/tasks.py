@@ -1,7 +1,8 @@
 """Celery tasks: thin, idempotent, stable names, declared queues (see CELERY_TASK_ROUTES), time limits.
 
-Each takes ids, re-reads the database and does nothing when the job moved on (a stale attempt, a cancelled
-job), so running any task twice is harmless. Cluster outages back off exponentially instead of hot-looping.
+Each takes ids and calls a service (the pod side in ``scheduling.services.pods``), which re-reads the database
+and does nothing when the job moved on (a stale attempt, a cancelled job), so running any task twice is
+harmless. Cluster outages back off exponentially instead of hot-looping.
 """
 
 from __future__ import annotations
@@ -11,16 +12,9 @@ import logging
 from celery import shared_task
 from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
-from django.utils import timezone
 
-from portal import dispatch
-from scheduling.backends import get_backend
-from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec, QuotaExceeded
-from scheduling.core import reasons
-from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, PreemptionVictim
-from scheduling.services import clusters, cycle, logs, stats
-from scheduling.services.jobs import pods_at_submission, record_event
-from scheduling.services.locks import exclusive
+from scheduling.backends.base import BackendError, ClusterUnavailable
+from scheduling.services import cluster_binding, clusters, cycle, logs, pods, stats
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +28,6 @@ RETRY = {
 }
 
 
-# Event code of an admission the namespace's ResourceQuota refused (an event, not a pending reason).
-NAMESPACE_QUOTA = "namespace_quota"
-
-
 @worker_ready.connect
 def _prepare_cluster(**_kwargs):  # pragma: no cover - exercised by running a worker
     """Make sure the tier PriorityClasses exist before the worker creates any pod."""
@@ -47,38 +37,9 @@ def _prepare_cluster(**_kwargs):  # pragma: no cover - exercised by running a wo
         log.exception("could not ensure PriorityClasses at worker start")
 
 
-def _job(job_id: int, attempt: int, states) -> Job | None:
-    job = Job.objects.select_related("department", "flavor", "owner", "cluster").filter(pk=job_id).first()
-    if job is None or job.attempt != attempt or job.state not in states:
-        return None
-    return job
-
-
-def _mark_unreachable(job: Job, exc: Exception) -> None:
-    if job.state == JobState.QUEUED and job.reason_code != reasons.CLUSTER_UNREACHABLE:
-        Job.objects.filter(pk=job.pk, state=JobState.QUEUED, attempt=job.attempt).update(
-            reason_code=reasons.CLUSTER_UNREACHABLE, reason_message=f"{reasons.CODES[reasons.CLUSTER_UNREACHABLE]} "
-            f"({str(exc)[:120]})"
-        )
-
-
 @shared_task(name="scheduling.pods.create", time_limit=60, soft_time_limit=50, **RETRY)
 def create_pods(job_id: int, attempt: int) -> str:
-    job = _job(job_id, attempt, (JobState.QUEUED, JobState.ADMITTED))
-    if job is None:
-        return "stale"
-    if job.state == JobState.QUEUED and not pods_at_submission():
-        return "at_admission"  # made on the cluster the admission binds the job to, not before
-    try:
-        get_backend(clusters.cluster_of(job)).ensure_pods(clusters.podset_for(job))
-    except ClusterUnavailable as exc:
-        _mark_unreachable(job, exc)
-        raise
-    if job.reason_code == reasons.CLUSTER_UNREACHABLE:
-        Job.objects.filter(pk=job.pk, reason_code=reasons.CLUSTER_UNREACHABLE).update(
-            reason_code=reasons.QUEUED, reason_message=reasons.CODES[reasons.QUEUED]
-        )
-    return "created"
+    return pods.create_pods(job_id=job_id, attempt=attempt)
 
 
 @shared_task(name="scheduling.pods.admit", time_limit=60, soft_time_limit=50, **RETRY)
@@ -87,36 +48,12 @@ def admit_pods(job_id: int, attempt: int) -> str:
 
 
 def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
-    """Start the admitted attempt's pods on its placement (create what is missing, ungate). ``fresh``: the
-    cycle's own first try, when the backend may create without reading first; retries and the reconciler
-    read what exists before creating anything."""
-    job = _job(job_id, attempt, (JobState.ADMITTED,))
-    if job is None:
-        return "stale"
-    backend = get_backend(clusters.cluster_of(job))  # the cluster the admission bound this attempt to
-    try:
-        backend.start(clusters.podset_for(job), tuple(job.placement), fresh=fresh)
-    except QuotaExceeded as exc:
-        _quota_refused(job, exc)
-        raise
-    except InvalidPodSpec as exc:
-        # The cluster refuses these pods as they are (a missing namespace, a stricter PodSecurity level):
-        # retrying cannot help, so the job fails with the API server's reason and gives its GPUs back. Any pod
-        # of a gang created before the refusal is an orphan the reconciler deletes.
-        clusters.finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
-                        message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
-        return "refused"
-    return "admitted"
-
-
-def _quota_refused(job: Job, exc: Exception) -> None:
-    """A namespace ResourceQuota refused the admitted job's pods: say so on the job once per attempt (the task
-    backs off and the reconciler gives the GPUs back after a bounded wait), never silently retry."""
-    log.warning("job %s attempt %s: namespace quota refused its pods: %s", job.pk, job.attempt, exc)
-    if not job.events.filter(attempt=job.attempt, reason_code=NAMESPACE_QUOTA).exists():
-        record_event(job=job, kind="pod", attempt=job.attempt, reason_code=NAMESPACE_QUOTA,
-                     message=f"the namespace's ResourceQuota refused the job's pods; retrying with back-off "
-                             f"({str(exc)[:300]})")
+    """Start the admitted attempt's pods; a namespace quota refusal schedules the attempt's retry chain's next
+    step (one chain per attempt)."""
+    outcome, retry_in = pods.admit_pods(job_id=job_id, attempt=attempt, fresh=fresh)
+    if retry_in is not None:
+        admit_pods.apply_async((job_id, attempt), countdown=retry_in)  # the chain's next step
+    return outcome
 
 
 @shared_task(name="scheduling.pods.admit_many", time_limit=120, soft_time_limit=110)
@@ -138,77 +75,20 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
 
 @shared_task(name="scheduling.pods.evict", time_limit=60, soft_time_limit=50, **RETRY)
 def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | None) -> str:
-    """Ask the Eviction API to evict the attempt's pods (never DELETE: PodDisruptionBudgets decide).
-
-    ``preemption_id`` None: the reconciler asks for the rest of a gang that is already partly evicted (by the
-    portal or by someone draining a node). A refusal before any pod went leaves the victim BLOCKED (the next
-    cycle chooses again). A refusal after some pods went leaves it in flight: the gang is broken, so the
-    reconciler asks again each run until every pod is evicted; the job is requeued only once all are gone."""
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return "unknown"
-    victim = None
-    if preemption_id is not None:
-        victim = PreemptionVictim.objects.filter(preemption_id=preemption_id, job_id=job_id, attempt=attempt).first()
-        if victim is None:
-            return "unknown"
-        if victim.status not in IN_FLIGHT:
-            return "done"
-    elif job.attempt != attempt or job.state not in (JobState.ADMITTED, JobState.RUNNING):
-        return "stale"
-    cluster = clusters.cluster_of(job)
-    now = timezone.now()
-    if victim is not None and victim.status == PreemptionVictim.Status.DECIDED:
-        PreemptionVictim.objects.filter(pk=victim.pk).update(
-            status=PreemptionVictim.Status.REQUESTED, eviction_requested_at=now
-        )
-        record_event(job=job, kind="eviction", attempt=attempt, reason_code="eviction_requested",
-                     message="eviction requested through the Eviction API", data={"preemption_id": preemption_id})
-    outcome = get_backend(cluster).evict(job_id=job_id, attempt=attempt, namespace=namespace)
-    data = {"preemption_id": preemption_id}
-    if outcome.status == "blocked":
-        refused = f"eviction refused: {outcome.message or 'a PodDisruptionBudget forbids it'}"
-        # The reconciler only asks for the rest of a gang some of whose pods are already gone.
-        partial = outcome.partial or preemption_id is None
-        if partial:
-            message = f"{refused}; the gang's other pods are already evicted: asking again until this one may go"
-        else:
-            message = refused
-            if victim is not None:
-                PreemptionVictim.objects.filter(pk=victim.pk).update(status=PreemptionVictim.Status.BLOCKED)
-        pod = outcome.pods[0] if outcome.pods else ""
-        last = job.events.filter(kind="eviction", attempt=attempt).order_by("-at", "-id").first()
-        if not (partial and last is not None and last.reason_code == reasons.DISRUPTION_BUDGET
-                and (last.data or {}).get("pod") == pod):  # asked again every reconcile run: said once
-            record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
-                         message=message[:500], data={**data, "pod": pod})
-        return "partly_blocked" if partial else "blocked"
-    if victim is not None and outcome.status == "accepted":
-        PreemptionVictim.objects.filter(pk=victim.pk, status=PreemptionVictim.Status.REQUESTED).update(
-            status=PreemptionVictim.Status.EVICTED, evicted_at=now)
-    record_event(job=job, kind="eviction", attempt=attempt, reason_code=f"eviction_{outcome.status}",
-                 message=f"eviction {outcome.status}: {', '.join(outcome.pods)}"[:500], data=data)
-    return outcome.status
+    """Ask the Eviction API to evict the attempt's pods (never DELETE: PodDisruptionBudgets decide)."""
+    return pods.evict_pods(job_id=job_id, attempt=attempt, namespace=namespace, preemption_id=preemption_id)
 
 
 @shared_task(name="scheduling.pods.delete", time_limit=60, soft_time_limit=50, **RETRY)
 def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
-    """Delete an attempt's pods on ``cluster`` (None: the cluster the job is bound to, else the default one).
-    Never the pods of a live attempt on the cluster it is bound to; a queued attempt's pods are kept too (its
-    admission may be adopting them right now)."""
-    job = Job.objects.select_related("cluster").filter(pk=job_id).first()
-    if job is not None and job.attempt == attempt:
-        if job.state == JobState.QUEUED:
-            return "live"
-        if job.state in (JobState.ADMITTED, JobState.RUNNING) and (
-                cluster is None or clusters.cluster_of(job).name == cluster):
-            return "live"  # never delete the pods of a live attempt
-    if cluster is None:
-        cluster = clusters.cluster_of(job).name if job is not None else clusters.default_cluster().name
-    if job is None or job.attempt != attempt or clusters.cluster_of(job).name == cluster:
-        logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
-    get_backend(cluster).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
-    return "deleted"
+    """Delete an attempt's pods on ``cluster`` (never a live attempt's)."""
+    return pods.delete_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster)
+
+
+@shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)
+def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+    """Clear the pods of an attempt that has ended, through the Eviction API where they still run."""
+    return pods.remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster)
 
 
 @shared_task(name="scheduling.pods.keep_log", time_limit=120, soft_time_limit=100, ignore_result=True)
@@ -237,59 +117,23 @@ def run_cycle() -> dict | None:
     return None if outcome is None else outcome.__dict__
 
 
-def _fan_out(task_name: str) -> dict:
-    """One message per cluster, so each cluster's work runs (and times out) on its own: a cluster that is down
-    or slow holds up no other's. A publish that fails for one cluster is logged; the next beat sends it again."""
-    sent: dict[str, str] = {}
-    for cluster_id, name in Cluster.objects.order_by("name").values_list("pk", "name") or []:
-        try:
-            dispatch.send_now(task_name, cluster_id)
-            sent[name] = "sent"
-        except Exception:  # noqa: BLE001 - one cluster's failure must not stop the others' messages
-            log.exception("%s for cluster %s could not be run", task_name, name)
-            sent[name] = "failed"
-    if not sent:  # no cluster row yet: the default one is made on first use
-        dispatch.send_now(task_name, clusters.default_cluster().pk)
-    return sent
-
-
-def _cluster_row(cluster_id: int | None) -> Cluster | None:
-    if cluster_id is None:
-        return clusters.default_cluster()
-    return Cluster.objects.filter(pk=cluster_id).first()
-
-
 @shared_task(name="scheduling.cycle.sync", time_limit=60, soft_time_limit=50, ignore_result=True)
 def sync_cluster() -> dict:
     """Sync every cluster: one ``sync_one`` each."""
-    return _fan_out("scheduling.cycle.sync_one")
+    return cluster_binding.send_per_cluster("scheduling.cycle.sync_one")
 
 
 @shared_task(name="scheduling.cycle.sync_one", time_limit=120, soft_time_limit=100, ignore_result=True)
 def sync_one(cluster_id: int | None = None) -> dict:
-    """Sync one cluster, under that cluster's own lock (two syncs of one cluster never overlap; syncs of
-    different clusters run side by side)."""
-    cluster = _cluster_row(cluster_id)
-    if cluster is None:
-        return {"gone": 1}
-    with exclusive(f"cluster-sync-{cluster.name}") as acquired:
-        if not acquired:
-            return {"skipped": 1}
-        return clusters.sync_cluster(cluster=cluster)
+    return clusters.sync_one(cluster_id=cluster_id)
 
 
 @shared_task(name="scheduling.cycle.reconcile", time_limit=60, soft_time_limit=50, ignore_result=True)
 def reconcile() -> dict:
     """Reconcile every cluster: one ``reconcile_one`` each."""
-    return _fan_out("scheduling.cycle.reconcile_one")
+    return cluster_binding.send_per_cluster("scheduling.cycle.reconcile_one")
 
 
 @shared_task(name="scheduling.cycle.reconcile_one", time_limit=300, soft_time_limit=280, ignore_result=True)
 def reconcile_one(cluster_id: int | None = None) -> dict:
-    cluster = _cluster_row(cluster_id)
-    if cluster is None:
-        return {"gone": 1}
-    with exclusive(f"reconcile-{cluster.name}") as acquired:
-        if not acquired:
-            return {"skipped": 1}
-        return clusters.reconcile(cluster=cluster)
+    return clusters.reconcile_one(cluster_id=cluster_id)

@@ -7,7 +7,8 @@ Who may do what (the caller has already passed the tenancy gate for the departme
   changes or removes the platform-admin role, and never demotes or removes themselves (a department must
   not lose its last admin by a slip; another admin or a platform admin does it).
 
-A new account gets an unusable password: it signs in through single sign-on, or a platform admin sets a
+A new account gets an unusable password: it signs in through single sign-on (linked by its ``email`` when
+the provider verifies that address, never by the user name: portal/sso.py), or a platform admin sets a
 password (``manage.py changepassword``). A user belongs to one department at a time.
 """
 
@@ -88,6 +89,13 @@ def member_add(*, department: Department, actor, username: str, role: str = Role
         audit(actor=actor, action="membership.add", obj=m, department=department, new=_values(m),
               comment=(comment + (" (new account)" if created else "")).strip())
     return m
+
+
+def add_on_first_sign_in(*, sender, user, department: Department, role: str, user_tier: str, comment: str,
+                         **kwargs) -> Membership:
+    """The membership a first single sign-on asks for (``portal.sso.membership_requested``)."""
+    return member_add(department=department, actor=None, username=user.username, role=role, user_tier=user_tier,
+                      comment=comment)
 
 
 def member_change(*, membership: Membership, actor, role: str | None = None, user_tier: str | None = None,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from observability.services.series import HIGH_PCT, LOW_PCT
+from scheduling.core import tiers
 from scheduling.models import JobState
 
 IMAGE_REASONS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
@@ -101,10 +102,9 @@ def repeated_preemption(f: Facts) -> Hint | None:
     between = sum(runs) / len(runs) if runs else None
     interval = f.job.checkpoint_interval_s
     advice = [f"Preempted {n} times."]
-    if f.job.tier == "backfill":
-        advice.append("Backfill is the first tier to be preempted: submit as elastic if the work matters.")
-    elif f.job.tier == "elastic":
-        advice.append("Elastic jobs give way to realtime work and reclaims: realtime is never preempted.")
+    tier = tiers.BY_NAME.get(f.job.tier)
+    if tier is not None and tier.preemption_hint:
+        advice.append(tier.preemption_hint)
     suggest = None
     if between:
         suggest = max(60, int(between / 2))

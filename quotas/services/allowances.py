@@ -18,28 +18,12 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from portal.audit import audit
-from portal.errors import Forbidden, NotFound
-from portal.models import Membership
 from portal.tenancy import membership_of
 from quotas.models import Allowance, LedgerEntry, LedgerKind, Wallet
 from quotas.services.base import field_error
 from quotas.services.pricing import estimated_cost, read_prices
 from quotas.services.wallets import wallet_create
 from scheduling.models import Job, JobState
-
-
-def allowance_member(*, actor, username: str):
-    """The user whose allowance ``actor`` may set: a member of the actor's own department (platform admins:
-    anyone's). Another department's member, or nobody, is NotFound; a non-admin actor is Forbidden."""
-    m = membership_of(actor)
-    if m is None:
-        raise Forbidden("You are not a member of any department.")
-    target = Membership.objects.select_related("user", "department").filter(user__username=username).first()
-    if target is None or (not m.is_platform_admin and target.department_id != m.department_id):
-        raise NotFound("No such member.")
-    if not m.is_department_admin:
-        raise Forbidden("Only department admins can set allowances.")
-    return target.user
 
 
 def allowance_set(*, user, limit: int | None, period: str = "monthly", actor) -> Allowance | None:

@@ -26,9 +26,10 @@ from django.utils import timezone
 
 from portal.money import format_credits
 from quotas.models import LedgerEntry, Wallet
-from quotas.services.pricing import admission_rate, cost_of, estimated_cost, read_prices
+from quotas.services.pricing import admission_rate, estimated_cost, read_prices
 from quotas.services.settlement import settle_attempt
 from quotas.services.wallets import hold_key, wallet_hold
+from scheduling.core import money
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def on_job_admitted(*, job) -> BudgetNote | None:
         return None
     rate, basis = admission_rate(job=job)
     gpus = job.gpus * job.pods
-    amount = cost_of(rate=rate, gpu_seconds=gpus * job.max_runtime_s)
+    amount = money.hold_of(rate, gpus=gpus, max_runtime_s=job.max_runtime_s)
     admitted_at = job.admitted_at or timezone.now()
     entry = wallet_hold(job=job, attempt=job.attempt, amount=amount, rate=rate, allow_partial=True,
                         data={"basis": basis, "borrowed": bool(job.borrowed), "price": job.price,

@@ -4,17 +4,15 @@ Invariants:
 
 * ``cost_of`` is the only place a rate (mcr per GPU-hour) becomes milli-credits: holds, settlements,
   quotes, allowances and reports all go through it, so they round the same way (up, to the next mcr, of
-  whole GPU-seconds).
+  whole GPU-seconds). The arithmetic itself is ``scheduling.core.money``, shared with the simulator.
 * A quote (``estimated_cost``) is the worst case: the base price inside nominal quota, at most the job's bid
   when it borrows (winners pay the clearing price, which never exceeds their own bid), for its whole
   ``max_runtime_s``. A hold is never less than what the attempt can be charged.
-* Realtime is dearer than the other tiers of the same flavor (checked on every change); price changes are
-  audited.
+* Realtime is dearer than the other tiers of the same flavor (``money.price_order_conflict``, checked on
+  every change); price changes are audited.
 """
 
 from __future__ import annotations
-
-import math
 
 from django.db import transaction
 from django.utils import timezone
@@ -23,13 +21,13 @@ from portal.audit import audit
 from portal.money import format_credits
 from quotas.models import TIER_NAMES, Flavor, Price
 from quotas.services.base import field_error
+from scheduling.core import money
 
 
 def cost_of(*, rate: int, gpu_seconds: int | float) -> int:
-    """mcr for ``gpu_seconds`` at ``rate`` mcr per GPU-hour, rounded up to the next milli-credit."""
-    if rate <= 0 or gpu_seconds <= 0:
-        return 0
-    return math.ceil(rate * int(math.ceil(gpu_seconds)) / 3600)
+    """mcr for ``gpu_seconds`` at ``rate`` mcr per GPU-hour, rounded up to the next milli-credit
+    (``scheduling.core.money.cost_of``, the arithmetic the simulator uses too)."""
+    return money.cost_of(rate, gpu_seconds)
 
 
 def gpu_seconds_of(job) -> int:
@@ -52,7 +50,7 @@ def worst_case_rate(*, job, prices: dict | None = None) -> int:
     (winners pay the clearing price, which never exceeds their own bid)."""
     base = prices.get((job.flavor_id, job.tier), 0) if prices is not None else price_for(
         flavor_id=job.flavor_id, tier=job.tier)
-    return max(base, job.bid or 0)
+    return money.worst_case_rate(base, job.bid)
 
 
 def estimated_cost(*, job, prices: dict | None = None) -> int:
@@ -65,10 +63,8 @@ def admission_rate(*, job) -> tuple[int, str]:
     """(mcr per GPU-hour, basis) for an admitted job. The base price is the reserve: work inside nominal and
     uncontested borrowing pay it; contested borrowing pays the cycle's clearing price when that is higher
     (the engine never sets it above the job's own bid)."""
-    base = price_for(flavor_id=job.flavor_id, tier=job.tier)
-    if job.borrowed and job.price is not None and int(job.price) > base:
-        return int(job.price), "clearing"
-    return base, "base"
+    return money.admission_rate(price_for(flavor_id=job.flavor_id, tier=job.tier), borrowed=bool(job.borrowed),
+                                price=job.price)
 
 
 def price_set(*, flavor: Flavor, tier: str, per_gpu_hour: int, actor) -> tuple[Price, bool]:
@@ -78,12 +74,12 @@ def price_set(*, flavor: Flavor, tier: str, per_gpu_hour: int, actor) -> tuple[P
     if per_gpu_hour < 0:
         raise field_error("per_gpu_hour", "Must be >= 0.", "min_value")
     others = dict(Price.objects.filter(flavor=flavor).exclude(tier=tier).values_list("tier", "per_gpu_hour"))
-    if tier == "realtime" and any(per_gpu_hour <= v for v in others.values()):
-        raise field_error("per_gpu_hour", "Realtime must be dearer than the other tiers "
-                                           f"({format_credits(max(others.values()))}/GPU-h).", "realtime_not_dearer")
-    if tier != "realtime" and "realtime" in others and per_gpu_hour >= others["realtime"]:
-        raise field_error("per_gpu_hour", f"Must be below the realtime price ({format_credits(others['realtime'])}/GPU-h).",
-                           "realtime_not_dearer")
+    conflict = money.price_order_conflict(tier, per_gpu_hour, others)
+    if conflict is not None:
+        side, bound = conflict
+        text = ("Realtime must be dearer than the other tiers" if side == "above"
+                else "Must be below the realtime price")
+        raise field_error("per_gpu_hour", f"{text} ({format_credits(bound)}/GPU-h).", "realtime_not_dearer")
     with transaction.atomic():
         price = Price.objects.select_for_update().filter(flavor=flavor, tier=tier).first()
         created = price is None

@@ -3,16 +3,15 @@
 Invariants:
 
 * An attempt is charged its GPU-seconds from admission to its end (capped at its max runtime) at the rate of
-  its hold, through ``pricing.cost_of``; the charge never exceeds the hold, and the rest of the hold is
-  released in the same transaction.
-* Refunds follow ``REFUND_POLICY`` (the platform's faults are refunded in full, borrowed capacity is sold as
+  its hold, through ``scheduling.core.money`` (the simulator settles with the same functions); the charge
+  never exceeds the hold, and the rest of the hold is released in the same transaction.
+* Refunds follow ``money.REFUND_POLICY`` (the platform's faults are refunded in full, borrowed capacity is sold as
   preemptible) and never exceed the charge.
 * Settling twice applies once: each step (settle, release, refund) has its own idempotency key.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,16 +19,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from quotas.models import LedgerEntry
-from quotas.services.pricing import cost_of
 from quotas.services.wallets import entry_for, hold_key, wallet_refund, wallet_settle
+from scheduling.core import money
+from scheduling.core.money import REFUND_POLICY
 from scheduling.models import PreemptionVictim
 
-REFUND_POLICY = {
-    "platform_failure": 1.0,  # node lost, cluster unreachable, pods vanished: never the user's fault
-    "preempted_nominal": 1.0,  # evicted while inside its department's guarantee (for a realtime job)
-    "preempted_borrowed": 0.0,  # borrowed capacity is sold as preemptible at the clearing price
-    "evicted_by_cluster": 1.0,  # an eviction the portal did not decide (node pressure, drain)
-}
+__all__ = ["REFUND_POLICY", "Settlement", "attempt_usage", "settle_attempt"]
 
 
 @dataclass(frozen=True)
@@ -43,25 +38,15 @@ def attempt_usage(*, hold: LedgerEntry, end: datetime) -> tuple[int, int]:
     """(gpu_seconds, cost) of one attempt from its admission to ``end``, at the hold's rate."""
     start_s = (hold.data or {}).get("admitted_at")
     start = datetime.fromisoformat(start_s) if start_s else hold.created_at
-    max_runtime = (hold.data or {}).get("max_runtime_s")
-    seconds = max(0.0, (end - start).total_seconds())
-    if max_runtime:
-        seconds = min(seconds, float(max_runtime))
-    gpu_seconds = int(math.ceil(seconds)) * hold.gpus
-    return gpu_seconds, cost_of(rate=hold.rate or 0, gpu_seconds=gpu_seconds)
+    gpu_seconds = money.attempt_gpu_seconds(gpus=hold.gpus, ran_s=(end - start).total_seconds(),
+                                            max_runtime_s=(hold.data or {}).get("max_runtime_s"))
+    return gpu_seconds, money.attempt_charge(hold.rate or 0, gpu_seconds=gpu_seconds)
 
 
 def _refund_share(*, job, attempt: int, outcome: str, hold: LedgerEntry) -> tuple[float, str]:
-    if outcome == "platform_failure":
-        return REFUND_POLICY["platform_failure"], "platform failure: refunded in full"
-    if outcome != "preempted":
-        return 0.0, ""
-    decided = PreemptionVictim.objects.filter(job_id=job.pk, attempt=attempt).exists()
-    if not decided:
-        return REFUND_POLICY["evicted_by_cluster"], "evicted by the cluster, not by the portal: refunded in full"
-    if (hold.data or {}).get("borrowed"):
-        return REFUND_POLICY["preempted_borrowed"], "preempted on borrowed capacity: charged up to the eviction"
-    return REFUND_POLICY["preempted_nominal"], "preempted inside the nominal quota: refunded in full"
+    # (only a preemption needs to know who decided it; the policy itself is the core's)
+    decided = outcome != "preempted" or PreemptionVictim.objects.filter(job_id=job.pk, attempt=attempt).exists()
+    return money.refund_share(outcome, decided_by_portal=decided, borrowed=bool((hold.data or {}).get("borrowed")))
 
 
 def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = None, actor=None) -> Settlement | None:
@@ -84,6 +69,6 @@ def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = No
         share, why = _refund_share(job=job, attempt=attempt, outcome=outcome, hold=hold)
         refund = None
         if settle is not None and share > 0 and settle.amount < 0:
-            refund = wallet_refund(job=job, attempt=attempt, amount=math.floor(-settle.amount * share), reason=why)
+            refund = wallet_refund(job=job, attempt=attempt, amount=money.refund_of(-settle.amount, share), reason=why)
     return Settlement(charged=-settle.amount if settle else 0, refunded=refund.amount if refund else 0,
                       gpu_seconds=settle.gpu_seconds if settle else 0)

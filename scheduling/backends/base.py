@@ -33,7 +33,18 @@ class LogsUnavailable(BackendError):
 
 
 class QuotaExceeded(BackendError):
-    """A namespace ResourceQuota refused the pod (403 "exceeded quota"): retry with back-off once pods end."""
+    """A namespace ResourceQuota refused the pod (403 "exceeded quota"): retry with back-off once pods end.
+
+    ``quota_version`` names the namespace's quotas as read right after the refusal (``name@resourceVersion``,
+    sorted; "" when they could not be read): the refusal holds until that changes. ``quotas``: their
+    ``{name: {"hard": ..., "used": ...}}`` as read, for the job's timeline."""
+
+    def __init__(self, message: str = "", *, namespace: str = "", quota_version: str = "",
+                 quotas: dict | None = None):
+        super().__init__(message)
+        self.namespace = namespace
+        self.quota_version = quota_version
+        self.quotas = quotas or {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +194,20 @@ class ClusterBackend(abc.ABC):
 
     @abc.abstractmethod
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
-        """Delete the attempt's pods (cancellation, clean-up of orphans). Missing pods are fine."""
+        """Delete the attempt's pods (cancellation by the job's owner or an admin). Missing pods are fine."""
+
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+        """Clear the pods of an attempt that has ended (requeued, failed, orphaned) without bypassing a
+        PodDisruptionBudget: pods that no longer run are deleted, pods that still run go through the Eviction
+        API (a 429 stops there and is reported ``blocked``, for the caller to ask again later). Backends
+        without disruption budgets simply delete."""
+        self.delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+        return EvictionOutcome("gone")
+
+    def namespace_quota_version(self, namespace: str) -> str:
+        """The namespace's ResourceQuotas as ``name@resourceVersion`` (sorted, comma-separated): what a quota
+        refusal is compared with to see whether the quota changed since. "" for backends without quotas."""
+        return ""
 
     def start(self, podset: PodSet, placement: tuple[str, ...], *, fresh: bool = True) -> None:
         """Make the admitted attempt's pods run on ``placement``: create what is missing and ungate. ``fresh``:

@@ -28,6 +28,7 @@ from .estimate import EstimateView, estimate_pending
 from .eviction import Chosen, Evictions
 from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, duration_text, quota_note
 from .ordering import REALTIME, Scorer, tier_rank
+from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
 from .pricing import clearing_prices
 from .quota import QuotaBook
@@ -94,8 +95,7 @@ class Cycle:
 
     def run(self) -> CycleResult:
         order = sorted(self.snap.pending, key=self.scorer.order_key)
-        for job in order:
-            self.consider(job)
+        self.outcomes: dict[int, Outcome] = {job.id: self.consider(job) for job in order}
 
         clearing = clearing_prices(self.snap.pending, self.admissions, self.snap.credits, self.quota, self.topology)
         admissions = []
@@ -174,10 +174,53 @@ class Cycle:
         _, _, group = min(status, key=lambda st: (st[0], st[1]))
         return group[0].cluster, group
 
-    def consider(self, job: PendingJob) -> None:
-        """Admit, preempt for, or explain ``job``."""
-        flavor = job.flavor
+    def consider(self, job: PendingJob) -> Outcome:
+        """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
+        quota and the capacity."""
+        found = self.job_pools(job)
+        if isinstance(found, Waiting):
+            return found
+        pools = self.outside_refused_namespaces(job, found)
+        if isinstance(pools, Waiting):
+            return pools
+        if self.credits is not None and job.hold > 0:
+            available = self.credits.get(job.department, 0)
+            if job.hold > available:
+                missing = job.hold - available
+                return self.pend(
+                    job,
+                    reasons.BUDGET_INSUFFICIENT,
+                    {"hold": job.hold, "available": available, "missing": missing},
+                    f"needs {job.hold}, has {available}, missing {missing} milli-credits",
+                )
+        qc = None  # a cluster of the pools whose quota scopes apply (None: the global scope only)
+        if (job.department, job.flavor) in self.quota.scoped:
+            chosen = self.scoped_quota(job, pools)
+            if chosen is None:
+                return ADMITTED  # on a cluster whose per-cluster quota has room
+            qc, pools = chosen
+        return self.consider_quota(job, pools, qc)
+
+    def outside_refused_namespaces(self, job: PendingJob, pools: list[Pool]) -> list[Pool] | Waiting:
+        """``pools`` without the clusters whose namespace quota refused a request this large for the job's
+        department and flavor (no admission there until that quota changes), or why none is left."""
         k = job.gpus
+        refused = {q.cluster for q in self.snap.namespace_quotas
+                   if q.department == job.department and q.flavor == job.flavor and k >= q.gpus and self.now < q.until}
+        if not refused:
+            return pools
+        pools = [p for p in pools if p.cluster not in refused]
+        if pools:
+            return pools
+        return self.pend(
+            job, reasons.NAMESPACE_QUOTA, {"clusters": sorted(refused), "requested": k},
+            "refused by the namespace quota on " + ", ".join(sorted(refused)),
+        )
+
+    def job_pools(self, job: PendingJob) -> list[Pool] | Waiting:
+        """The pools ``job`` may start in, or why there are none (an invalid request, no cluster it selects,
+        every matching cluster closed, no schedulable node, an unknown flavor)."""
+        flavor = job.flavor
         if job.pods < 1 or job.gpus_per_pod < 1:
             return self.pend(
                 job, reasons.INVALID_REQUEST, {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod}
@@ -192,92 +235,77 @@ class Cycle:
         pools, closed = self.topology.job_pools(job)
         if closed:
             self.closed_for[job.id] = closed
-        if not pools:
-            if closed:
-                return self.pend(
-                    job,
-                    reasons.CLUSTERS_UNAVAILABLE,
-                    {reasons.DETAIL_UNAVAILABLE: dict(closed), reasons.DETAIL_SELECTOR: dict(job.cluster_selector)},
-                    "closed to admissions: " + ", ".join(f"{c} ({s})" for c, s in sorted(closed.items())),
-                )
-            if (
-                flavor in self.topology.known_flavors
-                and job.cluster is None
-                and (not job.cluster_selector or any(self.topology.matches(job, c) for c in self.topology.flavor_clusters[flavor]))
-            ):
-                return self.pend(
-                    job, reasons.NO_CAPACITY, {"free": 0, "requested": k, "schedulable_nodes": 0}
-                )
-            return self.pend(job, reasons.UNKNOWN_FLAVOR, {"flavor": flavor, "cluster": job.cluster})
-        if self.credits is not None and job.hold > 0:
-            available = self.credits.get(job.department, 0)
-            if job.hold > available:
-                missing = job.hold - available
-                return self.pend(
-                    job,
-                    reasons.BUDGET_INSUFFICIENT,
-                    {"hold": job.hold, "available": available, "missing": missing},
-                    f"needs {job.hold}, has {available}, missing {missing} milli-credits",
-                )
-        qc = None  # a cluster of the pools whose quota scopes apply (None: the global scope only)
-        if (job.department, flavor) in self.quota.scoped:
-            chosen = self.scoped_quota(job, pools)
-            if chosen is None:
-                return None  # admitted on a cluster whose per-cluster quota has room
-            qc, pools = chosen
-        never = self.quota.never(job.department, flavor, k, qc)
+        if pools:
+            return pools
+        if closed:
+            return self.pend(
+                job,
+                reasons.CLUSTERS_UNAVAILABLE,
+                {reasons.DETAIL_UNAVAILABLE: dict(closed), reasons.DETAIL_SELECTOR: dict(job.cluster_selector)},
+                "closed to admissions: " + ", ".join(f"{c} ({s})" for c, s in sorted(closed.items())),
+            )
+        if (
+            flavor in self.topology.known_flavors
+            and job.cluster is None
+            and (not job.cluster_selector or any(self.topology.matches(job, c) for c in self.topology.flavor_clusters[flavor]))
+        ):
+            return self.pend(
+                job, reasons.NO_CAPACITY, {"free": 0, "requested": job.gpus, "schedulable_nodes": 0}
+            )
+        return self.pend(job, reasons.UNKNOWN_FLAVOR, {"flavor": flavor, "cluster": job.cluster})
+
+    def consider_quota(self, job: PendingJob, pools: list[Pool], qc: str | None) -> Outcome:
+        """Admit ``job`` when its quota (scope ``qc``) and ``pools`` allow it; else preempt for it or explain."""
+        dept, flavor, k = job.department, job.flavor, job.gpus
+        never = self.quota.never(dept, flavor, k, qc)
         if never is not None:
-            detail = self.quota.detail(job.department, flavor, k, cluster=qc)
+            detail = self.quota.detail(dept, flavor, k, cluster=qc)
             detail["never"] = True
             return self.pend(
                 job, never, detail, "the request exceeds the quota the department could ever use"
             )
-        realtime = tier_rank(job.tier) == REALTIME
-        limit = self.quota.limit_code(job.department, flavor, k, qc)
+        limit = self.quota.limit_code(dept, flavor, k, qc)
         if limit is not None:
             # The department itself holds all it may: only its own jobs ending let this one in, or, for
             # realtime work, the eviction of the department's own lower tiers. When those exist but may not be
             # evicted yet (cooldown, disruption budget, rate), that is what the job waits for, and says; so
             # does a job whose victims are already leaving.
-            if self.waits_for_victims(job):
-                return None
-            if realtime:
-                outcome = self.preempt(job, pools, self.quota.borrows(job.department, flavor, k, qc))
-                if outcome is None:
-                    return None
-                if outcome[0] is not None:
-                    return self.pend(job, outcome[0], outcome[1])
-            detail = self.quota.detail(job.department, flavor, k, cluster=qc)
+            outcome = self.victims_for(job, pools, qc)
+            if outcome is not None:
+                return outcome
+            detail = self.quota.detail(dept, flavor, k, cluster=qc)
             return self.pend(job, limit, detail, quota_note(detail))
-        code, detail = self.quota.check(job.department, flavor, k, cluster=qc)
+        code, detail = self.quota.check(dept, flavor, k, cluster=qc)
         if code is None and self.admit(job, pools):
-            return None
+            return ADMITTED
         if code is None and job.id in self.headroom_held:
             return self.pend(
                 job,
                 reasons.REALTIME_HEADROOM,
                 {"headroom_gpus": self.policy.realtime_headroom_gpus, "requested": k},
             )
-        if self.waits_for_victims(job):
-            return None
         # Blocked by the cohort's quota (others use the GPUs it could have) or by capacity: preempt when the
         # rules allow it, else wait, as the pool's reserved head when it is the first to wait.
-        if realtime:
-            outcome = self.preempt(job, pools, self.quota.borrows(job.department, flavor, k, qc))
-            if outcome is None:
-                return None  # preemption under way
-            if outcome[0] is not None:
-                return self.pend(job, outcome[0], outcome[1])
+        outcome = self.victims_for(job, pools, qc)
+        if outcome is not None:
+            return outcome
         return self.blocked(job, pools, code, detail)
 
-    def waits_for_victims(self, job: PendingJob) -> bool:
-        """Whether the job's victims are already leaving (evictions in flight); it then waits for them, saying
-        so, instead of choosing more."""
+    def victims_for(self, job: PendingJob, pools: list[Pool], qc: str | None) -> Outcome | None:
+        """A blocked job's victims: the ones already leaving for it, or, for realtime work, new ones by priority
+        (or what keeps them from being chosen: cooldown, disruption budget, rate). None when it has none and
+        nothing but the blockage itself to say."""
         inflight = self.evictions.inflight.get(job.id)
-        if not inflight:
-            return False
-        self.pend(job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"})
-        return True
+        if inflight:
+            self.pend(job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"})
+            return Evicting(tuple(sorted(inflight)), "in_flight")
+        if tier_rank(job.tier) != REALTIME:
+            return None
+        outcome = self.preempt(job, pools, self.quota.borrows(job.department, job.flavor, job.gpus, qc))
+        if isinstance(outcome, Evicting):
+            return outcome
+        code, detail = outcome
+        return None if code is None else self.pend(job, code, detail)
 
     def admit(self, job: PendingJob, pools: list[Pool]) -> bool:
         """Place ``job`` in the best of ``pools`` that fits; whether it borrows is judged on the chosen pool's
@@ -325,15 +353,14 @@ class Cycle:
             return True
         return pool.now.free_total() - job.gpus >= headroom
 
-    def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool):
-        """None when victims were chosen (the job waits for them); else (reason code or None, detail)."""
+    def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool) -> Evicting | tuple[str | None, dict]:
+        """``Evicting`` when victims were chosen (the job waits for them); else (reason code or None, detail)."""
         outcome = self.evictions.preempt(job, pools, borrows)
         if isinstance(outcome, Chosen):
-            self.evicting(job, outcome.preemption, outcome.cluster)
-            return None
+            return self.evicting(job, outcome.preemption, outcome.cluster)
         return outcome
 
-    def evicting(self, job: PendingJob, preemption: Preemption, cluster: str) -> None:
+    def evicting(self, job: PendingJob, preemption: Preemption, cluster: str) -> Evicting:
         """The job waits for the victims it chose; its credit hold is set aside now, as on admission, so no
         later job of the cycle spends the same credits."""
         if self.credits is not None and job.hold > 0:
@@ -343,10 +370,11 @@ class Cycle:
             reasons.PREEMPTION_IN_PROGRESS,
             {"victims": list(preemption.victim_ids), "reason": preemption.reason, "cluster": cluster},
         )
+        return Evicting(preemption.victim_ids, preemption.reason)
 
     def blocked(
         self, job: PendingJob, pools: list[Pool], quota_code: str | None, quota_detail: dict
-    ) -> bool:
+    ) -> Outcome:
         """Explain a job that cannot start now, and make it a reserved head of the pool when it is among the
         first to wait there (``reservation_depth``, ``MAX_RESERVED_SHARE``). A job held by the cohort's quota
         reserves too when the GPUs it needs are physically in use (lent-out capacity is capacity); one that
@@ -400,12 +428,11 @@ class Cycle:
                     borrows = self.quota.borrows(job.department, job.flavor, k, pool.cluster)
                     if not borrows and when - self.now > self.policy.reclaim_delay_s:
                         outcome = self.preempt(job, [pool], borrows)
-                        if outcome is None:
-                            return None
+                        if isinstance(outcome, Evicting):
+                            return outcome
                     drained = self.evictions.drain(job, pool, when, self.starving(job))
                     if drained is not None:
-                        self.evicting(job, drained, pool.cluster)
-                        return None
+                        return self.evicting(job, drained, pool.cluster)
                 pool.reserve(job.id, when, spare, k)
                 if len(pool.reservations) >= depth or pool.reserved_gpus >= MAX_RESERVED_SHARE * pool.gpus_total:
                     self.heads_full.add(pool)
@@ -419,7 +446,8 @@ class Cycle:
             return self.pend(job, quota_code, quota_detail, note or quota_note(quota_detail))
         return self.pend(job, code, detail, note)
 
-    def pend(self, job: PendingJob, code: str, detail: dict, note: str | None = None) -> bool:
+    def pend(self, job: PendingJob, code: str, detail: dict, note: str | None = None) -> Waiting:
+        """Record why ``job`` waits: its reason code, a one-line message (with ``note``) and a detail."""
         closed = self.closed_for.get(job.id)
         if closed and reasons.DETAIL_UNAVAILABLE not in detail:
             detail[reasons.DETAIL_UNAVAILABLE] = dict(closed)  # matching clusters it may not start on now
@@ -427,7 +455,7 @@ class Cycle:
         if note:
             message = f"{message[:-1]}: {note}."
         self.reasons[job.id] = (code, message, detail)
-        return False
+        return Waiting(code)
 
     def figures(self, admissions: list[Admission], pending: list[PendingReason]) -> dict[str, float]:
         ev = self.evictions

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from . import reasons
+from . import reasons, tiers
 from .ordering import REALTIME, Scorer, tier_rank
 from .placement import Pool
 from .preemption import (
@@ -71,7 +71,7 @@ class Evictions:
         self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
         for job in running:
             pool = pools.get((job.cluster, job.flavor))
-            if job.tier == "realtime" or not job.preemptible or pool is None:
+            if not (tiers.preemptible(job.tier) and job.preemptible) or pool is None:
                 continue
             nodes = [
                 i for i in (pool.pos.get(name) for name in job.placement) if i is not None and not pool.taints[i]
@@ -171,32 +171,36 @@ class Evictions:
             if len(victims) <= allowed:
                 return Chosen(self.commit(job, pool, victims, "priority" if realtime else "reclaim"), pool.cluster)
             return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(len(victims)))  # not cached: the rate blocks
-        relaxed = None if wasteful else attempt(True, self.budget_left)
-        if wasteful:
-            result: tuple[str | None, dict] = (None, {})
-        elif relaxed is not None:
+        result = (None, {}) if wasteful else self._blocked_by(pools, flavor, attempt)
+        self.fail_cache[cache_key] = result
+        return result
+
+    def _blocked_by(self, pools: list[Pool], flavor: str, attempt) -> tuple[str | None, dict]:
+        """Why no victims could be chosen: the cooldown (there are victims once it has passed), the disruption
+        budgets (there are victims they do not let go), or (None, {}): nothing but the capacity itself.
+        ``attempt(relax_cooldown, budgets)`` is the search (budgets None: ignore them)."""
+        min_run = self.policy.min_runtime_s
+        relaxed = attempt(True, self.budget_left)
+        if relaxed is not None:
             at = max(c.job.started_at + min_run for c in relaxed[1])
-            result = (
+            return (
                 reasons.PREEMPTION_COOLDOWN,
                 {"victims_needed": len(relaxed[1]), "min_runtime_s": min_run, "preemptible_at": at},
             )
-        elif attempt(True, None) is not None:
-            # Name the candidates' budgets that are short (else all of the candidates' budgets: together they
-            # are), not every budget of the snapshot: with the cluster's own PDBs read, that may be every PDB of
-            # every job namespace.
-            covering = {
-                (b, self.budget_left[b] < c.job.pods)
-                for pool in pools
-                for c in self.cands.get((pool.cluster, flavor), ())
-                for b in c.job.disruption_budgets
-                if b in self.budget_left
-            }
-            short = sorted({b for b, is_short in covering if is_short}) or sorted({b for b, _ in covering})
-            result = (reasons.DISRUPTION_BUDGET, {"budgets": short})
-        else:
-            result = (None, {})
-        self.fail_cache[cache_key] = result
-        return result
+        if attempt(True, None) is None:
+            return (None, {})
+        # Name the candidates' budgets that are short (else all of the candidates' budgets: together they
+        # are), not every budget of the snapshot: with the cluster's own PDBs read, that may be every PDB of
+        # every job namespace.
+        covering = {
+            (b, self.budget_left[b] < c.job.pods)
+            for pool in pools
+            for c in self.cands.get((pool.cluster, flavor), ())
+            for b in c.job.disruption_budgets
+            if b in self.budget_left
+        }
+        short = sorted({b for b, is_short in covering if is_short}) or sorted({b for b, _ in covering})
+        return (reasons.DISRUPTION_BUDGET, {"budgets": short})
 
     def drain(self, job: PendingJob, pool: Pool, when: float, starving: bool) -> Preemption | None:
         """Instead of reserving GPUs that would idle until ``when``, evict cheap work now: the head of the queue

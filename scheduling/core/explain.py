@@ -32,6 +32,7 @@ NO_ESTIMATE = frozenset(
         reasons.PREEMPTION_IN_PROGRESS,
         reasons.NO_MATCHING_CLUSTER,
         reasons.CLUSTERS_UNAVAILABLE,
+        reasons.NAMESPACE_QUOTA,  # when the quota changes is not the engine's to know
     }
 )
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
+from . import tiers
 from .policy import fair_factor, in_priority_band, job_score, use_ratios
-from .types import TIER_RANK, TIERS, PendingJob, Policy, RunningJob, Snapshot
+from .types import TIER_RANK, PendingJob, Policy, RunningJob, Snapshot
 
-REALTIME = TIER_RANK["realtime"]
-_LOWEST = len(TIERS)
+REALTIME = tiers.REALTIME.rank
+_LOWEST = tiers.LOWEST_RANK
 
 # A job's weight stretches or shrinks its starvation limit only this far: a critical job starves after a
 # quarter of the limit, a low one after twice the limit (never later).

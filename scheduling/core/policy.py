@@ -102,45 +102,8 @@ def policy_from_dict(data: Mapping[str, object]) -> Policy:
             f"Must be at least {int(MIN_RUNTIME_FLOOR_S)} s unless allow_short_min_runtime is true.",
         )
 
-    weights: dict[tuple[str, str], float] = {}
-    raw_weights = data.get("weights", None)
-    if raw_weights is None:
-        weights = dict(base.weights)
-    elif not isinstance(raw_weights, Mapping):
-        err("weights", "Must be an object {urgency: {user_tier: weight}}.")
-    else:
-        for urgency, row in raw_weights.items():
-            if urgency not in URGENCIES:
-                err(f"weights.{urgency}", f"Unknown urgency; expected one of {', '.join(URGENCIES)}.")
-                continue
-            if not isinstance(row, Mapping):
-                err(f"weights.{urgency}", "Must be an object {user_tier: weight}.")
-                continue
-            for user_tier, weight in row.items():
-                path = f"weights.{urgency}.{user_tier}"
-                if user_tier not in USER_TIERS:
-                    err(path, f"Unknown user tier; expected one of {', '.join(USER_TIERS)}.")
-                elif not _is_number(weight):
-                    err(path, "Must be a finite number.")
-                elif weight < 0:
-                    err(path, "Must not be negative.")
-                else:
-                    weights[(urgency, user_tier)] = float(weight)
-
-    classes = dict(base.priority_classes)
-    raw_classes = data.get("priority_classes", None)
-    if raw_classes is not None:
-        if not isinstance(raw_classes, Mapping):
-            err("priority_classes", "Must be an object {tier: PriorityClass name}.")
-        else:
-            for tier, name in raw_classes.items():
-                path = f"priority_classes.{tier}"
-                if tier not in TIER_RANK:
-                    err(path, f"Unknown tier; expected one of {', '.join(TIERS)}.")
-                elif not isinstance(name, str) or not _DNS1123.match(name):
-                    err(path, "Must be a Kubernetes object name (lowercase letters, digits, '-', '.').")
-                else:
-                    classes[tier] = name
+    weights = _weights_from(data.get("weights", None), base, err)
+    classes = _classes_from(data.get("priority_classes", None), base, err)
     if errors:
         raise PolicyError(errors)
     return Policy(
@@ -148,6 +111,54 @@ def policy_from_dict(data: Mapping[str, object]) -> Policy:
         priority_classes=MappingProxyType({t: classes[t] for t in TIERS}),
         **values,
     )
+
+
+def _weights_from(raw_weights: object, base: Policy, err) -> dict[tuple[str, str], float]:
+    """The urgency x user-tier matrix of a policy's ``weights`` (the default's when absent); problems go to
+    ``err(field path, message)``."""
+    if raw_weights is None:
+        return dict(base.weights)
+    weights: dict[tuple[str, str], float] = {}
+    if not isinstance(raw_weights, Mapping):
+        err("weights", "Must be an object {urgency: {user_tier: weight}}.")
+        return weights
+    for urgency, row in raw_weights.items():
+        if urgency not in URGENCIES:
+            err(f"weights.{urgency}", f"Unknown urgency; expected one of {', '.join(URGENCIES)}.")
+            continue
+        if not isinstance(row, Mapping):
+            err(f"weights.{urgency}", "Must be an object {user_tier: weight}.")
+            continue
+        for user_tier, weight in row.items():
+            path = f"weights.{urgency}.{user_tier}"
+            if user_tier not in USER_TIERS:
+                err(path, f"Unknown user tier; expected one of {', '.join(USER_TIERS)}.")
+            elif not _is_number(weight):
+                err(path, "Must be a finite number.")
+            elif weight < 0:
+                err(path, "Must not be negative.")
+            else:
+                weights[(urgency, user_tier)] = float(weight)
+    return weights
+
+
+def _classes_from(raw_classes: object, base: Policy, err) -> dict[str, str]:
+    """The PriorityClass name per tier: the default's, with those ``priority_classes`` renames."""
+    classes = dict(base.priority_classes)
+    if raw_classes is None:
+        return classes
+    if not isinstance(raw_classes, Mapping):
+        err("priority_classes", "Must be an object {tier: PriorityClass name}.")
+        return classes
+    for tier, name in raw_classes.items():
+        path = f"priority_classes.{tier}"
+        if tier not in TIER_RANK:
+            err(path, f"Unknown tier; expected one of {', '.join(TIERS)}.")
+        elif not isinstance(name, str) or not _DNS1123.match(name):
+            err(path, "Must be a Kubernetes object name (lowercase letters, digits, '-', '.').")
+        else:
+            classes[tier] = name
+    return classes
 
 
 def policy_to_dict(policy: Policy) -> dict[str, object]:

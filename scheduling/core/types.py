@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-TIERS: tuple[str, ...] = ("realtime", "elastic", "backfill")
-TIER_RANK: Mapping[str, int] = MappingProxyType({t: i for i, t in enumerate(TIERS)})
+from . import tiers as _tiers
+
+TIERS: tuple[str, ...] = _tiers.NAMES  # in rank order; the facts of each are in ``tiers.TABLE``
+TIER_RANK: Mapping[str, int] = MappingProxyType({t.name: t.rank for t in _tiers.TABLE})
 URGENCIES: tuple[str, ...] = ("low", "normal", "high", "critical")
 USER_TIERS: tuple[str, ...] = ("standard", "senior", "pi")
 TASK_TYPES: tuple[str, ...] = ("train", "inference", "processing")
@@ -98,7 +100,7 @@ class PendingJob:
     id: int
     department: str
     flavor: str
-    tier: str = "elastic"
+    tier: str = _tiers.DEFAULT
     pods: int = 1
     gpus_per_pod: int = 1
     urgency: str = "normal"
@@ -227,10 +229,21 @@ class Policy:
     # starts keeps off the GPUs those heads need. 1 is plain EASY backfill; 0 reserves nothing.
     reservation_depth: int = 16
     priority_classes: Mapping[str, str] = field(
-        default_factory=lambda: MappingProxyType(
-            {"realtime": "ai-realtime", "elastic": "ai-elastic", "backfill": "ai-backfill"}
-        )
+        default_factory=lambda: MappingProxyType({t.name: t.priority_class for t in _tiers.TABLE})
     )
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceQuotaLimit:
+    """A namespace ResourceQuota on ``cluster`` refused a request of ``gpus`` GPUs of ``flavor`` by
+    ``department``: until ``until`` (the adapter drops it earlier once it sees the quota change), no job of that
+    department and flavor needing at least that many GPUs is admitted there."""
+
+    cluster: str
+    department: str
+    flavor: str
+    gpus: int
+    until: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +262,7 @@ class Snapshot:
     # The portal shows them; the trace simulator does not read them and turns them off.
     estimates: bool = True
     clusters: tuple[ClusterInfo, ...] = ()  # clusters not listed are active, unlabelled, cost_rank 0
+    namespace_quotas: tuple[NamespaceQuotaLimit, ...] = ()  # namespace ResourceQuota refusals in force
 
 
 # ---------------------------------------------------------------- decisions (the engine's output)

@@ -12,33 +12,35 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from portal import dispatch
 from portal.db import retry_on_conflict
 from portal.timestamps import from_epoch
-from quotas import budgets
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission, get_backend
 from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
-from scheduling.core import reasons
-from scheduling.models import IN_FLIGHT, Cluster, ClusterState, Job, JobState, Node, PreemptionVictim
-from scheduling.services import notify
-from scheduling.services.jobs import (
-    budget_attempt_ended,
-    enqueue_pod_creation,
-    namespace_for,
-    record_event,
-    transition,
+from scheduling.core import reasons, tiers
+from scheduling.models import (
+    IN_FLIGHT,
+    Cluster,
+    ClusterState,
+    Job,
+    JobState,
+    Node,
+    PreemptionVictim,
 )
+from scheduling.services.cluster_binding import bound_to, cluster_of, cluster_row, default_cluster, federated
+from scheduling.services.jobs import namespace_for, record_event
+from scheduling.services.lifecycle import GANG_BROKEN, attempt_gone, finish, requeue, start_running
+from scheduling.services.locks import exclusive
+from scheduling.services.namespace_quotas import ADMIT_RETRY, _quota_chain_pending, recheck_quota_refusals
 from scheduling.services.policy import current_policy
 
 log = logging.getLogger(__name__)
 
-PRIORITY_VALUES = {"realtime": 1_000_000, "elastic": 100_000, "backfill": 1_000}
+PRIORITY_VALUES = {t.name: t.priority_value for t in tiers.TABLE}
 EVICTION_REASONS = {"Evicted", "Preempted", "DisruptionTarget", "TerminationByKubelet"}
 PLATFORM_REASONS = {"NodeLost", "Unschedulable", "SchedulerError", "NodeAffinity", "NodeShutdown",
                     "UnexpectedAdmissionError"}
@@ -49,39 +51,9 @@ SCHEDULING_GRACE = timedelta(seconds=60)
 FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
 # A job admitted longer ago than this whose pods are missing from the cluster is treated as lost.
 LOST_GRACE = timedelta(seconds=60)
-# Backends that create pods at admission: an admitted job still without all its pods this long after its
-# admission has its start asked for again (the task was lost or is backing off) ...
-ADMIT_RETRY = timedelta(seconds=30)
-# ... and after this long it gives its GPUs back and waits in the queue again (e.g. a full namespace quota).
+# An admitted job whose pods are still not all there after this long gives its GPUs back and waits in the
+# queue again (e.g. a full namespace quota); before that its start is asked for again after ADMIT_RETRY.
 ADMIT_GIVE_UP = timedelta(minutes=5)
-
-
-def default_cluster() -> Cluster:
-    cluster = Cluster.objects.filter(is_default=True).first()
-    if cluster is None:
-        cluster, _ = Cluster.objects.get_or_create(
-            name="default", defaults={"is_default": True, "backend": settings.SCHEDULING_BACKEND}
-        )
-    return cluster
-
-
-def cluster_of(job: Job) -> Cluster:
-    """The cluster of the job's current attempt (a job admitted before clusters were recorded, or a queued one
-    whose pods are made at submission, is on the default cluster)."""
-    return job.cluster if job.cluster_id else default_cluster()
-
-
-def bound_to(jobs, cluster: Cluster):
-    """The jobs (a queryset) whose current attempt is bound to ``cluster``."""
-    if cluster.is_default:
-        return jobs.filter(Q(cluster=cluster) | Q(cluster__isnull=True))
-    return jobs.filter(cluster=cluster)
-
-
-def federated() -> bool:
-    """More than one cluster is registered: a queued job's cluster is not known until it is admitted, so no
-    backend creates its pods before then (they are created on the chosen cluster at admission)."""
-    return Cluster.objects.count() > 1
 
 
 def podset_for(job: Job) -> PodSet:
@@ -148,6 +120,8 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
     if backend.owns_inventory:
         store_nodes(cluster=cluster, inventory=inv, terminating=_terminating_gpus(inv.pods))
     counts = apply_pod_states(inv.pods, complete=True, cluster=cluster)
+    if recheck_quota_refusals(cluster=cluster, backend=backend):
+        counts["quota_refusals_cleared"] = 1
     if drain_finished(cluster=cluster):
         counts["drained"] = 1
     return counts
@@ -285,6 +259,16 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
         pods = [p for p in by_job[job.pk] if p.attempt == job.attempt]
         if not pods:
             continue
+        if not complete and len(pods) < job.pods and any(_disrupted(p) for p in pods):
+            # A watcher's event names one pod. Whether a gang's disruption ends the attempt depends on its other
+            # pods: one that still runs must be evicted (its PodDisruptionBudget may refuse), never deleted
+            # along with an attempt requeued on the strength of one pod's event.
+            try:
+                pods = list(get_backend(cluster).attempt_pods(job_id=job.pk, attempt=job.attempt,
+                                                              namespace=pods[0].namespace)) or pods
+            except ClusterUnavailable as exc:
+                log.warning("job %s: the attempt's other pods could not be read (%s); left to the sync", job.pk, exc)
+                continue
         try:
             outcome = retry_on_conflict(lambda j=job, p=pods: _apply_job_atomically(j, p),
                                         what=f"pod sync of job {job.pk}")
@@ -294,8 +278,13 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
             continue
         if outcome:
             counts[outcome] += 1
-    if complete:  # evicting jobs none of whose pods is listed any more: their eviction is over
-        for job in _evicting_jobs(cluster):
+    if complete:  # evicting jobs (or broken gangs) none of whose pods is listed any more: their eviction is over
+        broken = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING),
+                                             reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)), cluster)
+        evicting = {j.pk: j for j in _evicting_jobs(cluster)}
+        for job in broken.select_related("department", "flavor", "owner", "cluster"):
+            evicting.setdefault(job.pk, job)
+        for job in sorted(evicting.values(), key=lambda j: j.pk):
             if any(p.attempt == job.attempt for p in by_job.get(job.pk, ())):
                 continue
             try:
@@ -315,6 +304,8 @@ def _apply_job_atomically(job: Job, pods: list[PodState]) -> str | None:
         return _apply_job(snapshot, pods)
 
 
+
+
 def _evicting_jobs(cluster: Cluster):
     """Active jobs on ``cluster`` whose current attempt is being evicted (decided, requested or accepted)."""
     ids = PreemptionVictim.objects.filter(
@@ -325,13 +316,6 @@ def _evicting_jobs(cluster: Cluster):
             .order_by("pk") if PreemptionVictim.objects.filter(job=j, attempt=j.attempt, status__in=IN_FLIGHT).exists()]
 
 
-def attempt_gone(*, job: Job) -> bool:
-    """Every pod of the job's current attempt is gone: requeue it, as preempted when its eviction was under
-    way, else as lost (someone deleted its pods)."""
-    if PreemptionVictim.objects.filter(job=job, attempt=job.attempt, status__in=IN_FLIGHT).exists():
-        return requeue(job=job, outcome="preempted", reason="Evicted", message="evicted; its pods are gone")
-    return requeue(job=job, outcome="platform_failure", reason="PodsLost",
-                   message="the job's pods disappeared from the cluster")
 
 
 def apply_pod_deleted(*, state: PodState, cluster: str = "default") -> str | None:
@@ -351,10 +335,40 @@ def apply_pod_deleted(*, state: PodState, cluster: str = "default") -> str | Non
         return "requeued" if attempt_gone(job=job) else None
 
 
+def _disrupted(pod: PodState) -> bool:
+    """The pod was evicted, lost with its node, failed or is terminating: its attempt may be over."""
+    return pod.reason in EVICTION_REASONS or pod.reason in PLATFORM_REASONS or pod.phase == "Failed" or pod.deleting
+
+
+
+
+def _wait_for_the_rest(job: Job, pods: list[PodState], lost: PodState, now: datetime) -> bool:
+    """A gang lost ``lost`` (evicted by someone else, its node drained or gone) while other pods of the attempt
+    still run. The attempt cannot go on, but its running pods may be covered by a PodDisruptionBudget: they
+    are asked to go through the Eviction API (a 429 is honoured: the reconciler asks again on each run), and
+    the job keeps its placement until they are gone. Returns True when the job has to wait for that."""
+    if job.pods < 2:
+        return False
+    running = [p for p in pods if p is not lost and not _disrupted(p) and p.holds_node(now.timestamp())]
+    if not running:
+        return False
+    message = (f"pod {lost.name} is gone ({lost.reason or lost.phase}); evicting the gang's other pods "
+               f"({', '.join(p.name for p in running)}) through the Eviction API before it is requeued")
+    if Job.objects.filter(pk=job.pk, attempt=job.attempt, state=job.state).exclude(
+            reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)).update(reason_code=GANG_BROKEN,
+                                                                              reason_message=message[:300]):
+        record_event(job=job, kind="eviction", attempt=job.attempt, reason_code=GANG_BROKEN, message=message[:500],
+                     data={"pod": lost.name})
+        dispatch.after_commit("scheduling.pods.evict", job.pk, job.attempt, lost.namespace, None)
+    return True
+
+
 def _apply_job(job: Job, pods: list[PodState]) -> str | None:
     now = timezone.now()
     evicted = [p for p in pods if p.reason in EVICTION_REASONS]
     if evicted:
+        if _wait_for_the_rest(job, pods, evicted[0], now):
+            return None
         if any(p.holds_node(now.timestamp()) for p in pods):
             # A terminating pod keeps its node's GPUs until it is gone (or its grace period has passed), and a
             # gang's pods whose eviction was refused keep running: the job keeps its placement (so nothing is
@@ -368,6 +382,8 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
     if platform:
         p = platform[0]
         if p.reason in SCHEDULING_REASONS and _scheduler_may_still_bind(job, p, now):
+            return None
+        if _wait_for_the_rest(job, pods, p, now):
             return None
         return "requeued" if requeue(job=job, outcome="platform_failure", reason=p.reason,
                                      message=f"pod {p.name}: {p.reason} {p.message}".strip()) else None
@@ -384,11 +400,8 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
                                      message="all pods completed", finished_at=from_epoch(last)) else None
     if job.state == JobState.ADMITTED and any(p.phase in ("Running", "Succeeded") for p in pods):
         started = min((p.started_at for p in pods if p.started_at), default=None)
-        ok = transition(job=job, to=JobState.RUNNING, allowed_from=[JobState.ADMITTED], attempt=job.attempt,
-                        reason_code="running", message="pods running on " + ", ".join(sorted({p.node or "?" for p in pods})),
-                        started_at=from_epoch(started) or timezone.now())
-        if ok:
-            _mark_restarted(job)
+        if start_running(job=job, nodes=sorted({p.node or "?" for p in pods}),
+                         started_at=from_epoch(started) or timezone.now()):
             return "running"
     return None
 
@@ -398,6 +411,7 @@ def _broken_gang(job: Job, pods: list[PodState], evicting: set[int]) -> bool:
     others still run."""
     running = any(not p.deleting and p.phase not in ("Succeeded", "Failed") for p in pods)
     disrupted = (any(p.reason in EVICTION_REASONS for p in pods) or job.pk in evicting
+                 or job.reason_code in (GANG_BROKEN, reasons.DISRUPTION_BUDGET)
                  or (job.state == JobState.RUNNING and len(pods) < job.pods))
     return running and disrupted
 
@@ -414,79 +428,12 @@ def _scheduler_may_still_bind(job: Job, pod: PodState, now: datetime) -> bool:
     return placement <= known
 
 
-def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at) -> bool:
-    """End the job; the settlement of its hold commits or rolls back with the transition."""
-    # From the state the job was read in (the compare-and-set then proves it, with no extra lock); a job that
-    # moved meanwhile is left for the next sync.
-    sources = [job.state] if job.state in (JobState.ADMITTED, JobState.RUNNING) else [JobState.ADMITTED,
-                                                                                        JobState.RUNNING]
-    with transaction.atomic(savepoint=False):
-        budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
-        ok = transition(job=job, to=state, allowed_from=sources,
-                        attempt=job.attempt, reason_code=reason, message=message, exit_code=exit_code,
-                        finished_at=finished_at or timezone.now())
-        if ok:
-            budget_attempt_ended(job=job, attempt=job.attempt,
-                                 outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
-            # while the finished pods are still there to read it from
-            dispatch.after_commit("scheduling.pods.keep_log", job.pk, job.attempt)
-    return ok
 
 
-def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
-    """End the current attempt (eviction, lost node, unschedulable) and queue the next one, keeping the
-    original submission time so the job does not lose its place to aging."""
-    old_attempt = job.attempt
-    ran_on = cluster_of(job)  # the next attempt may go to another cluster: the old pods are deleted here
-    now = timezone.now()
-    with transaction.atomic():
-        budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
-        if outcome == "preempted":
-            if not transition(job=job, to=JobState.PREEMPTED, allowed_from=[JobState.ADMITTED, JobState.RUNNING],
-                              attempt=old_attempt, reason_code=reason, message=message,
-                              last_preempted_at=now, preemption_count=job.preemption_count + 1):
-                return False
-            PreemptionVictim.objects.filter(job=job, attempt=old_attempt).update(
-                status=PreemptionVictim.Status.REQUEUED, evicted_at=now, requeued_at=now
-            )
-        ended = copy.copy(job)  # the attempt as it ran (admission time, borrowed, price) for settlement
-        requeued = _requeue_cas(job, old_attempt, message, now)
-        if outcome == "preempted":
-            notify.job_preempted(job=job, reason=reason, message=message, requeued=requeued)
-        if not requeued:
-            return False
-        budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
-        dispatch.after_commit("scheduling.pods.delete", job.pk, old_attempt,
-                              namespace_for(job.department.slug, ran_on), ran_on.name)
-        enqueue_pod_creation(job)
-    return True
 
 
-def _requeue_cas(job: Job, old_attempt: int, message: str, now) -> bool:
-    """Compare-and-set: the attempt that ended becomes queued attempt + 1 with its placement cleared."""
-    updated = Job.objects.filter(pk=job.pk, attempt=old_attempt,
-                                 state__in=(JobState.PREEMPTED, JobState.ADMITTED, JobState.RUNNING)).update(
-        state=JobState.QUEUED, attempt=old_attempt + 1, placement=[], cluster=None, borrowed=False, price=None,
-        admitted_at=None, started_at=None, queued_at=now, reason_code=reasons.QUEUED,
-        reason_message=reasons.CODES[reasons.QUEUED], estimated_start=None, updated_at=now,
-    )
-    if not updated:
-        return False
-    previous = job.state
-    job.refresh_from_db()
-    record_event(job=job, kind="transition", from_state=previous, to_state=JobState.QUEUED,
-                 reason_code=reasons.QUEUED, message=f"requeued as attempt {old_attempt + 1}: {message}", at=now)
-    return True
 
 
-def _mark_restarted(job: Job) -> None:
-    if job.attempt > 1:
-        n = PreemptionVictim.objects.filter(job=job, attempt__lt=job.attempt, restarted_at__isnull=True).update(
-            status=PreemptionVictim.Status.RESTARTED, restarted_at=timezone.now()
-        )
-        if n:
-            record_event(job=job, kind="preemption", reason_code="restarted",
-                         message=f"restarted as attempt {job.attempt} after preemption")
 
 
 # ------------------------------------------------------------------------------------------ reconcile
@@ -528,47 +475,89 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
             continue  # bound to another cluster: its pods here, if any, are strays (deleted below)
         live_keys.add(key)
         mine = pods.get(key, [])
-        if job.state == JobState.QUEUED:
-            if len(mine) < job.pods and not at_admission and cluster.is_default:
-                dispatch.send_now("scheduling.pods.create", job.pk, job.attempt)
-                counts["created"] += 1
-        elif job.state == JobState.ADMITTED and at_admission and len(mine) < job.pods and job.pk not in evicting:
-            # The pods are created when the job is admitted: the start task was lost, or is backing off (a
-            # namespace quota full). Ask again; after a bounded wait give the GPUs back to the queue.
-            since = job.admitted_at or now
-            if now - since > ADMIT_GIVE_UP:
-                if requeue(job=job, outcome="platform_failure", reason="NotStarted",
-                           message=f"its pods could not be started within {int(ADMIT_GIVE_UP.total_seconds())} s "
-                                   "of its admission (see its events)"):
-                    counts["requeued"] += 1
-            elif now - since > ADMIT_RETRY:
-                dispatch.send_now("scheduling.pods.admit", job.pk, job.attempt)
-                counts["admitted"] += 1
-        elif job.state == JobState.ADMITTED and mine and any(p.gated for p in mine):
-            dispatch.send_now("scheduling.pods.admit", job.pk, job.attempt)
-            counts["admitted"] += 1
-        elif job.state in (JobState.ADMITTED, JobState.RUNNING) and not mine:
-            since = job.started_at or job.admitted_at or now
-            if now - since > LOST_GRACE:
-                if attempt_gone(job=job):
-                    counts["requeued"] += 1
-        if job.state in (JobState.ADMITTED, JobState.RUNNING) and _broken_gang(job, mine, evicting):
-            # Some pods are evicted (by a preemption whose other evictions were refused, or by a node drain)
-            # while others still run: ask the Eviction API for the rest again, with this run's cadence as the
-            # back-off. Never a DELETE: their PodDisruptionBudgets still decide.
-            dispatch.send_now("scheduling.pods.evict", job.pk, job.attempt, mine[0].namespace, None)
-            counts["evictions_retried"] += 1
-        elif job.pk in evicting and mine:
-            # A decided eviction still not asked for after the grace period: its message was lost (the broker
-            # was down when the cycle committed). Send it again; the task is idempotent.
-            lost = PreemptionVictim.objects.filter(
-                job=job, attempt=job.attempt, status=PreemptionVictim.Status.DECIDED,
-                preemption__decided_at__lt=now - LOST_GRACE).values_list("preemption_id", flat=True).first()
-            if lost is not None:
-                dispatch.send_now("scheduling.pods.evict", job.pk, job.attempt, mine[0].namespace, lost)
-                counts["evictions_resent"] += 1
+        _reconcile_pods(job, mine, cluster=cluster, at_admission=at_admission, evicting=evicting, now=now,
+                        counts=counts)
+        _reconcile_evictions(job, mine, evicting=evicting, now=now, counts=counts)
     for key, plist in pods.items():
         if key not in live_keys:  # pods of a finished job, of an attempt that moved on, or bound elsewhere
-            dispatch.send_now("scheduling.pods.delete", key[0], key[1], plist[0].namespace, cluster.name)
+            # still-running ones through the Eviction API: a dead attempt's pods are no reason to bypass a PDB
+            dispatch.send_now("scheduling.pods.remove", key[0], key[1], plist[0].namespace, cluster.name)
             counts["orphans_deleted"] += 1
     return dict(counts)
+
+
+def _reconcile_pods(job: Job, mine: list[PodState], *, cluster: Cluster, at_admission: bool, evicting: set[int],
+                    now: datetime, counts: dict[str, int]) -> None:
+    """A live attempt's pods against its state: missing pods are created or its start asked again (requeued
+    after a bounded wait), gated ones ungated, and an active attempt whose pods vanished is requeued."""
+    if job.state == JobState.QUEUED:
+        if len(mine) < job.pods and not at_admission and cluster.is_default:
+            dispatch.send_now("scheduling.pods.create", job.pk, job.attempt)
+            counts["created"] += 1
+    elif job.state == JobState.ADMITTED and at_admission and len(mine) < job.pods and job.pk not in evicting:
+        # The pods are created when the job is admitted: the start task was lost, or is backing off (a
+        # namespace quota full). Ask again; after a bounded wait give the GPUs back to the queue.
+        since = job.admitted_at or now
+        if now - since > ADMIT_GIVE_UP:
+            if requeue(job=job, outcome="platform_failure", reason="NotStarted",
+                       message=f"its pods could not be started within {int(ADMIT_GIVE_UP.total_seconds())} s "
+                               "of its admission (see its events)"):
+                counts["requeued"] += 1
+        elif now - since > ADMIT_RETRY and not _quota_chain_pending(job, now):
+            dispatch.send_now("scheduling.pods.admit", job.pk, job.attempt)
+            counts["admitted"] += 1
+    elif job.state == JobState.ADMITTED and mine and any(p.gated for p in mine):
+        dispatch.send_now("scheduling.pods.admit", job.pk, job.attempt)
+        counts["admitted"] += 1
+    elif job.state in (JobState.ADMITTED, JobState.RUNNING) and not mine:
+        since = job.started_at or job.admitted_at or now
+        if now - since > LOST_GRACE:
+            if attempt_gone(job=job):
+                counts["requeued"] += 1
+
+
+def _reconcile_evictions(job: Job, mine: list[PodState], *, evicting: set[int], now: datetime,
+                         counts: dict[str, int]) -> None:
+    """A partly evicted gang gets the rest of its evictions asked again; a decided eviction whose message was
+    lost is sent again."""
+    if job.state in (JobState.ADMITTED, JobState.RUNNING) and _broken_gang(job, mine, evicting):
+        # Some pods are evicted (by a preemption whose other evictions were refused, or by a node drain)
+        # while others still run: ask the Eviction API for the rest again, with this run's cadence as the
+        # back-off. Never a DELETE: their PodDisruptionBudgets still decide.
+        dispatch.send_now("scheduling.pods.evict", job.pk, job.attempt, mine[0].namespace, None)
+        counts["evictions_retried"] += 1
+    elif job.pk in evicting and mine:
+        # A decided eviction still not asked for after the grace period: its message was lost (the broker
+        # was down when the cycle committed). Send it again; the task is idempotent.
+        lost = PreemptionVictim.objects.filter(
+            job=job, attempt=job.attempt, status=PreemptionVictim.Status.DECIDED,
+            preemption__decided_at__lt=now - LOST_GRACE).values_list("preemption_id", flat=True).first()
+        if lost is not None:
+            dispatch.send_now("scheduling.pods.evict", job.pk, job.attempt, mine[0].namespace, lost)
+            counts["evictions_resent"] += 1
+
+
+# ------------------------------------------------------------------------------------------ one cluster per task
+
+
+def sync_one(*, cluster_id: int | None) -> dict:
+    """Sync one cluster, under that cluster's own lock (two syncs of one cluster never overlap; syncs of
+    different clusters run side by side)."""
+    cluster = cluster_row(cluster_id)
+    if cluster is None:
+        return {"gone": 1}
+    with exclusive(f"cluster-sync-{cluster.name}") as acquired:
+        if not acquired:
+            return {"skipped": 1}
+        return sync_cluster(cluster=cluster)
+
+
+def reconcile_one(*, cluster_id: int | None) -> dict:
+    """Reconcile one cluster, under that cluster's own lock."""
+    cluster = cluster_row(cluster_id)
+    if cluster is None:
+        return {"gone": 1}
+    with exclusive(f"reconcile-{cluster.name}") as acquired:
+        if not acquired:
+            return {"skipped": 1}
+        return reconcile(cluster=cluster)

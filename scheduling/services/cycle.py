@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -45,37 +45,59 @@ class CycleOutcome:
     policy_version: int
 
 
+class Applied(NamedTuple):
+    """What applying a decision changed."""
+
+    admitted: int
+    preempted: int
+    reasons_changed: int
+
+
+@dataclass(frozen=True)
+class Decided:
+    """One snapshot, its decision and what applying it changed, with the ``time.perf_counter`` readings
+    around each step."""
+
+    ctx: SnapshotContext
+    result: core.CycleResult
+    applied: Applied
+    started: float
+    snapshot_taken: float
+    decided: float
+    finished: float
+
+
+def decide_and_apply(*, now: datetime | None) -> Decided:
+    t0 = time.perf_counter()
+    snapshot, ctx = build_snapshot(now=now or timezone.now())
+    t1 = time.perf_counter()
+    result = core.schedule(snapshot)
+    t2 = time.perf_counter()
+    applied = apply_result(result=result, ctx=ctx)
+    return Decided(ctx, result, applied, t0, t1, t2, time.perf_counter())
+
+
 def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
     """Run one admission cycle; None when another process holds the cycle lock."""
     with exclusive("admission-cycle") as acquired:
         if not acquired:
             return None
-
-        def decide_and_apply():
-            t0 = time.perf_counter()
-            snapshot, ctx = build_snapshot(now=now or timezone.now())
-            t1 = time.perf_counter()
-            result = core.schedule(snapshot)
-            t2 = time.perf_counter()
-            applied = apply_result(result=result, ctx=ctx)
-            return ctx, result, applied, t0, t1, t2, time.perf_counter()
-
         # A lost lock race rolls the whole apply back; deciding again on a fresh snapshot is then safe.
-        ctx, result, outcome, t0, t1, t2, t3 = retry_on_conflict(decide_and_apply, what="admission cycle")
+        d = retry_on_conflict(lambda: decide_and_apply(now=now), what="admission cycle")
     outcome = CycleOutcome(
-        admitted=outcome[0],
-        preempted=outcome[1],
-        pending=len(result.pending),
-        reasons_changed=outcome[2],
-        decide_ms=(t2 - t1) * 1000,
-        total_ms=(t3 - t0) * 1000,
-        policy_version=ctx.policy_version,
+        admitted=d.applied.admitted,
+        preempted=d.applied.preempted,
+        pending=len(d.result.pending),
+        reasons_changed=d.applied.reasons_changed,
+        decide_ms=(d.decided - d.snapshot_taken) * 1000,
+        total_ms=(d.finished - d.started) * 1000,
+        policy_version=d.ctx.policy_version,
     )
-    metrics.observe_cycle(outcome, result=result, at=time.time())
+    metrics.observe_cycle(outcome, result=d.result, at=time.time())
     return outcome
 
 
-def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int, int, int]:
+def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
     """Apply a decision in one transaction. Every state change is compare-and-set against the state the
     decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit."""
     admitted = preempted = changed = 0
@@ -122,7 +144,7 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> tuple[int
             preempted += _record_preemption(pre, ctx, explained)
 
         changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx)
-    return admitted, preempted, changed
+    return Applied(admitted, preempted, changed)
 
 
 def _queue_wait(job: Job, now: datetime) -> float:

@@ -27,8 +27,9 @@ from quotas.budgets import read_for_cycle
 from quotas.models import Quota
 from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
+from scheduling.core import tiers
 from scheduling.core import types as core
-from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, Node, PreemptionVictim
+from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, NamespaceQuotaRefusal, Node, PreemptionVictim
 from scheduling.services.policy import current_policy
 
 log = logging.getLogger(__name__)
@@ -57,25 +58,67 @@ class SnapshotContext:
     cluster_labels: dict[str, dict] = field(default_factory=dict)
 
 
-JOB_FIELDS = (
-    "id", "department__slug", "flavor__name", "tier", "gpus", "pods", "urgency", "user_tier",
-    "owner__username", "submitted_at", "deadline", "max_runtime_s", "bid", "attempt", "state",
-    "checkpoint_interval_s",
-    "reason_code", "reason_message", "estimated_start", "placement", "started_at", "admitted_at",
-    "borrowed", "cluster__name", "pdb_min_available", "department_id", "owner_id", "flavor_id",
-    "cluster_selector", "cluster_preference",
-)
-
-
 # What a cycle never reads of a job (its pod spec and stored explanation): not loaded for every waiting and
 # running job every cycle.
 UNUSED_FIELDS = ("image", "command", "env", "reason_detail", "idempotency_key", "request_hash")
 
 
 def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
+    """The world as the engine sees it, in a fixed number of queries, and the rows it came from."""
     policy, version = current_policy()
     ctx = SnapshotContext(now=now, policy_version=version)
+    nodes, clusters = read_nodes(ctx)
+    quotas = read_quotas()
+    active = list(
+        Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
+            "department", "flavor", "owner", "cluster"
+        ).defer(*UNUSED_FIELDS)
+    )
+    mark_evicting(ctx, active)
+    queued = list(
+        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner")
+        .defer(*UNUSED_FIELDS).order_by("id")
+    )
+    running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
 
+    budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
+    pending = []
+    for j in queued:
+        ctx.jobs[j.pk] = j
+        pending.append(pending_job(j, hold=budget.hold_for(j)))
+
+    window_start = now - timedelta(seconds=policy.preemption_window_s)
+    recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
+
+    snapshot = core.Snapshot(
+        now=now.timestamp(),
+        nodes=nodes,
+        running=tuple(running),
+        pending=tuple(pending),
+        quotas=quotas,
+        policy=policy,
+        credits=budget.available_credits(),
+        usage=decayed_usage(now=now, half_life_s=policy.usage_half_life_s),
+        disruption_budgets=tuple(disruption),
+        recent_preemptions=recent,
+        clusters=clusters,
+        namespace_quotas=read_namespace_quotas(now),
+    )
+    return snapshot, ctx
+
+
+def read_namespace_quotas(now) -> tuple[core.NamespaceQuotaLimit, ...]:
+    """The namespace quotas that refused a request and have not changed since (one query)."""
+    refusals = NamespaceQuotaRefusal.objects.filter(cleared_at__isnull=True, expires_at__gt=now).values_list(
+        "cluster__name", "job__department__slug", "job__flavor__name", "gpus", "expires_at")
+    return tuple(sorted({core.NamespaceQuotaLimit(cluster=c, department=d, flavor=f, gpus=g, until=e.timestamp())
+                         for c, d, f, g, e in refusals},
+                        key=lambda q: (q.cluster, q.department, q.flavor, q.gpus, q.until)))
+
+
+def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.ClusterInfo, ...]]:
+    """Every node and cluster; a node of a cluster the cycle may not use now is unschedulable (``ctx`` says
+    which clusters, why, and which flavors and (cluster, flavor) pairs remain)."""
     cluster_rows = {c.pk: c for c in Cluster.objects.order_by("name")}
     node_rows = list(Node.objects.select_related("flavor"))
     for n in node_rows:  # the rows just read, not one query per node
@@ -101,8 +144,11 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.available_pairs = {(n.cluster, n.flavor) for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.cluster_labels = {c.name: dict(c.labels or {}) for c in cluster_rows.values()}
-    clusters = cluster_infos(cluster_rows.values())
-    quotas = tuple(
+    return nodes, cluster_infos(cluster_rows.values())
+
+
+def read_quotas() -> tuple[core.Quota, ...]:
+    return tuple(
         core.Quota(
             department=q.department.slug,
             flavor=q.flavor.name,
@@ -114,14 +160,11 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         for q in Quota.objects.select_related("department", "flavor", "cluster")
     )
 
-    active = list(
-        Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
-            "department", "flavor", "owner", "cluster"
-        ).defer(*UNUSED_FIELDS)
-    )
-    # Victims in flight: decided, requested or accepted, their pods not yet gone (their jobs stay active until
-    # then, so their GPUs still count as used). Each is credited to its preemptor, which waits for them
-    # instead of choosing more victims; the latest preemption that chose a job wins (total order by id).
+
+def mark_evicting(ctx: SnapshotContext, active: list[Job]) -> None:
+    """Victims in flight: decided, requested or accepted, their pods not yet gone (their jobs stay active until
+    then, so their GPUs still count as used). Each is credited to its preemptor, which waits for them
+    instead of choosing more victims; the latest preemption that chose a job wins (total order by id)."""
     attempts = {j.pk: j.attempt for j in active}
     for job_id, attempt, preemptor_id in PreemptionVictim.objects.filter(
         job__state__in=(JobState.ADMITTED, JobState.RUNNING),
@@ -131,13 +174,17 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
             ctx.evicting.add(job_id)
             if preemptor_id is not None:
                 ctx.evicting_for[job_id] = preemptor_id
-    queued = list(
-        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner")
-        .defer(*UNUSED_FIELDS).order_by("id")
-    )
+
+
+def running_jobs(
+    ctx: SnapshotContext, active: list[Job], *, any_queued: bool
+) -> tuple[list[core.RunningJob], list[core.DisruptionBudget]]:
+    """The active jobs as the engine's running jobs, with the disruption budgets covering them: the clusters'
+    own (asked only when some job waits and some active one could be a victim), else a job's own
+    ``pdb_min_available``."""
     coverage = (
         cluster_budgets(active)
-        if queued and any(j.tier != "realtime" and j.pk not in ctx.evicting for j in active)
+        if any_queued and any(tiers.preemptible(j.tier) and j.pk not in ctx.evicting for j in active)
         else {}
     )
     running = []
@@ -153,73 +200,54 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
             disruption.append(
                 core.DisruptionBudget(name=budgets[0], disruptions_allowed=max(0, j.pods - j.pdb_min_available))
             )
-        running.append(
-            core.RunningJob(
-                id=j.pk,
-                department=j.department.slug,
-                flavor=j.flavor.name,
-                tier=j.tier,
-                placement=tuple(j.placement or ()),
-                gpus_per_pod=j.gpus,
-                started_at=to_epoch(j.started_at or j.admitted_at) or now.timestamp(),
-                max_runtime_s=float(j.max_runtime_s),
-                checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
-                borrowed=j.borrowed,
-                urgency=j.urgency,
-                user_tier=j.user_tier,
-                submitted_at=to_epoch(j.submitted_at),
-                bid=j.bid,
-                cluster=cluster,
-                deadline=to_epoch(j.deadline),
-                disruption_budgets=budgets,
-                preemptible=j.tier != "realtime" and j.pk not in ctx.evicting,
-                evicting_for=ctx.evicting_for.get(j.pk),
-            )
-        )
+        running.append(running_job(j, ctx, cluster=cluster, budgets=budgets))
+    return running, disruption
 
-    budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
-    pending = []
-    for j in queued:
-        ctx.jobs[j.pk] = j
-        pending.append(
-            core.PendingJob(
-                id=j.pk,
-                department=j.department.slug,
-                flavor=j.flavor.name,
-                tier=j.tier,
-                pods=j.pods,
-                gpus_per_pod=j.gpus,
-                urgency=j.urgency,
-                user_tier=j.user_tier,
-                user=j.owner.username,
-                submitted_at=to_epoch(j.submitted_at),
-                deadline=to_epoch(j.deadline),
-                max_runtime_s=float(j.max_runtime_s),
-                bid=j.bid,
-                hold=budget.hold_for(j),
-                attempt=j.attempt,
-                cluster_selector=label_pairs(j.cluster_selector),
-                cluster_preference=label_pairs(j.cluster_preference),
-            )
-        )
 
-    window_start = now - timedelta(seconds=policy.preemption_window_s)
-    recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
-
-    snapshot = core.Snapshot(
-        now=now.timestamp(),
-        nodes=nodes,
-        running=tuple(running),
-        pending=tuple(pending),
-        quotas=quotas,
-        policy=policy,
-        credits=budget.available_credits(),
-        usage=decayed_usage(now=now, half_life_s=policy.usage_half_life_s),
-        disruption_budgets=tuple(disruption),
-        recent_preemptions=recent,
-        clusters=clusters,
+def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[str, ...]) -> core.RunningJob:
+    return core.RunningJob(
+        id=j.pk,
+        department=j.department.slug,
+        flavor=j.flavor.name,
+        tier=j.tier,
+        placement=tuple(j.placement or ()),
+        gpus_per_pod=j.gpus,
+        started_at=to_epoch(j.started_at or j.admitted_at) or ctx.now.timestamp(),
+        max_runtime_s=float(j.max_runtime_s),
+        checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
+        borrowed=j.borrowed,
+        urgency=j.urgency,
+        user_tier=j.user_tier,
+        submitted_at=to_epoch(j.submitted_at),
+        bid=j.bid,
+        cluster=cluster,
+        deadline=to_epoch(j.deadline),
+        disruption_budgets=budgets,
+        preemptible=tiers.preemptible(j.tier) and j.pk not in ctx.evicting,
+        evicting_for=ctx.evicting_for.get(j.pk),
     )
-    return snapshot, ctx
+
+
+def pending_job(j: Job, *, hold: int) -> core.PendingJob:
+    return core.PendingJob(
+        id=j.pk,
+        department=j.department.slug,
+        flavor=j.flavor.name,
+        tier=j.tier,
+        pods=j.pods,
+        gpus_per_pod=j.gpus,
+        urgency=j.urgency,
+        user_tier=j.user_tier,
+        user=j.owner.username,
+        submitted_at=to_epoch(j.submitted_at),
+        deadline=to_epoch(j.deadline),
+        max_runtime_s=float(j.max_runtime_s),
+        bid=j.bid,
+        hold=hold,
+        attempt=j.attempt,
+        cluster_selector=label_pairs(j.cluster_selector),
+        cluster_preference=label_pairs(j.cluster_preference),
+    )
 
 
 def label_pairs(labels) -> tuple[tuple[str, str], ...]:

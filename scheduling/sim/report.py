@@ -14,8 +14,11 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from scheduling.core.types import TIERS
+
 from . import policies
 from .metrics import GPU_CLASSES
+from .plots import plots
 from .runner import run_one
 
 LOADS = (0.5, 0.7, 0.9, 1.1)
@@ -126,7 +129,7 @@ def aggregate(results):
                   "cycle_ms_avg", "cycle_ms_p95", "wall_s", "never_started", "realtime_preempted"):
             a[f] = _avg(m[f] for m in ms)
         a["wait_avg"] = _avg(m["wait"]["avg"] for m in ms)
-        for t in ("realtime", "elastic", "backfill"):
+        for t in TIERS:
             for s in ("avg", "p50", "p95", "p99"):
                 a[f"wait_{t}_{s}"] = _avg(m["wait_tier"].get(t, {}).get(s) for m in ms)
         a["wait_critical_avg"] = _avg(m["wait_urgency"].get("critical", {}).get("avg") for m in ms)
@@ -306,6 +309,21 @@ def _nan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
+class _Judge:
+    """The target lines of one policy at one (scenario, load), against the baselines replayed in the run."""
+
+    def __init__(self, refs: dict):
+        self.refs = refs
+        self.lines: list[tuple[str, str, str]] = []
+
+    def add(self, label, ok, figures):
+        self.lines.append(("n/a" if ok is None else ("met" if ok else "missed"), label, figures))
+
+    def need(self, *names):
+        miss = [n for n in names if n not in self.refs]
+        return f"no {', '.join(miss)} replay in this run" if miss else None
+
+
 def targets(agg, subject: str | None = None) -> dict[tuple[str, float], list[tuple[str, str, str]]]:
     """(scenario, load) -> [(status, target, figures)], status "met", "missed" or "n/a", for the portal's
     policy (whatever its name in this run), or for the policy named ``subject``, against the baselines
@@ -317,96 +335,107 @@ def targets(agg, subject: str | None = None) -> dict[tuple[str, float], list[tup
         if name is None or name not in a:
             continue
         p = a[name]
-        lines: list[tuple[str, str, str]] = []
-
-        def add(label, ok, figures, _lines=lines):
-            _lines.append(("n/a" if ok is None else ("met" if ok else "missed"), label, figures))
-
-        refs = {r: a[r] for r in ("fcfs", "slurm-easy", "tiresias", "volcano-drf", "srtf-oracle") if r in a}
-
-        def need(*names, _refs=refs):
-            miss = [n for n in names if n not in _refs]
-            return f"no {', '.join(miss)} replay in this run" if miss else None
-
-        # utilisation
-        why = need("fcfs", "slurm-easy")
-        if why:
-            add("utilisation >= max(FCFS, Slurm-EASY)", None, why)
-        else:
-            best = max(refs["fcfs"]["utilisation"], refs["slurm-easy"]["utilisation"])
-            add("utilisation >= max(FCFS, Slurm-EASY)", p["utilisation"] >= best,
-                f"{p['utilisation']:.3f} vs FCFS {refs['fcfs']['utilisation']:.3f}, "
-                f"Slurm-EASY {refs['slurm-easy']['utilisation']:.3f}")
-            # The same comparison net of the work preemption threw away: allocated GPU-time counts it, a lab
-            # gets nothing from it. Baselines that never preempt lose nothing, so theirs is the same figure.
-            useful = {n: r.get("useful_utilisation") for n, r in (("portal", p), *refs.items())}
-            if any(_nan(useful[n]) for n in ("portal", "fcfs", "slurm-easy")):
-                add("useful utilisation (net of work lost to preemption) >= max(FCFS, Slurm-EASY)", None,
-                    "no useful utilisation recorded for this run")
-            else:
-                best_useful = max(useful["fcfs"], useful["slurm-easy"])
-                add("useful utilisation (net of work lost to preemption) >= max(FCFS, Slurm-EASY)",
-                    useful["portal"] >= best_useful,
-                    f"{useful['portal']:.3f} vs FCFS {useful['fcfs']:.3f}, Slurm-EASY {useful['slurm-easy']:.3f}")
-        if any(abs(load - x) < 1e-9 for x in (0.9, 1.1)):
-            goal = 0.95 * min(1.0, p["rho"])
-            add("utilisation >= 0.95 x min(1, rho)", p["utilisation"] >= goal,
-                f"{p['utilisation']:.3f} vs {goal:.3f} (rho {p['rho']:.2f})")
-        # realtime
-        rt = p["realtime_within_5min"]
-        add(">= 99% of realtime jobs started within 5 min", None if _nan(rt) else rt >= 0.99,
-            "no realtime jobs" if _nan(rt) else _f(rt, 1, True))
-        p95 = p["wait_realtime_p95"]
-        if p["min_cycle_interval_s"] >= 60:
-            add("realtime p95 wait < 60 s", None, f"{_h(p95)}; cycles here are at least "
-                f"{p['min_cycle_interval_s']:.0f} s apart, so a realtime job can wait a whole interval before "
-                "it is even considered")
-        else:
-            add("realtime p95 wait < 60 s", None if _nan(p95) else p95 < 60, _h(p95))
-        # the largest GPU-count class
-        # (the largest class any policy started: a class the portal never started is a miss, not skipped)
-        classes = [c for c in GPU_CLASSES if any(c in v["wait_gpus"] for v in a.values())]
-        why = need("tiresias", "fcfs")
-        if not classes or why:
-            add("largest GPU class's average wait <= 2x Tiresias's and <= FCFS's", None, why or "no jobs")
-        elif classes[-1] not in p["wait_gpus"]:
-            add(f"largest GPU class ({classes[-1]} GPU) average wait <= 2x Tiresias's and <= FCFS's", False,
-                "the portal's policy started none of them")
-        else:
-            c = classes[-1]
-            pw = p["wait_gpus"][c]["avg"]
-            tw = refs["tiresias"]["wait_gpus"].get(c, {}).get("avg")
-            fw = refs["fcfs"]["wait_gpus"].get(c, {}).get("avg")
-            ok = None if _nan(pw) or _nan(tw) or _nan(fw) else (pw <= 2 * tw and pw <= fw)
-            add(f"largest GPU class ({c} GPU) average wait <= 2x Tiresias's and <= FCFS's", ok,
-                f"{_h(pw)} vs Tiresias {_h(tw)}, FCFS {_h(fw)}")
-        # urgent work
-        why = need("fcfs")
-        u, fu = p["wait_urgent_nonrt_avg"], refs.get("fcfs", {}).get("wait_urgent_nonrt_avg")
-        if why or _nan(u) or _nan(fu) or not fu:
-            add("average first wait of high + critical non-realtime jobs <= 0.5x FCFS's", None, why or "no such jobs")
-        else:
-            r = u / fu
-            add("average first wait of high + critical non-realtime jobs <= 0.5x FCFS's", r <= 0.5,
-                f"{_h(u)} vs FCFS {_h(fu)} = {r:.2f}x (goal 0.2x: {'met' if r <= 0.2 else 'missed'})")
-        # fairness
-        why = need("volcano-drf")
-        if why:
-            add("Jain index >= Volcano-DRF's", None, why)
-        else:
-            add("Jain index >= Volcano-DRF's", p["jain"] >= refs["volcano-drf"]["jain"] - 1e-12,
-                f"{p['jain']:.3f} vs {refs['volcano-drf']['jain']:.3f}")
-        add("GPU-hours lost to preemption <= 3%", p["lost_pct_of_busy"] <= 3.0, f"{p['lost_pct_of_busy']:.1f}%")
-        why = need("srtf-oracle")
-        if why:
-            add("average JCT <= 1.3x the SRTF oracle's", None, why)
-        else:
-            r = p["jct_avg"] / refs["srtf-oracle"]["jct_avg"]
-            add("average JCT <= 1.3x the SRTF oracle's", r <= 1.3,
-                f"{_h(p['jct_avg'])} vs {_h(refs['srtf-oracle']['jct_avg'])} = {r:.2f}x")
+        j = _Judge({r: a[r] for r in ("fcfs", "slurm-easy", "tiresias", "volcano-drf", "srtf-oracle") if r in a})
+        _utilisation_targets(j, p, load)
+        _realtime_targets(j, p)
+        _large_job_targets(j, p, a)
+        _urgency_fairness_cost_targets(j, p)
         prefix = subject is None and name != "portal"
-        out[(scen, load)] = [(st, f"`{name}`: {lbl}" if prefix else lbl, fig) for st, lbl, fig in lines]
+        out[(scen, load)] = [(st, f"`{name}`: {lbl}" if prefix else lbl, fig) for st, lbl, fig in j.lines]
     return out
+
+
+def _utilisation_targets(j: _Judge, p: dict, load: float) -> None:
+    """Utilisation against the best of FCFS and Slurm-EASY (also net of lost work), and against the load."""
+    add, need, refs = j.add, j.need, j.refs
+    why = need("fcfs", "slurm-easy")
+    if why:
+        add("utilisation >= max(FCFS, Slurm-EASY)", None, why)
+    else:
+        best = max(refs["fcfs"]["utilisation"], refs["slurm-easy"]["utilisation"])
+        add("utilisation >= max(FCFS, Slurm-EASY)", p["utilisation"] >= best,
+            f"{p['utilisation']:.3f} vs FCFS {refs['fcfs']['utilisation']:.3f}, "
+            f"Slurm-EASY {refs['slurm-easy']['utilisation']:.3f}")
+        # The same comparison net of the work preemption threw away: allocated GPU-time counts it, a lab
+        # gets nothing from it. Baselines that never preempt lose nothing, so theirs is the same figure.
+        useful = {n: r.get("useful_utilisation") for n, r in (("portal", p), *refs.items())}
+        if any(_nan(useful[n]) for n in ("portal", "fcfs", "slurm-easy")):
+            add("useful utilisation (net of work lost to preemption) >= max(FCFS, Slurm-EASY)", None,
+                "no useful utilisation recorded for this run")
+        else:
+            best_useful = max(useful["fcfs"], useful["slurm-easy"])
+            add("useful utilisation (net of work lost to preemption) >= max(FCFS, Slurm-EASY)",
+                useful["portal"] >= best_useful,
+                f"{useful['portal']:.3f} vs FCFS {useful['fcfs']:.3f}, Slurm-EASY {useful['slurm-easy']:.3f}")
+    if any(abs(load - x) < 1e-9 for x in (0.9, 1.1)):
+        goal = 0.95 * min(1.0, p["rho"])
+        add("utilisation >= 0.95 x min(1, rho)", p["utilisation"] >= goal,
+            f"{p['utilisation']:.3f} vs {goal:.3f} (rho {p['rho']:.2f})")
+
+
+def _realtime_targets(j: _Judge, p: dict) -> None:
+    """Realtime jobs start within 5 minutes, and their p95 wait."""
+    add = j.add
+    rt = p["realtime_within_5min"]
+    add(">= 99% of realtime jobs started within 5 min", None if _nan(rt) else rt >= 0.99,
+        "no realtime jobs" if _nan(rt) else _f(rt, 1, True))
+    p95 = p["wait_realtime_p95"]
+    if p["min_cycle_interval_s"] >= 60:
+        add("realtime p95 wait < 60 s", None, f"{_h(p95)}; cycles here are at least "
+            f"{p['min_cycle_interval_s']:.0f} s apart, so a realtime job can wait a whole interval before "
+            "it is even considered")
+    else:
+        add("realtime p95 wait < 60 s", None if _nan(p95) else p95 < 60, _h(p95))
+
+
+def _large_job_targets(j: _Judge, p: dict, a: dict) -> None:
+    """The largest GPU-count class's wait, against Tiresias and FCFS."""
+    add, need, refs = j.add, j.need, j.refs
+    # (the largest class any policy started: a class the portal never started is a miss, not skipped)
+    classes = [c for c in GPU_CLASSES if any(c in v["wait_gpus"] for v in a.values())]
+    why = need("tiresias", "fcfs")
+    if not classes or why:
+        add("largest GPU class's average wait <= 2x Tiresias's and <= FCFS's", None, why or "no jobs")
+    elif classes[-1] not in p["wait_gpus"]:
+        add(f"largest GPU class ({classes[-1]} GPU) average wait <= 2x Tiresias's and <= FCFS's", False,
+            "the portal's policy started none of them")
+    else:
+        c = classes[-1]
+        pw = p["wait_gpus"][c]["avg"]
+        tw = refs["tiresias"]["wait_gpus"].get(c, {}).get("avg")
+        fw = refs["fcfs"]["wait_gpus"].get(c, {}).get("avg")
+        ok = None if _nan(pw) or _nan(tw) or _nan(fw) else (pw <= 2 * tw and pw <= fw)
+        add(f"largest GPU class ({c} GPU) average wait <= 2x Tiresias's and <= FCFS's", ok,
+            f"{_h(pw)} vs Tiresias {_h(tw)}, FCFS {_h(fw)}")
+
+
+def _urgency_fairness_cost_targets(j: _Judge, p: dict) -> None:
+    """Urgent work against FCFS, fairness against Volcano-DRF, work lost to preemption, JCT against SRTF."""
+    add, need, refs = j.add, j.need, j.refs
+    # urgent work
+    why = need("fcfs")
+    u, fu = p["wait_urgent_nonrt_avg"], refs.get("fcfs", {}).get("wait_urgent_nonrt_avg")
+    if why or _nan(u) or _nan(fu) or not fu:
+        add("average first wait of high + critical non-realtime jobs <= 0.5x FCFS's", None, why or "no such jobs")
+    else:
+        r = u / fu
+        add("average first wait of high + critical non-realtime jobs <= 0.5x FCFS's", r <= 0.5,
+            f"{_h(u)} vs FCFS {_h(fu)} = {r:.2f}x (goal 0.2x: {'met' if r <= 0.2 else 'missed'})")
+    # fairness
+    why = need("volcano-drf")
+    if why:
+        add("Jain index >= Volcano-DRF's", None, why)
+    else:
+        add("Jain index >= Volcano-DRF's", p["jain"] >= refs["volcano-drf"]["jain"] - 1e-12,
+            f"{p['jain']:.3f} vs {refs['volcano-drf']['jain']:.3f}")
+    add("GPU-hours lost to preemption <= 3%", p["lost_pct_of_busy"] <= 3.0, f"{p['lost_pct_of_busy']:.1f}%")
+    why = need("srtf-oracle")
+    if why:
+        add("average JCT <= 1.3x the SRTF oracle's", None, why)
+    else:
+        r = p["jct_avg"] / refs["srtf-oracle"]["jct_avg"]
+        add("average JCT <= 1.3x the SRTF oracle's", r <= 1.3,
+            f"{_h(p['jct_avg'])} vs {_h(refs['srtf-oracle']['jct_avg'])} = {r:.2f}x")
 
 
 def targets_by_policy(agg) -> dict[tuple[str, float], dict[str, dict[str, str]]]:
@@ -505,90 +534,6 @@ def _losses(rows):
             if (better_low and bv < pv * 0.95) or (not better_low and bv > pv * 1.02):
                 losses.append(f"{lbl} vs `{name2}`")
     return [f"`{name}` loses on: " + ", ".join(losses), ""] if losses else []
-
-
-def plots(results, agg, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    made = []
-    scens = sorted({k[0] for k in agg})
-    pols = [p for p in policies.REGISTRY if any(k[2] == p for k in agg)]
-    for scen in scens:
-        loads = sorted({k[1] for k in agg if k[0] == scen})
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for p in pols:
-            xs = [agg[(scen, ld, p)]["rho"] for ld in loads if (scen, ld, p) in agg]
-            ys = [agg[(scen, ld, p)]["utilisation"] for ld in loads if (scen, ld, p) in agg]
-            ax.plot(xs, ys, marker="o", label=p, lw=2.5 if p == "portal" else 1.2)
-        if loads:
-            rhos = [agg[(scen, ld, pols[0])]["rho"] for ld in loads if (scen, ld, pols[0]) in agg]
-            ax.plot(rhos, [min(1, r) for r in rhos], "k--", lw=1, label="min(1, rho)")
-        ax.set_xlabel("offered load rho")
-        ax.set_ylabel("GPU utilisation")
-        ax.set_title(f"{scen}: utilisation vs offered load")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        f = out / f"{scen}_utilisation.png"
-        fig.tight_layout()
-        fig.savefig(f, dpi=110)
-        plt.close(fig)
-        made.append(f)
-        # wait CDFs per tier at the load closest to 0.9
-        ld = min(loads, key=lambda x: abs(x - 0.9))
-        samples = defaultdict(lambda: defaultdict(list))
-        for m in results:
-            if m.get("scenario") == scen and m.get("load") == ld and "samples" in m:
-                for t, xs in m["samples"].items():
-                    samples[t][m["policy"]].extend(xs)
-        tiers = [t for t in ("realtime", "elastic", "backfill") if t in samples]
-        if tiers:
-            fig, axes = plt.subplots(1, len(tiers), figsize=(5 * len(tiers), 4.2), squeeze=False)
-            for ax, t in zip(axes[0], tiers, strict=True):
-                for p in pols:
-                    xs = sorted(samples[t].get(p, []))
-                    if not xs:
-                        continue
-                    ys = [(i + 1) / len(xs) for i in range(len(xs))]
-                    ax.plot([max(x, 1.0) for x in xs], ys, label=p, lw=2.5 if p == "portal" else 1.2)
-                ax.set_xscale("log")
-                ax.axvline(300, color="k", ls=":", lw=1)
-                ax.set_xlabel("wait (s, log; dotted = 5 min)")
-                ax.set_ylabel("fraction of jobs")
-                ax.set_title(f"{scen} load {ld}: {t}")
-                ax.grid(alpha=0.3)
-            axes[0][0].legend(fontsize=7)
-            f = out / f"{scen}_wait_cdf.png"
-            fig.tight_layout()
-            fig.savefig(f, dpi=110)
-            plt.close(fig)
-            made.append(f)
-        # per-department fairness: received / min(demand, quota) while backlogged
-        depts = sorted({d for (s, lv, p), a in agg.items() if s == scen and lv == ld for d in a["dept_share_ratio"]})
-        if depts:
-            fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(depts) * len(pols) / 3), 4.5))
-            width = 0.8 / max(len(pols), 1)
-            for i, p in enumerate(pols):
-                a = agg.get((scen, ld, p))
-                if not a:
-                    continue
-                ys = [a["dept_share_ratio"].get(d, float("nan")) for d in depts]
-                ax.bar([k + i * width for k in range(len(depts))], ys, width, label=p)
-            ax.axhline(1.0, color="k", ls="--", lw=1)
-            ax.set_xticks([k + 0.4 - width / 2 for k in range(len(depts))])
-            ax.set_xticklabels(depts, rotation=45, ha="right", fontsize=8)
-            ax.set_ylabel("received / min(demand, quota) share\n(time-average while backlogged)")
-            ax.set_title(f"{scen} load {ld}: per-department fairness (1 = fair share)")
-            ax.legend(fontsize=7, ncol=2)
-            ax.grid(alpha=0.3, axis="y")
-            f = out / f"{scen}_fairness.png"
-            fig.tight_layout()
-            fig.savefig(f, dpi=110)
-            plt.close(fig)
-            made.append(f)
-    return made
 
 
 def write_report(results, out: Path, *, meta=None) -> Path:

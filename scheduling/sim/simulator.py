@@ -6,7 +6,8 @@ wait. All events at the same instant are applied first, then one scheduling cycl
 their original submission time; work since the last checkpoint (and the grace period) is lost. Deterministic:
 no clock, no randomness; ties are broken by event sequence numbers and job ids.
 
-Credits (departments with a ``budget``) follow the portal's ledger (quotas/services/), simplified: the snapshot
+Credits (departments with a ``budget``) follow the portal's ledger (quotas/services/), simplified, with the same
+arithmetic and refund policy (``scheduling.core.money``): the snapshot
 carries each metered department's available credits (balance minus open holds) and each pending job's ``hold``
 (worst-case rate = max(base price, bid) x GPUs x max runtime, 0 for an unmetered department); an admitted
 attempt holds its admission rate (the base price, or the cycle's clearing price when borrowing was contested
@@ -26,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from scheduling.core import ClusterInfo, PendingJob, Quota, RunningJob, Snapshot
+from scheduling.core import ClusterInfo, PendingJob, Quota, RunningJob, Snapshot, money, tiers
 from scheduling.core.policy import decay_usage
 from scheduling.core.reasons import BUDGET_INSUFFICIENT
 
@@ -38,13 +39,6 @@ COOLDOWN_CODES = frozenset({"preemption_cooldown", "preemption_rate_limit"})
 
 class SimulationError(RuntimeError):
     pass
-
-
-def cost_of(rate: int, gpu_seconds: float) -> int:
-    """quotas.services.cost_of: milli-credits for GPU-seconds at a rate per GPU-hour, rounded up."""
-    if rate <= 0 or gpu_seconds <= 0:
-        return 0
-    return math.ceil(rate * int(math.ceil(gpu_seconds)) / 3600)
 
 
 @dataclass(slots=True)
@@ -263,10 +257,11 @@ class Simulator:
 
     # ---------------------------------------------------------------- credits
     def _worst_hold(self, s: JobSpec) -> int:
-        """quotas.services.hold_for: worst-case rate (base price, or the bid if higher) x GPUs x max runtime."""
+        """quotas' hold_for: worst-case rate (base price, or the bid if higher) x GPUs x max runtime."""
         if s.department not in self.budgets:
             return 0
-        return cost_of(max(self.prices.get((s.flavor, s.tier), 0), s.bid), s.gpus * s.max_runtime_s)
+        rate = money.worst_case_rate(self.prices.get((s.flavor, s.tier), 0), s.bid)
+        return money.hold_of(rate, gpus=s.gpus, max_runtime_s=s.max_runtime_s)
 
     def _refill(self, t: float) -> None:
         while t >= self.next_refill:
@@ -287,28 +282,31 @@ class Simulator:
         d = s.department
         if d not in self.budgets:
             return
-        base = self.prices.get((s.flavor, s.tier), 0)
-        rate = max(base, int(price)) if (rec.borrowed and price is not None) else base
-        want = cost_of(rate, s.gpus * s.max_runtime_s)
+        rate, _ = money.admission_rate(self.prices.get((s.flavor, s.tier), 0), borrowed=rec.borrowed, price=price)
+        want = money.hold_of(rate, gpus=s.gpus, max_runtime_s=s.max_runtime_s)
         rec.rate = rate
         rec.hold = max(0, min(want, self.balance[d] - self.held_credits[d]))
         self.held_credits[d] += rec.hold
 
     def _settle(self, rec: JobRecord, end: float, preempted: bool) -> None:
-        """quotas.services.settle_attempt: charge the GPU-seconds used at the held rate (capped at the hold),
-        release the rest; a preempted attempt inside nominal quota is refunded in full, a borrowed one not."""
+        """quotas' settle_attempt: charge the GPU-seconds used at the held rate (capped at the hold), release
+        the rest and refund per ``money.REFUND_POLICY``: every preemption here is the engine's, so one inside
+        nominal quota is refunded in full and a borrowed one not (the simulated cluster never fails, so no
+        platform-failure refunds arise)."""
         s = rec.spec
         d = s.department
         if d not in self.budgets:
             return
-        seconds = min(max(end - rec.start, 0.0), s.max_runtime_s)
-        charge = min(cost_of(rec.rate, math.ceil(seconds) * s.gpus), rec.hold)
+        used = money.attempt_gpu_seconds(gpus=s.gpus, ran_s=end - rec.start, max_runtime_s=s.max_runtime_s)
+        charge = money.attempt_charge(rec.rate, gpu_seconds=used, hold=rec.hold)
         self.held_credits[d] -= rec.hold
         self.balance[d] -= charge
         self.spent[d]["charged"] += charge
-        if preempted and not rec.borrowed and charge > 0:
-            self.balance[d] += charge
-            self.spent[d]["refunded"] += charge
+        share, _ = money.refund_share("preempted" if preempted else "succeeded", borrowed=rec.borrowed)
+        refund = money.refund_of(charge, share)
+        if refund:
+            self.balance[d] += refund
+            self.spent[d]["refunded"] += refund
         rec.hold = 0
 
     def _start(self, rec: JobRecord, placement, borrowed: bool, cluster: str, t: float,
@@ -332,7 +330,7 @@ class Simulator:
             id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, placement=tuple(placement),
             gpus_per_pod=s.gpus_per_pod, started_at=t, max_runtime_s=s.max_runtime_s, borrowed=borrowed,
             urgency=s.urgency, user_tier=s.user_tier, submitted_at=s.submit, bid=s.bid, cluster=cluster,
-            deadline=s.deadline, preemptible=s.tier != "realtime", checkpoint_interval_s=self._ckpt(s),
+            deadline=s.deadline, preemptible=tiers.preemptible(s.tier), checkpoint_interval_s=self._ckpt(s),
         )
         self._push(t + max(s.duration_s - rec.progress_s, 0.0), FINISH, s.id, rec.attempt)
 
@@ -409,7 +407,7 @@ class Simulator:
                 if rj is None or rec is None or rec.state != "running":
                     self._bad("preemption", f"victim {vid} is not running")
                     continue
-                if rj.tier == "realtime":
+                if not tiers.preemptible(rj.tier):
                     self.realtime_preempted += 1
                 n_pre += 1
                 rec.preemptions += 1

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scheduling.core.csvcells import safe_cell
@@ -186,7 +186,3 @@ def compress_to_load(rows: list[TraceRow], capacity_gpus: int, target: float) ->
 
 def sort_rows(rows: Iterable[TraceRow]) -> list[TraceRow]:
     return sorted(rows, key=lambda r: (r.submit_time_s, r.job_id))
-
-
-def iter_field_names() -> Iterator[str]:
-    return (f.name for f in fields(TraceRow))

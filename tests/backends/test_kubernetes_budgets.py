@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from scheduling.backends.kube.backend import _pdb_allows, selector_matches
+from scheduling.backends.kube.budgets import _pdb_allows, selector_matches
 from scheduling.core.types import DisruptionBudget
 
 NS = "team-a"

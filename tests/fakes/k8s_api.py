@@ -346,7 +346,10 @@ class FakeKube:
         ("PATCH", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "update_priority_class"),
         ("DELETE", r"/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)", "delete_priority_class"),
         ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas", "create_quota"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas", "list_quotas"),
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "get_quota"),
+        ("PATCH", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "update_quota"),
+        ("PUT", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "update_quota"),
         ("GET", r"/apis/policy/v1/poddisruptionbudgets", "list_pdbs"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "list_pdbs"),
         ("POST", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "create_pdb"),
@@ -1037,6 +1040,24 @@ class FakeKube:
             raise not_found("resourcequotas", name)
         return Response(200, copy.deepcopy(self.quotas[(ns, name)]))
 
+    def _list_quotas(self, *, ns: str, **_: Any) -> Response:
+        items = [copy.deepcopy(q) for (qns, _), q in sorted(self.quotas.items()) if qns == ns]
+        return Response(200, {"apiVersion": "v1", "kind": "ResourceQuotaList",
+                              "metadata": {"resourceVersion": str(self.rv)}, "items": items})
+
+    def _update_quota(self, *, ns: str, name: str, body: dict[str, Any], **_: Any) -> Response:
+        """A change of the quota's ``spec.hard`` (merge patch or replace): a new resourceVersion, and the
+        controller's status follows at once."""
+        if (ns, name) not in self.quotas:
+            raise not_found("resourcequotas", name)
+        quota = self.quotas[(ns, name)]
+        hard = ((body or {}).get("spec") or {}).get("hard")
+        if hard is not None:
+            quota["spec"]["hard"] = {k: str(v) for k, v in hard.items()}
+        quota["metadata"]["resourceVersion"] = str(self._next_rv())
+        self.resync_quotas(ns)
+        return Response(200, copy.deepcopy(quota))
+
     def quota_used(self, ns: str, name: str) -> dict[str, Decimal]:
         with self.lock:
             return {k: _q(v) for k, v in self.quotas[(ns, name)]["status"]["used"].items()}
@@ -1070,8 +1091,11 @@ class FakeKube:
                     continue
                 pods = [p for (pns, _), p in self.pods.items() if pns == qns and self._counts_against_quota(p)]
                 hard = quota["spec"]["hard"]
-                quota["status"] = {"hard": dict(hard), "used": {
+                status = {"hard": dict(hard), "used": {
                     k: str(sum((self._quota_charge(p, k) for p in pods), Decimal(0))) for k in hard}}
+                if status != quota["status"]:  # the controller's status write is an update: a new version
+                    quota["status"] = status
+                    quota["metadata"]["resourceVersion"] = str(self._next_rv())
 
     def _admit_quota(self, ns: str, name: str, pod: dict[str, Any]) -> None:
         quotas = [q for (qns, _), q in sorted(self.quotas.items()) if qns == ns]
@@ -1093,6 +1117,7 @@ class FakeKube:
             used = quota["status"].setdefault("used", {})
             for key in quota["spec"]["hard"]:
                 used[key] = str(_q(used.get(key, "0")) + self._quota_charge(pod, key))
+            quota["metadata"]["resourceVersion"] = str(self._next_rv())  # the charge is a write of the quota
 
     def add_pdb(self, ns: str, name: str, spec: dict[str, Any], *, labels: dict[str, str] | None = None) -> None:
         """A PodDisruptionBudget someone else created (a team's, a namespace-wide one), validated as on create."""

@@ -341,3 +341,86 @@ def test_a_terminating_pod_reports_when_its_grace_ends(backend, core, node):
     assert state.deleting and state.reason == "Evicted"
     # deletionTimestamp is when the grace period ends: the GPUs are held until then (or until the pod is gone)
     assert deleted_at + 10 < state.deletion_deadline <= deleted_at + 25
+
+
+def test_a_gang_that_lost_a_pod_is_cleared_only_through_the_eviction_api(backend, core, node):
+    """Someone else evicts pod 0 of a running gang (a drain) while a team's PDB covers pod 1: clearing the
+    attempt must ask the Eviction API for pod 1 and take the 429, never DELETE it; once the budget allows it,
+    pod 1 goes by eviction."""
+    gang = podset(pods=2)
+    backend.start(gang, (node, node))
+    for i in range(2):
+        wait_for(lambda i=i: read(core, gang.pod_name(i)).status.phase == "Running", what=f"pod {i} Running")
+    policy = k8s.PolicyV1Api(backend.api_client)
+    team = f"team-{gang.job_id}"
+    policy.create_namespaced_pod_disruption_budget(NS, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": team},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {
+            "gpu-portal.io/job-id": str(gang.job_id), "gpu-portal.io/pod-index": "1"}}}})
+    wait_for(lambda: (s := policy.read_namespaced_pod_disruption_budget(team, NS).status) is not None
+             and s.observed_generation == 1 and s.current_healthy == 1, timeout=60, what="PDB status")
+    core.create_namespaced_pod_eviction(gang.pod_name(0), NS, {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": gang.pod_name(0), "namespace": NS}})
+
+    outcome = backend.remove_pods(job_id=gang.job_id, attempt=1, namespace=NS)
+    assert outcome.status == "blocked" and outcome.pods == (gang.pod_name(1),), outcome
+    assert read(core, gang.pod_name(1)).metadata.deletion_timestamp is None  # still running, not deleted
+    again = backend.evict(job_id=gang.job_id, attempt=1, namespace=NS)
+    assert again.status == "blocked" and again.partial, again
+
+    policy.delete_namespaced_pod_disruption_budget(team, NS)
+    outcome = wait_for(lambda: (o := backend.remove_pods(job_id=gang.job_id, attempt=1, namespace=NS)).status
+                       != "blocked" and o, timeout=60, what="the eviction allowed once the PDB is gone")
+    pod = read(core, gang.pod_name(1))
+    assert pod.metadata.deletion_timestamp is not None
+    assert any(c.type == "DisruptionTarget" for c in pod.status.conditions or [])  # evicted, not deleted
+
+
+def test_a_quota_refusal_names_the_quota_as_read_and_sees_it_change(backend, core, node):
+    """A 403 "exceeded quota" carries the namespace's quotas as read (name@resourceVersion, hard, used), the
+    version stays put while nothing changes (so the refusal holds), a retry costs one create, and raising the
+    quota gives a new version the portal can see."""
+    from scheduling.backends.base import QuotaExceeded
+
+    ns = f"{NS}-ceiling"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": ns, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    try:
+        core.create_namespaced_resource_quota(ns, {"apiVersion": "v1", "kind": "ResourceQuota",
+                                                   "metadata": {"name": "ceiling"}, "spec": {"hard": {"pods": "1"}}})
+        wait_for(lambda: (core.read_namespaced_resource_quota("ceiling", ns).status.hard or {}).get("pods"),
+                 timeout=60, what="the quota controller's first sync")
+        first = podset(namespace=ns)
+        backend.start(first, (node,))
+        wait_for(lambda: (core.read_namespaced_resource_quota("ceiling", ns).status.used or {}).get("pods") == "1",
+                 timeout=60, what="quota used")
+        refused = podset(namespace=ns)
+        with pytest.raises(QuotaExceeded) as err:
+            backend.start(refused, (node,))
+        version = backend.namespace_quota_version(ns)
+        assert err.value.quota_version == version and version.startswith("ceiling@")
+        assert err.value.quotas["ceiling"]["hard"]["pods"] == "1" and err.value.quotas["ceiling"]["used"]["pods"] == "1"
+        assert backend.namespace_quota_version(ns) == version  # nothing changed: the refusal holds
+
+        made = []
+        original = backend.call.json
+
+        def counting_json(fn, *args, **kwargs):
+            made.append(fn.__name__)
+            return original(fn, *args, **kwargs)
+
+        backend.call.json = counting_json
+        try:
+            with pytest.raises(QuotaExceeded):
+                backend.start(refused, (node,), fresh=False)  # a retry: one list, one create, the re-read
+        finally:
+            backend.call.json = original
+        assert made.count("create_namespaced_pod") == 1, made
+
+        core.patch_namespaced_resource_quota("ceiling", ns, {"spec": {"hard": {"pods": "2"}}})
+        wait_for(lambda: backend.namespace_quota_version(ns) != version, timeout=30, what="a new quota version")
+        wait_for(lambda: (core.read_namespaced_resource_quota("ceiling", ns).status.hard or {}).get("pods") == "2",
+                 timeout=60, what="the raised quota in force")
+        assert backend.start(refused, (node,), fresh=False) == {refused.pod_name(0): "created"}
+    finally:
+        core.delete_namespace(ns, grace_period_seconds=0)

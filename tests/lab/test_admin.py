@@ -9,7 +9,7 @@ from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
-APPS = ("portal", "quotas", "scheduling", "observability", "notifications")
+APPS = ("portal", "quotas", "workloads", "scheduling", "observability", "notifications")
 APPEND_ONLY = {"auditentry", "ledgerentry", "jobevent", "preemption", "preemptionvictim"}
 
 

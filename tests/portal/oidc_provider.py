@@ -3,7 +3,11 @@
 authlib does the protocol (client authentication, authorization codes bound to their client and redirect
 URI, the ``openid`` scope, nonces, RS256-signed ID tokens with ``at_hash``); this module only stores codes
 and tokens in memory and serves it over HTTP from a thread, with a real JWKS. Who signs in is set by the
-test (``provider.login_as``), standing in for the provider's own log-in form.
+test (``provider.login_as``), standing in for the provider's own log-in form and the session it keeps; the
+test can rename that user (``rename``) or disable them (``disable``: the provider then refuses them, also to a
+silent ``prompt=none`` request, which it answers with ``login_required`` like real providers). The
+end-session endpoint (RP-initiated logout) checks the ``id_token_hint`` and the registered
+``post_logout_redirect_uri``, ends the provider's session and records the call in ``logouts``.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from joserfc.jwk import KeySet, RSAKey
 
 
 class Client(ClientMixin):
-    def __init__(self, client_id, secret, redirect_uri):
+    def __init__(self, client_id, secret, redirect_uri, post_logout_redirect_uri=None):
         self.client_id, self.secret, self.redirect_uri = client_id, secret, redirect_uri
+        self.post_logout_redirect_uri = post_logout_redirect_uri
 
     def get_client_id(self):
         return self.client_id
@@ -122,6 +127,9 @@ class Provider:
         self.user: dict | None = None
         self.published_key = None  # a test may publish another key than the one that signs
         self.issued_id_tokens: list[str] = []
+        self.disabled: set[str] = set()  # subjects the provider no longer signs in
+        self.logouts: list[dict] = []  # the end-session requests it accepted
+        self.userinfo_override: dict = {}  # a test may make userinfo disagree with the ID token
         provider = self
 
         class Grant(grants.AuthorizationCodeGrant):
@@ -189,18 +197,33 @@ class Provider:
         return {"token_type": "Bearer", "access_token": secrets.token_urlsafe(24), "expires_in": 3600,
                 "scope": scope}
 
-    def register(self, client_id, secret, redirect_uri):
-        self.clients[client_id] = Client(client_id, secret, redirect_uri)
+    def register(self, client_id, secret, redirect_uri, post_logout_redirect_uri=None):
+        self.clients[client_id] = Client(client_id, secret, redirect_uri, post_logout_redirect_uri)
 
     def login_as(self, **claims):
         """Who the provider's own log-in form would sign in next (``sub`` and the claims)."""
         self.user = claims
 
+    def rename(self, preferred_username):
+        """The signed-in user edits their user name at the provider (their ``sub`` stays)."""
+        self.user = {**self.user, "preferred_username": preferred_username}
+
+    def disable(self, sub):
+        """An administrator of the provider disables the account: it is signed in no more."""
+        self.disabled.add(sub)
+
+    @property
+    def signed_in(self) -> dict | None:
+        """The user of the provider's session, unless disabled."""
+        return self.user if self.user and self.user.get("sub") not in self.disabled else None
+
     def settings(self) -> dict:
         return {"OIDC_OP_AUTHORIZATION_ENDPOINT": f"{self.url}/authorize",
                 "OIDC_OP_TOKEN_ENDPOINT": f"{self.url}/token",
                 "OIDC_OP_USER_ENDPOINT": f"{self.url}/userinfo",
-                "OIDC_OP_JWKS_ENDPOINT": f"{self.url}/jwks"}
+                "OIDC_OP_JWKS_ENDPOINT": f"{self.url}/jwks",
+                "OIDC_OP_ISSUER": self.url,
+                "OIDC_OP_LOGOUT_ENDPOINT": f"{self.url}/end_session"}
 
     def start(self):
         self.thread.start()
@@ -228,18 +251,20 @@ class Provider:
             return _json(start_response, 200, {
                 "issuer": self.url, "authorization_endpoint": f"{self.url}/authorize",
                 "token_endpoint": f"{self.url}/token", "userinfo_endpoint": f"{self.url}/userinfo",
-                "jwks_uri": f"{self.url}/jwks", "response_types_supported": ["code"],
+                "jwks_uri": f"{self.url}/jwks", "end_session_endpoint": f"{self.url}/end_session",
+                "response_types_supported": ["code"],
                 "id_token_signing_alg_values_supported": ["RS256"], "subject_types_supported": ["public"]})
         if path == "/jwks":
             return _json(start_response, 200, KeySet([self.published_key or self.key]).as_dict(private=False))
         if path == "/authorize":
-            if self.user is None:
-                return _json(start_response, 401, {"error": "login_required"})
-            try:  # the consent step: validates the client, redirect URI, scope and nonce
-                grant = self.server.get_consent_grant(request=request, end_user=self.user)
-            except OAuth2Error as error:
+            user = self.signed_in
+            if user is None and query.get("prompt") != ["none"]:
+                return _json(start_response, 401, {"error": "login_required"})  # the log-in form refuses
+            try:  # the consent step: validates the client, redirect URI, scope, nonce and prompt=none
+                grant = self.server.get_consent_grant(request=request, end_user=user)
+            except OAuth2Error as error:  # prompt=none without a user: back to the client with login_required
                 return _respond(start_response, *self.server.handle_error_response(request, error))
-            status, payload, hdrs = self.server.create_authorization_response(request, grant_user=self.user,
+            status, payload, hdrs = self.server.create_authorization_response(request, grant_user=user,
                                                                               grant=grant)
             return _respond(start_response, status, payload, hdrs)
         if path == "/token":
@@ -252,8 +277,23 @@ class Provider:
             user = self.tokens.get(token)
             if user is None:
                 return _json(start_response, 401, {"error": "invalid_token"})
-            return _json(start_response, 200, user)
+            return _json(start_response, 200, {**user, **self.userinfo_override})
+        if path == "/end_session":
+            return self._end_session(start_response, {k: v[0] for k, v in values.items()})
         return _json(start_response, 404, {"error": "not_found"})
+
+    def _end_session(self, start_response, params):
+        """RP-initiated logout: a hint it issued, to a registered post-logout URI; the session ends."""
+        hint, back = params.get("id_token_hint"), params.get("post_logout_redirect_uri")
+        client = self.clients.get(params.get("client_id", ""))
+        if hint not in self.issued_id_tokens or client is None or (back and back != client.post_logout_redirect_uri):
+            return _json(start_response, 400, {"error": "invalid_request"})
+        self.logouts.append(params)
+        self.user = None
+        if not back:
+            return _json(start_response, 200, {"logged_out": True})
+        start_response("302 Found", [("Location", back), ("Content-Length", "0")])
+        return [b""]
 
 
 class _Quiet(WSGIRequestHandler):

@@ -83,35 +83,58 @@ def test_a_long_queue_does_not_fill_the_namespace_quota(kube, lab, submit, go):
 
 def test_an_admission_the_namespace_quota_refuses_backs_off_visibly_then_gives_the_gpus_back(
         kube, lab, submit, go, monkeypatch):
+    """One retry chain per attempt (one refused create per back-off step, whoever asks), the refusal becomes
+    the engine's constraint with its own reason (the requeued job is not readmitted onto the same GPUs), and
+    it lifts when the namespace's quota changes."""
     from scheduling import tasks
+    from scheduling.models import NamespaceQuotaRefusal
 
     kube.add_resource_quota("gpu-vision", "gpu-portal-ceiling", {"requests.nvidia.com/gpu": "2"})
     a = go(submit, lab.alice, gpus=2, name="a")
     b = go(submit, lab.alice, gpus=2, name="b")
-    retried = []
-    monkeypatch.setattr(tasks.admit_pods, "delay", lambda j, at: retried.append((j, at)))
+    chained = []
+    monkeypatch.setattr(tasks.admit_pods, "apply_async", lambda args, countdown: chained.append((args, countdown)))
     go(run_cycle)
     a.refresh_from_db()
     b.refresh_from_db()
     assert a.state == b.state == JobState.ADMITTED
     assert kube.pod("gpu-vision", pod_name(a)) is not None and kube.pod("gpu-vision", pod_name(b)) is None
-    assert retried == [(b.pk, 1)]  # handed to the task with back-off, not a storm
+    assert chained == [((b.pk, 1), 2.0)]  # the chain's next step, in 2 s
     event = b.events.get(reason_code="namespace_quota")
     assert "exceeded quota: gpu-portal-ceiling" in event.message
+    refusal = NamespaceQuotaRefusal.objects.get(job=b, attempt=1)
+    assert refusal.step == 1 and refusal.gpus == 2 and refusal.quota_version.startswith("gpu-portal-ceiling@")
+    assert refusal.quotas["gpu-portal-ceiling"]["used"]["requests.nvidia.com/gpu"] == "2"
     posts = kube.count("POST", "/pods$")
-    # The reconciler asks again (reading first: no re-POST of a's pod) ...
+    # Before its step is due, neither a duplicate task nor the reconciler starts a second chain.
+    assert tasks._admit(b.pk, 1, fresh=False) == "backing_off"
     Job.objects.filter(pk__in=(a.pk, b.pk)).update(admitted_at=timezone.now() - timedelta(seconds=40))
-    monkeypatch.setattr(tasks.admit_pods, "delay", lambda j, at: retried.append((j, at)))
-    assert go(reconcile).get("admitted") == 1 and retried[-1] == (b.pk, 1)
-    with pytest.raises(tasks.QuotaExceeded):
-        tasks._admit(b.pk, 1, fresh=False)
-    assert kube.count("POST", "/pods$") == posts + 1
+    sent = []
+    monkeypatch.setattr("portal.dispatch.send_now", lambda *args: sent.append(args))
+    for _ in range(5):
+        assert go(reconcile).get("admitted") is None
+    assert sent == [] and kube.count("POST", "/pods$") == posts
+    # The step is due: one create (reading first: no re-POST of a's pod), the next step twice as long.
+    NamespaceQuotaRefusal.objects.filter(pk=refusal.pk).update(next_retry_at=timezone.now())
+    assert tasks._admit(b.pk, 1, fresh=False) == "quota_backoff"
+    assert kube.count("POST", "/pods$") == posts + 1 and chained[-1] == ((b.pk, 1), 4.0)
     assert b.events.filter(reason_code="namespace_quota").count() == 1  # said once per attempt
-    # ... and after a bounded wait gives the GPUs back to the queue, with the reason on its timeline.
+    # After a bounded wait the GPUs go back to the queue, and the engine does not readmit the job there.
     Job.objects.filter(pk=b.pk).update(admitted_at=timezone.now() - timedelta(minutes=6))
     assert go(reconcile).get("requeued") == 1
+    go(run_cycle)
     b.refresh_from_db()
-    assert (b.state, b.attempt) == (JobState.QUEUED, 2)
+    assert (b.state, b.attempt, b.reason_code) == (JobState.QUEUED, 2, "namespace_quota")
+    assert kube.count("POST", "/pods$") == posts + 1
+    # The team raises the quota: the sync sees its new version, and the job is admitted.
+    backend_core = __import__("scheduling.backends", fromlist=["get_backend"]).get_backend("default").core
+    backend_core.patch_namespaced_resource_quota("gpu-portal-ceiling", "gpu-vision",
+                                                 {"spec": {"hard": {"requests.nvidia.com/gpu": "4"}}})
+    assert go(sync_cluster).get("quota_refusals_cleared") == 1
+    go(run_cycle)
+    b.refresh_from_db()
+    assert (b.state, b.attempt) == (JobState.ADMITTED, 2)
+    assert kube.pod("gpu-vision", pod_name(b, attempt=2)) is not None
 
 
 # ------------------------------------------------------------------------------------------- eviction
@@ -223,6 +246,71 @@ def test_a_gang_is_requeued_only_once_every_pod_is_evicted_and_never_deleted_pas
     go(sync_cluster)
     g.refresh_from_db()
     assert (g.state, g.attempt) == (JobState.QUEUED, 2)
+
+
+@pytest.mark.parametrize("drain", ["kubelet", "eviction_api"])
+def test_a_gang_that_lost_a_pod_to_someone_else_evicts_the_rest_and_never_deletes_them(
+        kube, lab, submit, go, monkeypatch, drain):
+    """Someone else takes pod 0 of a running gang (the kubelet under node pressure, or a drain through the
+    Eviction API, seen by the watcher after its grace period), while a team's PDB covers pod 1. The watcher's
+    event names pod 0 only: the job must not be requeued on its strength (that deleted pod 1 behind its PDB).
+    Pod 1 goes through the Eviction API, the 429 is honoured and said on the job, and the job is requeued
+    only once pod 1 may go."""
+    import threading
+    from dataclasses import replace
+
+    from scheduling.backends import get_backend
+    from scheduling.backends.kube.status import pod_state
+    from scheduling.management.commands.watch_pods import watch
+
+    g = go(submit, lab.bob, gpus=2, pods=2, name="gang")
+    started(kube, go, g)
+    g.refresh_from_db()
+    assert g.state == JobState.RUNNING
+    kube.add_pdb("gpu-nlp", "team", {"minAvailable": 1, "selector": {
+        "matchLabels": {"gpu-portal.io/job-id": str(g.pk), "gpu-portal.io/pod-index": "1"}}})
+    first, second = pod_name(g, index=0), pod_name(g, index=1)
+    backend = get_backend("default")
+    if drain == "kubelet":
+        kube.kubelet_evict("gpu-nlp", first)
+        event = pod_state(kube.pod("gpu-nlp", first))
+    else:
+        backend.core.create_namespaced_pod_eviction(first, "gpu-nlp", {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": first, "namespace": "gpu-nlp"}})
+        event = pod_state(kube.pod("gpu-nlp", first))
+        assert event.deleting and event.reason == "Evicted"
+        event = replace(event, deletion_deadline=timezone.now().timestamp() - 1)  # seen after its grace period
+
+    class Stream(list):
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(backend, "watch_pods", lambda **_: Stream([("MODIFIED", event)]))
+    assert go(watch, cluster="default", stop=threading.Event(), max_events=1) == 1
+    g.refresh_from_db()
+    assert (g.state, g.attempt) == (JobState.RUNNING, 1)  # not requeued while pod 1 runs
+    assert kube.count("DELETE", f"/pods/{second}$") == 0
+    assert not kube.pod("gpu-nlp", second)["metadata"].get("deletionTimestamp")
+    assert kube.count("POST", f"/pods/{second}/eviction$") == 1  # asked through the Eviction API: 429
+    assert g.reason_code == "disruption_budget" and "team" in g.reason_message  # its state says why
+    assert g.events.filter(reason_code="gang_broken").count() == 1
+
+    assert go(reconcile).get("evictions_retried") == 1  # asked again, with the reconciler's cadence
+    go(sync_cluster)
+    g.refresh_from_db()
+    assert (g.state, g.attempt) == (JobState.RUNNING, 1)
+    assert kube.count("DELETE", f"/pods/{second}$") == 0
+    assert kube.count("POST", f"/pods/{second}/eviction$") == 2
+    assert g.events.filter(reason_code="disruption_budget").count() == 1  # said once
+
+    kube.pdbs.clear()  # the team relaxes its budget
+    go(reconcile)
+    assert kube.pod("gpu-nlp", second)["metadata"].get("deletionTimestamp")
+    kube.advance(31)
+    go(sync_cluster)
+    g.refresh_from_db()
+    assert (g.state, g.attempt) == (JobState.QUEUED, 2)
+    assert kube.count("DELETE", f"/pods/{second}$") == 0  # evicted, never deleted while it ran
 
 
 def test_reason_and_detail_name_the_same_victims(kube, lab, submit, go, full):

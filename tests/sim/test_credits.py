@@ -3,9 +3,10 @@ refunds on preemption and refills, mirroring quotas/services.py."""
 
 import pytest
 
+from scheduling.core.money import cost_of
 from scheduling.sim import policies
 from scheduling.sim.scenario import ScenarioError, prepare
-from scheduling.sim.simulator import cost_of, simulate
+from scheduling.sim.simulator import simulate
 from scheduling.sim.trace import TraceRow
 
 from .helpers import small_scenario

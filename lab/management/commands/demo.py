@@ -1,18 +1,22 @@
-"""Run the whole portal on embedded defaults: SQLite, filesystem broker, simulated 8 x A100 cluster."""
+"""Run the whole portal on embedded defaults: SQLite, filesystem broker, simulated 8 x A100 cluster; the worker
+and beat are supervised children (portal/supervisor.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
+from pathlib import Path
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from portal.supervisor import Child, Supervisor
+
 
 class Command(BaseCommand):
-    help = ("Migrate, seed demo data, start a Celery worker with beat, and serve the portal on ADDRPORT "
+    help = ("Migrate, seed demo data, start a supervised Celery worker and beat, and serve the portal on ADDRPORT "
             "(default 127.0.0.1:8000; e.g. `manage.py demo 0.0.0.0:8080` to serve other machines, which then "
             "also need ALLOWED_HOSTS).")
 
@@ -36,21 +40,42 @@ class Command(BaseCommand):
             self.stdout.write(f"  {username:<6} {creds[username]:<14} {role} in {dept} ({tier})")
         if seed_only:
             return
-        worker = None
-        if not no_worker:
-            worker = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
-                [sys.executable, "-m", "celery", "-A", "portal", "worker", "-B", "--pool=threads",
-                 "--concurrency=4", "-Q", "default,cycle,pods", "--loglevel=WARNING"],
-                # charts fill in within minutes in a demo (production samples every 5 minutes)
-                env={**os.environ, "STATS_INTERVAL_S": os.environ.get("STATS_INTERVAL_S", "30")},
-            )
-        self.stdout.write(self.style.SUCCESS(f"\nOpen http://{addrport}/ (API docs at http://{addrport}/api/docs/)\n"))
+        # SIGTERM (docker stop, systemd, kill) ends the demo like Ctrl-C: the server returns and the finally
+        # below stops the worker and beat, which were left running on the same database otherwise. Both are
+        # handled from before the first child starts, so a signal at any moment takes the children along.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        supervisor = None
         try:
+            if not no_worker:
+                supervisor = Supervisor(background_processes(), status_path=Path(settings.DATA_DIR) / STATUS_FILE)
+                supervisor.start()
+            self.stdout.write(self.style.SUCCESS(
+                f"\nOpen http://{addrport}/ (API docs at http://{addrport}/api/docs/)\n"))
             call_command("runserver", addrport, use_reloader=False)
+        except KeyboardInterrupt:
+            pass
         finally:
-            if worker is not None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    worker.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
+            signal.signal(signal.SIGTERM, previous)
+            if supervisor is not None:
+                supervisor.stop()
+
+STATUS_FILE = "demo-processes.json"
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def background_processes() -> list[Child]:
+    """The worker and beat as two processes, so either is started again alone and beat never outlives a
+    worker it was embedded in. Beat holds a pid file: a second demo on the same DATA_DIR cannot run a second
+    beat (it exits, is logged, and is tried again after its back-off)."""
+    celery = [sys.executable, "-m", "celery", "-A", "portal"]
+    # charts fill in within minutes in a demo (production samples every 5 minutes)
+    env = {**os.environ, "STATS_INTERVAL_S": os.environ.get("STATS_INTERVAL_S", "30")}
+    return [
+        Child("worker", [*celery, "worker", "--pool=threads", "--concurrency=4", "-Q", "default,cycle,pods",
+                         "--loglevel=WARNING", "--without-mingle", "--without-gossip"], env=env),
+        Child("beat", [*celery, "beat", "--loglevel=WARNING",
+                       f"--pidfile={Path(settings.DATA_DIR) / 'celerybeat.pid'}"], env=env),
+    ]

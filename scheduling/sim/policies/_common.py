@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from scheduling.core import Admission, CycleResult, Preemption, RunningJob, Snapshot
+from scheduling.core import Admission, CycleResult, Preemption, RunningJob, Snapshot, tiers
 from scheduling.core.types import TIER_RANK
 
 
 def evicting(rj: RunningJob) -> bool:
     """A job whose eviction is in progress (its GPUs free up soon)."""
-    return not rj.preemptible and rj.tier != "realtime"
+    return not rj.preemptible and tiers.preemptible(rj.tier)
 
 
 def prio(job) -> int:

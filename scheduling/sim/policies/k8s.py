@@ -17,7 +17,7 @@ from ._common import View, fifo_key, preemption, prio, priority_key, result
 
 class FCFS:
     name = "fcfs"
-    time_dependent = False  # needs periodic cycles even without events
+    time_dependent = False  # decides the same between events: no periodic cycles
 
     def __call__(self, snap):
         v = View(snap)
@@ -53,7 +53,7 @@ class StrictFCFS:
 
 class QuotaPriority:
     name = "k8s-quota-priority"
-    time_dependent = False  # needs periodic cycles even without events
+    time_dependent = False  # decides the same between events: no periodic cycles
 
     def __call__(self, snap):
         v = View(snap)

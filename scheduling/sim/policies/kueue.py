@@ -17,7 +17,7 @@ from ._common import View, preemption, prio, priority_key, result
 
 class Kueue:
     name = "kueue"
-    time_dependent = False  # needs periodic cycles even without events
+    time_dependent = False  # decides the same between events: no periodic cycles
 
     def __call__(self, snap):
         v = View(snap)

@@ -143,7 +143,7 @@ class Tiresias(_OrderPolicy):
 
 class SRTF(_OrderPolicy):
     name = "srtf-oracle"
-    time_dependent = False  # needs periodic cycles even without events
+    time_dependent = False  # decides the same between events: no periodic cycles
 
     def key(self, job, now):
         rem = self.ctx.remaining_s(job.id, now) if self.ctx else job.max_runtime_s

@@ -1,10 +1,11 @@
-"""The portal's engine, looked up at call time so the simulator always runs whatever
-``scheduling.core.schedule`` is now (the FIFO placeholder or the real engine)."""
+"""The portal's engine. ``core.schedule`` is read at each call (an attribute of the module), so a replay runs
+whatever ``scheduling.core.schedule`` is when it runs, a stand-in set by a test included."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+
+from scheduling import core
 
 
 class Portal:
@@ -12,12 +13,10 @@ class Portal:
     time_dependent = True  # needs periodic cycles even without events
 
     def __call__(self, snap):
-        core = importlib.import_module("scheduling.core")
         return core.schedule(snap)
 
     @staticmethod
     def engine_name() -> str:
-        core = importlib.import_module("scheduling.core")
         fn = core.schedule
         return f"{fn.__module__}.{fn.__name__}"
 
@@ -39,8 +38,7 @@ class CoreFifo:
     """``scheduling.core.fifo_schedule``: strict FIFO within nominal quota (the walking skeleton's placeholder)."""
 
     name = "core-fifo"
-    time_dependent = False  # needs periodic cycles even without events
+    time_dependent = False  # decides the same between events: no periodic cycles
 
     def __call__(self, snap):
-        core = importlib.import_module("scheduling.core")
         return core.fifo_schedule(snap)

@@ -15,7 +15,7 @@ from ._common import View, fifo_key, result
 
 class EasyBackfill:
     name = "slurm-easy"
-    time_dependent = False  # needs periodic cycles even without events
+    time_dependent = False  # decides the same between events: no periodic cycles
 
     def __call__(self, snap):
         v = View(snap)

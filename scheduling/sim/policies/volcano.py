@@ -41,7 +41,7 @@ def water_fill(capacity: float, weights: dict[str, float], demand: dict[str, flo
 
 class VolcanoDRF:
     name = "volcano-drf"
-    time_dependent = False  # needs periodic cycles even without events
+    time_dependent = False  # decides the same between events: no periodic cycles
 
     def __call__(self, snap):
         v = View(snap)

@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('portal', '0005_cycle_histograms'),
-        ('scheduling', '0006_federation'),
+        ('scheduling', '0007_namespace_quota_refusal'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,103 @@
+"""What every part of the Kubernetes backend shares: its configuration, its API clients, the rate-limited
+caller, and the one read of an attempt's pods."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+
+from scheduling.backends.base import PodState
+
+from .client import KubeCaller, TokenBucket, build_api_client
+from .errors import _mapped
+from .podspec import ADMISSION_GATE, DEFAULT_TOLERATIONS, LABEL_POD_INDEX, attempt_selector
+from .status import pod_state
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorRule:
+    """``resource`` on nodes carrying all ``labels`` is the portal flavor ``flavor``.
+
+    Example: ``FlavorRule("a100-80gb", "nvidia.com/gpu", (("gpu-type", "a100"),))`` and
+    ``FlavorRule("a100-mig-3g.40gb", "nvidia.com/mig-3g.40gb", (("gpu-type", "a100"),))``.
+    """
+
+    flavor: str
+    resource: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, resource: str, node_labels: Mapping[str, str]) -> bool:
+        return resource == self.resource and all(node_labels.get(k) == v for k, v in self.labels)
+
+
+class KubeConnection:
+    """The backend's state (its HTTP client and settings); the other parts of the backend extend it."""
+
+    def __init__(
+        self,
+        *,
+        name: str = "default",
+        api_client: k8s.ApiClient | None = None,
+        host: str | None = None,
+        kubeconfig: str | None = None,
+        kubeconfig_dict: dict[str, Any] | None = None,
+        context: str | None = None,
+        in_cluster: bool | None = None,
+        flavors: Sequence[FlavorRule] = (),
+        qps: float = 20.0,
+        burst: int = 40,
+        timeout_s: float = 10.0,
+        connect_timeout_s: float = 3.0,
+        watch_timeout_s: int = 300,
+        conflict_retries: int = 5,
+        page_size: int = 500,
+        tolerations: Sequence[Mapping[str, Any]] = DEFAULT_TOLERATIONS,
+        run_as_user: int | None = 1000,
+        gate: str = ADMISSION_GATE,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.name = name
+        self.api_client = build_api_client(
+            api_client=api_client, host=host, kubeconfig=kubeconfig, kubeconfig_dict=kubeconfig_dict,
+            context=context, in_cluster=in_cluster,
+        )
+        self.core = k8s.CoreV1Api(self.api_client)
+        self.policy = k8s.PolicyV1Api(self.api_client)
+        self.scheduling = k8s.SchedulingV1Api(self.api_client)
+        self.flavors = tuple(flavors)
+        self.watch_timeout_s = int(watch_timeout_s)
+        self.conflict_retries = int(conflict_retries)
+        self.page_size = int(page_size)
+        self.tolerations = tuple(tolerations)
+        self.run_as_user = run_as_user
+        self.gate = gate
+        self.sleep = sleep
+        self.call = KubeCaller(TokenBucket(qps, burst, sleep=sleep), connect_timeout_s=connect_timeout_s,
+                               timeout_s=timeout_s)
+
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def _attempt_pods(self, namespace: str, job_id: int, attempt: int) -> dict[int, dict[str, Any]]:
+        """The attempt's pods by index, from one label-selected list."""
+        data = self.call.json(self.core.list_namespaced_pod, namespace,
+                              label_selector=attempt_selector(job_id, attempt))
+        pods: dict[int, dict[str, Any]] = {}
+        for pod in data.get("items") or []:
+            try:
+                pods[int(pod["metadata"]["labels"][LABEL_POD_INDEX])] = pod
+            except (KeyError, ValueError):
+                continue
+        return pods
+
+    @_mapped
+    def attempt_pods(self, *, job_id: int, attempt: int, namespace: str) -> tuple[PodState, ...]:
+        """One attempt's pods as ``PodState``s, from one label-selected list."""
+        pods = self._attempt_pods(namespace, job_id, attempt)
+        return tuple(s for s in (pod_state(pods[i], gate=self.gate) for i in sorted(pods)) if s is not None)
+

@@ -1,0 +1,124 @@
+"""Stopping an attempt's pods: evictions through the Eviction API (never a DELETE that bypasses a
+PodDisruptionBudget), clearing an ended attempt, and deleting a cancelled one."""
+
+from __future__ import annotations
+
+from scheduling.backends.base import BackendError, ClusterUnavailable, EvictionOutcome
+
+from .client import ApiError
+from .connection import KubeConnection
+from .errors import MULTIPLE_PDBS, _mapped
+from .podspec import attempt_base_name
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class PodEviction(KubeConnection):
+    """``evict``, ``remove_pods`` and ``delete_pods``."""
+
+    @_mapped
+    def evict(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+        """POST an Eviction (policy/v1) per pod, in index order; stop at the first 429 (a PDB forbids it).
+
+        Never falls back to DELETE: a blocked eviction is reported as ``blocked`` and the next cycle decides
+        again. So is the 500 the API answers for a pod selected by more than one PDB (a misconfiguration no
+        retry cures). Pods already terminating count as accepted.
+        """
+        pods = self._attempt_pods(namespace, job_id, attempt)
+        accepted: list[str] = []
+        gone: list[str] = []
+        for index in sorted(pods):
+            name = pods[index]["metadata"]["name"]
+            if pods[index]["metadata"].get("deletionTimestamp"):
+                accepted.append(name)
+                continue
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+            try:
+                self.call.json(self.core.create_namespaced_pod_eviction, name, namespace, body)
+                accepted.append(name)
+            except ApiError as exc:
+                if exc.status == 404:
+                    gone.append(name)
+                elif exc.status == 429:
+                    causes = "; ".join(c.get("message", "") for c in exc.causes if c.get("message"))
+                    note = f" (already evicted: {', '.join(accepted)})" if accepted else ""
+                    return EvictionOutcome("blocked", pods=(name,), message=(causes or exc.message) + note,
+                                          partial=bool(accepted or gone))
+                elif exc.status == 409:  # the pod changed under the eviction: transient
+                    raise BackendError(f"eviction of {namespace}/{name} conflicted; retry") from exc
+                else:
+                    raise
+            except ClusterUnavailable as exc:
+                if MULTIPLE_PDBS not in str(exc):
+                    raise
+                # 500, but not a failing server: the pod is selected by several PDBs, which the Eviction API
+                # never supports; retrying cannot help until someone changes the PDBs.
+                note = f" (already evicted: {', '.join(accepted)})" if accepted else ""
+                return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}" + note,
+                                       partial=bool(accepted or gone))
+        if accepted:
+            return EvictionOutcome("accepted", pods=tuple(accepted))
+        return EvictionOutcome("gone", pods=tuple(gone))
+
+    @_mapped
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+        """Clear an ended attempt's pods without bypassing a PodDisruptionBudget: a pod that no longer runs
+        (finished, terminating, or never bound to a node) is deleted; one that still runs is evicted through
+        the Eviction API, in index order, stopping at the first refusal (429, or the 500 of a pod under several
+        PDBs), which is reported ``blocked`` with ``partial`` when other pods already went. The attempt's own
+        PDB is deleted only once no pod of it is left running, so it guards its pods until then."""
+        pods = self._attempt_pods(namespace, job_id, attempt)
+        removed: list[str] = []
+        for index in sorted(pods):
+            pod = pods[index]
+            name = pod["metadata"]["name"]
+            phase = (pod.get("status") or {}).get("phase")
+            runs = (phase not in TERMINAL_PHASES and not pod["metadata"].get("deletionTimestamp")
+                    and (pod.get("spec") or {}).get("nodeName"))
+            try:
+                if runs:
+                    body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": name, "namespace": namespace}}
+                    self.call.json(self.core.create_namespaced_pod_eviction, name, namespace, body)
+                else:
+                    self.call.json(self.core.delete_namespaced_pod, name, namespace)
+                removed.append(name)
+            except ApiError as exc:
+                if exc.status == 404:
+                    continue
+                if exc.status == 429:
+                    causes = "; ".join(c.get("message", "") for c in exc.causes if c.get("message"))
+                    return EvictionOutcome("blocked", pods=(name,), message=causes or exc.message,
+                                           partial=bool(removed) or len(pods) < max(pods) + 1)
+                if exc.status == 409:
+                    raise BackendError(f"eviction of {namespace}/{name} conflicted; retry") from exc
+                raise
+            except ClusterUnavailable as exc:
+                if MULTIPLE_PDBS not in str(exc):
+                    raise
+                return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
+                                       partial=bool(removed))
+        try:
+            self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
+                           attempt_base_name(job_id, attempt), namespace)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        return EvictionOutcome("accepted" if removed else "gone", pods=tuple(removed))
+
+    @_mapped
+    def delete_pods(self, *, job_id: int, attempt: int, namespace: str, grace_period_s: int | None = None) -> None:
+        pods = self._attempt_pods(namespace, job_id, attempt)
+        extra = {} if grace_period_s is None else {"grace_period_seconds": grace_period_s}
+        for index in sorted(pods):
+            try:
+                self.call.json(self.core.delete_namespaced_pod, pods[index]["metadata"]["name"], namespace, **extra)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        try:
+            self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
+                           attempt_base_name(job_id, attempt), namespace)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise

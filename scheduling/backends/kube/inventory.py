@@ -1,0 +1,142 @@
+"""Reading the cluster: nodes as GPU capacity per portal flavor (minus what others' pods use) and the portal's
+own pods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from scheduling.backends.base import Inventory, PodState
+from scheduling.core.types import Node
+
+from .connection import KubeConnection
+from .errors import _mapped
+from .podspec import PORTAL_SELECTOR, is_ours
+from .status import pod_state
+
+NOT_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/")
+
+
+def _quantity(value: Any) -> Decimal:
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError, InvalidOperation):
+        return Decimal(0)
+
+
+def pod_request(pod: Mapping[str, Any], resource: str) -> int:
+    """Effective request of ``resource`` by a pod: max(sum over containers, any init container), as the
+    scheduler counts it. Extended resources have requests == limits, so limits stand in for absent requests."""
+
+    def one(container: Mapping[str, Any]) -> Decimal:
+        res = container.get("resources") or {}
+        amount = (res.get("requests") or {}).get(resource)
+        if amount is None:
+            amount = (res.get("limits") or {}).get(resource)
+        return _quantity(amount) if amount is not None else Decimal(0)
+
+    spec = pod.get("spec") or {}
+    total = sum((one(c) for c in spec.get("containers") or []), Decimal(0))
+    init = max((one(c) for c in spec.get("initContainers") or []), default=Decimal(0))
+    return int(max(total, init))
+
+
+def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") and tol["effect"] != taint.get("effect"):
+            continue
+        op = tol.get("operator", "Equal")
+        if op == "Exists" and (not tol.get("key") or tol.get("key") == taint.get("key")):
+            return True
+        if op == "Equal" and tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def _with_gpus(state: PodState | None, pod: Mapping[str, Any]) -> PodState | None:
+    """The pod's GPU request (the first GPU-like resource of its main container), for what a terminating pod
+    still holds on its node."""
+    if state is None:
+        return None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for resource in sorted((container.get("resources") or {}).get("limits") or {}):
+            if resource.startswith(GPU_RESOURCE_PREFIXES):
+                return replace(state, gpus=pod_request(pod, resource), gpu_resource=resource)
+    return state
+
+
+class InventoryReader(KubeConnection):
+    """Nodes and the portal's pods, in a bounded number of list calls."""
+
+    @_mapped
+    def list_pods(self) -> tuple[PodState, ...]:
+        """All of the portal's pods in the cluster (every namespace, every phase): what the reconciler compares
+        with the database."""
+        items, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, label_selector=PORTAL_SELECTOR,
+                                      page_size=self.page_size)
+        return tuple(s for s in (_with_gpus(pod_state(p, gate=self.gate), p) for p in items) if s is not None)
+
+    @_mapped
+    def inventory(self) -> Inventory:
+        """Three lists (more only when paginating): nodes, non-terminated pods of everyone, the portal's pods."""
+        nodes, _ = self.call.list_all(self.core.list_node, page_size=self.page_size)
+        running, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, field_selector=NOT_TERMINAL,
+                                        page_size=self.page_size)
+        portal_pods = self.list_pods()
+
+        others_by_node: dict[str, list[dict[str, Any]]] = {}
+        for pod in running:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and not is_ours(pod):
+                others_by_node.setdefault(node, []).append(pod)
+
+        entries: list[Node] = []
+        for node in nodes:
+            entries.extend(self._node_entries(node, others_by_node.get(node["metadata"]["name"], [])))
+        entries.sort(key=lambda n: (n.name, n.flavor))
+        return Inventory(nodes=tuple(entries), pods=portal_pods)
+
+    def _is_gpu_resource(self, resource: str) -> bool:
+        return resource.startswith(GPU_RESOURCE_PREFIXES) or any(r.resource == resource for r in self.flavors)
+
+    def resolve_flavor(self, resource: str, node_labels: Mapping[str, str]) -> str | None:
+        if self.flavors:
+            for rule in self.flavors:
+                if rule.matches(resource, node_labels):
+                    return rule.flavor
+            return None
+        base = node_labels.get("gpu-type") or resource.split("/", 1)[0]
+        if resource.startswith("nvidia.com/mig-"):
+            return f"{base}-mig-{resource.removeprefix('nvidia.com/mig-')}"
+        return base
+
+    def _node_entries(self, node: Mapping[str, Any], others: list[dict[str, Any]]) -> list[Node]:
+        meta = node.get("metadata") or {}
+        spec = node.get("spec") or {}
+        status = node.get("status") or {}
+        labels: dict[str, str] = dict(meta.get("labels") or {})
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        schedulable = ready and not spec.get("unschedulable", False)
+        taints = tuple(sorted({
+            t["key"] for t in spec.get("taints") or []
+            if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(self.tolerations, t)
+        }))
+        out = []
+        for resource, amount in sorted((status.get("allocatable") or {}).items()):
+            if not self._is_gpu_resource(resource):
+                continue
+            flavor = self.resolve_flavor(resource, labels)
+            gpus = int(_quantity(amount))
+            if flavor is None or gpus <= 0:
+                continue
+            used = sum(pod_request(p, resource) for p in others)
+            out.append(Node(
+                name=meta["name"], flavor=flavor, gpus=gpus, used_by_others=min(used, gpus), cluster=self.name,
+                labels=tuple(sorted(labels.items())), taints=taints, schedulable=schedulable,
+            ))
+        return out

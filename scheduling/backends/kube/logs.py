@@ -1,0 +1,63 @@
+"""Reading an attempt's log from the API server (which proxies the node's kubelet)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kubernetes.watch.watch import iter_resp_lines
+
+from scheduling.backends.base import ClusterUnavailable, LogsUnavailable
+
+from .client import _TRANSPORT_ERRORS, ApiError
+from .connection import KubeConnection
+from .errors import _mapped
+from .podspec import MAIN_CONTAINER
+
+
+class PodLogs(KubeConnection):
+    """``logs``: the attempt's first pod's main container, read lazily."""
+
+    @_mapped
+    def logs(
+        self,
+        *,
+        job_id: int,
+        attempt: int,
+        namespace: str,
+        tail_lines: int = 200,
+        follow: bool = False,
+        follow_idle_timeout_s: float = 300.0,
+    ) -> Iterator[str]:
+        """Lines of the attempt's first pod's main container. The request is made now (errors raise here:
+        :class:`LogsUnavailable` when there is no pod or it has not started); lines are read lazily. With
+        ``follow`` the iterator ends when the pod ends or after ``follow_idle_timeout_s`` without output."""
+        pods = self._attempt_pods(namespace, job_id, attempt)
+        if 0 not in pods:
+            raise LogsUnavailable(f"job {job_id} attempt {attempt} has no pod in {namespace}")
+        name = pods[0]["metadata"]["name"]
+        kwargs: dict[str, Any] = {"container": MAIN_CONTAINER, "follow": follow}
+        if tail_lines is not None and tail_lines >= 0:
+            kwargs["tail_lines"] = int(tail_lines)
+        try:
+            resp = self.call.raw(self.core.read_namespaced_pod_log, name, namespace,
+                                 read_timeout_s=follow_idle_timeout_s if follow else None, **kwargs)
+        except ApiError as exc:
+            if exc.status in (400, 404):
+                raise LogsUnavailable(exc.message or str(exc)) from exc
+            raise
+        except ClusterUnavailable as exc:
+            # The API server proxies logs from the node's kubelet; a kubelet that does not answer (down, no
+            # logs endpoint, a kubelet-less test control plane) comes back as a 5xx on this one call, while
+            # the list just above worked: the logs are unavailable, the cluster is not.
+            raise LogsUnavailable(f"logs of {namespace}/{name} are unavailable: {exc}") from exc
+        return self._log_lines(resp)
+
+    @staticmethod
+    def _log_lines(resp: Any) -> Iterator[str]:
+        try:
+            yield from iter_resp_lines(resp)
+        except _TRANSPORT_ERRORS:
+            return  # idle follow timed out or the stream was cut: the caller may call again
+        finally:
+            resp.release_conn()

@@ -1,0 +1,64 @@
+"""Which cluster a job's attempt is bound to, and the one cluster row a task names."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db.models import Q
+
+from portal import dispatch
+from scheduling.models import Cluster, Job
+
+log = logging.getLogger(__name__)
+
+
+def default_cluster() -> Cluster:
+    cluster = Cluster.objects.filter(is_default=True).first()
+    if cluster is None:
+        cluster, _ = Cluster.objects.get_or_create(
+            name="default", defaults={"is_default": True, "backend": settings.SCHEDULING_BACKEND}
+        )
+    return cluster
+
+
+def cluster_of(job: Job) -> Cluster:
+    """The cluster of the job's current attempt (a job admitted before clusters were recorded, or a queued one
+    whose pods are made at submission, is on the default cluster)."""
+    return job.cluster if job.cluster_id else default_cluster()
+
+
+def bound_to(jobs, cluster: Cluster):
+    """The jobs (a queryset) whose current attempt is bound to ``cluster``."""
+    if cluster.is_default:
+        return jobs.filter(Q(cluster=cluster) | Q(cluster__isnull=True))
+    return jobs.filter(cluster=cluster)
+
+
+def federated() -> bool:
+    """More than one cluster is registered: a queued job's cluster is not known until it is admitted, so no
+    backend creates its pods before then (they are created on the chosen cluster at admission)."""
+    return Cluster.objects.count() > 1
+
+
+def cluster_row(cluster_id: int | None) -> Cluster | None:
+    """The cluster a task names (None: the default one); None when it was removed since."""
+    if cluster_id is None:
+        return default_cluster()
+    return Cluster.objects.filter(pk=cluster_id).first()
+
+
+def send_per_cluster(task_name: str) -> dict:
+    """One message per cluster, so each cluster's work runs (and times out) on its own: a cluster that is down
+    or slow holds up no other's. A publish that fails for one cluster is logged; the next beat sends it again."""
+    sent: dict[str, str] = {}
+    for cluster_id, name in Cluster.objects.order_by("name").values_list("pk", "name") or []:
+        try:
+            dispatch.send_now(task_name, cluster_id)
+            sent[name] = "sent"
+        except Exception:  # noqa: BLE001 - one cluster's failure must not stop the others' messages
+            log.exception("%s for cluster %s could not be run", task_name, name)
+            sent[name] = "failed"
+    if not sent:  # no cluster row yet: the default one is made on first use
+        dispatch.send_now(task_name, default_cluster().pk)
+    return sent

@@ -1,0 +1,128 @@
+"""The pod side's writers of the job state machine: an attempt ends (finished, failed) or is requeued as the
+next attempt (preempted, lost), always through ``jobs.transition`` or a compare-and-set on the attempt.
+
+Every writer locks the department's wallets before the job (the portal's one lock order) and settles the
+attempt's budget in the same transaction.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal import dispatch
+from quotas import budgets
+from scheduling.core import reasons
+from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
+from scheduling.services import notify
+from scheduling.services.cluster_binding import cluster_of
+from scheduling.services.jobs import (
+    budget_attempt_ended,
+    enqueue_pod_creation,
+    namespace_for,
+    record_event,
+    transition,
+)
+
+# Reason on an active gang that lost a member while others still run: they are being evicted (never deleted).
+GANG_BROKEN = "gang_broken"
+
+
+def attempt_gone(*, job: Job) -> bool:
+    """Every pod of the job's current attempt is gone: requeue it, as preempted when its eviction was under
+    way, else as lost (someone deleted its pods)."""
+    if PreemptionVictim.objects.filter(job=job, attempt=job.attempt, status__in=IN_FLIGHT).exists():
+        return requeue(job=job, outcome="preempted", reason="Evicted", message="evicted; its pods are gone")
+    if job.reason_code in (GANG_BROKEN, reasons.DISRUPTION_BUDGET):
+        return requeue(job=job, outcome="platform_failure", reason="GangBroken",
+                       message="its gang lost a pod to someone else; the others were evicted and are gone")
+    return requeue(job=job, outcome="platform_failure", reason="PodsLost",
+                   message="the job's pods disappeared from the cluster")
+
+
+def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at) -> bool:
+    """End the job; the settlement of its hold commits or rolls back with the transition."""
+    # From the state the job was read in (the compare-and-set then proves it, with no extra lock); a job that
+    # moved meanwhile is left for the next sync.
+    sources = [job.state] if job.state in (JobState.ADMITTED, JobState.RUNNING) else [JobState.ADMITTED,
+                                                                                        JobState.RUNNING]
+    with transaction.atomic(savepoint=False):
+        budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
+        ok = transition(job=job, to=state, allowed_from=sources,
+                        attempt=job.attempt, reason_code=reason, message=message, exit_code=exit_code,
+                        finished_at=finished_at or timezone.now())
+        if ok:
+            budget_attempt_ended(job=job, attempt=job.attempt,
+                                 outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
+            # while the finished pods are still there to read it from
+            dispatch.after_commit("scheduling.pods.keep_log", job.pk, job.attempt)
+    return ok
+
+
+def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
+    """End the current attempt (eviction, lost node, unschedulable) and queue the next one, keeping the
+    original submission time so the job does not lose its place to aging."""
+    old_attempt = job.attempt
+    ran_on = cluster_of(job)  # the next attempt may go to another cluster: the old pods are deleted here
+    now = timezone.now()
+    with transaction.atomic():
+        budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
+        if outcome == "preempted":
+            if not transition(job=job, to=JobState.PREEMPTED, allowed_from=[JobState.ADMITTED, JobState.RUNNING],
+                              attempt=old_attempt, reason_code=reason, message=message,
+                              last_preempted_at=now, preemption_count=job.preemption_count + 1):
+                return False
+            PreemptionVictim.objects.filter(job=job, attempt=old_attempt).update(
+                status=PreemptionVictim.Status.REQUEUED, evicted_at=now, requeued_at=now
+            )
+        ended = copy.copy(job)  # the attempt as it ran (admission time, borrowed, price) for settlement
+        requeued = _requeue_cas(job, old_attempt, message, now)
+        if outcome == "preempted":
+            notify.job_preempted(job=job, reason=reason, message=message, requeued=requeued)
+        if not requeued:
+            return False
+        budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
+        # Removed, not deleted: a pod of the old attempt that still runs goes through the Eviction API.
+        dispatch.after_commit("scheduling.pods.remove", job.pk, old_attempt,
+                              namespace_for(job.department.slug, ran_on), ran_on.name)
+        enqueue_pod_creation(job)
+    return True
+
+
+def _requeue_cas(job: Job, old_attempt: int, message: str, now) -> bool:
+    """Compare-and-set: the attempt that ended becomes queued attempt + 1 with its placement cleared."""
+    updated = Job.objects.filter(pk=job.pk, attempt=old_attempt,
+                                 state__in=(JobState.PREEMPTED, JobState.ADMITTED, JobState.RUNNING)).update(
+        state=JobState.QUEUED, attempt=old_attempt + 1, placement=[], cluster=None, borrowed=False, price=None,
+        admitted_at=None, started_at=None, queued_at=now, reason_code=reasons.QUEUED,
+        reason_message=reasons.CODES[reasons.QUEUED], estimated_start=None, updated_at=now,
+    )
+    if not updated:
+        return False
+    previous = job.state
+    job.refresh_from_db()
+    record_event(job=job, kind="transition", from_state=previous, to_state=JobState.QUEUED,
+                 reason_code=reasons.QUEUED, message=f"requeued as attempt {old_attempt + 1}: {message}", at=now)
+    return True
+
+
+def start_running(*, job: Job, nodes: list[str], started_at) -> bool:
+    """The admitted attempt's pods run on ``nodes``: the job is running; an attempt that follows a preemption
+    closes that preemption's audit chain (its victim restarted)."""
+    ok = transition(job=job, to=JobState.RUNNING, allowed_from=[JobState.ADMITTED], attempt=job.attempt,
+                    reason_code="running", message="pods running on " + ", ".join(nodes), started_at=started_at)
+    if ok:
+        _mark_restarted(job)
+    return ok
+
+
+def _mark_restarted(job: Job) -> None:
+    if job.attempt > 1:
+        n = PreemptionVictim.objects.filter(job=job, attempt__lt=job.attempt, restarted_at__isnull=True).update(
+            status=PreemptionVictim.Status.RESTARTED, restarted_at=timezone.now()
+        )
+        if n:
+            record_event(job=job, kind="preemption", reason_code="restarted",
+                         message=f"restarted as attempt {job.attempt} after preemption")

@@ -1,0 +1,213 @@
+"""The pod side of a job's lifecycle, as the Celery tasks run it: create an attempt's pods, start (admit) them
+on their placement, evict them, delete or remove them.
+
+Each use case takes ids, re-reads the database and does nothing when the job moved on (a stale attempt, a
+cancelled job), so running it twice is harmless. Cluster errors are raised for the task to retry with back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from scheduling.backends import get_backend
+from scheduling.backends.base import ClusterUnavailable, EvictionOutcome, InvalidPodSpec, QuotaExceeded
+from scheduling.core import reasons
+from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
+from scheduling.services import clusters, logs, namespace_quotas
+from scheduling.services.jobs import pods_at_submission, record_event
+from scheduling.services.lifecycle import finish
+
+log = logging.getLogger(__name__)
+
+
+def _job(job_id: int, attempt: int, states) -> Job | None:
+    job = Job.objects.select_related("department", "flavor", "owner", "cluster").filter(pk=job_id).first()
+    if job is None or job.attempt != attempt or job.state not in states:
+        return None
+    return job
+
+
+def _mark_unreachable(job: Job, exc: Exception) -> None:
+    if job.state == JobState.QUEUED and job.reason_code != reasons.CLUSTER_UNREACHABLE:
+        Job.objects.filter(pk=job.pk, state=JobState.QUEUED, attempt=job.attempt).update(
+            reason_code=reasons.CLUSTER_UNREACHABLE, reason_message=f"{reasons.CODES[reasons.CLUSTER_UNREACHABLE]} "
+            f"({str(exc)[:120]})"
+        )
+
+
+def create_pods(*, job_id: int, attempt: int) -> str:
+    """Create a queued attempt's gated pods where they are made at submission (the simulated cluster)."""
+    job = _job(job_id, attempt, (JobState.QUEUED, JobState.ADMITTED))
+    if job is None:
+        return "stale"
+    if job.state == JobState.QUEUED and not pods_at_submission():
+        return "at_admission"  # made on the cluster the admission binds the job to, not before
+    try:
+        get_backend(clusters.cluster_of(job)).ensure_pods(clusters.podset_for(job))
+    except ClusterUnavailable as exc:
+        _mark_unreachable(job, exc)
+        raise
+    if job.reason_code == reasons.CLUSTER_UNREACHABLE:
+        Job.objects.filter(pk=job.pk, reason_code=reasons.CLUSTER_UNREACHABLE).update(
+            reason_code=reasons.QUEUED, reason_message=reasons.CODES[reasons.QUEUED]
+        )
+    return "created"
+
+
+def admit_pods(*, job_id: int, attempt: int, fresh: bool) -> tuple[str, float | None]:
+    """Start the admitted attempt's pods on its placement (create what is missing, ungate). ``fresh``: the
+    cycle's own first try, when the backend may create without reading first; retries and the reconciler
+    read what exists before creating anything.
+
+    Returns the outcome and, when a namespace quota refused the pods, the seconds until the attempt's one
+    retry chain tries again (the caller schedules that try)."""
+    job = _job(job_id, attempt, (JobState.ADMITTED,))
+    if job is None:
+        return "stale", None
+    cluster = clusters.cluster_of(job)  # the cluster the admission bound this attempt to
+    backend = get_backend(cluster)
+    if namespace_quotas.quota_backing_off(job=job, now=timezone.now()):
+        return "backing_off", None  # this attempt's one retry chain has its next try later: no second chain
+    try:
+        backend.start(clusters.podset_for(job), tuple(job.placement), fresh=fresh)
+    except QuotaExceeded as exc:
+        _quota_refused(job, exc)
+        return "quota_backoff", namespace_quotas.quota_refused(job=job, cluster=cluster, exc=exc, now=timezone.now())
+    except InvalidPodSpec as exc:
+        # The cluster refuses these pods as they are (a missing namespace, a stricter PodSecurity level):
+        # retrying cannot help, so the job fails with the API server's reason and gives its GPUs back. Any pod
+        # of a gang created before the refusal is an orphan the reconciler deletes.
+        finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
+               message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
+        return "refused", None
+    namespace_quotas.quota_admitted(job=job)
+    return "admitted", None
+
+
+def _quota_refused(job: Job, exc: Exception) -> None:
+    """A namespace ResourceQuota refused the admitted job's pods: say so on the job once per attempt (the task
+    backs off and the reconciler gives the GPUs back after a bounded wait), never silently retry."""
+    log.warning("job %s attempt %s: namespace quota refused its pods: %s", job.pk, job.attempt, exc)
+    if not job.events.filter(attempt=job.attempt, reason_code=reasons.NAMESPACE_QUOTA).exists():
+        record_event(job=job, kind="pod", attempt=job.attempt, reason_code=reasons.NAMESPACE_QUOTA,
+                     message=f"the namespace's ResourceQuota refused the job's pods; retrying with back-off "
+                             f"({str(exc)[:300]})")
+
+
+def evict_pods(*, job_id: int, attempt: int, namespace: str, preemption_id: int | None) -> str:
+    """Ask the Eviction API to evict the attempt's pods (never DELETE: PodDisruptionBudgets decide).
+
+    ``preemption_id`` None: the reconciler asks for the rest of a gang that is already partly evicted (by the
+    portal or by someone draining a node). A refusal before any pod went leaves the victim BLOCKED (the next
+    cycle chooses again). A refusal after some pods went leaves it in flight: the gang is broken, so the
+    reconciler asks again each run until every pod is evicted; the job is requeued only once all are gone."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return "unknown"
+    victim = None
+    if preemption_id is not None:
+        victim = PreemptionVictim.objects.filter(preemption_id=preemption_id, job_id=job_id, attempt=attempt).first()
+        if victim is None:
+            return "unknown"
+        if victim.status not in IN_FLIGHT:
+            return "done"
+    elif job.attempt != attempt or job.state not in (JobState.ADMITTED, JobState.RUNNING):
+        return "stale"
+    cluster = clusters.cluster_of(job)
+    now = timezone.now()
+    if victim is not None and victim.status == PreemptionVictim.Status.DECIDED:
+        PreemptionVictim.objects.filter(pk=victim.pk).update(
+            status=PreemptionVictim.Status.REQUESTED, eviction_requested_at=now
+        )
+        record_event(job=job, kind="eviction", attempt=attempt, reason_code="eviction_requested",
+                     message="eviction requested through the Eviction API", data={"preemption_id": preemption_id})
+    outcome = get_backend(cluster).evict(job_id=job_id, attempt=attempt, namespace=namespace)
+    if outcome.status == "blocked":
+        return _eviction_refused(job, attempt, victim, preemption_id, outcome)
+    if victim is not None and outcome.status == "accepted":
+        PreemptionVictim.objects.filter(pk=victim.pk, status=PreemptionVictim.Status.REQUESTED).update(
+            status=PreemptionVictim.Status.EVICTED, evicted_at=now)
+    record_event(job=job, kind="eviction", attempt=attempt, reason_code=f"eviction_{outcome.status}",
+                 message=f"eviction {outcome.status}: {', '.join(outcome.pods)}"[:500],
+                 data={"preemption_id": preemption_id})
+    return outcome.status
+
+
+def _eviction_refused(job: Job, attempt: int, victim: PreemptionVictim | None, preemption_id: int | None,
+                      outcome: EvictionOutcome) -> str:
+    """A PodDisruptionBudget refused the eviction: before any pod went the victim is BLOCKED (the next cycle
+    chooses again); after some went the gang is broken, and the job says what it waits for."""
+    refused = f"eviction refused: {outcome.message or 'a PodDisruptionBudget forbids it'}"
+    # The reconciler only asks for the rest of a gang some of whose pods are already gone.
+    partial = outcome.partial or preemption_id is None
+    if partial:
+        message = f"{refused}; the gang's other pods are already evicted: asking again until this one may go"
+    else:
+        message = refused
+        if victim is not None:
+            PreemptionVictim.objects.filter(pk=victim.pk).update(status=PreemptionVictim.Status.BLOCKED)
+    pod = outcome.pods[0] if outcome.pods else ""
+    last = job.events.filter(kind="eviction", attempt=attempt).order_by("-at", "-id").first()
+    if not (partial and last is not None and last.reason_code == reasons.DISRUPTION_BUDGET
+            and (last.data or {}).get("pod") == pod):  # asked again every reconcile run: said once
+        record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                     message=message[:500], data={"preemption_id": preemption_id, "pod": pod})
+    if partial:  # the job's own state says what it waits for, not only its timeline
+        Job.objects.filter(pk=job.pk, attempt=attempt, state__in=(JobState.ADMITTED, JobState.RUNNING)).update(
+            reason_code=reasons.DISRUPTION_BUDGET, reason_message=message[:300])
+    return "partly_blocked" if partial else "blocked"
+
+
+def _pods_cluster(job: Job | None, attempt: int, cluster: str | None) -> str | None:
+    """The cluster whose pods of the attempt go (``cluster``, else the one the job is bound to, else the
+    default one), or None when they are kept: never the pods of a live attempt on the cluster it is bound to,
+    and a queued attempt's pods are kept too (its admission may be adopting them right now)."""
+    if job is not None and job.attempt == attempt:
+        if job.state == JobState.QUEUED:
+            return None
+        if job.state in (JobState.ADMITTED, JobState.RUNNING) and (
+                cluster is None or clusters.cluster_of(job).name == cluster):
+            return None
+    if cluster is None:
+        cluster = clusters.cluster_of(job).name if job is not None else clusters.default_cluster().name
+    return cluster
+
+
+def delete_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+    """Delete an attempt's pods on ``cluster`` (None: the cluster the job is bound to, else the default one)."""
+    job = Job.objects.select_related("cluster").filter(pk=job_id).first()
+    target = _pods_cluster(job, attempt, cluster)
+    if target is None:
+        return "live"  # never delete the pods of a live attempt
+    if job is None or job.attempt != attempt or clusters.cluster_of(job).name == target:
+        logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
+    get_backend(target).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+    return "deleted"
+
+
+def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+    """Clear the pods of an attempt that has ended (requeued, finished, orphaned) on ``cluster``: the ones that no
+    longer run are deleted, the ones that still run are evicted through the Eviction API. A refusal (a
+    PodDisruptionBudget) is recorded on the job once per pod and left running; the reconciler asks again on its
+    next run, for as long as the pods are there. Never a live attempt on the cluster it is bound to."""
+    job = Job.objects.select_related("cluster", "department", "flavor", "owner").filter(pk=job_id).first()
+    target = _pods_cluster(job, attempt, cluster)
+    if target is None:
+        return "live"
+    if job is None or job.attempt != attempt or clusters.cluster_of(job).name == target:
+        logs.keep_attempt_log(job_id=job_id, attempt=attempt)
+    outcome = get_backend(target).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+    if outcome.status != "blocked":
+        return "removed"
+    pod = outcome.pods[0] if outcome.pods else ""
+    log.info("job %s attempt %s: eviction of %s refused (%s); asked again later", job_id, attempt, pod,
+             outcome.message)
+    if job is not None and not job.events.filter(attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                                                 data__pod=pod).exists():
+        record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                     message=f"pod {pod} of ended attempt {attempt} still runs: its eviction was refused "
+                             f"({outcome.message or 'a PodDisruptionBudget forbids it'}); asking again, "
+                             "never deleting it"[:500], data={"pod": pod})
+    return "blocked"

@@ -1,0 +1,1 @@
+"""Data sources and department secrets (see the package docstring)."""
