@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling.views import home, jobs, policy, whatif
+from scheduling.views import home, jobs, policy, templates, whatif
 
 app_name = "dashboard"
 
@@ -16,6 +16,9 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel", jobs.cancel, name="cancel"),
     path("jobs/<int:pk>/logs/", jobs.job_logs, name="job-logs"),
     path("jobs/<int:pk>/logs/text", jobs.job_log_text, name="job-log-text"),
+    path("templates/", templates.templates, name="templates"),
+    path("templates/<int:pk>/edit", templates.template_edit, name="template-edit"),
+    path("templates/<int:pk>/delete", templates.template_delete_view, name="template-delete"),
     path("cluster/", policy.cluster, name="cluster"),
     path("policy/", policy.policy, name="policy"),
     path("whatif/", whatif.whatif, name="whatif"),

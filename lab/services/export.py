@@ -9,7 +9,7 @@ from portal.models import Department, Membership, SsoGroupMapping
 from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
 from quotas.services import rules
 from scheduling.core.policy import policy_to_dict
-from scheduling.models import Cluster, PolicyVersion
+from scheduling.models import Cluster, JobTemplate, PolicyVersion, TemplateScope
 from scheduling.services import inventory
 from scheduling.services.policy import current_policy
 
@@ -79,6 +79,12 @@ def export_lab() -> dict:
                 for m in SsoGroupMapping.objects.select_related("department").order_by("id")]
     if mappings:
         out["sso"] = {"groups": mappings}
+    templates = [{"department": t.department.slug, "name": t.name,
+                  **({"description": t.description} if t.description else {}), "spec": t.spec}
+                 for t in JobTemplate.objects.filter(scope=TemplateScope.DEPARTMENT).select_related("department")
+                 .order_by("department__slug", "name")]
+    if templates:  # department templates only: personal ones are their owners', not the lab's
+        out["templates"] = templates
     if PolicyVersion.objects.exists():
         doc = policy_to_dict(current_policy()[0])
         doc.pop("version", None)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from rest_framework.exceptions import ValidationError as DRFValidationError
 
 from lab.services import departments as dept_services
 from lab.services import members as member_services
@@ -33,9 +34,11 @@ from portal.services import sso as sso_services
 from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
 from quotas.services import flavors as flavor_services
 from quotas.services import pricing, rules, wallets
+from scheduling.api.serializers import validate_job_spec
 from scheduling.core.policy import policy_from_dict, policy_to_dict
-from scheduling.models import Cluster
+from scheduling.models import Cluster, JobTemplate, TemplateScope
 from scheduling.services import inventory
+from scheduling.services import templates as template_services
 from scheduling.services.policy import current_policy, policy_update
 
 __all__ = ["LabError", "LabFileInvalid", "Result", "apply_lab", "dump", "export_lab"]
@@ -346,6 +349,45 @@ class _Applier:
                              f"approval rule {d['slug']}", _diff(old or {}, want),
                              lambda dp=dept, w=want: rules.approval_rule_set(department=dp, actor=self.actor, **w))
 
+    # ---------------------------------------------------------------- templates
+    def templates(self):
+        """Department templates: each spec checked as a submission (by the submission's own serializer, after
+        the file's flavors and clusters are in place), created or changed by (department, name); with prune,
+        the department templates the file does not declare are deleted. Personal templates are their owners'
+        and never touched."""
+        declared = self.data.get("templates")
+        if declared is None:
+            return
+        keep = set()
+        for i, t in enumerate(declared):
+            path = ("templates", i)
+            dept = Department.objects.filter(slug=t["department"]).first()
+            if dept is None:
+                continue  # its department failed to be created: that error is reported already
+            keep.add((dept.pk, t["name"]))
+            try:
+                validate_job_spec(t["spec"])
+            except DRFValidationError as exc:
+                for field, messages in exc.detail.items():
+                    for message in messages if isinstance(messages, list) else [messages]:
+                        self.fail((*path, "spec", field), str(message))
+                continue
+            want = {"description": t.get("description", ""), "spec": t["spec"]}
+            cur = JobTemplate.objects.filter(scope=TemplateScope.DEPARTMENT, department=dept, name=t["name"]).first()
+            if cur is None:
+                self.run(path, "+", f"template {dept.slug}/{t['name']}", [f"image: {t['spec'].get('image')}"],
+                         lambda d=dept, t=t, w=want: template_services.template_create(
+                             user=self.actor, name=t["name"], scope=TemplateScope.DEPARTMENT, department=d, **w))
+            elif {"description": cur.description, "spec": cur.spec} != want:
+                self.run(path, "~", f"template {dept.slug}/{t['name']}",
+                         _flat_diff({"description": cur.description, "spec": cur.spec}, want),
+                         lambda c=cur, w=want: template_services.template_update(user=self.actor, template=c, **w))
+        if self.prune:
+            for cur in JobTemplate.objects.filter(scope=TemplateScope.DEPARTMENT).select_related("department"):
+                if (cur.department_id, cur.name) not in keep:
+                    self.run(("templates",), "-", f"template {cur.department.slug}/{cur.name}", [],
+                             lambda c=cur: template_services.template_delete(user=self.actor, template=c))
+
     # ---------------------------------------------------------------- policy, archives, prune
     def policy(self):
         doc = self.data.get("policy")
@@ -469,6 +511,7 @@ def apply_lab(source: str | bytes, *, actor=None, dry_run: bool = False, prune: 
         a.prices()
         a.budgets()
         a.policy()
+        a.templates()
         a.sso()
         a.archives()
         a.prune_rest()

@@ -17,7 +17,7 @@ from portal.models import SLUG, Department, Role, UserTier, not_reserved, reserv
 from quotas.models import FLAVOR_NAME, RESOURCE_NAME, Flavor
 from scheduling.core.policy import PolicyError, policy_from_dict
 from scheduling.core.types import TIERS
-from scheduling.models import Cluster
+from scheduling.models import TEMPLATE_NAME, Cluster
 from scheduling.services import inventory
 
 VERSION = 1
@@ -278,6 +278,7 @@ def _regex(pattern: str, message: str):
     return check
 
 
+TEMPLATE_NAME_CHECK = _regex(f"^{TEMPLATE_NAME}$", "Letters, digits, '_', '.', '-' (up to 63), starting alphanumeric.")
 CLUSTER_NAME = _regex(r"^[-a-zA-Z0-9_]{1,40}$", "Letters, digits, - and _ (up to 40).")
 
 
@@ -410,6 +411,23 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
     def sso(v, p):
         s.obj(v, p, {"groups": lambda x, q: s.items(x, q, sso_group, None)})
 
+    templates_seen: dict = {}
+
+    def template(v, p):  # the spec is checked as a submission while applying (its flavor may be new here)
+        s.obj(v, p, {"department": s.string,
+                     "name": lambda x, q: s.string(x, q, max_length=63, validators=(TEMPLATE_NAME_CHECK,)),
+                     "description": lambda x, q: s.string(x, q, max_length=500),
+                     "spec": lambda x, q: None if isinstance(x, dict) else s.err(
+                         q, "must be a mapping: a job submission body, as for POST /api/v1/jobs")},
+              ("department", "name", "spec"))
+        if isinstance(v, dict) and isinstance(v.get("department"), str) and v["department"] not in known_depts:
+            s.err((*p, "department"), f"no department {v['department']} (declare it under departments:)")
+        key = (v.get("department"), v.get("name")) if isinstance(v, dict) else None
+        if key and all(isinstance(k, str) for k in key):
+            if key in templates_seen:
+                s.err((*p, "name"), f"{key[1]} is declared twice for {key[0]} (also item {templates_seen[key] + 1})")
+            templates_seen.setdefault(key, p[-1])
+
     def version(v, p):
         if v != VERSION:
             s.err(p, f"this portal reads lab files of version {VERSION}")
@@ -417,7 +435,8 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
     s.obj(data, (), {"version": version, "flavors": lambda x, q: s.items(x, q, flavor, "name"),
                      "clusters": lambda x, q: s.items(x, q, cluster, "name"),
                      "departments": lambda x, q: s.items(x, q, department, "slug"),
-                     "prices": prices, "policy": policy, "sso": sso})
+                     "prices": prices, "policy": policy, "sso": sso,
+                     "templates": lambda x, q: s.items(x, q, template, None)})
     if isinstance(data.get("clusters"), list):
         defaults = [i for i, c in enumerate(data["clusters"]) if isinstance(c, dict) and c.get("default")]
         if len(defaults) > 1:

@@ -14,7 +14,18 @@ from rest_framework import serializers
 
 from portal.api.serializers import StrictSerializer
 from quotas.models import Flavor
-from scheduling.models import Cluster, Job, JobEvent, TaskType, Tier, Urgency, label_problems
+from scheduling.models import (
+    TEMPLATE_NAME,
+    Cluster,
+    Job,
+    JobEvent,
+    JobTemplate,
+    TaskType,
+    TemplateScope,
+    Tier,
+    Urgency,
+    label_problems,
+)
 
 # The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
 #   reference := name [ ":" tag ] [ "@" digest ];  name := [domain "/"] path-component ["/" path-component]*
@@ -350,3 +361,58 @@ class JobBatchSerializer(serializers.Serializer):
 
 class CancelSerializer(StrictSerializer):
     comment = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+
+def validate_job_spec(spec) -> dict:
+    """A template's spec, checked exactly as a submission: the same serializer, so the same field errors (an
+    unknown field, an invalid value, a required field missing). Returns the validated data; raises
+    ``serializers.ValidationError`` with the submission's field errors."""
+    if not isinstance(spec, dict):
+        raise serializers.ValidationError("A job submission body (a JSON object), as for POST /api/v1/jobs.",
+                                          code="invalid")
+    submission = JobSubmitSerializer(data=spec)
+    if not submission.is_valid():
+        raise serializers.ValidationError(submission.errors)
+    return submission.validated_data
+
+
+class JobTemplateSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    can_change = serializers.SerializerMethodField()
+
+    class Meta:
+        model = JobTemplate
+        fields = ["id", "name", "scope", "department", "owner", "description", "spec", "created_by",
+                  "created_at", "updated_at", "can_change"]
+        read_only_fields = fields
+
+    def get_can_change(self, template) -> bool:
+        request = self.context.get("request")
+        return request is not None and JobTemplate.objects.permits(request.user, template, "change")
+
+
+class JobTemplateWriteSerializer(StrictSerializer):
+    """A template: a name, personal or the department's, and a submission body validated as POST /api/v1/jobs
+    validates it (a template that would not submit is refused with the same field errors)."""
+
+    name = serializers.RegexField(rf"^{TEMPLATE_NAME}$", max_length=63, error_messages={
+        "invalid": "Letters, digits, '_', '.', '-'; up to 63; starts with a letter or digit."})
+    scope = serializers.ChoiceField(choices=TemplateScope.choices, required=False, default=TemplateScope.PERSONAL)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    spec = serializers.JSONField(help_text="a job submission body, as for POST /api/v1/jobs")
+
+    def validate_spec(self, value):
+        validate_job_spec(value)
+        return value
+
+
+class JobTemplateUpdateSerializer(JobTemplateWriteSerializer):
+    """A change of a template: any of name, description, spec (its scope stays what it is)."""
+
+    scope = None
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("partial", True)
+        super().__init__(*args, **kwargs)

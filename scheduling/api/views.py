@@ -31,6 +31,7 @@ from scheduling.selectors import jobs_for
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
 from scheduling.services.logs import attempt_log_lines
 from scheduling.services.quote import job_quote
+from scheduling.services.templates import merged_spec, spec_of_job, template_for_submission
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     def create(self, request):
         member(request.user)
-        serializer = JobSubmitSerializer(data=request.data)
+        serializer = JobSubmitSerializer(data=_from_template(request))
         serializer.is_valid(raise_exception=True)
         key = _idempotency_key(request)
         job, created = job_submit(user=request.user, data=serializer.validated_data, idempotency_key=key)
@@ -225,9 +226,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=False, methods=["post"], url_path="quote")
     def quote(self, request):
         member(request.user)
-        serializer = JobSubmitSerializer(data=request.data)
+        serializer = JobSubmitSerializer(data=_from_template(request))
         serializer.is_valid(raise_exception=True)
         return Response(job_quote(user=request.user, data=serializer.validated_data))
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="The job's submission spec (clone it)",
+                   description="The fields POST /api/v1/jobs needs to submit this job again (or to save it as a "
+                   "template): what was asked for, not what the portal decided. A deadline already passed is "
+                   "left out.")
+    @action(detail=True, methods=["get"])
+    def spec(self, request, pk=None):
+        return Response(spec_of_job(self.get_object()))
 
     @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
@@ -272,6 +281,23 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise LogsUnavailable(f"The job's logs are unavailable right now: {exc}") from exc
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),
                                      content_type="text/plain; charset=utf-8")
+
+
+TEMPLATE_FIELDS = ("template", "template_id")
+
+
+def _from_template(request):
+    """The submission body, or, when it names a template ("template": name, or "template_id"), the template's
+    spec with the body's other fields on top (the body wins), to be validated as any submission."""
+    data = request.data
+    if not isinstance(data, dict) or not any(k in data for k in TEMPLATE_FIELDS):
+        return data
+    if all(k in data for k in TEMPLATE_FIELDS):
+        raise ValidationFailed("Name the template once.", fields={"template_id": [{
+            "code": "invalid", "message": "Give either template (a name) or template_id, not both."}]})
+    template = template_for_submission(user=request.user, name=data.get("template"),
+                                       template_id=data.get("template_id"))
+    return merged_spec(template, {k: v for k, v in data.items() if k not in TEMPLATE_FIELDS})
 
 
 def _idempotency_key(request) -> str | None:

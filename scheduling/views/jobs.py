@@ -20,12 +20,14 @@ from portal.errors import PortalError, error_body
 from portal.forms import credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
-from scheduling.api.serializers import JobSubmitSerializer
-from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, Tier, Urgency
+from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
+from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, TemplateScope, Tier, Urgency
 from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
+from scheduling.services.templates import spec_of_job, template_create, templates_for
+from scheduling.views.templates import spec_form_values
 
 
 @login_required
@@ -78,31 +80,74 @@ def _form_to_payload(post) -> tuple[dict, dict]:
     return payload, errors
 
 
+def _prefill(request) -> tuple[dict, str]:
+    """The form's starting values: a template's spec (``?template=<id>``) or an earlier job's (``?clone=<id>``),
+    read through the tenancy gate (one the user may not see is a 404), and what the form started from."""
+    if request.GET.get("template"):
+        t = templates_for(request.user).get_or_404(request.user, VIEW, missing="No such template.",
+                                                   pk=request.GET["template"])
+        return spec_form_values(t.spec), f"template {t.name}"
+    if request.GET.get("clone"):
+        job = Job.objects.select_related("flavor").get_or_404(request.user, VIEW, pk=request.GET["clone"])
+        return spec_form_values(spec_of_job(job)), f"job {job.pk} ({job.name})"
+    return {}, ""
+
+
+def _save_template(request, data: dict, errors: dict):
+    """"Save as template" of the form: the form's fields as a submission spec, validated as a submission."""
+    name = request.POST.get("template_name", "").strip()
+    scope = TemplateScope.DEPARTMENT if request.POST.get("template_scope") == "department" else TemplateScope.PERSONAL
+    s = JobTemplateWriteSerializer(data={"name": name, "scope": scope, "spec": data})
+    if not s.is_valid():
+        for field, items in s.errors.items():
+            if field == "spec" and isinstance(items, dict):  # the form's own fields, as for a submission
+                for k, v in items.items():
+                    errors.setdefault(k, []).extend(str(e) for e in v)
+            else:
+                errors.setdefault("template_name", []).extend(str(e) for e in items)
+        return None
+    try:
+        template = template_create(user=request.user, **s.validated_data)
+    except PortalError as exc:
+        for items in (exc.fields or {"template_name": [{"message": exc.message}]}).values():
+            errors.setdefault("template_name", []).extend(i["message"] for i in items)
+        return None
+    messages.success(request, f"Saved as template {template.name}.")
+    return redirect("dashboard:templates")
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def submit(request):
     m = member(request.user)
     errors: dict = {}
-    values = request.POST if request.method == "POST" else {}
+    values, started_from = _prefill(request) if request.method == "GET" else (request.POST, "")
     if request.method == "POST":
         payload, errors = _form_to_payload(request.POST)
-        serializer = JobSubmitSerializer(data=payload)
-        try:
-            valid = serializer.is_valid()
-            if not valid:
-                errors.update({k: [str(e) for e in v] for k, v in serializer.errors.items()})
-            if valid and not errors:
-                job, _ = job_submit(user=request.user, data=serializer.validated_data,
-                                    idempotency_key=request.POST.get("idempotency_key") or None)
-                return redirect("dashboard:job", pk=job.pk)
-        except PortalError as exc:
-            for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
-                errors.setdefault(field, []).extend(i["message"] for i in items)
+        if "save_template" in request.POST and not errors:
+            saved = _save_template(request, payload, errors)
+            if saved is not None:
+                return saved
+        elif "save_template" not in request.POST:
+            serializer = JobSubmitSerializer(data=payload)
+            try:
+                valid = serializer.is_valid()
+                if not valid:
+                    errors.update({k: [str(e) for e in v] for k, v in serializer.errors.items()})
+                if valid and not errors:
+                    job, _ = job_submit(user=request.user, data=serializer.validated_data,
+                                        idempotency_key=request.POST.get("idempotency_key") or None)
+                    return redirect("dashboard:job", pk=job.pk)
+            except PortalError as exc:
+                for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
+                    errors.setdefault(field, []).extend(i["message"] for i in items)
     return render(request, "scheduling/submit.html", {
         "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
         "clusters": list(Cluster.objects.order_by("name").only("name", "labels", "state")),
         "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
+        "templates": list(templates_for(request.user)),
+        "started_from": started_from, "chosen_template": request.GET.get("template", ""),
     }, status=400 if errors else 200)
 
 

@@ -33,7 +33,8 @@ from quotas.models import (
     Wallet,
 )
 from quotas.services import allowances, quota_requests, rules, wallets
-from scheduling.models import Approval, AttemptLog, DepartmentSample, Job, JobEvent, JobState
+from scheduling.models import Approval, AttemptLog, DepartmentSample, Job, JobEvent, JobState, JobTemplate
+from scheduling.services.templates import template_create
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 
 pytestmark = pytest.mark.django_db
@@ -43,7 +44,7 @@ SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "vi
            "audit": "visionsecretaudit", "balance": "777777001", "refill": "4242421", "approval_cost": "5353531",
            "allowance": "6464641", "log": "visionsecretlog", "sample": "8181811", "webhook": "visionsecrethook",
            "webhook_secret": "visionwhsecret", "notification": "visionsecretnotification", "threshold": "8585851",
-           "quota_request": "visionsecretquotarequest"}
+           "quota_request": "visionsecretquotarequest", "template": "visionsecrettemplate"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -98,8 +99,14 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                             key=f"{event.pk}:webhook:w{dept_hook.pk}", last_error=f"{prefix}secretnotification")
     request = quota_requests.quota_request_create(department=dept, flavor=lab.a100, actor=admin, nominal=5,
                                                   reason=f"{prefix}secretquotarequest")
+    spec = {"name": f"{prefix}secrettemplate-job", "image": "busybox", "command": ["true"], "flavor": "a100-80gb",
+            "gpus": 1, "env": {"NOTE": f"{prefix}secrettemplate"}}
+    templates = [template_create(user=owner, name=f"{prefix}-personal", spec=spec,
+                                 description=f"{prefix}secrettemplate personal"),
+                 template_create(user=admin, name=f"{prefix}-shared", spec=spec, scope="department",
+                                 description=f"{prefix}secrettemplate shared")]
     return {"jobs": jobs, "pending": jobs["pending_approval"], "token": token, "webhooks": [hook, dept_hook],
-            "quota_request": request,
+            "quota_request": request, "templates": templates,
             "quota": Quota.objects.get(department=dept, flavor=lab.a100)}
 
 
@@ -135,9 +142,12 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
         pks = [h.pk for h in seeded["webhooks"]]
     elif "quota" in name:
         pks = [seeded["quota"].pk]
+    elif "template" in name:
+        pks = [t.pk for t in seeded["templates"]]
     else:  # a job, in every state
         pks = [j.pk for j in seeded["jobs"].values()]
-    query = f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
+    query = (f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
+             f"&template={seeded['templates'][1].pk}&clone={seeded['jobs']['running'].pk}")
     values = {"slug": "vision", "username": "alice", "name": "a100-80gb", "token": "not-a-signed-token", "group": "g"}
     return [(_fill(route, {"pk": str(pk), **values}) + query,
              names_foreign) for pk in pks]
@@ -209,6 +219,7 @@ def test_the_walk_would_see_a_leak(lab, client):
     assert {"job", "ledger", "balance", "refill", "approval_cost", "allowance"} <= shown
     client.force_login(lab.alice)
     assert SECRETS["token"].encode() in client.get("/api/v1/tokens").content
+    assert SECRETS["template"].encode() in client.get("/api/v1/templates").content
     assert SECRETS["webhook"].encode() in client.get("/api/v1/notifications/webhooks").content
     assert SECRETS["notification"].encode() in client.get("/api/v1/notifications").content
     client.force_login(lab.vadmin)
@@ -222,7 +233,8 @@ def test_the_walk_covers_the_dashboard_and_the_api():
             "approval-approve", "report-usage", "ledger-list", "quota-detail", "whatif", "approve", "cancel",
             "adjust", "refill_rule", "approval_rule", "allowance_delete", "job-cost", "job-logs", "webhook-detail",
             "webhook-rotate", "webhook-list", "notification-list", "notification-preferences",
-            "notification-department", "preferences", "unsubscribe"} <= names
+            "notification-department", "preferences", "unsubscribe", "template-list", "template-detail",
+            "job-spec", "templates", "template-edit", "template-delete"} <= names
 
 
 def test_every_parameter_is_known():
@@ -256,4 +268,6 @@ def _state(lab):
         sorted(Membership.objects.filter(department=lab.vision).values_list("user__username", "role",
                                                                                "user_tier")),
         Department.objects.filter(pk=lab.vision.pk).values_list("name", "archived_at").get(),
+        sorted(JobTemplate.objects.filter(department=lab.vision).values_list("name", "scope", "description",
+                                                                              "spec")),
     )

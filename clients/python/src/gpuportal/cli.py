@@ -251,27 +251,128 @@ def whoami(state: State):
     emit(state, me, human)
 
 
+def parse_sets(sets: tuple[str, ...]) -> dict:
+    """``--set FIELD=VALUE`` overrides, each value read as YAML (``gpus=2`` is a number, ``command=[a, b]`` a
+    list, ``env={A: "1"}`` a mapping)."""
+    import yaml
+
+    out = {}
+    for item in sets:
+        field, eq, raw = item.partition("=")
+        if not eq or not field.strip():
+            fail(f"--set {item!r}: use FIELD=VALUE, e.g. --set gpus=2", USAGE)
+        try:
+            out[field.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            fail(f"--set {item!r}: the value is not valid YAML", USAGE)
+    return out
+
+
 @cli.command()
-@click.option("-f", "--file", "path", required=True, help="Job file (YAML or JSON; - for stdin).")
+@click.option("-f", "--file", "path", help="Job file (YAML or JSON; - for stdin); with --template, its overrides.")
+@click.option("-t", "--template", help="Start from this template (yours first, then your department's).")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
+              help="Override one field (repeatable), e.g. --set gpus=4 --set name=run-2.")
 @click.option("--key", help="Idempotency-Key: re-running with the same key and file never duplicates jobs.")
 @click.option("--wait", "wait_", is_flag=True, help="Then wait for the job to end (exit 1 if it fails).")
 @command
-def submit(state: State, path, key, wait_):
-    """Submit the job (or the list of jobs, as one all-or-nothing batch) in a file."""
-    spec = load_jobs(path)
+def submit(state: State, path, template, sets, key, wait_):
+    """Submit the job (or the list of jobs, as one all-or-nothing batch) in a file, or one from a template."""
+    if path is None and template is None:
+        fail("give a job file (-f FILE) or a template (--template NAME)", USAGE)
+    spec = load_jobs(path) if path is not None else {}
     client = state.client()
     if isinstance(spec, list):
+        if template or sets:
+            fail("--template and --set apply to one job: the file holds a list", USAGE)
         jobs = client.submit_batch(spec, idempotency_key=key)
         emit(state, jobs, lambda js: [click.echo(f"submitted job {j['id']} {j['name']}: {j['state']}")
                                       for j in js])
         return
-    job = client.submit(spec, idempotency_key=key)
+    spec = {**spec, **parse_sets(sets)}
+    if template is not None:
+        job = client.submit_from_template(template, idempotency_key=key, **spec)
+    else:
+        job = client.submit(spec, idempotency_key=key)
     if not wait_:
         emit(state, job, lambda j: click.echo(f"submitted job {j['id']} {j['name']}: {describe_wait(j)}"))
         return
     if not state.json:
         click.echo(f"submitted job {job['id']} {job['name']}")
     _wait(state, job["id"], timeout=None, interval=5.0, progress=None)
+
+
+def print_templates(rows: list[dict]) -> None:
+    if not rows:
+        click.echo("no templates (gpup template save NAME --from-job ID)")
+        return
+    click.echo(f"{'ID':>5}  {'NAME':<24} {'SCOPE':<10} {'IMAGE':<40} GPUS")
+    for t in rows:
+        spec = t.get("spec") or {}
+        gpus = f"{spec.get('gpus', '?')}x{spec.get('pods', 1)} {spec.get('flavor', '')}"
+        click.echo(f"{t['id']:>5}  {t['name']:<24} {t['scope']:<10} {str(spec.get('image', ''))[:40]:<40} {gpus}")
+
+
+@cli.command()
+@click.option("--scope", type=click.Choice(["personal", "department"]), help="Only one kind.")
+@command
+def templates(state: State, scope):
+    """List your job templates and your department's."""
+    emit(state, state.client().templates(scope=scope), print_templates)
+
+
+@cli.group()
+def template():
+    """Save, show or delete a job template."""
+
+
+@template.command("save")
+@click.argument("name")
+@click.option("--from-job", "job_id", type=click.IntRange(min=1), help="Save this job's submission as it was.")
+@click.option("-f", "--file", "path", help="Save the job in this file (YAML or JSON; - for stdin).")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help="Change one field (repeatable).")
+@click.option("--department", is_flag=True, help="For the whole department (department admins).")
+@click.option("-d", "--description", default="", help="What the template is for.")
+@command
+def template_save(state: State, name, job_id, path, sets, department, description):
+    """Save a job (--from-job ID) or a job file (-f FILE) as the template NAME."""
+    if (job_id is None) == (path is None):
+        fail("give either --from-job ID or -f FILE", USAGE)
+    client = state.client()
+    if path is not None:
+        spec = load_jobs(path)
+        if isinstance(spec, list):
+            fail(f"{path}: a template is one job, the file holds a list", USAGE)
+    else:
+        spec = client.job_spec(job_id)
+    saved = client.template_save(name, {**spec, **parse_sets(sets)}, department=department,
+                                 description=description)
+    emit(state, saved, lambda t: click.echo(f"saved template {t['name']} ({t['scope']}, id {t['id']})"))
+
+
+@template.command("show")
+@click.argument("name")
+@command
+def template_show(state: State, name):
+    """A template's spec (YAML; --json for JSON)."""
+    import yaml
+
+    emit(state, state.client().template(_ref(name)),
+         lambda t: click.echo(yaml.safe_dump(t["spec"], sort_keys=False, default_flow_style=False), nl=False))
+
+
+@template.command("delete")
+@click.argument("name")
+@command
+def template_delete(state: State, name):
+    """Delete a template (yours, or your department's as its admin)."""
+    state.client().template_delete(_ref(name))
+    emit(state, {"deleted": name}, lambda _: click.echo(f"deleted template {name}"))
+
+
+def _ref(name: str) -> str | int:
+    """A template named on the command line: an id if it is a number, else a name."""
+    return int(name) if name.isdigit() else name
 
 
 @cli.command("ls")

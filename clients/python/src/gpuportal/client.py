@@ -203,6 +203,53 @@ class Client:
         key = idempotency_key or str(uuid.uuid4())
         return self._json("POST", "jobs", json=body, headers={"Idempotency-Key": key})
 
+    def submit_from_template(self, template: str | int, /, *, idempotency_key: str | None = None,
+                             **overrides) -> dict:
+        """Submit a job from a template: by name (yours first, then your department's) or by id, with
+        ``overrides`` replacing the template's fields of the same name (``gpus=4``, ``env={...}``). The result
+        is validated as any submission."""
+        ref = {"template_id": template} if isinstance(template, int) else {"template": template}
+        return self.submit({**ref, **overrides}, idempotency_key=idempotency_key)
+
+    def job_spec(self, job: int | str | dict) -> dict:
+        """``GET /jobs/<id>/spec``: what submitting ``job`` again needs (clone it: ``submit(job_spec(j))``)."""
+        return self._json("GET", f"jobs/{_job_id(job)}/spec")
+
+    # ------------------------------------------------------------------------------------------ templates
+
+    def templates(self, *, scope: str | None = None) -> builtins.list[dict]:
+        """Your templates and your department's (``scope="personal"`` or ``"department"`` for one kind)."""
+        return self._json("GET", "templates", params={"scope": scope} if scope else None)
+
+    def template(self, template: str | int) -> dict:
+        """One template, by id or by name (yours first, then your department's)."""
+        return self._json("GET", f"templates/{self._template_id(template)}")
+
+    def template_save(self, name: str, spec: dict, *, department: bool = False, description: str = "") -> dict:
+        """Save ``spec`` (a job submission body) as a template named ``name``: yours, or with ``department``
+        your department's (department admins). A spec that would not submit raises ``ValidationError`` with
+        the submission's field errors (``spec.gpus``)."""
+        body = {"name": name, "spec": spec, "description": description,
+                "scope": "department" if department else "personal"}
+        return self._json("POST", "templates", json=body)
+
+    def template_update(self, template: str | int, **fields) -> dict:
+        """Change a template's ``name``, ``description`` or ``spec``."""
+        return self._json("PATCH", f"templates/{self._template_id(template)}", json=fields)
+
+    def template_delete(self, template: str | int) -> None:
+        self._send("DELETE", f"templates/{self._template_id(template)}").close()
+
+    def _template_id(self, template: str | int) -> int:
+        if isinstance(template, int):
+            return template
+        found = sorted((t for t in self.templates() if t["name"] == template),
+                       key=lambda t: (t["scope"] != "personal", t["id"]))
+        if not found:
+            raise errors.NotFound(f"No template named {template!r} of yours or of your department.", status=404,
+                                  code="not_found")
+        return found[0]["id"]
+
     def submit_batch(self, specs: Iterable[dict], *, idempotency_key: str | None = None) -> list[dict]:
         """Submit several jobs at once, all or nothing (at most 500; each counts against the submit rate).
         A bad item raises ``ValidationError`` with fields such as ``jobs.3.gpus``, and nothing is created.

@@ -1,0 +1,146 @@
+"""Job templates: saved submissions with a name (personal, or the department's), and "clone this job".
+
+A template's ``spec`` is a job submission body (the fields of POST /api/v1/jobs). The entry points validate
+it with the submission's own serializer before calling these services, so a template that would not submit is
+never stored; a submission from a template is the template's spec with the body's fields on top
+(``merged_spec``), validated again as any submission (flavors and clusters may have changed since).
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal.audit import audit
+from portal.errors import Forbidden, ValidationFailed
+from portal.tenancy import VIEW, member
+from scheduling.models import Job, JobTemplate, TemplateScope
+
+# The submission fields a template may hold and a clone copies: every field of POST /api/v1/jobs. Kept equal
+# to JobSubmitSerializer's fields by a test, so a new submission field cannot be forgotten by clones.
+SPEC_FIELDS = (
+    "name", "image", "command", "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
+    "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
+    "cluster_selector", "cluster_preference",
+)
+
+
+def _duplicate(name: str) -> ValidationFailed:
+    return ValidationFailed(f"A template named {name!r} exists already here.", fields={
+        "name": [{"code": "unique", "message": f"A template named {name!r} exists already here."}]})
+
+
+def _audit_state(t: JobTemplate) -> dict:
+    return {"name": t.name, "scope": t.scope, "description": t.description, "spec": t.spec}
+
+
+def template_create(*, user, name: str, spec: dict, scope: str = TemplateScope.PERSONAL,
+                    description: str = "", department=None) -> JobTemplate:
+    """Save ``spec`` (already validated as a submission) as a template. A personal template is the user's; a
+    department template is published by a department admin to their own department. Only the lab file names
+    ``department`` (its entry point decided who may apply it, as for every row the file declares)."""
+    if scope == TemplateScope.DEPARTMENT:
+        if department is None:
+            m = member(user)
+            if not m.is_department_admin:
+                raise Forbidden("Only the department's admins can publish department templates.")
+            department = m.department
+        owner = None
+    else:
+        department, owner = member(user).department, user
+    t = JobTemplate(name=name, scope=scope, department=department, owner=owner, description=description,
+                    spec=spec, created_by=user)
+    try:
+        with transaction.atomic():
+            t.save(force_insert=True)
+            audit(actor=user, action="template.create", obj=t, department=department, new=_audit_state(t))
+    except IntegrityError:
+        raise _duplicate(name)
+    return t
+
+
+def template_update(*, user, template: JobTemplate, name: str | None = None, description: str | None = None,
+                    spec: dict | None = None) -> JobTemplate:
+    """Change a template's name, description or spec (already validated). The entry point checked that
+    ``user`` may ``change`` it (``JobTemplate.objects.get_or_404(user, CHANGE, ...)``; the lab file: who may apply it)."""
+    old = _audit_state(template)
+    if name is not None:
+        template.name = name
+    if description is not None:
+        template.description = description
+    if spec is not None:
+        template.spec = spec
+    template.updated_at = timezone.now()
+    try:
+        with transaction.atomic():
+            template.save()
+            audit(actor=user, action="template.update", obj=template, department=template.department,
+                  old=old, new=_audit_state(template))
+    except IntegrityError:
+        raise _duplicate(template.name)
+    return template
+
+
+def template_delete(*, user, template: JobTemplate) -> None:
+    """Delete a template; the entry point checked ``change``, as for ``template_update``."""
+    with transaction.atomic():
+        audit(actor=user, action="template.delete", obj=template, department=template.department,
+              old=_audit_state(template))
+        template.delete()
+
+
+def template_for_submission(*, user, name=None, template_id=None) -> JobTemplate:
+    """The template a submission names: by id, or by name, the user's own first, then their department's.
+    One the user may not read is reported exactly like one that does not exist (a field error)."""
+    qs = JobTemplate.objects.restrict(user, VIEW)
+    if template_id is not None:
+        found = None
+        if isinstance(template_id, int) and not isinstance(template_id, bool):
+            found = qs.filter(pk=template_id).first()
+        if found is None:
+            raise ValidationFailed("No such template.", fields={
+                "template_id": [{"code": "not_found", "message": f"No template with id {template_id!r}."}]})
+        return found
+    if not isinstance(name, str) or not name:
+        raise ValidationFailed("Name the template.", fields={
+            "template": [{"code": "invalid", "message": "A template name (a string) is required."}]})
+    m = member(user)
+    candidates = [t for t in qs.filter(name=name) if t.scope == TemplateScope.PERSONAL
+                  or t.department_id == m.department_id]
+    candidates.sort(key=lambda t: (t.scope != TemplateScope.PERSONAL, t.pk))
+    if not candidates:
+        raise ValidationFailed(f"No template named {name!r}.", fields={"template": [{
+            "code": "not_found",
+            "message": f"No template named {name!r} of yours or of your department (GET /api/v1/templates)."}]})
+    return candidates[0]
+
+
+def merged_spec(template: JobTemplate, body: dict) -> dict:
+    """The submission a template and a body make: the template's fields, each replaced whole by the body's
+    field of the same name (an ``env`` in the body replaces the template's ``env``)."""
+    return {**template.spec, **body}
+
+
+def spec_of_job(job: Job) -> dict:
+    """What resubmitting ``job`` needs: its submission fields as POST /api/v1/jobs takes them. What the portal
+    decided (state, placement, user tier, department) is not part of it, nor a deadline already passed (it
+    would refuse the resubmission)."""
+    spec = {
+        "name": job.name, "image": job.image, "command": list(job.command), "env": dict(job.env or {}),
+        "flavor": job.flavor.name, "gpus": job.gpus, "pods": job.pods, "cpu": f"{job.cpu_millicores}m",
+        "memory": f"{job.memory_mib}Mi", "tier": job.tier, "urgency": job.urgency, "task_type": job.task_type,
+        "max_runtime_s": job.max_runtime_s, "bid": job.bid, "termination_grace_s": job.termination_grace_s,
+        "checkpoint_interval_s": job.checkpoint_interval_s, "pdb_min_available": job.pdb_min_available,
+        "cluster_selector": dict(job.cluster_selector or {}), "cluster_preference": dict(job.cluster_preference or {}),
+    }
+    if job.deadline is not None and job.deadline > timezone.now():
+        spec["deadline"] = job.deadline.isoformat().replace("+00:00", "Z")
+    return spec
+
+
+def templates_for(user, *, scope: str | None = None):
+    """The templates ``user`` reads (their own and their department's), owner and department in the same query."""
+    qs = JobTemplate.objects.restrict(user, VIEW).select_related("department", "owner", "created_by")
+    if scope:
+        qs = qs.filter(scope=scope)
+    return qs
