@@ -18,7 +18,7 @@ from scheduling.backends import get_backend
 from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec, QuotaExceeded
 from scheduling.core import reasons
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, PreemptionVictim
-from scheduling.services import clusters, cycle, logs, stats
+from scheduling.services import clusters, cycle, logs, stats, workload
 from scheduling.services.jobs import pods_at_submission, record_event
 from scheduling.services.locks import exclusive
 
@@ -262,6 +262,12 @@ def keep_log(job_id: int, attempt: int) -> bool:
 def cleanup_logs() -> int:
     """Delete kept logs past LOG_RETENTION_DAYS."""
     return logs.cleanup_logs()
+
+
+@shared_task(name="scheduling.checkpoints.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)
+def cleanup_checkpoints() -> int:
+    """Delete checkpoint directories past CHECKPOINT_RETENTION_DAYS after their job ended."""
+    return workload.delete_expired_checkpoints()
 
 
 @shared_task(name="scheduling.stats.sample", time_limit=120, soft_time_limit=100, ignore_result=True)

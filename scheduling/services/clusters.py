@@ -44,6 +44,7 @@ from scheduling.services.jobs import (
     transition,
 )
 from scheduling.services.policy import current_policy
+from scheduling.services.workload import job_workload
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ def podset_for(job: Job) -> PodSet:
         checkpoint_interval_s=job.checkpoint_interval_s,
         pdb_min_available=job.pdb_min_available,
         cluster=cluster.name,
+        workload=job_workload(job, cluster.name),
     )
 
 
