@@ -42,6 +42,7 @@ from scheduling.backends.base import (
 )
 from scheduling.core.types import DisruptionBudget, Node
 
+from . import checkpoints
 from .client import _TRANSPORT_ERRORS, ApiError, KubeCaller, TokenBucket, build_api_client
 from .podspec import (
     ADMISSION_GATE,
@@ -268,6 +269,8 @@ class KubernetesBackend(ClusterBackend):
                                timeout_s=timeout_s)
 
     creates_pods_at_admission = True
+    # The image of the pod that deletes an expired checkpoint directory (CHECKPOINT_CLEANUP_IMAGE).
+    checkpoint_cleanup_image = "busybox:1.36"
 
     def close(self) -> None:
         self.api_client.close()
@@ -762,6 +765,10 @@ class KubernetesBackend(ClusterBackend):
         except ApiError as exc:
             if exc.status != 404:
                 raise
+
+    def delete_checkpoint(self, *, namespace: str, claim_name: str, storage: str, sub_path: str, job_id: int) -> None:
+        checkpoints.delete_checkpoint(self, namespace=namespace, claim_name=claim_name, sub_path=sub_path,
+                                      job_id=job_id, image=self.checkpoint_cleanup_image)
 
     # ------------------------------------------------------------------ logs
 

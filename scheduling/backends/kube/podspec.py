@@ -373,3 +373,47 @@ def pinned_nodes(pod: Mapping[str, Any]) -> set[str]:
             if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In":
                 pinned.update(req.get("values") or [])
     return pinned
+
+
+LABEL_COMPONENT = "app.kubernetes.io/component"
+CLEANUP_COMPONENT = "checkpoint-cleanup"
+CLEANUP_MOUNT = "/volume"
+
+
+def checkpoint_cleanup_name(job_id: int) -> str:
+    return f"checkpoint-cleanup-job-{int(job_id)}"
+
+
+def checkpoint_cleanup_manifest(*, namespace: str, claim_name: str, sub_path: str, job_id: int, image: str,
+                                run_as_user: int | None = 1000) -> dict[str, Any]:
+    """A small restricted pod that deletes one expired checkpoint directory on the claim, then exits. Not
+    labelled as the portal's job pods (it is not a job's attempt); named after the job, so a retried create is
+    harmless. ``sub_path`` is the validated relative path (no "..")."""
+    if not sub_path or sub_path.startswith("/") or ".." in sub_path.split("/"):
+        raise InvalidPodSpec(f"refusing to clean up checkpoint path {sub_path!r}")
+    amounts = {"cpu": "100m", "memory": "64Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": checkpoint_cleanup_name(job_id),
+            "namespace": namespace,
+            "labels": {LABEL_COMPONENT: CLEANUP_COMPONENT, LABEL_JOB_ID: str(int(job_id))},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": 600,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": restricted_pod_security_context(run_as_user),
+            "containers": [{
+                "name": "cleanup",
+                "image": image,
+                "command": ["rm", "-rf", "--", f"{CLEANUP_MOUNT}/{sub_path}"],
+                "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                "securityContext": restricted_container_security_context(run_as_user),
+                "volumeMounts": [{"name": "data", "mountPath": CLEANUP_MOUNT}],
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
+        },
+    }
