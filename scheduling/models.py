@@ -227,6 +227,12 @@ class Job(models.Model):
     # risk, so the job is evicted only for realtime work or a reclaim).
     checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
     pdb_min_available = models.PositiveIntegerField(null=True, blank=True)
+    # What the job runs with besides its image (workloads app, checked at submission): data sources mounted by
+    # name ([{"source", "path", "read_only"}]), its checkpoint directory ({"source", "source_id", "cluster",
+    # "path"}, {} for none) and the size of its memory-backed /dev/shm (MiB, counted in the pod's memory).
+    mounts = models.JSONField(default=list, blank=True)
+    checkpoint = models.JSONField(default=dict, blank=True)
+    shm_mb = models.PositiveIntegerField(default=0)
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     reason_code = models.CharField(max_length=40, blank=True)
@@ -523,6 +529,9 @@ class SimPod(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     log = models.TextField(blank=True)
+    # The pod's mounts as the simulated kubelet made them: [{"source", "path", "dir", "read_only"}], "dir" the
+    # directory under DATA_DIR that holds the source's files (so attempts share what they wrote).
+    mounts = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [

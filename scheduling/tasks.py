@@ -14,7 +14,7 @@ from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 
 from scheduling.backends.base import BackendError, ClusterUnavailable
-from scheduling.services import cluster_binding, clusters, cycle, logs, pods, stats
+from scheduling.services import cluster_binding, clusters, cycle, logs, pods, stats, workload
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,12 @@ def keep_log(job_id: int, attempt: int) -> bool:
 def cleanup_logs() -> int:
     """Delete kept logs past LOG_RETENTION_DAYS."""
     return logs.cleanup_logs()
+
+
+@shared_task(name="scheduling.checkpoints.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)
+def cleanup_checkpoints() -> int:
+    """Delete checkpoint directories past CHECKPOINT_RETENTION_DAYS after their job ended."""
+    return workload.delete_expired_checkpoints()
 
 
 @shared_task(name="scheduling.stats.sample", time_limit=120, soft_time_limit=100, ignore_result=True)

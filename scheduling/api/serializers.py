@@ -7,6 +7,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Max
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -26,6 +27,7 @@ from scheduling.models import (
     Urgency,
     label_problems,
 )
+from workloads.services.requests import MAX_MOUNTS, mount_shape_problems
 
 # The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
 #   reference := name [ ":" tag ] [ "@" digest ];  name := [domain "/"] path-component ["/" path-component]*
@@ -46,7 +48,7 @@ IMAGE_NAME_MAX = 255  # the grammar's limit on the name part
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 ENV_NAME_MAX = 128
 RESERVED_ENV_PREFIXES = ("KUBERNETES_", "NVIDIA_")
-RESERVED_ENV_NAMES = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+RESERVED_ENV_NAMES = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "PORTAL_CHECKPOINT_DIR"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 MAX_COMMAND_ITEMS = 256
 MAX_COMMAND_BYTES = 32 * 1024
@@ -178,6 +180,18 @@ class JobSubmitSerializer(StrictSerializer):
     cluster_preference = serializers.DictField(
         child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict,
         help_text="cluster labels the job prefers: among clusters that fit, more matches go first")
+    mounts = serializers.JSONField(
+        required=False, default=list,
+        help_text=f'data sources mounted by name, at most {MAX_MOUNTS}: [{{"source": "imagenet", "path": "/data", '
+        '"read_only": true}] (read-only unless false, on a writable source)')
+    checkpoint = serializers.JSONField(
+        required=False, default=None,
+        help_text='a checkpoint directory kept across attempts: {"source": "scratch", "path": "/checkpoint", '
+        '"cluster": "..."} or true (the department\'s writable source); its path is in PORTAL_CHECKPOINT_DIR')
+    shm_mb = StrictIntegerField(
+        required=False, allow_null=True, default=None,
+        help_text="size of the memory-backed /dev/shm in MiB, counted in the pod's memory (default: SHM_DEFAULT_MB, "
+        "at most half the memory)")
 
     def unknown_field_message(self, name: str) -> str:
         return f"Unknown field {name!r}. Jobs cannot set raw pod fields."
@@ -246,6 +260,18 @@ class JobSubmitSerializer(StrictSerializer):
         problems = label_problems(value)
         if problems:
             raise serializers.ValidationError(problems, code="invalid_label")
+        return value
+
+    def validate_mounts(self, value):
+        problems = mount_shape_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems, code="invalid_mounts")
+        return value
+
+    def validate_checkpoint(self, value):
+        if value is not None and not isinstance(value, bool | dict):
+            raise serializers.ValidationError('Give true or {"source": "name", "path": "/checkpoint"}.',
+                                              code="invalid")
         return value
 
     def validate_deadline(self, value):
@@ -322,6 +348,7 @@ class JobSerializer(serializers.ModelSerializer):
     cpu = CpuField(source="cpu_millicores", read_only=True)
     memory = MemoryField(source="memory_mib", read_only=True)
     reason = serializers.SerializerMethodField()
+    checkpoint = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -329,7 +356,7 @@ class JobSerializer(serializers.ModelSerializer):
             "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
             "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
-            "cluster_selector", "cluster_preference", "attempt",
+            "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "attempt",
             "cluster", "placement", "borrowed", "price", "exit_code", "preemption_count", "submitted_at",
             "admitted_at", "started_at", "finished_at",
         ]
@@ -337,6 +364,21 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_reason(self, job) -> dict:
         return {"code": job.reason_code, "message": job.reason_message, "detail": job.reason_detail}
+
+    def get_checkpoint(self, job) -> dict | None:
+        """The job's checkpoint directory: the source, where the pod sees it (PORTAL_CHECKPOINT_DIR), where it
+        lives on the source, and when it was deleted (null while kept)."""
+        if not job.checkpoint:
+            return None
+        out = {k: job.checkpoint.get(k) for k in ("source", "cluster", "path")}
+        out["sub_path"] = out["deleted_at"] = None
+        try:  # read only for the jobs that have one
+            row = job.checkpoint_dir
+        except ObjectDoesNotExist:
+            row = None
+        if row is not None:
+            out["sub_path"], out["deleted_at"] = row.sub_path, row.deleted_at
+        return out
 
 
 class JobDetailSerializer(JobSerializer):

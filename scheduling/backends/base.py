@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from scheduling.core.types import DisruptionBudget, Node
+from workloads.values import PodWorkload
 
 MANAGED_BY = "gpu-portal"
 
@@ -78,6 +79,8 @@ class PodSet:
     checkpoint_interval_s: int | None = None
     pdb_min_available: int | None = None  # ask for a PodDisruptionBudget covering the job's pods
     cluster: str = "default"
+    # Data source mounts, the checkpoint directory and /dev/shm, resolved for this attempt's cluster.
+    workload: PodWorkload = PodWorkload()
 
     def pod_name(self, index: int) -> str:
         base = f"job-{self.job_id}-a{self.attempt}"
@@ -229,6 +232,12 @@ class ClusterBackend(abc.ABC):
         """The cluster's disruption budgets over the portal's pods, or None when the backend has none of its
         own (the simulated cluster: the snapshot then derives each job's budget from ``pdb_min_available``)."""
         return None
+
+    def delete_checkpoint(self, *, namespace: str, claim_name: str, storage: str, sub_path: str, job_id: int) -> None:
+        """Delete a job's expired checkpoint directory ``sub_path`` on the claim ``claim_name`` of ``namespace``
+        (``storage``: the simulated cluster's name for the source's files). Idempotent; returns once the
+        cluster took the request, raises BackendError when it could not."""
+        raise BackendError(f"{type(self).__name__} cannot delete checkpoint directories")
 
     def ensure_priority_classes(self, classes: dict[str, int]) -> list[str]:
         """Create/update the tier PriorityClasses; returns what changed. Backends without them no-op."""

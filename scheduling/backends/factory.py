@@ -85,8 +85,10 @@ def kubernetes_backend(cluster="default", **overrides):
         options.update(connection_options(cluster))
     options.update(overrides)
     try:
-        return KubernetesBackend(**options)
+        backend = KubernetesBackend(**options)
     except ClusterUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - the loader's message may quote the kubeconfig: keep its type only
         raise ClusterUnavailable(f"cluster {name}: its kubeconfig could not be loaded ({type(exc).__name__})") from None
+    backend.checkpoint_cleanup_image = settings.CHECKPOINT_CLEANUP_IMAGE
+    return backend

@@ -11,8 +11,10 @@ Loaded only by ``scheduling.backends.get_backend``, once Django's apps are ready
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -30,6 +32,7 @@ from scheduling.backends.base import (
 )
 from scheduling.core.types import Node as CoreNode
 from scheduling.models import Node, SimPod
+from workloads.values import SHM_PATH
 
 
 class SimulatedBackend(ClusterBackend):
@@ -86,6 +89,7 @@ class SimulatedBackend(ClusterBackend):
         runtime = _number(env.get("SIM_DURATION_S"), float, default=podset.max_runtime_s,
                           low=0, high=podset.max_runtime_s)
         exit_code = _number(env.get("SIM_EXIT_CODE"), int, default=0, low=0, high=255)
+        mounts = self.make_mounts(podset)
         for i, name in enumerate(podset.pod_names):
             try:
                 with transaction.atomic():
@@ -99,9 +103,26 @@ class SimulatedBackend(ClusterBackend):
                         runtime_s=runtime,
                         exit_code=exit_code or None,
                         log=f"$ {' '.join(podset.command)}\n",
+                        mounts=mounts,
                     )
             except IntegrityError:
                 pass  # AlreadyExists: a retried create adopts the pod
+
+    def make_mounts(self, podset: PodSet) -> list[dict]:
+        """The simulated kubelet's volumes: one real directory per source under DATA_DIR (the same for every
+        pod and attempt that mounts it), created when missing, as a provisioner's claim would be."""
+        out = []
+        for m in podset.workload.mounts:
+            directory = volume_dir(m.storage, m.sub_path)
+            directory.mkdir(parents=True, exist_ok=True)
+            out.append({"source": m.source, "path": m.path, "dir": str(directory), "read_only": m.read_only,
+                        "checkpoint": m.checkpoint})
+        if podset.workload.shm_mb:
+            out.append({"source": "", "path": SHM_PATH, "medium": "Memory", "size_mb": podset.workload.shm_mb})
+        return out
+
+    def delete_checkpoint(self, *, namespace: str, claim_name: str, storage: str, sub_path: str, job_id: int) -> None:
+        shutil.rmtree(volume_dir(storage, sub_path), ignore_errors=True)
 
     def admit(self, podset: PodSet, placement: tuple[str, ...]) -> None:
         pods = {p.name: p for p in SimPod.objects.filter(cluster=self.name, namespace=podset.namespace,
@@ -136,6 +157,16 @@ class SimulatedBackend(ClusterBackend):
             elapsed = (timezone.now() - pod.started_at).total_seconds() * self.speedup
             lines += [f"[sim] step {int(s)}: running" for s in range(0, int(elapsed), 60)][-tail_lines:]
         return iter(lines[-tail_lines:])
+
+
+def volume_dir(storage: str, sub_path: str = "") -> Path:
+    """Where the simulated cluster keeps a source's files: DATA_DIR/volumes/<cluster>/<source>[/<sub_path>].
+    Both parts come from validated names and paths (no "..", no leading "/"); checked again here."""
+    root = (Path(settings.DATA_DIR) / "volumes").resolve()
+    path = (root / storage / sub_path).resolve()
+    if root not in path.parents:
+        raise BackendError(f"volume path {storage}/{sub_path} leaves the simulated cluster's volumes")
+    return path
 
 
 def _state(p) -> PodState:

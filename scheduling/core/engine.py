@@ -225,12 +225,20 @@ class Cycle:
             return self.pend(
                 job, reasons.INVALID_REQUEST, {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod}
             )
-        if job.cluster_selector and not any(self.topology.matches(job, c) for c in self.topology.clusters):
+        if job.cluster_selector and not any(self.topology.selects(job, c) for c in self.topology.clusters):
             return self.pend(
                 job,
                 reasons.NO_MATCHING_CLUSTER,
                 {reasons.DETAIL_SELECTOR: dict(job.cluster_selector), reasons.DETAIL_CLUSTER: job.cluster,
                  "clusters": sorted(self.topology.clusters)},  # fmt: skip
+            )
+        if job.data_sources and not any(self.topology.matches(job, c) for c in self.topology.clusters):
+            missing = self.topology.missing_sources(job)
+            return self.pend(
+                job,
+                reasons.DATA_SOURCE_UNAVAILABLE,
+                {"sources": {name: list(where) for name, where in job.data_sources}, "missing": missing},
+                "; ".join(f"{c} lacks {', '.join(names)}" for c, names in missing.items()) or "no cluster",
             )
         pools, closed = self.topology.job_pools(job)
         if closed:

@@ -23,6 +23,8 @@ REALTIME_HEADROOM = "realtime_headroom"
 # several clusters
 NO_MATCHING_CLUSTER = "no_matching_cluster"  # no cluster has every label of the job's selector: never fits
 CLUSTERS_UNAVAILABLE = "clusters_unavailable"  # every matching cluster is cordoned or draining: waits
+# a data source the job mounts is declared on no cluster the job may run on
+DATA_SOURCE_UNAVAILABLE = "data_source_unavailable"
 # the department's namespace quota (a Kubernetes ResourceQuota) refused a request this size on every open cluster
 NAMESPACE_QUOTA = "namespace_quota"
 
@@ -55,6 +57,7 @@ CODES: dict[str, str] = {
     REALTIME_HEADROOM: "The last free GPUs are kept for realtime work until a running job can be preempted.",
     NO_MATCHING_CLUSTER: "No cluster has every label the job requires.",
     CLUSTERS_UNAVAILABLE: "Every cluster the job may run on is cordoned or draining.",
+    DATA_SOURCE_UNAVAILABLE: "No cluster the job may run on has every data source it mounts.",
     NAMESPACE_QUOTA: "The department's namespace quota on the cluster refused a request this large; waiting "
                      "until the quota changes.",
 }

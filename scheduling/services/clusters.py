@@ -37,6 +37,7 @@ from scheduling.services.lifecycle import GANG_BROKEN, attempt_gone, finish, req
 from scheduling.services.locks import exclusive
 from scheduling.services.namespace_quotas import ADMIT_RETRY, _quota_chain_pending, recheck_quota_refusals
 from scheduling.services.policy import current_policy
+from scheduling.services.workload import job_workload
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ def podset_for(job: Job) -> PodSet:
         checkpoint_interval_s=job.checkpoint_interval_s,
         pdb_min_available=job.pdb_min_available,
         cluster=cluster.name,
+        workload=job_workload(job, cluster.name),
     )
 
 

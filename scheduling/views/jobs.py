@@ -28,6 +28,8 @@ from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
 from scheduling.services.templates import spec_of_job, template_create, templates_for
 from scheduling.views.templates import spec_form_values
+from workloads.models import DataSource
+from workloads.services.resolve import checkpoint_of
 
 
 @login_required
@@ -47,8 +49,8 @@ def jobs(request):
 
 
 FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
-               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid")
-INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s")
+               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid", "shm_mb")
+INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "shm_mb")
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:
@@ -77,6 +79,21 @@ def _form_to_payload(post) -> tuple[dict, dict]:
         payload["env"] = env
     for field in ("cluster_selector", "cluster_preference"):  # label=value, comma-separated
         labels_into(post, field, payload, errors)
+    mounts = []
+    for line in (x.strip() for x in post.get("mounts", "").splitlines()):
+        if not line:
+            continue
+        source, sep, rest = line.partition(":")
+        path, _, mode = rest.partition(":")
+        if not sep or mode not in ("", "ro", "rw"):
+            errors.setdefault("mounts", []).append(f"{line!r}: use source:/path, or source:/path:rw to write.")
+            continue
+        mounts.append({"source": source.strip(), "path": path.strip(), "read_only": mode != "rw"})
+    if mounts:
+        payload["mounts"] = mounts
+    checkpoint = post.get("checkpoint", "").strip()
+    if checkpoint:
+        payload["checkpoint"] = True if checkpoint.lower() in ("yes", "true") else {"source": checkpoint}
     return payload, errors
 
 
@@ -145,6 +162,8 @@ def submit(request):
         "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
         "clusters": list(Cluster.objects.order_by("name").only("name", "labels", "state")),
+        "sources": list(DataSource.objects.restrict(request.user, VIEW).order_by("name").distinct()
+                        .only("name", "writable")),
         "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
         "templates": list(templates_for(request.user)),
         "started_from": started_from, "chosen_template": request.GET.get("template", ""),
@@ -184,6 +203,8 @@ def job_detail(request, pk: int):
         "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
         "queue_position": queue_position(job=job),
         "eta": wall_eta(job.estimated_start, cluster=job.cluster.name if job.cluster_id else "default"),
+        "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,
+        "checkpoint_retention_days": settings.CHECKPOINT_RETENTION_DAYS,
     })
 
 

@@ -215,3 +215,21 @@ def test_gpup_as_a_process(live_server, lab, token_for, tmp_path):
     missing = subprocess.run([*run, "get", "424242"], env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 3 and "not_found" in missing.stderr
 
+
+
+def test_a_job_file_mounts_sources_asks_for_a_checkpoint_and_shm(gpup, job_file, lab):
+    from workloads.models import DataSource
+
+    DataSource.objects.create(name="imagenet", kind="dataset", cluster=lab.cluster, claim_name="imagenet",
+                              shared_with_all=True)
+    DataSource.objects.create(name="vision-scratch", cluster=lab.cluster, department=lab.vision,
+                              claim_name="scratch", writable=True)
+    text = JOB_YAML + "mounts:\n  - {source: imagenet, path: /data}\ncheckpoint: {source: vision-scratch}\nshm_mb: 512\n"
+    result = gpup("--json", "submit", "-f", job_file(text))
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)
+    assert job["mounts"] == [{"source": "imagenet", "path": "/data", "read_only": True}]
+    assert job["checkpoint"]["path"] == "/checkpoint" and job["shm_mb"] == 512
+    # a mount under /proc is refused with the field named, exit code 2
+    result = gpup("submit", "-f", job_file(JOB_YAML + "mounts:\n  - {source: imagenet, path: /proc/x}\n"))
+    assert result.exit_code == 2 and "mounts" in result.output and "/proc" in result.output

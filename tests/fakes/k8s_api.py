@@ -22,6 +22,11 @@ PriorityClass ``value`` / ``preemptionPolicy`` change  422 (immutable)
 create over a namespace ResourceQuota                 403 ``exceeded quota``, checked BEFORE AlreadyExists (a
                                                       duplicate that fits is charged, then answers 409)
 pod covered by more than one PDB, evicted             500 (the Eviction API never supports it)
+PodSecurity ``restricted``, a volume type outside     403 (only persistentVolumeClaim, emptyDir, ephemeral,
+the profile's list (``nfs``, ``hostPath``, ...)       csi, secret, configMap, projected, downwardAPI)
+pod mounts a claim its namespace does not have        201, then the pod stays Pending: ``PodScheduled=False``
+                                                      and a ``FailedScheduling`` event ``persistentvolumeclaim
+                                                      "x" not found`` (volume binding runs at scheduling)
 ====================================================  ======================================================
 
 Quota: admission charges ``status.used`` of every ResourceQuota of the namespace when it admits a create, as
@@ -91,7 +96,11 @@ LIST_KINDS = {
     "namespaces": ("NamespaceList", "v1"),
     "priorityclasses": ("PriorityClassList", "scheduling.k8s.io/v1"),
     "poddisruptionbudgets": ("PodDisruptionBudgetList", "policy/v1"),
+    "persistentvolumeclaims": ("PersistentVolumeClaimList", "v1"),
+    "storageclasses": ("StorageClassList", "storage.k8s.io/v1"),
+    "events": ("EventList", "v1"),
 }
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 MUTABLE_POD_SPEC_FIELDS = {"activeDeadlineSeconds", "tolerations", "schedulingGates", "affinity", "nodeSelector"}
 
 
@@ -226,6 +235,9 @@ class FakeKube:
         self.priority_classes: dict[str, dict[str, Any]] = {}
         self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
         self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.storage_classes: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
         self.clock_offset = 0.0  # seconds the fake's clock (kubelet, deletion deadlines) is ahead of real time
         self.logs: dict[tuple[str, str], list[str]] = {}
         self.requests: list[Recorded] = []
@@ -350,6 +362,12 @@ class FakeKube:
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "get_quota"),
         ("PATCH", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "update_quota"),
         ("PUT", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "update_quota"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims", "list_pvcs"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims", "create_pvc"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims/(?P<name>[^/]+)", "get_pvc"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims/(?P<name>[^/]+)", "delete_pvc"),
+        ("GET", r"/apis/storage\.k8s\.io/v1/storageclasses", "list_storage_classes"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/events", "list_events"),
         ("GET", r"/apis/policy/v1/poddisruptionbudgets", "list_pdbs"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "list_pdbs"),
         ("POST", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "create_pdb"),
@@ -1015,6 +1033,111 @@ class FakeKube:
 
     # ================================================================ resource quotas
 
+    # ================================================================ claims, storage classes, events
+
+    def add_storage_class(self, name: str, *, default: bool = False) -> None:
+        """A StorageClass whose provisioner binds every claim at once (``default``: the cluster's default)."""
+        with self.lock:
+            obj = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "fake.example/disk",
+                   "metadata": {"name": name, "annotations": {DEFAULT_CLASS_ANNOTATION: "true"} if default else {}}}
+            self._stamp_new(obj, None)
+            obj["metadata"]["annotations"] = {DEFAULT_CLASS_ANNOTATION: "true"} if default else {}
+            self.storage_classes[name] = obj
+
+    def add_pvc(self, ns: str, name: str, *, access_modes: tuple[str, ...] = ("ReadWriteOnce",),
+                storage: str = "1Gi", volume_name: str = "", storage_class: str | None = None) -> dict[str, Any]:
+        """A PersistentVolumeClaim: Bound when it names a PersistentVolume (``volume_name``, as an admin's
+        claim on an NFS or dataset PV does) or its class (or the default class) exists; else Pending."""
+        body = {"metadata": {"name": name}, "spec": {"accessModes": list(access_modes),
+                                                     "resources": {"requests": {"storage": storage}}}}
+        if volume_name:
+            body["spec"]["volumeName"] = volume_name
+        if storage_class is not None:
+            body["spec"]["storageClassName"] = storage_class
+        with self.lock:
+            return self._create_pvc(ns=ns, body=body).body
+
+    def _list_pvcs(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("persistentvolumeclaims", [c for (cns, _), c in sorted(self.pvcs.items()) if cns == ns],
+                          query, GENERIC_FIELDS)
+
+    def _create_pvc(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        claim = copy.deepcopy(body)
+        name = (claim.get("metadata") or {}).get("name") or ""
+        if not name or not DNS1123.match(name):
+            raise invalid("persistentvolumeclaims", name, [f'metadata.name: Invalid value: "{name}"'])
+        spec = claim.setdefault("spec", {})
+        errors = []
+        if not spec.get("accessModes"):
+            errors.append("spec.accessModes: Required value: at least 1 access mode is required")
+        if not ((spec.get("resources") or {}).get("requests") or {}).get("storage"):
+            errors.append("spec.resources[storage]: Required value")
+        if errors:
+            raise invalid("persistentvolumeclaims", name, errors)
+        if (ns, name) in self.pvcs:
+            raise ApiFailure(409, "AlreadyExists", f'persistentvolumeclaims "{name}" already exists',
+                             kind="persistentvolumeclaims", name=name)
+        default = next((n for n, c in sorted(self.storage_classes.items())
+                        if c["metadata"]["annotations"].get(DEFAULT_CLASS_ANNOTATION) == "true"), None)
+        if "storageClassName" not in spec and default and not spec.get("volumeName"):
+            spec["storageClassName"] = default
+        bound = bool(spec.get("volumeName")) or spec.get("storageClassName") in self.storage_classes
+        claim["apiVersion"], claim["kind"] = "v1", "PersistentVolumeClaim"
+        self._stamp_new(claim, ns)
+        claim["status"] = {"phase": "Bound" if bound else "Pending"}
+        if bound:
+            claim["status"]["accessModes"] = list(spec["accessModes"])
+        self.pvcs[(ns, name)] = claim
+        return Response(201, copy.deepcopy(claim))
+
+    def _get_pvc(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.pvcs:
+            raise not_found("persistentvolumeclaims", name)
+        return Response(200, copy.deepcopy(self.pvcs[(ns, name)]))
+
+    def _delete_pvc(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.pvcs:
+            raise not_found("persistentvolumeclaims", name)
+        return Response(200, self.pvcs.pop((ns, name)))
+
+    def _list_storage_classes(self, *, query: dict[str, str], **_: Any) -> Response:
+        return self._list("storageclasses", list(self.storage_classes.values()), query, GENERIC_FIELDS)
+
+    def _list_events(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("events", [e for e in self.events if e["metadata"]["namespace"] == ns], query,
+                          GENERIC_FIELDS)
+
+    def _event(self, ns: str, pod_name: str, reason: str, message: str, type_: str = "Warning") -> None:
+        """An Event about a pod, as kube-scheduler records one (repeats of the same one are counted)."""
+        for e in self.events:
+            if (e["metadata"]["namespace"], e["involvedObject"]["name"], e["reason"], e["message"]) == (
+                    ns, pod_name, reason, message):
+                e["count"] += 1
+                return
+        obj = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{pod_name}.{uuid.uuid4().hex[:12]}"},
+               "involvedObject": {"kind": "Pod", "namespace": ns, "name": pod_name},
+               "reason": reason, "message": message, "type": type_, "count": 1,
+               "source": {"component": "default-scheduler"}}
+        self._stamp_new(obj, ns)
+        self.events.append(obj)
+
+    def claim_problems(self, pod: dict[str, Any]) -> list[str]:
+        """What the scheduler's volume binding says about the pod's claims: a claim that does not exist in
+        the pod's namespace, or one not bound yet (the pod is then not scheduled anywhere)."""
+        ns = pod["metadata"]["namespace"]
+        problems = []
+        for v in pod["spec"].get("volumes") or []:
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is None:
+                continue
+            if (ns, claim) not in self.pvcs:
+                problems.append(f'persistentvolumeclaim "{claim}" not found')
+            elif self.pvcs[(ns, claim)]["status"]["phase"] != "Bound":
+                problems.append("pod has unbound immediate PersistentVolumeClaims")
+        return problems
+
     def add_resource_quota(self, ns: str, name: str, hard: dict[str, Any]) -> None:
         """A namespace ResourceQuota (``hard`` as in its spec, e.g. ``{"requests.nvidia.com/gpu": "64",
         "pods": "500"}``); its ``status.used`` is computed at once, as the quota controller would."""
@@ -1155,7 +1278,7 @@ class FakeKube:
         node = self.nodes.get(node_name)
         if node is None:
             return [f"node {node_name} does not exist"]
-        problems = []
+        problems = self.claim_problems(pod)
         spec = pod["spec"]
         if spec.get("schedulingGates"):
             problems.append("pod is gated")
@@ -1290,6 +1413,12 @@ class FakeKube:
             if pod["spec"].get("nodeName"):
                 return pod["spec"]["nodeName"]
             self._reap()
+            claims = self.claim_problems(pod)
+            if claims:  # volume binding fails before any node is tried: the pod stays Pending, with an event
+                message = f"0/{len(self.nodes)} nodes are available: {claims[0]}. preemption: not eligible"
+                self.mark_unschedulable(ns, name, message)
+                self._event(ns, name, "FailedScheduling", message)
+                return None
             candidates = sorted(self.nodes)
             for node in candidates:
                 if not self.node_fits(pod, node):

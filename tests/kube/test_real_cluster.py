@@ -8,6 +8,10 @@ pullable by the nodes. See docs/kubernetes.md.
 
 ``KUBE_TEST_NO_KUBELET=1``: a control plane whose nodes have no kubelet logs endpoint (a stand-in kubelet that
 only binds and runs pods): the logs must then answer ``LogsUnavailable`` with a clear message, never a 500.
+``KUBE_TEST_NO_EXEC=1``: the stand-in kubelet does not run the containers' commands (the fake API server), so
+what a container would print (a file it wrote on a claim, the size of /dev/shm) is not checked.
+
+The claim test needs a default StorageClass (kind and k3s have one) and is skipped with that reason without.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ if os.environ.get("KUBECONFIG"):
 
     from scheduling.backends.base import PodSet
     from scheduling.backends.kube import ADMISSION_GATE, KubernetesBackend, PriorityClassNotOwned
+    from workloads.values import Mount, PodWorkload
 
 NO_KUBELET = os.environ.get("KUBE_TEST_NO_KUBELET", "") not in ("", "0", "false")
+NO_EXEC = NO_KUBELET or os.environ.get("KUBE_TEST_NO_EXEC", "") not in ("", "0", "false")
 RUN = uuid.uuid4().hex[:6]
 NS = f"gpu-portal-test-{RUN}"
 CLASSES = {f"gpt-{RUN}-realtime": 1000000, f"gpt-{RUN}-elastic": 100000, f"gpt-{RUN}-backfill": 1000}
@@ -424,3 +430,47 @@ def test_a_quota_refusal_names_the_quota_as_read_and_sees_it_change(backend, cor
         assert backend.start(refused, (node,), fresh=False) == {refused.pod_name(0): "created"}
     finally:
         core.delete_namespace(ns, grace_period_seconds=0)
+
+
+def _started(backend, core, ps, node):
+    backend.start(ps, (node,))
+    return wait_for(lambda: (p := read(core, ps.pod_name(0))).status.phase == "Running" and p, what="Running")
+
+
+def _log(backend, ps, needle):
+    return wait_for(lambda: [ln for ln in backend.logs(job_id=ps.job_id, attempt=1, namespace=NS, tail_lines=20)
+                             if needle in ln], timeout=60, what=f"a log line with {needle!r}")
+
+
+def test_a_job_mounts_a_claim_of_its_namespace_read_write(backend, core, node):
+    storage = k8s.StorageV1Api(backend.api_client)
+    default = [c.metadata.name for c in storage.list_storage_class().items
+               if (c.metadata.annotations or {}).get("storageclass.kubernetes.io/is-default-class") == "true"]
+    if not default:
+        pytest.skip("the cluster has no default StorageClass to provision the test's claim")
+    core.create_namespaced_persistent_volume_claim(NS, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "portal-test-data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "16Mi"}}}})
+    mount = Mount(source="scratch", volume="data-0", claim_name="portal-test-data", path="/data",
+                  sub_path="checkpoints/job-1", read_only=False, checkpoint=True)
+    ps = podset(command=("sh", "-c", "echo portal-probe > /data/probe && cat /data/probe; sleep 3600"),
+                workload=PodWorkload(mounts=(mount,), env=(("PORTAL_CHECKPOINT_DIR", "/data"),)))
+    pod = _started(backend, core, ps, node)  # accepted by Pod Security "restricted", bound, running
+    [volume] = [v for v in pod.spec.volumes if v.name == "data-0"]
+    assert volume.persistent_volume_claim.claim_name == "portal-test-data"
+    assert pod.spec.containers[0].volume_mounts[0].sub_path == "checkpoints/job-1"
+    if not NO_EXEC:  # the container wrote to the claim through the sub-path and read it back
+        assert _log(backend, ps, "portal-probe")
+
+
+def test_dev_shm_is_a_sized_memory_volume_counted_in_the_memory_request(backend, core, node):
+    ps = podset(command=("sh", "-c", "df -k /dev/shm; sleep 3600"), memory_mib=32,
+                workload=PodWorkload(shm_mb=16))
+    pod = _started(backend, core, ps, node)
+    [shm] = [v for v in pod.spec.volumes if v.name == "dshm"]
+    assert shm.empty_dir.medium == "Memory" and shm.empty_dir.size_limit == "16Mi"
+    resources = pod.spec.containers[0].resources
+    assert resources.requests["memory"] == resources.limits["memory"] == "48Mi"
+    if not NO_EXEC:  # the tmpfs is the size asked for (Kubernetes >= 1.22 sizes memory-backed volumes)
+        [line] = _log(backend, ps, "/dev/shm")
+        assert int(line.split()[1]) == 16 * 1024, line

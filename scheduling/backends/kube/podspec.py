@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduling.backends.base import MANAGED_BY, InvalidPodSpec, PodSet
+from workloads.values import SHM_PATH, SHM_VOLUME, PodWorkload
 
 # The portal's scheduling gate: a pod carrying it is never considered by kube-scheduler.
 ADMISSION_GATE = "gpu-portal.io/admission"
@@ -131,10 +132,38 @@ def node_affinity(node_labels: Iterable[tuple[str, str]]) -> dict[str, Any] | No
 def resources(podset: PodSet) -> dict[str, dict[str, str]]:
     """Requests == limits for everything: GPUs must (extended resources), CPU/memory by choice (Guaranteed QoS,
     so the portal's accounting and the kubelet's agree)."""
-    amounts = {"cpu": f"{int(podset.cpu_millicores)}m", "memory": f"{int(podset.memory_mib)}Mi"}
+    # A memory-backed /dev/shm is charged to the container's memory, so the pod asks for it on top.
+    memory = int(podset.memory_mib) + int(podset.workload.shm_mb)
+    amounts = {"cpu": f"{int(podset.cpu_millicores)}m", "memory": f"{memory}Mi"}
     if podset.gpus_per_pod:
         amounts[podset.gpu_resource] = str(int(podset.gpus_per_pod))
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def workload_volumes(workload: PodWorkload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the main container's mounts: each data source as a ``persistentVolumeClaim`` of
+    the namespace (the only way the restricted profile lets an NFS export or a shared dataset in), read-only
+    unless the job writes to it, and /dev/shm as a memory-backed ``emptyDir`` of the job's size."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    claimed: dict[tuple[str, bool], str] = {}
+    for m in workload.mounts:
+        # One volume per claim and mode: two mounts of one source share it (with different sub-paths).
+        key = (m.claim_name, m.read_only)
+        if key not in claimed:
+            claimed[key] = m.volume
+            claim: dict[str, Any] = {"claimName": m.claim_name}
+            if m.read_only:
+                claim["readOnly"] = True
+            volumes.append({"name": m.volume, "persistentVolumeClaim": claim})
+        mount: dict[str, Any] = {"name": claimed[key], "mountPath": m.path, "readOnly": m.read_only}
+        if m.sub_path:
+            mount["subPath"] = m.sub_path
+        mounts.append(mount)
+    if workload.shm_mb:
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{int(workload.shm_mb)}Mi"}})
+        mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
+    return volumes, mounts
 
 
 def validate_podset(podset: PodSet) -> None:
@@ -157,6 +186,11 @@ def validate_podset(podset: PodSet) -> None:
         problems.append("termination_grace_s must be >= 0")
     if podset.pdb_min_available is not None and not (0 <= podset.pdb_min_available <= podset.pods):
         problems.append("pdb_min_available must be between 0 and pods")
+    paths = [m.path for m in podset.workload.mounts]
+    if len(set(paths)) != len(paths) or any(not p.startswith("/") or ".." in p.split("/") for p in paths):
+        problems.append("mount paths must be absolute, without '..', and distinct")
+    if any(".." in m.sub_path.split("/") or m.sub_path.startswith("/") for m in podset.workload.mounts):
+        problems.append("sub-paths must be relative, without '..'")
     if problems:
         raise InvalidPodSpec("; ".join(problems))
 
@@ -178,13 +212,16 @@ def pod_manifest(
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": podset.image,
-        "env": [{"name": k, "value": v} for k, v in podset.env],
+        "env": [{"name": k, "value": v} for k, v in (*podset.env, *podset.workload.env)],
         "resources": resources(podset),
         "securityContext": restricted_container_security_context(run_as_user),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if podset.command:
         container["command"] = list(podset.command)
+    volumes, volume_mounts = workload_volumes(podset.workload)
+    if volume_mounts:
+        container["volumeMounts"] = volume_mounts
     spec: dict[str, Any] = {
         "schedulingGates": [{"name": gate}] if gated else [],
         "priorityClassName": podset.priority_class,
@@ -199,6 +236,8 @@ def pod_manifest(
         "tolerations": [dict(t) for t in tolerations],
         "containers": [container],
     }
+    if volumes:
+        spec["volumes"] = volumes
     if podset.max_runtime_s and podset.max_runtime_s > 0:
         # The kubelet kills the pod (reason DeadlineExceeded) once it has run this long: a hard stop even if
         # the portal is down. Counted from the pod's start on the node, not from creation.
@@ -334,3 +373,47 @@ def pinned_nodes(pod: Mapping[str, Any]) -> set[str]:
             if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In":
                 pinned.update(req.get("values") or [])
     return pinned
+
+
+LABEL_COMPONENT = "app.kubernetes.io/component"
+CLEANUP_COMPONENT = "checkpoint-cleanup"
+CLEANUP_MOUNT = "/volume"
+
+
+def checkpoint_cleanup_name(job_id: int) -> str:
+    return f"checkpoint-cleanup-job-{int(job_id)}"
+
+
+def checkpoint_cleanup_manifest(*, namespace: str, claim_name: str, sub_path: str, job_id: int, image: str,
+                                run_as_user: int | None = 1000) -> dict[str, Any]:
+    """A small restricted pod that deletes one expired checkpoint directory on the claim, then exits. Not
+    labelled as the portal's job pods (it is not a job's attempt); named after the job, so a retried create is
+    harmless. ``sub_path`` is the validated relative path (no "..")."""
+    if not sub_path or sub_path.startswith("/") or ".." in sub_path.split("/"):
+        raise InvalidPodSpec(f"refusing to clean up checkpoint path {sub_path!r}")
+    amounts = {"cpu": "100m", "memory": "64Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": checkpoint_cleanup_name(job_id),
+            "namespace": namespace,
+            "labels": {LABEL_COMPONENT: CLEANUP_COMPONENT, LABEL_JOB_ID: str(int(job_id))},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": 600,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": restricted_pod_security_context(run_as_user),
+            "containers": [{
+                "name": "cleanup",
+                "image": image,
+                "command": ["rm", "-rf", "--", f"{CLEANUP_MOUNT}/{sub_path}"],
+                "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                "securityContext": restricted_container_security_context(run_as_user),
+                "volumeMounts": [{"name": "data", "mountPath": CLEANUP_MOUNT}],
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
+        },
+    }
