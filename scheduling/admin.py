@@ -12,6 +12,7 @@ from scheduling.models import (
     DepartmentSample,
     Job,
     JobEvent,
+    JobTemplate,
     NamespaceQuotaRefusal,
     Node,
     PolicyVersion,
@@ -155,3 +156,11 @@ class ApprovalAdmin(ReadOnlyAdmin):
     list_filter = ("decision",)
     search_fields = ("job__name", "actor__username", "comment", "reason")
     list_select_related = ("job", "actor")
+
+
+@admin.register(JobTemplate)
+class JobTemplateAdmin(ReadOnlyAdmin):
+    list_display = ("name", "scope", "department", "owner", "updated_at")
+    list_filter = ("scope",)
+    search_fields = ("name", "department__slug", "owner__username")
+    list_select_related = ("department", "owner")
