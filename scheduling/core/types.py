@@ -115,6 +115,8 @@ class PendingJob:
     attempt: int = 1
     cluster_selector: tuple[tuple[str, str], ...] = ()  # required cluster labels: all must match
     cluster_preference: tuple[tuple[str, str], ...] = ()  # preferred cluster labels: more matches rank higher
+    # A retried attempt waits out its back-off: not admitted (nor reserved for) before this instant.
+    not_before: float | None = None
 
     @property
     def gpus(self) -> int:
