@@ -62,6 +62,7 @@ from .podspec import (
     ungate_patch,
     validate_podset,
 )
+from .rendezvous import delete_service, ensure_service
 from .status import pod_state
 
 log = logging.getLogger(__name__)
@@ -434,6 +435,7 @@ class KubernetesBackend(ClusterBackend):
         validate_podset(podset)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
+        ensure_service(self, podset)
         result: dict[str, str] = {}
         for index in range(podset.pods):
             manifest = pod_manifest(podset, index, cluster=self.name, tolerations=self.tolerations,
@@ -510,6 +512,7 @@ class KubernetesBackend(ClusterBackend):
         existing = {} if fresh else self._attempt_pods(podset.namespace, podset.job_id, podset.attempt)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
+        ensure_service(self, podset)  # a gang's pods resolve each other through it from their first second
         gang = podset.pods > 1
         result: dict[str, str] = {}
         to_ungate: list[tuple[dict[str, Any] | None, int]] = []  # (pod as read, or None: created as we sent it)
@@ -714,6 +717,7 @@ class KubernetesBackend(ClusterBackend):
                     raise
                 return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
                                        partial=bool(removed))
+        delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
         try:
             self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
                            attempt_base_name(job_id, attempt), namespace)
@@ -756,6 +760,7 @@ class KubernetesBackend(ClusterBackend):
             except ApiError as exc:
                 if exc.status != 404:
                     raise
+        delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
         try:
             self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
                            attempt_base_name(job_id, attempt), namespace)
