@@ -220,9 +220,10 @@ class ClusterBackend(abc.ABC):
         return tuple(p for p in self.inventory().pods if p.job_id == job_id and p.attempt == attempt)
 
     def logs(
-        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False
+        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False,
+        pod: int = 0,
     ) -> Iterator[str]:
-        """Lines of the attempt's first pod's log."""
+        """Lines of the log of the attempt's pod of index ``pod`` (0: the first)."""
         return iter(())
 
     def budget_coverage(self) -> BudgetCoverage | None:

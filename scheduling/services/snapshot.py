@@ -247,6 +247,7 @@ def pending_job(j: Job, *, hold: int) -> core.PendingJob:
         attempt=j.attempt,
         cluster_selector=label_pairs(j.cluster_selector),
         cluster_preference=label_pairs(j.cluster_preference),
+        not_before=to_epoch(j.not_before),
     )
 
 
