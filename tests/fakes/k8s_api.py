@@ -1403,8 +1403,9 @@ class FakeKube:
     def autopilot(self, stop: threading.Event, *, log_line: str = "", every_s: float = 0.1) -> threading.Thread:
         """A stand-in kube-scheduler + kubelet in a thread, until ``stop``: every ungated pending pod is
         scheduled as :meth:`schedule` does, and a bound one is started (with ``log_line`` in its log). A pod whose
-        main command is exactly ``sh -c "exit N"`` then ends at once with exit code N (a real kubelet would run
-        it; this one runs nothing else)."""
+        main command is ``sh -c "exit N"``, or ``sh -c '[ "$VAR" = "value" ] && exit N; ...'`` with VAR=value in
+        its environment, then ends at once with exit code N (a real kubelet would run it; this one runs
+        nothing else)."""
 
         def loop() -> None:
             while not stop.is_set():
@@ -1438,12 +1439,25 @@ class FakeKube:
 # ==================================================================== rules as functions
 
 
+_EXIT = re.compile(r"exit ([0-9]{1,3})")
+_EXIT_IF = re.compile(r'\[ "\$([A-Za-z_][A-Za-z0-9_]*)" = "([^"]*)" \] && exit ([0-9]{1,3})(?:;.*)?', re.S)
+
+
 def _exit_command(pod: dict[str, Any] | None) -> int | None:
-    """N for a pod whose first container's command is ``["sh", "-c", "exit N"]``, else None."""
+    """The exit code of a pod whose first container's command is ``sh -c "exit N"``, or ``sh -c '[ "$VAR" =
+    "value" ] && exit N; ...'`` with VAR=value in its environment (one rank of a gang failing); else None."""
     containers = ((pod or {}).get("spec") or {}).get("containers") or [{}]
     command = containers[0].get("command") or []
-    match = re.fullmatch(r"exit ([0-9]{1,3})", command[2]) if command[:2] == ["sh", "-c"] and len(command) == 3 else None
-    return int(match.group(1)) if match else None
+    if command[:2] != ["sh", "-c"] or len(command) != 3:
+        return None
+    match = _EXIT.fullmatch(command[2])
+    if match:
+        return int(match.group(1))
+    match = _EXIT_IF.fullmatch(command[2])
+    env = {e.get("name"): e.get("value") for e in containers[0].get("env") or []}
+    if match and env.get(match.group(1)) == match.group(2):
+        return int(match.group(3))
+    return None
 
 
 def _int_or_percent(value: Any, total: int) -> int:
