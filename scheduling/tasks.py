@@ -221,11 +221,12 @@ def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None =
 
 
 @shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)
-def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None, failed: bool = False) -> str:
     """Clear the pods of an attempt that has ended (requeued, finished, orphaned) on ``cluster``: the ones that no
     longer run are deleted, the ones that still run are evicted through the Eviction API. A refusal (a
     PodDisruptionBudget) is recorded on the job once per pod and left running; the reconciler asks again on its
-    next run, for as long as the pods are there. Never a live attempt on the cluster it is bound to."""
+    next run, for as long as the pods are there. Never a live attempt on the cluster it is bound to. ``failed``:
+    the attempt ended because a pod failed (its own PodDisruptionBudget goes first)."""
     job = Job.objects.select_related("cluster", "department", "flavor", "owner").filter(pk=job_id).first()
     if job is not None and job.attempt == attempt:
         if job.state == JobState.QUEUED:
@@ -237,7 +238,7 @@ def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None =
         cluster = clusters.cluster_of(job).name if job is not None else clusters.default_cluster().name
     if job is None or job.attempt != attempt or clusters.cluster_of(job).name == cluster:
         logs.keep_attempt_log(job_id=job_id, attempt=attempt)
-    outcome = get_backend(cluster).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+    outcome = get_backend(cluster).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, failed=failed)
     if outcome.status != "blocked":
         return "removed"
     pod = outcome.pods[0] if outcome.pods else ""

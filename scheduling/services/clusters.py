@@ -507,7 +507,7 @@ def attempt_failed(*, job: Job, pods: list[PodState], pod: PodState) -> str | No
         # once they no longer run, evicted while they do (a team's PodDisruptionBudget still holds). A retry
         # clears them inside ``retry``.
         dispatch.after_commit("scheduling.pods.remove", job.pk, attempt, namespace_for(job.department.slug, ran_on),
-                              ran_on.name)
+                              ran_on.name, True)
     return outcome
 
 
@@ -542,7 +542,7 @@ def retry(*, job: Job, pod: PodState, decision: retries.RetryDecision) -> bool:
         notify.job_retried(job=job, cause=decision.cause, message=decision.detail, backoff_s=decision.backoff_s)
         budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
         dispatch.after_commit("scheduling.pods.remove", job.pk, old_attempt,
-                              namespace_for(job.department.slug, ran_on), ran_on.name)
+                              namespace_for(job.department.slug, ran_on), ran_on.name, True)
         enqueue_pod_creation(job)
     return True
 

@@ -489,3 +489,16 @@ def test_a_retried_gang_gets_a_new_service_and_new_names(kube, lab, submit, go):
     assert gang.state == JobState.ADMITTED and (ns(gang), pod_name(gang, attempt=2)) in kube.services
     env = {e["name"]: e["value"] for e in kube.pod(ns(gang), pod_name(gang, 2, 1))["spec"]["containers"][0]["env"]}
     assert env["PORTAL_ATTEMPT"] == "2" and env["MASTER_ADDR"] == f"job-{gang.pk}-a2-0.job-{gang.pk}-a2"
+
+
+def test_a_failed_gang_with_its_own_budget_still_frees_its_peers(kube, lab, submit, go):
+    # pdb_min_available = pods: once a rank failed, that budget would allow no eviction of the others, ever
+    gang = go(submit, lab.bob, gpus=2, pods=2, name="ddp", pdb_min_available=2)
+    started(kube, go, gang)
+    assert (ns(gang), pod_name(gang)) in kube.pdbs
+    kube.terminate(ns(gang), pod_name(gang, index=1), exit_code=1)
+    go(sync_cluster)
+    gang.refresh_from_db()
+    assert gang.state == JobState.FAILED
+    assert kube.pod(ns(gang), pod_name(gang, index=0))["metadata"].get("deletionTimestamp")
+    assert (ns(gang), pod_name(gang)) not in kube.pdbs

@@ -62,7 +62,7 @@ from .podspec import (
     ungate_patch,
     validate_podset,
 )
-from .rendezvous import delete_service, ensure_service
+from .rendezvous import delete_own_budget, delete_service, ensure_service
 from .status import pod_state
 
 log = logging.getLogger(__name__)
@@ -680,12 +680,16 @@ class KubernetesBackend(ClusterBackend):
         return EvictionOutcome("gone", pods=tuple(gone))
 
     @_mapped
-    def remove_pods(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str, failed: bool = False) -> EvictionOutcome:
         """Clear an ended attempt's pods without bypassing a PodDisruptionBudget: a pod that no longer runs
         (finished, terminating, or never bound to a node) is deleted; one that still runs is evicted through
         the Eviction API, in index order, stopping at the first refusal (429, or the 500 of a pod under several
         PDBs), which is reported ``blocked`` with ``partial`` when other pods already went. The attempt's own
-        PDB is deleted only once no pod of it is left running, so it guards its pods until then."""
+        PDB is deleted only once no pod of it is left running, so it guards its pods until then; except for an
+        attempt that ``failed`` (one of its pods did): its own PDB guarded a run that is over, and counting the
+        failed pod out it would allow no eviction ever, so it goes first (other people's PDBs still hold)."""
+        if failed:
+            delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
         pods = self._attempt_pods(namespace, job_id, attempt)
         removed: list[str] = []
         for index in sorted(pods):

@@ -1,5 +1,5 @@
 """A gang's headless Service (its pods' DNS subdomain, docs/workloads.md "Multi-node training"): created with the
-attempt, before its pods, and deleted with them. Both calls are idempotent: a Service that exists already is
+attempt, before its pods, and deleted with them; and the own PodDisruptionBudget of an attempt that failed. Both calls are idempotent: a Service that exists already is
 adopted when it is this attempt's (409), one that is gone already is fine (404)."""
 
 from __future__ import annotations
@@ -39,6 +39,16 @@ def delete_service(backend: Any, *, job_id: int, attempt: int, namespace: str) -
     """Delete the attempt's headless Service, if it has one."""
     try:
         backend.call.json(backend.core.delete_namespaced_service, attempt_base_name(job_id, attempt), namespace)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def delete_own_budget(backend: Any, *, job_id: int, attempt: int, namespace: str) -> None:
+    """Delete the attempt's own PodDisruptionBudget (``pdb_min_available``), if it has one."""
+    try:
+        backend.call.json(backend.policy.delete_namespaced_pod_disruption_budget, attempt_base_name(job_id, attempt),
+                          namespace)
     except ApiError as exc:
         if exc.status != 404:
             raise
