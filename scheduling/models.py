@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -233,6 +233,13 @@ class Job(models.Model):
     mounts = models.JSONField(default=list, blank=True)
     checkpoint = models.JSONField(default=dict, blank=True)
     shm_mb = models.PositiveIntegerField(default=0)
+    # Retries (scheduling/core/retries.py): how many times a failed attempt may be retried, and the exit codes
+    # that ask for it; platform failures are retried without asking. ``retries``: made so far; ``not_before``:
+    # the queued retry's back-off ends then (the engine keeps it out of admission until that instant).
+    max_retries = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(10)])
+    retry_on_exit_codes = models.JSONField(default=list, blank=True)
+    retries = models.PositiveIntegerField(default=0)
+    not_before = models.DateTimeField(null=True, blank=True)
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     reason_code = models.CharField(max_length=40, blank=True)
@@ -332,11 +339,12 @@ class AttemptLogQuerySet(TenantQuerySet):
 
 
 class AttemptLog(models.Model):
-    """The tail of one attempt's log, kept when the attempt ends (its pods, and the cluster's copy of the
+    """The tail of one pod's log of one attempt, kept when the attempt ends (its pods, and the cluster's copy of the
     log, go soon after). At most LOG_KEEP_KB of the end of the log; deleted LOG_RETENTION_DAYS after."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="logs")
     attempt = models.PositiveIntegerField()
+    pod = models.PositiveIntegerField(default=0)  # the pod's index in its gang
     text = models.TextField(blank=True)
     truncated = models.BooleanField(default=False)  # the log was longer than what was kept
     kept_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -344,11 +352,12 @@ class AttemptLog(models.Model):
     objects = AttemptLogQuerySet.as_manager()
 
     class Meta:
-        ordering = ["job", "attempt"]
-        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="attemptlog_unique_job_attempt")]
+        ordering = ["job", "attempt", "pod"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt", "pod"],
+                                               name="attemptlog_unique_job_attempt_pod")]
 
     def __str__(self) -> str:
-        return f"log of job {self.job_id} attempt {self.attempt}"
+        return f"log of job {self.job_id} attempt {self.attempt} pod {self.pod}"
 
 
 # Upper bounds (seconds) of the wait-time histogram's bins; the last bin has no upper bound.
@@ -523,6 +532,7 @@ class SimPod(models.Model):
     node = models.CharField(max_length=253, blank=True)
     phase = models.CharField(max_length=12, default="Pending")
     reason = models.CharField(max_length=40, blank=True)
+    message = models.CharField(max_length=500, blank=True)  # what the kubelet says with the reason
     exit_code = models.IntegerField(null=True, blank=True)
     runtime_s = models.FloatField(default=3600)
     created_at = models.DateTimeField(default=timezone.now)

@@ -86,9 +86,10 @@ def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None =
 
 
 @shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)
-def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
-    """Clear the pods of an attempt that has ended, through the Eviction API where they still run."""
-    return pods.remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster)
+def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None, failed: bool = False) -> str:
+    """Clear the pods of an attempt that has ended, through the Eviction API where they still run. ``failed``:
+    the attempt ended because a pod failed (its own PodDisruptionBudget goes first)."""
+    return pods.remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster, failed=failed)
 
 
 @shared_task(name="scheduling.pods.keep_log", time_limit=120, soft_time_limit=100, ignore_result=True)

@@ -47,8 +47,12 @@ IMAGE_RE = re.compile(
 IMAGE_NAME_MAX = 255  # the grammar's limit on the name part
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 ENV_NAME_MAX = 128
-RESERVED_ENV_PREFIXES = ("KUBERNETES_", "NVIDIA_")
-RESERVED_ENV_NAMES = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "PORTAL_CHECKPOINT_DIR"}
+RESERVED_ENV_PREFIXES = ("KUBERNETES_", "NVIDIA_", "PORTAL_")
+# The rendezvous the portal gives every pod of a gang (docs/workloads.md, "Multi-node training"); PORTAL_* names
+# (the checkpoint directory, the job id, the attempt, ranks) are the portal's too.
+RESERVED_ENV_NAMES = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                      "RANK", "NODE_RANK"}
+MAX_RETRIES = 10
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 MAX_COMMAND_ITEMS = 256
 MAX_COMMAND_BYTES = 32 * 1024
@@ -174,6 +178,12 @@ class JobSubmitSerializer(StrictSerializer):
     )
     pdb_min_available = StrictIntegerField(min_value=1, max_value=64, required=False, allow_null=True,
                                            default=None)
+    max_retries = StrictIntegerField(min_value=0, max_value=MAX_RETRIES, required=False, default=0,
+                                     help_text="times a failed attempt may be retried (platform failures are "
+                                     "retried without asking; docs/workloads.md)")
+    retry_on_exit_codes = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=255), required=False, default=list, max_length=32,
+        help_text="exit codes of the main container that ask for a retry (137: also out of memory)")
     cluster_selector = serializers.DictField(
         child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict,
         help_text="cluster labels the job requires, e.g. {\"data\": \"campus\"}: only clusters with all of them")
@@ -296,10 +306,19 @@ class JobSubmitSerializer(StrictSerializer):
             )
         return value
 
+    def validate_retry_on_exit_codes(self, value):
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError("List each exit code once.", code="duplicate")
+        return sorted(value)
+
     def validate(self, attrs):
         if attrs.get("pdb_min_available") is not None and attrs["pdb_min_available"] > attrs.get("pods", 1):
             raise serializers.ValidationError(
                 {"pdb_min_available": ["Cannot exceed the number of pods."]}, code="invalid")
+        if attrs.get("retry_on_exit_codes") and not attrs.get("max_retries"):
+            raise serializers.ValidationError(
+                {"retry_on_exit_codes": ["Set max_retries too: without it no exit code is retried."]},
+                code="invalid")
         return attrs
 
 
@@ -356,7 +375,8 @@ class JobSerializer(serializers.ModelSerializer):
             "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
             "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
-            "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "attempt",
+            "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries",
+            "retry_on_exit_codes", "retries", "attempt",
             "cluster", "placement", "borrowed", "price", "exit_code", "preemption_count", "submitted_at",
             "admitted_at", "started_at", "finished_at",
         ]

@@ -252,7 +252,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         parameters=[OpenApiParameter("tail", int, description="Last N lines (default 200, max 5000)"),
                     OpenApiParameter("follow", bool, description="Stream new lines as they come (live attempt)"),
                     OpenApiParameter("attempt", int, description="Which attempt (default: the current one); "
-                                     "an ended attempt's log is the tail kept when it ended")],
+                                     "an ended attempt's log is the tail kept when it ended"),
+                    OpenApiParameter("pod", int, description="Which pod of a gang, by index (default 0)")],
         responses={(200, "text/plain"): OpenApiTypes.STR},
     )
     @action(detail=True, methods=["get"])
@@ -270,13 +271,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                       "message": f"This job has attempts 1 to {job.attempt}."}]
         except ValueError:
             fields["attempt"] = [{"code": "invalid", "message": "An integer is required."}]
+        try:
+            pod = int(request.query_params.get("pod", 0))
+            if not 0 <= pod < job.pods:
+                fields["pod"] = [{"code": "invalid", "message": f"This job has pods 0 to {job.pods - 1}."}]
+        except ValueError:
+            fields["pod"] = [{"code": "invalid", "message": "An integer (the pod's index) is required."}]
         if fields:
             raise ValidationFailed(fields=fields)
         follow = request.query_params.get("follow") in ("1", "true", "yes")
         from scheduling.backends.base import BackendError
 
         try:
-            lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow)
+            lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow, pod=pod)
         except BackendError as exc:  # no pod yet, not started, kubelet silent, API down: say so, never a 500
             raise LogsUnavailable(f"The job's logs are unavailable right now: {exc}") from exc
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),

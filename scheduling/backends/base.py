@@ -199,11 +199,12 @@ class ClusterBackend(abc.ABC):
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
         """Delete the attempt's pods (cancellation by the job's owner or an admin). Missing pods are fine."""
 
-    def remove_pods(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str, failed: bool = False) -> EvictionOutcome:
         """Clear the pods of an attempt that has ended (requeued, failed, orphaned) without bypassing a
         PodDisruptionBudget: pods that no longer run are deleted, pods that still run go through the Eviction
-        API (a 429 stops there and is reported ``blocked``, for the caller to ask again later). Backends
-        without disruption budgets simply delete."""
+        API (a 429 stops there and is reported ``blocked``, for the caller to ask again later). ``failed``: one
+        of its pods failed (the attempt's own budget, if any, no longer guards anything). Backends without
+        disruption budgets simply delete."""
         self.delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
         return EvictionOutcome("gone")
 
@@ -223,9 +224,10 @@ class ClusterBackend(abc.ABC):
         return tuple(p for p in self.inventory().pods if p.job_id == job_id and p.attempt == attempt)
 
     def logs(
-        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False
+        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False,
+        pod: int = 0,
     ) -> Iterator[str]:
-        """Lines of the attempt's first pod's log."""
+        """Lines of the log of the attempt's pod of index ``pod`` (0: the first)."""
         return iter(())
 
     def budget_coverage(self) -> BudgetCoverage | None:

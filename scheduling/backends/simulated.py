@@ -145,11 +145,21 @@ class SimulatedBackend(ClusterBackend):
         )
         return EvictionOutcome("accepted", pods=names)
 
+    def fail_pod(self, *, job_id: int, attempt: int, index: int, exit_code: int | None = 1, reason: str = "Error",
+                 message: str = "") -> int:
+        """The simulated kubelet sees pod ``index`` of the attempt fail now (an exit code, ``OOMKilled``,
+        ``Evicted``, ``ImagePullBackOff`` with a registry's message ...): what tests and the demo use to drive
+        a failure. Returns how many pods it failed (0: no such running or pending pod)."""
+        return SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=index,
+                                     phase__in=("Pending", "Running")).update(
+            phase="Failed", reason=reason, message=message[:500], exit_code=exit_code, finished_at=timezone.now(),
+            log=Concat(F("log"), Value(f"{message or reason}\n")))
+
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
         SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt).delete()
 
-    def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False) -> Iterator[str]:
-        pod = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt).order_by("index").first()
+    def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False, pod=0) -> Iterator[str]:
+        pod = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=pod).first()
         if pod is None:
             return iter(())
         lines = pod.log.splitlines()
@@ -181,6 +191,7 @@ def _state(p) -> PodState:
         node=p.node or None,
         exit_code=p.exit_code if p.phase == "Failed" else (0 if p.phase == "Succeeded" else None),
         reason=p.reason,
+        message=p.message,
         started_at=p.started_at.timestamp() if p.started_at else None,
         finished_at=p.finished_at.timestamp() if p.finished_at else None,
     )

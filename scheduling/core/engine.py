@@ -128,6 +128,8 @@ class Cycle:
         for job in still:
             code, message, detail = self.reasons[job.id]
             est = None if code in NO_ESTIMATE else estimates.get(job.id)
+            if code == reasons.RETRY_BACKOFF:  # never before the back-off ends, later if capacity says so
+                est = job.not_before if est is None else max(est, job.not_before)
             if tier_rank(job.tier) == REALTIME:
                 target = job.submitted_at + self.policy.realtime_start_target_s
                 detail["start_target"] = target
@@ -177,6 +179,9 @@ class Cycle:
     def consider(self, job: PendingJob) -> Outcome:
         """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
         quota and the capacity."""
+        if job.not_before is not None and self.now < job.not_before:
+            return self.pend(job, reasons.RETRY_BACKOFF, {"not_before": job.not_before, "attempt": job.attempt},
+                             f"attempt {job.attempt} may start in {duration_text(job.not_before - self.now)}")
         found = self.job_pools(job)
         if isinstance(found, Waiting):
             return found

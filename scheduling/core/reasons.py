@@ -27,6 +27,8 @@ CLUSTERS_UNAVAILABLE = "clusters_unavailable"  # every matching cluster is cordo
 DATA_SOURCE_UNAVAILABLE = "data_source_unavailable"
 # the department's namespace quota (a Kubernetes ResourceQuota) refused a request this size on every open cluster
 NAMESPACE_QUOTA = "namespace_quota"
+# a failed attempt is retried: the next one waits out its back-off before it may be admitted
+RETRY_BACKOFF = "retry_backoff"
 
 # Detail keys of the cluster reasons: the selector asked for, the clusters that match it (and their states),
 # the clusters that do not, and the cluster each capacity or quota wait is about.
@@ -60,4 +62,5 @@ CODES: dict[str, str] = {
     DATA_SOURCE_UNAVAILABLE: "No cluster the job may run on has every data source it mounts.",
     NAMESPACE_QUOTA: "The department's namespace quota on the cluster refused a request this large; waiting "
                      "until the quota changes.",
+    RETRY_BACKOFF: "The job's previous attempt failed and is retried after a back-off.",
 }

@@ -118,6 +118,8 @@ class PendingJob:
     # The data sources the job mounts, each with the clusters where its department may mount it as asked: the
     # job may run only on a cluster that has all of them (empty: no sources, any cluster).
     data_sources: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # A retried attempt waits out its back-off: not admitted (nor reserved for) before this instant.
+    not_before: float | None = None
 
     @property
     def gpus(self) -> int:

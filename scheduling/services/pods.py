@@ -187,7 +187,8 @@ def delete_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | Non
     return "deleted"
 
 
-def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | None = None,
+                failed: bool = False) -> str:
     """Clear the pods of an attempt that has ended (requeued, finished, orphaned) on ``cluster``: the ones that no
     longer run are deleted, the ones that still run are evicted through the Eviction API. A refusal (a
     PodDisruptionBudget) is recorded on the job once per pod and left running; the reconciler asks again on its
@@ -198,7 +199,7 @@ def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | Non
         return "live"
     if job is None or job.attempt != attempt or clusters.cluster_of(job).name == target:
         logs.keep_attempt_log(job_id=job_id, attempt=attempt)
-    outcome = get_backend(target).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+    outcome = get_backend(target).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, failed=failed)
     if outcome.status != "blocked":
         return "removed"
     pod = outcome.pods[0] if outcome.pods else ""

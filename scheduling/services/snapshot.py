@@ -251,6 +251,7 @@ def pending_job(j: Job, *, hold: int, data_sources: tuple = ()) -> core.PendingJ
         cluster_selector=label_pairs(j.cluster_selector),
         cluster_preference=label_pairs(j.cluster_preference),
         data_sources=data_sources,
+        not_before=to_epoch(j.not_before),
     )
 
 

@@ -264,12 +264,22 @@ def _log_attempt(request, job) -> int:
     return min(max(attempt, 1), job.attempt)
 
 
-def _log_text(job, attempt) -> tuple[str, str, str]:
-    """(text, source, error) of an attempt's log for a page: never raises for a cluster that cannot answer."""
+def _log_pod(request, job) -> int:
+    """The pod of a gang whose log is shown (its index; out of range: the nearest)."""
+    try:
+        pod = int(request.GET.get("pod", 0))
+    except ValueError:
+        pod = 0
+    return min(max(pod, 0), job.pods - 1)
+
+
+def _log_text(job, attempt, pod: int = 0) -> tuple[str, str, str]:
+    """(text, source, error) of a pod's log of an attempt for a page: never raises for a cluster that cannot
+    answer."""
     from scheduling.backends.base import BackendError
 
     try:
-        lines, source = attempt_log_lines(job=job, attempt=attempt, tail=LOG_PAGE_LINES)
+        lines, source = attempt_log_lines(job=job, attempt=attempt, tail=LOG_PAGE_LINES, pod=pod)
         return "\n".join(line.rstrip("\n") for line in lines), source, ""
     except BackendError as exc:
         return "", "live", f"The log is unavailable right now: {exc}"
@@ -280,11 +290,12 @@ def job_logs(request, pk: int):
     """A job's log as a page: the attempt chosen from the job's attempts, followed while it runs."""
     job = Job.objects.select_related("department", "cluster", "flavor").get_or_404(
         request.user, CHANGE, message=LOGS_FORBIDDEN, pk=pk)
-    attempt = _log_attempt(request, job)
-    text, source, error = _log_text(job, attempt)
-    kept = job.logs.filter(attempt=attempt).only("truncated", "kept_at").first()
+    attempt, pod = _log_attempt(request, job), _log_pod(request, job)
+    text, source, error = _log_text(job, attempt, pod)
+    kept = job.logs.filter(attempt=attempt, pod=pod).only("truncated", "kept_at").first()
     return render(request, "scheduling/logs.html", {
-        "job": job, "attempt": attempt, "attempts": range(job.attempt, 0, -1), "text": text, "source": source,
+        "job": job, "attempt": attempt, "attempts": range(job.attempt, 0, -1), "pod": pod,
+        "pods": range(job.pods), "text": text, "source": source,
         "error": error, "live": is_live(job, attempt), "kept": kept, "keep_kb": settings.LOG_KEEP_KB,
         "retention_days": settings.LOG_RETENTION_DAYS,
     })
@@ -295,8 +306,8 @@ def job_log_text(request, pk: int):
     """The log text alone, for following a live attempt: an ETag of the text, 304 when it has not changed."""
     job = Job.objects.select_related("department", "cluster").get_or_404(
         request.user, CHANGE, message=LOGS_FORBIDDEN, pk=pk)
-    attempt = _log_attempt(request, job)
-    text, _source, error = _log_text(job, attempt)
+    attempt, pod = _log_attempt(request, job), _log_pod(request, job)
+    text, _source, error = _log_text(job, attempt, pod)
     body = error or text
     etag = '"' + hashlib.sha256(f"{is_live(job, attempt)}:{body}".encode()).hexdigest()[:32] + '"'
     if request.headers.get("If-None-Match") == etag:

@@ -181,6 +181,21 @@ def test_logs_and_quote(gpup, lab, submit, job_file):
     assert json.loads(gpup("quote", "-f", job_file(), "--json").stdout)["estimated_cost"] == 6000
 
 
+def test_logs_of_another_pod_of_a_gang(gpup, lab, submit):
+    from scheduling.models import SimPod
+
+    job = submit(lab.alice, command=["python", "train.py"], pods=2, gpus=1)
+    run_cycle()
+    SimPod.objects.filter(job_id=job.pk, index=1).update(log="rank 1 here\n")
+    finish_pods()
+    assert gpup("logs", "--pod", "1", job.pk).stdout == "rank 1 here\ndone\n"
+    assert gpup("logs", job.pk).stdout == "$ python train.py\ndone\n"
+    result = gpup("logs", "--pod", "2", job.pk)  # the job has pods 0 and 1
+    assert result.exit_code == 2 and "pod: This job has pods 0 to 1." in result.stderr
+    result = gpup("logs", "--pod", "-1", job.pk)
+    assert result.exit_code == 2 and "--pod" in result.stderr
+
+
 def test_login_stores_a_private_config_that_later_commands_use(gpup, live_server, lab, token_for, tmp_path):
     config = tmp_path / "config.toml"
     result = gpup("login", "--url", live_server.url, "--token", "gpp_1_wrong", env={"GPU_PORTAL_TOKEN": ""})

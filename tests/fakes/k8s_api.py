@@ -27,6 +27,10 @@ the profile's list (``nfs``, ``hostPath``, ...)       csi, secret, configMap, pr
 pod mounts a claim its namespace does not have        201, then the pod stays Pending: ``PodScheduled=False``
                                                       and a ``FailedScheduling`` event ``persistentvolumeclaim
                                                       "x" not found`` (volume binding runs at scheduling)
+Service name taken in the namespace                   409 ``AlreadyExists``
+Service not headless (``clusterIP`` not ``"None"``)   422 (the fake allocates no cluster IPs: it serves the
+  or without a selector, or a bad port                headless Services gangs use, and refuses the rest)
+pod ``hostname`` / ``subdomain`` not a DNS-1123 label  422
 ====================================================  ======================================================
 
 Quota: admission charges ``status.used`` of every ResourceQuota of the namespace when it admits a create, as
@@ -99,8 +103,11 @@ LIST_KINDS = {
     "persistentvolumeclaims": ("PersistentVolumeClaimList", "v1"),
     "storageclasses": ("StorageClassList", "storage.k8s.io/v1"),
     "events": ("EventList", "v1"),
+    "services": ("ServiceList", "v1"),
 }
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 MUTABLE_POD_SPEC_FIELDS = {"activeDeadlineSeconds", "tolerations", "schedulingGates", "affinity", "nodeSelector"}
 
 
@@ -234,6 +241,7 @@ class FakeKube:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.priority_classes: dict[str, dict[str, Any]] = {}
         self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.storage_classes: dict[str, dict[str, Any]] = {}
@@ -373,6 +381,11 @@ class FakeKube:
         ("POST", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "create_pdb"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "get_pdb"),
         ("DELETE", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "delete_pdb"),
+        ("GET", r"/api/v1/services", "list_services"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/services", "list_services"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/services", "create_service"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<name>[^/]+)", "get_service"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<name>[^/]+)", "delete_service"),
     ]
 
     def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Response:
@@ -642,6 +655,10 @@ class FakeKube:
             errors.append("spec.schedulingGates: Duplicate value")
         if gates and spec.get("nodeName"):
             errors.append("spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared")
+        for key in ("hostname", "subdomain"):
+            value = spec.get(key)
+            if value is not None and not (isinstance(value, str) and DNS1123_LABEL.match(value)):
+                errors.append(f'spec.{key}: Invalid value: "{value}": a lowercase RFC 1123 label (up to 63)')
         if spec.get("restartPolicy") not in ("Always", "OnFailure", "Never"):
             errors.append(f"spec.restartPolicy: Unsupported value: {spec.get('restartPolicy')!r}")
         return errors
@@ -971,6 +988,72 @@ class FakeKube:
             raise not_found("poddisruptionbudgets.policy", name)
         del self.pdbs[(ns, name)]
         return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    # ================================================================ services (headless only)
+
+    def _list_services(self, *, query: dict[str, str], ns: str | None = None, **_: Any) -> Response:
+        return self._list("services", list(self.services.values()), query, GENERIC_FIELDS,
+                          lambda o: ns is None or o["metadata"]["namespace"] == ns)
+
+    def _create_service(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        if not isinstance(body, dict) or body.get("kind", "Service") != "Service":
+            raise ApiFailure(400, "BadRequest", "the body is not a Service")
+        name = (body.get("metadata") or {}).get("name") or ""
+        spec = body.get("spec") or {}
+        errors = []
+        if not DNS1035_LABEL.match(name):
+            errors.append(f'metadata.name: Invalid value: "{name}": a DNS-1035 label (starts with a letter)')
+        if spec.get("clusterIP") != "None":
+            errors.append(f'spec.clusterIP: Invalid value: "{spec.get("clusterIP")}": this fake serves headless '
+                          'Services only (clusterIP "None")')
+        selector = spec.get("selector")
+        if not isinstance(selector, dict) or not selector:
+            errors.append("spec.selector: Required value: a headless Service of pods selects them")
+        for i, port in enumerate(spec.get("ports") or []):
+            number = port.get("port")
+            if not isinstance(number, int) or not 1 <= number <= 65535:
+                errors.append(f"spec.ports[{i}].port: Invalid value: {number!r}: must be between 1 and 65535")
+        if errors:
+            raise invalid("services", name, errors)
+        if (ns, name) in self.services:
+            raise ApiFailure(409, "AlreadyExists", f'services "{name}" already exists', kind="services", name=name)
+        obj = copy.deepcopy(body)
+        self._stamp_new(obj, ns)
+        obj["spec"].setdefault("type", "ClusterIP")
+        obj["spec"]["clusterIPs"] = ["None"]
+        self.services[(ns, name)] = obj
+        return Response(201, copy.deepcopy(obj))
+
+    def _get_service(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.services:
+            raise not_found("services", name)
+        return Response(200, copy.deepcopy(self.services[(ns, name)]))
+
+    def _delete_service(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.services:
+            raise not_found("services", name)
+        del self.services[(ns, name)]
+        return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    def service_endpoints(self, ns: str, name: str) -> list[str]:
+        """The DNS names the Service publishes (``<hostname>.<service>``): its selected pods whose subdomain is
+        the Service, ready or not when it publishes not-ready addresses (as the endpoints controller does)."""
+        with self.lock:
+            svc = self.services.get((ns, name))
+            if svc is None:
+                return []
+            spec = svc["spec"]
+            out = []
+            for (pns, _), pod in sorted(self.pods.items()):
+                if pns != ns or not match_labels_selector({"matchLabels": spec["selector"]}, _labels(pod)):
+                    continue
+                if pod["spec"].get("subdomain") != name or not pod["spec"].get("hostname"):
+                    continue
+                if spec.get("publishNotReadyAddresses") or _pod_healthy(pod):
+                    out.append(f"{pod['spec']['hostname']}.{name}")
+            return out
 
     # ================================================================ scheduler / kubelet helpers (tests only)
 
@@ -1448,7 +1531,10 @@ class FakeKube:
 
     def autopilot(self, stop: threading.Event, *, log_line: str = "", every_s: float = 0.1) -> threading.Thread:
         """A stand-in kube-scheduler + kubelet in a thread, until ``stop``: every ungated pending pod is
-        scheduled as :meth:`schedule` does, and a bound one is started (with ``log_line`` in its log)."""
+        scheduled as :meth:`schedule` does, and a bound one is started (with ``log_line`` in its log). A pod whose
+        main command is ``sh -c "exit N"``, or ``sh -c '[ "$VAR" = "value" ] && exit N; ...'`` with VAR=value in
+        its environment, then ends at once with exit code N (a real kubelet would run it; this one runs
+        nothing else)."""
 
         def loop() -> None:
             while not stop.is_set():
@@ -1462,6 +1548,9 @@ class FakeKube:
                             self.run(ns, name)
                             if log_line:
                                 self.append_log(ns, name, log_line)
+                            code = _exit_command(self.pods.get((ns, name)))
+                            if code is not None:  # the one command this kubelet runs: it exits at once
+                                self.terminate(ns, name, exit_code=code)
                     except SchedulingError:
                         pass
                 stop.wait(every_s)
@@ -1477,6 +1566,27 @@ class FakeKube:
 
 
 # ==================================================================== rules as functions
+
+
+_EXIT = re.compile(r"exit ([0-9]{1,3})")
+_EXIT_IF = re.compile(r'\[ "\$([A-Za-z_][A-Za-z0-9_]*)" = "([^"]*)" \] && exit ([0-9]{1,3})(?:;.*)?', re.S)
+
+
+def _exit_command(pod: dict[str, Any] | None) -> int | None:
+    """The exit code of a pod whose first container's command is ``sh -c "exit N"``, or ``sh -c '[ "$VAR" =
+    "value" ] && exit N; ...'`` with VAR=value in its environment (one rank of a gang failing); else None."""
+    containers = ((pod or {}).get("spec") or {}).get("containers") or [{}]
+    command = containers[0].get("command") or []
+    if command[:2] != ["sh", "-c"] or len(command) != 3:
+        return None
+    match = _EXIT.fullmatch(command[2])
+    if match:
+        return int(match.group(1))
+    match = _EXIT_IF.fullmatch(command[2])
+    env = {e.get("name"): e.get("value") for e in containers[0].get("env") or []}
+    if match and env.get(match.group(1)) == match.group(2):
+        return int(match.group(3))
+    return None
 
 
 def _int_or_percent(value: Any, total: int) -> int:

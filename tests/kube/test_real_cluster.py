@@ -474,3 +474,88 @@ def test_dev_shm_is_a_sized_memory_volume_counted_in_the_memory_request(backend,
     if not NO_EXEC:  # the tmpfs is the size asked for (Kubernetes >= 1.22 sizes memory-backed volumes)
         [line] = _log(backend, ps, "/dev/shm")
         assert int(line.split()[1]) == 16 * 1024, line
+
+
+# ------------------------------------------------------------------------------------------- multi-node jobs
+
+# Rank 1 of a gang exits with CODE at once; the other ranks run (a collective that would wait for it forever).
+RANK_1_FAILS = '[ "$NODE_RANK" = "1" ] && exit {code}; echo rank $NODE_RANK of $WORLD_SIZE; sleep 3600'
+
+
+def service_of(core, name):
+    try:
+        return core.read_namespaced_service(name, NS)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def env_of(pod):
+    return {e.name: e.value for e in pod.spec.containers[0].env or []}
+
+
+def test_a_gang_gets_a_headless_service_and_the_rank_environment(backend, core, node):
+    gang = podset(pods=2)
+    backend.start(gang, (node, node))
+    base = f"job-{gang.job_id}-a1"
+    svc = service_of(core, base)
+    assert svc is not None and svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses is True
+    assert svc.spec.selector == {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/job-id": str(gang.job_id),
+                                 "gpu-portal.io/attempt": "1"}
+    for i in range(2):
+        pod = wait_for(lambda i=i: (p := read(core, gang.pod_name(i))).status.phase == "Running" and p,
+                       what=f"pod {i} Running")  # the restricted namespace admitted it
+        assert (pod.spec.hostname, pod.spec.subdomain) == (gang.pod_name(i), base)
+        env = env_of(pod)
+        assert env["MASTER_ADDR"] == f"{gang.pod_name(0)}.{base}" and env["MASTER_PORT"] == "29500"
+        assert (env["WORLD_SIZE"], env["NODE_RANK"], env["RANK"]) == ("2", str(i), str(i))
+        assert env["PORTAL_JOB_ID"] == str(gang.job_id) and env["PORTAL_ATTEMPT"] == "1"
+    backend.remove_pods(job_id=gang.job_id, attempt=1, namespace=NS)
+    assert service_of(core, base) is None
+
+
+def _failed_rank(backend, gang):
+    """The attempt's states once rank 1 has failed (as the portal's sync reads them)."""
+    return wait_for(lambda: next((s for s in backend.attempt_pods(job_id=gang.job_id, attempt=gang.attempt,
+                                                                     namespace=NS) if s.phase == "Failed"), None),
+                    what="rank 1 failed")
+
+
+def test_one_failed_rank_ends_the_gang_and_its_peer_is_removed(backend, core, node):
+    from scheduling.core.retries import FailedPod, decide
+
+    gang = podset(pods=2, command=("sh", "-c", RANK_1_FAILS.format(code=1)))
+    backend.start(gang, (node, node))
+    failed = _failed_rank(backend, gang)
+    assert (failed.index, failed.exit_code) == (1, 1)
+    decision = decide(FailedPod(failed.index, failed.reason, failed.exit_code, failed.message), max_retries=0,
+                      retry_on_exit_codes=(), retries_done=0)
+    assert not decision.retry  # the job fails
+    wait_for(lambda: read(core, gang.pod_name(0)).status.phase == "Running", what="rank 0 still running")
+    outcome = backend.remove_pods(job_id=gang.job_id, attempt=1, namespace=NS)
+    assert outcome.status == "accepted", outcome
+    peer = read(core, gang.pod_name(0))
+    assert peer.metadata.deletion_timestamp is not None  # it gives its node back
+    assert service_of(core, f"job-{gang.job_id}-a1") is None
+
+
+def test_a_listed_exit_code_is_retried_as_a_new_attempt(backend, core, node):
+    from scheduling.core.retries import FailedPod, decide
+
+    gang = podset(pods=2, command=("sh", "-c", RANK_1_FAILS.format(code=3)))
+    backend.start(gang, (node, node))
+    failed = _failed_rank(backend, gang)
+    decision = decide(FailedPod(failed.index, failed.reason, failed.exit_code, failed.message), max_retries=1,
+                      retry_on_exit_codes=(3,), retries_done=0)
+    assert decision.retry and decision.cause == "exit_code" and decision.backoff_s == 30
+    backend.remove_pods(job_id=gang.job_id, attempt=1, namespace=NS)
+    retried = replace(gang, attempt=2, command=("sh", "-c", "echo rank $NODE_RANK retried; sleep 3600"))
+    assert set(backend.start(retried, (node, node)).values()) == {"created"}
+    for i in range(2):
+        pod = wait_for(lambda i=i: (p := read(core, retried.pod_name(i))).status.phase == "Running" and p,
+                       what=f"attempt 2 pod {i} Running")
+        assert pod.metadata.name == f"job-{gang.job_id}-a2-{i}" and env_of(pod)["PORTAL_ATTEMPT"] == "2"
+    assert service_of(core, f"job-{gang.job_id}-a2") is not None
+    assert service_of(core, f"job-{gang.job_id}-a1") is None
+    backend.remove_pods(job_id=gang.job_id, attempt=2, namespace=NS)

@@ -23,6 +23,7 @@ from .podspec import (
     validate_podset,
 )
 from .quotas import NamespaceQuotas
+from .rendezvous import ensure_service
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         validate_podset(podset)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
+        ensure_service(self, podset)
         result: dict[str, str] = {}
         for index in range(podset.pods):
             manifest = pod_manifest(podset, index, cluster=self.name, tolerations=self.tolerations,
@@ -102,6 +104,7 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         existing = {} if fresh else self._attempt_pods(podset.namespace, podset.job_id, podset.attempt)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
+        ensure_service(self, podset)  # a gang's pods resolve each other through it from their first second
         gang = podset.pods > 1
         result: dict[str, str] = {}
         to_ungate: list[tuple[dict[str, Any] | None, int]] = []  # (pod as read, or None: created as we sent it)

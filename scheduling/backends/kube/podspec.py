@@ -42,6 +42,10 @@ NODE_NAME_FIELD = "metadata.name"
 
 PORTAL_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
+# The port of a gang's rendezvous (torchrun's c10d store, or the rank-0 process of a one-process-per-pod launcher)
+# on pod 0: what MASTER_PORT says and the headless Service names.
+RENDEZVOUS_PORT = 29500
+
 # By default the portal's pods tolerate the taint GPU node pools commonly carry (GKE, AKS, many operators).
 DEFAULT_TOLERATIONS: tuple[Mapping[str, Any], ...] = (
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -77,6 +81,54 @@ def pod_labels(podset: PodSet, index: int, *, cluster: str) -> dict[str, str]:
         LABEL_CLUSTER: label_value(cluster),
         LABEL_TASK_TYPE: label_value(podset.task_type),
         LABEL_URGENCY: label_value(podset.urgency),
+    }
+
+
+def service_name(podset: PodSet) -> str:
+    """The headless Service of a gang's attempt, which is also its pods' DNS subdomain."""
+    return attempt_base_name(podset.job_id, podset.attempt)
+
+
+def rendezvous_env(podset: PodSet, index: int) -> list[tuple[str, str]]:
+    """What torchrun, DeepSpeed and one-process-per-pod launchers read, for pod ``index`` of the attempt.
+
+    Every pod: ``PORTAL_JOB_ID``, ``PORTAL_ATTEMPT``. A gang's pods also: ``MASTER_ADDR`` (pod 0 by its stable
+    name in the Service's subdomain, resolvable in the namespace), ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK``
+    (pods and this pod's index: right for one process per pod; torchrun overrides both in the workers it
+    starts), ``NODE_RANK`` / ``PORTAL_NODE_RANK`` (the index), ``PORTAL_WORLD_SIZE`` (pods) and
+    ``PORTAL_NPROC_PER_NODE`` (the pod's GPUs: torchrun's ``--nproc-per-node``)."""
+    env = [("PORTAL_JOB_ID", str(podset.job_id)), ("PORTAL_ATTEMPT", str(podset.attempt))]
+    if podset.pods < 2:
+        return env
+    pods, rank = str(podset.pods), str(index)
+    return env + [
+        ("MASTER_ADDR", f"{podset.pod_name(0)}.{service_name(podset)}"),
+        ("MASTER_PORT", str(RENDEZVOUS_PORT)),
+        ("WORLD_SIZE", pods),
+        ("RANK", rank),
+        ("NODE_RANK", rank),
+        ("PORTAL_WORLD_SIZE", pods),
+        ("PORTAL_NODE_RANK", rank),
+        ("PORTAL_NPROC_PER_NODE", str(max(1, int(podset.gpus_per_pod)))),
+    ]
+
+
+def service_manifest(podset: PodSet) -> dict[str, Any]:
+    """The headless Service of a gang's attempt: no cluster IP (``clusterIP: None``), one DNS record per pod
+    (``<pod>.<service>``, as the pods' ``hostname`` and ``subdomain`` say), published before the pods are ready
+    so that the ranks find pod 0 while they start (rendezvous happens before any readiness)."""
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: str(podset.job_id), LABEL_ATTEMPT: str(podset.attempt)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service_name(podset), "namespace": podset.namespace, "labels": dict(labels)},
+        "spec": {
+            "clusterIP": "None",
+            "selector": dict(labels),
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT,
+                       "protocol": "TCP"}],
+        },
     }
 
 
@@ -212,7 +264,8 @@ def pod_manifest(
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": podset.image,
-        "env": [{"name": k, "value": v} for k, v in (*podset.env, *podset.workload.env)],
+        # The platform's variables last: submit validation keeps a job's own env from naming them.
+        "env": [{"name": k, "value": v} for k, v in (*podset.env, *podset.workload.env, *rendezvous_env(podset, index))],
         "resources": resources(podset),
         "securityContext": restricted_container_security_context(run_as_user),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -238,6 +291,9 @@ def pod_manifest(
     }
     if volumes:
         spec["volumes"] = volumes
+    if podset.pods > 1:  # a stable DNS name per pod, <pod>.<service>, through the gang's headless Service
+        spec["hostname"] = podset.pod_name(index)
+        spec["subdomain"] = service_name(podset)
     if podset.max_runtime_s and podset.max_runtime_s > 0:
         # The kubelet kills the pod (reason DeadlineExceeded) once it has run this long: a hard stop even if
         # the portal is down. Counted from the pod's start on the node, not from creation.

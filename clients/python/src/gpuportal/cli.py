@@ -402,10 +402,12 @@ def get(state: State, job_id):
 @click.argument("job_id", type=click.IntRange(min=1))
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.option("--tail", type=click.IntRange(1, 5000), default=200, show_default=True)
+@click.option("--pod", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which pod of a multi-node job, by index (0 is rank 0).")
 @command
-def logs(state: State, job_id, follow, tail):
-    """A job's log (its current attempt's first pod)."""
-    for line in state.client().logs(job_id, follow=follow, tail=tail):
+def logs(state: State, job_id, follow, tail, pod):
+    """A job's log (its current attempt's pod 0, or the one --pod names)."""
+    for line in state.client().logs(job_id, follow=follow, tail=tail, pod=pod):
         click.echo(json.dumps(line) if state.json else line)
 
 
