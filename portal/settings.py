@@ -206,6 +206,9 @@ CELERY_BEAT_SYNC_EVERY = 1
 SCHEDULING_BACKEND = str(ENV["SCHEDULING_BACKEND"])
 CYCLE_STALE_AFTER_S = float(ENV["CYCLE_STALE_AFTER_S"])
 SIM_SPEEDUP = float(ENV["SIM_SPEEDUP"])
+# The simulated cluster's clock (scheduling.backends.clock): None is real time. Not from the environment: the
+# tests set a ManualClock here so that their simulated pods move only when a test advances time.
+SIM_CLOCK = None
 KUBECONFIG = str(ENV["KUBECONFIG"])
 KUBE_NAMESPACE_TEMPLATE = str(ENV["KUBE_NAMESPACE_TEMPLATE"])
 KUBE_QPS = float(ENV["KUBE_QPS"])

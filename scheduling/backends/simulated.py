@@ -3,7 +3,9 @@
 It honours the same rules as a real cluster where they matter to the portal: pods are created gated with
 deterministic names (a duplicate create adopts the existing pod), an ungated pod starts on the node it was
 admitted to and runs for its job's declared max runtime (or ``SIM_DURATION_S`` from the job's env) divided
-by ``SIM_SPEEDUP``, an eviction ends it with reason ``Evicted``. ``advance()`` is the simulated kubelet.
+by ``SIM_SPEEDUP``, an eviction ends it with reason ``Evicted``. ``advance()`` is the simulated kubelet. Its
+time comes from ``self.clock`` (``clock.py``: real time, or the clock a test controls), never from the wall
+directly.
 
 Loaded only by ``scheduling.backends.get_backend``, once Django's apps are ready (so it may import models).
 """
@@ -20,7 +22,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
-from django.utils import timezone
 
 from scheduling.backends.base import (
     BackendError,
@@ -30,6 +31,7 @@ from scheduling.backends.base import (
     PodSet,
     PodState,
 )
+from scheduling.backends.clock import Clock, sim_clock
 from scheduling.core.types import Node as CoreNode
 from scheduling.models import Node, SimPod
 from workloads.values import SHM_PATH
@@ -37,14 +39,15 @@ from workloads.values import SHM_PATH
 
 class SimulatedBackend(ClusterBackend):
     owns_inventory = False  # its nodes are the Node table itself
-    def __init__(self, name: str = "default", speedup: float | None = None):
+    def __init__(self, name: str = "default", speedup: float | None = None, clock: Clock | None = None):
         self.name = name
         self.speedup = speedup or settings.SIM_SPEEDUP
+        self.clock = clock or sim_clock()
 
     # ------------------------------------------------------------------ kubelet
     def advance(self) -> int:
         """Finish every running pod whose (sped-up) runtime has elapsed. Returns how many finished."""
-        now = timezone.now()
+        now = self.clock.now()
         ended: dict[bool, list[int]] = {False: [], True: []}  # failed? -> pod ids
         for pk, started_at, runtime_s, exit_code in SimPod.objects.filter(
             cluster=self.name, phase="Running"
@@ -129,7 +132,7 @@ class SimulatedBackend(ClusterBackend):
                                                          name__in=podset.pod_names)}
         if len(pods) != podset.pods:
             raise BackendError(f"gang of job {podset.job_id}: {len(pods)}/{podset.pods} pods exist")
-        now = timezone.now()
+        now = self.clock.now()
         for i, name in enumerate(podset.pod_names):
             SimPod.objects.filter(pk=pods[name].pk, gated=True).update(
                 gated=False, node=placement[i], phase="Running", started_at=now
@@ -141,7 +144,7 @@ class SimulatedBackend(ClusterBackend):
         if not names:
             return EvictionOutcome("gone")
         pods.filter(phase__in=("Pending", "Running")).update(
-            phase="Failed", reason="Evicted", finished_at=timezone.now()
+            phase="Failed", reason="Evicted", finished_at=self.clock.now()
         )
         return EvictionOutcome("accepted", pods=names)
 
@@ -164,7 +167,7 @@ class SimulatedBackend(ClusterBackend):
             return iter(())
         lines = pod.log.splitlines()
         if pod.phase == "Running" and pod.started_at:
-            elapsed = (timezone.now() - pod.started_at).total_seconds() * self.speedup
+            elapsed = (self.clock.now() - pod.started_at).total_seconds() * self.speedup
             lines += [f"[sim] step {int(s)}: running" for s in range(0, int(elapsed), 60)][-tail_lines:]
         return iter(lines[-tail_lines:])
 
