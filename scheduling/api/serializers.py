@@ -26,6 +26,7 @@ from scheduling.models import (
     Urgency,
     label_problems,
 )
+from scheduling.selectors import queue_position
 
 # The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
 #   reference := name [ ":" tag ] [ "@" digest ];  name := [domain "/"] path-component ["/" path-component]*
@@ -348,8 +349,6 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
     def get_queue_position(self, job) -> int | None:
-        from scheduling.selectors import queue_position
-
         return queue_position(job=job)
 
 

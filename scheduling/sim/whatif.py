@@ -16,6 +16,7 @@ from scheduling.core import ClusterInfo, Snapshot
 from scheduling.core.types import DEFAULT_CLUSTER
 
 from . import metrics
+from .policies import Portal
 from .scenario import Department, FlavorQuota, NodeGroup, Scenario, SimOptions, make_policy, prepare
 from .simulator import simulate
 from .trace import TraceRow
@@ -62,8 +63,6 @@ def compare(
     preemptions and GPU-hours lost, and ``diff`` has proposed minus current for each of those numbers.
     Time compression is off: the history replays at its recorded arrival times.
     """
-    from .policies import Portal
-
     def scenario(q, pol):
         depts = {}
         for d, per in q.items():

@@ -21,6 +21,7 @@ from portal.forms import credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
+from scheduling.backends.base import BackendError
 from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, TemplateScope, Tier, Urgency
 from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
@@ -245,8 +246,6 @@ def _log_attempt(request, job) -> int:
 
 def _log_text(job, attempt) -> tuple[str, str, str]:
     """(text, source, error) of an attempt's log for a page: never raises for a cluster that cannot answer."""
-    from scheduling.backends.base import BackendError
-
     try:
         lines, source = attempt_log_lines(job=job, attempt=attempt, tail=LOG_PAGE_LINES)
         return "\n".join(line.rstrip("\n") for line in lines), source, ""
