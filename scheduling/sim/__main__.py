@@ -11,9 +11,10 @@ from pathlib import Path
 import yaml
 
 from . import policies
+from .jobs import prepare
 from .report import LOADS, SCENARIO_DIR, run_grid, write_report
 from .runner import run_one
-from .scenario import load_scenario, prepare
+from .scenario import load_scenario
 from .trace import TraceRow, read_csv, write_csv
 from .whatif import compare, format_diff
 
