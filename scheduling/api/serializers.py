@@ -27,6 +27,7 @@ from scheduling.models import (
     Urgency,
     label_problems,
 )
+from scheduling.selectors import queue_position
 from workloads.services.requests import MAX_MOUNTS, mount_shape_problems
 
 # The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
@@ -410,8 +411,6 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
     def get_queue_position(self, job) -> int | None:
-        from scheduling.selectors import queue_position
-
         return queue_position(job=job)
 
 

@@ -26,6 +26,7 @@ from scheduling.api.serializers import (
     JobSerializer,
     JobSubmitSerializer,
 )
+from scheduling.backends.base import BackendError
 from scheduling.models import JobEvent
 from scheduling.selectors import jobs_for
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
@@ -280,8 +281,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         if fields:
             raise ValidationFailed(fields=fields)
         follow = request.query_params.get("follow") in ("1", "true", "yes")
-        from scheduling.backends.base import BackendError
-
         try:
             lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow, pod=pod)
         except BackendError as exc:  # no pod yet, not started, kubelet silent, API down: say so, never a 500

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal import dispatch
+from portal.audit import audit
 from portal.db import retry_on_conflict
 from portal.timestamps import from_epoch
 from quotas.models import Flavor
@@ -181,8 +182,6 @@ def drain_finished(*, cluster: Cluster) -> bool:
         return False
     if bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)), cluster).exists():
         return False
-    from portal.audit import audit
-
     with transaction.atomic():
         if not Cluster.objects.filter(pk=cluster.pk, state=ClusterState.DRAINING).update(
                 state=ClusterState.CORDONED):

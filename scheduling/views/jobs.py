@@ -21,6 +21,7 @@ from portal.forms import credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
+from scheduling.backends.base import BackendError
 from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, TemplateScope, Tier, Urgency
 from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
@@ -276,8 +277,6 @@ def _log_pod(request, job) -> int:
 def _log_text(job, attempt, pod: int = 0) -> tuple[str, str, str]:
     """(text, source, error) of a pod's log of an attempt for a page: never raises for a cluster that cannot
     answer."""
-    from scheduling.backends.base import BackendError
-
     try:
         lines, source = attempt_log_lines(job=job, attempt=attempt, tail=LOG_PAGE_LINES, pod=pod)
         return "\n".join(line.rstrip("\n") for line in lines), source, ""
