@@ -155,7 +155,7 @@ class SimulatedBackend(ClusterBackend):
         a failure. Returns how many pods it failed (0: no such running or pending pod)."""
         return SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=index,
                                      phase__in=("Pending", "Running")).update(
-            phase="Failed", reason=reason, message=message[:500], exit_code=exit_code, finished_at=timezone.now(),
+            phase="Failed", reason=reason, message=message[:500], exit_code=exit_code, finished_at=self.clock.now(),
             log=Concat(F("log"), Value(f"{message or reason}\n")))
 
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
