@@ -15,6 +15,7 @@ from rest_framework import serializers
 from portal.api.serializers import StrictSerializer
 from quotas.models import Flavor
 from scheduling.models import Cluster, Job, JobEvent, TaskType, Tier, Urgency, label_problems
+from workloads.podsecrets import use_problems
 
 # The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
 #   reference := name [ ":" tag ] [ "@" digest ];  name := [domain "/"] path-component ["/" path-component]*
@@ -140,6 +141,10 @@ class JobSubmitSerializer(StrictSerializer):
                                     allow_empty=False, min_length=1, max_length=MAX_COMMAND_ITEMS)
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False), required=False, default=dict)
+    secrets = serializers.JSONField(
+        required=False, default=list,
+        help_text='department secrets: [{"secret": "wandb", "key": "api_key", "env": "WANDB_API_KEY"} | '
+        '{"secret": "hf", "path": "/etc/secrets/hf"}] (names and keys only; GET /api/v1/secrets lists them)')
     flavor = FlavorField()
     gpus = StrictIntegerField(min_value=1, max_value=64, help_text="GPUs per pod")
     pods = StrictIntegerField(min_value=1, max_value=64, required=False, default=1,
@@ -263,6 +268,11 @@ class JobSubmitSerializer(StrictSerializer):
         if attrs.get("pdb_min_available") is not None and attrs["pdb_min_available"] > attrs.get("pods", 1):
             raise serializers.ValidationError(
                 {"pdb_min_available": ["Cannot exceed the number of pods."]}, code="invalid")
+        # The shape here (with the job's env); which secrets exist is the department's, checked at submission.
+        problems = use_problems(attrs.get("secrets", []), env=attrs.get("env") or {})
+        if problems:
+            raise serializers.ValidationError(
+                {"secrets": [serializers.ErrorDetail(p, code="invalid_secret") for p in problems]})
         return attrs
 
 
@@ -316,7 +326,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = [
             "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
-            "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
+            "env", "secrets", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
             "cluster_selector", "cluster_preference", "attempt",
             "cluster", "placement", "borrowed", "price", "exit_code", "preemption_count", "submitted_at",

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from scheduling.core.types import DisruptionBudget, Node
+from workloads.podsecrets import NO_SECRETS, PodSecrets
 
 MANAGED_BY = "gpu-portal"
 
@@ -78,6 +79,9 @@ class PodSet:
     checkpoint_interval_s: int | None = None
     pdb_min_available: int | None = None  # ask for a PodDisruptionBudget covering the job's pods
     cluster: str = "default"
+    # Department secrets as env, files and image pull secrets (names and keys; values only of the portal's own
+    # Secrets, which the backend writes first and never prints).
+    secrets: PodSecrets = NO_SECRETS
 
     def pod_name(self, index: int) -> str:
         base = f"job-{self.job_id}-a{self.attempt}"

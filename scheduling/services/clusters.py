@@ -44,6 +44,7 @@ from scheduling.services.jobs import (
     transition,
 )
 from scheduling.services.policy import current_policy
+from workloads.services import secrets as workload_secrets
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ def podset_for(job: Job) -> PodSet:
         checkpoint_interval_s=job.checkpoint_interval_s,
         pdb_min_available=job.pdb_min_available,
         cluster=cluster.name,
+        secrets=workload_secrets.resolve(department_id=job.department_id, uses=job.secrets or []),
     )
 
 

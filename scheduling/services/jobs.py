@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from portal import dispatch
 from portal.db import retry_on_conflict
-from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition
+from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, ValidationFailed
 from portal.models import Membership
 from portal.tenancy import can_manage_job, member
 from quotas import budgets
@@ -25,6 +25,7 @@ from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
 from scheduling.models import TRANSITIONS, Cluster, Job, JobEvent, JobState, Node
 from scheduling.services import notify
+from workloads.services import secrets as workload_secrets
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,8 @@ def job_submit_batch(*, user, items: list[dict], idempotency_key: str | None = N
         items)
     try:
         with transaction.atomic():
-            jobs = _create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest)
+            jobs = _create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest,
+                                batch=True)
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -217,7 +219,7 @@ def batch_item_key(idempotency_key: str, index: int) -> str:
 
 
 def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[str | None],
-                 digest: str) -> list[Job]:
+                 digest: str, batch: bool = False) -> list[Job]:
     """The one place a submission becomes rows: jobs, their first event, pod creation after commit.
 
     Must run inside a transaction. The approval inputs are read once for all ``items`` (one submitter); each
@@ -225,6 +227,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     """
     if membership.department.archived_at is not None:  # kept for its history, closed to new work
         raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
+    _check_secrets(membership=membership, items=items, batch=batch)
     inputs = budgets.approval_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
@@ -271,6 +274,20 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     if waiting:
         notify.approval_requested(jobs=waiting, reason_of=lambda j: j.reason_message)
     return jobs
+
+
+def _check_secrets(*, membership: Membership, items: list[dict], batch: bool) -> None:
+    """The department's side of each job's ``secrets`` (the serializer checked their shape): each names a
+    secret of the submitter's department and one of its keys. A 400 on ``secrets`` (``jobs.<i>.secrets``)."""
+    fields = {}
+    for i, data in enumerate(items):
+        problems = workload_secrets.check_job_uses(department_id=membership.department_id,
+                                                   uses=data.get("secrets") or [], env=data.get("env") or {})
+        if problems:
+            fields[f"jobs.{i}.secrets" if batch else "secrets"] = [
+                {"code": "invalid_secret", "message": p} for p in problems]
+    if fields:
+        raise ValidationFailed(fields=fields)
 
 
 def _replay(existing: Job, digest: str) -> Job:
