@@ -98,7 +98,7 @@ class SimulatedBackend(ClusterBackend):
                         index=i,
                         runtime_s=runtime,
                         exit_code=exit_code or None,
-                        log=f"$ {' '.join(podset.command)}\n",
+                        log=f"$ {' '.join(podset.command)}\n{_secrets_line(podset)}",
                     )
             except IntegrityError:
                 pass  # AlreadyExists: a retried create adopts the pod
@@ -136,6 +136,15 @@ class SimulatedBackend(ClusterBackend):
             elapsed = (timezone.now() - pod.started_at).total_seconds() * self.speedup
             lines += [f"[sim] step {int(s)}: running" for s in range(0, int(elapsed), 60)][-tail_lines:]
         return iter(lines[-tail_lines:])
+
+
+def _secrets_line(podset: PodSet) -> str:
+    """What the simulated kubelet would mount: variable names and file paths, never a value."""
+    s = podset.secrets
+    parts = [f"env {e.name} <- {e.secret}/{e.key}" for e in s.env]
+    parts += [f"files {f.path} <- {f.secret}" for f in s.files]
+    parts += [f"image pull secret {name}" for name in s.image_pull]
+    return f"[sim] secrets: {'; '.join(parts)}\n" if parts else ""
 
 
 def _state(p) -> PodState:

@@ -62,6 +62,7 @@ from .podspec import (
     ungate_patch,
     validate_podset,
 )
+from .secrets import ensure_owned_secrets
 from .status import pod_state
 
 log = logging.getLogger(__name__)
@@ -432,6 +433,7 @@ class KubernetesBackend(ClusterBackend):
         Returns ``{pod name: "created" | "adopted"}`` (an extension of the interface, which returns None).
         """
         validate_podset(podset)
+        ensure_owned_secrets(self.call, self.core, podset)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
         result: dict[str, str] = {}
@@ -507,6 +509,7 @@ class KubernetesBackend(ClusterBackend):
         validate_podset(podset)
         if len(placement) != podset.pods:
             raise ValueError(f"placement names {len(placement)} nodes for {podset.pods} pods")
+        ensure_owned_secrets(self.call, self.core, podset)
         existing = {} if fresh else self._attempt_pods(podset.namespace, podset.job_id, podset.attempt)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
