@@ -26,7 +26,7 @@ def test_the_real_cluster_suite_passes_on_the_fake(tmp_path, kubelet):
         fake.add_node("worker-0", gpus=8, labels={"gpu-type": "a100", "kubernetes.io/os": "linux"})
         fake.add_namespace("default", restricted=False)
         fake.autopilot(stop, log_line="hello from the portal")
-        env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig")}
+        env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig"), "KUBE_TEST_NO_CONTAINERS": "1"}
         if not kubelet:
             fake.fail_next(1000, status=500, path="/log$")
             env["KUBE_TEST_NO_KUBELET"] = "1"
