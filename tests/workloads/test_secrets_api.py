@@ -206,3 +206,42 @@ def test_token_like_env_is_accepted_with_a_warning_pointing_to_secrets(lab, clie
 def test_ordinary_env_gets_no_warning(lab, client_for, payload, value):
     r = client_for(lab.alice).post("/api/v1/jobs", payload(env={"MODEL": value}), format="json")
     assert r.status_code == 201 and r.json()["warnings"] == []
+
+
+def _stored_token() -> str:
+    with connection.cursor() as cur:
+        cur.execute("SELECT values_encrypted FROM workloads_departmentsecret")
+        return cur.fetchone()[0]
+
+
+def test_a_key_rotation_re_encrypts_department_secrets(lab, settings, capsys):
+    from django.core.management import call_command
+
+    from workloads.services import secrets
+
+    settings.FIELD_ENCRYPTION_KEYS = ["old key, long and random"]
+    secrets.secret_create(actor=lab.vadmin, department=lab.vision, name="wandb", kind="value",
+                          values={"api_key": WANDB_KEY})
+    before = _stored_token()
+    settings.FIELD_ENCRYPTION_KEYS = ["new key, long and random", "old key, long and random"]
+    call_command("rotate_field_keys")
+    assert "re-encrypted 1 department secret(s)" in capsys.readouterr().out
+    assert _stored_token() != before
+    settings.FIELD_ENCRYPTION_KEYS = ["new key, long and random"]  # the old key dropped: still readable
+    assert DepartmentSecret.objects.get().values == {"api_key": WANDB_KEY}
+
+
+def test_a_secret_no_key_reads_is_named_by_the_rotation_and_used_by_no_pod(lab, settings):
+    from django.core.management import CommandError, call_command
+
+    from workloads.services import secrets
+
+    settings.FIELD_ENCRYPTION_KEYS = ["the key that was lost"]
+    secrets.secret_create(actor=lab.vadmin, department=lab.vision, name="wandb", kind="value",
+                          values={"api_key": WANDB_KEY})
+    settings.FIELD_ENCRYPTION_KEYS = ["another key"]
+    assert DepartmentSecret.objects.get().values == {}
+    assert secrets.resolve(department_id=lab.vision.pk, uses=[{"secret": "wandb", "key": "api_key",
+                                                               "env": "K"}]).owned == ()
+    with pytest.raises(CommandError, match="department secret"):
+        call_command("rotate_field_keys")
