@@ -512,9 +512,15 @@ def secrets(request):
         pre: dict = {}
         payload = _secret_payload(request.POST, pre)
 
+        target = m.department  # platform admins may name another department
+        if m.is_platform_admin and request.POST.get("department"):
+            target = Department.objects.filter(slug=request.POST["department"]).first()
+            if target is None:
+                pre["department"] = ["No such department."]
+
         def apply(data):
             data.pop("department", None)
-            secret_services.secret_create(actor=request.user, department=m.department, **data)
+            secret_services.secret_create(actor=request.user, department=target, **data)
             messages.success(request, f"Secret {data['name']} saved.")
 
         errors = submit_form(SecretCreateSerializer, payload, apply, pre)

@@ -93,3 +93,13 @@ def test_the_quote_warns_about_a_token_in_plain_env(lab):
     assert r.status_code == 200, r.content.decode()[:500]
     text = r.content.decode()
     assert "data-quote-warning" in text and "department secret" in text and TOKEN not in text
+
+
+def test_a_platform_admin_declares_for_another_department(lab):
+    c = browser(lab.root)
+    assert c.post("/lab/secrets/", {"name": "hf", "kind": "reference", "reference_name": "hf-token",
+                                    "keys": "token", "department": "nlp"}).status_code == 302
+    assert DepartmentSecret.objects.get().department == lab.nlp
+    r = c.post("/lab/secrets/", {"name": "x", "kind": "reference", "reference_name": "x", "keys": "k",
+                                 "department": "nowhere"})
+    assert r.status_code == 400 and "No such department" in r.content.decode()

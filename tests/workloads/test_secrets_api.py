@@ -245,3 +245,9 @@ def test_a_secret_no_key_reads_is_named_by_the_rotation_and_used_by_no_pod(lab, 
                                                                "env": "K"}]).owned == ()
     with pytest.raises(CommandError, match="department secret"):
         call_command("rotate_field_keys")
+
+
+def test_an_empty_patch_changes_nothing(lab, client_for, wandb):
+    r = client_for(lab.vadmin).patch("/api/v1/secrets/wandb", {}, format="json")
+    assert r.status_code == 200 and r.json()["version"] == 1
+    assert not AuditEntry.objects.filter(action="secret.update").exists()

@@ -150,6 +150,8 @@ def secret_update(*, actor, secret: DepartmentSecret, values: Mapping[str, str] 
     """Rotate a ``value`` secret (``values`` replaces every value) or change what a reference names. Its kind
     and purpose stay (delete and declare again to change them). Jobs started afterwards get the new values;
     the portal's Secret is rewritten before their pods are created."""
+    if all(v is None for v in (values, keys, reference_name, registry, username)):
+        return secret  # nothing asked: no new version, no audit entry
     new_values = dict(values) if values is not None else (secret.values if secret.kind == SecretKind.VALUE else None)
     if secret.kind == SecretKind.VALUE and values is None and not new_values:
         new_values = None  # stored values no key decrypts: the caller must give them again
