@@ -269,7 +269,11 @@ class JobSubmitSerializer(StrictSerializer):
             raise serializers.ValidationError(
                 {"pdb_min_available": ["Cannot exceed the number of pods."]}, code="invalid")
         # The shape here (with the job's env); which secrets exist is the department's, checked at submission.
-        problems = use_problems(attrs.get("secrets", []), env=attrs.get("env") or {})
+        # Other mount paths of the job (its data sources' and checkpoint's, where the job has them) must not
+        # overlap a secret's directory.
+        mounts = [m["path"] for m in [*(attrs.get("mounts") or []), attrs.get("checkpoint")]
+                  if isinstance(m, dict) and isinstance(m.get("path"), str)]
+        problems = use_problems(attrs.get("secrets", []), env=attrs.get("env") or {}, mounts=mounts)
         if problems:
             raise serializers.ValidationError(
                 {"secrets": [serializers.ErrorDetail(p, code="invalid_secret") for p in problems]})
