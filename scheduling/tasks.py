@@ -19,8 +19,9 @@ from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPo
 from scheduling.core import reasons
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, PreemptionVictim
 from scheduling.services import clusters, cycle, logs, stats
-from scheduling.services.jobs import pods_at_submission, record_event
+from scheduling.services.jobs import namespace_for, pods_at_submission, record_event
 from scheduling.services.locks import exclusive
+from workloads.models import DepartmentSecret
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,21 @@ def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None =
         logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
     get_backend(cluster).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
     return "deleted"
+
+
+@shared_task(name="scheduling.pods.delete_secret", time_limit=120, soft_time_limit=100, **RETRY)
+def delete_department_secret(department_slug: str, secret_name: str, kube_name: str) -> list[str]:
+    """Delete the portal's copy of a department secret that was deleted, on every cluster (in the
+    department's namespace there). Nothing when the department declared a secret of that name again since:
+    its next pod start writes it anew anyway."""
+    if DepartmentSecret.objects.filter(department__slug=department_slug, name=secret_name).exists():
+        return []
+    deleted = []
+    for cluster in list(Cluster.objects.order_by("name")) or [clusters.default_cluster()]:
+        namespace = namespace_for(department_slug, cluster)
+        if get_backend(cluster).delete_owned_secret(namespace=namespace, name=kube_name):
+            deleted.append(f"{cluster.name}/{namespace}")
+    return deleted
 
 
 @shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)

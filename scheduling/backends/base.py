@@ -234,6 +234,11 @@ class ClusterBackend(abc.ABC):
         own (the simulated cluster: the snapshot then derives each job's budget from ``pdb_min_available``)."""
         return None
 
+    def delete_owned_secret(self, *, namespace: str, name: str) -> bool:
+        """Delete a Secret the portal wrote for a department secret that was deleted since (only if it is the
+        portal's). Returns whether one was deleted. Backends that write no Secrets have none."""
+        return False
+
     def ensure_priority_classes(self, classes: dict[str, int]) -> list[str]:
         """Create/update the tier PriorityClasses; returns what changed. Backends without them no-op."""
         return []

@@ -99,13 +99,14 @@ def test_every_request_of_a_job_lifecycle_is_allowed(kube_fake, kube_backend, ma
     kube_backend.start(started, ("n1", "n1"))  # how the portal starts jobs: created at admission
     kube_backend.start(started, ("n1", "n1"), fresh=False)
     kube_backend.attempt_pods(job_id=43, attempt=1, namespace=ns)
+    assert kube_backend.delete_owned_secret(namespace=ns, name="portal-secret-t")  # its department secret deleted
 
     used = {rbac_of(r) for r in kube_fake.requests}
     denied = [u for u in used if not allowed(*u)]
     assert not denied, denied
     kinds = {(g, r, v) for g, r, v, _, _ in used}
     assert ("", "pods/eviction", "create") in kinds and ("", "pods", "watch") in kinds
-    assert {("", "secrets", "create"), ("", "secrets", "get"), ("", "secrets", "update")} <= kinds
+    assert {("", "secrets", v) for v in ("create", "get", "update", "delete")} <= kinds
 
 
 def test_priority_class_writes_are_limited_to_the_tier_classes():

@@ -96,3 +96,28 @@ def test_a_rotated_value_reaches_the_next_start(kube, lab, client_for, payload, 
     go(client_for(lab.alice).post, "/api/v1/jobs", payload(secrets=USES[:1]), format="json")
     go(run_cycle)
     assert kube.secret_text("gpu-vision", "portal-secret-wandb") == {"api_key": "rotated"}
+
+
+def test_deleting_a_value_secret_deletes_the_portals_copy_and_nothing_else(kube, lab, client_for, payload,
+                                                                            declared, go):
+    kube.add_secret("gpu-vision", "hf-token", {"token": "hf_x"})
+    go(client_for(lab.alice).post, "/api/v1/jobs", payload(secrets=USES), format="json")
+    go(run_cycle)
+    assert ("gpu-vision", "portal-secret-wandb") in kube.secrets
+    kube.add_secret("gpu-nlp", "portal-secret-wandb", {"api_key": "someone else's"})  # not the portal's
+    for name in ("wandb", "hf"):
+        r = go(client_for(lab.vadmin).delete, f"/api/v1/secrets/{name}")
+        assert r.status_code == 204
+    assert ("gpu-vision", "portal-secret-wandb") not in kube.secrets
+    assert ("gpu-vision", "hf-token") in kube.secrets  # a reference's Secret is the department's own
+    assert kube.secret_text("gpu-nlp", "portal-secret-wandb") == {"api_key": "someone else's"}
+
+
+def test_a_secret_declared_again_before_the_delete_ran_is_kept(kube, lab, declared, go):
+    from scheduling.tasks import delete_department_secret
+
+    kube.add_secret("gpu-vision", "portal-secret-wandb", {"api_key": "x"})
+    kube.secrets[("gpu-vision", "portal-secret-wandb")]["metadata"]["labels"] = {
+        "app.kubernetes.io/managed-by": "gpu-portal"}
+    assert delete_department_secret("vision", "wandb", "portal-secret-wandb") == []  # "wandb" exists again
+    assert ("gpu-vision", "portal-secret-wandb") in kube.secrets

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from portal import dispatch
 from portal.audit import audit
 from portal.errors import Conflict, ValidationFailed
 from workloads.models import (
@@ -184,10 +185,13 @@ def secret_update(*, actor, secret: DepartmentSecret, values: Mapping[str, str] 
 
 def secret_delete(*, actor, secret: DepartmentSecret) -> None:
     """Forget a secret. Jobs already submitted that use it fail to start (their pods name a Secret that is no
-    longer written). The portal's own copies on the clusters are left for the clusters' admins; see
-    docs/workloads.md."""
+    longer written). After commit, the portal's own copies are deleted from the department's namespace on
+    every cluster (a reference's Secret is the department's, and stays)."""
     with transaction.atomic():
         audit(actor=actor, action="secret.delete", obj=secret, department=secret.department, old=_described(secret))
+        if secret.kind == SecretKind.VALUE:
+            dispatch.after_commit("scheduling.pods.delete_secret", secret.department.slug, secret.name,
+                                  secret.kube_name)
         secret.delete()
 
 

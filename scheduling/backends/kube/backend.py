@@ -62,7 +62,7 @@ from .podspec import (
     ungate_patch,
     validate_podset,
 )
-from .secrets import ensure_owned_secrets
+from .secrets import delete_owned_secret, ensure_owned_secrets
 from .status import pod_state
 
 log = logging.getLogger(__name__)
@@ -486,6 +486,10 @@ class KubernetesBackend(ClusterBackend):
             if not is_ours(existing, job_id=podset.job_id, attempt=podset.attempt):
                 raise BackendError(f"PodDisruptionBudget {podset.namespace}/{name} exists and is not ours") from exc
 
+
+    @_mapped
+    def delete_owned_secret(self, *, namespace: str, name: str) -> bool:
+        return delete_owned_secret(self.call, self.core, namespace, name)
 
     # ------------------------------------------------------------------ starting (admission)
 

@@ -92,3 +92,24 @@ def _ensure_one(call: KubeCaller, core: Any, namespace: str, manifest: dict[str,
             if exc.status != 409:
                 raise InvalidPodSpec(f"Secret {namespace}/{name} refused: {exc.status} {exc.reason}") from None
     raise BackendError(f"Secret {namespace}/{name} keeps changing under us; retry")
+
+
+def delete_owned_secret(call: KubeCaller, core: Any, namespace: str, name: str) -> bool:
+    """Delete the portal's Secret ``name`` (a department secret deleted in the portal); a Secret of that name
+    the portal did not write, or none at all, is left alone."""
+    try:
+        existing = call.json(core.read_namespaced_secret, name, namespace)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    if ((existing.get("metadata") or {}).get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return False
+    try:
+        call.json(core.delete_namespaced_secret, name, namespace)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    log.info("deleted Secret %s/%s", namespace, name)
+    return True
