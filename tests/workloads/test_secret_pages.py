@@ -103,3 +103,18 @@ def test_a_platform_admin_declares_for_another_department(lab):
     r = c.post("/lab/secrets/", {"name": "x", "kind": "reference", "reference_name": "x", "keys": "k",
                                  "department": "nowhere"})
     assert r.status_code == 400 and "No such department" in r.content.decode()
+
+
+def test_the_django_admin_lists_secrets_read_only_without_their_values(lab):
+    from django.contrib import admin
+
+    lab.root.is_staff = lab.root.is_superuser = True
+    lab.root.save()
+    secret = secrets.secret_create(actor=lab.vadmin, department=lab.vision, name="wandb", kind="value",
+                                   values={"api_key": TOKEN})
+    c = browser(lab.root)
+    listing = c.get("/admin/workloads/departmentsecret/", {"q": "wandb"})
+    assert listing.status_code == 200 and "wandb" in listing.content.decode()
+    detail = c.get(f"/admin/workloads/departmentsecret/{secret.pk}/change/")
+    assert detail.status_code == 200 and TOKEN not in detail.content.decode()
+    assert not admin.site._registry[DepartmentSecret].has_change_permission(None)
