@@ -209,6 +209,9 @@ class Job(models.Model):
     image = models.CharField(max_length=512)
     command = models.JSONField()
     env = models.JSONField(default=dict, blank=True)
+    # The department secrets it uses: [{"secret", "key", "env"} | {"secret", "path"}] (names and keys only;
+    # the values stay in workloads.DepartmentSecret, checked at submission by workloads.services.secrets).
+    secrets = models.JSONField(default=list, blank=True)
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
     gpus = models.PositiveIntegerField(validators=[MinValueValidator(1)], help_text="GPUs per pod")
     pods = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])

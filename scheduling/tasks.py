@@ -144,3 +144,10 @@ def reconcile() -> dict:
 @shared_task(name="scheduling.cycle.reconcile_one", time_limit=300, soft_time_limit=280, ignore_result=True)
 def reconcile_one(cluster_id: int | None = None) -> dict:
     return clusters.reconcile_one(cluster_id=cluster_id)
+
+
+@shared_task(name="scheduling.pods.delete_secret", time_limit=120, soft_time_limit=100, **RETRY)
+def delete_department_secret(department_slug: str, secret_name: str, kube_name: str) -> list[str]:
+    """Delete the portal's copy of a department secret that was deleted, on every cluster."""
+    return pods.delete_department_secret(department_slug=department_slug, secret_name=secret_name,
+                                         kube_name=kube_name)

@@ -1,10 +1,11 @@
-"""Data sources and checkpoint directories in the Django admin: read-only, like every model (portal/admin.py
-says why); they are declared through the API and the lab pages, which check and audit every change."""
+"""Data sources, checkpoint directories and department secrets in the Django admin: read-only, like every
+model (portal/admin.py says why); they are declared through the API and the lab pages, which check and audit
+every change. A secret's values are never shown (the encrypted column is left out of every view)."""
 
 from django.contrib import admin
 
 from portal.admin import ReadOnlyAdmin
-from workloads.models import CheckpointDir, DataSource
+from workloads.models import CheckpointDir, DataSource, DepartmentSecret
 
 
 @admin.register(DataSource)
@@ -21,3 +22,12 @@ class CheckpointDirAdmin(ReadOnlyAdmin):
     list_filter = ("source",)
     search_fields = ("job__name", "sub_path")
     list_select_related = ("job", "source")
+
+
+@admin.register(DepartmentSecret)
+class DepartmentSecretAdmin(ReadOnlyAdmin):
+    list_display = ("name", "department", "kind", "purpose", "reference_name", "version", "updated_at")
+    list_filter = ("kind", "purpose", "department")
+    search_fields = ("name", "reference_name", "department__slug")
+    list_select_related = ("department",)
+    exclude = ("values_encrypted",)

@@ -436,7 +436,8 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
                      "clusters": lambda x, q: s.items(x, q, cluster, "name"),
                      "departments": lambda x, q: s.items(x, q, department, "slug"),
                      "prices": prices, "policy": policy, "sso": sso,
-                     "templates": lambda x, q: s.items(x, q, template, None)})
+                     "templates": lambda x, q: s.items(x, q, template, None),
+                     "secrets": lambda x, q: check_secrets(s, x, q, known_depts)})
     if isinstance(data.get("clusters"), list):
         defaults = [i for i, c in enumerate(data["clusters"]) if isinstance(c, dict) and c.get("default")]
         if len(defaults) > 1:
@@ -457,3 +458,61 @@ def check_shape(data: dict, lines: dict) -> list[LabError]:
     return errors
 
 
+
+
+# ------------------------------------------------------------------------------------------ secrets
+ENV_NAME = _regex(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", "An environment variable name (letters, digits, _).")
+
+
+def check_secrets(s: _Shape, value, path: tuple, known_depts: set) -> None:
+    """The ``secrets:`` section: department secrets, without their values. A value is named by the
+    environment variable ``lab apply`` reads it from (``values_env: {key: VARIABLE}``, ``password_env``), so
+    the file can be kept in git. The declaration's own rules are the secrets service's, checked at apply."""
+
+    def env_map(v, p):
+        if not isinstance(v, dict) or not v:
+            s.err(p, "must be a mapping of key: ENVIRONMENT_VARIABLE (the value is read from the environment)")
+            return
+        for k, var in v.items():
+            if not isinstance(k, str):
+                s.err((*p, str(k)), "keys are strings")
+            s.string(var, (*p, k), max_length=128, validators=(ENV_NAME,))
+
+    def plain(v, p):  # a value written into the file itself is refused (and never quoted back)
+        s.err(p, f"values are never written in a lab file: use {p[-1]}_env naming the environment variable "
+                 "that holds it" if p[-1] == "password" else "values are never written in a lab file: use "
+                 "values_env: {key: VARIABLE}, naming the environment variables that hold them")
+
+    def secret(v, p):
+        s.obj(v, p, {"department": s.string, "name": lambda x, q: s.string(x, q, max_length=40),
+                     "kind": lambda x, q: s.string(x, q, choices=("reference", "value")),
+                     "purpose": lambda x, q: s.string(x, q, choices=("env", "image-pull")),
+                     "reference_name": lambda x, q: s.string(x, q, max_length=253),
+                     "keys": lambda x, q: [s.string(k, (*q, i), max_length=253) for i, k in enumerate(x)]
+                     if isinstance(x, list) else s.err(q, "must be a list of keys"),
+                     "values_env": env_map,
+                     "password_env": lambda x, q: s.string(x, q, max_length=128, validators=(ENV_NAME,)),
+                     "registry": lambda x, q: s.string(x, q, max_length=253),
+                     "username": lambda x, q: s.string(x, q, max_length=253),
+                     "values": plain, "password": plain},
+              ("department", "name", "kind"))
+        if not isinstance(v, dict):
+            return
+        if isinstance(v.get("department"), str) and v["department"] not in known_depts:
+            s.err((*p, "department"), f"no department {v['department']} (declare it under departments:)")
+        if v.get("kind") == "value" and v.get("purpose") == "image-pull" and "values_env" in v:
+            s.err((*p, "values_env"), "an image pull secret's value is its password_env")
+        if v.get("kind") == "reference" and ("values_env" in v or "password_env" in v):
+            s.err(p, "a reference keeps its values in the cluster: give reference_name and keys")
+
+    if not isinstance(value, list):
+        s.err(path, "must be a list")
+        return
+    seen: dict = {}
+    for i, item in enumerate(value):
+        secret(item, (*path, i))
+        if isinstance(item, dict):
+            key = (item.get("department"), item.get("name"))
+            if key in seen and all(isinstance(k, str) for k in key):
+                s.err((*path, i, "name"), f"{key[0]}/{key[1]} is declared twice (also item {seen[key] + 1})")
+            seen.setdefault(key, i)

@@ -28,6 +28,7 @@ from scheduling.models import (
     label_problems,
 )
 from scheduling.selectors import queue_position
+from workloads.podsecrets import use_problems
 from workloads.services.requests import MAX_MOUNTS, mount_shape_problems
 
 # The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
@@ -158,6 +159,10 @@ class JobSubmitSerializer(StrictSerializer):
                                     allow_empty=False, min_length=1, max_length=MAX_COMMAND_ITEMS)
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False), required=False, default=dict)
+    secrets = serializers.JSONField(
+        required=False, default=list,
+        help_text='department secrets: [{"secret": "wandb", "key": "api_key", "env": "WANDB_API_KEY"} | '
+        '{"secret": "hf", "path": "/etc/secrets/hf"}] (names and keys only; GET /api/v1/secrets lists them)')
     flavor = FlavorField()
     gpus = StrictIntegerField(min_value=1, max_value=64, help_text="GPUs per pod")
     pods = StrictIntegerField(min_value=1, max_value=64, required=False, default=1,
@@ -320,6 +325,15 @@ class JobSubmitSerializer(StrictSerializer):
             raise serializers.ValidationError(
                 {"retry_on_exit_codes": ["Set max_retries too: without it no exit code is retried."]},
                 code="invalid")
+        # The shape here (with the job's env); which secrets exist is the department's, checked at submission.
+        # Other mount paths of the job (its data sources' and checkpoint's, where the job has them) must not
+        # overlap a secret's directory.
+        mounts = [m["path"] for m in [*(attrs.get("mounts") or []), attrs.get("checkpoint")]
+                  if isinstance(m, dict) and isinstance(m.get("path"), str)]
+        problems = use_problems(attrs.get("secrets", []), env=attrs.get("env") or {}, mounts=mounts)
+        if problems:
+            raise serializers.ValidationError(
+                {"secrets": [serializers.ErrorDetail(p, code="invalid_secret") for p in problems]})
         return attrs
 
 
@@ -374,7 +388,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = [
             "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
-            "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
+            "env", "secrets", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
             "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries",
             "retry_on_exit_codes", "retries", "attempt",

@@ -33,6 +33,7 @@ from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
 from scheduling.services.logs import attempt_log_lines
 from scheduling.services.quote import job_quote
 from scheduling.services.templates import merged_spec, spec_of_job, template_for_submission
+from workloads.podsecrets import token_warnings
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             job = self.get_queryset().prefetch_related(
                 Prefetch("events", JobEvent.objects.select_related("actor"))).get(pk=job.pk)
         body = JobDetailSerializer(job, context={"request": request}).data
+        # Plain env that looks like a token is accepted, with a pointer to department secrets.
+        body["warnings"] = token_warnings(serializer.validated_data.get("env") or {})
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers={"Location": f"/api/v1/jobs/{job.pk}"})
 
@@ -220,6 +223,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             rows = jobs_for(request.user, {}).in_bulk([j.pk for j in jobs])
             jobs = [rows[j.pk] for j in jobs]
         body = JobBatchSerializer({"jobs": jobs}, context={"request": request}).data
+        body["warnings"] = [f"jobs.{i}: {w}" for i, item in enumerate(serializer.validated_data["jobs"])
+                            for w in token_warnings(item.get("env") or {})]
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(request=JobSubmitSerializer, responses={200: OpenApiTypes.OBJECT},

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from scheduling.core.types import DisruptionBudget, Node
+from workloads.podsecrets import NO_SECRETS, PodSecrets
 from workloads.values import PodWorkload
 
 MANAGED_BY = "gpu-portal"
@@ -81,6 +82,9 @@ class PodSet:
     cluster: str = "default"
     # Data source mounts, the checkpoint directory and /dev/shm, resolved for this attempt's cluster.
     workload: PodWorkload = PodWorkload()
+    # Department secrets as env, files and image pull secrets (names and keys; values only of the portal's own
+    # Secrets, which the backend writes first and never prints).
+    secrets: PodSecrets = NO_SECRETS
 
     def pod_name(self, index: int) -> str:
         base = f"job-{self.job_id}-a{self.attempt}"
@@ -240,6 +244,11 @@ class ClusterBackend(abc.ABC):
         (``storage``: the simulated cluster's name for the source's files). Idempotent; returns once the
         cluster took the request, raises BackendError when it could not."""
         raise BackendError(f"{type(self).__name__} cannot delete checkpoint directories")
+
+    def delete_owned_secret(self, *, namespace: str, name: str) -> bool:
+        """Delete a Secret the portal wrote for a department secret that was deleted since (only if it is the
+        portal's). Returns whether one was deleted. Backends that write no Secrets have none."""
+        return False
 
     def ensure_priority_classes(self, classes: dict[str, int]) -> list[str]:
         """Create/update the tier PriorityClasses; returns what changed. Backends without them no-op."""

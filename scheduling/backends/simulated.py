@@ -105,7 +105,7 @@ class SimulatedBackend(ClusterBackend):
                         index=i,
                         runtime_s=runtime,
                         exit_code=exit_code or None,
-                        log=f"$ {' '.join(podset.command)}\n",
+                        log=f"$ {' '.join(podset.command)}\n{_secrets_line(podset)}",
                         mounts=mounts,
                     )
             except IntegrityError:
@@ -180,6 +180,15 @@ def volume_dir(storage: str, sub_path: str = "") -> Path:
     if root not in path.parents:
         raise BackendError(f"volume path {storage}/{sub_path} leaves the simulated cluster's volumes")
     return path
+
+
+def _secrets_line(podset: PodSet) -> str:
+    """What the simulated kubelet would mount: variable names and file paths, never a value."""
+    s = podset.secrets
+    parts = [f"env {e.name} <- {e.secret}/{e.key}" for e in s.env]
+    parts += [f"files {f.path} <- {f.secret}" for f in s.files]
+    parts += [f"image pull secret {name}" for name in s.image_pull]
+    return f"[sim] secrets: {'; '.join(parts)}\n" if parts else ""
 
 
 def _state(p) -> PodState:

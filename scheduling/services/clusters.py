@@ -46,6 +46,7 @@ from scheduling.services.locks import exclusive
 from scheduling.services.namespace_quotas import ADMIT_RETRY, _quota_chain_pending, recheck_quota_refusals
 from scheduling.services.policy import current_policy
 from scheduling.services.workload import job_workload
+from workloads.services import secrets as workload_secrets
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ def podset_for(job: Job) -> PodSet:
         pdb_min_available=job.pdb_min_available,
         cluster=cluster.name,
         workload=job_workload(job, cluster.name),
+        secrets=workload_secrets.resolve(department_id=job.department_id, uses=job.secrets or []),
     )
 
 

@@ -25,6 +25,7 @@ from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
 from scheduling.models import TRANSITIONS, Cluster, Job, JobEvent, JobState, Node
 from scheduling.services import notify
+from workloads.services import secrets as workload_secrets
 from workloads.services.requests import validate_job_workload
 from workloads.services.resolve import create_checkpoint_dirs
 
@@ -242,6 +243,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     """
     if membership.department.archived_at is not None:  # kept for its history, closed to new work
         raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
+    _check_secrets(membership=membership, items=items, batch=batch)
     inputs = budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
@@ -290,6 +292,20 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     if waiting:
         notify.approval_requested(jobs=waiting, reason_of=lambda j: j.reason_message)
     return jobs
+
+
+def _check_secrets(*, membership: Membership, items: list[dict], batch: bool) -> None:
+    """The department's side of each job's ``secrets`` (the serializer checked their shape): each names a
+    secret of the submitter's department and one of its keys. A 400 on ``secrets`` (``jobs.<i>.secrets``)."""
+    fields = {}
+    for i, data in enumerate(items):
+        problems = workload_secrets.check_job_uses(department_id=membership.department_id,
+                                                   uses=data.get("secrets") or [], env=data.get("env") or {})
+        if problems:
+            fields[f"jobs.{i}.secrets" if batch else "secrets"] = [
+                {"code": "invalid_secret", "message": p} for p in problems]
+    if fields:
+        raise ValidationFailed(fields=fields)
 
 
 def _replay(existing: Job, digest: str) -> Job:

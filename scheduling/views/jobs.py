@@ -30,6 +30,7 @@ from scheduling.services.quote import job_quote
 from scheduling.services.templates import spec_of_job, template_create, templates_for
 from scheduling.views.templates import spec_form_values
 from workloads.models import DataSource
+from workloads.podsecrets import token_warnings
 from workloads.services.resolve import checkpoint_of
 
 
@@ -78,6 +79,9 @@ def _form_to_payload(post) -> tuple[dict, dict]:
             env[k.strip()] = v
     if env:
         payload["env"] = env
+    secrets = _form_secrets(post.get("secrets", ""), errors)
+    if secrets:
+        payload["secrets"] = secrets
     for field in ("cluster_selector", "cluster_preference"):  # label=value, comma-separated
         labels_into(post, field, payload, errors)
     mounts = []
@@ -134,6 +138,24 @@ def _save_template(request, data: dict, errors: dict):
     return redirect("dashboard:templates")
 
 
+def _form_secrets(text: str, errors: dict) -> list[dict]:
+    """``NAME=secret/key`` (a variable) or ``/path=secret`` (files) lines -> the API's ``secrets`` list."""
+    uses = []
+    for line in (line.strip() for line in text.splitlines()):
+        if not line:
+            continue
+        target, _, source = line.partition("=")
+        target, source = target.strip(), source.strip()
+        if target.startswith("/") and source and "/" not in source:
+            uses.append({"secret": source, "path": target})
+        elif target and not target.startswith("/") and source.count("/") == 1:
+            secret, key = source.split("/")
+            uses.append({"secret": secret, "key": key, "env": target})
+        else:
+            errors.setdefault("secrets", []).append(f"{line!r}: use NAME=secret/key or /path=secret.")
+    return uses
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def submit(request):
@@ -155,6 +177,8 @@ def submit(request):
                 if valid and not errors:
                     job, _ = job_submit(user=request.user, data=serializer.validated_data,
                                         idempotency_key=request.POST.get("idempotency_key") or None)
+                    for warning in token_warnings(serializer.validated_data.get("env") or {}):
+                        messages.warning(request, warning)
                     return redirect("dashboard:job", pk=job.pk)
             except PortalError as exc:
                 for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
@@ -189,7 +213,8 @@ def submit_quote(request):
     except PortalError as exc:
         for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
             errors.setdefault(field, []).extend(i["message"] for i in items)
-    return render(request, "scheduling/_quote.html", {"quote": quote, "errors": errors},
+    warnings = token_warnings(serializer.validated_data.get("env") or {}) if quote else []
+    return render(request, "scheduling/_quote.html", {"quote": quote, "errors": errors, "warnings": warnings},
                   status=400 if errors else 200)
 
 

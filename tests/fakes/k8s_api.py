@@ -31,6 +31,12 @@ Service name taken in the namespace                   409 ``AlreadyExists``
 Service not headless (``clusterIP`` not ``"None"``)   422 (the fake allocates no cluster IPs: it serves the
   or without a selector, or a bad port                headless Services gangs use, and refuses the rest)
 pod ``hostname`` / ``subdomain`` not a DNS-1123 label  422
+Secret name taken / stale resourceVersion on update   409 ``AlreadyExists`` / ``Conflict``
+Secret ``type`` changed, bad data key or base64       422 (``type`` is immutable)
+pod naming a Secret (or key) not in its namespace     201: created; the kubelet (:meth:`FakeKube.run`) leaves it
+                                                      Pending, its container waiting ``CreateContainerConfigError``
+                                                      (env) or ``ContainerCreating`` (volume), with a Warning
+                                                      event ``secret "x" not found``, until the Secret exists
 ====================================================  ======================================================
 
 Quota: admission charges ``status.used`` of every ResourceQuota of the namespace when it admits a create, as
@@ -102,12 +108,16 @@ LIST_KINDS = {
     "poddisruptionbudgets": ("PodDisruptionBudgetList", "policy/v1"),
     "persistentvolumeclaims": ("PersistentVolumeClaimList", "v1"),
     "storageclasses": ("StorageClassList", "storage.k8s.io/v1"),
+    "secrets": ("SecretList", "v1"),
     "events": ("EventList", "v1"),
     "services": ("ServiceList", "v1"),
 }
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# Keys each well-known Secret type requires (the API server's validation of ``type``).
+SECRET_TYPE_KEYS = {"kubernetes.io/dockerconfigjson": ".dockerconfigjson", "kubernetes.io/dockercfg": ".dockercfg"}
 MUTABLE_POD_SPEC_FIELDS = {"activeDeadlineSeconds", "tolerations", "schedulingGates", "affinity", "nodeSelector"}
 
 
@@ -245,7 +255,8 @@ class FakeKube:
         self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.storage_classes: dict[str, dict[str, Any]] = {}
-        self.events: list[dict[str, Any]] = []
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []  # core/v1 Events, as the kubelet reports them
         self.clock_offset = 0.0  # seconds the fake's clock (kubelet, deletion deadlines) is ahead of real time
         self.logs: dict[tuple[str, str], list[str]] = {}
         self.requests: list[Recorded] = []
@@ -375,6 +386,12 @@ class FakeKube:
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims/(?P<name>[^/]+)", "get_pvc"),
         ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims/(?P<name>[^/]+)", "delete_pvc"),
         ("GET", r"/apis/storage\.k8s\.io/v1/storageclasses", "list_storage_classes"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets", "list_secrets"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets", "create_secret"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)", "get_secret"),
+        ("PUT", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)", "update_secret"),
+        ("PATCH", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)", "update_secret"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)", "delete_secret"),
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/events", "list_events"),
         ("GET", r"/apis/policy/v1/poddisruptionbudgets", "list_pdbs"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "list_pdbs"),
@@ -662,6 +679,154 @@ class FakeKube:
         if spec.get("restartPolicy") not in ("Always", "OnFailure", "Never"):
             errors.append(f"spec.restartPolicy: Unsupported value: {spec.get('restartPolicy')!r}")
         return errors
+
+    # ================================================================ secrets
+
+    def _validate_secret(self, obj: dict[str, Any]) -> list[str]:
+        name = obj["metadata"].get("name") or ""
+        errors = []
+        if not name or not DNS1123.match(name) or len(name) > 253:
+            errors.append(f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain')
+        data = obj.get("data") or {}
+        if not isinstance(data, dict):
+            return [*errors, "data: Invalid value: must be an object"]
+        total = 0
+        for key, value in data.items():
+            if not SECRET_KEY.match(key) or key in (".", ".."):
+                errors.append(f'data[{key}]: Invalid value: "{key}": a valid config key must consist of '
+                              "alphanumeric characters, '-', '_' or '.'")
+            try:
+                total += len(base64.b64decode(value, validate=True))
+            except (ValueError, TypeError):
+                errors.append(f"data[{key}]: Invalid value: illegal base64 data")
+        if total > 1024 * 1024:
+            errors.append("data: Too long: must have at most 1048576 bytes")
+        required = SECRET_TYPE_KEYS.get(obj.get("type") or "Opaque")
+        if required and required not in data:
+            errors.append(f"data[{required}]: Required value")
+        return errors
+
+    def _create_secret(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        if not isinstance(body, dict) or body.get("kind", "Secret") != "Secret":
+            raise ApiFailure(400, "BadRequest", "the body is not a Secret")
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if meta.get("namespace") not in (None, "", ns):
+            raise ApiFailure(400, "BadRequest", "the namespace of the object does not match the namespace on the URL")
+        obj.setdefault("type", "Opaque")
+        for key, value in (obj.pop("stringData", None) or {}).items():  # write-only, merged into data
+            obj.setdefault("data", {})[key] = base64.b64encode(str(value).encode()).decode()
+        errors = self._validate_secret(obj)
+        if errors:
+            raise invalid("secrets", meta.get("name") or "", errors)
+        name = meta["name"]
+        if (ns, name) in self.secrets:
+            raise ApiFailure(409, "AlreadyExists", f'secrets "{name}" already exists', kind="secrets", name=name)
+        self._stamp_new(obj, ns)
+        self.secrets[(ns, name)] = obj
+        return Response(201, copy.deepcopy(obj))
+
+    def _secret(self, ns: str, name: str) -> dict[str, Any]:
+        obj = self.secrets.get((ns, name))
+        if obj is None:
+            raise not_found("secrets", name)
+        return obj
+
+    def _get_secret(self, *, ns: str, name: str, **_: Any) -> Response:
+        return Response(200, copy.deepcopy(self._secret(ns, name)))
+
+    def _list_secrets(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("secrets", [o for (n, _), o in self.secrets.items() if n == ns], query, GENERIC_FIELDS)
+
+    def _update_secret(self, *, ns: str, name: str, body: Any, content_type: str, **_: Any) -> Response:
+        current = self._secret(ns, name)
+        method = "PUT" if not content_type.endswith("patch+json") else "PATCH"
+        new = self._apply_update(current, body, content_type, method)
+        self._check_meta_update("secrets", current, new)
+        new.setdefault("type", "Opaque")
+        errors = self._validate_secret(new)
+        if new["type"] != current.get("type", "Opaque"):
+            errors.append(f'type: Invalid value: "{new["type"]}": field is immutable')
+        if errors:
+            raise invalid("secrets", name, errors)
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self.secrets[(ns, name)] = new
+        return Response(200, copy.deepcopy(new))
+
+    def _delete_secret(self, *, ns: str, name: str, **_: Any) -> Response:
+        self._secret(ns, name)
+        obj = self.secrets.pop((ns, name))
+        return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                              "details": {"name": name, "kind": "secrets", "uid": obj["metadata"]["uid"]}})
+
+    def add_secret(self, ns: str, name: str, data: dict[str, str], *, type_: str = "Opaque") -> None:
+        """A Secret someone else made in the namespace (plain text values)."""
+        with self.lock:
+            self._create_secret(ns=ns, body={"metadata": {"name": name}, "type": type_, "data": {
+                k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
+
+    def secret_text(self, ns: str, name: str) -> dict[str, str]:
+        """A stored Secret's data, decoded (for assertions)."""
+        with self.lock:
+            obj = self.secrets[(ns, name)]
+            return {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+
+    # ================================================================ events
+
+    def _event(self, pod: dict[str, Any], reason: str, message: str, type_: str = "Warning") -> None:
+        meta = pod["metadata"]
+        self.events.append({
+            "apiVersion": "v1", "kind": "Event", "type": type_, "reason": reason, "message": message,
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"],
+                         "resourceVersion": str(self._next_rv())},
+            "involvedObject": {"kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
+                               "uid": meta["uid"]},
+            "source": {"component": "kubelet"}, "lastTimestamp": iso(self.now()),
+        })
+
+    def _list_events(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("events", [e for e in self.events if e["metadata"]["namespace"] == ns], query,
+                          GENERIC_FIELDS)
+
+    def pod_events(self, ns: str, name: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [copy.deepcopy(e) for e in self.events
+                    if e["metadata"]["namespace"] == ns and e["involvedObject"]["name"] == name]
+
+    def _secret_problems(self, pod: dict[str, Any]) -> tuple[str, str] | None:
+        """What the kubelet says before starting a pod whose Secrets are not all in its namespace:
+        (waiting reason, message), or None. Image pull secrets that are missing are only a warning event
+        (the image is then pulled without them)."""
+        ns, spec = pod["metadata"]["namespace"], pod["spec"]
+        for ref in spec.get("imagePullSecrets") or []:
+            if (ns, ref.get("name")) not in self.secrets:
+                self._event(pod, "FailedToRetrieveImagePullSecret",
+                            f'Unable to retrieve some image pull secrets ({ref.get("name")}); attempting to pull '
+                            "the image may not succeed.")
+        for volume in spec.get("volumes") or []:
+            source = volume.get("secret")
+            if source and not source.get("optional") and (ns, source.get("secretName")) not in self.secrets:
+                message = f'MountVolume.SetUp failed for volume "{volume.get("name")}" : secret ' \
+                          f'"{source.get("secretName")}" not found'
+                self._event(pod, "FailedMount", message)
+                return "ContainerCreating", message
+        for _, container in _all_containers(spec):
+            for env in container.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if not ref or ref.get("optional"):
+                    continue
+                secret = self.secrets.get((ns, ref.get("name")))
+                if secret is None:
+                    message = f'secret "{ref.get("name")}" not found'
+                elif ref.get("key") not in (secret.get("data") or {}):
+                    message = f"couldn't find key {ref.get('key')} in Secret {ns}/{ref.get('name')}"
+                else:
+                    continue
+                self._event(pod, "Failed", f"Error: {message}")
+                return "CreateContainerConfigError", message
+        return None
 
     # ================================================================ pods: read / update / delete
 
@@ -1425,8 +1590,14 @@ class FakeKube:
             return candidate
 
     def run(self, ns: str, name: str, node: str | None = None) -> None:
-        """Bind (if needed) and start the pod's containers: phase Running, Ready."""
+        """Bind (if needed) and start the pod's containers: phase Running, Ready. As the kubelet, a pod whose
+        Secrets are not in its namespace stays Pending (its container waiting, with a Warning event)."""
         self.bind(ns, name, node)
+        with self.lock:
+            problem = self._secret_problems(self.pods[(ns, name)])
+        if problem is not None:
+            self.wait_container(ns, name, *problem)
+            return
 
         def change(p: dict[str, Any]) -> None:
             started = now_iso()

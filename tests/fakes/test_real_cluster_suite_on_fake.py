@@ -28,7 +28,8 @@ def test_the_real_cluster_suite_passes_on_the_fake(tmp_path, kubelet):
         fake.add_storage_class("standard", default=True)  # as kind and k3s ship one
         fake.autopilot(stop, log_line="hello from the portal")
         # the stand-in kubelet binds and runs pods but not their commands
-        env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig"), "KUBE_TEST_NO_EXEC": "1"}
+        env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig"), "KUBE_TEST_NO_EXEC": "1",
+               "KUBE_TEST_NO_CONTAINERS": "1"}
         if not kubelet:
             fake.fail_next(1000, status=500, path="/log$")
             env["KUBE_TEST_NO_KUBELET"] = "1"

@@ -12,6 +12,8 @@ only binds and runs pods): the logs must then answer ``LogsUnavailable`` with a 
 what a container would print (a file it wrote on a claim, the size of /dev/shm) is not checked.
 
 The claim test needs a default StorageClass (kind and k3s have one) and is skipped with that reason without.
+``KUBE_TEST_NO_CONTAINERS=1``: a stand-in kubelet that runs no containers (the fake API server's): tests that
+read what a container printed check the pod spec and that the pod runs instead.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ if os.environ.get("KUBECONFIG"):
 
 NO_KUBELET = os.environ.get("KUBE_TEST_NO_KUBELET", "") not in ("", "0", "false")
 NO_EXEC = NO_KUBELET or os.environ.get("KUBE_TEST_NO_EXEC", "") not in ("", "0", "false")
+NO_CONTAINERS = NO_KUBELET or os.environ.get("KUBE_TEST_NO_CONTAINERS", "") not in ("", "0", "false")
 RUN = uuid.uuid4().hex[:6]
 NS = f"gpu-portal-test-{RUN}"
 CLASSES = {f"gpt-{RUN}-realtime": 1000000, f"gpt-{RUN}-elastic": 100000, f"gpt-{RUN}-backfill": 1000}
@@ -559,3 +562,35 @@ def test_a_listed_exit_code_is_retried_as_a_new_attempt(backend, core, node):
     assert service_of(core, f"job-{gang.job_id}-a2") is not None
     assert service_of(core, f"job-{gang.job_id}-a1") is None
     backend.remove_pods(job_id=gang.job_id, attempt=2, namespace=NS)
+
+
+def test_a_department_secret_as_env_and_as_files(backend, core, node):
+    """A Secret the portal owns (written by the backend before the pod) as an environment variable, and one
+    that already exists in the namespace as read-only files, in one restricted pod without GPUs."""
+    from workloads.podsecrets import OwnedSecret, PodSecrets, SecretEnv, SecretFiles
+
+    core.create_namespaced_secret(NS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "lab-files"},
+                                       "stringData": {"token.txt": f"file-{RUN}"}})
+    secrets = PodSecrets(env=(SecretEnv(name="WANDB_API_KEY", secret="portal-secret-wandb", key="api_key"),),
+                         files=(SecretFiles(secret="lab-files", path="/etc/secrets/lab"),),
+                         owned=(OwnedSecret(name="portal-secret-wandb", data=(("api_key", f"env-{RUN}"),)),))
+    script = ('echo "secret-env=$WANDB_API_KEY"; echo "secret-file=$(cat /etc/secrets/lab/token.txt)"; '
+              "echo hello from the portal; sleep 3600")
+    ps = podset(secrets=secrets, command=("sh", "-c", script))
+    backend.start(ps, (node,))
+    backend.start(ps, (node,), fresh=False)  # a retried start rewrites nothing and adopts the pod
+    owned = core.read_namespaced_secret("portal-secret-wandb", NS)
+    assert owned.metadata.labels["app.kubernetes.io/managed-by"] == "gpu-portal"
+    pod = wait_for(lambda: (p := read(core, ps.pod_name(0))).status.phase == "Running" and p, what="Running")
+    container = pod.spec.containers[0]
+    [env] = [e for e in container.env if e.name == "WANDB_API_KEY"]
+    assert env.value is None and env.value_from.secret_key_ref.name == "portal-secret-wandb"
+    [volume] = [v for v in pod.spec.volumes or [] if v.secret]
+    assert volume.secret.secret_name == "lab-files" and volume.secret.default_mode == 0o400
+    assert [(m.mount_path, m.read_only) for m in container.volume_mounts if m.name == volume.name] == [
+        ("/etc/secrets/lab", True)]
+    if NO_CONTAINERS:
+        return
+    lines = wait_for(lambda: [ln for ln in backend.logs(job_id=ps.job_id, attempt=1, namespace=NS, tail_lines=20)
+                              if ln.startswith("secret-")] or None, timeout=60, what="the secrets printed")
+    assert f"secret-env=env-{RUN}" in lines and f"secret-file=file-{RUN}" in lines

@@ -19,11 +19,12 @@ from .eviction import PodEviction
 from .inventory import InventoryReader
 from .logs import PodLogs
 from .priority_classes import PriorityClasses
+from .secrets import OwnedSecrets
 from .watch import PodWatching
 
 
 class KubernetesBackend(PodCreation, PodEviction, InventoryReader, PodLogs, PriorityClasses, PodWatching,
-                        CheckpointCleaning, ClusterBackend):
+                        CheckpointCleaning, OwnedSecrets, ClusterBackend):
     """One Kubernetes cluster behind the portal's ``ClusterBackend`` interface.
 
     The portal creates a job's pods when it admits the job (:meth:`start`), never while it is queued: a gated

@@ -24,6 +24,7 @@ from .podspec import (
 )
 from .quotas import NamespaceQuotas
 from .rendezvous import ensure_service
+from .secrets import ensure_owned_secrets
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         Returns ``{pod name: "created" | "adopted"}`` (an extension of the interface, which returns None).
         """
         validate_podset(podset)
+        ensure_owned_secrets(self.call, self.core, podset)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
         ensure_service(self, podset)
@@ -101,6 +103,7 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         validate_podset(podset)
         if len(placement) != podset.pods:
             raise ValueError(f"placement names {len(placement)} nodes for {podset.pods} pods")
+        ensure_owned_secrets(self.call, self.core, podset)
         existing = {} if fresh else self._attempt_pods(podset.namespace, podset.job_id, podset.attempt)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)

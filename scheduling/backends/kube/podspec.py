@@ -218,6 +218,31 @@ def workload_volumes(workload: PodWorkload) -> tuple[list[dict[str, Any]], list[
     return volumes, mounts
 
 
+SECRET_FILE_MODE = 0o400  # read by the owner only; the kubelet adds group read for the pod's fsGroup
+
+
+def secret_volume_name(index: int) -> str:
+    return f"secret-{index}"
+
+
+def apply_secrets(podset: PodSet, spec: dict[str, Any], container: dict[str, Any]) -> None:
+    """The job's department secrets: env ``valueFrom.secretKeyRef``, each secret used as files a read-only
+    ``secret`` volume (mode 0400; allowed by the restricted profile), and the department's image pull secrets.
+    Only names and keys: the values never enter a pod spec."""
+    secrets = podset.secrets
+    container["env"] += [{"name": e.name, "valueFrom": {"secretKeyRef": {"name": e.secret, "key": e.key}}}
+                         for e in secrets.env]
+    volumes = [{"name": secret_volume_name(i),
+                "secret": {"secretName": f.secret, "defaultMode": SECRET_FILE_MODE}} for i, f in enumerate(secrets.files)]
+    if volumes:
+        spec["volumes"] = [*spec.get("volumes", []), *volumes]
+        container["volumeMounts"] = [*container.get("volumeMounts", []), *(
+            {"name": secret_volume_name(i), "mountPath": f.path, "readOnly": True}
+            for i, f in enumerate(secrets.files))]
+    if secrets.image_pull:
+        spec["imagePullSecrets"] = [{"name": n} for n in secrets.image_pull]
+
+
 def validate_podset(podset: PodSet) -> None:
     """Refuse values the cluster would reject or that could smuggle anything into the spec."""
     problems = []
@@ -231,9 +256,12 @@ def validate_podset(podset: PodSet) -> None:
         problems.append("cpu and memory must be positive")
     if not podset.image or any(c.isspace() for c in podset.image):
         problems.append("image is empty or contains whitespace")
-    for name, _ in podset.env:
+    for name in [n for n, _ in podset.env] + [e.name for e in podset.secrets.env]:
         if not _ENV_NAME.match(name):
             problems.append(f"invalid environment variable name {name!r}")
+    for f in podset.secrets.files:
+        if not f.path.startswith("/"):
+            problems.append(f"secret files need an absolute path, not {f.path!r}")
     if podset.termination_grace_s < 0:
         problems.append("termination_grace_s must be >= 0")
     if podset.pdb_min_available is not None and not (0 <= podset.pdb_min_available <= podset.pods):
@@ -294,6 +322,7 @@ def pod_manifest(
     if podset.pods > 1:  # a stable DNS name per pod, <pod>.<service>, through the gang's headless Service
         spec["hostname"] = podset.pod_name(index)
         spec["subdomain"] = service_name(podset)
+    apply_secrets(podset, spec, container)
     if podset.max_runtime_s and podset.max_runtime_s > 0:
         # The kubelet kills the pod (reason DeadlineExceeded) once it has run this long: a hard stop even if
         # the portal is down. Counted from the pod's start on the node, not from creation.

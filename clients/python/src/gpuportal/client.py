@@ -332,6 +332,25 @@ class Client:
         """The job's hold, cost to date and final charge, in milli-credits."""
         return self._json("GET", f"jobs/{_job_id(job)}/cost")
 
+    # ------------------------------------------------------------------------------------------ secrets
+
+    def secrets(self) -> builtins.list[dict]:
+        """Your department's secrets: ``name``, ``kind``, ``purpose``, ``keys``, ``values`` ("set", never the
+        values), ``updated_at``. A job uses one with ``secrets=[{"secret": "wandb", "key": "api_key",
+        "env": "WANDB_API_KEY"}]`` or ``[{"secret": "hf", "path": "/etc/secrets/hf"}]``."""
+        return self._json("GET", "secrets")
+
+    def secret_set(self, name: str, values: dict[str, str], *, purpose: str | None = None) -> dict:
+        """Set the values of the department secret ``name`` (department admins): rotates an existing one (every
+        value replaced), else declares a new one kept by the portal. Returns it, without its values."""
+        try:
+            return self._json("PATCH", f"secrets/{name}", json={"values": values})
+        except errors.NotFound:
+            body: dict = {"name": name, "kind": "value", "values": values}
+            if purpose:
+                body["purpose"] = purpose
+            return self._json("POST", "secrets", json=body)
+
     # ------------------------------------------------------------------------------------------ quote
 
     def quote(self, spec: dict | None = None, /, **fields) -> dict:
