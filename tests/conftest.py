@@ -64,14 +64,17 @@ def _eager_celery(settings):
 
 
 @pytest.fixture(autouse=True)
-def sim_clock(settings, _eager_celery):
+def sim_clock(request, _eager_celery):
     """The simulated cluster's clock, for every test: it stands still until the test advances it
-    (``sim_clock.advance(seconds)``), so no simulated pod starts, logs or ends by how fast the machine is."""
+    (``sim_clock.advance(seconds)``), so no simulated pod starts, logs or ends by how fast the machine is. The
+    pure suites run without Django (``-p no:django``) and have no simulated cluster."""
+    if not request.config.pluginmanager.has_plugin("django"):
+        return None
     from scheduling.backends import reset_backends
     from scheduling.backends.clock import ManualClock
 
     clock = ManualClock()
-    settings.SIM_CLOCK = clock
+    request.getfixturevalue("settings").SIM_CLOCK = clock
     reset_backends()
     return clock
 

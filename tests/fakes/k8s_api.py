@@ -775,7 +775,7 @@ class FakeKube:
 
     # ================================================================ events
 
-    def _event(self, pod: dict[str, Any], reason: str, message: str, type_: str = "Warning") -> None:
+    def _kubelet_event(self, pod: dict[str, Any], reason: str, message: str, type_: str = "Warning") -> None:
         meta = pod["metadata"]
         self.events.append({
             "apiVersion": "v1", "kind": "Event", "type": type_, "reason": reason, "message": message,
@@ -802,7 +802,7 @@ class FakeKube:
         ns, spec = pod["metadata"]["namespace"], pod["spec"]
         for ref in spec.get("imagePullSecrets") or []:
             if (ns, ref.get("name")) not in self.secrets:
-                self._event(pod, "FailedToRetrieveImagePullSecret",
+                self._kubelet_event(pod, "FailedToRetrieveImagePullSecret",
                             f'Unable to retrieve some image pull secrets ({ref.get("name")}); attempting to pull '
                             "the image may not succeed.")
         for volume in spec.get("volumes") or []:
@@ -810,7 +810,7 @@ class FakeKube:
             if source and not source.get("optional") and (ns, source.get("secretName")) not in self.secrets:
                 message = f'MountVolume.SetUp failed for volume "{volume.get("name")}" : secret ' \
                           f'"{source.get("secretName")}" not found'
-                self._event(pod, "FailedMount", message)
+                self._kubelet_event(pod, "FailedMount", message)
                 return "ContainerCreating", message
         for _, container in _all_containers(spec):
             for env in container.get("env") or []:
@@ -824,7 +824,7 @@ class FakeKube:
                     message = f"couldn't find key {ref.get('key')} in Secret {ns}/{ref.get('name')}"
                 else:
                     continue
-                self._event(pod, "Failed", f"Error: {message}")
+                self._kubelet_event(pod, "Failed", f"Error: {message}")
                 return "CreateContainerConfigError", message
         return None
 
@@ -1352,10 +1352,6 @@ class FakeKube:
 
     def _list_storage_classes(self, *, query: dict[str, str], **_: Any) -> Response:
         return self._list("storageclasses", list(self.storage_classes.values()), query, GENERIC_FIELDS)
-
-    def _list_events(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
-        return self._list("events", [e for e in self.events if e["metadata"]["namespace"] == ns], query,
-                          GENERIC_FIELDS)
 
     def _event(self, ns: str, pod_name: str, reason: str, message: str, type_: str = "Warning") -> None:
         """An Event about a pod, as kube-scheduler records one (repeats of the same one are counted)."""
