@@ -18,11 +18,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from lab.api.serializers import (
     DepartmentArchiveSerializer,
-    DepartmentCreateSerializer,
     DepartmentUpdateSerializer,
-    MemberCreateSerializer,
     MemberUpdateSerializer,
 )
+from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from lab.services import departments, members
 from portal.errors import Forbidden, NotFound, PortalError
 from portal.forms import form_payload, labels_into, render_form, service_errors, submit_form
