@@ -24,7 +24,7 @@ from lab.api.serializers import (
 from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from lab.services import departments, members
 from portal.errors import Forbidden, NotFound, PortalError
-from portal.forms import form_payload, labels_into, render_form, service_errors, submit_form
+from portal.forms import form_payload, labels_into, refusal_text, render_form, service_errors, submit_form
 from portal.models import Department, Membership, Role, UserTier
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
 from quotas.api.views import (
@@ -311,8 +311,7 @@ def _decide(request, pk: int, decide):
     try:
         decide(req, s.validated_data)
     except PortalError as exc:
-        detail = " ".join(i["message"] for items in exc.fields.values() for i in items)
-        messages.error(request, f"Request {pk} not applied: {exc.message} {detail}".strip())
+        messages.error(request, f"Request {pk} not applied: {refusal_text(exc)}")
     return redirect("lab:quota_requests")
 
 
