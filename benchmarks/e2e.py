@@ -41,6 +41,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
+from benchmarks.workers import drain
+
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = {  # name: (share of jobs, pods, GPUs per pod, simulated seconds)
     "small": (0.6, 1, 1, 60),
@@ -258,7 +260,6 @@ def _drive(args, tokens: list[str], *, core=None, namespaces=()) -> dict:
             requests_plan += [c[round_] for c in chunks if round_ < len(c)]
     base = f"http://127.0.0.1:{args.port}/api/v1/jobs"
     lock = threading.Lock()
-    cursor = iter(requests_plan)
     errors: list[str] = []
     lat: list[float] = []
     throttled: list[int] = []
@@ -280,55 +281,46 @@ def _drive(args, tokens: list[str], *, core=None, namespaces=()) -> dict:
             "env": {"SIM_DURATION_S": str(sim_s)},
         }
 
-    def submitter():
+    def submit(items):
+        first, token = items[0][0], items[0][5]
+        if args.batch == 1:
+            url, body, key = base, job_body(items[0]), f"bench-{first}"
+        else:
+            url, body, key = f"{base}/batch", {"jobs": [job_body(it) for it in items]}, f"bench-b{first}"
+        req = urllib.request.Request(  # noqa: S310 - loopback only
+            url,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "Idempotency-Key": key,
+            },
+        )
+        t0 = time.perf_counter()
+        failures = 0
         while True:
-            with lock:
-                items = next(cursor, None)
-            if items is None:
-                return
-            first, token = items[0][0], items[0][5]
-            if args.batch == 1:
-                url, body, key = base, job_body(items[0]), f"bench-{first}"
-            else:
-                url, body, key = f"{base}/batch", {"jobs": [job_body(it) for it in items]}, f"bench-b{first}"
-            req = urllib.request.Request(  # noqa: S310 - loopback only
-                url,
-                data=json.dumps(body).encode(),
-                method="POST",
-                headers={
-                    "Authorization": f"Bearer {token}",
-                    "Content-Type": "application/json",
-                    "Idempotency-Key": key,
-                },
-            )
-            t0 = time.perf_counter()
-            failures = 0
-            while True:
-                try:
-                    with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback only
-                        resp.read()
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback only
+                    resp.read()
+                break
+            except Exception as exc:  # noqa: BLE001
+                retry_after = exc.headers.get("Retry-After") if getattr(exc, "code", None) == 429 else None
+                if retry_after:  # over the user's submit rate: wait as told (no header: never fits)
+                    with lock:
+                        throttled.append(first)
+                    time.sleep(float(retry_after))
+                    continue
+                failures += 1
+                if failures == 5:
+                    with lock:
+                        errors.extend([str(exc)] * len(items))
                     break
-                except Exception as exc:  # noqa: BLE001
-                    retry_after = exc.headers.get("Retry-After") if getattr(exc, "code", None) == 429 else None
-                    if retry_after:  # over the user's submit rate: wait as told (no header: never fits)
-                        with lock:
-                            throttled.append(first)
-                        time.sleep(float(retry_after))
-                        continue
-                    failures += 1
-                    if failures == 5:
-                        with lock:
-                            errors.extend([str(exc)] * len(items))
-                        break
-                    time.sleep(0.2 * failures)
-            lat.append(time.perf_counter() - t0)
+                time.sleep(0.2 * failures)
+        lat.append(time.perf_counter() - t0)
 
     start = time.time()
-    threads = [threading.Thread(target=submitter) for _ in range(args.submitters)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    drain(requests_plan, submit, threads=args.submitters)
     submitted_at = time.time()
 
     def count_admitted():
