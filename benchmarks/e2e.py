@@ -29,8 +29,10 @@ The database named in DATABASE_URL is dropped and re-created. Nothing here is a 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -40,6 +42,8 @@ import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
+
+from django.db import connection
 
 from benchmarks.workers import drain
 
@@ -52,6 +56,46 @@ CLASSES = {  # name: (share of jobs, pods, GPUs per pod, simulated seconds)
 
 
 def main() -> None:
+    args = _parse_args()
+    kube = args.backend == "kubernetes"
+    node_label = tuple(args.node_label.split("=", 1)) if args.node_label else None
+    db = os.environ.get("DATABASE_URL", "")
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if not db.startswith("postgres") or not broker.startswith("redis"):
+        sys.exit("set DATABASE_URL=postgres://... and CELERY_BROKER_URL=redis://... (the real stack)")
+    _recreate_database(db)
+    run = os.urandom(3).hex()
+    env = _environment(args, run)
+    os.environ.update(env)
+    _run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], env)
+
+    import django
+
+    django.setup()
+    tokens = _seed(args.departments, args.nodes, kube=kube, gpu_resource=args.gpu_resource, node_label=node_label)
+    _flush_broker(broker)
+    baseline, core, namespaces = None, None, []
+    if kube:
+        from benchmarks import e2e_kube  # the Kubernetes client: only with --backend kubernetes
+
+        core = e2e_kube.api(os.environ["KUBECONFIG"])
+        namespaces = [f"gpe-{run}-dept-{d:02d}" for d in range(args.departments)]
+        baseline = _bare_baseline(args, core, run, namespaces, node_label)
+    procs = _start_stack(args, env, kube)
+    try:
+        _wait_http(f"http://127.0.0.1:{args.port}/healthz")
+        result = _drive(args, tokens, core=core, namespaces=namespaces)
+    finally:
+        _stop(procs)
+        if kube:
+            e2e_kube.delete_namespaces(core, [f"gpe-{run}-bare", *namespaces])
+    report = _report(args, result) + (_kube_report(args, result, baseline) if kube else "")
+    print(report)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(report)
+
+
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=15000)
     ap.add_argument("--departments", type=int, default=30)
@@ -82,20 +126,15 @@ def main() -> None:
     args.shape = args.shape or ("single" if kube else "kueue")
     if kube and not os.environ.get("KUBECONFIG"):
         ap.error("--backend kubernetes needs KUBECONFIG (a real cluster; nothing here talks to a fake)")
-    node_label = tuple(args.node_label.split("=", 1)) if args.node_label else None
     if not 1 <= args.batch <= 500:
         ap.error("--batch must be between 1 and 500 (JOBS_BATCH_MAX)")
     if args.web is None:
-        import importlib.util
-
         args.web = "gunicorn" if importlib.util.find_spec("gunicorn") else "runserver"
+    return args
 
-    db = os.environ.get("DATABASE_URL", "")
-    broker = os.environ.get("CELERY_BROKER_URL", "")
-    if not db.startswith("postgres") or not broker.startswith("redis"):
-        sys.exit("set DATABASE_URL=postgres://... and CELERY_BROKER_URL=redis://... (the real stack)")
-    _recreate_database(db)
-    run = os.urandom(3).hex()
+
+def _environment(args, run: str) -> dict[str, str]:
+    """The environment of every process of the stack (and of this one)."""
     env = {
         **os.environ,
         "DATA_DIR": tempfile.mkdtemp(prefix="portal-e2e-"),
@@ -109,29 +148,26 @@ def main() -> None:
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "ALLOWED_HOSTS": "127.0.0.1",
     }
-    if kube:
+    if args.backend == "kubernetes":
         env.update(SCHEDULING_BACKEND="kubernetes", KUBE_NAMESPACE_TEMPLATE=f"gpe-{run}-{{department}}",
                    RECONCILE_INTERVAL_S="60")
-    os.environ.update(env)
-    _run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], env)
+    return env
 
-    import django
 
-    django.setup()
-    tokens = _seed(args.departments, args.nodes, kube=kube, gpu_resource=args.gpu_resource, node_label=node_label)
-    _flush_broker(broker)
-    baseline, core, namespaces = None, None, []
-    if kube:
-        from benchmarks import e2e_kube
+def _bare_baseline(args, core, run: str, namespaces: list[str], node_label) -> dict:
+    """The bare kube-scheduler's rate on the same control plane, measured before the portal runs."""
+    from benchmarks import e2e_kube  # the Kubernetes client: only with --backend kubernetes
 
-        core = e2e_kube.api(os.environ["KUBECONFIG"])
-        namespaces = [f"gpe-{run}-dept-{d:02d}" for d in range(args.departments)]
-        e2e_kube.create_namespaces(core, [f"gpe-{run}-bare", *namespaces])
-        baseline = e2e_kube.bare_scheduler_rate(
-            core, namespace=f"gpe-{run}-bare", pods=args.jobs, clients=args.baseline_clients, image=args.image,
-            seconds=args.job_seconds, gpu_resource=args.gpu_resource, node_label=node_label, timeout=args.timeout)
-        e2e_kube.delete_and_wait(core, f"gpe-{run}-bare", "bench=bare")  # the portal gets an empty cluster
+    e2e_kube.create_namespaces(core, [f"gpe-{run}-bare", *namespaces])
+    baseline = e2e_kube.bare_scheduler_rate(
+        core, namespace=f"gpe-{run}-bare", pods=args.jobs, clients=args.baseline_clients, image=args.image,
+        seconds=args.job_seconds, gpu_resource=args.gpu_resource, node_label=node_label, timeout=args.timeout)
+    e2e_kube.delete_and_wait(core, f"gpe-{run}-bare", "bench=bare")  # the portal gets an empty cluster
+    return baseline
 
+
+def _start_stack(args, env: dict[str, str], kube: bool) -> list[subprocess.Popen]:
+    """The web server, the pod workers, the cycle worker with beat (and the pod watch on Kubernetes)."""
     if args.web == "gunicorn":  # what the image and deploy/base run
         web = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind", f"127.0.0.1:{args.port}",
                "--workers", str(args.web_workers), "--backlog", "256"]
@@ -147,23 +183,17 @@ def main() -> None:
          "-s", str(Path(env["DATA_DIR"]) / "beat")], cwd=ROOT, env=env))
     if kube:  # pod states come back through the watch, as in production
         procs.append(subprocess.Popen([sys.executable, "manage.py", "watch_pods"], cwd=ROOT, env=env))
-    try:
-        _wait_http(f"http://127.0.0.1:{args.port}/healthz")
-        result = _drive(args, tokens, core=core, namespaces=namespaces)
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        if kube:
-            e2e_kube.delete_namespaces(core, [f"gpe-{run}-bare", *namespaces])
-    report = _report(args, result) + (_kube_report(args, result, baseline) if kube else "")
-    print(report)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(report)
+    return procs
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def _run(cmd, env):
@@ -233,10 +263,35 @@ def _wait_http(url: str, timeout: float = 60) -> None:
 
 
 def _drive(args, tokens: list[str], *, core=None, namespaces=()) -> dict:
-    import random
+    submit = _Submitter(args, _requests_plan(args, tokens))
+    start = time.time()
+    drain(submit.plan, submit.send, threads=args.submitters)
+    submitted_at = time.time()
+    bound = _wait_for_admissions(args, start, len(submit.errors), core=core, namespaces=namespaces)
+    finished = time.time()
+    rows = _admission_rows()
+    submitted = {}
+    if core is not None:
+        with connection.cursor() as cur:
+            cur.execute("SELECT id, submitted_at FROM scheduling_job")
+            submitted = {pk: at.timestamp() for pk, at in cur.fetchall()}
+    connection.close()
+    return {
+        "start": start,
+        "submitted": submitted_at,
+        "finished": finished,
+        "errors": submit.errors,
+        "submit_latency": submit.lat,
+        "throttled": len(submit.throttled),
+        "rows": rows,
+        "bound": bound,
+        "submitted_at": submitted,
+    }
 
-    from django.db import connection
 
+def _requests_plan(args, tokens: list[str]) -> list[list[tuple]]:
+    """The jobs (seeded) grouped into requests: one request per job, or batches of up to args.batch jobs of
+    one user (a batch is one user's request), departments interleaved."""
     rng = random.Random(7)
     plan = []
     names = list(CLASSES)
@@ -245,26 +300,35 @@ def _drive(args, tokens: list[str], *, core=None, namespaces=()) -> dict:
         name = "small" if args.shape == "single" else rng.choices(names, weights)[0]
         _share, pods, gpus, sim_s = CLASSES[name]
         plan.append((i, name, pods, gpus, sim_s, tokens[i % len(tokens)]))
-    # One request per job, or batches of up to args.batch jobs of one user (a batch is one user's request).
-    requests_plan: list[list[tuple]] = []
     if args.batch == 1:
-        requests_plan = [[item] for item in plan]
-    else:
-        by_token: dict[str, list[tuple]] = {}
-        for item in plan:
-            by_token.setdefault(item[5], []).append(item)
-        chunks = [
-            [items[k:k + args.batch] for k in range(0, len(items), args.batch)] for items in by_token.values()
-        ]
-        for round_ in range(max(len(c) for c in chunks)):  # interleave departments, as single mode does
-            requests_plan += [c[round_] for c in chunks if round_ < len(c)]
-    base = f"http://127.0.0.1:{args.port}/api/v1/jobs"
-    lock = threading.Lock()
-    errors: list[str] = []
-    lat: list[float] = []
-    throttled: list[int] = []
+        return [[item] for item in plan]
+    requests_plan: list[list[tuple]] = []
+    by_token: dict[str, list[tuple]] = {}
+    for item in plan:
+        by_token.setdefault(item[5], []).append(item)
+    chunks = [
+        [items[k:k + args.batch] for k in range(0, len(items), args.batch)] for items in by_token.values()
+    ]
+    for round_ in range(max(len(c) for c in chunks)):  # interleave departments, as single mode does
+        requests_plan += [c[round_] for c in chunks if round_ < len(c)]
+    return requests_plan
 
-    def job_body(item) -> dict:
+
+class _Submitter:
+    """The requests of concurrent HTTP clients (``benchmarks.workers.drain``); each request is retried after a
+    429's Retry-After and up to 5 times on other failures."""
+
+    def __init__(self, args, requests_plan: list[list[tuple]]):
+        self.args = args
+        self.base = f"http://127.0.0.1:{args.port}/api/v1/jobs"
+        self.lock = threading.Lock()  # the clients' shared lists
+        self.plan = requests_plan
+        self.errors: list[str] = []
+        self.lat: list[float] = []
+        self.throttled: list[int] = []
+
+    def job_body(self, item) -> dict:
+        args = self.args
         i, cls, pods, gpus, sim_s, _token = item
         if args.backend == "kubernetes":
             return {"name": f"{cls}-{i}", "image": args.image, "command": ["sh", "-c", f"sleep {args.job_seconds}"],
@@ -281,12 +345,12 @@ def _drive(args, tokens: list[str], *, core=None, namespaces=()) -> dict:
             "env": {"SIM_DURATION_S": str(sim_s)},
         }
 
-    def submit(items):
+    def send(self, items: list[tuple]) -> None:
         first, token = items[0][0], items[0][5]
-        if args.batch == 1:
-            url, body, key = base, job_body(items[0]), f"bench-{first}"
+        if self.args.batch == 1:
+            url, body, key = self.base, self.job_body(items[0]), f"bench-{first}"
         else:
-            url, body, key = f"{base}/batch", {"jobs": [job_body(it) for it in items]}, f"bench-b{first}"
+            url, body, key = f"{self.base}/batch", {"jobs": [self.job_body(it) for it in items]}, f"bench-b{first}"
         req = urllib.request.Request(  # noqa: S310 - loopback only
             url,
             data=json.dumps(body).encode(),
@@ -307,68 +371,49 @@ def _drive(args, tokens: list[str], *, core=None, namespaces=()) -> dict:
             except Exception as exc:  # noqa: BLE001
                 retry_after = exc.headers.get("Retry-After") if getattr(exc, "code", None) == 429 else None
                 if retry_after:  # over the user's submit rate: wait as told (no header: never fits)
-                    with lock:
-                        throttled.append(first)
+                    with self.lock:
+                        self.throttled.append(first)
                     time.sleep(float(retry_after))
                     continue
                 failures += 1
                 if failures == 5:
-                    with lock:
-                        errors.extend([str(exc)] * len(items))
+                    with self.lock:
+                        self.errors.extend([str(exc)] * len(items))
                     break
                 time.sleep(0.2 * failures)
-        lat.append(time.perf_counter() - t0)
+        self.lat.append(time.perf_counter() - t0)
 
-    start = time.time()
-    drain(requests_plan, submit, threads=args.submitters)
-    submitted_at = time.time()
 
-    def count_admitted():
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT count(*) FROM scheduling_job WHERE admitted_at IS NOT NULL OR state IN "
-                "('admitted','running','succeeded')"
-            )
-            return cur.fetchone()[0]
+def _count_admitted() -> int:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM scheduling_job WHERE admitted_at IS NOT NULL OR state IN "
+            "('admitted','running','succeeded')"
+        )
+        return cur.fetchone()[0]
 
+
+def _wait_for_admissions(args, start: float, errors: int, *, core, namespaces) -> dict[int, float]:
+    """Poll until every submitted job is admitted (on a cluster: its pod bound to its node) or the timeout;
+    the pods' bind times on Kubernetes."""
     bound: dict[int, float] = {}
     while time.time() - start < args.timeout:
         if core is not None:  # admitted is not enough on a cluster: the pod must be bound to its node
-            from benchmarks import e2e_kube
+            from benchmarks import e2e_kube  # the Kubernetes client: only with --backend kubernetes
 
             bound = e2e_kube.portal_bind_times(core, list(namespaces))
-            if len(bound) >= args.jobs - len(errors):
+            if len(bound) >= args.jobs - errors:
                 break
             time.sleep(2)
             continue
-        if count_admitted() >= args.jobs - len(errors):
+        if _count_admitted() >= args.jobs - errors:
             break
         time.sleep(1)
-    finished = time.time()
-    rows = _admission_rows()
-    submitted = {}
-    if core is not None:
-        with connection.cursor() as cur:
-            cur.execute("SELECT id, submitted_at FROM scheduling_job")
-            submitted = {pk: at.timestamp() for pk, at in cur.fetchall()}
-    connection.close()
-    return {
-        "start": start,
-        "submitted": submitted_at,
-        "finished": finished,
-        "errors": errors,
-        "submit_latency": lat,
-        "throttled": len(throttled),
-        "rows": rows,
-        "bound": bound,
-        "submitted_at": submitted,
-    }
+    return bound
 
 
 def _admission_rows():
     """(class, seconds from submission to first admission) per job, from the timeline."""
-    from django.db import connection
-
     with connection.cursor() as cur:
         cur.execute("""
             SELECT split_part(j.name, '-', 1), extract(epoch FROM min(e.at) - j.submitted_at), min(e.at)

@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from scheduling.core import reasons  # noqa: E402
 from scheduling.sim import metrics, policies  # noqa: E402
-from scheduling.sim.scenario import load_scenario, prepare  # noqa: E402
+from scheduling.sim.jobs import prepare  # noqa: E402
+from scheduling.sim.scenario import load_scenario  # noqa: E402
 from scheduling.sim.simulator import simulate  # noqa: E402
 
 CLASSES = (

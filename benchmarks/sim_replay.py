@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduling.sim import policies  # noqa: E402
-from scheduling.sim.scenario import load_scenario, prepare  # noqa: E402
+from scheduling.sim.jobs import prepare  # noqa: E402
+from scheduling.sim.scenario import load_scenario  # noqa: E402
 from scheduling.sim.simulator import simulate  # noqa: E402
 
 

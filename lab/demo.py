@@ -21,7 +21,11 @@ from django.db import transaction
 from lab.services.labfile import apply_lab
 from portal.models import Department, Role
 from quotas.models import Flavor
-from scheduling.models import Job
+from quotas.services import flavors, pricing
+from quotas.services.rules import quota_create
+from scheduling.models import Cluster, Job
+from scheduling.services import inventory
+from scheduling.services.jobs import job_submit
 
 LAB_FILE = Path(__file__).resolve().parent / "fixtures" / "demo-lab.yaml"
 
@@ -81,11 +85,6 @@ def _passwords() -> dict[str, str]:
 def add_cloud_cluster() -> None:
     """A second simulated cluster of another flavor: "cloud", one node of 4 H100s, labelled and dearer than the
     campus cluster (which gets its own labels), with H100 quotas and prices for vision and nlp."""
-    from quotas.services import flavors, pricing
-    from quotas.services.rules import quota_create
-    from scheduling.models import Cluster
-    from scheduling.services import inventory
-
     inventory.cluster_update(cluster=Cluster.objects.get(is_default=True), actor=None,
                              labels={"site": "campus", "data": "campus"})
     h100 = flavors.flavor_create(actor=None, name="h100", resource_name="nvidia.com/gpu",
@@ -102,8 +101,6 @@ def add_cloud_cluster() -> None:
 
 
 def _demo_jobs(a100: Flavor, h100: Flavor | None) -> None:
-    from scheduling.services.jobs import job_submit
-
     User = get_user_model()
     specs = [
         ("bob", "resnet50-baseline", 2, 1, "elastic", "normal", 1800, 0),

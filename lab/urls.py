@@ -20,5 +20,8 @@ urlpatterns = [
     path("flavors/", views.flavors, name="flavors"),
     path("flavors/<str:name>/delete", views.flavor_delete, name="flavor_delete"),
     path("clusters/", views.clusters, name="clusters"),
+    path("secrets/", views.secrets, name="secrets"),
+    path("secrets/<slug:slug>/<str:name>/rotate", views.secret_rotate, name="secret_rotate"),
+    path("secrets/<slug:slug>/<str:name>/delete", views.secret_delete, name="secret_delete"),
     path("clusters/<str:name>/node-groups/<str:group>/delete", views.node_group_delete, name="node_group_delete"),
 ]

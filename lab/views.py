@@ -40,6 +40,9 @@ from quotas.services import rules
 from scheduling.api.clusters import ClusterCreateSerializer, ClusterUpdateSerializer, NodeGroupInputSerializer
 from scheduling.models import Cluster
 from scheduling.services import inventory
+from workloads.api.serializers import SecretCreateSerializer, SecretUpdateSerializer
+from workloads.models import DepartmentSecret
+from workloads.services import secrets as secret_services
 
 QUOTA_INPUTS = ("nominal", "borrowing_limit", "lending_limit")
 CLUSTER_FORM_FIELDS = ("name", "backend", "is_default", "state", "cost_rank", "kubeconfig", "kubeconfig_env",
@@ -462,3 +465,103 @@ def node_group_delete(request, name: str, group: str):
     except PortalError as exc:
         messages.error(request, exc.message)
     return redirect("lab:clusters")
+
+
+# --------------------------------------------------------------------------- department secrets
+def _secret_values(text: str, errors: dict) -> dict[str, str]:
+    """``KEY=value`` lines (the value is everything after the first ``=``, kept as typed)."""
+    values = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            errors.setdefault("values", []).append("Use KEY=value, one per line.")  # never quote the line back
+            continue
+        values[key.strip()] = value.rstrip("\r")
+    return values
+
+
+def _secret_payload(post, errors: dict) -> dict:
+    payload = form_payload(post, ("name", "kind", "purpose", "reference_name", "registry", "username"))
+    keys = [k.strip() for k in post.get("keys", "").split(",") if k.strip()]
+    if keys:
+        payload["keys"] = keys
+    values = _secret_values(post.get("values", ""), errors)
+    if post.get("password"):
+        values["password"] = post["password"]
+    if values:
+        payload["values"] = values
+    return payload
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def secrets(request):
+    """Your department's secrets: names, keys and whether values are set (never the values). Department admins
+    declare, rotate and delete them here; values typed into the forms are never shown back."""
+    m = member(request.user)
+    errors: dict = {}
+    values = {}
+    is_admin = _administers_secrets(request.user)
+    if request.method == "POST":
+        require_role(request.user, CHANGE, "Only department admins can declare secrets.")
+        values = {k: v for k, v in request.POST.dict().items() if k not in ("values", "password")}
+        pre: dict = {}
+        payload = _secret_payload(request.POST, pre)
+
+        target = m.department  # platform admins may name another department
+        if m.is_platform_admin and request.POST.get("department"):
+            target = Department.objects.filter(slug=request.POST["department"]).first()
+            if target is None:
+                pre["department"] = ["No such department."]
+
+        def apply(data):
+            data.pop("department", None)
+            secret_services.secret_create(actor=request.user, department=target, **data)
+            messages.success(request, f"Secret {data['name']} saved.")
+
+        errors = submit_form(SecretCreateSerializer, payload, apply, pre)
+        if not errors:
+            return redirect("lab:secrets")
+    rows = DepartmentSecret.objects.restrict(request.user, VIEW).select_related("department", "created_by")
+    return render_form(request, "lab/secrets.html", {"membership": m, "rows": rows, "values": values,
+                                                     "is_admin": is_admin}, errors)
+
+
+def _administers_secrets(user) -> bool:
+    try:
+        require_role(user, CHANGE)
+    except Forbidden:
+        return False
+    return True
+
+
+def _secret(request, slug: str, name: str) -> DepartmentSecret:
+    return DepartmentSecret.objects.get_or_404(request.user, CHANGE, department__slug=slug, name=name)
+
+
+@login_required
+@require_POST
+def secret_rotate(request, slug: str, name: str):
+    secret = _secret(request, slug, name)
+    pre: dict = {}
+    payload = {k: v for k, v in _secret_payload(request.POST, pre).items()
+               if k in ("values", "keys", "reference_name", "registry", "username")}
+
+    def apply(data):
+        secret_services.secret_update(actor=request.user, secret=secret, **data)
+        messages.success(request, f"Secret {name} updated.")
+
+    errors = submit_form(SecretUpdateSerializer, payload, apply, pre)
+    for field, msgs in errors.items():
+        messages.error(request, f"{name}: {field}: {' '.join(msgs)}")
+    return redirect("lab:secrets")
+
+
+@login_required
+@require_POST
+def secret_delete(request, slug: str, name: str):
+    secret_services.secret_delete(actor=request.user, secret=_secret(request, slug, name))
+    messages.success(request, f"Secret {name} deleted.")
+    return redirect("lab:secrets")

@@ -37,6 +37,9 @@ KINDS: tuple[Kind, ...] = (
     # Important: something went wrong or someone waits.
     Kind("job.failed", "Job failed", "the job's owner", _JOB + " failed: {reason}",
          "Job {job_id} ({job_name}) failed: {message}\n\nHint: {hint}", email=True, webhook=True),
+    Kind("job.retried", "Job retried", "the job's owner", _JOB + " is retried as attempt {attempt}",
+         "Job {job_id} ({job_name}) failed ({cause}: {message}) and is retried as attempt {attempt} in "
+         "{backoff_s} s.", email=False, webhook=True),
     Kind("job.preempted", "Job preempted", "the job's owner", _JOB + " was preempted",
          "Job {job_id} ({job_name}) was preempted ({reason}): {message}\n\n{requeue_note}", email=True,
          webhook=True),

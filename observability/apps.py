@@ -9,9 +9,9 @@ class ObservabilityConfig(AppConfig):
         # Registered here, once the models are loaded, so every process finds the tasks by name (beat names
         # them) and /metrics includes the scheduler's, the ledger's and the GPU-use series in every process that serves
         # it.
-        from observability import checks, tasks  # noqa: F401
-        from observability.services import metrics, scheduler_metrics
-        from portal.metrics import register_collector
+        from observability import checks, tasks  # noqa: F401 - registers checks and tasks; they import models
+        from observability.services import metrics, scheduler_metrics  # read models: once loaded
+        from portal.metrics import register_collector  # reads MetricValue: only once the models are loaded
 
         register_collector(scheduler_metrics.SchedulerCollector())
         register_collector(metrics.GpuUseCollector())

@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from portal.lockout import token_attempt_failed
 from portal.models import ApiToken
 
 
@@ -24,8 +25,6 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Malformed Authorization header: use 'Bearer <token>'.")
-        from portal.lockout import token_attempt_failed
-
         # Verify first: a right token is never refused because of someone else's failures (its key id is not
         # secret, and addresses are shared). Wrong ones are counted per key id and per client address; over
         # the limit they are answered 429 instead of 401 (portal.lockout). Guessing a secret of 256 bits

@@ -80,6 +80,14 @@ SETTINGS: tuple[Setting, ...] = (
             "int"),
     Setting("LOG_RETENTION_DAYS", "30", "Job logs: delete kept logs this many days after their attempt ended.",
             "int"),
+    Setting("CHECKPOINT_RETENTION_DAYS", "14", "Checkpoints: delete a job's checkpoint directory this many days "
+            "after the job ended.", "int"),
+    Setting("CHECKPOINT_CLEANUP_IMAGE", "busybox:1.36", "Checkpoints: the image of the restricted pod that "
+            "deletes an expired checkpoint directory on a Kubernetes cluster."),
+    Setting("SHM_DEFAULT_MB", "1024", "Jobs: /dev/shm size (MiB) when a job gives none (at most half its memory).",
+            "int"),
+    Setting("SHM_MAX_MB", "65536", "Jobs: the largest /dev/shm (MiB) a job may ask for (also at most its memory).",
+            "int"),
     Setting("STATS_INTERVAL_S", "300", "Dashboard charts: seconds between two samples of the stored time series.",
             "int"),
     Setting("STATS_RETENTION_DAYS", "90", "Dashboard charts: delete samples older than this many days.", "int"),
@@ -197,6 +205,9 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("LOG_KEEP_KB and LOG_RETENTION_DAYS must be positive.")
         if int(values["LAB_FILE_MAX_KB"]) <= 0:
             problems.append("LAB_FILE_MAX_KB must be positive.")
+        if min(int(values["CHECKPOINT_RETENTION_DAYS"]), int(values["SHM_DEFAULT_MB"]),
+               int(values["SHM_MAX_MB"])) <= 0:
+            problems.append("CHECKPOINT_RETENTION_DAYS, SHM_DEFAULT_MB and SHM_MAX_MB must be positive.")
         if int(values["WHATIF_MAX_JOBS"]) <= 0 or float(values["WHATIF_TIME_LIMIT_S"]) <= 0:
             problems.append("WHATIF_MAX_JOBS and WHATIF_TIME_LIMIT_S must be positive.")
         if (float(values["PROMETHEUS_TIMEOUT_S"]) <= 0 or float(values["GPU_USAGE_INTERVAL_S"]) <= 0

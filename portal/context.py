@@ -1,5 +1,6 @@
 import time
 
+from portal.metrics import scheduler_state
 from portal.tenancy import membership_of
 
 
@@ -8,8 +9,6 @@ def membership(request):
     context = {"membership": found}
     if found is not None and found.is_platform_admin:
         # the shell's banner: platform admins are the ones who can start the worker or beat again
-        from portal.metrics import scheduler_state
-
         state = scheduler_state(now=time.time())
         if state.stalled:
             context["scheduler_stalled"] = state

@@ -22,6 +22,9 @@ from django.http import JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from portal.errors import error_body
+from portal.models import AuditEntry
+
 log = logging.getLogger(__name__)
 
 MESSAGE = "Too many failed attempts. Try again later."
@@ -34,8 +37,6 @@ def _minutes() -> int:
 def lockout_response(request, original_response=None, credentials=None):
     """The same answer for an existing and an unknown account: 429, the one error shape on the API, the
     log-in page with a neutral message elsewhere."""
-    from portal.errors import error_body
-
     message = f"{MESSAGE} Wrong attempts are refused for {_minutes()} minutes."
     if request.path.startswith("/api/"):
         response = JsonResponse(error_body("throttled", message), status=429)
@@ -46,8 +47,6 @@ def lockout_response(request, original_response=None, credentials=None):
 
 
 def _audit_lockout(*, username: str | None, ip_address: str | None, path: str) -> None:
-    from portal.models import AuditEntry
-
     since = timezone.now() - settings.AXES_COOLOFF_TIME
     key = (username or "")[:64]
     if AuditEntry.objects.filter(action="auth.lockout", object_type="auth.login", object_id=key,

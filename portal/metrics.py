@@ -19,11 +19,15 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.http import HttpResponse
+from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
+
+from portal.models import MetricValue
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +59,6 @@ def _upsert(rows: list[tuple[str, str, float]], *, grow: bool) -> None:
         return
     # Rows are locked in one order whoever writes them, so two writers sharing series cannot deadlock.
     rows = sorted(rows)
-    from django.db import connection
-    from django.utils import timezone
-
-    from portal.models import MetricValue
-
     table = connection.ops.quote_name(MetricValue._meta.db_table)
     value = f"{table}.value + EXCLUDED.value" if grow else "EXCLUDED.value"
     now = timezone.now()
@@ -144,8 +143,6 @@ DECIDE_DURATION = Histogram("portal_cycle_decide_seconds", "Time the pure engine
 
 def set_gauges(name: str, values: dict[str, float] | float, *, label: str | None = None) -> None:
     """Replace the gauge ``name``: one value, or one per value of ``label`` (other label values vanish)."""
-    from portal.models import MetricValue
-
     rows = {"": float(values)} if label is None else {_labels({label: k}): float(v) for k, v in values.items()}
     with transaction.atomic():
         MetricValue.objects.filter(name=name).exclude(labels__in=list(rows)).delete()
@@ -155,8 +152,6 @@ def set_gauges(name: str, values: dict[str, float] | float, *, label: str | None
 
 def set_drift(values: dict[str, float]) -> None:
     """``portal_ledger_drift_mcr{department, column}`` from {"<department>|<column>": mcr}."""
-    from portal.models import MetricValue
-
     rows = {_labels({"department": k.split("|")[0], "column": k.split("|")[1]}): v for k, v in values.items()}
     with transaction.atomic():
         MetricValue.objects.filter(name=LEDGER_DRIFT).exclude(labels__in=list(rows)).delete()
@@ -206,10 +201,6 @@ class SchedulerState:
 
 def scheduler_state(*, now: float) -> SchedulerState:
     """One query. A database that never saw a cycle (a fresh install before its first) is not stalled."""
-    from django.conf import settings
-
-    from portal.models import MetricValue
-
     last = MetricValue.objects.filter(name=CYCLE_LAST_RUN, labels="").values_list("value", flat=True).first()
     return SchedulerState(last_run_at=last, age_s=None if last is None else max(0.0, now - last),
                           stale_after_s=settings.CYCLE_STALE_AFTER_S)
@@ -218,8 +209,6 @@ def scheduler_state(*, now: float) -> SchedulerState:
 def stored_series() -> dict[str, list[tuple[dict[str, str], float]]]:
     """Every stored series (counters, gauges and histogram rows kept in ``MetricValue``) with its labels, in
     one query: what a collector serves at scrape time."""
-    from portal.models import MetricValue
-
     series: dict[str, list[tuple[dict[str, str], float]]] = {}
     for name, labels, value in MetricValue.objects.values_list("name", "labels", "value"):
         series.setdefault(name, []).append((_parse(labels), value))
@@ -262,8 +251,6 @@ def register_collector(collector) -> None:
 def stored(name: str) -> list[tuple[dict[str, str], float]]:
     """The stored values of one series (counters, gauges and histogram rows kept in ``MetricValue``), with
     their labels."""
-    from portal.models import MetricValue
-
     return [(_parse(labels), value) for labels, value in
             MetricValue.objects.filter(name=name).values_list("labels", "value")]
 

@@ -111,6 +111,8 @@ class ProbeMiddleware:
     def __call__(self, request):
         name = PROBES.get(request.path_info)
         if name is not None and request.method in ("GET", "HEAD"):
+            # not at module level: LOGGING names this module's filter, so it is imported before the app
+            # registry is ready, and the views import models
             from portal import views
 
             return getattr(views, name)(request)

@@ -186,6 +186,8 @@ CELERY_BEAT_SCHEDULE = {
     "quotas-reconcile-holds": {"task": "quotas.reconcile_holds", "schedule": 600.0},
     # kept job logs past LOG_RETENTION_DAYS
     "scheduling-logs-cleanup": {"task": "scheduling.logs.cleanup", "schedule": 3600.0},
+    # checkpoint directories past CHECKPOINT_RETENTION_DAYS after their job ended (docs/workloads.md)
+    "scheduling-checkpoints-cleanup": {"task": "scheduling.checkpoints.cleanup", "schedule": 3600.0},
     # the dashboard's time series (charts read samples, never every job's history)
     "scheduling-stats-sample": {"task": "scheduling.stats.sample", "schedule": float(ENV["STATS_INTERVAL_S"])},
     # GPU use per job (observability.tasks): reads Prometheus (or the simulated cluster's series) afresh each run
@@ -206,6 +208,9 @@ CELERY_BEAT_SYNC_EVERY = 1
 SCHEDULING_BACKEND = str(ENV["SCHEDULING_BACKEND"])
 CYCLE_STALE_AFTER_S = float(ENV["CYCLE_STALE_AFTER_S"])
 SIM_SPEEDUP = float(ENV["SIM_SPEEDUP"])
+# The simulated cluster's clock (scheduling.backends.clock): None is real time. Not from the environment: the
+# tests set a ManualClock here so that their simulated pods move only when a test advances time.
+SIM_CLOCK = None
 KUBECONFIG = str(ENV["KUBECONFIG"])
 KUBE_NAMESPACE_TEMPLATE = str(ENV["KUBE_NAMESPACE_TEMPLATE"])
 KUBE_QPS = float(ENV["KUBE_QPS"])
@@ -217,6 +222,10 @@ LAB_FILE_MAX_KB = int(ENV["LAB_FILE_MAX_KB"])
 QUOTE_ESTIMATE_MAX_JOBS = int(ENV["QUOTE_ESTIMATE_MAX_JOBS"])
 LOG_KEEP_KB = int(ENV["LOG_KEEP_KB"])
 LOG_RETENTION_DAYS = int(ENV["LOG_RETENTION_DAYS"])
+CHECKPOINT_RETENTION_DAYS = int(ENV["CHECKPOINT_RETENTION_DAYS"])
+CHECKPOINT_CLEANUP_IMAGE = str(ENV["CHECKPOINT_CLEANUP_IMAGE"])
+SHM_DEFAULT_MB = int(ENV["SHM_DEFAULT_MB"])
+SHM_MAX_MB = int(ENV["SHM_MAX_MB"])
 STATS_INTERVAL_S = int(ENV["STATS_INTERVAL_S"])
 STATS_RETENTION_DAYS = int(ENV["STATS_RETENTION_DAYS"])
 

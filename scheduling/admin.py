@@ -144,7 +144,7 @@ class ApprovalAdmin(ReadOnlyAdmin):
 
 @admin.register(JobTemplate)
 class JobTemplateAdmin(ReadOnlyAdmin):
-    list_display = ("name", "scope", "department", "owner", "description", "updated_at")
-    list_filter = ("scope", "department")
-    search_fields = ("name", "description", "owner__username", "department__slug")
+    list_display = ("name", "scope", "department", "owner", "updated_at")
+    list_filter = ("scope",)
+    search_fields = ("name", "department__slug", "owner__username")
     list_select_related = ("department", "owner")

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from quotas import ports
+
 
 class SchedulingConfig(AppConfig):
     name = "scheduling"
@@ -8,9 +10,8 @@ class SchedulingConfig(AppConfig):
     def ready(self):
         # Imported here, once the models are loaded, to register the Celery tasks that services send by name
         # (portal.dispatch): services never import the tasks module themselves.
-        from quotas import ports
-        from scheduling import tasks  # noqa: F401
-        from scheduling.services.quota_facts import SchedulingQuotaFacts
+        from scheduling import tasks  # noqa: F401 - registers the tasks by name; it imports models
+        from scheduling.services.quota_facts import SchedulingQuotaFacts  # reads models, so: once loaded
 
         # Quotas stands below scheduling: what it needs to know of jobs, nodes and clusters it asks this.
         ports.register(SchedulingQuotaFacts())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -209,6 +209,9 @@ class Job(models.Model):
     image = models.CharField(max_length=512)
     command = models.JSONField()
     env = models.JSONField(default=dict, blank=True)
+    # The department secrets it uses: [{"secret", "key", "env"} | {"secret", "path"}] (names and keys only;
+    # the values stay in workloads.DepartmentSecret, checked at submission by workloads.services.secrets).
+    secrets = models.JSONField(default=list, blank=True)
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
     gpus = models.PositiveIntegerField(validators=[MinValueValidator(1)], help_text="GPUs per pod")
     pods = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
@@ -227,6 +230,19 @@ class Job(models.Model):
     # risk, so the job is evicted only for realtime work or a reclaim).
     checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
     pdb_min_available = models.PositiveIntegerField(null=True, blank=True)
+    # What the job runs with besides its image (workloads app, checked at submission): data sources mounted by
+    # name ([{"source", "path", "read_only"}]), its checkpoint directory ({"source", "source_id", "cluster",
+    # "path"}, {} for none) and the size of its memory-backed /dev/shm (MiB, counted in the pod's memory).
+    mounts = models.JSONField(default=list, blank=True)
+    checkpoint = models.JSONField(default=dict, blank=True)
+    shm_mb = models.PositiveIntegerField(default=0)
+    # Retries (scheduling/core/retries.py): how many times a failed attempt may be retried, and the exit codes
+    # that ask for it; platform failures are retried without asking. ``retries``: made so far; ``not_before``:
+    # the queued retry's back-off ends then (the engine keeps it out of admission until that instant).
+    max_retries = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(10)])
+    retry_on_exit_codes = models.JSONField(default=list, blank=True)
+    retries = models.PositiveIntegerField(default=0)
+    not_before = models.DateTimeField(null=True, blank=True)
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     reason_code = models.CharField(max_length=40, blank=True)
@@ -326,11 +342,12 @@ class AttemptLogQuerySet(TenantQuerySet):
 
 
 class AttemptLog(models.Model):
-    """The tail of one attempt's log, kept when the attempt ends (its pods, and the cluster's copy of the
+    """The tail of one pod's log of one attempt, kept when the attempt ends (its pods, and the cluster's copy of the
     log, go soon after). At most LOG_KEEP_KB of the end of the log; deleted LOG_RETENTION_DAYS after."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="logs")
     attempt = models.PositiveIntegerField()
+    pod = models.PositiveIntegerField(default=0)  # the pod's index in its gang
     text = models.TextField(blank=True)
     truncated = models.BooleanField(default=False)  # the log was longer than what was kept
     kept_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -338,11 +355,12 @@ class AttemptLog(models.Model):
     objects = AttemptLogQuerySet.as_manager()
 
     class Meta:
-        ordering = ["job", "attempt"]
-        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="attemptlog_unique_job_attempt")]
+        ordering = ["job", "attempt", "pod"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt", "pod"],
+                                               name="attemptlog_unique_job_attempt_pod")]
 
     def __str__(self) -> str:
-        return f"log of job {self.job_id} attempt {self.attempt}"
+        return f"log of job {self.job_id} attempt {self.attempt} pod {self.pod}"
 
 
 # Upper bounds (seconds) of the wait-time histogram's bins; the last bin has no upper bound.
@@ -517,12 +535,16 @@ class SimPod(models.Model):
     node = models.CharField(max_length=253, blank=True)
     phase = models.CharField(max_length=12, default="Pending")
     reason = models.CharField(max_length=40, blank=True)
+    message = models.CharField(max_length=500, blank=True)  # what the kubelet says with the reason
     exit_code = models.IntegerField(null=True, blank=True)
     runtime_s = models.FloatField(default=3600)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     log = models.TextField(blank=True)
+    # The pod's mounts as the simulated kubelet made them: [{"source", "path", "dir", "read_only"}], "dir" the
+    # directory under DATA_DIR that holds the source's files (so attempts share what they wrote).
+    mounts = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [

@@ -14,7 +14,7 @@ from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 
 from scheduling.backends.base import BackendError, ClusterUnavailable
-from scheduling.services import cluster_binding, clusters, cycle, logs, pods, stats
+from scheduling.services import cluster_binding, clusters, cycle, logs, pods, stats, workload
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +86,10 @@ def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None =
 
 
 @shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)
-def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
-    """Clear the pods of an attempt that has ended, through the Eviction API where they still run."""
-    return pods.remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster)
+def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None, failed: bool = False) -> str:
+    """Clear the pods of an attempt that has ended, through the Eviction API where they still run. ``failed``:
+    the attempt ended because a pod failed (its own PodDisruptionBudget goes first)."""
+    return pods.remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster, failed=failed)
 
 
 @shared_task(name="scheduling.pods.keep_log", time_limit=120, soft_time_limit=100, ignore_result=True)
@@ -101,6 +102,12 @@ def keep_log(job_id: int, attempt: int) -> bool:
 def cleanup_logs() -> int:
     """Delete kept logs past LOG_RETENTION_DAYS."""
     return logs.cleanup_logs()
+
+
+@shared_task(name="scheduling.checkpoints.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)
+def cleanup_checkpoints() -> int:
+    """Delete checkpoint directories past CHECKPOINT_RETENTION_DAYS after their job ended."""
+    return workload.delete_expired_checkpoints()
 
 
 @shared_task(name="scheduling.stats.sample", time_limit=120, soft_time_limit=100, ignore_result=True)
@@ -137,3 +144,10 @@ def reconcile() -> dict:
 @shared_task(name="scheduling.cycle.reconcile_one", time_limit=300, soft_time_limit=280, ignore_result=True)
 def reconcile_one(cluster_id: int | None = None) -> dict:
     return clusters.reconcile_one(cluster_id=cluster_id)
+
+
+@shared_task(name="scheduling.pods.delete_secret", time_limit=120, soft_time_limit=100, **RETRY)
+def delete_department_secret(department_slug: str, secret_name: str, kube_name: str) -> list[str]:
+    """Delete the portal's copy of a department secret that was deleted, on every cluster."""
+    return pods.delete_department_secret(department_slug=department_slug, secret_name=secret_name,
+                                         kube_name=kube_name)

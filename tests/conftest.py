@@ -63,6 +63,19 @@ def _eager_celery(settings):
     reset_backends()
 
 
+@pytest.fixture(autouse=True)
+def sim_clock(settings, _eager_celery):
+    """The simulated cluster's clock, for every test: it stands still until the test advances it
+    (``sim_clock.advance(seconds)``), so no simulated pod starts, logs or ends by how fast the machine is."""
+    from scheduling.backends import reset_backends
+    from scheduling.backends.clock import ManualClock
+
+    clock = ManualClock()
+    settings.SIM_CLOCK = clock
+    reset_backends()
+    return clock
+
+
 class Lab:
     """Handles to the fixture world, for readable tests."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
 from lab.services.shape import VERSION
@@ -12,6 +14,7 @@ from scheduling.core.policy import policy_to_dict
 from scheduling.models import Cluster, JobTemplate, PolicyVersion, TemplateScope
 from scheduling.services import inventory
 from scheduling.services.policy import current_policy
+from workloads.models import DepartmentSecret
 
 
 def export_lab() -> dict:
@@ -85,11 +88,38 @@ def export_lab() -> dict:
                  .order_by("department__slug", "name")]
     if templates:  # department templates only: personal ones are their owners', not the lab's
         out["templates"] = templates
+    secrets = [_secret_entry(sc) for sc in DepartmentSecret.objects.select_related("department").order_by(
+        "department__slug", "name")]
+    if secrets:
+        out["secrets"] = secrets
     if PolicyVersion.objects.exists():
         doc = policy_to_dict(current_policy()[0])
         doc.pop("version", None)
         out["policy"] = doc
     return out
+
+
+def secret_env_name(department: str, name: str, key: str) -> str:
+    """The environment variable an exported value secret names for one of its keys."""
+    return re.sub(r"[^A-Z0-9_]", "_", f"SECRET_{department}_{name}_{key}".upper())
+
+
+def _secret_entry(sc: DepartmentSecret) -> dict:
+    """A department secret without its values: a value is named by an environment variable that ``lab apply``
+    reads it from (the export never decrypts anything)."""
+    entry: dict = {"department": sc.department.slug, "name": sc.name, "kind": sc.kind}
+    if sc.purpose != "env":
+        entry["purpose"] = sc.purpose
+    if sc.kind == "reference":
+        entry["reference_name"] = sc.reference_name
+        if sc.keys:
+            entry["keys"] = list(sc.keys)
+    elif sc.purpose == "image-pull":
+        entry.update(registry=sc.registry, username=sc.username,
+                     password_env=secret_env_name(sc.department.slug, sc.name, "password"))
+    else:
+        entry["values_env"] = {k: secret_env_name(sc.department.slug, sc.name, k) for k in sc.keys}
+    return entry
 
 
 def dump(data: dict) -> str:

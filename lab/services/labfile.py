@@ -40,6 +40,8 @@ from scheduling.models import Cluster, JobTemplate, TemplateScope
 from scheduling.services import inventory
 from scheduling.services import templates as template_services
 from scheduling.services.policy import current_policy, policy_update
+from workloads.models import DepartmentSecret
+from workloads.services import secrets as secret_services
 
 __all__ = ["LabError", "LabFileInvalid", "Result", "apply_lab", "dump", "export_lab"]
 
@@ -388,6 +390,59 @@ class _Applier:
                     self.run(("templates",), "-", f"template {cur.department.slug}/{cur.name}", [],
                              lambda c=cur: template_services.template_delete(user=self.actor, template=c))
 
+    # ---------------------------------------------------------------- department secrets
+    def secrets(self):
+        """``secrets:``: each value is read from the environment variable the file names, never from the
+        file. A secret that exists keeps its values when its variables are not set (so an exported file can
+        be applied without them); a new value secret needs them. Lines name secrets and keys, never values."""
+        declared = set()
+        for i, d in enumerate(self.data.get("secrets") or []):
+            path = ("secrets", i)
+            dept = Department.objects.filter(slug=d["department"]).first()
+            if dept is None:
+                continue  # its department failed to be created: that error is reported already
+            declared.add((dept.pk, d["name"]))
+            kind, purpose = d["kind"], d.get("purpose", "env")
+            values, missing = _secret_values(d)
+            want = {"reference_name": d.get("reference_name", ""), "keys": sorted(d.get("keys") or []),
+                    "registry": d.get("registry", ""), "username": d.get("username", "")}
+            cur = DepartmentSecret.objects.filter(department=dept, name=d["name"]).first()
+            what = f"secret {dept.slug}/{d['name']}"
+            if cur is None:
+                if missing:
+                    self.fail((*path, "values_env" if "values_env" in d else "password_env"),
+                              f"environment variable(s) {', '.join(missing)} not set: the values of a new secret "
+                              "are read from the environment")
+                    continue
+                keys = sorted(values) if kind == "value" else want["keys"]
+                self.run(path, "+", what, [f"kind: {kind}", f"purpose: {purpose}"] + (
+                    [f"keys: {', '.join(keys)}"] if keys else []),
+                         lambda dp=dept, d=d, v=values, w=want: secret_services.secret_create(
+                             actor=self.actor, department=dp, name=d["name"], kind=d["kind"],
+                             purpose=d.get("purpose", "env"), values=v or None, **w))
+                continue
+            if (cur.kind, cur.purpose) != (kind, purpose):
+                self.fail(path, f"{what} is a {cur.kind} secret for {cur.purpose}: its kind and purpose cannot "
+                                "change (remove it with --prune, or delete it, and declare it again)")
+                continue
+            changes: dict = {}
+            details: list[str] = []
+            for k in ("reference_name", "registry", "username") + (("keys",) if kind == "reference" else ()):
+                if getattr(cur, k) != want[k]:
+                    changes[k] = want[k]
+                    details += _diff({k: getattr(cur, k)}, {k: want[k]})
+            if kind == "value" and not missing and values != cur.values:
+                changes["values"] = values
+                details.append(f"values of {', '.join(sorted(values))}: rotated")
+            if changes:
+                self.run(path, "~", what, details,
+                         lambda c=cur, ch=changes: secret_services.secret_update(actor=self.actor, secret=c, **ch))
+        if self.prune:
+            for secret in DepartmentSecret.objects.select_related("department").order_by("department__slug", "name"):
+                if (secret.department_id, secret.name) not in declared:
+                    self.run(("secrets",), "-", f"secret {secret.department.slug}/{secret.name}", [],
+                             lambda sc=secret: secret_services.secret_delete(actor=self.actor, secret=sc))
+
     # ---------------------------------------------------------------- policy, archives, prune
     def policy(self):
         doc = self.data.get("policy")
@@ -471,6 +526,15 @@ def _flat_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
     return out
 
 
+def _secret_values(d: dict) -> tuple[dict[str, str], list[str]]:
+    """A declared secret's values, read from the environment, and the variables that are not set."""
+    names = dict(d.get("values_env") or {})
+    if d.get("password_env"):
+        names["password"] = d["password_env"]
+    values = {str(k): os.environ[v] for k, v in names.items() if v in os.environ}
+    return values, sorted(v for v in names.values() if v not in os.environ)
+
+
 def _set_email(user, email: str) -> None:
     user.email = email
     user.save(update_fields=["email"])
@@ -513,6 +577,7 @@ def apply_lab(source: str | bytes, *, actor=None, dry_run: bool = False, prune: 
         a.policy()
         a.templates()
         a.sso()
+        a.secrets()
         a.archives()
         a.prune_rest()
         if a.r.errors or dry_run:

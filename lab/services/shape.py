@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import yaml
@@ -28,6 +29,7 @@ from scheduling.core.policy import PolicyError, policy_from_dict
 from scheduling.core.types import TIERS
 from scheduling.models import Cluster
 from scheduling.services import inventory
+from workloads.api.serializers import SecretCreateSerializer
 
 VERSION = 1
 
@@ -229,6 +231,14 @@ PRICE = Section(PriceInputSerializer, drop=("flavor",))
 # when the flavors the file declares exist.
 TEMPLATE = Section(JobTemplateWriteSerializer, drop=("scope", "spec"), extra=("department", "spec"),
                    required_extra=("department", "spec"))
+# A secret's values are never written in the file: each is named by the environment variable it is read from.
+SECRET = Section(SecretCreateSerializer, drop=("values", "department"),
+                 extra=("department", "values_env", "password_env", "values", "password"),
+                 required_extra=("department",))
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+# The file's words for the serializers' type errors (and no echo of the value: it may be a secret's).
+PHRASES = {"not_a_list": "must be a list", "not_a_dict": "must be a mapping"}
 
 
 class _Shape:
@@ -277,6 +287,10 @@ class _Shape:
                 self.err(path, f"{key} is required")
             elif code == "unknown_field":
                 self.err((*path, key), f"unknown field (known: {', '.join(known)})")
+            elif code == "invalid_choice":
+                self.err((*path, key), f"must be one of {', '.join(map(str, serializer.fields[name].choices))}")
+            elif code in PHRASES:
+                self.err((*path, key), PHRASES[code])
             else:
                 self.details(detail, (*path, key))
         return False
@@ -468,7 +482,46 @@ class _LabShape(_Shape):
                                        f"{self.templates_seen[key] + 1})")
             self.templates_seen.setdefault(key, p[-1])
 
-    SECTIONS = ("version", "flavors", "clusters", "departments", "prices", "policy", "sso", "templates")
+    def env_name(self, v, p):
+        if not isinstance(v, str) or not ENV_NAME.match(v):
+            self.err(p, "must be an environment variable name (letters, digits, _)")
+
+    def secret(self, v, p):
+        self.read(v, p, SECRET)
+        if not isinstance(v, dict):
+            return
+        if "department" in v:
+            self.string(v["department"], (*p, "department"))
+            self.department_ref(v, p)
+        env = v.get("values_env")
+        if "values_env" in v and self.mapping(env, (*p, "values_env"), "a mapping of key: ENVIRONMENT_VARIABLE "
+                                              "(the value is read from the environment)"):
+            if not env:
+                self.err((*p, "values_env"), "must name at least one key: ENVIRONMENT_VARIABLE")
+            for k, var in env.items():
+                self.env_name(var, (*p, "values_env", k))
+        if "password_env" in v:
+            self.env_name(v["password_env"], (*p, "password_env"))
+        for k, use in (("values", "values_env: {key: VARIABLE}"), ("password", "password_env")):
+            if k in v:  # refused, and never quoted back
+                self.err((*p, k), f"values are never written in a lab file: use {use}, naming the environment "
+                                  "variable(s) that hold them")
+        if v.get("kind") == "value" and v.get("purpose") == "image-pull" and "values_env" in v:
+            self.err((*p, "values_env"), "an image pull secret's value is its password_env")
+        if v.get("kind") == "reference" and ("values_env" in v or "password_env" in v):
+            self.err(p, "a reference keeps its values in the cluster: give reference_name and keys")
+
+    def secrets(self, v, p):
+        self.items(v, p, self.secret, None)
+        seen: dict = {}
+        for i, item in enumerate(v if isinstance(v, list) else []):
+            key = (item.get("department"), item.get("name")) if isinstance(item, dict) else None
+            if key and all(isinstance(k, str) for k in key):
+                if key in seen:
+                    self.err((*p, i, "name"), f"{key[0]}/{key[1]} is declared twice (also item {seen[key] + 1})")
+                seen.setdefault(key, i)
+
+    SECTIONS = ("version", "flavors", "clusters", "departments", "prices", "policy", "sso", "templates", "secrets")
     LISTS = {"flavors": ("flavor", "name"), "clusters": ("cluster", "name"), "departments": ("department", "slug"),
              "templates": ("template", None)}
 
@@ -480,7 +533,7 @@ class _LabShape(_Shape):
         for key, (check, name) in self.LISTS.items():
             if key in data:
                 self.items(data[key], (key,), getattr(self, check), name)
-        for key in ("prices", "policy", "sso"):
+        for key in ("prices", "policy", "sso", "secrets"):
             if key in data:
                 getattr(self, key)(data[key], (key,))
         self.one_default_cluster()

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from django.conf import settings
 
+from observability.services.prometheus import step_for
 from observability.services.series import GpuSeries
 
 PROFILES = ("busy", "idle", "sawtooth", "memory")
@@ -50,8 +51,6 @@ class SimulatedSource:
     name = "simulated"
 
     def read(self, *, job, attempt: int, namespace: str, start: datetime, end: datetime) -> GpuSeries:
-        from observability.services.prometheus import step_for
-
         speedup = float(settings.SIM_SPEEDUP)
         sim_duration = max(0.0, (end - start).total_seconds() * speedup)
         step = step_for(sim_duration)

@@ -7,6 +7,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Max
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -26,6 +27,9 @@ from scheduling.models import (
     Urgency,
     label_problems,
 )
+from scheduling.selectors import queue_position
+from workloads.podsecrets import use_problems
+from workloads.services.requests import MAX_MOUNTS, mount_shape_problems
 
 # The OCI distribution reference grammar (github.com/distribution/reference, regexp.go):
 #   reference := name [ ":" tag ] [ "@" digest ];  name := [domain "/"] path-component ["/" path-component]*
@@ -45,8 +49,12 @@ IMAGE_RE = re.compile(
 IMAGE_NAME_MAX = 255  # the grammar's limit on the name part
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 ENV_NAME_MAX = 128
-RESERVED_ENV_PREFIXES = ("KUBERNETES_", "NVIDIA_")
-RESERVED_ENV_NAMES = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+RESERVED_ENV_PREFIXES = ("KUBERNETES_", "NVIDIA_", "PORTAL_")
+# The rendezvous the portal gives every pod of a gang (docs/workloads.md, "Multi-node training"); PORTAL_* names
+# (the checkpoint directory, the job id, the attempt, ranks) are the portal's too.
+RESERVED_ENV_NAMES = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                      "RANK", "NODE_RANK"}
+MAX_RETRIES = 10
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,62}$")
 MAX_COMMAND_ITEMS = 256
 MAX_COMMAND_BYTES = 32 * 1024
@@ -151,6 +159,10 @@ class JobSubmitSerializer(StrictSerializer):
                                     allow_empty=False, min_length=1, max_length=MAX_COMMAND_ITEMS)
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False), required=False, default=dict)
+    secrets = serializers.JSONField(
+        required=False, default=list,
+        help_text='department secrets: [{"secret": "wandb", "key": "api_key", "env": "WANDB_API_KEY"} | '
+        '{"secret": "hf", "path": "/etc/secrets/hf"}] (names and keys only; GET /api/v1/secrets lists them)')
     flavor = FlavorField()
     gpus = StrictIntegerField(min_value=1, max_value=64, help_text="GPUs per pod")
     pods = StrictIntegerField(min_value=1, max_value=64, required=False, default=1,
@@ -172,12 +184,30 @@ class JobSubmitSerializer(StrictSerializer):
     )
     pdb_min_available = StrictIntegerField(min_value=1, max_value=64, required=False, allow_null=True,
                                            default=None)
+    max_retries = StrictIntegerField(min_value=0, max_value=MAX_RETRIES, required=False, default=0,
+                                     help_text="times a failed attempt may be retried (platform failures are "
+                                     "retried without asking; docs/workloads.md)")
+    retry_on_exit_codes = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=255), required=False, default=list, max_length=32,
+        help_text="exit codes of the main container that ask for a retry (137: also out of memory)")
     cluster_selector = serializers.DictField(
         child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict,
         help_text="cluster labels the job requires, e.g. {\"data\": \"campus\"}: only clusters with all of them")
     cluster_preference = serializers.DictField(
         child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict,
         help_text="cluster labels the job prefers: among clusters that fit, more matches go first")
+    mounts = serializers.JSONField(
+        required=False, default=list,
+        help_text=f'data sources mounted by name, at most {MAX_MOUNTS}: [{{"source": "imagenet", "path": "/data", '
+        '"read_only": true}] (read-only unless false, on a writable source)')
+    checkpoint = serializers.JSONField(
+        required=False, default=None,
+        help_text='a checkpoint directory kept across attempts: {"source": "scratch", "path": "/checkpoint", '
+        '"cluster": "..."} or true (the department\'s writable source); its path is in PORTAL_CHECKPOINT_DIR')
+    shm_mb = StrictIntegerField(
+        required=False, allow_null=True, default=None,
+        help_text="size of the memory-backed /dev/shm in MiB, counted in the pod's memory (default: SHM_DEFAULT_MB, "
+        "at most half the memory)")
 
     def unknown_field_message(self, name: str) -> str:
         return f"Unknown field {name!r}. Jobs cannot set raw pod fields."
@@ -248,6 +278,18 @@ class JobSubmitSerializer(StrictSerializer):
             raise serializers.ValidationError(problems, code="invalid_label")
         return value
 
+    def validate_mounts(self, value):
+        problems = mount_shape_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems, code="invalid_mounts")
+        return value
+
+    def validate_checkpoint(self, value):
+        if value is not None and not isinstance(value, bool | dict):
+            raise serializers.ValidationError('Give true or {"source": "name", "path": "/checkpoint"}.',
+                                              code="invalid")
+        return value
+
     def validate_deadline(self, value):
         if value is not None and value <= timezone.now():
             raise serializers.ValidationError("The deadline is in the past.", code="past")
@@ -270,10 +312,28 @@ class JobSubmitSerializer(StrictSerializer):
             )
         return value
 
+    def validate_retry_on_exit_codes(self, value):
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError("List each exit code once.", code="duplicate")
+        return sorted(value)
+
     def validate(self, attrs):
         if attrs.get("pdb_min_available") is not None and attrs["pdb_min_available"] > attrs.get("pods", 1):
             raise serializers.ValidationError(
                 {"pdb_min_available": ["Cannot exceed the number of pods."]}, code="invalid")
+        if attrs.get("retry_on_exit_codes") and not attrs.get("max_retries"):
+            raise serializers.ValidationError(
+                {"retry_on_exit_codes": ["Set max_retries too: without it no exit code is retried."]},
+                code="invalid")
+        # The shape here (with the job's env); which secrets exist is the department's, checked at submission.
+        # Other mount paths of the job (its data sources' and checkpoint's, where the job has them) must not
+        # overlap a secret's directory.
+        mounts = [m["path"] for m in [*(attrs.get("mounts") or []), attrs.get("checkpoint")]
+                  if isinstance(m, dict) and isinstance(m.get("path"), str)]
+        problems = use_problems(attrs.get("secrets", []), env=attrs.get("env") or {}, mounts=mounts)
+        if problems:
+            raise serializers.ValidationError(
+                {"secrets": [serializers.ErrorDetail(p, code="invalid_secret") for p in problems]})
         return attrs
 
 
@@ -322,14 +382,16 @@ class JobSerializer(serializers.ModelSerializer):
     cpu = CpuField(source="cpu_millicores", read_only=True)
     memory = MemoryField(source="memory_mib", read_only=True)
     reason = serializers.SerializerMethodField()
+    checkpoint = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
         fields = [
             "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
-            "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
+            "env", "secrets", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
-            "cluster_selector", "cluster_preference", "attempt",
+            "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries",
+            "retry_on_exit_codes", "retries", "attempt",
             "cluster", "placement", "borrowed", "price", "exit_code", "preemption_count", "submitted_at",
             "admitted_at", "started_at", "finished_at",
         ]
@@ -337,6 +399,21 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_reason(self, job) -> dict:
         return {"code": job.reason_code, "message": job.reason_message, "detail": job.reason_detail}
+
+    def get_checkpoint(self, job) -> dict | None:
+        """The job's checkpoint directory: the source, where the pod sees it (PORTAL_CHECKPOINT_DIR), where it
+        lives on the source, and when it was deleted (null while kept)."""
+        if not job.checkpoint:
+            return None
+        out = {k: job.checkpoint.get(k) for k in ("source", "cluster", "path")}
+        out["sub_path"] = out["deleted_at"] = None
+        try:  # read only for the jobs that have one
+            row = job.checkpoint_dir
+        except ObjectDoesNotExist:
+            row = None
+        if row is not None:
+            out["sub_path"], out["deleted_at"] = row.sub_path, row.deleted_at
+        return out
 
 
 class JobDetailSerializer(JobSerializer):
@@ -348,8 +425,6 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
     def get_queue_position(self, job) -> int | None:
-        from scheduling.selectors import queue_position
-
         return queue_position(job=job)
 
 

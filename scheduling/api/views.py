@@ -26,12 +26,14 @@ from scheduling.api.serializers import (
     JobSerializer,
     JobSubmitSerializer,
 )
+from scheduling.backends.base import BackendError
 from scheduling.models import JobEvent
 from scheduling.selectors import jobs_for
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
 from scheduling.services.logs import attempt_log_lines
 from scheduling.services.quote import job_quote
 from scheduling.services.templates import merged_spec, spec_of_job, template_for_submission
+from workloads.podsecrets import token_warnings
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +195,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             job = self.get_queryset().prefetch_related(
                 Prefetch("events", JobEvent.objects.select_related("actor"))).get(pk=job.pk)
         body = JobDetailSerializer(job, context={"request": request}).data
+        # Plain env that looks like a token is accepted, with a pointer to department secrets.
+        body["warnings"] = token_warnings(serializer.validated_data.get("env") or {})
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers={"Location": f"/api/v1/jobs/{job.pk}"})
 
@@ -219,6 +223,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             rows = jobs_for(request.user, {}).in_bulk([j.pk for j in jobs])
             jobs = [rows[j.pk] for j in jobs]
         body = JobBatchSerializer({"jobs": jobs}, context={"request": request}).data
+        body["warnings"] = [f"jobs.{i}: {w}" for i, item in enumerate(serializer.validated_data["jobs"])
+                            for w in token_warnings(item.get("env") or {})]
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(request=JobSubmitSerializer, responses={200: OpenApiTypes.OBJECT},
@@ -252,7 +258,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         parameters=[OpenApiParameter("tail", int, description="Last N lines (default 200, max 5000)"),
                     OpenApiParameter("follow", bool, description="Stream new lines as they come (live attempt)"),
                     OpenApiParameter("attempt", int, description="Which attempt (default: the current one); "
-                                     "an ended attempt's log is the tail kept when it ended")],
+                                     "an ended attempt's log is the tail kept when it ended"),
+                    OpenApiParameter("pod", int, description="Which pod of a gang, by index (default 0)")],
         responses={(200, "text/plain"): OpenApiTypes.STR},
     )
     @action(detail=True, methods=["get"])
@@ -270,13 +277,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                       "message": f"This job has attempts 1 to {job.attempt}."}]
         except ValueError:
             fields["attempt"] = [{"code": "invalid", "message": "An integer is required."}]
+        try:
+            pod = int(request.query_params.get("pod", 0))
+            if not 0 <= pod < job.pods:
+                fields["pod"] = [{"code": "invalid", "message": f"This job has pods 0 to {job.pods - 1}."}]
+        except ValueError:
+            fields["pod"] = [{"code": "invalid", "message": "An integer (the pod's index) is required."}]
         if fields:
             raise ValidationFailed(fields=fields)
         follow = request.query_params.get("follow") in ("1", "true", "yes")
-        from scheduling.backends.base import BackendError
-
         try:
-            lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow)
+            lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow, pod=pod)
         except BackendError as exc:  # no pod yet, not started, kubelet silent, API down: say so, never a 500
             raise LogsUnavailable(f"The job's logs are unavailable right now: {exc}") from exc
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),

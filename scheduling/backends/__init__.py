@@ -22,7 +22,7 @@ def _row(cluster):
     """The Cluster row for a name (None when no such row: a backend for the name alone, of the default kind)."""
     if not isinstance(cluster, str):
         return cluster
-    from scheduling.models import Cluster
+    from scheduling.models import Cluster  # this package is importable without Django set up
 
     return Cluster.objects.filter(name=cluster).first()
 
@@ -66,11 +66,11 @@ def get_backend(cluster="default") -> ClusterBackend:
     if old is not None and hasattr(old, "close"):
         old.close()
     if fingerprint[0] == "kubernetes":
-        from .factory import kubernetes_backend
+        from .factory import kubernetes_backend  # the Kubernetes client only where a cluster uses it
 
         backend: ClusterBackend = kubernetes_backend(row if row is not None else name)
     else:
-        from .simulated import SimulatedBackend
+        from .simulated import SimulatedBackend  # reads models: only once Django's apps are ready
 
         backend = SimulatedBackend(name)
     with _lock:
@@ -86,10 +86,10 @@ def _kind_flag(cluster, attr: str) -> bool:
     if name in _cache:
         return bool(getattr(_cache[name], attr))
     if cluster_kind(_row(cluster)) == "kubernetes":
-        from .kube import KubernetesBackend
+        from .kube import KubernetesBackend  # the Kubernetes client only where a cluster uses it
 
         return bool(getattr(KubernetesBackend, attr))
-    from .simulated import SimulatedBackend
+    from .simulated import SimulatedBackend  # reads models: only once Django's apps are ready
 
     return bool(getattr(SimulatedBackend, attr))
 

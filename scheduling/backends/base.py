@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from scheduling.core.types import DisruptionBudget, Node
+from workloads.podsecrets import NO_SECRETS, PodSecrets
+from workloads.values import PodWorkload
 
 MANAGED_BY = "gpu-portal"
 
@@ -78,6 +80,11 @@ class PodSet:
     checkpoint_interval_s: int | None = None
     pdb_min_available: int | None = None  # ask for a PodDisruptionBudget covering the job's pods
     cluster: str = "default"
+    # Data source mounts, the checkpoint directory and /dev/shm, resolved for this attempt's cluster.
+    workload: PodWorkload = PodWorkload()
+    # Department secrets as env, files and image pull secrets (names and keys; values only of the portal's own
+    # Secrets, which the backend writes first and never prints).
+    secrets: PodSecrets = NO_SECRETS
 
     def pod_name(self, index: int) -> str:
         base = f"job-{self.job_id}-a{self.attempt}"
@@ -196,11 +203,12 @@ class ClusterBackend(abc.ABC):
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
         """Delete the attempt's pods (cancellation by the job's owner or an admin). Missing pods are fine."""
 
-    def remove_pods(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str, failed: bool = False) -> EvictionOutcome:
         """Clear the pods of an attempt that has ended (requeued, failed, orphaned) without bypassing a
         PodDisruptionBudget: pods that no longer run are deleted, pods that still run go through the Eviction
-        API (a 429 stops there and is reported ``blocked``, for the caller to ask again later). Backends
-        without disruption budgets simply delete."""
+        API (a 429 stops there and is reported ``blocked``, for the caller to ask again later). ``failed``: one
+        of its pods failed (the attempt's own budget, if any, no longer guards anything). Backends without
+        disruption budgets simply delete."""
         self.delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
         return EvictionOutcome("gone")
 
@@ -220,15 +228,27 @@ class ClusterBackend(abc.ABC):
         return tuple(p for p in self.inventory().pods if p.job_id == job_id and p.attempt == attempt)
 
     def logs(
-        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False
+        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False,
+        pod: int = 0,
     ) -> Iterator[str]:
-        """Lines of the attempt's first pod's log."""
+        """Lines of the log of the attempt's pod of index ``pod`` (0: the first)."""
         return iter(())
 
     def budget_coverage(self) -> BudgetCoverage | None:
         """The cluster's disruption budgets over the portal's pods, or None when the backend has none of its
         own (the simulated cluster: the snapshot then derives each job's budget from ``pdb_min_available``)."""
         return None
+
+    def delete_checkpoint(self, *, namespace: str, claim_name: str, storage: str, sub_path: str, job_id: int) -> None:
+        """Delete a job's expired checkpoint directory ``sub_path`` on the claim ``claim_name`` of ``namespace``
+        (``storage``: the simulated cluster's name for the source's files). Idempotent; returns once the
+        cluster took the request, raises BackendError when it could not."""
+        raise BackendError(f"{type(self).__name__} cannot delete checkpoint directories")
+
+    def delete_owned_secret(self, *, namespace: str, name: str) -> bool:
+        """Delete a Secret the portal wrote for a department secret that was deleted since (only if it is the
+        portal's). Returns whether one was deleted. Backends that write no Secrets have none."""
+        return False
 
     def ensure_priority_classes(self, classes: dict[str, int]) -> list[str]:
         """Create/update the tier PriorityClasses; returns what changed. Backends without them no-op."""

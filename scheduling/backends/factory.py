@@ -1,5 +1,6 @@
 """Build a KubernetesBackend from a Cluster row, settings and the Flavor table (how the inventory names node
-resources).
+resources). Only imported where a cluster uses Kubernetes (``scheduling.backends.get_backend``), so the client
+and the models it imports here are loaded only then.
 
 How a row reaches its cluster (first that is set):
 
@@ -21,15 +22,12 @@ import os
 
 from django.conf import settings
 
+from quotas.models import Flavor
 from scheduling.backends.base import ClusterUnavailable
+from scheduling.backends.kube import FlavorRule, KubernetesBackend
 
 
 def flavor_rules():
-    # Inside the functions: the Kubernetes client is imported only when a cluster uses it, and this module
-    # is importable before Django's apps are ready.
-    from quotas.models import Flavor
-    from scheduling.backends.kube import FlavorRule
-
     return tuple(
         FlavorRule(f.name, f.resource_name, tuple(sorted((str(k), str(v)) for k, v in (f.node_labels or {}).items())))
         for f in Flavor.objects.order_by("name")
@@ -72,8 +70,6 @@ def connection_options(cluster) -> dict:
 
 def kubernetes_backend(cluster="default", **overrides):
     """The backend of a cluster (a Cluster row, or a name for the default cluster's settings)."""
-    from scheduling.backends.kube import KubernetesBackend
-
     name = cluster if isinstance(cluster, str) else cluster.name
     options = {
         "name": name,
@@ -85,8 +81,10 @@ def kubernetes_backend(cluster="default", **overrides):
         options.update(connection_options(cluster))
     options.update(overrides)
     try:
-        return KubernetesBackend(**options)
+        backend = KubernetesBackend(**options)
     except ClusterUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - the loader's message may quote the kubeconfig: keep its type only
         raise ClusterUnavailable(f"cluster {name}: its kubeconfig could not be loaded ({type(exc).__name__})") from None
+    backend.checkpoint_cleanup_image = settings.CHECKPOINT_CLEANUP_IMAGE
+    return backend

@@ -3,7 +3,9 @@
 It honours the same rules as a real cluster where they matter to the portal: pods are created gated with
 deterministic names (a duplicate create adopts the existing pod), an ungated pod starts on the node it was
 admitted to and runs for its job's declared max runtime (or ``SIM_DURATION_S`` from the job's env) divided
-by ``SIM_SPEEDUP``, an eviction ends it with reason ``Evicted``. ``advance()`` is the simulated kubelet.
+by ``SIM_SPEEDUP``, an eviction ends it with reason ``Evicted``. ``advance()`` is the simulated kubelet. Its
+time comes from ``self.clock`` (``clock.py``: real time, or the clock a test controls), never from the wall
+directly.
 
 Loaded only by ``scheduling.backends.get_backend``, once Django's apps are ready (so it may import models).
 """
@@ -11,14 +13,15 @@ Loaded only by ``scheduling.backends.get_backend``, once Django's apps are ready
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
-from django.utils import timezone
 
 from scheduling.backends.base import (
     BackendError,
@@ -28,20 +31,23 @@ from scheduling.backends.base import (
     PodSet,
     PodState,
 )
+from scheduling.backends.clock import Clock, sim_clock
 from scheduling.core.types import Node as CoreNode
 from scheduling.models import Node, SimPod
+from workloads.values import SHM_PATH
 
 
 class SimulatedBackend(ClusterBackend):
     owns_inventory = False  # its nodes are the Node table itself
-    def __init__(self, name: str = "default", speedup: float | None = None):
+    def __init__(self, name: str = "default", speedup: float | None = None, clock: Clock | None = None):
         self.name = name
         self.speedup = speedup or settings.SIM_SPEEDUP
+        self.clock = clock or sim_clock()
 
     # ------------------------------------------------------------------ kubelet
     def advance(self) -> int:
         """Finish every running pod whose (sped-up) runtime has elapsed. Returns how many finished."""
-        now = timezone.now()
+        now = self.clock.now()
         ended: dict[bool, list[int]] = {False: [], True: []}  # failed? -> pod ids
         for pk, started_at, runtime_s, exit_code in SimPod.objects.filter(
             cluster=self.name, phase="Running"
@@ -86,6 +92,7 @@ class SimulatedBackend(ClusterBackend):
         runtime = _number(env.get("SIM_DURATION_S"), float, default=podset.max_runtime_s,
                           low=0, high=podset.max_runtime_s)
         exit_code = _number(env.get("SIM_EXIT_CODE"), int, default=0, low=0, high=255)
+        mounts = self.make_mounts(podset)
         for i, name in enumerate(podset.pod_names):
             try:
                 with transaction.atomic():
@@ -98,17 +105,34 @@ class SimulatedBackend(ClusterBackend):
                         index=i,
                         runtime_s=runtime,
                         exit_code=exit_code or None,
-                        log=f"$ {' '.join(podset.command)}\n",
+                        log=f"$ {' '.join(podset.command)}\n{_secrets_line(podset)}",
+                        mounts=mounts,
                     )
             except IntegrityError:
                 pass  # AlreadyExists: a retried create adopts the pod
+
+    def make_mounts(self, podset: PodSet) -> list[dict]:
+        """The simulated kubelet's volumes: one real directory per source under DATA_DIR (the same for every
+        pod and attempt that mounts it), created when missing, as a provisioner's claim would be."""
+        out = []
+        for m in podset.workload.mounts:
+            directory = volume_dir(m.storage, m.sub_path)
+            directory.mkdir(parents=True, exist_ok=True)
+            out.append({"source": m.source, "path": m.path, "dir": str(directory), "read_only": m.read_only,
+                        "checkpoint": m.checkpoint})
+        if podset.workload.shm_mb:
+            out.append({"source": "", "path": SHM_PATH, "medium": "Memory", "size_mb": podset.workload.shm_mb})
+        return out
+
+    def delete_checkpoint(self, *, namespace: str, claim_name: str, storage: str, sub_path: str, job_id: int) -> None:
+        shutil.rmtree(volume_dir(storage, sub_path), ignore_errors=True)
 
     def admit(self, podset: PodSet, placement: tuple[str, ...]) -> None:
         pods = {p.name: p for p in SimPod.objects.filter(cluster=self.name, namespace=podset.namespace,
                                                          name__in=podset.pod_names)}
         if len(pods) != podset.pods:
             raise BackendError(f"gang of job {podset.job_id}: {len(pods)}/{podset.pods} pods exist")
-        now = timezone.now()
+        now = self.clock.now()
         for i, name in enumerate(podset.pod_names):
             SimPod.objects.filter(pk=pods[name].pk, gated=True).update(
                 gated=False, node=placement[i], phase="Running", started_at=now
@@ -120,22 +144,51 @@ class SimulatedBackend(ClusterBackend):
         if not names:
             return EvictionOutcome("gone")
         pods.filter(phase__in=("Pending", "Running")).update(
-            phase="Failed", reason="Evicted", finished_at=timezone.now()
+            phase="Failed", reason="Evicted", finished_at=self.clock.now()
         )
         return EvictionOutcome("accepted", pods=names)
+
+    def fail_pod(self, *, job_id: int, attempt: int, index: int, exit_code: int | None = 1, reason: str = "Error",
+                 message: str = "") -> int:
+        """The simulated kubelet sees pod ``index`` of the attempt fail now (an exit code, ``OOMKilled``,
+        ``Evicted``, ``ImagePullBackOff`` with a registry's message ...): what tests and the demo use to drive
+        a failure. Returns how many pods it failed (0: no such running or pending pod)."""
+        return SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=index,
+                                     phase__in=("Pending", "Running")).update(
+            phase="Failed", reason=reason, message=message[:500], exit_code=exit_code, finished_at=self.clock.now(),
+            log=Concat(F("log"), Value(f"{message or reason}\n")))
 
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
         SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt).delete()
 
-    def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False) -> Iterator[str]:
-        pod = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt).order_by("index").first()
+    def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False, pod=0) -> Iterator[str]:
+        pod = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=pod).first()
         if pod is None:
             return iter(())
         lines = pod.log.splitlines()
         if pod.phase == "Running" and pod.started_at:
-            elapsed = (timezone.now() - pod.started_at).total_seconds() * self.speedup
+            elapsed = (self.clock.now() - pod.started_at).total_seconds() * self.speedup
             lines += [f"[sim] step {int(s)}: running" for s in range(0, int(elapsed), 60)][-tail_lines:]
         return iter(lines[-tail_lines:])
+
+
+def volume_dir(storage: str, sub_path: str = "") -> Path:
+    """Where the simulated cluster keeps a source's files: DATA_DIR/volumes/<cluster>/<source>[/<sub_path>].
+    Both parts come from validated names and paths (no "..", no leading "/"); checked again here."""
+    root = (Path(settings.DATA_DIR) / "volumes").resolve()
+    path = (root / storage / sub_path).resolve()
+    if root not in path.parents:
+        raise BackendError(f"volume path {storage}/{sub_path} leaves the simulated cluster's volumes")
+    return path
+
+
+def _secrets_line(podset: PodSet) -> str:
+    """What the simulated kubelet would mount: variable names and file paths, never a value."""
+    s = podset.secrets
+    parts = [f"env {e.name} <- {e.secret}/{e.key}" for e in s.env]
+    parts += [f"files {f.path} <- {f.secret}" for f in s.files]
+    parts += [f"image pull secret {name}" for name in s.image_pull]
+    return f"[sim] secrets: {'; '.join(parts)}\n" if parts else ""
 
 
 def _state(p) -> PodState:
@@ -150,6 +203,7 @@ def _state(p) -> PodState:
         node=p.node or None,
         exit_code=p.exit_code if p.phase == "Failed" else (0 if p.phase == "Succeeded" else None),
         reason=p.reason,
+        message=p.message,
         started_at=p.started_at.timestamp() if p.started_at else None,
         finished_at=p.finished_at.timestamp() if p.finished_at else None,
     )

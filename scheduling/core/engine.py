@@ -128,6 +128,8 @@ class Cycle:
         for job in still:
             code, message, detail = self.reasons[job.id]
             est = None if code in NO_ESTIMATE else estimates.get(job.id)
+            if code == reasons.RETRY_BACKOFF:  # never before the back-off ends, later if capacity says so
+                est = job.not_before if est is None else max(est, job.not_before)
             if tier_rank(job.tier) == REALTIME:
                 target = job.submitted_at + self.policy.realtime_start_target_s
                 detail["start_target"] = target
@@ -177,6 +179,9 @@ class Cycle:
     def consider(self, job: PendingJob) -> Outcome:
         """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
         quota and the capacity."""
+        if job.not_before is not None and self.now < job.not_before:
+            return self.pend(job, reasons.RETRY_BACKOFF, {"not_before": job.not_before, "attempt": job.attempt},
+                             f"attempt {job.attempt} may start in {duration_text(job.not_before - self.now)}")
         found = self.job_pools(job)
         if isinstance(found, Waiting):
             return found
@@ -225,12 +230,20 @@ class Cycle:
             return self.pend(
                 job, reasons.INVALID_REQUEST, {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod}
             )
-        if job.cluster_selector and not any(self.topology.matches(job, c) for c in self.topology.clusters):
+        if job.cluster_selector and not any(self.topology.selects(job, c) for c in self.topology.clusters):
             return self.pend(
                 job,
                 reasons.NO_MATCHING_CLUSTER,
                 {reasons.DETAIL_SELECTOR: dict(job.cluster_selector), reasons.DETAIL_CLUSTER: job.cluster,
                  "clusters": sorted(self.topology.clusters)},  # fmt: skip
+            )
+        if job.data_sources and not any(self.topology.matches(job, c) for c in self.topology.clusters):
+            missing = self.topology.missing_sources(job)
+            return self.pend(
+                job,
+                reasons.DATA_SOURCE_UNAVAILABLE,
+                {"sources": {name: list(where) for name, where in job.data_sources}, "missing": missing},
+                "; ".join(f"{c} lacks {', '.join(names)}" for c, names in missing.items()) or "no cluster",
             )
         pools, closed = self.topology.job_pools(job)
         if closed:

@@ -32,6 +32,7 @@ NO_ESTIMATE = frozenset(
         reasons.PREEMPTION_IN_PROGRESS,
         reasons.NO_MATCHING_CLUSTER,
         reasons.CLUSTERS_UNAVAILABLE,
+        reasons.DATA_SOURCE_UNAVAILABLE,  # an admin declares the source, not the clock
         reasons.NAMESPACE_QUOTA,  # when the quota changes is not the engine's to know
     }
 )

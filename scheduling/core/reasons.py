@@ -23,8 +23,12 @@ REALTIME_HEADROOM = "realtime_headroom"
 # several clusters
 NO_MATCHING_CLUSTER = "no_matching_cluster"  # no cluster has every label of the job's selector: never fits
 CLUSTERS_UNAVAILABLE = "clusters_unavailable"  # every matching cluster is cordoned or draining: waits
+# a data source the job mounts is declared on no cluster the job may run on
+DATA_SOURCE_UNAVAILABLE = "data_source_unavailable"
 # the department's namespace quota (a Kubernetes ResourceQuota) refused a request this size on every open cluster
 NAMESPACE_QUOTA = "namespace_quota"
+# a failed attempt is retried: the next one waits out its back-off before it may be admitted
+RETRY_BACKOFF = "retry_backoff"
 
 # Detail keys of the cluster reasons: the selector asked for, the clusters that match it (and their states),
 # the clusters that do not, and the cluster each capacity or quota wait is about.
@@ -55,6 +59,8 @@ CODES: dict[str, str] = {
     REALTIME_HEADROOM: "The last free GPUs are kept for realtime work until a running job can be preempted.",
     NO_MATCHING_CLUSTER: "No cluster has every label the job requires.",
     CLUSTERS_UNAVAILABLE: "Every cluster the job may run on is cordoned or draining.",
+    DATA_SOURCE_UNAVAILABLE: "No cluster the job may run on has every data source it mounts.",
     NAMESPACE_QUOTA: "The department's namespace quota on the cluster refused a request this large; waiting "
                      "until the quota changes.",
+    RETRY_BACKOFF: "The job's previous attempt failed and is retried after a back-off.",
 }

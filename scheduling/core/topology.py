@@ -38,11 +38,21 @@ class Topology:
             self.flavor_clusters[node.flavor].add(node.cluster)
         self._pool_cache: dict[tuple, tuple[list[Pool], dict[str, str]]] = {}
 
-    def matches(self, job: PendingJob, cluster: str) -> bool:
-        """Whether ``job`` may run on ``cluster`` at all: its pin and every label of its selector."""
+    def selects(self, job: PendingJob, cluster: str) -> bool:
+        """Whether the job's pin and every label of its selector allow ``cluster``."""
         if job.cluster not in (None, cluster):
             return False
         return not job.cluster_selector or self.cluster_labels[cluster].issuperset(job.cluster_selector)
+
+    def matches(self, job: PendingJob, cluster: str) -> bool:
+        """Whether ``job`` may run on ``cluster`` at all: its pin, every label of its selector, and every data
+        source it mounts declared there."""
+        return self.selects(job, cluster) and all(cluster in where for _, where in job.data_sources)
+
+    def missing_sources(self, job: PendingJob) -> dict[str, list[str]]:
+        """For each cluster the job's pin and selector allow: the sources it mounts that are not there."""
+        return {c: [name for name, where in job.data_sources if c not in where]
+                for c in sorted(self.clusters) if self.selects(job, c)}
 
     def open_to(self, job: PendingJob, cluster: str) -> bool:
         return self.matches(job, cluster) and self.clusters[cluster].state == "active"
@@ -50,7 +60,7 @@ class Topology:
     def job_pools(self, job: PendingJob) -> tuple[list[Pool], dict[str, str]]:
         """The pools of the job's flavor it may be admitted to (a matching cluster that is active), and the
         matching clusters with such a pool that are closed to admissions, with their state."""
-        key = (job.flavor, job.cluster, job.cluster_selector)
+        key = (job.flavor, job.cluster, job.cluster_selector, job.data_sources)
         hit = self._pool_cache.get(key)
         if hit is None:
             pools: list[Pool] = []

@@ -115,6 +115,11 @@ class PendingJob:
     attempt: int = 1
     cluster_selector: tuple[tuple[str, str], ...] = ()  # required cluster labels: all must match
     cluster_preference: tuple[tuple[str, str], ...] = ()  # preferred cluster labels: more matches rank higher
+    # The data sources the job mounts, each with the clusters where its department may mount it as asked: the
+    # job may run only on a cluster that has all of them (empty: no sources, any cluster).
+    data_sources: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # A retried attempt waits out its back-off: not admitted (nor reserved for) before this instant.
+    not_before: float | None = None
 
     @property
     def gpus(self) -> int:

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal import dispatch
+from portal.audit import audit
 from portal.db import retry_on_conflict
 from portal.timestamps import from_epoch
 from quotas.models import Flavor
@@ -33,10 +34,19 @@ from scheduling.models import (
 )
 from scheduling.services.cluster_binding import bound_to, cluster_of, cluster_row, default_cluster, federated
 from scheduling.services.jobs import namespace_for, record_event
-from scheduling.services.lifecycle import GANG_BROKEN, attempt_gone, finish, requeue, start_running
+from scheduling.services.lifecycle import (
+    GANG_BROKEN,
+    attempt_failed,
+    attempt_gone,
+    finish,
+    requeue,
+    start_running,
+)
 from scheduling.services.locks import exclusive
 from scheduling.services.namespace_quotas import ADMIT_RETRY, _quota_chain_pending, recheck_quota_refusals
 from scheduling.services.policy import current_policy
+from scheduling.services.workload import job_workload
+from workloads.services import secrets as workload_secrets
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +97,8 @@ def podset_for(job: Job) -> PodSet:
         checkpoint_interval_s=job.checkpoint_interval_s,
         pdb_min_available=job.pdb_min_available,
         cluster=cluster.name,
+        workload=job_workload(job, cluster.name),
+        secrets=workload_secrets.resolve(department_id=job.department_id, uses=job.secrets or []),
     )
 
 
@@ -172,8 +184,6 @@ def drain_finished(*, cluster: Cluster) -> bool:
         return False
     if bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)), cluster).exists():
         return False
-    from portal.audit import audit
-
     with transaction.atomic():
         if not Cluster.objects.filter(pk=cluster.pk, state=ClusterState.DRAINING).update(
                 state=ClusterState.CORDONED):
@@ -389,11 +399,7 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
                                      message=f"pod {p.name}: {p.reason} {p.message}".strip()) else None
     fatal = [p for p in pods if p.reason in FATAL_WAITING]
     if failed or fatal:
-        p = (failed or fatal)[0]
-        return "failed" if finish(job=job, state=JobState.FAILED, exit_code=p.exit_code, reason=p.reason or "Error",
-                                  message=f"pod {p.name} failed: {p.reason or 'error'} "
-                                          f"(exit code {p.exit_code}) {p.message}".strip(),
-                                  finished_at=from_epoch(p.finished_at)) else None
+        return attempt_failed(job=job, pods=pods, pod=(failed or fatal)[0])
     if len(pods) >= job.pods and all(p.phase == "Succeeded" for p in pods):
         last = max((p.finished_at or 0) for p in pods) or None
         return "succeeded" if finish(job=job, state=JobState.SUCCEEDED, exit_code=0, reason="Completed",

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from portal import dispatch
 from portal.db import retry_on_conflict
-from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition
+from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, ValidationFailed
 from portal.models import Membership
 from portal.tenancy import can_manage_job, member
 from quotas import budgets
@@ -25,6 +25,9 @@ from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
 from scheduling.models import TRANSITIONS, Cluster, Job, JobEvent, JobState, Node
 from scheduling.services import notify
+from workloads.services import secrets as workload_secrets
+from workloads.services.requests import validate_job_workload
+from workloads.services.resolve import create_checkpoint_dirs
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +200,7 @@ def job_submit_batch(*, user, items: list[dict], idempotency_key: str | None = N
         items)
     try:
         with transaction.atomic():
-            jobs = _create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest)
+            jobs = _create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest, batch=True)
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -218,8 +221,21 @@ def batch_item_key(idempotency_key: str, index: int) -> str:
     return f"batch:{hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]}:{index}"
 
 
+def _workload(department_id: int, fields: dict, index: int | None) -> dict:
+    """The job's mounts, checkpoint and /dev/shm as checked against its department's data sources; errors
+    of a batch's item are keyed by its position (``jobs.3.mounts``), as the serializer keys its own."""
+    try:
+        return validate_job_workload(department_id=department_id, mounts=fields.get("mounts") or [],
+                                     checkpoint=fields.get("checkpoint"), shm_mb=fields.get("shm_mb"),
+                                     memory_mib=fields.get("memory_mib", 16384))
+    except ValidationFailed as exc:
+        if index is not None:
+            exc.fields = {f"jobs.{index}.{name}": errs for name, errs in exc.fields.items()}
+        raise
+
+
 def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[str | None],
-                 digest: str) -> list[Job]:
+                 digest: str, batch: bool = False) -> list[Job]:
     """The one place a submission becomes rows: jobs, their first event, pod creation after commit.
 
     Must run inside a transaction. The approval inputs are read once for all ``items`` (one submitter); each
@@ -227,12 +243,14 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     """
     if membership.department.archived_at is not None:  # kept for its history, closed to new work
         raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
+    _check_secrets(membership=membership, items=items, batch=batch)
     inputs = budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
     events: list[JobEvent] = []
-    for data, key in zip(items, keys, strict=True):
+    for index, (data, key) in enumerate(zip(items, keys, strict=True)):
         fields = {k: v for k, v in data.items() if k != "flavor"}
+        fields.update(_workload(membership.department_id, fields, index if batch else None))
         job = Job(
             owner=user,
             department=membership.department,
@@ -265,6 +283,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
         ))
     Job.objects.bulk_create(jobs)  # ids come back (RETURNING on PostgreSQL and SQLite), in order
     JobEvent.objects.bulk_create(events)
+    create_checkpoint_dirs(jobs)
     for job, event in zip(jobs, events, strict=True):
         if job.state == JobState.QUEUED:
             enqueue_pod_creation(job)
@@ -273,6 +292,20 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     if waiting:
         notify.approval_requested(jobs=waiting, reason_of=lambda j: j.reason_message)
     return jobs
+
+
+def _check_secrets(*, membership: Membership, items: list[dict], batch: bool) -> None:
+    """The department's side of each job's ``secrets`` (the serializer checked their shape): each names a
+    secret of the submitter's department and one of its keys. A 400 on ``secrets`` (``jobs.<i>.secrets``)."""
+    fields = {}
+    for i, data in enumerate(items):
+        problems = workload_secrets.check_job_uses(department_id=membership.department_id,
+                                                   uses=data.get("secrets") or [], env=data.get("env") or {})
+        if problems:
+            fields[f"jobs.{i}.secrets" if batch else "secrets"] = [
+                {"code": "invalid_secret", "message": p} for p in problems]
+    if fields:
+        raise ValidationFailed(fields=fields)
 
 
 def _replay(existing: Job, digest: str) -> Job:

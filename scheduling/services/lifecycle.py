@@ -8,13 +8,16 @@ attempt's budget in the same transaction.
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from portal import dispatch
+from portal.timestamps import from_epoch
 from quotas import budgets
-from scheduling.core import reasons
+from scheduling.backends.base import PodState
+from scheduling.core import reasons, retries
 from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
 from scheduling.services import notify
 from scheduling.services.cluster_binding import cluster_of
@@ -40,6 +43,68 @@ def attempt_gone(*, job: Job) -> bool:
                        message="its gang lost a pod to someone else; the others were evicted and are gone")
     return requeue(job=job, outcome="platform_failure", reason="PodsLost",
                    message="the job's pods disappeared from the cluster")
+
+
+def attempt_failed(*, job: Job, pods: list[PodState], pod: PodState) -> str | None:
+    """The failure policy: one failed pod ends the attempt. The job is retried as a new attempt when its retry
+    rules say so (``scheduling.core.retries``), else it fails. Either way the attempt's other pods, which may
+    still run (a gang whose peers wait for the lost rank in a collective), are removed after commit."""
+    decision = retries.decide(
+        retries.FailedPod(index=pod.index, reason=pod.reason, exit_code=pod.exit_code, message=pod.message),
+        max_retries=job.max_retries, retry_on_exit_codes=tuple(job.retry_on_exit_codes or ()),
+        retries_done=job.retries)
+    ran_on, attempt = cluster_of(job), job.attempt
+    if decision.retry:
+        outcome = "retried" if retry(job=job, pod=pod, decision=decision) else None
+    else:
+        outcome = "failed" if finish(job=job, state=JobState.FAILED, exit_code=pod.exit_code,
+                                     reason=pod.reason or "Error",
+                                     message=f"pod {pod.name} failed: {pod.reason or 'error'} "
+                                             f"(exit code {pod.exit_code}) {pod.message}".strip(),
+                                     finished_at=from_epoch(pod.finished_at)) else None
+    if outcome == "failed" and len(pods) > 1:
+        # Its siblings are not preempted work, but they are cleared as every ended attempt's pods are: deleted
+        # once they no longer run, evicted while they do (a team's PodDisruptionBudget still holds). A retry
+        # clears them inside ``retry``.
+        dispatch.after_commit("scheduling.pods.remove", job.pk, attempt, namespace_for(job.department.slug, ran_on),
+                              ran_on.name, True)
+    return outcome
+
+
+def retry(*, job: Job, pod: PodState, decision: retries.RetryDecision) -> bool:
+    """End the failed attempt and queue the next one after its back-off (``not_before``; the engine keeps it out
+    of admission until then), with a ``retried`` event on the timeline and a notification. Counts against the
+    job's retries; a platform cause is settled as the platform's failure (refunded), any other as a failure."""
+    old_attempt = job.attempt
+    ran_on = cluster_of(job)
+    now = timezone.now()
+    not_before = now + timedelta(seconds=decision.backoff_s)
+    outcome = "platform_failure" if decision.cause == retries.PLATFORM else "failed"
+    with transaction.atomic():
+        budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
+        ended = copy.copy(job)
+        message = f"attempt {old_attempt} failed ({decision.detail}); retried as attempt {old_attempt + 1}"
+        updated = Job.objects.filter(pk=job.pk, attempt=old_attempt,
+                                     state__in=(JobState.ADMITTED, JobState.RUNNING)).update(
+            state=JobState.QUEUED, attempt=old_attempt + 1, placement=[], cluster=None, borrowed=False, price=None,
+            admitted_at=None, started_at=None, queued_at=now, retries=job.retries + 1, not_before=not_before,
+            exit_code=pod.exit_code, reason_code=reasons.RETRY_BACKOFF, reason_message=message[:300],
+            estimated_start=not_before, updated_at=now)
+        if not updated:
+            return False
+        previous = job.state
+        job.refresh_from_db()
+        data = {"cause": decision.cause, "pod": pod.name, "reason": pod.reason, "exit_code": pod.exit_code,
+                "failed_attempt": old_attempt, "attempt": job.attempt, "backoff_s": decision.backoff_s,
+                "not_before": not_before.isoformat()}
+        record_event(job=job, kind="transition", from_state=previous, to_state=JobState.QUEUED,
+                     reason_code="retried", message=message, data=data, at=now)
+        notify.job_retried(job=job, cause=decision.cause, message=decision.detail, backoff_s=decision.backoff_s)
+        budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome)
+        dispatch.after_commit("scheduling.pods.remove", job.pk, old_attempt,
+                              namespace_for(job.department.slug, ran_on), ran_on.name, True)
+        enqueue_pod_creation(job)
+    return True
 
 
 def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at) -> bool:

@@ -74,6 +74,12 @@ def job_preempted(*, job, reason: str, message: str, requeued: bool) -> None:
          data=_job_data(job, reason=reason, message=message, requeued=requeued, requeue_note=note))
 
 
+def job_retried(*, job, cause: str, message: str, backoff_s: float) -> None:
+    """The failed attempt is retried: ``job`` is already the new attempt."""
+    emit(kind="job.retried", department_id=job.department_id, users=[job.owner_id],
+         data=_job_data(job, cause=cause, message=message, backoff_s=int(backoff_s)))
+
+
 def approval_requested(*, jobs, reason_of) -> None:
     for job in jobs:
         emit(kind="approval.requested", department_id=job.department_id, admins=True,

@@ -14,10 +14,11 @@ from django.utils import timezone
 from scheduling.backends import get_backend
 from scheduling.backends.base import ClusterUnavailable, EvictionOutcome, InvalidPodSpec, QuotaExceeded
 from scheduling.core import reasons
-from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
+from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, PreemptionVictim
 from scheduling.services import clusters, logs, namespace_quotas
-from scheduling.services.jobs import pods_at_submission, record_event
+from scheduling.services.jobs import namespace_for, pods_at_submission, record_event
 from scheduling.services.lifecycle import finish
+from workloads.models import DepartmentSecret
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,8 @@ def delete_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | Non
     return "deleted"
 
 
-def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
+def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | None = None,
+                failed: bool = False) -> str:
     """Clear the pods of an attempt that has ended (requeued, finished, orphaned) on ``cluster``: the ones that no
     longer run are deleted, the ones that still run are evicted through the Eviction API. A refusal (a
     PodDisruptionBudget) is recorded on the job once per pod and left running; the reconciler asks again on its
@@ -198,7 +200,7 @@ def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | Non
         return "live"
     if job is None or job.attempt != attempt or clusters.cluster_of(job).name == target:
         logs.keep_attempt_log(job_id=job_id, attempt=attempt)
-    outcome = get_backend(target).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+    outcome = get_backend(target).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, failed=failed)
     if outcome.status != "blocked":
         return "removed"
     pod = outcome.pods[0] if outcome.pods else ""
@@ -211,3 +213,17 @@ def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | Non
                              f"({outcome.message or 'a PodDisruptionBudget forbids it'}); asking again, "
                              "never deleting it"[:500], data={"pod": pod})
     return "blocked"
+
+
+def delete_department_secret(*, department_slug: str, secret_name: str, kube_name: str) -> list[str]:
+    """Delete the portal's copy of a department secret that was deleted, on every cluster (in the
+    department's namespace there). Nothing when the department declared a secret of that name again since:
+    its next pod start writes it anew anyway."""
+    if DepartmentSecret.objects.filter(department__slug=department_slug, name=secret_name).exists():
+        return []
+    deleted = []
+    for cluster in list(Cluster.objects.order_by("name")) or [clusters.default_cluster()]:
+        namespace = namespace_for(department_slug, cluster)
+        if get_backend(cluster).delete_owned_secret(namespace=namespace, name=kube_name):
+            deleted.append(f"{cluster.name}/{namespace}")
+    return deleted

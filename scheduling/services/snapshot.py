@@ -31,6 +31,7 @@ from scheduling.core import tiers
 from scheduling.core import types as core
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, NamespaceQuotaRefusal, Node, PreemptionVictim
 from scheduling.services.policy import current_policy
+from workloads.services.resolve import source_clusters
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,12 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
 
     budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
+    # Where each queued job's data sources are (one read for all of them; none when no job mounts any).
+    sources = source_clusters((j.pk, j.department_id, j.mounts or [], j.checkpoint or {}) for j in queued)
     pending = []
     for j in queued:
         ctx.jobs[j.pk] = j
-        pending.append(pending_job(j, hold=budget.hold_for(j)))
+        pending.append(pending_job(j, hold=budget.hold_for(j), data_sources=sources.get(j.pk, ())))
 
     window_start = now - timedelta(seconds=policy.preemption_window_s)
     recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
@@ -228,7 +231,7 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
     )
 
 
-def pending_job(j: Job, *, hold: int) -> core.PendingJob:
+def pending_job(j: Job, *, hold: int, data_sources: tuple = ()) -> core.PendingJob:
     return core.PendingJob(
         id=j.pk,
         department=j.department.slug,
@@ -247,6 +250,8 @@ def pending_job(j: Job, *, hold: int) -> core.PendingJob:
         attempt=j.attempt,
         cluster_selector=label_pairs(j.cluster_selector),
         cluster_preference=label_pairs(j.cluster_preference),
+        data_sources=data_sources,
+        not_before=to_epoch(j.not_before),
     )
 
 

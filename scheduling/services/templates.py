@@ -21,7 +21,7 @@ from scheduling.models import Job, JobTemplate, TemplateScope
 SPEC_FIELDS = (
     "name", "image", "command", "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
     "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
-    "cluster_selector", "cluster_preference",
+    "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries", "retry_on_exit_codes",
 )
 
 
@@ -132,7 +132,11 @@ def spec_of_job(job: Job) -> dict:
         "max_runtime_s": job.max_runtime_s, "bid": job.bid, "termination_grace_s": job.termination_grace_s,
         "checkpoint_interval_s": job.checkpoint_interval_s, "pdb_min_available": job.pdb_min_available,
         "cluster_selector": dict(job.cluster_selector or {}), "cluster_preference": dict(job.cluster_preference or {}),
+        "mounts": [dict(m) for m in job.mounts or []], "shm_mb": job.shm_mb or None,
+        "max_retries": job.max_retries, "retry_on_exit_codes": list(job.retry_on_exit_codes or []),
     }
+    if job.checkpoint:  # the directory by the names it was asked with (the same source, path and cluster)
+        spec["checkpoint"] = {k: job.checkpoint[k] for k in ("source", "path", "cluster") if job.checkpoint.get(k)}
     if job.deadline is not None and job.deadline > timezone.now():
         spec["deadline"] = job.deadline.isoformat().replace("+00:00", "Z")
     return spec

@@ -8,8 +8,15 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from . import policies
+from .jobs import prepare
 from .report import LOADS, SCENARIO_DIR, run_grid, write_report
+from .runner import run_one
+from .scenario import load_scenario
+from .trace import TraceRow, read_csv, write_csv
+from .whatif import compare, format_diff
 
 TIMINGS = ("wall_s", "cycle_ms_avg", "cycle_ms_p95", "cycle_ms_max", "task_s")
 
@@ -71,8 +78,6 @@ def main(argv=None) -> int:
 
 
 def _run(a) -> int:
-    from .runner import run_one
-
     names = list(policies.DEFAULT) if a.policy == "all" else a.policy.split(",")
     for p in names:
         m = run_one(a.scenario, p, load=a.load, seed=a.seed, trace_dir=a.trace_dir, limit=a.limit,
@@ -120,9 +125,6 @@ def _report(a) -> int:
 
 
 def _convert(a) -> int:
-    from .scenario import load_scenario, prepare
-    from .trace import TraceRow, write_csv
-
     sc = load_scenario(a.scenario)
     sc, jobs, info = prepare(sc, seed=a.seed, load=a.load, trace_dir=a.trace_dir)
     rows = [
@@ -136,12 +138,6 @@ def _convert(a) -> int:
 
 
 def _whatif(a) -> int:
-    import yaml
-
-    from .scenario import load_scenario
-    from .trace import read_csv
-    from .whatif import compare, format_diff
-
     sc = load_scenario(a.scenario)
     with open(a.proposed) as fh:
         proposed = yaml.safe_load(fh) or {}

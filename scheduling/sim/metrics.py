@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from scheduling.core.types import TIERS, URGENCIES
 
@@ -108,51 +109,77 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
             over_quota: dict[str, list[int]] | None = None) -> dict:
     """All metrics of one replay as a plain dict (JSON-able)."""
     jobs = res.jobs
-    util = utilisation(res.busy_gpu_s, res.capacity, res.window)
-    # Allocated GPU-time counts work that a preemption later threw away; useful utilisation does not.
-    useful = utilisation(res.busy_gpu_s - lost_in_window(jobs, res.window), res.capacity, res.window)
     started = [r for r in jobs if r.first_start is not None]
     finished = [r for r in jobs if r.finish is not None]
     wait_of = {r.spec.id: r.first_start - r.spec.submit for r in started}
-    by_tier = defaultdict(list)
-    by_dept = defaultdict(list)
-    by_urg = defaultdict(list)
-    by_gpus = defaultdict(list)
-    urgent = []  # high and critical jobs outside the realtime tier
-    for r in started:
-        w = wait_of[r.spec.id]
-        by_tier[r.spec.tier].append(w)
-        by_dept[r.spec.department].append(w)
-        by_urg[r.spec.urgency].append(w)
-        by_gpus[gpu_class(r.spec.gpus)].append(w)
-        if r.spec.tier != "realtime" and r.spec.urgency in ("high", "critical"):
-            urgent.append(w)
-    rt = [r for r in jobs if r.spec.tier == "realtime"]
-    rt_ok = sum(1 for r in rt if r.first_start is not None and r.first_start - r.spec.submit <= REALTIME_TARGET_S)
-    dl = [r for r in jobs if r.spec.deadline is not None]
-    dl_ok = sum(1 for r in dl if r.finish is not None and r.finish <= r.spec.deadline + 1e-9)
-    jct = [r.finish - r.spec.submit for r in finished]
-    dur_lb = mean(r.spec.duration_s for r in finished)
-    srpt_lb = srpt_fluid_bound([(r.spec.submit, r.spec.gpus * r.spec.duration_s) for r in finished], res.capacity)
-    lb = max(dur_lb, srpt_lb) if finished else float("nan")
-    busy_total = sum(r.attained_gpu_s for r in jobs)
-    lost = sum(r.lost_gpu_s for r in jobs)
-    ct = res.cycle_times
+    groups = _wait_groups(started, wait_of)
     out = {
         "policy": res.policy,
         "jobs": len(jobs),
         "finished": len(finished),
         "never_started": len(jobs) - len(started),
+        **_utilisation_figures(res, rho),
+        **_wait_figures(jobs, finished, wait_of, groups),
+        **_completion_figures(res, finished),
+        **_run_figures(res),
+    }
+    if alone_waits is not None:
+        out["sharing"] = sharing_safety(wait_of, alone_waits, fcfs=fcfs_waits, over_quota=over_quota)
+    if keep_samples:
+        by_tier = groups.tier
+        out["samples"] = {t: sorted(by_tier[t]) for t in TIERS if by_tier.get(t)}
+    return out
+
+
+@dataclass
+class _Waits:
+    """First waits of the started jobs, grouped."""
+
+    tier: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    dept: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    urgency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    gpus: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    urgent: list[float] = field(default_factory=list)  # high and critical jobs outside the realtime tier
+
+
+def _wait_groups(started, wait_of: dict[int, float]) -> _Waits:
+    groups = _Waits()
+    for r in started:
+        w = wait_of[r.spec.id]
+        groups.tier[r.spec.tier].append(w)
+        groups.dept[r.spec.department].append(w)
+        groups.urgency[r.spec.urgency].append(w)
+        groups.gpus[gpu_class(r.spec.gpus)].append(w)
+        if r.spec.tier != "realtime" and r.spec.urgency in ("high", "critical"):
+            groups.urgent.append(w)
+    return groups
+
+
+def _utilisation_figures(res, rho: float) -> dict:
+    util = utilisation(res.busy_gpu_s, res.capacity, res.window)
+    # Allocated GPU-time counts work that a preemption later threw away; useful utilisation does not.
+    useful = utilisation(res.busy_gpu_s - lost_in_window(res.jobs, res.window), res.capacity, res.window)
+    return {
         "rho": rho,
         "utilisation": util,
         "util_over_min_rho": util / min(1.0, rho) if rho > 0 else float("nan"),
         "useful_utilisation": useful,
+    }
+
+
+def _wait_figures(jobs, finished, wait_of: dict[int, float], groups: _Waits) -> dict:
+    by_tier, by_dept, by_urg, by_gpus = groups.tier, groups.dept, groups.urgency, groups.gpus
+    rt = [r for r in jobs if r.spec.tier == "realtime"]
+    rt_ok = sum(1 for r in rt if r.first_start is not None and r.first_start - r.spec.submit <= REALTIME_TARGET_S)
+    dl = [r for r in jobs if r.spec.deadline is not None]
+    dl_ok = sum(1 for r in dl if r.finish is not None and r.finish <= r.spec.deadline + 1e-9)
+    return {
         "wait": _stats(list(wait_of.values())),
         "wait_tier": {t: _stats(by_tier[t]) for t in TIERS if by_tier.get(t)},
         "wait_dept": {d: _stats(v) for d, v in sorted(by_dept.items())},
         "wait_urgency": {u: _stats(by_urg[u]) for u in URGENCIES if by_urg.get(u)},
         "wait_gpus": {c: _stats(by_gpus[c]) for c in GPU_CLASSES if by_gpus.get(c)},
-        "wait_urgent_nonrt": _stats(urgent),
+        "wait_urgent_nonrt": _stats(groups.urgent),
         # total time queued over all attempts (first wait + every wait after a preemption), finished jobs
         "queued": _stats([r.queued_s for r in finished]),
         "first_wait_finished": _stats([wait_of[r.spec.id] for r in finished]),
@@ -161,11 +188,31 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
         "realtime_within_5min": (rt_ok / len(rt)) if rt else float("nan"),
         "deadline_jobs": len(dl),
         "deadline_attainment": (dl_ok / len(dl)) if dl else float("nan"),
+    }
+
+
+def _completion_figures(res, finished) -> dict:
+    """Job completion times and how far they are above the two lower bounds."""
+    jct = [r.finish - r.spec.submit for r in finished]
+    dur_lb = mean(r.spec.duration_s for r in finished)
+    srpt_lb = srpt_fluid_bound([(r.spec.submit, r.spec.gpus * r.spec.duration_s) for r in finished], res.capacity)
+    lb = max(dur_lb, srpt_lb) if finished else float("nan")
+    return {
         "jct_avg": mean(jct),
         "jct_p95": percentile(jct, 95),
         "jct_lb_duration": dur_lb,
         "jct_lb_srpt_fluid": srpt_lb,
         "jct_over_lb": mean(jct) / lb if finished and lb > 0 else float("nan"),
+    }
+
+
+def _run_figures(res) -> dict:
+    """Fairness, preemptions, the engine's cycles and the money of one replay."""
+    jobs = res.jobs
+    busy_total = sum(r.attained_gpu_s for r in jobs)
+    lost = sum(r.lost_gpu_s for r in jobs)
+    ct = res.cycle_times
+    return {
         "jain": res.jain_time_avg if res.jain_time_avg is not None else float("nan"),
         "dept_share_ratio": {d: v["ratio_avg"] for d, v in sorted(res.dept_share.items())},
         "preemptions": res.preemption_events,
@@ -183,11 +230,6 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
         "spend": res.spend,
         "budget_blocked_jobs": sum(1 for r in jobs if r.budget_blocked),
     }
-    if alone_waits is not None:
-        out["sharing"] = sharing_safety(wait_of, alone_waits, fcfs=fcfs_waits, over_quota=over_quota)
-    if keep_samples:
-        out["samples"] = {t: sorted(by_tier[t]) for t in TIERS if by_tier.get(t)}
-    return out
 
 
 def sharing_safety(wait_of: dict[int, float], alone: dict[str, dict[int, float]], slack_s: float = 60.0, *,

@@ -7,7 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import metrics, policies
-from .scenario import Department, FlavorQuota, NodeGroup, Scenario, fits_nodes, load_scenario, prepare
+from .jobs import prepare
+from .scenario import Department, FlavorQuota, NodeGroup, Scenario, fits_nodes, load_scenario
 from .simulator import simulate
 
 

@@ -1,15 +1,13 @@
 """Scenario files (YAML): the cluster, the departments and their quotas, policy overrides, the trace and how
 to fill what the trace lacks (tiers, urgency, users, max runtime), and the target load.
 
-See docs/simulator.md for the full format. ``load_scenario(path)`` returns a ``Scenario``; ``build_jobs`` turns
-trace rows into the simulator's ``JobSpec`` list deterministically for a seed.
+See docs/simulator.md for the full format. ``load_scenario(path)`` returns a ``Scenario``; turning its trace into
+the simulator's jobs is ``scheduling.sim.jobs`` (``prepare``, ``build_jobs``), which imports this module.
 """
 
 from __future__ import annotations
 
 import math
-import random
-import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -20,7 +18,6 @@ import yaml
 from scheduling.core import ClusterInfo, Node, Policy, Quota
 from scheduling.core.types import CLUSTER_STATES, DEFAULT_CLUSTER, TIERS, URGENCIES, USER_TIERS
 
-from . import loaders, synth
 from . import trace as tr
 from .errors import ScenarioError as ScenarioError  # re-exported: callers catch scenario.ScenarioError
 
@@ -214,8 +211,41 @@ def _limit(v):
 def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError("scenario must be a mapping")
-    groups = []
     clusters = _parse_clusters(data)
+    groups = _parse_node_groups(data, clusters)
+    depts, auto = _parse_departments(data.get("departments"), clusters)
+    sim = _simulation_options(data)
+    prices = _parse_prices(data)
+    unfittable = str(data.get("unfittable", "error"))
+    if unfittable not in ("error", "drop"):
+        raise ScenarioError("unfittable must be 'error' or 'drop'")
+    sc = Scenario(
+        name=str(data.get("name") or "scenario"),
+        node_groups=groups,
+        departments=depts,
+        policy_overrides=dict(data.get("policy") or {}),
+        trace=dict(data.get("trace") or {}),
+        assign=dict(data.get("assign") or {}),
+        load=(data.get("load") or {}).get("target") if isinstance(data.get("load"), dict) else data.get("load"),
+        seed=int(data.get("seed", 0)),
+        options=SimOptions(**sim),
+        auto_departments=auto,
+        base_dir=base_dir,
+        prices=prices,
+        unfittable=unfittable,
+        clusters=clusters,
+    )
+    sc.policy()  # validate early
+    for key in ("cluster_selector", "cluster_preference"):
+        for dept, labels in (sc.assign.get(key) or {}).items():
+            if not isinstance(labels, dict):
+                raise ScenarioError(f"assign.{key}.{dept} must map label keys to values")
+    return sc
+
+
+def _parse_node_groups(data: dict[str, Any], clusters: tuple[ClusterInfo, ...]) -> tuple[NodeGroup, ...]:
+    """The node groups of ``cluster:`` (all in the default cluster) or of each of ``clusters:``."""
+    groups = []
     raw_groups = [(DEFAULT_CLUSTER, g) for g in (data.get("cluster") or {}).get("node_groups") or []]
     if clusters:
         raw_groups = [(str(c["name"]), g) for c in data["clusters"] for g in (c.get("node_groups") or [])]
@@ -236,40 +266,54 @@ def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scena
     names = [g.name for g in groups]
     if len(set(names)) != len(names):
         raise ScenarioError("node group names must be unique across clusters (they name the nodes)")
-    depts: dict[str, Department] = {}
-    auto = None
-    raw_depts = data.get("departments")
+    return tuple(groups)
+
+
+def _parse_departments(raw_depts, clusters: tuple[ClusterInfo, ...]) -> tuple[dict[str, Department], dict | None]:
+    """(departments, the ``auto:`` spec): departments listed by name, or ``{auto: ...}`` to derive from the
+    trace (``resolve_departments``)."""
     if isinstance(raw_depts, dict) and "auto" in raw_depts:
-        auto = dict(raw_depts["auto"] or {})
-    elif raw_depts:
-        for name, d in raw_depts.items():
-            d = d or {}
-            quotas = {}
-            cluster_quotas = {}
-            for fl, q in (d.get("quotas") or {}).items():
-                if isinstance(q, int | float):
-                    q = {"nominal": q}
-                quota = FlavorQuota(
-                    int(q.get("nominal", 0)), _limit(q.get("borrowing_limit")), _limit(q.get("lending_limit"))
-                )
-                # "flavor@cluster": a per-cluster quota (the core's name for that scope)
-                flavor, _, cluster = str(fl).partition("@")
-                if cluster:
-                    if cluster not in {c.name for c in clusters}:
-                        raise ScenarioError(f"department {name}: quota {fl}: no cluster {cluster!r} in clusters")
-                    cluster_quotas[(cluster, flavor)] = quota
-                else:
-                    quotas[flavor] = quota
-            members = {str(u): str(t) for u, t in (d.get("members") or {}).items()}
-            for u, t in members.items():
-                if t not in USER_TIERS:
-                    raise ScenarioError(f"department {name}: member {u} has unknown tier {t}")
-            depts[str(name)] = Department(str(name), quotas, d.get("budget"), members, cluster_quotas)
+        return {}, dict(raw_depts["auto"] or {})
+    depts: dict[str, Department] = {}
+    for name, d in (raw_depts or {}).items():
+        depts[str(name)] = _parse_department(name, d or {}, clusters)
+    return depts, None
+
+
+def _parse_department(name, d: dict[str, Any], clusters: tuple[ClusterInfo, ...]) -> Department:
+    quotas = {}
+    cluster_quotas = {}
+    for fl, q in (d.get("quotas") or {}).items():
+        if isinstance(q, int | float):
+            q = {"nominal": q}
+        quota = FlavorQuota(
+            int(q.get("nominal", 0)), _limit(q.get("borrowing_limit")), _limit(q.get("lending_limit"))
+        )
+        # "flavor@cluster": a per-cluster quota (the core's name for that scope)
+        flavor, _, cluster = str(fl).partition("@")
+        if cluster:
+            if cluster not in {c.name for c in clusters}:
+                raise ScenarioError(f"department {name}: quota {fl}: no cluster {cluster!r} in clusters")
+            cluster_quotas[(cluster, flavor)] = quota
+        else:
+            quotas[flavor] = quota
+    members = {str(u): str(t) for u, t in (d.get("members") or {}).items()}
+    for u, t in members.items():
+        if t not in USER_TIERS:
+            raise ScenarioError(f"department {name}: member {u} has unknown tier {t}")
+    return Department(str(name), quotas, d.get("budget"), members, cluster_quotas)
+
+
+def _simulation_options(data: dict[str, Any]) -> dict[str, Any]:
     sim = data.get("simulation") or {}
-    opt_fields = set(SimOptions.__dataclass_fields__)
-    bad = set(sim) - opt_fields
+    bad = set(sim) - set(SimOptions.__dataclass_fields__)
     if bad:
         raise ScenarioError(f"unknown simulation option(s): {', '.join(sorted(bad))}")
+    return sim
+
+
+def _parse_prices(data: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """``prices: {flavor: {tier: mcr per GPU-hour}}`` -> {(flavor, tier): mcr}."""
     prices: dict[tuple[str, str], int] = {}
     for fl, per in (data.get("prices") or {}).items():
         for tier, p in (per or {}).items():
@@ -278,31 +322,7 @@ def parse_scenario(data: dict[str, Any], *, base_dir: Path = Path(".")) -> Scena
             if int(p) < 0:
                 raise ScenarioError(f"prices.{fl}.{tier} must not be negative")
             prices[(str(fl), str(tier))] = int(p)
-    unfittable = str(data.get("unfittable", "error"))
-    if unfittable not in ("error", "drop"):
-        raise ScenarioError("unfittable must be 'error' or 'drop'")
-    sc = Scenario(
-        name=str(data.get("name") or "scenario"),
-        node_groups=tuple(groups),
-        departments=depts,
-        policy_overrides=dict(data.get("policy") or {}),
-        trace=dict(data.get("trace") or {}),
-        assign=dict(data.get("assign") or {}),
-        load=(data.get("load") or {}).get("target") if isinstance(data.get("load"), dict) else data.get("load"),
-        seed=int(data.get("seed", 0)),
-        options=SimOptions(**sim),
-        auto_departments=auto,
-        base_dir=base_dir,
-        prices=prices,
-        unfittable=unfittable,
-        clusters=clusters,
-    )
-    sc.policy()  # validate early
-    for key in ("cluster_selector", "cluster_preference"):
-        for dept, labels in (sc.assign.get(key) or {}).items():
-            if not isinstance(labels, dict):
-                raise ScenarioError(f"assign.{key}.{dept} must map label keys to values")
-    return sc
+    return prices
 
 
 def _parse_clusters(data: dict[str, Any]) -> tuple[ClusterInfo, ...]:
@@ -335,27 +355,7 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, base_dir=p.parent)
 
 
-# -------------------------------------------------------------------- trace -> jobs
-
-
-def load_trace(sc: Scenario, *, seed: int | None = None, trace_dir: str | Path | None = None):
-    """Load the scenario's trace rows (and department quota shares if the loader knows them)."""
-    spec = dict(sc.trace)
-    kind = spec.pop("loader", "csv")
-    limit = spec.pop("limit", None)
-    path = spec.pop("path", None)
-    seed = sc.seed if seed is None else seed
-    if kind == "synthetic":
-        rows, shares = synth.generate(sc, seed=seed, **spec), None
-    else:
-        if path is None:
-            raise ScenarioError("trace.path is required for loader " + kind)
-        resolved = loaders.resolve_path(path, base_dir=sc.base_dir, trace_dir=trace_dir)
-        rows, shares = loaders.load(kind, resolved, **spec)
-    rows = tr.sort_rows(rows)
-    if limit:
-        rows = rows[: int(limit)]
-    return rows, shares
+# -------------------------------------------------------------------- departments from the trace
 
 
 def resolve_departments(sc: Scenario, rows: list[tr.TraceRow], shares: dict[str, float] | None) -> Scenario:
@@ -406,198 +406,3 @@ def fold_departments(sc: Scenario, rows: list[tr.TraceRow]) -> list[tr.TraceRow]
         return rows
     known = set(sc.departments)
     return [r if r.department in known else replace(r, department=fold) for r in rows]
-
-
-def _pick(rng: random.Random, fractions: dict[str, float], default: str) -> str:
-    if not fractions:
-        return default
-    items = sorted(fractions.items())
-    total = sum(v for _, v in items)
-    x = rng.random() * total
-    for k, v in items:
-        x -= v
-        if x < 0:
-            return k
-    return items[-1][0]
-
-
-def _matches(cond: dict[str, Any], r: tr.TraceRow) -> bool:
-    for k, v in cond.items():
-        if k == "gpus_max" and r.gpus > v:
-            return False
-        if k == "gpus_min" and r.gpus < v:
-            return False
-        if k == "duration_max_s" and r.duration_s > v:
-            return False
-        if k == "duration_min_s" and r.duration_s < v:
-            return False
-        if k == "department" and r.department not in (v if isinstance(v, list) else [v]):
-            return False
-        if k == "has_deadline" and (r.deadline_s is not None) != bool(v):
-            return False
-    return True
-
-
-def split_pods(gpus: int, node_size: int) -> tuple[int, int]:
-    """Default pod shape: one pod if it fits a node, else the fewest pods (>= ceil(gpus/node)) that divide the
-    GPUs evenly (12 on 8-GPU nodes -> 2 x 6; 20 -> 4 x 5)."""
-    if gpus <= node_size:
-        return 1, max(gpus, 0)
-    p = -(-gpus // node_size)
-    while gpus % p:
-        p += 1
-    return p, gpus // p
-
-
-def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobSpec]:
-    """Turn trace rows into JobSpecs, filling missing values by the scenario's ``assign`` rules (seeded)."""
-    a = sc.assign
-    rng_dept = random.Random(f"{seed}:department")
-    rng_tier = random.Random(f"{seed}:tier")
-    rng_urg = random.Random(f"{seed}:urgency")
-    rng_user = random.Random(f"{seed}:user")
-    rules = a.get("rules") or []
-    tier_frac = a.get("tier") or {}
-    urg_frac = a.get("urgency") or {}
-    ut_frac = a.get("user_tier") or {}
-    dept_frac = a.get("department") or {}
-    users_per_dept = int(a.get("users_per_department", 5))
-    mr = a.get("max_runtime") or {}
-    factor = float(mr.get("factor", 2.0))
-    round_up = float(mr.get("round_up_s", 3600))
-    mr_min = float(mr.get("min_s", 600))
-    mr_max = mr.get("max_s")
-    flavors = sc.flavors()
-    user_tier_cache: dict[tuple[str, str], str] = {}
-    # cluster labels a department's jobs require or prefer (e.g. where its data lives); "*": every other one
-    placement = {
-        key: {str(d): tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-              for d, labels in (a.get(key) or {}).items()}
-        for key in ("cluster_selector", "cluster_preference")
-    }  # fmt: skip
-    jobs = []
-    for i, r in enumerate(rows):
-        dept = r.department
-        if (not dept or dept not in sc.departments) and dept_frac:
-            dept = _pick(rng_dept, dept_frac, dept)
-        if dept not in sc.departments:
-            raise ScenarioError(f"job {r.job_id}: department {dept!r} not in the scenario")
-        tier, urgency = r.tier, r.urgency
-        for rule in rules:
-            if _matches(rule.get("if") or {}, r) and rng_tier.random() < float(rule.get("p", 1.0)):
-                tier = tier or rule.get("tier")
-                urgency = urgency or rule.get("urgency")
-                break
-        tier = tier or _pick(rng_tier, tier_frac, "elastic")
-        urgency = urgency or _pick(rng_urg, urg_frac, "normal")
-        if tier not in TIERS or urgency not in URGENCIES:
-            raise ScenarioError(f"job {r.job_id}: bad tier/urgency {tier}/{urgency}")
-        members = sc.departments[dept].members
-        user = r.user
-        if not user:
-            if members:
-                user = sorted(members)[rng_user.randrange(len(members))]
-            else:
-                user = f"{dept}-u{rng_user.randrange(max(users_per_dept, 1))}"
-        if user in members:
-            ut = members[user]
-        else:
-            key = (dept, user)
-            if key not in user_tier_cache:
-                user_tier_cache[key] = _pick(rng_user, ut_frac, "standard")
-            ut = user_tier_cache[key]
-        flavor = r.flavor or flavors[0]
-        if flavor not in flavors:
-            raise ScenarioError(f"job {r.job_id}: flavor {flavor!r} not in the cluster")
-        if r.max_runtime_s:
-            max_rt = float(r.max_runtime_s)
-        else:
-            max_rt = max(mr_min, math.ceil(r.duration_s * factor / round_up) * round_up)
-            if mr_max is not None:
-                max_rt = min(max_rt, float(mr_max))
-        if r.pods:
-            pods = r.pods
-            if r.gpus % pods:
-                raise ScenarioError(f"job {r.job_id}: {r.gpus} GPUs not divisible into {pods} pods")
-            per = r.gpus // pods
-        else:
-            pods, per = split_pods(r.gpus, sc.node_size(flavor))
-        jobs.append(
-            JobSpec(
-                id=i + 1,
-                key=r.job_id,
-                submit=float(r.submit_time_s),
-                duration_s=min(float(r.duration_s), max_rt),
-                pods=pods,
-                gpus_per_pod=per,
-                department=dept,
-                flavor=flavor,
-                tier=tier,
-                urgency=urgency,
-                user=user,
-                user_tier=ut,
-                deadline=r.deadline_s,
-                bid=int(r.bid or 0),
-                max_runtime_s=max_rt,
-                checkpoint_interval_s=r.checkpoint_interval_s,
-                cluster_selector=r.cluster_selector if r.cluster_selector is not None
-                else placement["cluster_selector"].get(dept, placement["cluster_selector"].get("*", ())),
-                cluster_preference=r.cluster_preference if r.cluster_preference is not None
-                else placement["cluster_preference"].get(dept, placement["cluster_preference"].get("*", ())),
-            )
-        )
-    return jobs
-
-
-def prepare(
-    sc: Scenario, *, seed: int | None = None, load: float | None = None, trace_dir: str | Path | None = None,
-    rows: list[tr.TraceRow] | None = None,
-) -> tuple[Scenario, list[JobSpec], dict[str, float]]:
-    """Scenario + seed + target load -> (scenario with departments resolved, jobs, info).
-
-    ``info`` holds ``rho`` (offered load after compression), ``rho_trace`` (before) and ``compression``.
-    """
-    seed = sc.seed if seed is None else seed
-    shares = None
-    if rows is None:
-        rows, shares = load_trace(sc, seed=seed, trace_dir=trace_dir)
-    sc = resolve_departments(sc, rows, shares)
-    rows = fold_departments(sc, rows)
-    rows = [r for r in rows if r.gpus > 0 and r.duration_s > 0]  # nothing to run
-    jobs0 = build_jobs(sc, rows, seed=seed)
-    # A job no set of nodes of its flavor can hold would wait forever and still count in rho: refuse the
-    # scenario, or drop such jobs when the scenario says so (a public trace recorded on a larger cluster).
-    bad = [i for i, j in enumerate(jobs0) if not sc.fits(j)]
-    dropped = 0
-    if bad:
-        msg = unfittable_message(sc, [jobs0[i] for i in bad])
-        if sc.unfittable != "drop":
-            raise ScenarioError(msg + " (set 'unfittable: drop' in the scenario to drop them)")
-        warnings.warn(f"{sc.name}: dropped {msg}", stacklevel=2)
-        skip = set(bad)
-        rows = [r for i, r in enumerate(rows) if i not in skip]
-        jobs0 = [replace(j, id=k + 1) for k, j in enumerate(j for i, j in enumerate(jobs0) if i not in skip)]
-        dropped = len(bad)
-    # offered load from the capped durations, then compress arrivals to the target
-    capped = [replace(r, duration_s=j.duration_s) for r, j in zip(rows, jobs0, strict=True)]
-    rho_trace = tr.offered_load(capped, sc.capacity())
-    target = sc.load if load is None else load
-    factor = 1.0
-    if target:
-        capped, factor = tr.compress_to_load(capped, sc.capacity(), float(target))
-        jobs0 = [
-            replace(j, submit=r.submit_time_s, deadline=r.deadline_s) for j, r in zip(jobs0, capped, strict=True)
-        ]
-    rho = tr.offered_load(capped, sc.capacity())
-    return sc, jobs0, {"rho": rho, "rho_trace": rho_trace, "compression": factor, "jobs": len(jobs0),
-                       "dropped_unfittable": dropped}
-
-
-def unfittable_message(sc: Scenario, jobs: list[JobSpec], show: int = 20) -> str:
-    """One line naming jobs that can never fit: trace id, shape, and the flavor's largest node and total."""
-    parts = []
-    for j in jobs[:show]:
-        parts.append(f"{j.key} ({j.pods} x {j.gpus_per_pod} GPUs of {j.flavor}; largest node "
-                     f"{sc.node_size(j.flavor)}, flavor total {sc.capacity(j.flavor)})")
-    more = f" and {len(jobs) - show} more" if len(jobs) > show else ""
-    return f"{len(jobs)} job(s) can never fit any node set: " + "; ".join(parts) + more

@@ -16,7 +16,9 @@ from scheduling.core import ClusterInfo, Snapshot
 from scheduling.core.types import DEFAULT_CLUSTER
 
 from . import metrics
-from .scenario import Department, FlavorQuota, NodeGroup, Scenario, SimOptions, make_policy, prepare
+from .jobs import prepare
+from .policies import Portal
+from .scenario import Department, FlavorQuota, NodeGroup, Scenario, SimOptions, make_policy
 from .simulator import simulate
 from .trace import TraceRow
 
@@ -62,49 +64,55 @@ def compare(
     preemptions and GPU-hours lost, and ``diff`` has proposed minus current for each of those numbers.
     Time compression is off: the history replays at its recorded arrival times.
     """
-    from .policies import Portal
-
-    def scenario(q, pol):
-        depts = {}
-        for d, per in q.items():
-            fq, local = {}, {}
-            for fl, v in per.items():
-                if isinstance(v, int):
-                    v = {"nominal": v}
-                quota = FlavorQuota(int(v.get("nominal", 0)), v.get("borrowing_limit"), v.get("lending_limit"))
-                flavor, _, cluster = fl.partition("@")
-                if cluster:
-                    local[(cluster, flavor)] = quota
-                else:
-                    fq[flavor] = quota
-            depts[d] = Department(d, fq, None, dict((members or {}).get(d, {})), local)
-        groups = tuple(
-            NodeGroup(str(g.get("name", f"g{i}")), int(g["count"]), int(g["gpus_per_node"]), str(g["flavor"]),
-                      cluster=str(g.get("cluster", DEFAULT_CLUSTER)))  # fmt: skip
-            for i, g in enumerate(node_groups)
-        )
-        # recorded jobs that no longer fit the cluster (nodes removed since) are left out, as before; the
-        # summary counts them
-        sc = Scenario(name="whatif", node_groups=groups, departments=depts, policy_overrides=dict(pol or {}),
-                      trace={}, assign=dict(placement or {}), load=None, options=options or SimOptions(),
-                      unfittable="drop", clusters=tuple(clusters))
-        make_policy(sc.policy_overrides)
-        return sc
-
     out = {}
     for label, q, pol, decide in (
         ("current", quotas, current_policy, current),
         ("proposed", proposed_quotas or quotas, proposed_policy, proposed),
     ):
-        sc = scenario(q, pol)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            sc, jobs, info = prepare(sc, rows=list(rows), load=None)
-        res = simulate(scenario=sc, jobs=jobs, policy=decide or Portal(), name=label)
-        out[label] = summarise(metrics.compute(res, rho=info["rho"], keep_samples=False))
-        out[label]["dropped_unfittable"] = info["dropped_unfittable"]
+        sc = _scenario(q, pol, node_groups=node_groups, members=members, options=options, clusters=clusters,
+                       placement=placement)
+        out[label] = _replay(sc, rows, decide or Portal(), label)
     out["diff"] = _diff(out["current"], out["proposed"])
     return out
+
+
+def _scenario(q, pol, *, node_groups, members, options, clusters, placement) -> Scenario:
+    """The scenario one side of the comparison replays on: its quotas and policy on the given cluster(s)."""
+    depts = {}
+    for d, per in q.items():
+        fq, local = {}, {}
+        for fl, v in per.items():
+            if isinstance(v, int):
+                v = {"nominal": v}
+            quota = FlavorQuota(int(v.get("nominal", 0)), v.get("borrowing_limit"), v.get("lending_limit"))
+            flavor, _, cluster = fl.partition("@")
+            if cluster:
+                local[(cluster, flavor)] = quota
+            else:
+                fq[flavor] = quota
+        depts[d] = Department(d, fq, None, dict((members or {}).get(d, {})), local)
+    groups = tuple(
+        NodeGroup(str(g.get("name", f"g{i}")), int(g["count"]), int(g["gpus_per_node"]), str(g["flavor"]),
+                  cluster=str(g.get("cluster", DEFAULT_CLUSTER)))  # fmt: skip
+        for i, g in enumerate(node_groups)
+    )
+    # recorded jobs that no longer fit the cluster (nodes removed since) are left out, as before; the
+    # summary counts them
+    sc = Scenario(name="whatif", node_groups=groups, departments=depts, policy_overrides=dict(pol or {}),
+                  trace={}, assign=dict(placement or {}), load=None, options=options or SimOptions(),
+                  unfittable="drop", clusters=tuple(clusters))
+    make_policy(sc.policy_overrides)
+    return sc
+
+
+def _replay(sc: Scenario, rows: list[TraceRow], decide: Decide, label: str) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sc, jobs, info = prepare(sc, rows=list(rows), load=None)
+    res = simulate(scenario=sc, jobs=jobs, policy=decide, name=label)
+    summary = summarise(metrics.compute(res, rho=info["rho"], keep_samples=False))
+    summary["dropped_unfittable"] = info["dropped_unfittable"]
+    return summary
 
 
 def summarise(m: dict) -> dict:

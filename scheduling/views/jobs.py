@@ -21,6 +21,7 @@ from portal.forms import credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
+from scheduling.backends.base import BackendError
 from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, TemplateScope, Tier, Urgency
 from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
@@ -28,6 +29,9 @@ from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
 from scheduling.services.templates import spec_of_job, template_create, templates_for
 from scheduling.views.templates import spec_form_values
+from workloads.models import DataSource
+from workloads.podsecrets import token_warnings
+from workloads.services.resolve import checkpoint_of
 
 
 @login_required
@@ -47,8 +51,8 @@ def jobs(request):
 
 
 FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
-               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid")
-INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s")
+               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid", "shm_mb")
+INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "shm_mb")
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:
@@ -75,8 +79,26 @@ def _form_to_payload(post) -> tuple[dict, dict]:
             env[k.strip()] = v
     if env:
         payload["env"] = env
+    secrets = _form_secrets(post.get("secrets", ""), errors)
+    if secrets:
+        payload["secrets"] = secrets
     for field in ("cluster_selector", "cluster_preference"):  # label=value, comma-separated
         labels_into(post, field, payload, errors)
+    mounts = []
+    for line in (x.strip() for x in post.get("mounts", "").splitlines()):
+        if not line:
+            continue
+        source, sep, rest = line.partition(":")
+        path, _, mode = rest.partition(":")
+        if not sep or mode not in ("", "ro", "rw"):
+            errors.setdefault("mounts", []).append(f"{line!r}: use source:/path, or source:/path:rw to write.")
+            continue
+        mounts.append({"source": source.strip(), "path": path.strip(), "read_only": mode != "rw"})
+    if mounts:
+        payload["mounts"] = mounts
+    checkpoint = post.get("checkpoint", "").strip()
+    if checkpoint:
+        payload["checkpoint"] = True if checkpoint.lower() in ("yes", "true") else {"source": checkpoint}
     return payload, errors
 
 
@@ -116,6 +138,24 @@ def _save_template(request, data: dict, errors: dict):
     return redirect("dashboard:templates")
 
 
+def _form_secrets(text: str, errors: dict) -> list[dict]:
+    """``NAME=secret/key`` (a variable) or ``/path=secret`` (files) lines -> the API's ``secrets`` list."""
+    uses = []
+    for line in (line.strip() for line in text.splitlines()):
+        if not line:
+            continue
+        target, _, source = line.partition("=")
+        target, source = target.strip(), source.strip()
+        if target.startswith("/") and source and "/" not in source:
+            uses.append({"secret": source, "path": target})
+        elif target and not target.startswith("/") and source.count("/") == 1:
+            secret, key = source.split("/")
+            uses.append({"secret": secret, "key": key, "env": target})
+        else:
+            errors.setdefault("secrets", []).append(f"{line!r}: use NAME=secret/key or /path=secret.")
+    return uses
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def submit(request):
@@ -137,6 +177,8 @@ def submit(request):
                 if valid and not errors:
                     job, _ = job_submit(user=request.user, data=serializer.validated_data,
                                         idempotency_key=request.POST.get("idempotency_key") or None)
+                    for warning in token_warnings(serializer.validated_data.get("env") or {}):
+                        messages.warning(request, warning)
                     return redirect("dashboard:job", pk=job.pk)
             except PortalError as exc:
                 for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
@@ -145,6 +187,8 @@ def submit(request):
         "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
         "clusters": list(Cluster.objects.order_by("name").only("name", "labels", "state")),
+        "sources": list(DataSource.objects.restrict(request.user, VIEW).order_by("name").distinct()
+                        .only("name", "writable")),
         "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
         "templates": list(templates_for(request.user)),
         "started_from": started_from, "chosen_template": request.GET.get("template", ""),
@@ -169,7 +213,8 @@ def submit_quote(request):
     except PortalError as exc:
         for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
             errors.setdefault(field, []).extend(i["message"] for i in items)
-    return render(request, "scheduling/_quote.html", {"quote": quote, "errors": errors},
+    warnings = token_warnings(serializer.validated_data.get("env") or {}) if quote else []
+    return render(request, "scheduling/_quote.html", {"quote": quote, "errors": errors, "warnings": warnings},
                   status=400 if errors else 200)
 
 
@@ -184,6 +229,8 @@ def job_detail(request, pk: int):
         "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
         "queue_position": queue_position(job=job),
         "eta": wall_eta(job.estimated_start, cluster=job.cluster.name if job.cluster_id else "default"),
+        "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,
+        "checkpoint_retention_days": settings.CHECKPOINT_RETENTION_DAYS,
     })
 
 
@@ -243,12 +290,20 @@ def _log_attempt(request, job) -> int:
     return min(max(attempt, 1), job.attempt)
 
 
-def _log_text(job, attempt) -> tuple[str, str, str]:
-    """(text, source, error) of an attempt's log for a page: never raises for a cluster that cannot answer."""
-    from scheduling.backends.base import BackendError
-
+def _log_pod(request, job) -> int:
+    """The pod of a gang whose log is shown (its index; out of range: the nearest)."""
     try:
-        lines, source = attempt_log_lines(job=job, attempt=attempt, tail=LOG_PAGE_LINES)
+        pod = int(request.GET.get("pod", 0))
+    except ValueError:
+        pod = 0
+    return min(max(pod, 0), job.pods - 1)
+
+
+def _log_text(job, attempt, pod: int = 0) -> tuple[str, str, str]:
+    """(text, source, error) of a pod's log of an attempt for a page: never raises for a cluster that cannot
+    answer."""
+    try:
+        lines, source = attempt_log_lines(job=job, attempt=attempt, tail=LOG_PAGE_LINES, pod=pod)
         return "\n".join(line.rstrip("\n") for line in lines), source, ""
     except BackendError as exc:
         return "", "live", f"The log is unavailable right now: {exc}"
@@ -259,11 +314,12 @@ def job_logs(request, pk: int):
     """A job's log as a page: the attempt chosen from the job's attempts, followed while it runs."""
     job = Job.objects.select_related("department", "cluster", "flavor").get_or_404(
         request.user, CHANGE, message=LOGS_FORBIDDEN, pk=pk)
-    attempt = _log_attempt(request, job)
-    text, source, error = _log_text(job, attempt)
-    kept = job.logs.filter(attempt=attempt).only("truncated", "kept_at").first()
+    attempt, pod = _log_attempt(request, job), _log_pod(request, job)
+    text, source, error = _log_text(job, attempt, pod)
+    kept = job.logs.filter(attempt=attempt, pod=pod).only("truncated", "kept_at").first()
     return render(request, "scheduling/logs.html", {
-        "job": job, "attempt": attempt, "attempts": range(job.attempt, 0, -1), "text": text, "source": source,
+        "job": job, "attempt": attempt, "attempts": range(job.attempt, 0, -1), "pod": pod,
+        "pods": range(job.pods), "text": text, "source": source,
         "error": error, "live": is_live(job, attempt), "kept": kept, "keep_kb": settings.LOG_KEEP_KB,
         "retention_days": settings.LOG_RETENTION_DAYS,
     })
@@ -274,8 +330,8 @@ def job_log_text(request, pk: int):
     """The log text alone, for following a live attempt: an ETag of the text, 304 when it has not changed."""
     job = Job.objects.select_related("department", "cluster").get_or_404(
         request.user, CHANGE, message=LOGS_FORBIDDEN, pk=pk)
-    attempt = _log_attempt(request, job)
-    text, _source, error = _log_text(job, attempt)
+    attempt, pod = _log_attempt(request, job), _log_pod(request, job)
+    text, _source, error = _log_text(job, attempt, pod)
     body = error or text
     etag = '"' + hashlib.sha256(f"{is_live(job, attempt)}:{body}".encode()).hexdigest()[:32] + '"'
     if request.headers.get("If-None-Match") == etag:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from workloads.podsecrets import OwnedSecret, PodSecrets, SecretEnv
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SA = ("gpu-portal", "gpu-portal-system")
 
@@ -74,9 +76,13 @@ def test_every_request_of_a_job_lifecycle_is_allowed(kube_fake, kube_backend, ma
     kube_backend.ensure_priority_classes({"ai-realtime": 1000000, "ai-elastic": 100000, "ai-backfill": 1000})
     kube_backend.ensure_priority_classes({"ai-realtime": 1000000, "ai-elastic": 100000, "ai-backfill": 10},
                                          descriptions={"ai-elastic": "x"})
-    podset = make_podset(namespace=ns, pods=2, gpus_per_pod=1, pdb_min_available=1)
+    owned = PodSecrets(env=(SecretEnv("TOKEN", "portal-secret-t", "k"),),
+                       owned=(OwnedSecret(name="portal-secret-t", data=(("k", "v"),)),))
+    podset = make_podset(namespace=ns, pods=2, gpus_per_pod=1, pdb_min_available=1, secrets=owned)
     kube_backend.ensure_pods(podset)
     kube_backend.ensure_pods(podset)
+    rotated = PodSecrets(owned=(OwnedSecret(name="portal-secret-t", data=(("k", "w"),)),))
+    kube_backend.ensure_pods(make_podset(namespace=ns, pods=2, gpus_per_pod=1, secrets=rotated))
     kube_backend.admit(podset, ("n1", "n1"))
     kube_fake.run(ns, podset.pod_name(0))
     kube_fake.run(ns, podset.pod_name(1))
@@ -93,12 +99,14 @@ def test_every_request_of_a_job_lifecycle_is_allowed(kube_fake, kube_backend, ma
     kube_backend.start(started, ("n1", "n1"))  # how the portal starts jobs: created at admission
     kube_backend.start(started, ("n1", "n1"), fresh=False)
     kube_backend.attempt_pods(job_id=43, attempt=1, namespace=ns)
+    assert kube_backend.delete_owned_secret(namespace=ns, name="portal-secret-t")  # its department secret deleted
 
     used = {rbac_of(r) for r in kube_fake.requests}
     denied = [u for u in used if not allowed(*u)]
     assert not denied, denied
     kinds = {(g, r, v) for g, r, v, _, _ in used}
     assert ("", "pods/eviction", "create") in kinds and ("", "pods", "watch") in kinds
+    assert {("", "secrets", v) for v in ("create", "get", "update", "delete")} <= kinds
 
 
 def test_priority_class_writes_are_limited_to_the_tier_classes():
@@ -109,12 +117,18 @@ def test_priority_class_writes_are_limited_to_the_tier_classes():
 
 def test_job_writes_only_in_job_namespaces():
     assert allowed("", "pods", "create", "gpu-vision", None)
+    for verb in ("create", "get", "update", "patch", "delete"):
+        assert allowed("", "secrets", verb, "gpu-vision", "portal-secret-x")
+        assert not allowed("", "secrets", verb, "kube-system", "x")
+        assert not allowed("", "secrets", verb, "gpu-portal-system", "gpu-portal")  # the portal's own config
+    for verb in ("list", "watch"):  # never every value of a namespace at once
+        assert not allowed("", "secrets", verb, "gpu-vision", None)
     assert not allowed("", "pods", "create", "kube-system", None)
     assert not allowed("", "pods", "delete", "default", "x")
 
 
 @pytest.mark.parametrize(("group", "resource"), [
-    ("", "secrets"), ("", "configmaps"), ("", "pods/exec"), ("", "pods/attach"), ("", "pods/portforward"),
+    ("", "configmaps"), ("", "pods/exec"), ("", "pods/attach"), ("", "pods/portforward"),
     ("", "serviceaccounts/token"), ("rbac.authorization.k8s.io", "roles"),
     ("rbac.authorization.k8s.io", "clusterrolebindings"), ("", "nodes"),
 ])

@@ -41,7 +41,8 @@ def test_a_gang_is_created_gated_then_ungated_without_reads(kube_backend, kube_f
     before = len(kube_fake.requests)
     kube_backend.start(make_podset(pods=2), ("gpu-0", "gpu-1"))
     methods = [r.method for r in kube_fake.requests[before:]]
-    assert methods == ["POST", "POST", "PATCH", "PATCH"]  # no pod of the gang may start before all exist
+    # the gang's headless Service, then its pods: no pod of the gang may start before all exist
+    assert methods == ["POST", "POST", "POST", "PATCH", "PATCH"]
     for i, node in enumerate(("gpu-0", "gpu-1")):
         pod = kube_fake.pod(NS, f"job-42-a1-{i}")
         assert not pod["spec"].get("schedulingGates") and pinned_nodes(pod) == {node}
@@ -54,7 +55,8 @@ def test_a_gang_whose_second_create_fails_starts_no_pod(kube_backend, kube_fake,
     assert kube_fake.pod(NS, "job-42-a1-0")["spec"]["schedulingGates"] == [{"name": ADMISSION_GATE}]
     before = len(kube_fake.requests)
     kube_backend.start(make_podset(pods=2), ("gpu-0", "gpu-1"), fresh=False)  # the retry reads first
-    assert [r.method for r in kube_fake.requests[before:]] == ["GET", "POST", "PATCH", "PATCH"]
+    # the list, the Service (409: adopted after a read), the missing pod, the two ungates
+    assert [r.method for r in kube_fake.requests[before:]] == ["GET", "POST", "GET", "POST", "PATCH", "PATCH"]
 
 
 def test_a_retry_never_reposts_an_existing_pod(kube_backend, kube_fake, make_podset, gpu_nodes):

@@ -68,7 +68,8 @@ def test_pod_is_restricted(kube_backend, kube_fake, make_podset):
     assert ctx["runAsNonRoot"] is True
     assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "ports" not in container
-    assert container["env"] == [{"name": "EPOCHS", "value": "3"}]
+    assert container["env"] == [{"name": "EPOCHS", "value": "3"}, {"name": "PORTAL_JOB_ID", "value": "42"},
+                                {"name": "PORTAL_ATTEMPT", "value": "1"}]
     assert container["command"] == ["python", "train.py"]
 
 
@@ -439,5 +440,5 @@ def test_api_throttling_429_outside_eviction_is_cluster_unavailable(kube_backend
 
 def test_client_side_rate_limit_spaces_out_requests(kube_fake, sleeps, make_podset):
     backend = KubernetesBackend(host=kube_fake.url, qps=5, burst=2, sleep=sleeps)
-    backend.ensure_pods(make_podset(pods=4))  # 4 POSTs with a burst of 2 at 5 qps
+    backend.ensure_pods(make_podset(pods=3))  # 4 POSTs (the gang's Service, 3 pods) with a burst of 2 at 5 qps
     assert len(sleeps) >= 1 and sum(sleeps) == pytest.approx(0.6, abs=0.25)

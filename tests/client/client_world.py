@@ -24,18 +24,31 @@ def run_cycle() -> None:
 
 
 def age_pods(seconds: float) -> None:
-    """Running pods started ``seconds`` earlier (simulated time passes); their log grows, some finish."""
-    from django.utils import timezone
-
+    """Simulated time passes until the running pods have run ``seconds`` (of the cluster's clock: the test's
+    ``ManualClock``); their log grows, some finish. Nothing here reads the wall clock."""
+    from scheduling.backends import get_backend
     from scheduling.models import SimPod
     from scheduling.services.clusters import sync_cluster
 
-    SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(seconds=seconds))
+    clock = get_backend().clock
+    started = SimPod.objects.filter(phase="Running").order_by("started_at").values_list("started_at", flat=True)
+    if started:
+        clock.set(max(clock.now(), started[0] + timedelta(seconds=seconds)))
     sync_cluster()
 
 
 def finish_pods() -> None:
-    age_pods(86400)
+    """Simulated time passes until every running pod has reached the end of its runtime."""
+    from scheduling.backends import get_backend
+    from scheduling.models import SimPod
+    from scheduling.services.clusters import sync_cluster
+
+    backend = get_backend()
+    ends = [started + timedelta(seconds=runtime / backend.speedup) for started, runtime in
+            SimPod.objects.filter(phase="Running").values_list("started_at", "runtime_s")]
+    if ends:
+        backend.clock.set(max([backend.clock.now(), *ends]))
+    sync_cluster()
 
 
 class Script:

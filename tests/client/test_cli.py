@@ -181,6 +181,21 @@ def test_logs_and_quote(gpup, lab, submit, job_file):
     assert json.loads(gpup("quote", "-f", job_file(), "--json").stdout)["estimated_cost"] == 6000
 
 
+def test_logs_of_another_pod_of_a_gang(gpup, lab, submit):
+    from scheduling.models import SimPod
+
+    job = submit(lab.alice, command=["python", "train.py"], pods=2, gpus=1)
+    run_cycle()
+    SimPod.objects.filter(job_id=job.pk, index=1).update(log="rank 1 here\n")
+    finish_pods()
+    assert gpup("logs", "--pod", "1", job.pk).stdout == "rank 1 here\ndone\n"
+    assert gpup("logs", job.pk).stdout == "$ python train.py\ndone\n"
+    result = gpup("logs", "--pod", "2", job.pk)  # the job has pods 0 and 1
+    assert result.exit_code == 2 and "pod: This job has pods 0 to 1." in result.stderr
+    result = gpup("logs", "--pod", "-1", job.pk)
+    assert result.exit_code == 2 and "--pod" in result.stderr
+
+
 def test_login_stores_a_private_config_that_later_commands_use(gpup, live_server, lab, token_for, tmp_path):
     config = tmp_path / "config.toml"
     result = gpup("login", "--url", live_server.url, "--token", "gpp_1_wrong", env={"GPU_PORTAL_TOKEN": ""})
@@ -215,3 +230,21 @@ def test_gpup_as_a_process(live_server, lab, token_for, tmp_path):
     missing = subprocess.run([*run, "get", "424242"], env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 3 and "not_found" in missing.stderr
 
+
+
+def test_a_job_file_mounts_sources_asks_for_a_checkpoint_and_shm(gpup, job_file, lab):
+    from workloads.models import DataSource
+
+    DataSource.objects.create(name="imagenet", kind="dataset", cluster=lab.cluster, claim_name="imagenet",
+                              shared_with_all=True)
+    DataSource.objects.create(name="vision-scratch", cluster=lab.cluster, department=lab.vision,
+                              claim_name="scratch", writable=True)
+    text = JOB_YAML + "mounts:\n  - {source: imagenet, path: /data}\ncheckpoint: {source: vision-scratch}\nshm_mb: 512\n"
+    result = gpup("--json", "submit", "-f", job_file(text))
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)
+    assert job["mounts"] == [{"source": "imagenet", "path": "/data", "read_only": True}]
+    assert job["checkpoint"]["path"] == "/checkpoint" and job["shm_mb"] == 512
+    # a mount under /proc is refused with the field named, exit code 2
+    result = gpup("submit", "-f", job_file(JOB_YAML + "mounts:\n  - {source: imagenet, path: /proc/x}\n"))
+    assert result.exit_code == 2 and "mounts" in result.output and "/proc" in result.output

@@ -59,8 +59,9 @@ def test_wait_times_out_and_the_job_goes_on(portal, job_spec):
 
 
 def test_logs_follow_the_job_from_queued_to_its_end_without_repeating_lines(portal, job_spec):
-    # The simulated cluster runs SIM_SPEEDUP (60) times faster: a pod started 2.5 s ago has run 150 s and
-    # logged steps 0, 60 and 120; 5.5 s ago, steps up to 300.
+    # The simulated cluster runs SIM_SPEEDUP (60) times faster: a pod that has run 2.5 s of the test's clock
+    # has run 150 s and logged steps 0, 60 and 120; at 5.5 s, steps up to 300. The clock moves only here,
+    # however long the polls take.
     sleeps = Script(run_cycle, lambda: age_pods(2.5), lambda: age_pods(5.5), finish_pods)
     client = portal(sleep=sleeps)
     job = client.submit(job_spec(command=["python", "train.py", "--epochs=3"]))

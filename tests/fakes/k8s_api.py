@@ -22,6 +22,21 @@ PriorityClass ``value`` / ``preemptionPolicy`` change  422 (immutable)
 create over a namespace ResourceQuota                 403 ``exceeded quota``, checked BEFORE AlreadyExists (a
                                                       duplicate that fits is charged, then answers 409)
 pod covered by more than one PDB, evicted             500 (the Eviction API never supports it)
+PodSecurity ``restricted``, a volume type outside     403 (only persistentVolumeClaim, emptyDir, ephemeral,
+the profile's list (``nfs``, ``hostPath``, ...)       csi, secret, configMap, projected, downwardAPI)
+pod mounts a claim its namespace does not have        201, then the pod stays Pending: ``PodScheduled=False``
+                                                      and a ``FailedScheduling`` event ``persistentvolumeclaim
+                                                      "x" not found`` (volume binding runs at scheduling)
+Service name taken in the namespace                   409 ``AlreadyExists``
+Service not headless (``clusterIP`` not ``"None"``)   422 (the fake allocates no cluster IPs: it serves the
+  or without a selector, or a bad port                headless Services gangs use, and refuses the rest)
+pod ``hostname`` / ``subdomain`` not a DNS-1123 label  422
+Secret name taken / stale resourceVersion on update   409 ``AlreadyExists`` / ``Conflict``
+Secret ``type`` changed, bad data key or base64       422 (``type`` is immutable)
+pod naming a Secret (or key) not in its namespace     201: created; the kubelet (:meth:`FakeKube.run`) leaves it
+                                                      Pending, its container waiting ``CreateContainerConfigError``
+                                                      (env) or ``ContainerCreating`` (volume), with a Warning
+                                                      event ``secret "x" not found``, until the Secret exists
 ====================================================  ======================================================
 
 Quota: admission charges ``status.used`` of every ResourceQuota of the namespace when it admits a create, as
@@ -91,7 +106,18 @@ LIST_KINDS = {
     "namespaces": ("NamespaceList", "v1"),
     "priorityclasses": ("PriorityClassList", "scheduling.k8s.io/v1"),
     "poddisruptionbudgets": ("PodDisruptionBudgetList", "policy/v1"),
+    "persistentvolumeclaims": ("PersistentVolumeClaimList", "v1"),
+    "storageclasses": ("StorageClassList", "storage.k8s.io/v1"),
+    "secrets": ("SecretList", "v1"),
+    "events": ("EventList", "v1"),
+    "services": ("ServiceList", "v1"),
 }
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# Keys each well-known Secret type requires (the API server's validation of ``type``).
+SECRET_TYPE_KEYS = {"kubernetes.io/dockerconfigjson": ".dockerconfigjson", "kubernetes.io/dockercfg": ".dockercfg"}
 MUTABLE_POD_SPEC_FIELDS = {"activeDeadlineSeconds", "tolerations", "schedulingGates", "affinity", "nodeSelector"}
 
 
@@ -225,7 +251,12 @@ class FakeKube:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.priority_classes: dict[str, dict[str, Any]] = {}
         self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.storage_classes: dict[str, dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []  # core/v1 Events, as the kubelet reports them
         self.clock_offset = 0.0  # seconds the fake's clock (kubelet, deletion deadlines) is ahead of real time
         self.logs: dict[tuple[str, str], list[str]] = {}
         self.requests: list[Recorded] = []
@@ -350,11 +381,28 @@ class FakeKube:
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "get_quota"),
         ("PATCH", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "update_quota"),
         ("PUT", r"/api/v1/namespaces/(?P<ns>[^/]+)/resourcequotas/(?P<name>[^/]+)", "update_quota"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims", "list_pvcs"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims", "create_pvc"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims/(?P<name>[^/]+)", "get_pvc"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/persistentvolumeclaims/(?P<name>[^/]+)", "delete_pvc"),
+        ("GET", r"/apis/storage\.k8s\.io/v1/storageclasses", "list_storage_classes"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets", "list_secrets"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets", "create_secret"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)", "get_secret"),
+        ("PUT", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)", "update_secret"),
+        ("PATCH", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)", "update_secret"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)", "delete_secret"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/events", "list_events"),
         ("GET", r"/apis/policy/v1/poddisruptionbudgets", "list_pdbs"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "list_pdbs"),
         ("POST", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "create_pdb"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "get_pdb"),
         ("DELETE", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "delete_pdb"),
+        ("GET", r"/api/v1/services", "list_services"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/services", "list_services"),
+        ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/services", "create_service"),
+        ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<name>[^/]+)", "get_service"),
+        ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<name>[^/]+)", "delete_service"),
     ]
 
     def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Response:
@@ -624,9 +672,161 @@ class FakeKube:
             errors.append("spec.schedulingGates: Duplicate value")
         if gates and spec.get("nodeName"):
             errors.append("spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared")
+        for key in ("hostname", "subdomain"):
+            value = spec.get(key)
+            if value is not None and not (isinstance(value, str) and DNS1123_LABEL.match(value)):
+                errors.append(f'spec.{key}: Invalid value: "{value}": a lowercase RFC 1123 label (up to 63)')
         if spec.get("restartPolicy") not in ("Always", "OnFailure", "Never"):
             errors.append(f"spec.restartPolicy: Unsupported value: {spec.get('restartPolicy')!r}")
         return errors
+
+    # ================================================================ secrets
+
+    def _validate_secret(self, obj: dict[str, Any]) -> list[str]:
+        name = obj["metadata"].get("name") or ""
+        errors = []
+        if not name or not DNS1123.match(name) or len(name) > 253:
+            errors.append(f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain')
+        data = obj.get("data") or {}
+        if not isinstance(data, dict):
+            return [*errors, "data: Invalid value: must be an object"]
+        total = 0
+        for key, value in data.items():
+            if not SECRET_KEY.match(key) or key in (".", ".."):
+                errors.append(f'data[{key}]: Invalid value: "{key}": a valid config key must consist of '
+                              "alphanumeric characters, '-', '_' or '.'")
+            try:
+                total += len(base64.b64decode(value, validate=True))
+            except (ValueError, TypeError):
+                errors.append(f"data[{key}]: Invalid value: illegal base64 data")
+        if total > 1024 * 1024:
+            errors.append("data: Too long: must have at most 1048576 bytes")
+        required = SECRET_TYPE_KEYS.get(obj.get("type") or "Opaque")
+        if required and required not in data:
+            errors.append(f"data[{required}]: Required value")
+        return errors
+
+    def _create_secret(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        if not isinstance(body, dict) or body.get("kind", "Secret") != "Secret":
+            raise ApiFailure(400, "BadRequest", "the body is not a Secret")
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if meta.get("namespace") not in (None, "", ns):
+            raise ApiFailure(400, "BadRequest", "the namespace of the object does not match the namespace on the URL")
+        obj.setdefault("type", "Opaque")
+        for key, value in (obj.pop("stringData", None) or {}).items():  # write-only, merged into data
+            obj.setdefault("data", {})[key] = base64.b64encode(str(value).encode()).decode()
+        errors = self._validate_secret(obj)
+        if errors:
+            raise invalid("secrets", meta.get("name") or "", errors)
+        name = meta["name"]
+        if (ns, name) in self.secrets:
+            raise ApiFailure(409, "AlreadyExists", f'secrets "{name}" already exists', kind="secrets", name=name)
+        self._stamp_new(obj, ns)
+        self.secrets[(ns, name)] = obj
+        return Response(201, copy.deepcopy(obj))
+
+    def _secret(self, ns: str, name: str) -> dict[str, Any]:
+        obj = self.secrets.get((ns, name))
+        if obj is None:
+            raise not_found("secrets", name)
+        return obj
+
+    def _get_secret(self, *, ns: str, name: str, **_: Any) -> Response:
+        return Response(200, copy.deepcopy(self._secret(ns, name)))
+
+    def _list_secrets(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("secrets", [o for (n, _), o in self.secrets.items() if n == ns], query, GENERIC_FIELDS)
+
+    def _update_secret(self, *, ns: str, name: str, body: Any, content_type: str, **_: Any) -> Response:
+        current = self._secret(ns, name)
+        method = "PUT" if not content_type.endswith("patch+json") else "PATCH"
+        new = self._apply_update(current, body, content_type, method)
+        self._check_meta_update("secrets", current, new)
+        new.setdefault("type", "Opaque")
+        errors = self._validate_secret(new)
+        if new["type"] != current.get("type", "Opaque"):
+            errors.append(f'type: Invalid value: "{new["type"]}": field is immutable')
+        if errors:
+            raise invalid("secrets", name, errors)
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self.secrets[(ns, name)] = new
+        return Response(200, copy.deepcopy(new))
+
+    def _delete_secret(self, *, ns: str, name: str, **_: Any) -> Response:
+        self._secret(ns, name)
+        obj = self.secrets.pop((ns, name))
+        return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                              "details": {"name": name, "kind": "secrets", "uid": obj["metadata"]["uid"]}})
+
+    def add_secret(self, ns: str, name: str, data: dict[str, str], *, type_: str = "Opaque") -> None:
+        """A Secret someone else made in the namespace (plain text values)."""
+        with self.lock:
+            self._create_secret(ns=ns, body={"metadata": {"name": name}, "type": type_, "data": {
+                k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
+
+    def secret_text(self, ns: str, name: str) -> dict[str, str]:
+        """A stored Secret's data, decoded (for assertions)."""
+        with self.lock:
+            obj = self.secrets[(ns, name)]
+            return {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+
+    # ================================================================ events
+
+    def _event(self, pod: dict[str, Any], reason: str, message: str, type_: str = "Warning") -> None:
+        meta = pod["metadata"]
+        self.events.append({
+            "apiVersion": "v1", "kind": "Event", "type": type_, "reason": reason, "message": message,
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"],
+                         "resourceVersion": str(self._next_rv())},
+            "involvedObject": {"kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
+                               "uid": meta["uid"]},
+            "source": {"component": "kubelet"}, "lastTimestamp": iso(self.now()),
+        })
+
+    def _list_events(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("events", [e for e in self.events if e["metadata"]["namespace"] == ns], query,
+                          GENERIC_FIELDS)
+
+    def pod_events(self, ns: str, name: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [copy.deepcopy(e) for e in self.events
+                    if e["metadata"]["namespace"] == ns and e["involvedObject"]["name"] == name]
+
+    def _secret_problems(self, pod: dict[str, Any]) -> tuple[str, str] | None:
+        """What the kubelet says before starting a pod whose Secrets are not all in its namespace:
+        (waiting reason, message), or None. Image pull secrets that are missing are only a warning event
+        (the image is then pulled without them)."""
+        ns, spec = pod["metadata"]["namespace"], pod["spec"]
+        for ref in spec.get("imagePullSecrets") or []:
+            if (ns, ref.get("name")) not in self.secrets:
+                self._event(pod, "FailedToRetrieveImagePullSecret",
+                            f'Unable to retrieve some image pull secrets ({ref.get("name")}); attempting to pull '
+                            "the image may not succeed.")
+        for volume in spec.get("volumes") or []:
+            source = volume.get("secret")
+            if source and not source.get("optional") and (ns, source.get("secretName")) not in self.secrets:
+                message = f'MountVolume.SetUp failed for volume "{volume.get("name")}" : secret ' \
+                          f'"{source.get("secretName")}" not found'
+                self._event(pod, "FailedMount", message)
+                return "ContainerCreating", message
+        for _, container in _all_containers(spec):
+            for env in container.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if not ref or ref.get("optional"):
+                    continue
+                secret = self.secrets.get((ns, ref.get("name")))
+                if secret is None:
+                    message = f'secret "{ref.get("name")}" not found'
+                elif ref.get("key") not in (secret.get("data") or {}):
+                    message = f"couldn't find key {ref.get('key')} in Secret {ns}/{ref.get('name')}"
+                else:
+                    continue
+                self._event(pod, "Failed", f"Error: {message}")
+                return "CreateContainerConfigError", message
+        return None
 
     # ================================================================ pods: read / update / delete
 
@@ -954,6 +1154,72 @@ class FakeKube:
         del self.pdbs[(ns, name)]
         return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
+    # ================================================================ services (headless only)
+
+    def _list_services(self, *, query: dict[str, str], ns: str | None = None, **_: Any) -> Response:
+        return self._list("services", list(self.services.values()), query, GENERIC_FIELDS,
+                          lambda o: ns is None or o["metadata"]["namespace"] == ns)
+
+    def _create_service(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        if not isinstance(body, dict) or body.get("kind", "Service") != "Service":
+            raise ApiFailure(400, "BadRequest", "the body is not a Service")
+        name = (body.get("metadata") or {}).get("name") or ""
+        spec = body.get("spec") or {}
+        errors = []
+        if not DNS1035_LABEL.match(name):
+            errors.append(f'metadata.name: Invalid value: "{name}": a DNS-1035 label (starts with a letter)')
+        if spec.get("clusterIP") != "None":
+            errors.append(f'spec.clusterIP: Invalid value: "{spec.get("clusterIP")}": this fake serves headless '
+                          'Services only (clusterIP "None")')
+        selector = spec.get("selector")
+        if not isinstance(selector, dict) or not selector:
+            errors.append("spec.selector: Required value: a headless Service of pods selects them")
+        for i, port in enumerate(spec.get("ports") or []):
+            number = port.get("port")
+            if not isinstance(number, int) or not 1 <= number <= 65535:
+                errors.append(f"spec.ports[{i}].port: Invalid value: {number!r}: must be between 1 and 65535")
+        if errors:
+            raise invalid("services", name, errors)
+        if (ns, name) in self.services:
+            raise ApiFailure(409, "AlreadyExists", f'services "{name}" already exists', kind="services", name=name)
+        obj = copy.deepcopy(body)
+        self._stamp_new(obj, ns)
+        obj["spec"].setdefault("type", "ClusterIP")
+        obj["spec"]["clusterIPs"] = ["None"]
+        self.services[(ns, name)] = obj
+        return Response(201, copy.deepcopy(obj))
+
+    def _get_service(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.services:
+            raise not_found("services", name)
+        return Response(200, copy.deepcopy(self.services[(ns, name)]))
+
+    def _delete_service(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.services:
+            raise not_found("services", name)
+        del self.services[(ns, name)]
+        return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    def service_endpoints(self, ns: str, name: str) -> list[str]:
+        """The DNS names the Service publishes (``<hostname>.<service>``): its selected pods whose subdomain is
+        the Service, ready or not when it publishes not-ready addresses (as the endpoints controller does)."""
+        with self.lock:
+            svc = self.services.get((ns, name))
+            if svc is None:
+                return []
+            spec = svc["spec"]
+            out = []
+            for (pns, _), pod in sorted(self.pods.items()):
+                if pns != ns or not match_labels_selector({"matchLabels": spec["selector"]}, _labels(pod)):
+                    continue
+                if pod["spec"].get("subdomain") != name or not pod["spec"].get("hostname"):
+                    continue
+                if spec.get("publishNotReadyAddresses") or _pod_healthy(pod):
+                    out.append(f"{pod['spec']['hostname']}.{name}")
+            return out
+
     # ================================================================ scheduler / kubelet helpers (tests only)
 
     def add_node(self, name: str, *, gpus: int = 0, resource: str = "nvidia.com/gpu",
@@ -1014,6 +1280,111 @@ class FakeKube:
             self._record("pods", "ADDED", pod)
 
     # ================================================================ resource quotas
+
+    # ================================================================ claims, storage classes, events
+
+    def add_storage_class(self, name: str, *, default: bool = False) -> None:
+        """A StorageClass whose provisioner binds every claim at once (``default``: the cluster's default)."""
+        with self.lock:
+            obj = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "fake.example/disk",
+                   "metadata": {"name": name, "annotations": {DEFAULT_CLASS_ANNOTATION: "true"} if default else {}}}
+            self._stamp_new(obj, None)
+            obj["metadata"]["annotations"] = {DEFAULT_CLASS_ANNOTATION: "true"} if default else {}
+            self.storage_classes[name] = obj
+
+    def add_pvc(self, ns: str, name: str, *, access_modes: tuple[str, ...] = ("ReadWriteOnce",),
+                storage: str = "1Gi", volume_name: str = "", storage_class: str | None = None) -> dict[str, Any]:
+        """A PersistentVolumeClaim: Bound when it names a PersistentVolume (``volume_name``, as an admin's
+        claim on an NFS or dataset PV does) or its class (or the default class) exists; else Pending."""
+        body = {"metadata": {"name": name}, "spec": {"accessModes": list(access_modes),
+                                                     "resources": {"requests": {"storage": storage}}}}
+        if volume_name:
+            body["spec"]["volumeName"] = volume_name
+        if storage_class is not None:
+            body["spec"]["storageClassName"] = storage_class
+        with self.lock:
+            return self._create_pvc(ns=ns, body=body).body
+
+    def _list_pvcs(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("persistentvolumeclaims", [c for (cns, _), c in sorted(self.pvcs.items()) if cns == ns],
+                          query, GENERIC_FIELDS)
+
+    def _create_pvc(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        claim = copy.deepcopy(body)
+        name = (claim.get("metadata") or {}).get("name") or ""
+        if not name or not DNS1123.match(name):
+            raise invalid("persistentvolumeclaims", name, [f'metadata.name: Invalid value: "{name}"'])
+        spec = claim.setdefault("spec", {})
+        errors = []
+        if not spec.get("accessModes"):
+            errors.append("spec.accessModes: Required value: at least 1 access mode is required")
+        if not ((spec.get("resources") or {}).get("requests") or {}).get("storage"):
+            errors.append("spec.resources[storage]: Required value")
+        if errors:
+            raise invalid("persistentvolumeclaims", name, errors)
+        if (ns, name) in self.pvcs:
+            raise ApiFailure(409, "AlreadyExists", f'persistentvolumeclaims "{name}" already exists',
+                             kind="persistentvolumeclaims", name=name)
+        default = next((n for n, c in sorted(self.storage_classes.items())
+                        if c["metadata"]["annotations"].get(DEFAULT_CLASS_ANNOTATION) == "true"), None)
+        if "storageClassName" not in spec and default and not spec.get("volumeName"):
+            spec["storageClassName"] = default
+        bound = bool(spec.get("volumeName")) or spec.get("storageClassName") in self.storage_classes
+        claim["apiVersion"], claim["kind"] = "v1", "PersistentVolumeClaim"
+        self._stamp_new(claim, ns)
+        claim["status"] = {"phase": "Bound" if bound else "Pending"}
+        if bound:
+            claim["status"]["accessModes"] = list(spec["accessModes"])
+        self.pvcs[(ns, name)] = claim
+        return Response(201, copy.deepcopy(claim))
+
+    def _get_pvc(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.pvcs:
+            raise not_found("persistentvolumeclaims", name)
+        return Response(200, copy.deepcopy(self.pvcs[(ns, name)]))
+
+    def _delete_pvc(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.pvcs:
+            raise not_found("persistentvolumeclaims", name)
+        return Response(200, self.pvcs.pop((ns, name)))
+
+    def _list_storage_classes(self, *, query: dict[str, str], **_: Any) -> Response:
+        return self._list("storageclasses", list(self.storage_classes.values()), query, GENERIC_FIELDS)
+
+    def _list_events(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("events", [e for e in self.events if e["metadata"]["namespace"] == ns], query,
+                          GENERIC_FIELDS)
+
+    def _event(self, ns: str, pod_name: str, reason: str, message: str, type_: str = "Warning") -> None:
+        """An Event about a pod, as kube-scheduler records one (repeats of the same one are counted)."""
+        for e in self.events:
+            if (e["metadata"]["namespace"], e["involvedObject"]["name"], e["reason"], e["message"]) == (
+                    ns, pod_name, reason, message):
+                e["count"] += 1
+                return
+        obj = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{pod_name}.{uuid.uuid4().hex[:12]}"},
+               "involvedObject": {"kind": "Pod", "namespace": ns, "name": pod_name},
+               "reason": reason, "message": message, "type": type_, "count": 1,
+               "source": {"component": "default-scheduler"}}
+        self._stamp_new(obj, ns)
+        self.events.append(obj)
+
+    def claim_problems(self, pod: dict[str, Any]) -> list[str]:
+        """What the scheduler's volume binding says about the pod's claims: a claim that does not exist in
+        the pod's namespace, or one not bound yet (the pod is then not scheduled anywhere)."""
+        ns = pod["metadata"]["namespace"]
+        problems = []
+        for v in pod["spec"].get("volumes") or []:
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is None:
+                continue
+            if (ns, claim) not in self.pvcs:
+                problems.append(f'persistentvolumeclaim "{claim}" not found')
+            elif self.pvcs[(ns, claim)]["status"]["phase"] != "Bound":
+                problems.append("pod has unbound immediate PersistentVolumeClaims")
+        return problems
 
     def add_resource_quota(self, ns: str, name: str, hard: dict[str, Any]) -> None:
         """A namespace ResourceQuota (``hard`` as in its spec, e.g. ``{"requests.nvidia.com/gpu": "64",
@@ -1155,7 +1526,7 @@ class FakeKube:
         node = self.nodes.get(node_name)
         if node is None:
             return [f"node {node_name} does not exist"]
-        problems = []
+        problems = self.claim_problems(pod)
         spec = pod["spec"]
         if spec.get("schedulingGates"):
             problems.append("pod is gated")
@@ -1219,8 +1590,14 @@ class FakeKube:
             return candidate
 
     def run(self, ns: str, name: str, node: str | None = None) -> None:
-        """Bind (if needed) and start the pod's containers: phase Running, Ready."""
+        """Bind (if needed) and start the pod's containers: phase Running, Ready. As the kubelet, a pod whose
+        Secrets are not in its namespace stays Pending (its container waiting, with a Warning event)."""
         self.bind(ns, name, node)
+        with self.lock:
+            problem = self._secret_problems(self.pods[(ns, name)])
+        if problem is not None:
+            self.wait_container(ns, name, *problem)
+            return
 
         def change(p: dict[str, Any]) -> None:
             started = now_iso()
@@ -1290,6 +1667,12 @@ class FakeKube:
             if pod["spec"].get("nodeName"):
                 return pod["spec"]["nodeName"]
             self._reap()
+            claims = self.claim_problems(pod)
+            if claims:  # volume binding fails before any node is tried: the pod stays Pending, with an event
+                message = f"0/{len(self.nodes)} nodes are available: {claims[0]}. preemption: not eligible"
+                self.mark_unschedulable(ns, name, message)
+                self._event(ns, name, "FailedScheduling", message)
+                return None
             candidates = sorted(self.nodes)
             for node in candidates:
                 if not self.node_fits(pod, node):
@@ -1319,7 +1702,10 @@ class FakeKube:
 
     def autopilot(self, stop: threading.Event, *, log_line: str = "", every_s: float = 0.1) -> threading.Thread:
         """A stand-in kube-scheduler + kubelet in a thread, until ``stop``: every ungated pending pod is
-        scheduled as :meth:`schedule` does, and a bound one is started (with ``log_line`` in its log)."""
+        scheduled as :meth:`schedule` does, and a bound one is started (with ``log_line`` in its log). A pod whose
+        main command is ``sh -c "exit N"``, or ``sh -c '[ "$VAR" = "value" ] && exit N; ...'`` with VAR=value in
+        its environment, then ends at once with exit code N (a real kubelet would run it; this one runs
+        nothing else)."""
 
         def loop() -> None:
             while not stop.is_set():
@@ -1333,6 +1719,9 @@ class FakeKube:
                             self.run(ns, name)
                             if log_line:
                                 self.append_log(ns, name, log_line)
+                            code = _exit_command(self.pods.get((ns, name)))
+                            if code is not None:  # the one command this kubelet runs: it exits at once
+                                self.terminate(ns, name, exit_code=code)
                     except SchedulingError:
                         pass
                 stop.wait(every_s)
@@ -1348,6 +1737,27 @@ class FakeKube:
 
 
 # ==================================================================== rules as functions
+
+
+_EXIT = re.compile(r"exit ([0-9]{1,3})")
+_EXIT_IF = re.compile(r'\[ "\$([A-Za-z_][A-Za-z0-9_]*)" = "([^"]*)" \] && exit ([0-9]{1,3})(?:;.*)?', re.S)
+
+
+def _exit_command(pod: dict[str, Any] | None) -> int | None:
+    """The exit code of a pod whose first container's command is ``sh -c "exit N"``, or ``sh -c '[ "$VAR" =
+    "value" ] && exit N; ...'`` with VAR=value in its environment (one rank of a gang failing); else None."""
+    containers = ((pod or {}).get("spec") or {}).get("containers") or [{}]
+    command = containers[0].get("command") or []
+    if command[:2] != ["sh", "-c"] or len(command) != 3:
+        return None
+    match = _EXIT.fullmatch(command[2])
+    if match:
+        return int(match.group(1))
+    match = _EXIT_IF.fullmatch(command[2])
+    env = {e.get("name"): e.get("value") for e in containers[0].get("env") or []}
+    if match and env.get(match.group(1)) == match.group(2):
+        return int(match.group(3))
+    return None
 
 
 def _int_or_percent(value: Any, total: int) -> int:

@@ -572,3 +572,56 @@ def test_a_pod_pinned_to_a_vanished_node_gets_a_scheduler_error(kube_fake, core)
     assert kube_fake.schedule(NS, "p") is None
     cond = [c for c in kube_fake.pod(NS, "p")["status"]["conditions"] if c["type"] == "PodScheduled"][0]
     assert (cond["reason"], cond["message"]) == ("SchedulerError", 'nodeinfo not found for node name "n1"')
+
+
+# ------------------------------------------------------------------------------------------- services
+
+
+def service(name="gang", *, cluster_ip="None", selector=None, ports=None):
+    spec = {"clusterIP": cluster_ip, "selector": {"app": "x"} if selector is None else selector,
+            "ports": [{"port": 29500}] if ports is None else ports}
+    if cluster_ip is None:
+        del spec["clusterIP"]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_headless_service_is_created_read_listed_and_deleted(core):
+    assert call(core.create_namespaced_service, NS, service())[0] == 201
+    status, body = call(core.read_namespaced_service, "gang", NS)
+    assert status == 200 and body["spec"]["clusterIP"] == "None"
+    assert [s["metadata"]["name"] for s in call(core.list_namespaced_service, NS)[1]["items"]] == ["gang"]
+    assert call(core.create_namespaced_service, NS, service())[1]["reason"] == "AlreadyExists"
+    assert call(core.delete_namespaced_service, "gang", NS)[0] == 200
+    assert call(core.delete_namespaced_service, "gang", NS)[0] == 404
+    assert call(core.create_namespaced_service, "nowhere", service())[0] == 404
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        service(cluster_ip=None),  # would get a cluster IP: not headless
+        service(cluster_ip="none"),  # "None" literally
+        service(cluster_ip="10.0.0.5"),
+        service(selector={}),  # a headless Service of pods selects them
+        service(ports=[{"port": 0}]),
+        service(ports=[{"port": 70000}]),
+        service(name="1gang"),  # a DNS-1035 label starts with a letter
+    ],
+)
+def test_a_service_that_is_not_headless_or_selects_nothing_is_422(core, bad):
+    status, body = call(core.create_namespaced_service, NS, bad)
+    assert status == 422, body
+    assert body["reason"] == "Invalid"
+
+
+@pytest.mark.parametrize(("field", "value"), [("hostname", "Rank_0"), ("subdomain", "a" * 64), ("hostname", "-x")])
+def test_a_pod_hostname_or_subdomain_must_be_a_dns_label(core, field, value):
+    assert call(core.create_namespaced_pod, NS, pod(**{field: value}))[0] == 422
+
+
+def test_a_service_publishes_its_pods_by_hostname_before_they_are_ready(core, kube_fake):
+    assert call(core.create_namespaced_service, NS, {**service(), "spec": {**service()["spec"],
+                                                                         "publishNotReadyAddresses": True}})[0] == 201
+    assert call(core.create_namespaced_pod, NS, pod("p0", hostname="p0", subdomain="gang"))[0] == 201
+    assert call(core.create_namespaced_pod, NS, pod("p1", hostname="p1", subdomain="other"))[0] == 201
+    assert kube_fake.service_endpoints(NS, "gang") == ["p0.gang"]  # gated, not ready, still published

@@ -25,8 +25,11 @@ def test_the_real_cluster_suite_passes_on_the_fake(tmp_path, kubelet):
     try:
         fake.add_node("worker-0", gpus=8, labels={"gpu-type": "a100", "kubernetes.io/os": "linux"})
         fake.add_namespace("default", restricted=False)
+        fake.add_storage_class("standard", default=True)  # as kind and k3s ship one
         fake.autopilot(stop, log_line="hello from the portal")
-        env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig")}
+        # the stand-in kubelet binds and runs pods but not their commands
+        env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig"), "KUBE_TEST_NO_EXEC": "1",
+               "KUBE_TEST_NO_CONTAINERS": "1"}
         if not kubelet:
             fake.fail_next(1000, status=500, path="/log$")
             env["KUBE_TEST_NO_KUBELET"] = "1"

@@ -8,6 +8,12 @@ pullable by the nodes. See docs/kubernetes.md.
 
 ``KUBE_TEST_NO_KUBELET=1``: a control plane whose nodes have no kubelet logs endpoint (a stand-in kubelet that
 only binds and runs pods): the logs must then answer ``LogsUnavailable`` with a clear message, never a 500.
+``KUBE_TEST_NO_EXEC=1``: the stand-in kubelet does not run the containers' commands (the fake API server), so
+what a container would print (a file it wrote on a claim, the size of /dev/shm) is not checked.
+
+The claim test needs a default StorageClass (kind and k3s have one) and is skipped with that reason without.
+``KUBE_TEST_NO_CONTAINERS=1``: a stand-in kubelet that runs no containers (the fake API server's): tests that
+read what a container printed check the pod spec and that the pod runs instead.
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ if os.environ.get("KUBECONFIG"):
 
     from scheduling.backends.base import PodSet
     from scheduling.backends.kube import ADMISSION_GATE, KubernetesBackend, PriorityClassNotOwned
+    from workloads.values import Mount, PodWorkload
 
 NO_KUBELET = os.environ.get("KUBE_TEST_NO_KUBELET", "") not in ("", "0", "false")
+NO_EXEC = NO_KUBELET or os.environ.get("KUBE_TEST_NO_EXEC", "") not in ("", "0", "false")
+NO_CONTAINERS = NO_KUBELET or os.environ.get("KUBE_TEST_NO_CONTAINERS", "") not in ("", "0", "false")
 RUN = uuid.uuid4().hex[:6]
 NS = f"gpu-portal-test-{RUN}"
 CLASSES = {f"gpt-{RUN}-realtime": 1000000, f"gpt-{RUN}-elastic": 100000, f"gpt-{RUN}-backfill": 1000}
@@ -424,3 +433,164 @@ def test_a_quota_refusal_names_the_quota_as_read_and_sees_it_change(backend, cor
         assert backend.start(refused, (node,), fresh=False) == {refused.pod_name(0): "created"}
     finally:
         core.delete_namespace(ns, grace_period_seconds=0)
+
+
+def _started(backend, core, ps, node):
+    backend.start(ps, (node,))
+    return wait_for(lambda: (p := read(core, ps.pod_name(0))).status.phase == "Running" and p, what="Running")
+
+
+def _log(backend, ps, needle):
+    return wait_for(lambda: [ln for ln in backend.logs(job_id=ps.job_id, attempt=1, namespace=NS, tail_lines=20)
+                             if needle in ln], timeout=60, what=f"a log line with {needle!r}")
+
+
+def test_a_job_mounts_a_claim_of_its_namespace_read_write(backend, core, node):
+    storage = k8s.StorageV1Api(backend.api_client)
+    default = [c.metadata.name for c in storage.list_storage_class().items
+               if (c.metadata.annotations or {}).get("storageclass.kubernetes.io/is-default-class") == "true"]
+    if not default:
+        pytest.skip("the cluster has no default StorageClass to provision the test's claim")
+    core.create_namespaced_persistent_volume_claim(NS, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "portal-test-data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "16Mi"}}}})
+    mount = Mount(source="scratch", volume="data-0", claim_name="portal-test-data", path="/data",
+                  sub_path="checkpoints/job-1", read_only=False, checkpoint=True)
+    ps = podset(command=("sh", "-c", "echo portal-probe > /data/probe && cat /data/probe; sleep 3600"),
+                workload=PodWorkload(mounts=(mount,), env=(("PORTAL_CHECKPOINT_DIR", "/data"),)))
+    pod = _started(backend, core, ps, node)  # accepted by Pod Security "restricted", bound, running
+    [volume] = [v for v in pod.spec.volumes if v.name == "data-0"]
+    assert volume.persistent_volume_claim.claim_name == "portal-test-data"
+    assert pod.spec.containers[0].volume_mounts[0].sub_path == "checkpoints/job-1"
+    if not NO_EXEC:  # the container wrote to the claim through the sub-path and read it back
+        assert _log(backend, ps, "portal-probe")
+
+
+def test_dev_shm_is_a_sized_memory_volume_counted_in_the_memory_request(backend, core, node):
+    ps = podset(command=("sh", "-c", "df -k /dev/shm; sleep 3600"), memory_mib=32,
+                workload=PodWorkload(shm_mb=16))
+    pod = _started(backend, core, ps, node)
+    [shm] = [v for v in pod.spec.volumes if v.name == "dshm"]
+    assert shm.empty_dir.medium == "Memory" and shm.empty_dir.size_limit == "16Mi"
+    resources = pod.spec.containers[0].resources
+    assert resources.requests["memory"] == resources.limits["memory"] == "48Mi"
+    if not NO_EXEC:  # the tmpfs is the size asked for (Kubernetes >= 1.22 sizes memory-backed volumes)
+        [line] = _log(backend, ps, "/dev/shm")
+        assert int(line.split()[1]) == 16 * 1024, line
+
+
+# ------------------------------------------------------------------------------------------- multi-node jobs
+
+# Rank 1 of a gang exits with CODE at once; the other ranks run (a collective that would wait for it forever).
+RANK_1_FAILS = '[ "$NODE_RANK" = "1" ] && exit {code}; echo rank $NODE_RANK of $WORLD_SIZE; sleep 3600'
+
+
+def service_of(core, name):
+    try:
+        return core.read_namespaced_service(name, NS)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def env_of(pod):
+    return {e.name: e.value for e in pod.spec.containers[0].env or []}
+
+
+def test_a_gang_gets_a_headless_service_and_the_rank_environment(backend, core, node):
+    gang = podset(pods=2)
+    backend.start(gang, (node, node))
+    base = f"job-{gang.job_id}-a1"
+    svc = service_of(core, base)
+    assert svc is not None and svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses is True
+    assert svc.spec.selector == {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/job-id": str(gang.job_id),
+                                 "gpu-portal.io/attempt": "1"}
+    for i in range(2):
+        pod = wait_for(lambda i=i: (p := read(core, gang.pod_name(i))).status.phase == "Running" and p,
+                       what=f"pod {i} Running")  # the restricted namespace admitted it
+        assert (pod.spec.hostname, pod.spec.subdomain) == (gang.pod_name(i), base)
+        env = env_of(pod)
+        assert env["MASTER_ADDR"] == f"{gang.pod_name(0)}.{base}" and env["MASTER_PORT"] == "29500"
+        assert (env["WORLD_SIZE"], env["NODE_RANK"], env["RANK"]) == ("2", str(i), str(i))
+        assert env["PORTAL_JOB_ID"] == str(gang.job_id) and env["PORTAL_ATTEMPT"] == "1"
+    backend.remove_pods(job_id=gang.job_id, attempt=1, namespace=NS)
+    assert service_of(core, base) is None
+
+
+def _failed_rank(backend, gang):
+    """The attempt's states once rank 1 has failed (as the portal's sync reads them)."""
+    return wait_for(lambda: next((s for s in backend.attempt_pods(job_id=gang.job_id, attempt=gang.attempt,
+                                                                     namespace=NS) if s.phase == "Failed"), None),
+                    what="rank 1 failed")
+
+
+def test_one_failed_rank_ends_the_gang_and_its_peer_is_removed(backend, core, node):
+    from scheduling.core.retries import FailedPod, decide
+
+    gang = podset(pods=2, command=("sh", "-c", RANK_1_FAILS.format(code=1)))
+    backend.start(gang, (node, node))
+    failed = _failed_rank(backend, gang)
+    assert (failed.index, failed.exit_code) == (1, 1)
+    decision = decide(FailedPod(failed.index, failed.reason, failed.exit_code, failed.message), max_retries=0,
+                      retry_on_exit_codes=(), retries_done=0)
+    assert not decision.retry  # the job fails
+    wait_for(lambda: read(core, gang.pod_name(0)).status.phase == "Running", what="rank 0 still running")
+    outcome = backend.remove_pods(job_id=gang.job_id, attempt=1, namespace=NS)
+    assert outcome.status == "accepted", outcome
+    peer = read(core, gang.pod_name(0))
+    assert peer.metadata.deletion_timestamp is not None  # it gives its node back
+    assert service_of(core, f"job-{gang.job_id}-a1") is None
+
+
+def test_a_listed_exit_code_is_retried_as_a_new_attempt(backend, core, node):
+    from scheduling.core.retries import FailedPod, decide
+
+    gang = podset(pods=2, command=("sh", "-c", RANK_1_FAILS.format(code=3)))
+    backend.start(gang, (node, node))
+    failed = _failed_rank(backend, gang)
+    decision = decide(FailedPod(failed.index, failed.reason, failed.exit_code, failed.message), max_retries=1,
+                      retry_on_exit_codes=(3,), retries_done=0)
+    assert decision.retry and decision.cause == "exit_code" and decision.backoff_s == 30
+    backend.remove_pods(job_id=gang.job_id, attempt=1, namespace=NS)
+    retried = replace(gang, attempt=2, command=("sh", "-c", "echo rank $NODE_RANK retried; sleep 3600"))
+    assert set(backend.start(retried, (node, node)).values()) == {"created"}
+    for i in range(2):
+        pod = wait_for(lambda i=i: (p := read(core, retried.pod_name(i))).status.phase == "Running" and p,
+                       what=f"attempt 2 pod {i} Running")
+        assert pod.metadata.name == f"job-{gang.job_id}-a2-{i}" and env_of(pod)["PORTAL_ATTEMPT"] == "2"
+    assert service_of(core, f"job-{gang.job_id}-a2") is not None
+    assert service_of(core, f"job-{gang.job_id}-a1") is None
+    backend.remove_pods(job_id=gang.job_id, attempt=2, namespace=NS)
+
+
+def test_a_department_secret_as_env_and_as_files(backend, core, node):
+    """A Secret the portal owns (written by the backend before the pod) as an environment variable, and one
+    that already exists in the namespace as read-only files, in one restricted pod without GPUs."""
+    from workloads.podsecrets import OwnedSecret, PodSecrets, SecretEnv, SecretFiles
+
+    core.create_namespaced_secret(NS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "lab-files"},
+                                       "stringData": {"token.txt": f"file-{RUN}"}})
+    secrets = PodSecrets(env=(SecretEnv(name="WANDB_API_KEY", secret="portal-secret-wandb", key="api_key"),),
+                         files=(SecretFiles(secret="lab-files", path="/etc/secrets/lab"),),
+                         owned=(OwnedSecret(name="portal-secret-wandb", data=(("api_key", f"env-{RUN}"),)),))
+    script = ('echo "secret-env=$WANDB_API_KEY"; echo "secret-file=$(cat /etc/secrets/lab/token.txt)"; '
+              "echo hello from the portal; sleep 3600")
+    ps = podset(secrets=secrets, command=("sh", "-c", script))
+    backend.start(ps, (node,))
+    backend.start(ps, (node,), fresh=False)  # a retried start rewrites nothing and adopts the pod
+    owned = core.read_namespaced_secret("portal-secret-wandb", NS)
+    assert owned.metadata.labels["app.kubernetes.io/managed-by"] == "gpu-portal"
+    pod = wait_for(lambda: (p := read(core, ps.pod_name(0))).status.phase == "Running" and p, what="Running")
+    container = pod.spec.containers[0]
+    [env] = [e for e in container.env if e.name == "WANDB_API_KEY"]
+    assert env.value is None and env.value_from.secret_key_ref.name == "portal-secret-wandb"
+    [volume] = [v for v in pod.spec.volumes or [] if v.secret]
+    assert volume.secret.secret_name == "lab-files" and volume.secret.default_mode == 0o400
+    assert [(m.mount_path, m.read_only) for m in container.volume_mounts if m.name == volume.name] == [
+        ("/etc/secrets/lab", True)]
+    if NO_CONTAINERS:
+        return
+    lines = wait_for(lambda: [ln for ln in backend.logs(job_id=ps.job_id, attempt=1, namespace=NS, tail_lines=20)
+                              if ln.startswith("secret-")] or None, timeout=60, what="the secrets printed")
+    assert f"secret-env=env-{RUN}" in lines and f"secret-file=file-{RUN}" in lines

@@ -59,9 +59,10 @@ def test_an_admission_costs_one_api_call_per_pod(kube, lab, submit, go):
     go(run_cycle)
     pod_calls = [(r.method, r.path) for r in kube.requests[before:] if r.path.startswith("/api/v1/namespaces/")]
     # Before: 5 calls per single-pod job (a POST at submission; then at admission a POST answered 409, a GET
-    # to adopt, a LIST of the attempt, a PATCH). Now one POST each, and a POST + a PATCH per gang pod.
-    assert len(pod_calls) == 4 + 2 * 2, pod_calls
-    assert [m for m, _ in pod_calls].count("POST") == 6 and [m for m, _ in pod_calls].count("PATCH") == 2
+    # to adopt, a LIST of the attempt, a PATCH). Now one POST each, and a POST + a PATCH per gang pod, plus the
+    # gang's headless Service (one POST).
+    assert len(pod_calls) == 4 + 1 + 2 * 2, pod_calls
+    assert [m for m, _ in pod_calls].count("POST") == 7 and [m for m, _ in pod_calls].count("PATCH") == 2
     for job in [*jobs, gang]:
         job.refresh_from_db()
         assert job.state == JobState.ADMITTED
@@ -452,3 +453,52 @@ def test_pods_the_cluster_refuses_fail_the_job_instead_of_holding_its_gpus(kube,
     job.refresh_from_db()
     assert job.state == JobState.FAILED and job.reason_code == "InvalidPodSpec"
     assert "gpu-vision" in job.reason_message and "not found" in job.reason_message
+
+
+# ------------------------------------------------------------------------------------------- gangs: failure policy
+
+
+def test_a_failed_rank_ends_the_gang_its_peers_are_evicted_and_its_service_goes(kube, lab, submit, go):
+    gang = go(submit, lab.bob, gpus=2, pods=2, name="ddp")
+    started(kube, go, gang)
+    assert (ns(gang), pod_name(gang)) in kube.services
+    kube.terminate(ns(gang), pod_name(gang, index=1), exit_code=1)
+    go(sync_cluster)
+    gang.refresh_from_db()
+    assert gang.state == JobState.FAILED and gang.exit_code == 1
+    peer = kube.pod(ns(gang), pod_name(gang, index=0))
+    # still running when the attempt ended: evicted (a team's PodDisruptionBudget would still hold), not deleted
+    assert peer["metadata"].get("deletionTimestamp")
+    assert any(c["type"] == "DisruptionTarget" for c in peer["status"]["conditions"])
+    assert (ns(gang), pod_name(gang)) not in kube.services
+
+
+def test_a_retried_gang_gets_a_new_service_and_new_names(kube, lab, submit, go):
+    gang = go(submit, lab.bob, gpus=2, pods=2, name="ddp", max_retries=1, retry_on_exit_codes=[3])
+    started(kube, go, gang)
+    kube.terminate(ns(gang), pod_name(gang, index=0), exit_code=3)
+    go(sync_cluster)
+    gang.refresh_from_db()
+    assert (gang.state, gang.attempt) == (JobState.QUEUED, 2)
+    assert (ns(gang), pod_name(gang)) not in kube.services
+    for i in range(2):
+        kube.finish_termination(ns(gang), pod_name(gang, index=i))
+    Job.objects.filter(pk=gang.pk).update(not_before=timezone.now() - timedelta(seconds=1))
+    go(run_cycle)
+    gang.refresh_from_db()
+    assert gang.state == JobState.ADMITTED and (ns(gang), pod_name(gang, attempt=2)) in kube.services
+    env = {e["name"]: e["value"] for e in kube.pod(ns(gang), pod_name(gang, 2, 1))["spec"]["containers"][0]["env"]}
+    assert env["PORTAL_ATTEMPT"] == "2" and env["MASTER_ADDR"] == f"job-{gang.pk}-a2-0.job-{gang.pk}-a2"
+
+
+def test_a_failed_gang_with_its_own_budget_still_frees_its_peers(kube, lab, submit, go):
+    # pdb_min_available = pods: once a rank failed, that budget would allow no eviction of the others, ever
+    gang = go(submit, lab.bob, gpus=2, pods=2, name="ddp", pdb_min_available=2)
+    started(kube, go, gang)
+    assert (ns(gang), pod_name(gang)) in kube.pdbs
+    kube.terminate(ns(gang), pod_name(gang, index=1), exit_code=1)
+    go(sync_cluster)
+    gang.refresh_from_db()
+    assert gang.state == JobState.FAILED
+    assert kube.pod(ns(gang), pod_name(gang, index=0))["metadata"].get("deletionTimestamp")
+    assert (ns(gang), pod_name(gang)) not in kube.pdbs

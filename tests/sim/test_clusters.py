@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from scheduling.sim import policies
-from scheduling.sim.scenario import ScenarioError, load_scenario, parse_scenario, prepare
+from scheduling.sim.jobs import prepare
+from scheduling.sim.scenario import ScenarioError, load_scenario, parse_scenario
 from scheduling.sim.simulator import simulate
 from scheduling.sim.whatif import compare
 

@@ -5,7 +5,8 @@ import pytest
 
 from scheduling.core.money import cost_of
 from scheduling.sim import policies
-from scheduling.sim.scenario import ScenarioError, prepare
+from scheduling.sim.jobs import prepare
+from scheduling.sim.scenario import ScenarioError
 from scheduling.sim.simulator import simulate
 from scheduling.sim.trace import TraceRow
 

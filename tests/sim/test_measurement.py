@@ -12,8 +12,9 @@ import pytest
 
 from scheduling.core import Admission, CycleResult, Preemption
 from scheduling.sim import metrics, policies
+from scheduling.sim.jobs import load_trace, prepare
 from scheduling.sim.policies.lasrtf import STARVELIMIT, Tiresias
-from scheduling.sim.scenario import ScenarioError, load_scenario, load_trace, prepare
+from scheduling.sim.scenario import ScenarioError, load_scenario
 from scheduling.sim.simulator import simulate
 from scheduling.sim.trace import TraceRow
 

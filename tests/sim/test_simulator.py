@@ -4,7 +4,7 @@ import pytest
 
 from scheduling.core import CycleResult, Preemption
 from scheduling.sim import policies
-from scheduling.sim.scenario import prepare
+from scheduling.sim.jobs import prepare
 from scheduling.sim.simulator import simulate
 
 from .helpers import rows, small_scenario

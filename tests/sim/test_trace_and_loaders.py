@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from scheduling.sim import loaders
-from scheduling.sim.scenario import build_jobs, prepare, split_pods
+from scheduling.sim.jobs import build_jobs, prepare, split_pods
 from scheduling.sim.trace import TraceError, compress_to_load, offered_load, parse_rows, read_csv, write_csv
 
 from .helpers import rows, small_scenario

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from lab.demo import USERS, seed
 from portal.supervisor import Child, Supervisor
 
 
@@ -28,14 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--seed-only", action="store_true", help="Seed and exit.")
 
     def handle(self, *args, addrport, no_worker, seed_only, **opts):
-        from lab.demo import seed
-
         call_command("migrate", interactive=False, verbosity=0)
         creds = seed()
         self.stdout.write(self.style.SUCCESS("Demo data ready: 3 departments, an 8 x A100 simulated cluster."))
         self.stdout.write("Users (username / password / role):")
-        from lab.demo import USERS
-
         for username, dept, role, tier in USERS:
             self.stdout.write(f"  {username:<6} {creds[username]:<14} {role} in {dept} ({tier})")
         if seed_only:

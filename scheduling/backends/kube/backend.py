@@ -13,16 +13,18 @@ from __future__ import annotations
 
 from scheduling.backends.base import ClusterBackend
 
+from .checkpoints import CheckpointCleaning
 from .creation import PodCreation
 from .eviction import PodEviction
 from .inventory import InventoryReader
 from .logs import PodLogs
 from .priority_classes import PriorityClasses
+from .secrets import OwnedSecrets
 from .watch import PodWatching
 
 
 class KubernetesBackend(PodCreation, PodEviction, InventoryReader, PodLogs, PriorityClasses, PodWatching,
-                        ClusterBackend):
+                        CheckpointCleaning, OwnedSecrets, ClusterBackend):
     """One Kubernetes cluster behind the portal's ``ClusterBackend`` interface.
 
     The portal creates a job's pods when it admits the job (:meth:`start`), never while it is queued: a gated

@@ -23,6 +23,8 @@ from .podspec import (
     validate_podset,
 )
 from .quotas import NamespaceQuotas
+from .rendezvous import ensure_service
+from .secrets import ensure_owned_secrets
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +39,10 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         Returns ``{pod name: "created" | "adopted"}`` (an extension of the interface, which returns None).
         """
         validate_podset(podset)
+        ensure_owned_secrets(self.call, self.core, podset)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
+        ensure_service(self, podset)
         result: dict[str, str] = {}
         for index in range(podset.pods):
             manifest = pod_manifest(podset, index, cluster=self.name, tolerations=self.tolerations,
@@ -99,9 +103,11 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         validate_podset(podset)
         if len(placement) != podset.pods:
             raise ValueError(f"placement names {len(placement)} nodes for {podset.pods} pods")
+        ensure_owned_secrets(self.call, self.core, podset)
         existing = {} if fresh else self._attempt_pods(podset.namespace, podset.job_id, podset.attempt)
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
+        ensure_service(self, podset)  # a gang's pods resolve each other through it from their first second
         gang = podset.pods > 1
         result: dict[str, str] = {}
         to_ungate: list[tuple[dict[str, Any] | None, int]] = []  # (pod as read, or None: created as we sent it)

@@ -9,6 +9,7 @@ from .client import ApiError
 from .connection import KubeConnection
 from .errors import MULTIPLE_PDBS, _mapped
 from .podspec import attempt_base_name
+from .rendezvous import delete_own_budget, delete_service
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -61,12 +62,16 @@ class PodEviction(KubeConnection):
         return EvictionOutcome("gone", pods=tuple(gone))
 
     @_mapped
-    def remove_pods(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str, failed: bool = False) -> EvictionOutcome:
         """Clear an ended attempt's pods without bypassing a PodDisruptionBudget: a pod that no longer runs
         (finished, terminating, or never bound to a node) is deleted; one that still runs is evicted through
         the Eviction API, in index order, stopping at the first refusal (429, or the 500 of a pod under several
         PDBs), which is reported ``blocked`` with ``partial`` when other pods already went. The attempt's own
-        PDB is deleted only once no pod of it is left running, so it guards its pods until then."""
+        PDB is deleted only once no pod of it is left running, so it guards its pods until then; except for an
+        attempt that ``failed`` (one of its pods did): its own PDB guarded a run that is over, and counting the
+        failed pod out it would allow no eviction ever, so it goes first (other people's PDBs still hold)."""
+        if failed:
+            delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
         pods = self._attempt_pods(namespace, job_id, attempt)
         removed: list[str] = []
         for index in sorted(pods):
@@ -98,6 +103,7 @@ class PodEviction(KubeConnection):
                     raise
                 return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
                                        partial=bool(removed))
+        delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
         try:
             self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
                            attempt_base_name(job_id, attempt), namespace)
@@ -116,6 +122,7 @@ class PodEviction(KubeConnection):
             except ApiError as exc:
                 if exc.status != 404:
                     raise
+        delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
         try:
             self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
                            attempt_base_name(job_id, attempt), namespace)

@@ -28,14 +28,16 @@ class PodLogs(KubeConnection):
         tail_lines: int = 200,
         follow: bool = False,
         follow_idle_timeout_s: float = 300.0,
+        pod: int = 0,
     ) -> Iterator[str]:
-        """Lines of the attempt's first pod's main container. The request is made now (errors raise here:
-        :class:`LogsUnavailable` when there is no pod or it has not started); lines are read lazily. With
-        ``follow`` the iterator ends when the pod ends or after ``follow_idle_timeout_s`` without output."""
+        """Lines of the main container of the attempt's pod ``pod`` (its index). The request is made now (errors
+        raise here: :class:`LogsUnavailable` when there is no such pod or it has not started); lines are read
+        lazily. With ``follow`` the iterator ends when the pod ends or after ``follow_idle_timeout_s`` without
+        output."""
         pods = self._attempt_pods(namespace, job_id, attempt)
-        if 0 not in pods:
-            raise LogsUnavailable(f"job {job_id} attempt {attempt} has no pod in {namespace}")
-        name = pods[0]["metadata"]["name"]
+        if pod not in pods:
+            raise LogsUnavailable(f"job {job_id} attempt {attempt} has no pod {pod} in {namespace}")
+        name = pods[pod]["metadata"]["name"]
         kwargs: dict[str, Any] = {"container": MAIN_CONTAINER, "follow": follow}
         if tail_lines is not None and tail_lines >= 0:
             kwargs["tail_lines"] = int(tail_lines)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduling.backends.base import MANAGED_BY, InvalidPodSpec, PodSet
+from workloads.values import SHM_PATH, SHM_VOLUME, PodWorkload
 
 # The portal's scheduling gate: a pod carrying it is never considered by kube-scheduler.
 ADMISSION_GATE = "gpu-portal.io/admission"
@@ -40,6 +41,10 @@ MAIN_CONTAINER = "main"
 NODE_NAME_FIELD = "metadata.name"
 
 PORTAL_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+# The port of a gang's rendezvous (torchrun's c10d store, or the rank-0 process of a one-process-per-pod launcher)
+# on pod 0: what MASTER_PORT says and the headless Service names.
+RENDEZVOUS_PORT = 29500
 
 # By default the portal's pods tolerate the taint GPU node pools commonly carry (GKE, AKS, many operators).
 DEFAULT_TOLERATIONS: tuple[Mapping[str, Any], ...] = (
@@ -76,6 +81,54 @@ def pod_labels(podset: PodSet, index: int, *, cluster: str) -> dict[str, str]:
         LABEL_CLUSTER: label_value(cluster),
         LABEL_TASK_TYPE: label_value(podset.task_type),
         LABEL_URGENCY: label_value(podset.urgency),
+    }
+
+
+def service_name(podset: PodSet) -> str:
+    """The headless Service of a gang's attempt, which is also its pods' DNS subdomain."""
+    return attempt_base_name(podset.job_id, podset.attempt)
+
+
+def rendezvous_env(podset: PodSet, index: int) -> list[tuple[str, str]]:
+    """What torchrun, DeepSpeed and one-process-per-pod launchers read, for pod ``index`` of the attempt.
+
+    Every pod: ``PORTAL_JOB_ID``, ``PORTAL_ATTEMPT``. A gang's pods also: ``MASTER_ADDR`` (pod 0 by its stable
+    name in the Service's subdomain, resolvable in the namespace), ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK``
+    (pods and this pod's index: right for one process per pod; torchrun overrides both in the workers it
+    starts), ``NODE_RANK`` / ``PORTAL_NODE_RANK`` (the index), ``PORTAL_WORLD_SIZE`` (pods) and
+    ``PORTAL_NPROC_PER_NODE`` (the pod's GPUs: torchrun's ``--nproc-per-node``)."""
+    env = [("PORTAL_JOB_ID", str(podset.job_id)), ("PORTAL_ATTEMPT", str(podset.attempt))]
+    if podset.pods < 2:
+        return env
+    pods, rank = str(podset.pods), str(index)
+    return env + [
+        ("MASTER_ADDR", f"{podset.pod_name(0)}.{service_name(podset)}"),
+        ("MASTER_PORT", str(RENDEZVOUS_PORT)),
+        ("WORLD_SIZE", pods),
+        ("RANK", rank),
+        ("NODE_RANK", rank),
+        ("PORTAL_WORLD_SIZE", pods),
+        ("PORTAL_NODE_RANK", rank),
+        ("PORTAL_NPROC_PER_NODE", str(max(1, int(podset.gpus_per_pod)))),
+    ]
+
+
+def service_manifest(podset: PodSet) -> dict[str, Any]:
+    """The headless Service of a gang's attempt: no cluster IP (``clusterIP: None``), one DNS record per pod
+    (``<pod>.<service>``, as the pods' ``hostname`` and ``subdomain`` say), published before the pods are ready
+    so that the ranks find pod 0 while they start (rendezvous happens before any readiness)."""
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: str(podset.job_id), LABEL_ATTEMPT: str(podset.attempt)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service_name(podset), "namespace": podset.namespace, "labels": dict(labels)},
+        "spec": {
+            "clusterIP": "None",
+            "selector": dict(labels),
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT,
+                       "protocol": "TCP"}],
+        },
     }
 
 
@@ -131,10 +184,63 @@ def node_affinity(node_labels: Iterable[tuple[str, str]]) -> dict[str, Any] | No
 def resources(podset: PodSet) -> dict[str, dict[str, str]]:
     """Requests == limits for everything: GPUs must (extended resources), CPU/memory by choice (Guaranteed QoS,
     so the portal's accounting and the kubelet's agree)."""
-    amounts = {"cpu": f"{int(podset.cpu_millicores)}m", "memory": f"{int(podset.memory_mib)}Mi"}
+    # A memory-backed /dev/shm is charged to the container's memory, so the pod asks for it on top.
+    memory = int(podset.memory_mib) + int(podset.workload.shm_mb)
+    amounts = {"cpu": f"{int(podset.cpu_millicores)}m", "memory": f"{memory}Mi"}
     if podset.gpus_per_pod:
         amounts[podset.gpu_resource] = str(int(podset.gpus_per_pod))
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def workload_volumes(workload: PodWorkload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the main container's mounts: each data source as a ``persistentVolumeClaim`` of
+    the namespace (the only way the restricted profile lets an NFS export or a shared dataset in), read-only
+    unless the job writes to it, and /dev/shm as a memory-backed ``emptyDir`` of the job's size."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    claimed: dict[tuple[str, bool], str] = {}
+    for m in workload.mounts:
+        # One volume per claim and mode: two mounts of one source share it (with different sub-paths).
+        key = (m.claim_name, m.read_only)
+        if key not in claimed:
+            claimed[key] = m.volume
+            claim: dict[str, Any] = {"claimName": m.claim_name}
+            if m.read_only:
+                claim["readOnly"] = True
+            volumes.append({"name": m.volume, "persistentVolumeClaim": claim})
+        mount: dict[str, Any] = {"name": claimed[key], "mountPath": m.path, "readOnly": m.read_only}
+        if m.sub_path:
+            mount["subPath"] = m.sub_path
+        mounts.append(mount)
+    if workload.shm_mb:
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{int(workload.shm_mb)}Mi"}})
+        mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
+    return volumes, mounts
+
+
+SECRET_FILE_MODE = 0o400  # read by the owner only; the kubelet adds group read for the pod's fsGroup
+
+
+def secret_volume_name(index: int) -> str:
+    return f"secret-{index}"
+
+
+def apply_secrets(podset: PodSet, spec: dict[str, Any], container: dict[str, Any]) -> None:
+    """The job's department secrets: env ``valueFrom.secretKeyRef``, each secret used as files a read-only
+    ``secret`` volume (mode 0400; allowed by the restricted profile), and the department's image pull secrets.
+    Only names and keys: the values never enter a pod spec."""
+    secrets = podset.secrets
+    container["env"] += [{"name": e.name, "valueFrom": {"secretKeyRef": {"name": e.secret, "key": e.key}}}
+                         for e in secrets.env]
+    volumes = [{"name": secret_volume_name(i),
+                "secret": {"secretName": f.secret, "defaultMode": SECRET_FILE_MODE}} for i, f in enumerate(secrets.files)]
+    if volumes:
+        spec["volumes"] = [*spec.get("volumes", []), *volumes]
+        container["volumeMounts"] = [*container.get("volumeMounts", []), *(
+            {"name": secret_volume_name(i), "mountPath": f.path, "readOnly": True}
+            for i, f in enumerate(secrets.files))]
+    if secrets.image_pull:
+        spec["imagePullSecrets"] = [{"name": n} for n in secrets.image_pull]
 
 
 def validate_podset(podset: PodSet) -> None:
@@ -150,13 +256,21 @@ def validate_podset(podset: PodSet) -> None:
         problems.append("cpu and memory must be positive")
     if not podset.image or any(c.isspace() for c in podset.image):
         problems.append("image is empty or contains whitespace")
-    for name, _ in podset.env:
+    for name in [n for n, _ in podset.env] + [e.name for e in podset.secrets.env]:
         if not _ENV_NAME.match(name):
             problems.append(f"invalid environment variable name {name!r}")
+    for f in podset.secrets.files:
+        if not f.path.startswith("/"):
+            problems.append(f"secret files need an absolute path, not {f.path!r}")
     if podset.termination_grace_s < 0:
         problems.append("termination_grace_s must be >= 0")
     if podset.pdb_min_available is not None and not (0 <= podset.pdb_min_available <= podset.pods):
         problems.append("pdb_min_available must be between 0 and pods")
+    paths = [m.path for m in podset.workload.mounts]
+    if len(set(paths)) != len(paths) or any(not p.startswith("/") or ".." in p.split("/") for p in paths):
+        problems.append("mount paths must be absolute, without '..', and distinct")
+    if any(".." in m.sub_path.split("/") or m.sub_path.startswith("/") for m in podset.workload.mounts):
+        problems.append("sub-paths must be relative, without '..'")
     if problems:
         raise InvalidPodSpec("; ".join(problems))
 
@@ -178,13 +292,17 @@ def pod_manifest(
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": podset.image,
-        "env": [{"name": k, "value": v} for k, v in podset.env],
+        # The platform's variables last: submit validation keeps a job's own env from naming them.
+        "env": [{"name": k, "value": v} for k, v in (*podset.env, *podset.workload.env, *rendezvous_env(podset, index))],
         "resources": resources(podset),
         "securityContext": restricted_container_security_context(run_as_user),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if podset.command:
         container["command"] = list(podset.command)
+    volumes, volume_mounts = workload_volumes(podset.workload)
+    if volume_mounts:
+        container["volumeMounts"] = volume_mounts
     spec: dict[str, Any] = {
         "schedulingGates": [{"name": gate}] if gated else [],
         "priorityClassName": podset.priority_class,
@@ -199,6 +317,12 @@ def pod_manifest(
         "tolerations": [dict(t) for t in tolerations],
         "containers": [container],
     }
+    if volumes:
+        spec["volumes"] = volumes
+    if podset.pods > 1:  # a stable DNS name per pod, <pod>.<service>, through the gang's headless Service
+        spec["hostname"] = podset.pod_name(index)
+        spec["subdomain"] = service_name(podset)
+    apply_secrets(podset, spec, container)
     if podset.max_runtime_s and podset.max_runtime_s > 0:
         # The kubelet kills the pod (reason DeadlineExceeded) once it has run this long: a hard stop even if
         # the portal is down. Counted from the pod's start on the node, not from creation.
@@ -334,3 +458,47 @@ def pinned_nodes(pod: Mapping[str, Any]) -> set[str]:
             if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In":
                 pinned.update(req.get("values") or [])
     return pinned
+
+
+LABEL_COMPONENT = "app.kubernetes.io/component"
+CLEANUP_COMPONENT = "checkpoint-cleanup"
+CLEANUP_MOUNT = "/volume"
+
+
+def checkpoint_cleanup_name(job_id: int) -> str:
+    return f"checkpoint-cleanup-job-{int(job_id)}"
+
+
+def checkpoint_cleanup_manifest(*, namespace: str, claim_name: str, sub_path: str, job_id: int, image: str,
+                                run_as_user: int | None = 1000) -> dict[str, Any]:
+    """A small restricted pod that deletes one expired checkpoint directory on the claim, then exits. Not
+    labelled as the portal's job pods (it is not a job's attempt); named after the job, so a retried create is
+    harmless. ``sub_path`` is the validated relative path (no "..")."""
+    if not sub_path or sub_path.startswith("/") or ".." in sub_path.split("/"):
+        raise InvalidPodSpec(f"refusing to clean up checkpoint path {sub_path!r}")
+    amounts = {"cpu": "100m", "memory": "64Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": checkpoint_cleanup_name(job_id),
+            "namespace": namespace,
+            "labels": {LABEL_COMPONENT: CLEANUP_COMPONENT, LABEL_JOB_ID: str(int(job_id))},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": 600,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": restricted_pod_security_context(run_as_user),
+            "containers": [{
+                "name": "cleanup",
+                "image": image,
+                "command": ["rm", "-rf", "--", f"{CLEANUP_MOUNT}/{sub_path}"],
+                "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                "securityContext": restricted_container_security_context(run_as_user),
+                "volumeMounts": [{"name": "data", "mountPath": CLEANUP_MOUNT}],
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
+        },
+    }

@@ -29,6 +29,7 @@ from scheduling.services.whatif import (
     quota_change,
     run_whatif,
 )
+from scheduling.sim.whatif import format_diff
 
 
 class Command(BaseCommand):
@@ -70,8 +71,6 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps(res.result, indent=2, sort_keys=True, default=str))
             return
-        from scheduling.sim.whatif import format_diff
-
         capped = f" (the most recent {res.jobs} of {res.total}: capped)" if res.capped else ""
         self.stdout.write(f"replayed {res.jobs} jobs of the last {days:g} days{capped} on the current cluster\n")
         self.stdout.write(format_diff(res.result))

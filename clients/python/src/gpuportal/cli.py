@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -183,6 +184,9 @@ def print_job(job: dict) -> None:
         ("image", job["image"]),
         ("command", " ".join(job.get("command") or [])),
     ]
+    if job.get("secrets"):  # names and keys only: the portal never returns a value
+        rows.append(("secrets", "; ".join(f"{u['env']} <- {u['secret']}/{u['key']}" if "env" in u
+                                          else f"{u['path']} <- {u['secret']}" for u in job["secrets"])))
     if job.get("queue_position"):
         rows.append(("queue", f"#{job['queue_position']}"))
     if job.get("estimated_start"):
@@ -294,6 +298,8 @@ def submit(state: State, path, template, sets, key, wait_):
         job = client.submit_from_template(template, idempotency_key=key, **spec)
     else:
         job = client.submit(spec, idempotency_key=key)
+    for warning in job.get("warnings") or []:  # e.g. a token in plain env: said, not refused
+        click.echo(f"gpup: warning: {warning}", err=True)
     if not wait_:
         emit(state, job, lambda j: click.echo(f"submitted job {j['id']} {j['name']}: {describe_wait(j)}"))
         return
@@ -402,10 +408,12 @@ def get(state: State, job_id):
 @click.argument("job_id", type=click.IntRange(min=1))
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.option("--tail", type=click.IntRange(1, 5000), default=200, show_default=True)
+@click.option("--pod", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which pod of a multi-node job, by index (0 is rank 0).")
 @command
-def logs(state: State, job_id, follow, tail):
-    """A job's log (its current attempt's first pod)."""
-    for line in state.client().logs(job_id, follow=follow, tail=tail):
+def logs(state: State, job_id, follow, tail, pod):
+    """A job's log (its current attempt's pod 0, or the one --pod names)."""
+    for line in state.client().logs(job_id, follow=follow, tail=tail, pod=pod):
         click.echo(json.dumps(line) if state.json else line)
 
 
@@ -475,6 +483,72 @@ def quote(state: State, path):
             click.echo(f"start: {when} ({start.get('message', '')})")
 
     emit(state, q, human)
+
+
+@cli.command("secrets")
+@command
+def secrets_list(state: State):
+    """Your department's secrets: names and keys (values are never shown)."""
+
+    def human(rows):
+        if not rows:
+            click.echo("no secrets")
+        for r in rows:
+            where = f" ({r['reference_name']})" if r.get("reference_name") else ""
+            click.echo(f"{r['name']:<20} {r['kind']}{where} {r['purpose']}  keys: {', '.join(r['keys']) or '-'}"
+                       f"  updated {_when(r.get('updated_at'))}")
+
+    emit(state, state.client().secrets(), human)
+
+
+@cli.group("secret")
+def secret_group():
+    """Department secrets (department admins set them)."""
+
+
+def read_secret_values(items: tuple[str, ...]) -> dict[str, str]:
+    """``KEY`` (its value read from stdin: one line per key, hidden when typed at a terminal) or
+    ``KEY=env:VARIABLE`` (from the environment). A value on the command line itself is refused: it would show
+    in ``ps`` and the shell's history."""
+    sources: dict[str, str | None] = {}
+    for item in items:  # every argument checked before anything is read
+        key, sep, source = item.partition("=")
+        if not key:
+            fail(f"{item[:1]}...: give KEY or KEY=env:VARIABLE", USAGE)
+        if key in sources:
+            fail(f"{key} is given twice", USAGE)
+        if sep and not source.startswith("env:"):
+            fail(f"{key}: values are never given on the command line (ps and the shell history show them); "
+                 f"use {key} to read it from stdin, or {key}=env:VARIABLE", USAGE)
+        if sep and source[4:] not in os.environ:
+            fail(f"{key}: the environment variable {source[4:] or '(empty name)'} is not set", USAGE)
+        sources[key] = source[4:] if sep else None
+    values: dict[str, str] = {}
+    for key, var in sources.items():
+        if var is not None:
+            values[key] = os.environ[var]
+        elif sys.stdin.isatty():
+            values[key] = click.prompt(f"value of {key}", hide_input=True, err=True)
+        else:
+            line = sys.stdin.readline()
+            if not line:
+                fail(f"{key}: no value on stdin (one line per key)", USAGE)
+            values[key] = line.rstrip("\r\n")
+    return values
+
+
+@secret_group.command("set")
+@click.argument("name")
+@click.argument("items", nargs=-1, required=True, metavar="KEY[=env:VARIABLE]...")
+@command
+def secret_set(state: State, name, items):
+    """Set the values of the department secret NAME: rotates it (an image pull secret's KEY is password), or
+    declares it kept by the portal. Values come from stdin (KEY, one line each) or the environment
+    (KEY=env:VARIABLE), never from the command line."""
+    values = read_secret_values(items)
+    secret = state.client().secret_set(name, values)
+    emit(state, secret, lambda s: click.echo(f"secret {s['name']}: keys {', '.join(s['keys'])} set "
+                                             f"(version {s['version']})"))
 
 
 @cli.command()

@@ -332,6 +332,25 @@ class Client:
         """The job's hold, cost to date and final charge, in milli-credits."""
         return self._json("GET", f"jobs/{_job_id(job)}/cost")
 
+    # ------------------------------------------------------------------------------------------ secrets
+
+    def secrets(self) -> builtins.list[dict]:
+        """Your department's secrets: ``name``, ``kind``, ``purpose``, ``keys``, ``values`` ("set", never the
+        values), ``updated_at``. A job uses one with ``secrets=[{"secret": "wandb", "key": "api_key",
+        "env": "WANDB_API_KEY"}]`` or ``[{"secret": "hf", "path": "/etc/secrets/hf"}]``."""
+        return self._json("GET", "secrets")
+
+    def secret_set(self, name: str, values: dict[str, str], *, purpose: str | None = None) -> dict:
+        """Set the values of the department secret ``name`` (department admins): rotates an existing one (every
+        value replaced), else declares a new one kept by the portal. Returns it, without its values."""
+        try:
+            return self._json("PATCH", f"secrets/{name}", json={"values": values})
+        except errors.NotFound:
+            body: dict = {"name": name, "kind": "value", "values": values}
+            if purpose:
+                body["purpose"] = purpose
+            return self._json("POST", "secrets", json=body)
+
     # ------------------------------------------------------------------------------------------ quote
 
     def quote(self, spec: dict | None = None, /, **fields) -> dict:
@@ -352,8 +371,9 @@ class Client:
     # ------------------------------------------------------------------------------------------ logs
 
     def logs(self, job: int | str | dict, *, follow: bool = False, tail: int = 200,
-             poll_interval: float = 2.0) -> Iterator[str]:
-        """The job's log lines (the current attempt's first pod), without line endings.
+             poll_interval: float = 2.0, pod: int = 0) -> Iterator[str]:
+        """The job's log lines (the current attempt's pod ``pod``, by index: 0 is a gang's rank 0), without
+        line endings. A pod the job does not have raises ``ValidationFailed`` (400).
 
         Without ``follow``: the last ``tail`` lines, now. With ``follow``: those, then new lines as they come,
         until the job ends (also through a job that is still queued, or requeued after a preemption: a new
@@ -362,7 +382,7 @@ class Client:
         """
         jid = _job_id(job)
         if not follow:
-            yield from self._log_lines(jid, tail=tail, follow=False, dedup=None)
+            yield from self._log_lines(jid, tail=tail, follow=False, dedup=None, pod=pod)
             return
         dedup = _Dedup()
         attempt = None
@@ -374,7 +394,8 @@ class Client:
                 dedup = _Dedup()
             finished = state["state"] in FINAL_STATES
             try:
-                yield from self._log_lines(jid, tail=tail if first else 5000, follow=not finished, dedup=dedup)
+                yield from self._log_lines(jid, tail=tail if first else 5000, follow=not finished, dedup=dedup,
+                                           pod=pod)
                 first = False
             except errors.Conflict as exc:
                 if exc.code != "logs_unavailable":
@@ -384,8 +405,11 @@ class Client:
                 return
             self.sleep(poll_interval)
 
-    def _log_lines(self, jid: int, *, tail: int, follow: bool, dedup: _Dedup | None) -> Iterator[str]:
+    def _log_lines(self, jid: int, *, tail: int, follow: bool, dedup: _Dedup | None,
+                   pod: int = 0) -> Iterator[str]:
         params = {"tail": max(1, min(5000, tail))}
+        if pod:
+            params["pod"] = pod
         if follow:
             params["follow"] = "1"
         response = self._send("GET", f"jobs/{jid}/logs", params=params, stream=True,

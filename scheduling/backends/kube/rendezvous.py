@@ -1,0 +1,54 @@
+"""A gang's headless Service (its pods' DNS subdomain, docs/workloads.md "Multi-node training"): created with the
+attempt, before its pods, and deleted with them; and the own PodDisruptionBudget of an attempt that failed. Both calls are idempotent: a Service that exists already is
+adopted when it is this attempt's (409), one that is gone already is fine (404)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduling.backends.base import BackendError, InvalidPodSpec, PodSet
+
+from .client import ApiError
+from .podspec import attempt_base_name, is_ours, service_manifest
+
+# ``backend``: the KubernetesBackend calling (its rate-limited ``call`` and its ``core`` CoreV1Api); not imported
+# here, so that this module stays below the backend.
+
+
+def ensure_service(backend: Any, podset: PodSet) -> str:
+    """Create the attempt's headless Service when it is a gang; returns "created", "adopted" or "" (one pod)."""
+    if podset.pods < 2:
+        return ""
+    manifest = service_manifest(podset)
+    name = manifest["metadata"]["name"]
+    try:
+        backend.call.json(backend.core.create_namespaced_service, podset.namespace, manifest)
+        return "created"
+    except ApiError as exc:
+        if exc.status == 404:
+            raise InvalidPodSpec(f"namespace {podset.namespace!r} not found: {exc.message}") from exc
+        if exc.status != 409:
+            raise
+    existing = backend.call.json(backend.core.read_namespaced_service, name, podset.namespace)
+    if not is_ours(existing, job_id=podset.job_id, attempt=podset.attempt):
+        raise BackendError(f"Service {podset.namespace}/{name} exists and is not this job attempt's")
+    return "adopted"
+
+
+def delete_service(backend: Any, *, job_id: int, attempt: int, namespace: str) -> None:
+    """Delete the attempt's headless Service, if it has one."""
+    try:
+        backend.call.json(backend.core.delete_namespaced_service, attempt_base_name(job_id, attempt), namespace)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def delete_own_budget(backend: Any, *, job_id: int, attempt: int, namespace: str) -> None:
+    """Delete the attempt's own PodDisruptionBudget (``pdb_min_available``), if it has one."""
+    try:
+        backend.call.json(backend.policy.delete_namespaced_pod_disruption_budget, attempt_base_name(job_id, attempt),
+                          namespace)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise

@@ -1,0 +1,278 @@
+"""A scenario's trace -> the simulator's jobs: load the rows, fill what the trace lacks by the scenario's
+``assign`` rules (deterministically for a seed), refuse or drop jobs that can never fit, and compress the
+arrivals to the target load.
+
+``prepare(scenario, seed=..., load=...)`` is the one entry point the runner, the what-if and the benchmarks use;
+``build_jobs`` turns rows into ``JobSpec``s. This module imports the scenario's dataclasses, never the reverse.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from scheduling.core.types import TIERS, URGENCIES
+
+from . import loaders, synth
+from . import trace as tr
+from .errors import ScenarioError
+from .scenario import JobSpec, Scenario, fold_departments, resolve_departments
+
+
+def load_trace(sc: Scenario, *, seed: int | None = None, trace_dir: str | Path | None = None):
+    """Load the scenario's trace rows (and department quota shares if the loader knows them)."""
+    spec = dict(sc.trace)
+    kind = spec.pop("loader", "csv")
+    limit = spec.pop("limit", None)
+    path = spec.pop("path", None)
+    seed = sc.seed if seed is None else seed
+    if kind == "synthetic":
+        rows, shares = synth.generate(sc, seed=seed, **spec), None
+    else:
+        if path is None:
+            raise ScenarioError("trace.path is required for loader " + kind)
+        resolved = loaders.resolve_path(path, base_dir=sc.base_dir, trace_dir=trace_dir)
+        rows, shares = loaders.load(kind, resolved, **spec)
+    rows = tr.sort_rows(rows)
+    if limit:
+        rows = rows[: int(limit)]
+    return rows, shares
+
+
+def _pick(rng: random.Random, fractions: dict[str, float], default: str) -> str:
+    if not fractions:
+        return default
+    items = sorted(fractions.items())
+    total = sum(v for _, v in items)
+    x = rng.random() * total
+    for k, v in items:
+        x -= v
+        if x < 0:
+            return k
+    return items[-1][0]
+
+
+def _matches(cond: dict[str, Any], r: tr.TraceRow) -> bool:
+    for k, v in cond.items():
+        if k == "gpus_max" and r.gpus > v:
+            return False
+        if k == "gpus_min" and r.gpus < v:
+            return False
+        if k == "duration_max_s" and r.duration_s > v:
+            return False
+        if k == "duration_min_s" and r.duration_s < v:
+            return False
+        if k == "department" and r.department not in (v if isinstance(v, list) else [v]):
+            return False
+        if k == "has_deadline" and (r.deadline_s is not None) != bool(v):
+            return False
+    return True
+
+
+def split_pods(gpus: int, node_size: int) -> tuple[int, int]:
+    """Default pod shape: one pod if it fits a node, else the fewest pods (>= ceil(gpus/node)) that divide the
+    GPUs evenly (12 on 8-GPU nodes -> 2 x 6; 20 -> 4 x 5)."""
+    if gpus <= node_size:
+        return 1, max(gpus, 0)
+    p = -(-gpus // node_size)
+    while gpus % p:
+        p += 1
+    return p, gpus // p
+
+
+@dataclass(frozen=True)
+class _MaxRuntime:
+    """``assign.max_runtime``: a job without one gets its run time times ``factor``, rounded up, within bounds."""
+
+    factor: float
+    round_up_s: float
+    min_s: float
+    max_s: float | None
+
+    @classmethod
+    def of(cls, spec: dict[str, Any]) -> _MaxRuntime:
+        return cls(float(spec.get("factor", 2.0)), float(spec.get("round_up_s", 3600)), float(spec.get("min_s", 600)),
+                   spec.get("max_s"))
+
+    def for_row(self, r: tr.TraceRow) -> float:
+        if r.max_runtime_s:
+            return float(r.max_runtime_s)
+        max_rt = max(self.min_s, math.ceil(r.duration_s * self.factor / self.round_up_s) * self.round_up_s)
+        if self.max_s is not None:
+            max_rt = min(max_rt, float(self.max_s))
+        return max_rt
+
+
+class _Assigner:
+    """The scenario's ``assign`` rules over one trace: one random stream per kind of value (department, tier,
+    urgency, user), each drawn in row order, so a seed gives the same jobs whatever else changes."""
+
+    def __init__(self, sc: Scenario, seed: int):
+        a = sc.assign
+        self.sc = sc
+        self.rng_dept = random.Random(f"{seed}:department")
+        self.rng_tier = random.Random(f"{seed}:tier")
+        self.rng_urg = random.Random(f"{seed}:urgency")
+        self.rng_user = random.Random(f"{seed}:user")
+        self.rules = a.get("rules") or []
+        self.tier_frac = a.get("tier") or {}
+        self.urg_frac = a.get("urgency") or {}
+        self.ut_frac = a.get("user_tier") or {}
+        self.dept_frac = a.get("department") or {}
+        self.users_per_dept = int(a.get("users_per_department", 5))
+        self.max_runtime = _MaxRuntime.of(a.get("max_runtime") or {})
+        self.flavors = sc.flavors()
+        self.user_tier_cache: dict[tuple[str, str], str] = {}
+        # cluster labels a department's jobs require or prefer (e.g. where its data lives); "*": every other one
+        self.placement = {
+            key: {str(d): tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+                  for d, labels in (a.get(key) or {}).items()}
+            for key in ("cluster_selector", "cluster_preference")
+        }  # fmt: skip
+
+    def department(self, r: tr.TraceRow) -> str:
+        dept = r.department
+        if (not dept or dept not in self.sc.departments) and self.dept_frac:
+            dept = _pick(self.rng_dept, self.dept_frac, dept)
+        if dept not in self.sc.departments:
+            raise ScenarioError(f"job {r.job_id}: department {dept!r} not in the scenario")
+        return dept
+
+    def tier_and_urgency(self, r: tr.TraceRow) -> tuple[str, str]:
+        tier, urgency = r.tier, r.urgency
+        for rule in self.rules:
+            if _matches(rule.get("if") or {}, r) and self.rng_tier.random() < float(rule.get("p", 1.0)):
+                tier = tier or rule.get("tier")
+                urgency = urgency or rule.get("urgency")
+                break
+        tier = tier or _pick(self.rng_tier, self.tier_frac, "elastic")
+        urgency = urgency or _pick(self.rng_urg, self.urg_frac, "normal")
+        if tier not in TIERS or urgency not in URGENCIES:
+            raise ScenarioError(f"job {r.job_id}: bad tier/urgency {tier}/{urgency}")
+        return tier, urgency
+
+    def user_and_tier(self, r: tr.TraceRow, dept: str) -> tuple[str, str]:
+        members = self.sc.departments[dept].members
+        user = r.user
+        if not user:
+            if members:
+                user = sorted(members)[self.rng_user.randrange(len(members))]
+            else:
+                user = f"{dept}-u{self.rng_user.randrange(max(self.users_per_dept, 1))}"
+        if user in members:
+            return user, members[user]
+        key = (dept, user)
+        if key not in self.user_tier_cache:
+            self.user_tier_cache[key] = _pick(self.rng_user, self.ut_frac, "standard")
+        return user, self.user_tier_cache[key]
+
+    def flavor(self, r: tr.TraceRow) -> str:
+        flavor = r.flavor or self.flavors[0]
+        if flavor not in self.flavors:
+            raise ScenarioError(f"job {r.job_id}: flavor {flavor!r} not in the cluster")
+        return flavor
+
+    def shape(self, r: tr.TraceRow, flavor: str) -> tuple[int, int]:
+        """(pods, GPUs per pod): the trace's pods, else the default split over the flavor's node size."""
+        if not r.pods:
+            return split_pods(r.gpus, self.sc.node_size(flavor))
+        if r.gpus % r.pods:
+            raise ScenarioError(f"job {r.job_id}: {r.gpus} GPUs not divisible into {r.pods} pods")
+        return r.pods, r.gpus // r.pods
+
+    def labels(self, key: str, given: tuple[tuple[str, str], ...] | None, dept: str) -> tuple[tuple[str, str], ...]:
+        if given is not None:
+            return given
+        return self.placement[key].get(dept, self.placement[key].get("*", ()))
+
+    def job(self, i: int, r: tr.TraceRow) -> JobSpec:
+        dept = self.department(r)
+        tier, urgency = self.tier_and_urgency(r)
+        user, user_tier = self.user_and_tier(r, dept)
+        flavor = self.flavor(r)
+        max_rt = self.max_runtime.for_row(r)
+        pods, per = self.shape(r, flavor)
+        return JobSpec(
+            id=i + 1,
+            key=r.job_id,
+            submit=float(r.submit_time_s),
+            duration_s=min(float(r.duration_s), max_rt),
+            pods=pods,
+            gpus_per_pod=per,
+            department=dept,
+            flavor=flavor,
+            tier=tier,
+            urgency=urgency,
+            user=user,
+            user_tier=user_tier,
+            deadline=r.deadline_s,
+            bid=int(r.bid or 0),
+            max_runtime_s=max_rt,
+            checkpoint_interval_s=r.checkpoint_interval_s,
+            cluster_selector=self.labels("cluster_selector", r.cluster_selector, dept),
+            cluster_preference=self.labels("cluster_preference", r.cluster_preference, dept),
+        )
+
+
+def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobSpec]:
+    """Turn trace rows into JobSpecs, filling missing values by the scenario's ``assign`` rules (seeded)."""
+    assigner = _Assigner(sc, seed)
+    return [assigner.job(i, r) for i, r in enumerate(rows)]
+
+
+def prepare(
+    sc: Scenario, *, seed: int | None = None, load: float | None = None, trace_dir: str | Path | None = None,
+    rows: list[tr.TraceRow] | None = None,
+) -> tuple[Scenario, list[JobSpec], dict[str, float]]:
+    """Scenario + seed + target load -> (scenario with departments resolved, jobs, info).
+
+    ``info`` holds ``rho`` (offered load after compression), ``rho_trace`` (before) and ``compression``.
+    """
+    seed = sc.seed if seed is None else seed
+    shares = None
+    if rows is None:
+        rows, shares = load_trace(sc, seed=seed, trace_dir=trace_dir)
+    sc = resolve_departments(sc, rows, shares)
+    rows = fold_departments(sc, rows)
+    rows = [r for r in rows if r.gpus > 0 and r.duration_s > 0]  # nothing to run
+    jobs0 = build_jobs(sc, rows, seed=seed)
+    # A job no set of nodes of its flavor can hold would wait forever and still count in rho: refuse the
+    # scenario, or drop such jobs when the scenario says so (a public trace recorded on a larger cluster).
+    bad = [i for i, j in enumerate(jobs0) if not sc.fits(j)]
+    dropped = 0
+    if bad:
+        msg = unfittable_message(sc, [jobs0[i] for i in bad])
+        if sc.unfittable != "drop":
+            raise ScenarioError(msg + " (set 'unfittable: drop' in the scenario to drop them)")
+        warnings.warn(f"{sc.name}: dropped {msg}", stacklevel=2)
+        skip = set(bad)
+        rows = [r for i, r in enumerate(rows) if i not in skip]
+        jobs0 = [replace(j, id=k + 1) for k, j in enumerate(j for i, j in enumerate(jobs0) if i not in skip)]
+        dropped = len(bad)
+    # offered load from the capped durations, then compress arrivals to the target
+    capped = [replace(r, duration_s=j.duration_s) for r, j in zip(rows, jobs0, strict=True)]
+    rho_trace = tr.offered_load(capped, sc.capacity())
+    target = sc.load if load is None else load
+    factor = 1.0
+    if target:
+        capped, factor = tr.compress_to_load(capped, sc.capacity(), float(target))
+        jobs0 = [
+            replace(j, submit=r.submit_time_s, deadline=r.deadline_s) for j, r in zip(jobs0, capped, strict=True)
+        ]
+    rho = tr.offered_load(capped, sc.capacity())
+    return sc, jobs0, {"rho": rho, "rho_trace": rho_trace, "compression": factor, "jobs": len(jobs0),
+                       "dropped_unfittable": dropped}
+
+
+def unfittable_message(sc: Scenario, jobs: list[JobSpec], show: int = 20) -> str:
+    """One line naming jobs that can never fit: trace id, shape, and the flavor's largest node and total."""
+    parts = []
+    for j in jobs[:show]:
+        parts.append(f"{j.key} ({j.pods} x {j.gpus_per_pod} GPUs of {j.flavor}; largest node "
+                     f"{sc.node_size(j.flavor)}, flavor total {sc.capacity(j.flavor)})")
+    more = f" and {len(jobs) - show} more" if len(jobs) > show else ""
+    return f"{len(jobs)} job(s) can never fit any node set: " + "; ".join(parts) + more
