@@ -15,6 +15,7 @@ from quotas.api.views import FlavorInputSerializer, QuotaCreateSerializer
 from quotas.models import Quota
 from scheduling.api.clusters import NodeGroupInputSerializer
 from scheduling.models import Node
+from workloads.api.serializers import SecretCreateSerializer
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +71,15 @@ def test_what_only_the_api_takes_is_an_unknown_field_of_the_file(old, new, path)
         apply_lab(DEMO.replace(old, new, 1))
     [err] = exc.value.errors
     assert ".".join(map(str, err.path)) == path and err.message.startswith("unknown field (known: ")
+
+
+def test_a_secret_is_read_through_the_secrets_api_serializer():
+    keys = [f"k{i}" for i in range(51)]  # more than the API takes
+    text = DEMO + ("secrets:\n  - department: vision\n    name: hf\n    kind: reference\n"
+                   f"    reference_name: hf-token\n    keys: [{', '.join(keys)}]\n")
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab(text)
+    with pytest.raises(serializers.ValidationError) as api:
+        SecretCreateSerializer().fields["keys"].run_validation(keys)
+    assert [(e.path, e.message, e.line) for e in exc.value.errors] == [
+        (("secrets", 0, "keys"), str(api.value.detail[0]), len(text.splitlines()))]
