@@ -256,12 +256,16 @@ class _Shape:
             self.err(path, f"must be {what}")
         return isinstance(value, dict)
 
-    def read(self, value, path: tuple, section: Section) -> bool:
+    def read(self, value, path: tuple, section: Section, checks: dict | None = None) -> bool:
         """``value`` through ``section``'s serializer: every error at its path, and on success the values as
-        the API reads them (``"2"`` a number, ``yes`` true) written back over the file's. Returns whether the
-        serializer's fields were valid; the extra keys are the caller's to check."""
+        the API reads them (``"2"`` a number, ``yes`` true) written back over the file's; then each of the
+        file's own keys present through its ``checks`` entry. Returns whether the serializer's fields were
+        valid."""
         if not self.mapping(value, path):
             return False
+        for k, check in (checks or {}).items():
+            if k in value:
+                check(value[k], (*path, k))
         lab_name = {v: k for k, v in section.names.items()}
         body = {section.names.get(k, k): v for k, v in value.items() if k not in section.extra}
         serializer = section.serializer(data=body)
@@ -358,9 +362,10 @@ class _LabShape(_Shape):
         if isinstance(v, str) and v not in self.flavors:
             self.err(p, f"no flavor {v} (declare it under flavors:)")
 
-    def department_ref(self, v: dict, p):
-        if isinstance(v.get("department"), str) and v["department"] not in self.departments:
-            self.err((*p, "department"), f"no department {v['department']} (declare it under departments:)")
+    def department_ref(self, v, p):
+        self.string(v, p)
+        if isinstance(v, str) and v not in self.departments:
+            self.err(p, f"no department {v} (declare it under departments:)")
 
     def flavor(self, v, p):
         self.read(v, p, FLAVOR)
@@ -377,14 +382,10 @@ class _LabShape(_Shape):
                 self.flavor_ref(v["flavor"], (*p, "flavor"))
 
     def cluster(self, v, p):
-        self.read(v, p, CLUSTER)
-        if isinstance(v, dict) and "node_groups" in v:
-            self.items(v["node_groups"], (*p, "node_groups"), self.node_group, "name")
+        self.read(v, p, CLUSTER, {"node_groups": lambda x, q: self.items(x, q, self.node_group, "name")})
 
     def member(self, v, p):
-        self.read(v, p, MEMBER)
-        if isinstance(v, dict) and "password_env" in v:
-            self.string(v["password_env"], (*p, "password_env"))
+        self.read(v, p, MEMBER, {"password_env": self.string})
 
     def quota(self, v, p):
         if self.read(v, p, QUOTA) and isinstance(v.get("lending_limit"), int) and v["lending_limit"] > v["nominal"]:
@@ -403,24 +404,12 @@ class _LabShape(_Shape):
             self.quota(q, (*p, k))
 
     def budget(self, v, p):
-        self.read(v, p, BUDGET)
-        if isinstance(v, dict) and "refill" in v:
-            self.read(v["refill"], (*p, "refill"), REFILL)
+        self.read(v, p, BUDGET, {"refill": lambda x, q: self.read(x, q, REFILL)})
 
     def department(self, v, p):
-        self.read(v, p, DEPARTMENT)
-        if not isinstance(v, dict):
-            return
-        if "archived" in v:
-            self.boolean(v["archived"], (*p, "archived"))
-        if "members" in v:
-            self.items(v["members"], (*p, "members"), self.member, "user")
-        if "quotas" in v:
-            self.quotas(v["quotas"], (*p, "quotas"))
-        if "budget" in v:
-            self.budget(v["budget"], (*p, "budget"))
-        if "approval_rule" in v:
-            self.read(v["approval_rule"], (*p, "approval_rule"), APPROVAL)
+        self.read(v, p, DEPARTMENT, {
+            "archived": self.boolean, "members": lambda x, q: self.items(x, q, self.member, "user"),
+            "quotas": self.quotas, "budget": self.budget, "approval_rule": lambda x, q: self.read(x, q, APPROVAL)})
 
     def prices(self, v, p):
         if not self.mapping(v, p, "a mapping of flavor: {tier: mcr per GPU-hour}"):
@@ -458,7 +447,8 @@ class _LabShape(_Shape):
         for k, choices in (("role", Role.values), ("tier", UserTier.values)):
             if k in v:
                 self.string(v[k], (*p, k), choices=choices)
-        self.department_ref(v, p)
+        if isinstance(v.get("department"), str):
+            self.department_ref(v["department"], (*p, "department"))
 
     def sso(self, v, p):
         if self.mapping(v, p):
@@ -467,14 +457,10 @@ class _LabShape(_Shape):
                 self.items(v["groups"], (*p, "groups"), self.sso_group, None)
 
     def template(self, v, p):
-        self.read(v, p, TEMPLATE)
+        self.read(v, p, TEMPLATE, {"department": self.department_ref, "spec": lambda x, q: self.mapping(
+            x, q, "a mapping: a job submission body, as for POST /api/v1/jobs")})
         if not isinstance(v, dict):
             return
-        if "spec" in v and not isinstance(v["spec"], dict):
-            self.err((*p, "spec"), "must be a mapping: a job submission body, as for POST /api/v1/jobs")
-        if "department" in v:
-            self.string(v["department"], (*p, "department"))
-            self.department_ref(v, p)
         key = (v.get("department"), v.get("name"))
         if all(isinstance(k, str) for k in key):
             if key in self.templates_seen:
@@ -486,26 +472,24 @@ class _LabShape(_Shape):
         if not isinstance(v, str) or not ENV_NAME.match(v):
             self.err(p, "must be an environment variable name (letters, digits, _)")
 
+    def env_map(self, v, p):
+        if self.mapping(v, p, "a mapping of key: ENVIRONMENT_VARIABLE (the value is read from the environment)"):
+            if not v:
+                self.err(p, "must name at least one key: ENVIRONMENT_VARIABLE")
+            for k, var in v.items():
+                self.env_name(var, (*p, k))
+
+    def never_written(self, v, p):  # a secret's value in the file is refused, and never quoted back
+        use = "password_env" if p[-1] == "password" else "values_env: {key: VARIABLE}"
+        self.err(p, f"values are never written in a lab file: use {use}, naming the environment variable(s) "
+                    "that hold them")
+
     def secret(self, v, p):
-        self.read(v, p, SECRET)
+        self.read(v, p, SECRET, {"department": self.department_ref, "values_env": self.env_map,
+                                 "password_env": self.env_name, "values": self.never_written,
+                                 "password": self.never_written})
         if not isinstance(v, dict):
             return
-        if "department" in v:
-            self.string(v["department"], (*p, "department"))
-            self.department_ref(v, p)
-        env = v.get("values_env")
-        if "values_env" in v and self.mapping(env, (*p, "values_env"), "a mapping of key: ENVIRONMENT_VARIABLE "
-                                              "(the value is read from the environment)"):
-            if not env:
-                self.err((*p, "values_env"), "must name at least one key: ENVIRONMENT_VARIABLE")
-            for k, var in env.items():
-                self.env_name(var, (*p, "values_env", k))
-        if "password_env" in v:
-            self.env_name(v["password_env"], (*p, "password_env"))
-        for k, use in (("values", "values_env: {key: VARIABLE}"), ("password", "password_env")):
-            if k in v:  # refused, and never quoted back
-                self.err((*p, k), f"values are never written in a lab file: use {use}, naming the environment "
-                                  "variable(s) that hold them")
         if v.get("kind") == "value" and v.get("purpose") == "image-pull" and "values_env" in v:
             self.err((*p, "values_env"), "an image pull secret's value is its password_env")
         if v.get("kind") == "reference" and ("values_env" in v or "password_env" in v):
