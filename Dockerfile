@@ -7,6 +7,10 @@ COPY portal ./portal
 COPY quotas ./quotas
 COPY scheduling ./scheduling
 COPY lab ./lab
+COPY notifications ./notifications
+COPY observability ./observability
+COPY workloads ./workloads
+COPY templates ./templates
 COPY manage.py ./
 RUN pip install --no-cache-dir . \
  && useradd --system --uid 10001 --home /var/lib/portal portal \

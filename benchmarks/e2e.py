@@ -45,6 +45,8 @@ from urllib.parse import urlparse
 
 from django.db import connection
 
+from benchmarks.workers import drain
+
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = {  # name: (share of jobs, pods, GPUs per pod, simulated seconds)
     "small": (0.6, 1, 1, 60),
@@ -263,11 +265,7 @@ def _wait_http(url: str, timeout: float = 60) -> None:
 def _drive(args, tokens: list[str], *, core=None, namespaces=()) -> dict:
     submit = _Submitter(args, _requests_plan(args, tokens))
     start = time.time()
-    threads = [threading.Thread(target=submit.run) for _ in range(args.submitters)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    drain(submit.plan, submit.send, threads=args.submitters)
     submitted_at = time.time()
     bound = _wait_for_admissions(args, start, len(submit.errors), core=core, namespaces=namespaces)
     finished = time.time()
@@ -317,14 +315,14 @@ def _requests_plan(args, tokens: list[str]) -> list[list[tuple]]:
 
 
 class _Submitter:
-    """Concurrent HTTP clients sharing one cursor over the requests; each request is retried after a 429's
-    Retry-After and up to 5 times on other failures."""
+    """The requests of concurrent HTTP clients (``benchmarks.workers.drain``); each request is retried after a
+    429's Retry-After and up to 5 times on other failures."""
 
     def __init__(self, args, requests_plan: list[list[tuple]]):
         self.args = args
         self.base = f"http://127.0.0.1:{args.port}/api/v1/jobs"
-        self.lock = threading.Lock()
-        self.cursor = iter(requests_plan)
+        self.lock = threading.Lock()  # the clients' shared lists
+        self.plan = requests_plan
         self.errors: list[str] = []
         self.lat: list[float] = []
         self.throttled: list[int] = []
@@ -346,14 +344,6 @@ class _Submitter:
             "max_runtime_s": 3600,
             "env": {"SIM_DURATION_S": str(sim_s)},
         }
-
-    def run(self) -> None:
-        while True:
-            with self.lock:
-                items = next(self.cursor, None)
-            if items is None:
-                return
-            self.send(items)
 
     def send(self, items: list[tuple]) -> None:
         first, token = items[0][0], items[0][5]

@@ -7,13 +7,14 @@ Everything here talks to the cluster named by ``KUBECONFIG`` with the official c
 from __future__ import annotations
 
 import math
-import threading
 import time
 from datetime import datetime
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+
+from benchmarks.workers import drain
 
 MANAGED = "app.kubernetes.io/managed-by=gpu-portal"
 
@@ -70,24 +71,13 @@ def bare_scheduler_rate(core: k8s.CoreV1Api, *, namespace: str, pods: int, clien
                         gpu_resource: str, node_label: tuple[str, str] | None, timeout: float) -> dict:
     """Create ``pods`` plain 1-GPU pods (no gates, no portal) from ``clients`` threads and measure how fast
     kube-scheduler binds them: pods/s from the first create to the last PodScheduled=True."""
-    names = iter([f"bare-{i:05d}" for i in range(pods)])
-    lock = threading.Lock()
     start = float(math.floor(time.time()))  # lastTransitionTime has whole seconds: compare like with like
 
-    def creator():
-        while True:
-            with lock:
-                name = next(names, None)
-            if name is None:
-                return
-            core.create_namespaced_pod(namespace, _bare_pod(name, image=image, seconds=seconds,
-                                                            gpu_resource=gpu_resource, node_label=node_label))
+    def create(name):
+        core.create_namespaced_pod(namespace, _bare_pod(name, image=image, seconds=seconds,
+                                                        gpu_resource=gpu_resource, node_label=node_label))
 
-    threads = [threading.Thread(target=creator) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    drain([f"bare-{i:05d}" for i in range(pods)], create, threads=clients)
     bound: list[float] = []
     while time.time() - start < timeout:
         items = core.list_namespaced_pod(namespace, label_selector="bench=bare").items

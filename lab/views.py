@@ -18,14 +18,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from lab.api.serializers import (
     DepartmentArchiveSerializer,
-    DepartmentCreateSerializer,
     DepartmentUpdateSerializer,
-    MemberCreateSerializer,
     MemberUpdateSerializer,
 )
+from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from lab.services import departments, members
 from portal.errors import Forbidden, NotFound, PortalError
-from portal.forms import form_payload, labels_into, render_form, service_errors, submit_form
+from portal.forms import form_payload, labels_into, refusal_text, render_form, service_errors, submit_form
 from portal.models import Department, Membership, Role, UserTier
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
 from quotas.api.views import (
@@ -315,8 +314,7 @@ def _decide(request, pk: int, decide):
     try:
         decide(req, s.validated_data)
     except PortalError as exc:
-        detail = " ".join(i["message"] for items in exc.fields.values() for i in items)
-        messages.error(request, f"Request {pk} not applied: {exc.message} {detail}".strip())
+        messages.error(request, f"Request {pk} not applied: {refusal_text(exc)}")
     return redirect("lab:quota_requests")
 
 

@@ -20,10 +20,8 @@ from portal.models import (
 )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnly:
     """No add, change or delete: view, search and filter only."""
-
-    list_per_page = 50
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -33,6 +31,17 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class ReadOnlyAdmin(ReadOnly, admin.ModelAdmin):
+    list_per_page = 50
+
+
+class ReadOnlyInline(ReadOnly, admin.TabularInline):
+    """A parent's rows (a job's timeline, a preemption's victims) listed on its page, read-only too."""
+
+    extra = 0
+    can_delete = False
 
 
 @admin.register(Department)

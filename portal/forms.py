@@ -92,6 +92,12 @@ def service_errors(exc: PortalError) -> dict[str, list[str]]:
     return out
 
 
+def refusal_text(exc: PortalError) -> str:
+    """A service's refusal in one line, for a page's flash message: its message, then its field errors."""
+    detail = "; ".join(i["message"] for items in exc.fields.values() for i in items)
+    return f"{exc.message} {detail}".strip()
+
+
 def submit_form(serializer_class, payload: dict, apply, errors: dict | None = None) -> dict[str, list[str]]:
     """Validate ``payload`` with the API's serializer, then ``apply(validated_data)`` (a service call).
     Returns the field errors ({} when it was applied); nothing is applied when any error is known. A field

@@ -220,8 +220,28 @@ def stored_series() -> dict[str, list[tuple[dict[str, str], float]]]:
 _EXTRA_COLLECTORS: list = []
 
 
+class ScrapeCollector:
+    """A collector that reads its series when Prometheus scrapes (``_collect()``). A source that fails (a
+    database that does not answer) leaves its series out of that scrape and is logged; the rest still answers."""
+
+    what = "metrics"  # named in the log line
+
+    def describe(self):
+        return []  # without it, registering would run collect() (and query) while the apps load
+
+    def collect(self):
+        try:
+            yield from self._collect()
+        except Exception:  # noqa: BLE001 - a scrape must not fail because of one source
+            log.warning("%s unavailable for this scrape", self.what, exc_info=True)
+
+    def _collect(self):
+        raise NotImplementedError
+
+
 def register_collector(collector) -> None:
-    """Serve ``collector`` (one with ``describe()`` returning [] and ``collect()``) in /metrics of every process."""
+    """Serve ``collector`` (one with ``describe()`` returning [] and ``collect()``, e.g. a ``ScrapeCollector``)
+    in /metrics of every process."""
     if any(type(c) is type(collector) for c in _EXTRA_COLLECTORS):
         return
     _EXTRA_COLLECTORS.append(collector)

@@ -81,7 +81,9 @@ WSGI_APPLICATION = "portal.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],  # each app keeps its templates in <app>/templates/<app>/
+        # The shell (portal/base.html) and the partials several apps include live in the top-level
+        # templates/ folder; each app keeps its own pages in <app>/templates/<app>/.
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -81,6 +81,13 @@ def _department(request, slug: str, action=VIEW) -> Department:
     return Department.objects.get_or_404(request.user, action, slug=slug)
 
 
+def _rule_page(request, slug: str, action, model):
+    """What a department's rule page (refill, approval) starts from: the department through the tenancy gate,
+    the viewer's membership and the rule, if the department has one."""
+    dept = _department(request, slug, action)
+    return dept, member(request.user), model.objects.filter(department=dept).first()
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def prices(request):
@@ -164,9 +171,7 @@ def adjust(request, slug: str):
 @require_http_methods(["GET", "POST"])
 def refill_rule(request, slug: str):
     """Platform admins: create or change a department's refill rule (a wallet is created if missing)."""
-    dept = _department(request, slug, ADMIN)
-    m = member(request.user)
-    rule = RefillRule.objects.filter(department=dept).first()
+    dept, m, rule = _rule_page(request, slug, ADMIN, RefillRule)
     errors: dict = {}
     if rule is not None:
         values = {f: getattr(rule, f) for f in rules.RULE_FIELDS} | {"amount": credits_value(rule.amount)}
@@ -205,9 +210,7 @@ def refill_rule_delete(request, slug: str):
 @require_http_methods(["GET", "POST"])
 def approval_rule(request, slug: str):
     """Department admins (of this department) and platform admins: when jobs need approval."""
-    dept = _department(request, slug, CHANGE)
-    m = member(request.user)
-    rule = ApprovalRule.objects.filter(department=dept).first()
+    dept, m, rule = _rule_page(request, slug, CHANGE, ApprovalRule)
     errors: dict = {}
     values = ({f: getattr(rule, f) for f in rules.APPROVAL_FIELDS} | {"cost_above": credits_value(rule.cost_above)}
               if rule else {"realtime": False})

@@ -3,7 +3,7 @@ for why; a job changes state only through ``scheduling.services.jobs.transition`
 
 from django.contrib import admin
 
-from portal.admin import ReadOnlyAdmin
+from portal.admin import ReadOnlyAdmin, ReadOnlyInline
 from scheduling.models import (
     Approval,
     AttemptLog,
@@ -37,18 +37,10 @@ class NodeAdmin(ReadOnlyAdmin):
     list_select_related = ("cluster", "flavor")
 
 
-class JobEventInline(admin.TabularInline):
+class JobEventInline(ReadOnlyInline):
     model = JobEvent
     fields = ("at", "attempt", "kind", "from_state", "to_state", "reason_code", "message", "actor")
     readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Job)
@@ -76,18 +68,10 @@ class PolicyVersionAdmin(ReadOnlyAdmin):
     search_fields = ("comment", "author__username")
 
 
-class VictimInline(admin.TabularInline):
+class VictimInline(ReadOnlyInline):
     model = PreemptionVictim
     fields = ("job", "attempt", "status", "gpu_seconds_lost", "eviction_requested_at", "evicted_at")
     readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Preemption)

@@ -1,24 +1,17 @@
-"""The shapes of the lab's department and member endpoints."""
+"""The shapes of the lab's department and member endpoints (the bodies that create them: ``lab.inputs``)."""
 
 from __future__ import annotations
 
 from rest_framework import serializers
 
 from portal.api.serializers import StrictSerializer
-from portal.models import SLUG, Department, Membership, Role, UserTier, not_reserved
+from portal.models import Department, Membership, Role, UserTier
 
 
 class DepartmentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Department
         fields = ["slug", "name", "archived_at"]
-
-
-class DepartmentCreateSerializer(StrictSerializer):
-    # The model's own slug rules, so every error of a body is listed at once (uniqueness: the service).
-    slug = serializers.CharField(max_length=40, validators=[SLUG, not_reserved])
-    name = serializers.CharField(max_length=120)
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class DepartmentUpdateSerializer(StrictSerializer):
@@ -48,14 +41,6 @@ class MemberSerializer(serializers.ModelSerializer):
         model = Membership
         fields = ["username", "email", "department", "role", "user_tier"]
         read_only_fields = fields
-
-
-class MemberCreateSerializer(StrictSerializer):
-    username = serializers.CharField(max_length=150)
-    email = serializers.EmailField(required=False, allow_blank=True, default="")
-    role = serializers.ChoiceField(choices=Role.choices, default=Role.RESEARCHER)
-    user_tier = serializers.ChoiceField(choices=UserTier.choices, default=UserTier.STANDARD)
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class MemberUpdateSerializer(StrictSerializer):

@@ -11,13 +11,12 @@ from rest_framework.views import APIView
 from lab.api.serializers import (
     ArchiveImpactSerializer,
     DepartmentArchiveSerializer,
-    DepartmentCreateSerializer,
     DepartmentSerializer,
     DepartmentUpdateSerializer,
-    MemberCreateSerializer,
     MemberSerializer,
     MemberUpdateSerializer,
 )
+from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from lab.services import departments, members
 from portal.models import Department, Membership
 from portal.tenancy import ADMIN, CHANGE, VIEW, require_role

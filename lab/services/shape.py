@@ -4,25 +4,34 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
-from portal.models import SLUG, Department, Role, UserTier, not_reserved, reserved_slugs
-from quotas.models import FLAVOR_NAME, RESOURCE_NAME, Flavor
+from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
+from portal.errors import ValidationFailed
+from portal.models import Department, Role, UserTier
+from quotas.api.budgets import (
+    ApprovalRuleSerializer,
+    PriceInputSerializer,
+    RefillRuleSerializer,
+    WalletBudgetSerializer,
+)
+from quotas.api.views import FlavorInputSerializer, QuotaCreateSerializer
+from quotas.models import Flavor
+from scheduling.api.clusters import ClusterCreateSerializer, NodeGroupInputSerializer
+from scheduling.api.serializers import JobTemplateWriteSerializer
 from scheduling.core.policy import PolicyError, policy_from_dict
 from scheduling.core.types import TIERS
-from scheduling.models import TEMPLATE_NAME, Cluster
+from scheduling.models import Cluster
 from scheduling.services import inventory
+from workloads.api.serializers import SecretCreateSerializer
 
 VERSION = 1
-REFILL_MODES = ("fixed", "per_nominal_gpu")
-PERIODS = ("weekly", "monthly")
 
 # ------------------------------------------------------------------------------------------ errors, lines
 
@@ -191,8 +200,49 @@ def line_of(lines: dict, path: tuple) -> int | None:
 # ------------------------------------------------------------------------------------------ shape
 
 
+@dataclass(frozen=True)
+class Section:
+    """How one mapping of a lab file is read through the API's input serializer for the same thing, so each
+    field is declared once: ``names`` maps the file's keys to the serializer's, ``drop`` lists the serializer's
+    fields the file does not take (an API comment, what the URL names), ``optional`` the ones the file may
+    leave out, and ``extra`` the file's own keys (nested sections, references) with their checks."""
+
+    serializer: type
+    names: dict = field(default_factory=dict)
+    drop: tuple = ()
+    optional: tuple = ()
+    extra: tuple = ()
+    required_extra: tuple = ()
+
+
+FLAVOR = Section(FlavorInputSerializer)
+CLUSTER = Section(ClusterCreateSerializer, names={"default": "is_default"}, extra=("node_groups",))
+NODE_GROUP = Section(NodeGroupInputSerializer, drop=("comment",), extra=("name",), required_extra=("name",))
+DEPARTMENT = Section(DepartmentCreateSerializer, drop=("comment",),
+                     extra=("archived", "members", "quotas", "budget", "approval_rule"))
+MEMBER = Section(MemberCreateSerializer, names={"user": "username", "tier": "user_tier"}, drop=("comment",),
+                 extra=("password_env",))
+QUOTA = Section(QuotaCreateSerializer, drop=("department", "flavor", "cluster", "comment"))
+BUDGET = Section(WalletBudgetSerializer, drop=("comment",), optional=("balance",), extra=("refill",))
+REFILL = Section(RefillRuleSerializer)
+APPROVAL = Section(ApprovalRuleSerializer)
+PRICE = Section(PriceInputSerializer, drop=("flavor",))
+# A lab file's templates are its departments' (no scope); the spec is checked as a submission while applying,
+# when the flavors the file declares exist.
+TEMPLATE = Section(JobTemplateWriteSerializer, drop=("scope", "spec"), extra=("department", "spec"),
+                   required_extra=("department", "spec"))
+# A secret's values are never written in the file: each is named by the environment variable it is read from.
+SECRET = Section(SecretCreateSerializer, drop=("values", "department"),
+                 extra=("department", "values_env", "password_env", "values", "password"),
+                 required_extra=("department",))
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+# The file's words for the serializers' type errors (and no echo of the value: it may be a secret's).
+PHRASES = {"not_a_list": "must be a list", "not_a_dict": "must be a mapping"}
+
+
 class _Shape:
-    """A tiny schema: checks types, required and unknown keys and value ranges, collecting every error."""
+    """Collects every error of a file, each with its path and line."""
 
     def __init__(self, lines: dict):
         self.lines = lines
@@ -201,58 +251,79 @@ class _Shape:
     def err(self, path: tuple, message: str) -> None:
         self.errors.append(LabError(path, message, line_of(self.lines, path)))
 
-    def obj(self, value, path: tuple, fields: dict, required: tuple = ()) -> dict:
+    def mapping(self, value, path: tuple, what: str = "a mapping") -> bool:
         if not isinstance(value, dict):
-            self.err(path, "must be a mapping")
-            return {}
-        for k in value:
-            if k not in fields:
-                self.err((*path, k), f"unknown field (known: {', '.join(fields)})")
-        for k in required:
+            self.err(path, f"must be {what}")
+        return isinstance(value, dict)
+
+    def read(self, value, path: tuple, section: Section, checks: dict | None = None) -> bool:
+        """``value`` through ``section``'s serializer: every error at its path, and on success the values as
+        the API reads them (``"2"`` a number, ``yes`` true) written back over the file's; then each of the
+        file's own keys present through its ``checks`` entry. Returns whether the serializer's fields were
+        valid."""
+        if not self.mapping(value, path):
+            return False
+        for k, check in (checks or {}).items():
+            if k in value:
+                check(value[k], (*path, k))
+        lab_name = {v: k for k, v in section.names.items()}
+        body = {section.names.get(k, k): v for k, v in value.items() if k not in section.extra}
+        serializer = section.serializer(data=body)
+        for name in section.drop:  # a field the file does not take is an unknown field, as in the API
+            serializer.fields.pop(name)
+        for name in section.optional:
+            serializer.fields[name].required = False
+        known = [lab_name.get(n, n) for n in serializer.fields] + list(section.extra)
+        for k in section.required_extra:
             if value.get(k) is None:
                 self.err((*path, k) if k in value else path, f"{k} is required")
-        for k, check in fields.items():
-            if k in value and check is not None:
-                check(value[k], (*path, k))
-        return value
+        if serializer.is_valid():
+            for name, v in serializer.validated_data.items():
+                if lab_name.get(name, name) in value:
+                    value[lab_name.get(name, name)] = v
+            return True
+        for name, detail in serializer.errors.items():
+            key = lab_name.get(name, name)
+            code = getattr(detail[0], "code", None) if isinstance(detail, list) and detail else None
+            if name == "non_field_errors":
+                self.details(detail, path)
+            elif code == "required":  # where the file's other required keys are reported
+                self.err(path, f"{key} is required")
+            elif code == "unknown_field":
+                self.err((*path, key), f"unknown field (known: {', '.join(known)})")
+            elif code == "invalid_choice":
+                self.err((*path, key), f"must be one of {', '.join(map(str, serializer.fields[name].choices))}")
+            elif code in PHRASES:
+                self.err((*path, key), PHRASES[code])
+            else:
+                self.details(detail, (*path, key))
+        return False
 
-    def string(self, value, path, *, choices=None, max_length=200, validators=()):
+    def details(self, detail, path: tuple) -> None:
+        """A serializer's errors, nested as its fields are (a dict's keys, a list's indexes), at their paths."""
+        if isinstance(detail, dict):
+            for k, v in detail.items():
+                self.details(v, path if k == "non_field_errors" else (*path, k))
+        elif isinstance(detail, list):
+            for d in detail:
+                self.details(d, path) if isinstance(d, dict | list) else self.err(path, str(d))
+        else:
+            self.err(path, str(detail))
+
+    def string(self, value, path, *, choices=None):
         if not isinstance(value, str) or not value.strip():
             self.err(path, "must be a non-empty string")
         elif choices and value not in choices:
             self.err(path, f"must be one of {', '.join(choices)}")
-        elif len(value) > max_length:
-            self.err(path, f"at most {max_length} characters")
-        else:
-            for check in validators:  # the model's own rules (names, slugs, resource names)
-                try:
-                    check(value)
-                except ValidationError as exc:
-                    self.err(path, " ".join(exc.messages))
-
-    def text(self, value, path):
-        if not isinstance(value, str):
-            self.err(path, "must be a string")
-
-    def integer(self, value, path, *, minimum=0, nullable=False):
-        if value is None and nullable:
-            return
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.err(path, "must be a whole number" + (" or null" if nullable else ""))
-        elif value < minimum:
-            self.err(path, f"must be {minimum} or more")
 
     def boolean(self, value, path):
         if not isinstance(value, bool):
             self.err(path, "must be true or false")
 
-    def labels(self, value, path):
-        if not isinstance(value, dict):
-            self.err(path, "must be a mapping of label: value")
-            return
-        for k, v in value.items():
-            if not isinstance(k, str) or not isinstance(v, str | int | float) or isinstance(v, bool):
-                self.err((*path, str(k)), "labels are strings (quote numbers and booleans)")
+    def unknown(self, value: dict, path: tuple, known: tuple) -> None:
+        for k in value:
+            if k not in known:
+                self.err((*path, k), f"unknown field (known: {', '.join(known)})")
 
     def items(self, value, path, check, key: str | None):
         if not isinstance(value, list):
@@ -268,251 +339,218 @@ class _Shape:
                 seen.setdefault(name, i)
 
 
-def _regex(pattern: str, message: str):
-    compiled = re.compile(pattern)
+class _LabShape(_Shape):
+    """The sections of a lab file, each read through the API's serializer for it, and the references between
+    them (a quota's flavor, a group's department) to what the database or the file declares."""
 
-    def check(value: str) -> None:
-        if not compiled.match(value):
-            raise ValidationError(message)
+    def __init__(self, data: dict, lines: dict):
+        super().__init__(lines)
+        self.data = data
+        self.flavors = set(Flavor.objects.values_list("name", flat=True)) | self.declared("flavors", "name")
+        self.departments = set(Department.objects.values_list("slug", flat=True)) | self.declared(
+            "departments", "slug")
+        self.clusters = set(Cluster.objects.values_list("name", flat=True)) | self.declared("clusters", "name")
+        self.templates_seen: dict = {}
 
-    return check
-
-
-TEMPLATE_NAME_CHECK = _regex(f"^{TEMPLATE_NAME}$", "Letters, digits, '_', '.', '-' (up to 63), starting alphanumeric.")
-CLUSTER_NAME = _regex(r"^[-a-zA-Z0-9_]{1,40}$", "Letters, digits, - and _ (up to 40).")
-
-
-def check_shape(data: dict, lines: dict) -> list[LabError]:
-    """Every error that can be found without changing anything: types, required and unknown fields, the
-    models' name rules, lending within nominal, references to flavors that exist nowhere. The rules that
-    need the database as it would become (capacity, jobs running on a node) are checked while applying."""
-    s = _Shape(lines)
-    reserved = reserved_slugs()  # walks the URLconf: once per file, not once per department
-
-    def slug_free(value: str) -> None:
-        if value in reserved:
-            not_reserved(value)  # its message
-
-    def declared(key: str, name: str) -> set:  # a section that is not a list is reported by its own check
-        items = data.get(key)
+    def declared(self, key: str, name: str) -> set:  # a section that is not a list is reported by its own check
+        items = self.data.get(key)
         return {i[name] for i in items if isinstance(i, dict) and isinstance(i.get(name), str)} \
             if isinstance(items, list) else set()
 
-    known_flavors = set(Flavor.objects.values_list("name", flat=True)) | declared("flavors", "name")
-    known_depts = set(Department.objects.values_list("slug", flat=True)) | declared("departments", "slug")
-    known_clusters = set(Cluster.objects.values_list("name", flat=True)) | declared("clusters", "name")
+    def flavor_ref(self, v, p):
+        self.string(v, p)
+        if isinstance(v, str) and v not in self.flavors:
+            self.err(p, f"no flavor {v} (declare it under flavors:)")
 
-    def flavor_ref(v, p):
-        s.string(v, p)
-        if isinstance(v, str) and v not in known_flavors:
-            s.err(p, f"no flavor {v} (declare it under flavors:)")
+    def department_ref(self, v, p):
+        self.string(v, p)
+        if isinstance(v, str) and v not in self.departments:
+            self.err(p, f"no department {v} (declare it under departments:)")
 
-    def flavor(v, p):
-        s.obj(v, p, {"name": lambda x, q: s.string(x, q, validators=(FLAVOR_NAME,)),
-                     "resource_name": lambda x, q: s.string(x, q, validators=(RESOURCE_NAME,)),
-                     "node_labels": s.labels, "gpu_memory_gib": s.integer, "description": s.text}, ("name",))
+    def flavor(self, v, p):
+        self.read(v, p, FLAVOR)
 
-    def node_group(v, p):
-        s.obj(v, p, {"name": lambda x, q: s.string(x, q, validators=(_regex(
-                         inventory.GROUP_NAME.pattern, "Lower-case letters, digits and dashes (up to 52)."),)),
-                     "flavor": flavor_ref, "nodes": s.integer,
-                     "gpus_per_node": lambda x, q: s.integer(x, q, minimum=1), "labels": s.labels},
-              ("name", "flavor", "nodes", "gpus_per_node"))
+    def node_group(self, v, p):
+        self.read(v, p, NODE_GROUP)
+        if isinstance(v, dict):
+            if isinstance(v.get("name"), str):
+                try:
+                    inventory.validate_group_name(v["name"])
+                except ValidationFailed as exc:
+                    self.details([e["message"] for e in exc.fields["group"]], (*p, "name"))
+            if isinstance(v.get("flavor"), str):
+                self.flavor_ref(v["flavor"], (*p, "flavor"))
 
-    def cluster(v, p):
-        s.obj(v, p, {"name": lambda x, q: s.string(x, q, validators=(CLUSTER_NAME,)),
-                     "backend": lambda x, q: s.string(x, q, choices=inventory.BACKENDS),
-                     "default": s.boolean, "node_groups": lambda x, q: s.items(x, q, node_group, "name"),
-                     "state": lambda x, q: s.string(x, q, choices=inventory.STATES),
-                     "labels": s.labels, "cost_rank": lambda x, q: s.integer(x, q, minimum=inventory.COST_RANK_RANGE[0]),
-                     "kubeconfig": lambda x, q: s.string(x, q, max_length=500),
-                     "kubeconfig_env": lambda x, q: s.string(x, q, max_length=100),
-                     "context": lambda x, q: s.string(x, q, max_length=253), "in_cluster": s.boolean,
-                     "namespace_template": lambda x, q: s.string(x, q, max_length=100)},
-              ("name",))
+    def cluster(self, v, p):
+        self.read(v, p, CLUSTER, {"node_groups": lambda x, q: self.items(x, q, self.node_group, "name")})
 
-    def member(v, p):
-        s.obj(v, p, {"user": lambda x, q: s.string(x, q, max_length=150), "email": s.text,
-                     "role": lambda x, q: s.string(x, q, choices=Role.values),
-                     "tier": lambda x, q: s.string(x, q, choices=UserTier.values), "password_env": s.string},
-              ("user",))
+    def member(self, v, p):
+        self.read(v, p, MEMBER, {"password_env": self.string})
 
-    def quota(v, p):
-        s.obj(v, p, {"nominal": s.integer, "borrowing_limit": lambda x, q: s.integer(x, q, nullable=True),
-                     "lending_limit": lambda x, q: s.integer(x, q, nullable=True), "oversubscribe": s.boolean},
-              ("nominal",))
-        if isinstance(v, dict) and all(isinstance(v.get(k), int) for k in ("nominal", "lending_limit")) \
-                and v["lending_limit"] > v["nominal"]:
-            s.err((*p, "lending_limit"), "The lending limit cannot exceed the nominal quota.")
+    def quota(self, v, p):
+        if self.read(v, p, QUOTA) and isinstance(v.get("lending_limit"), int) and v["lending_limit"] > v["nominal"]:
+            self.err((*p, "lending_limit"), "The lending limit cannot exceed the nominal quota.")
 
-    def quotas(v, p):
-        if not isinstance(v, dict):
-            s.err(p, "must be a mapping of flavor (or flavor@cluster): {nominal: ...}")
+    def quotas(self, v, p):
+        if not self.mapping(v, p, "a mapping of flavor (or flavor@cluster): {nominal: ...}"):
             return
         for k, q in v.items():
             # ``flavor@cluster`` is a quota on that cluster only (the simulator's key).
             fname, at, cname = str(k).partition("@")
-            flavor_ref(fname if at else k, (*p, k))
-            if at and cname not in known_clusters:
-                s.err((*p, k), f"no cluster {cname!r} (declare it under clusters:); a per-cluster quota is "
-                               "flavor@cluster")
-            quota(q, (*p, k))
+            self.flavor_ref(fname if at else k, (*p, k))
+            if at and cname not in self.clusters:
+                self.err((*p, k), f"no cluster {cname!r} (declare it under clusters:); a per-cluster quota is "
+                                  "flavor@cluster")
+            self.quota(q, (*p, k))
 
-    def refill(v, p):
-        s.obj(v, p, {"mode": lambda x, q: s.string(x, q, choices=REFILL_MODES), "amount": s.integer,
-                     "period": lambda x, q: s.string(x, q, choices=PERIODS), "active": s.boolean},
-              ("amount",))
+    def budget(self, v, p):
+        self.read(v, p, BUDGET, {"refill": lambda x, q: self.read(x, q, REFILL)})
 
-    def budget(v, p):
-        s.obj(v, p, {"balance": s.integer, "refill": refill})
+    def department(self, v, p):
+        self.read(v, p, DEPARTMENT, {
+            "archived": self.boolean, "members": lambda x, q: self.items(x, q, self.member, "user"),
+            "quotas": self.quotas, "budget": self.budget, "approval_rule": lambda x, q: self.read(x, q, APPROVAL)})
 
-    def approval(v, p):
-        s.obj(v, p, {"gpus_above": lambda x, q: s.integer(x, q, nullable=True),
-                     "cost_above": lambda x, q: s.integer(x, q, nullable=True), "realtime": s.boolean})
-
-    def department(v, p):
-        s.obj(v, p, {"slug": lambda x, q: s.string(x, q, validators=(SLUG, slug_free)),
-                     "name": lambda x, q: s.string(x, q, max_length=120), "archived": s.boolean,
-                     "members": lambda x, q: s.items(x, q, member, "user"), "quotas": quotas,
-                     "budget": budget, "approval_rule": approval}, ("slug", "name"))
-
-    def prices(v, p):
-        if not isinstance(v, dict):
-            s.err(p, "must be a mapping of flavor: {tier: mcr per GPU-hour}")
+    def prices(self, v, p):
+        if not self.mapping(v, p, "a mapping of flavor: {tier: mcr per GPU-hour}"):
             return
         for fl, tiers in v.items():
-            flavor_ref(fl, (*p, fl))
-            if not isinstance(tiers, dict):
-                s.err((*p, fl), f"must be a mapping of tier ({', '.join(TIERS)}): mcr per GPU-hour")
+            self.flavor_ref(fl, (*p, fl))
+            if not self.mapping(tiers, (*p, fl), f"a mapping of tier ({', '.join(TIERS)}): mcr per GPU-hour"):
                 continue
             for t, price in tiers.items():
-                if t not in TIERS:
-                    s.err((*p, fl, t), f"unknown tier (known: {', '.join(TIERS)})")
-                s.integer(price, (*p, fl, t))
+                body = {"tier": t, "per_gpu_hour": price}
+                shape = _Shape(self.lines)  # both fields' errors are the tier's line
+                if shape.read(body, (*p, fl, t), PRICE):
+                    tiers[t] = body["per_gpu_hour"]
+                self.errors += [LabError((*p, fl, t), e.message, e.line) for e in shape.errors]
 
-    def policy(v, p):
-        if not isinstance(v, dict):
-            s.err(p, "must be a mapping (the policy document)")
+    def policy(self, v, p):
+        if not self.mapping(v, p, "a mapping (the policy document)"):
             return
         try:
             policy_from_dict({k: x for k, x in v.items() if k != "version"})
         except PolicyError as exc:
             for key, messages in sorted(exc.errors.items()):
                 for m in messages:
-                    s.err((*p, *key.split(".")), m)
+                    self.err((*p, *key.split(".")), m)
 
-    def sso_group(v, p):
-        s.obj(v, p, {"group": s.string, "department": s.string,
-                     "role": lambda x, q: s.string(x, q, choices=Role.values),
-                     "tier": lambda x, q: s.string(x, q, choices=UserTier.values)}, ("group", "department"))
-        if isinstance(v, dict) and isinstance(v.get("department"), str) and v["department"] not in known_depts:
-            s.err((*p, "department"), f"no department {v['department']} (declare it under departments:)")
+    def sso_group(self, v, p):
+        if not self.mapping(v, p):
+            return
+        self.unknown(v, p, ("group", "department", "role", "tier"))
+        for k in ("group", "department"):
+            if v.get(k) is None:
+                self.err((*p, k) if k in v else p, f"{k} is required")
+            else:
+                self.string(v[k], (*p, k))
+        for k, choices in (("role", Role.values), ("tier", UserTier.values)):
+            if k in v:
+                self.string(v[k], (*p, k), choices=choices)
+        if isinstance(v.get("department"), str):
+            self.department_ref(v["department"], (*p, "department"))
 
-    def sso(v, p):
-        s.obj(v, p, {"groups": lambda x, q: s.items(x, q, sso_group, None)})
+    def sso(self, v, p):
+        if self.mapping(v, p):
+            self.unknown(v, p, ("groups",))
+            if "groups" in v:
+                self.items(v["groups"], (*p, "groups"), self.sso_group, None)
 
-    templates_seen: dict = {}
+    def template(self, v, p):
+        self.read(v, p, TEMPLATE, {"department": self.department_ref, "spec": lambda x, q: self.mapping(
+            x, q, "a mapping: a job submission body, as for POST /api/v1/jobs")})
+        if not isinstance(v, dict):
+            return
+        key = (v.get("department"), v.get("name"))
+        if all(isinstance(k, str) for k in key):
+            if key in self.templates_seen:
+                self.err((*p, "name"), f"{key[1]} is declared twice for {key[0]} (also item "
+                                       f"{self.templates_seen[key] + 1})")
+            self.templates_seen.setdefault(key, p[-1])
 
-    def template(v, p):  # the spec is checked as a submission while applying (its flavor may be new here)
-        s.obj(v, p, {"department": s.string,
-                     "name": lambda x, q: s.string(x, q, max_length=63, validators=(TEMPLATE_NAME_CHECK,)),
-                     "description": lambda x, q: s.string(x, q, max_length=500),
-                     "spec": lambda x, q: None if isinstance(x, dict) else s.err(
-                         q, "must be a mapping: a job submission body, as for POST /api/v1/jobs")},
-              ("department", "name", "spec"))
-        if isinstance(v, dict) and isinstance(v.get("department"), str) and v["department"] not in known_depts:
-            s.err((*p, "department"), f"no department {v['department']} (declare it under departments:)")
-        key = (v.get("department"), v.get("name")) if isinstance(v, dict) else None
-        if key and all(isinstance(k, str) for k in key):
-            if key in templates_seen:
-                s.err((*p, "name"), f"{key[1]} is declared twice for {key[0]} (also item {templates_seen[key] + 1})")
-            templates_seen.setdefault(key, p[-1])
+    def env_name(self, v, p):
+        if not isinstance(v, str) or not ENV_NAME.match(v):
+            self.err(p, "must be an environment variable name (letters, digits, _)")
 
-    def version(v, p):
-        if v != VERSION:
-            s.err(p, f"this portal reads lab files of version {VERSION}")
+    def env_map(self, v, p):
+        if self.mapping(v, p, "a mapping of key: ENVIRONMENT_VARIABLE (the value is read from the environment)"):
+            if not v:
+                self.err(p, "must name at least one key: ENVIRONMENT_VARIABLE")
+            for k, var in v.items():
+                self.env_name(var, (*p, k))
 
-    s.obj(data, (), {"version": version, "flavors": lambda x, q: s.items(x, q, flavor, "name"),
-                     "clusters": lambda x, q: s.items(x, q, cluster, "name"),
-                     "departments": lambda x, q: s.items(x, q, department, "slug"),
-                     "prices": prices, "policy": policy, "sso": sso,
-                     "templates": lambda x, q: s.items(x, q, template, None),
-                     "secrets": lambda x, q: check_secrets(s, x, q, known_depts)})
-    if isinstance(data.get("clusters"), list):
-        defaults = [i for i, c in enumerate(data["clusters"]) if isinstance(c, dict) and c.get("default")]
-        if len(defaults) > 1:
-            s.err(("clusters", defaults[1], "default"), "only one cluster can be the default")
-    if isinstance(data.get("departments"), list):
+    def never_written(self, v, p):  # a secret's value in the file is refused, and never quoted back
+        use = "password_env" if p[-1] == "password" else "values_env: {key: VARIABLE}"
+        self.err(p, f"values are never written in a lab file: use {use}, naming the environment variable(s) "
+                    "that hold them")
+
+    def secret(self, v, p):
+        self.read(v, p, SECRET, {"department": self.department_ref, "values_env": self.env_map,
+                                 "password_env": self.env_name, "values": self.never_written,
+                                 "password": self.never_written})
+        if not isinstance(v, dict):
+            return
+        if v.get("kind") == "value" and v.get("purpose") == "image-pull" and "values_env" in v:
+            self.err((*p, "values_env"), "an image pull secret's value is its password_env")
+        if v.get("kind") == "reference" and ("values_env" in v or "password_env" in v):
+            self.err(p, "a reference keeps its values in the cluster: give reference_name and keys")
+
+    def secrets(self, v, p):
+        self.items(v, p, self.secret, None)
+        seen: dict = {}
+        for i, item in enumerate(v if isinstance(v, list) else []):
+            key = (item.get("department"), item.get("name")) if isinstance(item, dict) else None
+            if key and all(isinstance(k, str) for k in key):
+                if key in seen:
+                    self.err((*p, i, "name"), f"{key[0]}/{key[1]} is declared twice (also item {seen[key] + 1})")
+                seen.setdefault(key, i)
+
+    SECTIONS = ("version", "flavors", "clusters", "departments", "prices", "policy", "sso", "templates", "secrets")
+    LISTS = {"flavors": ("flavor", "name"), "clusters": ("cluster", "name"), "departments": ("department", "slug"),
+             "templates": ("template", None)}
+
+    def file(self) -> None:
+        data = self.data
+        self.unknown(data, (), self.SECTIONS)
+        if "version" in data and data["version"] != VERSION:
+            self.err(("version",), f"this portal reads lab files of version {VERSION}")
+        for key, (check, name) in self.LISTS.items():
+            if key in data:
+                self.items(data[key], (key,), getattr(self, check), name)
+        for key in ("prices", "policy", "sso", "secrets"):
+            if key in data:
+                getattr(self, key)(data[key], (key,))
+        self.one_default_cluster()
+        self.one_department_a_user()
+
+    def one_default_cluster(self) -> None:
+        if isinstance(self.data.get("clusters"), list):
+            defaults = [i for i, c in enumerate(self.data["clusters"]) if isinstance(c, dict) and c.get("default")]
+            if len(defaults) > 1:
+                self.err(("clusters", defaults[1], "default"), "only one cluster can be the default")
+
+    def one_department_a_user(self) -> None:
+        if not isinstance(self.data.get("departments"), list):
+            return
         users: dict = {}
-        for i, d in enumerate(data["departments"]):
+        for i, d in enumerate(self.data["departments"]):
             for j, m in enumerate((d or {}).get("members") or [] if isinstance(d, dict) else []):
                 u = m.get("user") if isinstance(m, dict) else None
                 if isinstance(u, str):
                     if u in users:
-                        s.err(("departments", i, "members", j, "user"),
-                              f"{u} is a member of {users[u]} already: a user belongs to one department")
+                        self.err(("departments", i, "members", j, "user"),
+                                 f"{u} is a member of {users[u]} already: a user belongs to one department")
                     users.setdefault(u, d.get("slug"))
+
+
+def check_shape(data: dict, lines: dict) -> list[LabError]:
+    """Every error that can be found without changing anything: each section read through the API's input
+    serializer for it (types, required and unknown fields, the models' name rules), lending within nominal,
+    references to flavors that exist nowhere. The values are left as the API reads them. The rules that need
+    the database as it would become (capacity, jobs running on a node) are checked while applying."""
+    s = _LabShape(data, lines)
+    s.file()
     errors = sorted(s.errors, key=lambda e: e.line or 0)
     if len(errors) > MAX_ERRORS:
         errors[MAX_ERRORS:] = [LabError((), f"{len(errors) - MAX_ERRORS} more error(s) not listed")]
     return errors
-
-
-
-
-# ------------------------------------------------------------------------------------------ secrets
-ENV_NAME = _regex(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", "An environment variable name (letters, digits, _).")
-
-
-def check_secrets(s: _Shape, value, path: tuple, known_depts: set) -> None:
-    """The ``secrets:`` section: department secrets, without their values. A value is named by the
-    environment variable ``lab apply`` reads it from (``values_env: {key: VARIABLE}``, ``password_env``), so
-    the file can be kept in git. The declaration's own rules are the secrets service's, checked at apply."""
-
-    def env_map(v, p):
-        if not isinstance(v, dict) or not v:
-            s.err(p, "must be a mapping of key: ENVIRONMENT_VARIABLE (the value is read from the environment)")
-            return
-        for k, var in v.items():
-            if not isinstance(k, str):
-                s.err((*p, str(k)), "keys are strings")
-            s.string(var, (*p, k), max_length=128, validators=(ENV_NAME,))
-
-    def plain(v, p):  # a value written into the file itself is refused (and never quoted back)
-        s.err(p, f"values are never written in a lab file: use {p[-1]}_env naming the environment variable "
-                 "that holds it" if p[-1] == "password" else "values are never written in a lab file: use "
-                 "values_env: {key: VARIABLE}, naming the environment variables that hold them")
-
-    def secret(v, p):
-        s.obj(v, p, {"department": s.string, "name": lambda x, q: s.string(x, q, max_length=40),
-                     "kind": lambda x, q: s.string(x, q, choices=("reference", "value")),
-                     "purpose": lambda x, q: s.string(x, q, choices=("env", "image-pull")),
-                     "reference_name": lambda x, q: s.string(x, q, max_length=253),
-                     "keys": lambda x, q: [s.string(k, (*q, i), max_length=253) for i, k in enumerate(x)]
-                     if isinstance(x, list) else s.err(q, "must be a list of keys"),
-                     "values_env": env_map,
-                     "password_env": lambda x, q: s.string(x, q, max_length=128, validators=(ENV_NAME,)),
-                     "registry": lambda x, q: s.string(x, q, max_length=253),
-                     "username": lambda x, q: s.string(x, q, max_length=253),
-                     "values": plain, "password": plain},
-              ("department", "name", "kind"))
-        if not isinstance(v, dict):
-            return
-        if isinstance(v.get("department"), str) and v["department"] not in known_depts:
-            s.err((*p, "department"), f"no department {v['department']} (declare it under departments:)")
-        if v.get("kind") == "value" and v.get("purpose") == "image-pull" and "values_env" in v:
-            s.err((*p, "values_env"), "an image pull secret's value is its password_env")
-        if v.get("kind") == "reference" and ("values_env" in v or "password_env" in v):
-            s.err(p, "a reference keeps its values in the cluster: give reference_name and keys")
-
-    if not isinstance(value, list):
-        s.err(path, "must be a list")
-        return
-    seen: dict = {}
-    for i, item in enumerate(value):
-        secret(item, (*path, i))
-        if isinstance(item, dict):
-            key = (item.get("department"), item.get("name"))
-            if key in seen and all(isinstance(k, str) for k in key):
-                s.err((*path, i, "name"), f"{key[0]}/{key[1]} is declared twice (also item {seen[key] + 1})")
-            seen.setdefault(key, i)

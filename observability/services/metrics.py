@@ -4,7 +4,6 @@ rules in deploy/monitoring."""
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 
 from django.db.models import F, Sum
@@ -14,23 +13,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from observability.models import AttemptUsage
 from observability.services.collect import READ_FAILURES
 from observability.services.idle import FLAGGED, STOPPED
-from portal.metrics import stored
+from portal.metrics import ScrapeCollector, stored
 from scheduling.models import Job, JobState, PreemptionVictim
-
-log = logging.getLogger(__name__)
 
 WAIT_WINDOW = timedelta(hours=1)
 
 
-class GpuUseCollector:
-    def describe(self):
-        return []  # collect() queries: never while the apps load
-
-    def collect(self):
-        try:
-            yield from self._collect()
-        except Exception:  # noqa: BLE001 - a scrape must not fail because of one source
-            log.warning("GPU-use metrics unavailable for this scrape", exc_info=True)
+class GpuUseCollector(ScrapeCollector):
+    what = "GPU-use metrics"
 
     def _collect(self):
         now = timezone.now()

@@ -3,8 +3,6 @@ the workers (``portal.metrics``), and the queue, GPUs and wallets read from the 
 
 from __future__ import annotations
 
-import logging
-
 from django.db.models import Count, F, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -12,21 +10,11 @@ from portal import metrics
 from quotas.models import Flavor, Wallet
 from scheduling.models import ACTIVE_STATES, Job, JobState, Node
 
-log = logging.getLogger(__name__)
 
+class SchedulerCollector(metrics.ScrapeCollector):
+    """The scheduler's and the ledger's series, read from the database when Prometheus scrapes."""
 
-class SchedulerCollector:
-    """The scheduler's and the ledger's series, read from the database when Prometheus scrapes. A database
-    that does not answer leaves these series out of that scrape (and is logged); the rest still answers."""
-
-    def describe(self):
-        return []  # without it, registering would run collect() (and query) while the apps load
-
-    def collect(self):
-        try:
-            yield from self._collect()
-        except Exception:  # noqa: BLE001 - a scrape must not fail because of one source
-            log.warning("scheduler metrics unavailable for this scrape", exc_info=True)
+    what = "scheduler metrics"
 
     def _collect(self):
         stored = metrics.stored_series()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Sum
@@ -88,6 +89,12 @@ def entry_for(key: str) -> LedgerEntry | None:
     return LedgerEntry.objects.filter(idempotency_key=key).first()
 
 
+def _locked_once(wallet_id: int, key: str) -> tuple[Wallet, LedgerEntry | None]:
+    """Inside the caller's transaction: the wallet locked, then the entry an earlier call wrote under ``key``,
+    read under the lock, so of two concurrent calls the second finds the first's entry and writes nothing."""
+    return _lock_one(wallet_id), entry_for(key)
+
+
 def hold_key(job_id: int, attempt: int) -> str:
     return f"hold:{job_id}:{attempt}"
 
@@ -115,8 +122,7 @@ def wallet_hold(*, job, attempt: int, amount: int, rate: int, actor=None, allow_
     if wallet_id is None:
         return None
     with transaction.atomic():
-        wallet = _lock_one(wallet_id)
-        existing = entry_for(key)
+        wallet, existing = _locked_once(wallet_id, key)
         if existing is not None:
             return existing
         if amount > wallet.available:
@@ -139,21 +145,36 @@ def open_hold(*, job_id: int, attempt: int) -> int:
     return LedgerEntry.objects.filter(job_id=job_id, attempt=attempt).aggregate(s=Sum("held_change"))["s"] or 0
 
 
+@dataclass
+class _OpenHold:
+    """An attempt's hold under its wallet's lock: what a settle or a release starts from."""
+
+    hold: LedgerEntry
+    wallet: Wallet
+    remaining: int  # still held
+    done: LedgerEntry | None  # what an earlier call with the same key wrote
+
+
+def _open_hold_locked(job, attempt: int, key: str) -> _OpenHold | None:
+    """Inside the caller's transaction: the attempt's hold, or None when it had none."""
+    hold = entry_for(hold_key(job.pk, attempt))
+    if hold is None:
+        return None
+    wallet, done = _locked_once(hold.wallet_id, key)
+    return _OpenHold(hold, wallet, open_hold(job_id=job.pk, attempt=attempt), done)
+
+
 def wallet_settle(*, job, attempt: int, amount: int, gpu_seconds: int = 0, outcome: str = "", actor=None,
                   memo: str = "") -> LedgerEntry | None:
     """Charge ``amount`` mcr (capped at the hold: a charge never exceeds what was held) for one attempt and
     release the rest of its hold, in one transaction. Idempotent: a duplicated settle returns the first
     settle entry and changes nothing. None when the attempt had no hold."""
-    hold = entry_for(hold_key(job.pk, attempt))
-    if hold is None:
-        return None
     key = f"settle:{job.pk}:{attempt}"
     with transaction.atomic():
-        wallet = _lock_one(hold.wallet_id)
-        existing = entry_for(key)
-        if existing is not None:
-            return existing
-        remaining = open_hold(job_id=job.pk, attempt=attempt)
+        o = _open_hold_locked(job, attempt, key)
+        if o is None or o.done is not None:
+            return None if o is None else o.done
+        wallet, hold, remaining = o.wallet, o.hold, o.remaining
         charge = max(0, min(int(amount), remaining))
         entry = _append(wallet, kind=LedgerKind.SETTLE, amount=-charge, held_change=-charge, key=key, job_id=job.pk,
                         attempt=attempt, user_id=hold.user_id, flavor_id=hold.flavor_id, actor=actor,
@@ -167,19 +188,13 @@ def wallet_settle(*, job, attempt: int, amount: int, gpu_seconds: int = 0, outco
 
 def wallet_release(*, job, attempt: int, actor=None, memo: str = "") -> LedgerEntry | None:
     """Release whatever is still held for one attempt without charging. Idempotent."""
-    hold = entry_for(hold_key(job.pk, attempt))
-    if hold is None:
-        return None
-    key = f"release:{job.pk}:{attempt}"
     with transaction.atomic():
-        wallet = _lock_one(hold.wallet_id)
-        existing = entry_for(key)
-        if existing is not None:
-            return existing
-        remaining = open_hold(job_id=job.pk, attempt=attempt)
-        if remaining <= 0:
+        o = _open_hold_locked(job, attempt, f"release:{job.pk}:{attempt}")
+        if o is None or o.done is not None:
+            return None if o is None else o.done
+        if o.remaining <= 0:
             return None
-        return _release(wallet, hold, job=job, attempt=attempt, amount=remaining, actor=actor,
+        return _release(o.wallet, o.hold, job=job, attempt=attempt, amount=o.remaining, actor=actor,
                         memo=memo[:300] or "hold released")
 
 
@@ -197,8 +212,7 @@ def wallet_refund(*, job, attempt: int, amount: int, reason: str, actor=None) ->
         return None
     key = f"refund:{job.pk}:{attempt}"
     with transaction.atomic():
-        wallet = _lock_one(settle.wallet_id)
-        existing = entry_for(key)
+        wallet, existing = _locked_once(settle.wallet_id, key)
         if existing is not None:
             return existing
         amount = min(int(amount), -settle.amount)
@@ -247,8 +261,7 @@ def wallet_adjust(*, department: Department, amount: int, actor, comment: str, k
         raise NotFound("This department has no wallet.")
     key = key or f"adjust:{uuid.uuid4().hex}"
     with transaction.atomic():
-        wallet = _lock_one(wallet.pk)
-        existing = entry_for(key)
+        wallet, existing = _locked_once(wallet.pk, key)
         if existing is not None:
             if (existing.kind, existing.wallet_id, existing.amount, existing.memo) != (
                     LedgerKind.ADJUSTMENT, wallet.pk, amount, comment[:300]):

@@ -40,30 +40,42 @@ def _decided(job, decision: str):
     return None
 
 
-def job_approve(*, user, job, comment: str = ""):
-    """Approve a job waiting in pending_approval: it is queued and its pods are created. Idempotent."""
-    _check_approver(user=user, job=job)
-    done = _decided(job, "approved")
+def _decide(*, user, job, decision: str, action: str, comment: str, then=None, **move):
+    """One decision: the compare-and-set out of pending_approval (``move``: the transition's target, reason
+    and time), ``then(job)``, the ``Approval`` row, the audit entry and the notification, in one transaction.
+    A job already decided this way (here or by a concurrent call) is returned unchanged."""
+    done = _decided(job, decision)
     if done is not None:
         return done
     why = job.reason_message
     with transaction.atomic():
-        ok = transition(job=job, to=JobState.QUEUED, allowed_from=[JobState.PENDING_APPROVAL], actor=user,
-                        reason_code=reasons.QUEUED, message=f"approved by {user.get_username()}"
-                        + (f": {comment}" if comment else ""), queued_at=timezone.now())
-        if not ok:
-            done = _decided(job, "approved")
+        if not transition(job=job, allowed_from=[JobState.PENDING_APPROVAL], actor=user, **move):
+            done = _decided(job, decision)
             if done is not None:
                 return done
             raise InvalidTransition("The job is no longer pending approval.")
-        job.reason_message = reasons.CODES[reasons.QUEUED]
-        type(job).objects.filter(pk=job.pk).update(reason_message=job.reason_message)
-        approval = Approval.objects.create(job=job, decision="approved", actor=user, comment=comment, reason=why)
-        audit(actor=user, action="job.approve", obj=approval, department=job.department,
-              new={"job": job.pk, "decision": "approved"}, comment=comment)
-        notify.approval_decided(job=job, decision="approved", actor=user, comment=comment)
-        enqueue_pod_creation(job)
+        if then is not None:
+            then(job)
+        approval = Approval.objects.create(job=job, decision=decision, actor=user, comment=comment, reason=why)
+        audit(actor=user, action=action, obj=approval, department=job.department,
+              new={"job": job.pk, "decision": decision}, comment=comment)
+        notify.approval_decided(job=job, decision=decision, actor=user, comment=comment)
     return job
+
+
+def _queued(job) -> None:
+    job.reason_message = reasons.CODES[reasons.QUEUED]
+    type(job).objects.filter(pk=job.pk).update(reason_message=job.reason_message)
+    enqueue_pod_creation(job)
+
+
+def job_approve(*, user, job, comment: str = ""):
+    """Approve a job waiting in pending_approval: it is queued and its pods are created. Idempotent."""
+    _check_approver(user=user, job=job)
+    return _decide(user=user, job=job, decision="approved", action="job.approve", comment=comment, then=_queued,
+                   to=JobState.QUEUED, reason_code=reasons.QUEUED,
+                   message=f"approved by {user.get_username()}" + (f": {comment}" if comment else ""),
+                   queued_at=timezone.now())
 
 
 def job_reject(*, user, job, comment: str):
@@ -71,21 +83,6 @@ def job_reject(*, user, job, comment: str):
     _check_approver(user=user, job=job)
     if not (comment or "").strip():
         raise ValidationFailed(fields={"comment": [{"code": "required", "message": "Say why the job is rejected."}]})
-    done = _decided(job, "rejected")
-    if done is not None:
-        return done
-    why = job.reason_message
-    with transaction.atomic():
-        ok = transition(job=job, to=JobState.CANCELLED, allowed_from=[JobState.PENDING_APPROVAL], actor=user,
-                        reason_code="rejected", message=f"rejected by {user.get_username()}: {comment}",
-                        finished_at=timezone.now())
-        if not ok:
-            done = _decided(job, "rejected")
-            if done is not None:
-                return done
-            raise InvalidTransition("The job is no longer pending approval.")
-        approval = Approval.objects.create(job=job, decision="rejected", actor=user, comment=comment, reason=why)
-        audit(actor=user, action="job.reject", obj=approval, department=job.department,
-              new={"job": job.pk, "decision": "rejected"}, comment=comment)
-        notify.approval_decided(job=job, decision="rejected", actor=user, comment=comment)
-    return job
+    return _decide(user=user, job=job, decision="rejected", action="job.reject", comment=comment,
+                   to=JobState.CANCELLED, reason_code="rejected",
+                   message=f"rejected by {user.get_username()}: {comment}", finished_at=timezone.now())

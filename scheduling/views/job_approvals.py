@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.errors import PortalError
+from portal.forms import refusal_text
 from portal.tenancy import APPROVE, require_role
 from quotas import budgets
 from scheduling.models import Job
@@ -39,8 +40,7 @@ def _decide(request, pk: int, decision: str):
             job_approvals.job_reject(user=request.user, job=job, comment=comment)
             messages.success(request, f"Job {job.pk} rejected.")
     except PortalError as exc:
-        detail = "; ".join(i["message"] for items in exc.fields.values() for i in items)
-        messages.error(request, f"{exc.message} {detail}".strip())
+        messages.error(request, refusal_text(exc))
     return redirect("budgets:approvals")
 
 
