@@ -152,7 +152,7 @@ class JobSubmitSerializer(StrictSerializer):
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False), required=False, default=dict)
     flavor = FlavorField()
-    gpus = StrictIntegerField(min_value=1, max_value=64, help_text="GPUs per pod")
+    gpus = StrictIntegerField(min_value=1, max_value=64, source="gpus_per_pod", help_text="GPUs per pod")
     pods = StrictIntegerField(min_value=1, max_value=64, required=False, default=1,
                               help_text="pods admitted all-or-nothing (gang)")
     cpu = CpuField(required=False, default=4000, source="cpu_millicores")  # defaults skip parsing
@@ -321,6 +321,7 @@ class JobSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     cpu = CpuField(source="cpu_millicores", read_only=True)
     memory = MemoryField(source="memory_mib", read_only=True)
+    gpus = serializers.IntegerField(source="gpus_per_pod", read_only=True, help_text="GPUs per pod")
     reason = serializers.SerializerMethodField()
 
     class Meta:

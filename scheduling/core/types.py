@@ -117,7 +117,7 @@ class PendingJob:
     cluster_preference: tuple[tuple[str, str], ...] = ()  # preferred cluster labels: more matches rank higher
 
     @property
-    def gpus(self) -> int:
+    def total_gpus(self) -> int:
         return self.pods * self.gpus_per_pod
 
 
@@ -154,7 +154,7 @@ class RunningJob:
         return len(self.placement)
 
     @property
-    def gpus(self) -> int:
+    def total_gpus(self) -> int:
         return len(self.placement) * self.gpus_per_pod
 
     @property
@@ -235,14 +235,14 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class NamespaceQuotaLimit:
-    """A namespace ResourceQuota on ``cluster`` refused a request of ``gpus`` GPUs of ``flavor`` by
+    """A namespace ResourceQuota on ``cluster`` refused a request of ``total_gpus`` GPUs of ``flavor`` by
     ``department``: until ``until`` (the adapter drops it earlier once it sees the quota change), no job of that
     department and flavor needing at least that many GPUs is admitted there."""
 
     cluster: str
     department: str
     flavor: str
-    gpus: int
+    total_gpus: int
     until: float
 
 

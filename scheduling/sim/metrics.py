@@ -61,7 +61,7 @@ def lost_in_window(jobs, window: tuple[float, float]) -> float:
         for t0, t1 in r.lost_runs:
             lo, hi = max(t0, w0), min(t1, w1)
             if hi > lo:
-                total += (hi - lo) * r.spec.gpus
+                total += (hi - lo) * r.spec.total_gpus
     return total
 
 
@@ -124,7 +124,7 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
         by_tier[r.spec.tier].append(w)
         by_dept[r.spec.department].append(w)
         by_urg[r.spec.urgency].append(w)
-        by_gpus[gpu_class(r.spec.gpus)].append(w)
+        by_gpus[gpu_class(r.spec.total_gpus)].append(w)
         if r.spec.tier != "realtime" and r.spec.urgency in ("high", "critical"):
             urgent.append(w)
     rt = [r for r in jobs if r.spec.tier == "realtime"]
@@ -133,7 +133,7 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
     dl_ok = sum(1 for r in dl if r.finish is not None and r.finish <= r.spec.deadline + 1e-9)
     jct = [r.finish - r.spec.submit for r in finished]
     dur_lb = mean(r.spec.duration_s for r in finished)
-    srpt_lb = srpt_fluid_bound([(r.spec.submit, r.spec.gpus * r.spec.duration_s) for r in finished], res.capacity)
+    srpt_lb = srpt_fluid_bound([(r.spec.submit, r.spec.total_gpus * r.spec.duration_s) for r in finished], res.capacity)
     lb = max(dur_lb, srpt_lb) if finished else float("nan")
     busy_total = sum(r.attained_gpu_s for r in jobs)
     lost = sum(r.lost_gpu_s for r in jobs)

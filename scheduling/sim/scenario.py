@@ -78,7 +78,7 @@ class JobSpec:
     cluster_preference: tuple[tuple[str, str], ...] = ()  # cluster labels it prefers
 
     @property
-    def gpus(self) -> int:
+    def total_gpus(self) -> int:
         return self.pods * self.gpus_per_pod
 
 
@@ -423,9 +423,9 @@ def _pick(rng: random.Random, fractions: dict[str, float], default: str) -> str:
 
 def _matches(cond: dict[str, Any], r: tr.TraceRow) -> bool:
     for k, v in cond.items():
-        if k == "gpus_max" and r.gpus > v:
+        if k == "gpus_max" and r.total_gpus > v:
             return False
-        if k == "gpus_min" and r.gpus < v:
+        if k == "gpus_min" and r.total_gpus < v:
             return False
         if k == "duration_max_s" and r.duration_s > v:
             return False
@@ -517,11 +517,11 @@ def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobS
                 max_rt = min(max_rt, float(mr_max))
         if r.pods:
             pods = r.pods
-            if r.gpus % pods:
-                raise ScenarioError(f"job {r.job_id}: {r.gpus} GPUs not divisible into {pods} pods")
-            per = r.gpus // pods
+            if r.total_gpus % pods:
+                raise ScenarioError(f"job {r.job_id}: {r.total_gpus} GPUs not divisible into {pods} pods")
+            per = r.total_gpus // pods
         else:
-            pods, per = split_pods(r.gpus, sc.node_size(flavor))
+            pods, per = split_pods(r.total_gpus, sc.node_size(flavor))
         jobs.append(
             JobSpec(
                 id=i + 1,
@@ -563,7 +563,7 @@ def prepare(
         rows, shares = load_trace(sc, seed=seed, trace_dir=trace_dir)
     sc = resolve_departments(sc, rows, shares)
     rows = fold_departments(sc, rows)
-    rows = [r for r in rows if r.gpus > 0 and r.duration_s > 0]  # nothing to run
+    rows = [r for r in rows if r.total_gpus > 0 and r.duration_s > 0]  # nothing to run
     jobs0 = build_jobs(sc, rows, seed=seed)
     # A job no set of nodes of its flavor can hold would wait forever and still count in rho: refuse the
     # scenario, or drop such jobs when the scenario says so (a public trace recorded on a larger cluster).

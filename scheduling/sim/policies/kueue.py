@@ -65,29 +65,29 @@ class Kueue:
 
         order = sorted(
             snap.pending,
-            key=lambda j: (v.used[(j.department, j.flavor)] + j.gpus > nominal(j.department, j.flavor),)
+            key=lambda j: (v.used[(j.department, j.flavor)] + j.total_gpus > nominal(j.department, j.flavor),)
             + priority_key(j),
         )
         for job in order:
             key = (job.department, job.flavor)
             d, fl = key
-            borrowing = v.used[key] + job.gpus > nominal(d, fl)
-            if fits_quota(d, fl, job.gpus):
+            borrowing = v.used[key] + job.total_gpus > nominal(d, fl)
+            if fits_quota(d, fl, job.total_gpus):
                 pl = v.place(fl, job.pods, job.gpus_per_pod)
                 if pl is not None:
                     adm.append(v.admission(job, pl, borrowed=borrowing))
                     changed()
                     continue
-                if v.soon_free[fl] >= job.gpus:
-                    v.soon_free[fl] -= job.gpus
-                    v.used[key] += job.gpus
+                if v.soon_free[fl] >= job.total_gpus:
+                    v.soon_free[fl] -= job.total_gpus
+                    v.used[key] += job.total_gpus
                     changed()
                     continue
             # preemption (only for a workload that then fits its nominal quota): reclaim borrowed capacity of
             # others (any priority) and own lower-priority workloads
-            if job.gpus > nominal(d, fl):
+            if job.total_gpus > nominal(d, fl):
                 continue
-            within = v.used[key] + job.gpus <= nominal(d, fl)
+            within = v.used[key] + job.total_gpus <= nominal(d, fl)
             p = prio(job)
             shape = (d, fl, p, within, job.pods, job.gpus_per_pod)
             if shape in failed:
@@ -99,17 +99,17 @@ class Kueue:
                 other_borrowing = rj.department != d and v.used[(rj.department, fl)] > nominal(rj.department, fl)
                 if (within and other_borrowing) or (rj.department == d and prio(rj) < p):
                     cands.append(rj)
-            if not cands or sum(x.gpus for x in cands) + v.flavor_free[fl] < job.gpus:
+            if not cands or sum(x.total_gpus for x in cands) + v.flavor_free[fl] < job.total_gpus:
                 failed.add(shape)
                 continue
             cands.sort(key=lambda rj: (rj.department == d, prio(rj), -rj.started_at, -rj.id))
             victims = v.victims_for(job, cands)
-            own = sum(x.gpus for x in victims or () if x.department == d)
-            if victims and v.used[key] - own + job.gpus <= nominal(d, fl):  # preempt only to fit within nominal
+            own = sum(x.total_gpus for x in victims or () if x.department == d)
+            if victims and v.used[key] - own + job.total_gpus <= nominal(d, fl):  # preempt only to fit within nominal
                 taken.update(x.id for x in victims)
                 for x in victims:
-                    v.used[(x.department, fl)] -= x.gpus
-                v.used[key] += job.gpus
+                    v.used[(x.department, fl)] -= x.total_gpus
+                v.used[key] += job.total_gpus
                 pre.append(preemption(job, victims, "reclaim" if within else "priority"))
                 changed()
             else:
