@@ -29,6 +29,11 @@ COLUMNS = REQUIRED + OPTIONAL
 _ATTRIBUTE = {"gpus": "total_gpus"}
 
 
+def column_value(row: TraceRow, column: str):
+    """``row``'s value of the trace file's ``column``."""
+    return getattr(row, _ATTRIBUTE.get(column, column))
+
+
 class TraceError(ValueError):
     pass
 
@@ -146,7 +151,7 @@ def write_csv(rows: Iterable[TraceRow], out: str | Path | io.TextIOBase) -> None
         w = csv.writer(fh)
         w.writerow(COLUMNS)
         for r in rows:  # numbers are formatted as text, so only the text columns go through safe_cell
-            w.writerow([_cell(getattr(r, _ATTRIBUTE.get(c, c))) for c in COLUMNS])
+            w.writerow([_cell(column_value(r, c)) for c in COLUMNS])
     finally:
         if own:
             fh.close()

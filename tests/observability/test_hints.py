@@ -94,7 +94,7 @@ def test_image_pull(lab):
 
 
 def test_a_pending_job_that_will_never_fit_says_why(lab, client):
-    job = _job(lab, state=JobState.QUEUED, gpus=16, reason_code="quota_exceeded_never",
+    job = _job(lab, state=JobState.QUEUED, gpus_per_pod=16, reason_code="quota_exceeded_never",
                reason_message="the request exceeds the quota the department could ever use",
                reason_detail={"never": True, "requested": 16, "nominal": 4, "borrowing_limit": 4})
     assert _codes(job) == ["never_fits"]
