@@ -44,7 +44,7 @@ def _forced_late(res, scenario, target_s: float, min_runtime_s: float) -> tuple[
     intervals: dict[str, list[tuple[float, float, int]]] = defaultdict(list)  # flavor -> (start, end, gpus)
     for r in res.jobs:
         for start, end in r.runs:
-            intervals[r.spec.flavor].append((start, end, r.spec.gpus))
+            intervals[r.spec.flavor].append((start, end, r.spec.total_gpus))
     late = forced = 0
     for r in res.jobs:
         if r.spec.tier != "realtime":
@@ -61,7 +61,7 @@ def _forced_late(res, scenario, target_s: float, min_runtime_s: float) -> tuple[
                 if start + min_runtime_s > t + target_s:
                     fresh += gpus
         free = capacity[r.spec.flavor] - held
-        if free < r.spec.gpus and free + (held - fresh) < r.spec.gpus:
+        if free < r.spec.total_gpus and free + (held - fresh) < r.spec.total_gpus:
             forced += 1
     return late, forced
 

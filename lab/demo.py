@@ -124,7 +124,7 @@ def _demo_jobs(a100: Flavor, h100: Flavor | None) -> None:
             data={"name": name, "image": "nvcr.io/nvidia/pytorch:24.05-py3",
                   "command": ["python", "train.py", "--config", f"{name}.yaml"], "env": {},
                   "flavor": h100 if where else a100, "cluster_selector": where[0] if where else {},
-                  "gpus": gpus, "pods": pods, "cpu_millicores": 8000, "memory_mib": 65536, "tier": tier,
+                  "gpus_per_pod": gpus, "pods": pods, "cpu_millicores": 8000, "memory_mib": 65536, "tier": tier,
                   "urgency": urgency, "task_type": "train", "deadline": None, "max_runtime_s": runtime, "bid": bid,
                   "termination_grace_s": 30, "pdb_min_available": None},
             idempotency_key=f"demo-{name}",

@@ -29,10 +29,14 @@ class CostInputs:
 
     flavor_id: int
     tier: str
-    gpus: int
+    gpus_per_pod: int
     pods: int
     max_runtime_s: int
     bid: int | None = None
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_pod * self.pods
 
 
 @dataclass(frozen=True)

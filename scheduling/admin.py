@@ -45,7 +45,7 @@ class JobEventInline(ReadOnlyInline):
 
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
-    list_display = ("id", "name", "owner", "department", "state", "tier", "flavor", "gpus", "pods", "attempt",
+    list_display = ("id", "name", "owner", "department", "state", "tier", "flavor", "gpus_per_pod", "pods", "attempt",
                     "submitted_at", "reason_code")
     list_filter = ("state", "tier", "department", "flavor", "borrowed")
     search_fields = ("name", "owner__username", "department__slug", "reason_code", "image")
@@ -128,7 +128,7 @@ class DepartmentSampleAdmin(ReadOnlyAdmin):
 
 @admin.register(NamespaceQuotaRefusal)
 class NamespaceQuotaRefusalAdmin(ReadOnlyAdmin):
-    list_display = ("job", "attempt", "cluster", "namespace", "gpus", "step", "refused_at", "expires_at", "cleared_at")
+    list_display = ("job", "attempt", "cluster", "namespace", "total_gpus", "step", "refused_at", "expires_at", "cleared_at")
     list_filter = ("cluster",)
     search_fields = ("job__name", "namespace")
     list_select_related = ("job", "cluster")

@@ -11,7 +11,7 @@ import re
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import AppendOnlyModel, Department
@@ -213,7 +213,9 @@ class Job(models.Model):
     # the values stay in workloads.DepartmentSecret, checked at submission by workloads.services.secrets).
     secrets = models.JSONField(default=list, blank=True)
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
-    gpus = models.PositiveIntegerField(validators=[MinValueValidator(1)], help_text="GPUs per pod")
+    # The column keeps its first name, ``gpus`` (the API's word too); the code says which GPUs it means.
+    gpus_per_pod = models.PositiveIntegerField(db_column="gpus", validators=[MinValueValidator(1)],
+                                               help_text="GPUs per pod")
     pods = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     cpu_millicores = models.PositiveIntegerField(default=4000)
     memory_mib = models.PositiveIntegerField(default=16384)
@@ -283,7 +285,7 @@ class Job(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="job_unique_owner_idempotency_key",
             ),
-            models.CheckConstraint(condition=Q(gpus__gte=1) & Q(pods__gte=1), name="job_gpus_positive"),
+            models.CheckConstraint(condition=Q(gpus_per_pod__gte=1) & Q(pods__gte=1), name="job_gpus_positive"),
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
         ]
         indexes = [
@@ -296,12 +298,15 @@ class Job(models.Model):
 
     @property
     def total_gpus(self) -> int:
-        return self.gpus * self.pods
+        return self.gpus_per_pod * self.pods
 
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
 
+
+# ``Job.total_gpus`` in SQL, for sums and reads over many jobs (``Sum(TOTAL_GPUS)``, ``values_list(..., TOTAL_GPUS)``).
+TOTAL_GPUS = F("gpus_per_pod") * F("pods")
 
 class JobRelatedQuerySet(TenantQuerySet):
     """Rows about a job (its timeline, its preemptions) are read like the job."""
@@ -569,7 +574,7 @@ class NamespaceQuotaRefusal(models.Model):
     attempt = models.PositiveIntegerField()
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     namespace = models.CharField(max_length=253)
-    gpus = models.PositiveIntegerField(help_text="the GPUs of the refused request (all its pods)")
+    total_gpus = models.PositiveIntegerField(db_column="gpus", help_text="the GPUs of the refused request (all its pods)")
     request = models.JSONField(default=dict, blank=True, help_text="the refused pods' requests")
     quota_version = models.CharField(max_length=500, blank=True)
     quotas = models.JSONField(default=dict, blank=True, help_text="the namespace's quotas (hard, used) as read")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from portal.tenancy import APPROVE, VIEW
@@ -15,6 +15,7 @@ from scheduling.backends import get_backend
 from scheduling.core.types import TIER_RANK, TIERS
 from scheduling.models import (
     ACTIVE_STATES,
+    TOTAL_GPUS,
     WAIT_BIN_LABELS,
     ClusterSample,
     DepartmentSample,
@@ -69,7 +70,7 @@ def cluster_summary() -> dict:
     """GPUs per flavor: total, used by portal jobs, used by others, free, and fragmentation (free GPUs that
     are not on a completely free node, as a share of free GPUs)."""
     used_on: dict[tuple[str, str], int] = defaultdict(int)
-    for placement, gpus in Job.objects.filter(state__in=ACTIVE_STATES).values_list("placement", "gpus"):
+    for placement, gpus in Job.objects.filter(state__in=ACTIVE_STATES).values_list("placement", "gpus_per_pod"):
         for node in placement or ():
             used_on[node] = used_on.get(node, 0) + gpus
     flavors: dict[str, dict] = {}
@@ -96,9 +97,6 @@ def cluster_summary() -> dict:
     return {"flavors": sorted(flavors.values(), key=lambda x: x["flavor"]), "nodes": nodes}
 
 
-F_GPUS = F("gpus") * F("pods")
-
-
 def lent_shares(keys, quotas, busy, borrowed) -> dict[tuple[int, int], int]:
     """What each (department, flavor) lends: the GPUs other departments borrow of a flavor, shared among the
     departments with idle nominal quota of it in proportion to that idle quota (the cohort pools lendable
@@ -121,7 +119,7 @@ def quota_use(*, department_id: int) -> list[dict]:
     quotas = quota_selectors.quotas_by_department_flavor()
     busy: dict[tuple[int, int], int] = {}
     for dept, flavor, gpus in (Job.objects.filter(state__in=ACTIVE_STATES).values_list("department_id", "flavor_id")
-                               .annotate(g=Sum(F_GPUS)).order_by()):
+                               .annotate(g=Sum(TOTAL_GPUS)).order_by()):
         busy[(dept, flavor)] = gpus or 0
     queued = dict(((d, f), n) for d, f, n in Job.objects.filter(state=JobState.QUEUED, department_id=department_id)
                   .values_list("department_id", "flavor_id").annotate(n=Count("id")).order_by())
@@ -202,7 +200,8 @@ def cluster_grid(user) -> list[dict]:
     on_node: dict[str, list[tuple]] = defaultdict(list)
     for pk, name, dept, owner, gpus, placement, state in (
             Job.objects.filter(state__in=ACTIVE_STATES).order_by("id")
-            .values_list("id", "name", "department__slug", "owner__username", "gpus", "placement", "state")):
+            .values_list("id", "name", "department__slug", "owner__username", "gpus_per_pod", "placement",
+                         "state")):
         for node in placement or ():
             on_node[node].append((pk, name, dept, owner, gpus, state))
     rows = []

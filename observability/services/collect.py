@@ -108,7 +108,7 @@ def _read(src, *, job: Job, attempt: int, start: datetime, end: datetime, final:
     out.read += 1
     fields = {
         "source": src.name, "profile": profile_of(job) if src.name == "simulated" else "",
-        "gpus": job.gpus * job.pods, "gpus_seen": agg.gpus_seen, "started_at": start,
+        "gpus": job.total_gpus, "gpus_seen": agg.gpus_seen, "started_at": start,
         "ended_at": end if final else None, "step_s": series.step_s, "samples": agg.samples,
         "mean_util": agg.mean_util, "p95_util": agg.p95_util, "busy_gpus": agg.busy_gpus,
         "engine_active": agg.engine_active, "peak_memory_mib": agg.peak_memory_mib,

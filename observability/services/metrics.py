@@ -14,7 +14,7 @@ from observability.models import AttemptUsage
 from observability.services.collect import READ_FAILURES
 from observability.services.idle import FLAGGED, STOPPED
 from portal.metrics import ScrapeCollector, stored
-from scheduling.models import Job, JobState, PreemptionVictim
+from scheduling.models import TOTAL_GPUS, Job, JobState, PreemptionVictim
 
 WAIT_WINDOW = timedelta(hours=1)
 
@@ -81,7 +81,7 @@ class GpuUseCollector(ScrapeCollector):
         pending = GaugeMetricFamily("portal_queue_pending_gpus", "GPUs asked for by queued jobs, per queue (flavor)"
                                     " and tier.", labels=["queue", "tier"])
         for flavor, tier, n in (Job.objects.filter(state=JobState.QUEUED).values_list("flavor__name", "tier")
-                                .annotate(n=Sum(F("gpus") * F("pods"))).order_by("flavor__name", "tier")):
+                                .annotate(n=Sum(TOTAL_GPUS)).order_by("flavor__name", "tier")):
             pending.add_metric([flavor, tier], n or 0)
         yield pending
         oldest = GaugeMetricFamily("portal_queue_oldest_wait_seconds", "How long the longest-waiting queued job "

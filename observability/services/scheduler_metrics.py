@@ -3,12 +3,12 @@ the workers (``portal.metrics``), and the queue, GPUs and wallets read from the 
 
 from __future__ import annotations
 
-from django.db.models import Count, F, Sum
+from django.db.models import Count, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from portal import metrics
 from quotas.models import Flavor, Wallet
-from scheduling.models import ACTIVE_STATES, Job, JobState, Node
+from scheduling.models import ACTIVE_STATES, TOTAL_GPUS, Job, JobState, Node
 
 
 class SchedulerCollector(metrics.ScrapeCollector):
@@ -52,7 +52,7 @@ class SchedulerCollector(metrics.ScrapeCollector):
         used = GaugeMetricFamily("portal_gpus_used", "GPUs held by admitted/running portal jobs by flavor.",
                                  labels=["flavor"])
         held = dict(Job.objects.filter(state__in=[s for s in ACTIVE_STATES if s != JobState.QUEUED])
-                    .values_list("flavor__name").annotate(n=Sum(F("gpus") * F("pods"))).order_by("flavor__name"))
+                    .values_list("flavor__name").annotate(n=Sum(TOTAL_GPUS)).order_by("flavor__name"))
         for flavor in flavors:
             used.add_metric([flavor], held.get(flavor) or 0)
         yield used

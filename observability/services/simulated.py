@@ -59,7 +59,7 @@ class SimulatedSource:
         out = GpuSeries(step_s=step)
         base = f"job-{job.pk}-a{attempt}"
         for pod in range(job.pods):
-            for gpu in range(job.gpus):
+            for gpu in range(job.gpus_per_pod):
                 key = f"{base if job.pods == 1 else f'{base}-{pod}'}/{gpu}"
                 rng = random.Random(f"{job.pk}-{attempt}-{pod}-{gpu}")
                 # In a gang, the first GPU of a job that asked for several does the work and the rest idle:

@@ -81,8 +81,8 @@ def on_job_admitted(*, job) -> BudgetNote | None:
     if not Wallet.objects.filter(department_id=job.department_id).exists():
         return None
     rate, basis = admission_rate(job=job)
-    gpus = job.gpus * job.pods
-    amount = money.hold_of(rate, gpus=gpus, max_runtime_s=job.max_runtime_s)
+    gpus = job.total_gpus
+    amount = money.hold_of(rate, total_gpus=gpus, max_runtime_s=job.max_runtime_s)
     admitted_at = job.admitted_at or timezone.now()
     entry = wallet_hold(job=job, attempt=job.attempt, amount=amount, rate=rate, allow_partial=True,
                         data={"basis": basis, "borrowed": bool(job.borrowed), "price": job.price,

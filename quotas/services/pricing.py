@@ -32,7 +32,7 @@ def cost_of(*, rate: int, gpu_seconds: int | float) -> int:
 
 def gpu_seconds_of(job) -> int:
     """The most GPU-seconds one attempt of ``job`` can use: all its GPUs for its whole max runtime."""
-    return job.gpus * job.pods * job.max_runtime_s
+    return job.total_gpus * job.max_runtime_s
 
 
 def read_prices() -> dict[tuple[int, str], int]:

@@ -37,7 +37,7 @@ def attempt_usage(*, hold: LedgerEntry, end: datetime) -> tuple[int, int]:
     """(gpu_seconds, cost) of one attempt from its admission to ``end``, at the hold's rate."""
     start_s = (hold.data or {}).get("admitted_at")
     start = datetime.fromisoformat(start_s) if start_s else hold.created_at
-    gpu_seconds = money.attempt_gpu_seconds(gpus=hold.gpus, ran_s=(end - start).total_seconds(),
+    gpu_seconds = money.attempt_gpu_seconds(total_gpus=hold.gpus, ran_s=(end - start).total_seconds(),
                                             max_runtime_s=(hold.data or {}).get("max_runtime_s"))
     return gpu_seconds, money.attempt_charge(hold.rate or 0, gpu_seconds=gpu_seconds)
 

@@ -57,7 +57,7 @@ def needs_approval(*, job, inputs: SubmissionCheckInputs | None = None) -> str |
     if rule is None and allowance is None:
         return None
     why: list[str] = []
-    gpus = job.gpus * job.pods
+    gpus = job.total_gpus
     cost = None
     if rule is not None:
         if rule.realtime and job.tier == "realtime":

@@ -137,7 +137,7 @@ def wallet_hold(*, job, attempt: int, amount: int, rate: int, actor=None, allow_
             return None
         return _append(wallet, kind=LedgerKind.HOLD, held_change=amount, key=key, job_id=job.pk, attempt=attempt,
                        user_id=job.owner_id, flavor_id=job.flavor_id, actor=actor, rate=rate,
-                       gpus=job.gpus * job.pods, data=data or {})
+                       gpus=job.total_gpus, data=data or {})
 
 
 def open_hold(*, job_id: int, attempt: int) -> int:

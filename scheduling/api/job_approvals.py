@@ -33,7 +33,7 @@ class PendingJobSerializer(serializers.Serializer):
     owner = serializers.CharField(source="owner.username")
     department = serializers.CharField(source="department.slug")
     flavor = serializers.CharField(source="flavor.name")
-    gpus = serializers.IntegerField()
+    gpus = serializers.IntegerField(source="gpus_per_pod")
     pods = serializers.IntegerField()
     tier = serializers.CharField()
     urgency = serializers.CharField()

@@ -164,7 +164,7 @@ class JobSubmitSerializer(StrictSerializer):
         help_text='department secrets: [{"secret": "wandb", "key": "api_key", "env": "WANDB_API_KEY"} | '
         '{"secret": "hf", "path": "/etc/secrets/hf"}] (names and keys only; GET /api/v1/secrets lists them)')
     flavor = FlavorField()
-    gpus = StrictIntegerField(min_value=1, max_value=64, help_text="GPUs per pod")
+    gpus = StrictIntegerField(min_value=1, max_value=64, source="gpus_per_pod", help_text="GPUs per pod")
     pods = StrictIntegerField(min_value=1, max_value=64, required=False, default=1,
                               help_text="pods admitted all-or-nothing (gang)")
     cpu = CpuField(required=False, default=4000, source="cpu_millicores")  # defaults skip parsing
@@ -381,6 +381,7 @@ class JobSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     cpu = CpuField(source="cpu_millicores", read_only=True)
     memory = MemoryField(source="memory_mib", read_only=True)
+    gpus = serializers.IntegerField(source="gpus_per_pod", read_only=True, help_text="GPUs per pod")
     reason = serializers.SerializerMethodField()
     checkpoint = serializers.SerializerMethodField()
 

@@ -151,7 +151,7 @@ class Cycle:
         scopes they count in: admit the job on the best pool whose scopes have room (None), else choose the
         pools to explain (and preempt or reserve in) by (how far the quota is from allowing it, cluster rank,
         name), and a cluster of them that selects their scopes."""
-        dept, flavor, k = job.department, job.flavor, job.gpus
+        dept, flavor, k = job.department, job.flavor, job.total_gpus
         groups: dict[tuple[str, ...], list[Pool]] = {}
         for pool in pools:
             groups.setdefault(self.quota.keys(dept, flavor, pool.cluster), []).append(pool)
@@ -209,9 +209,9 @@ class Cycle:
     def outside_refused_namespaces(self, job: PendingJob, pools: list[Pool]) -> list[Pool] | Waiting:
         """``pools`` without the clusters whose namespace quota refused a request this large for the job's
         department and flavor (no admission there until that quota changes), or why none is left."""
-        k = job.gpus
+        k = job.total_gpus
         refused = {q.cluster for q in self.snap.namespace_quotas
-                   if q.department == job.department and q.flavor == job.flavor and k >= q.gpus and self.now < q.until}
+                   if q.department == job.department and q.flavor == job.flavor and k >= q.total_gpus and self.now < q.until}
         if not refused:
             return pools
         pools = [p for p in pools if p.cluster not in refused]
@@ -263,13 +263,13 @@ class Cycle:
             and (not job.cluster_selector or any(self.topology.matches(job, c) for c in self.topology.flavor_clusters[flavor]))
         ):
             return self.pend(
-                job, reasons.NO_CAPACITY, {"free": 0, "requested": job.gpus, "schedulable_nodes": 0}
+                job, reasons.NO_CAPACITY, {"free": 0, "requested": job.total_gpus, "schedulable_nodes": 0}
             )
         return self.pend(job, reasons.UNKNOWN_FLAVOR, {"flavor": flavor, "cluster": job.cluster})
 
     def consider_quota(self, job: PendingJob, pools: list[Pool], qc: str | None) -> Outcome:
         """Admit ``job`` when its quota (scope ``qc``) and ``pools`` allow it; else preempt for it or explain."""
-        dept, flavor, k = job.department, job.flavor, job.gpus
+        dept, flavor, k = job.department, job.flavor, job.total_gpus
         never = self.quota.never(dept, flavor, k, qc)
         if never is not None:
             detail = self.quota.detail(dept, flavor, k, cluster=qc)
@@ -314,7 +314,7 @@ class Cycle:
             return Evicting(tuple(sorted(inflight)), "in_flight")
         if tier_rank(job.tier) != REALTIME:
             return None
-        outcome = self.preempt(job, pools, self.quota.borrows(job.department, job.flavor, job.gpus, qc))
+        outcome = self.preempt(job, pools, self.quota.borrows(job.department, job.flavor, job.total_gpus, qc))
         if isinstance(outcome, Evicting):
             return outcome
         code, detail = outcome
@@ -338,14 +338,14 @@ class Cycle:
             return False
         # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
         _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
-        borrows = self.quota.borrows(job.department, job.flavor, job.gpus, pool.cluster)
+        borrows = self.quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster)
         placed = pool.place(g, n, end)
         for i in placed:
             pool.events.append((end, i, g))
-        self.quota.add(job.department, job.flavor, job.gpus, pool.cluster)
+        self.quota.add(job.department, job.flavor, job.total_gpus, pool.cluster)
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        self.admitted_end.append((end, job.department, job.flavor, job.gpus, pool.cluster))
+        self.admitted_end.append((end, job.department, job.flavor, job.total_gpus, pool.cluster))
         self.admissions[job.id] = Admission(
             job_id=job.id,
             placement=tuple(pool.names[i] for i in placed),
@@ -364,7 +364,7 @@ class Cycle:
         key = (pool.cluster, pool.flavor)
         if self.evictions.may_evict_soon(key):
             return True
-        return pool.now.free_total() - job.gpus >= headroom
+        return pool.now.free_total() - job.total_gpus >= headroom
 
     def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool) -> Evicting | tuple[str | None, dict]:
         """``Evicting`` when victims were chosen (the job waits for them); else (reason code or None, detail)."""
@@ -393,7 +393,7 @@ class Cycle:
         reserves too when the GPUs it needs are physically in use (lent-out capacity is capacity); one that
         would fit physically now waits on quota alone. ``detail["head"]`` names the head with the earliest
         reserved start."""
-        g, n, k = job.gpus_per_pod, job.pods, job.gpus
+        g, n, k = job.gpus_per_pod, job.pods, job.total_gpus
         if quota_code is not None and any(p.now.capacity(g) >= n and p.reservation is None for p in pools):
             return self.pend(job, quota_code, quota_detail, quota_note(quota_detail))
         # (nor does it reserve behind another head: the GPUs are there, its quota is what it waits for)

@@ -78,7 +78,7 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             seq += 1
     for job in view.running:
         if job.flavor == flavor:
-            heap.append((max(now, job.expected_end), seq, -1, 0, job.gpus, (job.department, job.cluster)))
+            heap.append((max(now, job.expected_end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
             seq += 1
     for end, dept, fl, gpus, cluster in view.admitted_end:
         if fl == flavor:
@@ -101,13 +101,13 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         scoped = (job.department, flavor) in book.scoped
         chosen = None
         while True:
-            if scoped or book.check(job.department, flavor, job.gpus)[0] is None:
+            if scoped or book.check(job.department, flavor, job.total_gpus)[0] is None:
                 chosen = next(
                     (
                         pi
                         for pi in cand
                         if index[pi].capacity(g) >= n
-                        and (not scoped or book.check(job.department, flavor, job.gpus, cluster=pools[pi].cluster)[0] is None)
+                        and (not scoped or book.check(job.department, flavor, job.total_gpus, cluster=pools[pi].cluster)[0] is None)
                     ),
                     None,
                 )
@@ -136,6 +136,6 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             idx.set(i, free[chosen][i])
             heappush(heap, (end, seq, chosen, i, g, None))
             seq += 1
-        heappush(heap, (end, seq, -1, 0, job.gpus, (job.department, pools[chosen].cluster)))
+        heappush(heap, (end, seq, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster)))
         seq += 1
-        book.add(job.department, flavor, job.gpus, pools[chosen].cluster)
+        book.add(job.department, flavor, job.total_gpus, pools[chosen].cluster)

@@ -79,7 +79,7 @@ class Evictions:
             key = (
                 0 if job.borrowed else 1,
                 -tier_rank(job.tier),
-                job.gpus * at_risk_s(job, self.now),
+                job.total_gpus * at_risk_s(job, self.now),
                 scorer.running_score(job),
                 job.id,
             )
@@ -114,7 +114,7 @@ class Evictions:
         capacity itself (the job then waits, reserved)."""
         realtime = tier_rank(job.tier) == REALTIME
         rank = tier_rank(job.tier)
-        flavor, dept, k = job.flavor, job.department, job.gpus
+        flavor, dept, k = job.flavor, job.department, job.total_gpus
         quota = self.quota
         # A reclaim that frees much more than the job needs wastes the victims' work and leaves GPUs idle:
         # it waits until the job has waited reclaim_delay_s (the borrower may end meanwhile).
@@ -159,7 +159,7 @@ class Evictions:
             return best
 
         best = attempt(False, self.budget_left)
-        if best is not None and not realtime and (not patient or sum(c.job.gpus for c in best[1]) > 2 * k):
+        if best is not None and not realtime and (not patient or sum(c.job.total_gpus for c in best[1]) > 2 * k):
             best = None  # too wasteful for now: wait (reserved) and retry once patient
             wasteful = True
         else:
@@ -215,16 +215,16 @@ class Evictions:
         cands = self.cands.get((pool.cluster, pool.flavor))
         if not cands:
             return None
-        idle = min(pool.now.free_total(), job.gpus) * (when - self.now)
+        idle = min(pool.now.free_total(), job.total_gpus) * (when - self.now)
         if idle <= 0:
             return None
         quota, now, policy, scorer = self.quota, self.now, self.policy, self.scorer
         preemptor = Preemptor(
             job.department,
             job.flavor,
-            job.gpus,
+            job.total_gpus,
             tier_rank(job.tier),
-            quota.borrows(job.department, job.flavor, job.gpus, pool.cluster),
+            quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster),
             starving=starving,
             cluster=pool.cluster,
         )
@@ -239,7 +239,7 @@ class Evictions:
         victims = self._search(job, pool, cands, eligible, self.budget_left)
         if not victims:
             return None
-        lost = sum(c.job.gpus * at_risk_s(c.job, now) for c in victims)
+        lost = sum(c.job.total_gpus * at_risk_s(c.job, now) for c in victims)
         if lost > ratio * idle or len(victims) > self._reclaim_share():
             return None
         return self.commit(job, pool, victims, "drain")
@@ -254,7 +254,7 @@ class Evictions:
             quota=self.quota,
             dept=job.department,
             flavor=job.flavor,
-            k=job.gpus,
+            k=job.total_gpus,
             eligible=eligible,
             budget_left=budgets,
         )

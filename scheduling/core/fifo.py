@@ -23,7 +23,7 @@ def fifo_schedule(snapshot: Snapshot) -> CycleResult:
             cluster_of[node.name] = node.cluster
     used: dict[tuple[str, str], int] = defaultdict(int)
     for job in snapshot.running:
-        used[(job.department, job.flavor)] += job.gpus
+        used[(job.department, job.flavor)] += job.total_gpus
         for name in job.placement:
             if name in free:
                 free[name] -= job.gpus_per_pod
@@ -37,12 +37,12 @@ def fifo_schedule(snapshot: Snapshot) -> CycleResult:
         if job.flavor in blocked_flavors:
             pending.append(_reason(job.id, reasons.WAITING_FOR_HIGHER_PRIORITY))
             continue
-        if used[key] + job.gpus > nominal.get(key, 0):
+        if used[key] + job.total_gpus > nominal.get(key, 0):
             pending.append(
                 _reason(
                     job.id,
                     reasons.QUOTA_EXHAUSTED,
-                    {"in_use": used[key], "nominal": nominal.get(key, 0), "requested": job.gpus},
+                    {"in_use": used[key], "nominal": nominal.get(key, 0), "requested": job.total_gpus},
                 )
             )
             continue
@@ -50,12 +50,12 @@ def fifo_schedule(snapshot: Snapshot) -> CycleResult:
         if placement is None:
             blocked_flavors.add(job.flavor)
             total_free = sum(f for n, f in free.items() if flavor_of[n] == job.flavor)
-            code = reasons.NO_FITTING_NODE if total_free >= job.gpus else reasons.NO_CAPACITY
-            pending.append(_reason(job.id, code, {"free": total_free, "requested": job.gpus}))
+            code = reasons.NO_FITTING_NODE if total_free >= job.total_gpus else reasons.NO_CAPACITY
+            pending.append(_reason(job.id, code, {"free": total_free, "requested": job.total_gpus}))
             continue
         for name in placement:
             free[name] -= job.gpus_per_pod
-        used[key] += job.gpus
+        used[key] += job.total_gpus
         admissions.append(Admission(job_id=job.id, placement=placement, cluster=cluster_of[placement[0]]))
     return CycleResult(
         admissions=tuple(admissions),

@@ -52,18 +52,18 @@ def admission_rate(base: int, *, borrowed: bool, price: int | None) -> tuple[int
     return base, "base"
 
 
-def hold_of(rate: int, *, gpus: int, max_runtime_s: int | float) -> int:
+def hold_of(rate: int, *, total_gpus: int, max_runtime_s: int | float) -> int:
     """What an attempt holds: its rate for all its GPUs for its whole max runtime."""
-    return cost_of(rate, gpus * max_runtime_s)
+    return cost_of(rate, total_gpus * max_runtime_s)
 
 
-def attempt_gpu_seconds(*, gpus: int, ran_s: float, max_runtime_s: float | None) -> int:
+def attempt_gpu_seconds(*, total_gpus: int, ran_s: float, max_runtime_s: float | None) -> int:
     """Whole GPU-seconds an attempt used: its run time (never negative, capped at its max runtime when one is
     known) rounded up to the second, times its GPUs."""
     seconds = max(0.0, ran_s)
     if max_runtime_s:
         seconds = min(seconds, float(max_runtime_s))
-    return int(math.ceil(seconds)) * gpus
+    return int(math.ceil(seconds)) * total_gpus
 
 
 def attempt_charge(rate: int, *, gpu_seconds: int, hold: int | None = None) -> int:

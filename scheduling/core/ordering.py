@@ -88,7 +88,7 @@ class Scorer:
             nominal[q.department] += max(0, q.nominal)
         running: dict[str, int] = defaultdict(int)
         for job in snapshot.running:
-            running[job.department] += job.gpus
+            running[job.department] += job.total_gpus
         self.ratios = use_ratios(nominal=nominal, running=running, usage=snapshot.usage)
         self._use = (nominal, running, snapshot.usage)  # to recompute a ratio without one running job
         self._without: dict[int, dict[str, float]] = {}  # running job id -> use ratios once it is evicted
@@ -115,7 +115,7 @@ class Scorer:
                 deadline=job.deadline,
                 bid=job.bid,
                 use_ratio=ratio,
-                gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
+                gpu_hours=job.total_gpus * job.max_runtime_s / 3600.0,
                 fair=self.fair(job.department) if ratios is None else fair_factor(self.policy, ratio),
             )
             if ratios is None:
@@ -133,7 +133,7 @@ class Scorer:
             deadline=None,
             bid=job.bid,
             use_ratio=self.ratios.get(job.department, 1.0),
-            gpu_hours=job.gpus * job.max_runtime_s / 3600.0,
+            gpu_hours=job.total_gpus * job.max_runtime_s / 3600.0,
             aging=False,
             fair=self.fair(job.department),
         )
@@ -177,7 +177,7 @@ class Scorer:
         if ratios is None:
             nominal, running, usage = self._use
             fewer = dict(running)
-            fewer[victim.department] = fewer.get(victim.department, 0) - victim.gpus
+            fewer[victim.department] = fewer.get(victim.department, 0) - victim.total_gpus
             ratios = self._without[victim.id] = use_ratios(nominal=nominal, running=fewer, usage=usage)
         as_pending = PendingJob(
             id=victim.id, department=victim.department, flavor=victim.flavor, tier=victim.tier,

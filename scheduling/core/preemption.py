@@ -46,7 +46,7 @@ class Preemptor:
 
     department: str
     flavor: str
-    gpus: int
+    total_gpus: int
     rank: int  # tier rank
     borrows: bool  # it would take its department beyond its nominal quota
     starving: bool = False
@@ -83,7 +83,7 @@ def priority_victim(v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapp
     return (
         not p.borrows
         or quota.over_nominal(p.department, p.flavor, gone, p.cluster)
-        or quota.within_nominal(p.department, p.flavor, p.gpus - gone - v.gpus, p.cluster)
+        or quota.within_nominal(p.department, p.flavor, p.total_gpus - gone - v.total_gpus, p.cluster)
     )
 
 
@@ -209,7 +209,7 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
     best_cost = None  # (work at risk, GPUs) of the best so far: only a cheaper candidate can replace it
     for c in cands:
         job = c.job
-        if best_cost is not None and (c.key[2], job.gpus) >= best_cost:
+        if best_cost is not None and (c.key[2], job.total_gpus) >= best_cost:
             continue
         # The physical test first: it is the cheapest, and most candidates alone free too little.
         cap = base
@@ -222,9 +222,9 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
             continue
         if budget_left is not None and any(job.pods > budget_left.get(b, job.pods) for b in job.disruption_budgets):
             continue
-        if quota.check(dept, flavor, k, {job.department: job.gpus}, pool.cluster)[0] is None:
+        if quota.check(dept, flavor, k, {job.department: job.total_gpus}, pool.cluster)[0] is None:
             best = c
-            best_cost = (c.key[2], job.gpus)
+            best_cost = (c.key[2], job.total_gpus)
     return None if best is None else [best]
 
 
@@ -249,7 +249,7 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
         nonlocal cap
         job = c.job
         d = job.department
-        removed[d] += sign * job.gpus
+        removed[d] += sign * job.total_gpus
         for scope in scopes:
             key, gone = scope[0], scope[4]
             if (d, key) not in counts:
@@ -257,8 +257,8 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
             if not counts[(d, key)]:
                 continue
             before = usage[(d, key)] - gone[d]
-            gone[d] += sign * job.gpus
-            scope[1] += quota.over(d, key, before - sign * job.gpus) - quota.over(d, key, before)
+            gone[d] += sign * job.total_gpus
+            scope[1] += quota.over(d, key, before - sign * job.total_gpus) - quota.over(d, key, before)
         for i in c.nodes:
             old = free[i] + delta[i]
             delta[i] += sign * job.gpus_per_pod

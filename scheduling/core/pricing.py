@@ -31,7 +31,7 @@ def clearing_prices(
             continue
         if credits is not None and job.hold > credits.get(job.department, 0):
             continue
-        dept, flavor, k = job.department, job.flavor, job.gpus
+        dept, flavor, k = job.department, job.flavor, job.total_gpus
         # (per-cluster quotas: it could have borrowed on one of the clusters open to it)
         scoped = (dept, flavor) in quota.scoped
         if not any(

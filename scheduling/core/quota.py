@@ -55,7 +55,7 @@ class QuotaBook:
         self.usage: dict[Key, int] = defaultdict(int)
         for job in running:
             for key in self.keys(job.department, job.flavor, job.cluster):
-                self.usage[(job.department, key)] += job.gpus
+                self.usage[(job.department, key)] += job.total_gpus
         self.running_usage: dict[Key, int] = dict(self.usage)  # before this cycle's admissions
         self.pool_used: dict[str, int] = defaultdict(int)
         for (dept, key), used in sorted(self.usage.items()):

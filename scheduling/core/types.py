@@ -122,7 +122,7 @@ class PendingJob:
     not_before: float | None = None
 
     @property
-    def gpus(self) -> int:
+    def total_gpus(self) -> int:
         return self.pods * self.gpus_per_pod
 
 
@@ -159,7 +159,7 @@ class RunningJob:
         return len(self.placement)
 
     @property
-    def gpus(self) -> int:
+    def total_gpus(self) -> int:
         return len(self.placement) * self.gpus_per_pod
 
     @property
@@ -240,14 +240,14 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class NamespaceQuotaLimit:
-    """A namespace ResourceQuota on ``cluster`` refused a request of ``gpus`` GPUs of ``flavor`` by
+    """A namespace ResourceQuota on ``cluster`` refused a request of ``total_gpus`` GPUs of ``flavor`` by
     ``department``: until ``until`` (the adapter drops it earlier once it sees the quota change), no job of that
     department and flavor needing at least that many GPUs is admitted there."""
 
     cluster: str
     department: str
     flavor: str
-    gpus: int
+    total_gpus: int
     until: float
 
 

@@ -80,7 +80,7 @@ def podset_for(job: Job) -> PodSet:
         command=tuple(job.command),
         env=tuple(sorted((str(k), str(v)) for k, v in (job.env or {}).items())),
         pods=job.pods,
-        gpus_per_pod=job.gpus,
+        gpus_per_pod=job.gpus_per_pod,
         gpu_resource=job.flavor.resource_name,
         node_labels=tuple(sorted((str(k), str(v)) for k, v in (job.flavor.node_labels or {}).items())),
         cpu_millicores=job.cpu_millicores,

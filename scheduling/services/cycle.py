@@ -282,7 +282,7 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: se
     )
     for v in victims:
         started = v.started_at or v.admitted_at or ctx.now
-        lost = int(max(0.0, (ctx.now - started).total_seconds()) * v.gpus * v.pods)
+        lost = int(max(0.0, (ctx.now - started).total_seconds()) * v.total_gpus)
         PreemptionVictim.objects.create(preemption=record, job=v, attempt=v.attempt, gpu_seconds_lost=lost)
         record_event(
             job=v,

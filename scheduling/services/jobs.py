@@ -137,7 +137,19 @@ def transition(
 
 
 def request_hash(data: dict) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(_hashed(data), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _hashed(data: dict) -> dict:
+    """``data`` as the stored hashes read it: the per-pod count under its first key, ``gpus``, so a retry of a
+    request made before the code named it ``gpus_per_pod`` still matches its job."""
+    if isinstance(data.get("jobs"), list):
+        return {**data, "jobs": [_hashed(item) for item in data["jobs"]]}
+    if "gpus_per_pod" not in data:
+        return data
+    out = {k: v for k, v in data.items() if k != "gpus_per_pod"}
+    out["gpus"] = data["gpus_per_pod"]
+    return out
 
 
 def budget_admitted(job: Job) -> None:

@@ -48,8 +48,8 @@ def quota_refused(*, job: Job, cluster: Cluster, exc, now: datetime) -> float:
         step = 1 if row is None else row.step + 1
         delay = float(min(high, low * 2 ** (step - 1)))
         values = {"cluster": cluster, "namespace": getattr(exc, "namespace", "") or namespace_for(
-            job.department.slug, cluster), "gpus": job.pods * job.gpus,
-            "request": {"pods": job.pods, "gpus_per_pod": job.gpus, "cpu_millicores": job.cpu_millicores,
+            job.department.slug, cluster), "total_gpus": job.total_gpus,
+            "request": {"pods": job.pods, "gpus_per_pod": job.gpus_per_pod, "cpu_millicores": job.cpu_millicores,
                         "memory_mib": job.memory_mib, "resource": job.flavor.resource_name},
             "quota_version": getattr(exc, "quota_version", "")[:500], "quotas": getattr(exc, "quotas", {}),
             "message": str(exc)[:2000], "refused_at": now, "step": step,

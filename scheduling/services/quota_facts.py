@@ -4,10 +4,10 @@ are the facts it gets instead, as values. Registered in ``SchedulingConfig.ready
 
 from __future__ import annotations
 
-from django.db.models import F, Sum
+from django.db.models import Sum
 
 from quotas.ports import AttemptState, CostInputs
-from scheduling.models import ACTIVE_STATES, Cluster, Job, JobState, Node
+from scheduling.models import ACTIVE_STATES, TOTAL_GPUS, Cluster, Job, JobState, Node
 
 
 class SchedulingQuotaFacts:
@@ -24,7 +24,7 @@ class SchedulingQuotaFacts:
         rows = (
             Job.objects.filter(state__in=ACTIVE_STATES)
             .values("department_id", "flavor_id", "cluster_id")
-            .annotate(n=Sum(F("gpus") * F("pods")))
+            .annotate(n=Sum(TOTAL_GPUS))
         )
         default = Cluster.objects.filter(is_default=True).values_list("pk", flat=True).first()
         usage: dict = {}
@@ -39,7 +39,7 @@ class SchedulingQuotaFacts:
     def queued_costs(self, *, owner_id: int, wallet_id: int) -> list[CostInputs]:
         """The cost inputs of the user's queued jobs in the department of ``wallet_id`` (one query)."""
         rows = Job.objects.filter(owner_id=owner_id, state=JobState.QUEUED, department__wallet__id=wallet_id
-                                  ).values_list("flavor_id", "tier", "gpus", "pods", "max_runtime_s", "bid")
+                                  ).values_list("flavor_id", "tier", "gpus_per_pod", "pods", "max_runtime_s", "bid")
         return [CostInputs(*row) for row in rows]
 
     def attempts(self, job_ids) -> dict[int, AttemptState]:

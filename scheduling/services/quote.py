@@ -37,7 +37,7 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     fields = {k: v for k, v in data.items() if k != "flavor"}
     job = Job(owner=user, department=membership.department, user_tier=membership.user_tier,
               flavor=data["flavor"], state=JobState.QUEUED, submitted_at=now, **fields)
-    gpus_total = job.gpus * job.pods
+    gpus_total = job.total_gpus
     gpu_seconds = gpus_total * job.max_runtime_s
     base = budgets.price_for(flavor_id=job.flavor_id, tier=job.tier)
     rate = max(base, job.bid or 0)
@@ -93,7 +93,7 @@ def _quota_use(snapshot: core.Snapshot, dept: str, flavor: str, gpus: int) -> di
     """The department's quota of ``flavor`` and what its running jobs use of it, and whether ``gpus`` more
     fit inside nominal (``fits``), need borrowed capacity (``must_borrow``), or pass the borrowing limit."""
     q = next((q for q in snapshot.quotas if q.department == dept and q.flavor == flavor), None)
-    used = sum(j.gpus for j in snapshot.running
+    used = sum(j.total_gpus for j in snapshot.running
                if j.department == dept and j.flavor == flavor)
     nominal = q.nominal if q else 0
     limit = q.borrowing_limit if q else 0
@@ -121,7 +121,7 @@ def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, 
                            f"(QUOTE_ESTIMATE_MAX_JOBS={settings.QUOTE_ESTIMATE_MAX_JOBS}).",
                 "borrowed": False, "price": None, "elapsed_ms": 0}
     pending = core_types.PendingJob(
-        id=QUOTE_JOB_ID, department=dept, flavor=flavor, tier=job.tier, pods=job.pods, gpus_per_pod=job.gpus,
+        id=QUOTE_JOB_ID, department=dept, flavor=flavor, tier=job.tier, pods=job.pods, gpus_per_pod=job.gpus_per_pod,
         urgency=job.urgency, user_tier=job.user_tier, user=user, submitted_at=snapshot.now,
         deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=float(job.max_runtime_s),
         bid=job.bid or 0, hold=hold,

@@ -29,7 +29,16 @@ from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import tiers
 from scheduling.core import types as core
-from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, NamespaceQuotaRefusal, Node, PreemptionVictim
+from scheduling.models import (
+    IN_FLIGHT,
+    TOTAL_GPUS,
+    Cluster,
+    Job,
+    JobState,
+    NamespaceQuotaRefusal,
+    Node,
+    PreemptionVictim,
+)
 from scheduling.services.policy import current_policy
 from workloads.services.resolve import source_clusters
 
@@ -113,10 +122,10 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
 def read_namespace_quotas(now) -> tuple[core.NamespaceQuotaLimit, ...]:
     """The namespace quotas that refused a request and have not changed since (one query)."""
     refusals = NamespaceQuotaRefusal.objects.filter(cleared_at__isnull=True, expires_at__gt=now).values_list(
-        "cluster__name", "job__department__slug", "job__flavor__name", "gpus", "expires_at")
-    return tuple(sorted({core.NamespaceQuotaLimit(cluster=c, department=d, flavor=f, gpus=g, until=e.timestamp())
+        "cluster__name", "job__department__slug", "job__flavor__name", "total_gpus", "expires_at")
+    return tuple(sorted({core.NamespaceQuotaLimit(cluster=c, department=d, flavor=f, total_gpus=g, until=e.timestamp())
                          for c, d, f, g, e in refusals},
-                        key=lambda q: (q.cluster, q.department, q.flavor, q.gpus, q.until)))
+                        key=lambda q: (q.cluster, q.department, q.flavor, q.total_gpus, q.until)))
 
 
 def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.ClusterInfo, ...]]:
@@ -214,7 +223,7 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         flavor=j.flavor.name,
         tier=j.tier,
         placement=tuple(j.placement or ()),
-        gpus_per_pod=j.gpus,
+        gpus_per_pod=j.gpus_per_pod,
         started_at=to_epoch(j.started_at or j.admitted_at) or ctx.now.timestamp(),
         max_runtime_s=float(j.max_runtime_s),
         checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
@@ -238,7 +247,7 @@ def pending_job(j: Job, *, hold: int, data_sources: tuple = ()) -> core.PendingJ
         flavor=j.flavor.name,
         tier=j.tier,
         pods=j.pods,
-        gpus_per_pod=j.gpus,
+        gpus_per_pod=j.gpus_per_pod,
         urgency=j.urgency,
         user_tier=j.user_tier,
         user=j.owner.username,
@@ -319,15 +328,15 @@ def decayed_usage(*, now: datetime, half_life_s: float) -> dict[str, float]:
     horizon = now - timedelta(seconds=4 * half_life_s)
     rows = Job.objects.filter(started_at__isnull=False).filter(
         Q(finished_at__isnull=True) | Q(finished_at__gte=horizon)
-    ).values_list("department__slug", "gpus", "pods", "started_at", "finished_at")
+    ).values_list("department__slug", TOTAL_GPUS, "started_at", "finished_at")
     usage: dict[str, float] = defaultdict(float)
     lam = math.log(2) / half_life_s
     t_now = now.timestamp()
-    for dept, gpus, pods, started, finished in rows:
+    for dept, total_gpus, started, finished in rows:
         a = max(started.timestamp(), horizon.timestamp())
         b = finished.timestamp() if finished else t_now
         if b <= a:
             continue
         # integral of exp(-lam * (now - t)) dt from a to b
-        usage[dept] += gpus * pods * (math.exp(-lam * (t_now - b)) - math.exp(-lam * (t_now - a))) / lam
+        usage[dept] += total_gpus * (math.exp(-lam * (t_now - b)) - math.exp(-lam * (t_now - a))) / lam
     return dict(usage)

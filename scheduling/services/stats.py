@@ -21,6 +21,7 @@ from quotas import selectors as quota_selectors
 from scheduling.core.types import TIERS
 from scheduling.models import (
     ACTIVE_STATES,
+    TOTAL_GPUS,
     WAIT_BINS_S,
     ClusterSample,
     DepartmentSample,
@@ -54,13 +55,13 @@ def record_sample(*, now: datetime | None = None) -> datetime:
 
     nodes = list(Node.objects.values_list("name", "flavor_id", "gpus", "used_by_others", "schedulable"))
     active = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(
-        "department_id", "flavor_id", "gpus", "pods", "placement"))
+        "department_id", "flavor_id", "gpus_per_pod", TOTAL_GPUS, "placement"))
     used_on: dict[str, int] = defaultdict(int)
     busy: dict[tuple[int, int], int] = defaultdict(int)
-    for dept, flavor, gpus, pods, placement in active:
-        busy[(dept, flavor)] += gpus * pods
+    for dept, flavor, gpus_per_pod, total_gpus, placement in active:
+        busy[(dept, flavor)] += total_gpus
         for node in placement or ():
-            used_on[node] += gpus
+            used_on[node] += gpus_per_pod
     total: dict[int, int] = defaultdict(int)
     free: dict[int, int] = defaultdict(int)
     for name, flavor, gpus, others, schedulable in nodes:

@@ -127,7 +127,7 @@ def spec_of_job(job: Job) -> dict:
     would refuse the resubmission)."""
     spec = {
         "name": job.name, "image": job.image, "command": list(job.command), "env": dict(job.env or {}),
-        "flavor": job.flavor.name, "gpus": job.gpus, "pods": job.pods, "cpu": f"{job.cpu_millicores}m",
+        "flavor": job.flavor.name, "gpus": job.gpus_per_pod, "pods": job.pods, "cpu": f"{job.cpu_millicores}m",
         "memory": f"{job.memory_mib}Mi", "tier": job.tier, "urgency": job.urgency, "task_type": job.task_type,
         "max_runtime_s": job.max_runtime_s, "bid": job.bid, "termination_grace_s": job.termination_grace_s,
         "checkpoint_interval_s": job.checkpoint_interval_s, "pdb_min_available": job.pdb_min_available,

@@ -92,7 +92,7 @@ def export_rows(*, since, limit: int | None = None) -> list:
         rows.append(TraceRow(
             job_id=str(j.pk), submit_time_s=(j.submitted_at - t0).total_seconds(),
             duration_s=max(1.0, ran if ran is not None else float(j.max_runtime_s)),
-            gpus=j.gpus * j.pods, department=j.department.slug, user=j.owner.get_username(), tier=j.tier,
+            total_gpus=j.total_gpus, department=j.department.slug, user=j.owner.get_username(), tier=j.tier,
             urgency=j.urgency, flavor=j.flavor.name,
             deadline_s=(j.deadline - t0).total_seconds() if j.deadline else None, bid=j.bid,
             max_runtime_s=float(j.max_runtime_s), pods=j.pods,

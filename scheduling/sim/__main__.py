@@ -128,7 +128,7 @@ def _convert(a) -> int:
     sc = load_scenario(a.scenario)
     sc, jobs, info = prepare(sc, seed=a.seed, load=a.load, trace_dir=a.trace_dir)
     rows = [
-        TraceRow(j.key, j.submit, j.duration_s, j.gpus, j.department, j.user, j.tier, j.urgency, j.flavor, j.deadline,
+        TraceRow(j.key, j.submit, j.duration_s, j.total_gpus, j.department, j.user, j.tier, j.urgency, j.flavor, j.deadline,
                  j.bid, j.max_runtime_s, j.pods, j.checkpoint_interval_s)
         for j in jobs
     ]

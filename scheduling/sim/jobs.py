@@ -58,9 +58,9 @@ def _pick(rng: random.Random, fractions: dict[str, float], default: str) -> str:
 
 def _matches(cond: dict[str, Any], r: tr.TraceRow) -> bool:
     for k, v in cond.items():
-        if k == "gpus_max" and r.gpus > v:
+        if k == "gpus_max" and r.total_gpus > v:
             return False
-        if k == "gpus_min" and r.gpus < v:
+        if k == "gpus_min" and r.total_gpus < v:
             return False
         if k == "duration_max_s" and r.duration_s > v:
             return False
@@ -179,10 +179,10 @@ class _Assigner:
     def shape(self, r: tr.TraceRow, flavor: str) -> tuple[int, int]:
         """(pods, GPUs per pod): the trace's pods, else the default split over the flavor's node size."""
         if not r.pods:
-            return split_pods(r.gpus, self.sc.node_size(flavor))
-        if r.gpus % r.pods:
-            raise ScenarioError(f"job {r.job_id}: {r.gpus} GPUs not divisible into {r.pods} pods")
-        return r.pods, r.gpus // r.pods
+            return split_pods(r.total_gpus, self.sc.node_size(flavor))
+        if r.total_gpus % r.pods:
+            raise ScenarioError(f"job {r.job_id}: {r.total_gpus} GPUs not divisible into {r.pods} pods")
+        return r.pods, r.total_gpus // r.pods
 
     def labels(self, key: str, given: tuple[tuple[str, str], ...] | None, dept: str) -> tuple[tuple[str, str], ...]:
         if given is not None:
@@ -238,7 +238,7 @@ def prepare(
         rows, shares = load_trace(sc, seed=seed, trace_dir=trace_dir)
     sc = resolve_departments(sc, rows, shares)
     rows = fold_departments(sc, rows)
-    rows = [r for r in rows if r.gpus > 0 and r.duration_s > 0]  # nothing to run
+    rows = [r for r in rows if r.total_gpus > 0 and r.duration_s > 0]  # nothing to run
     jobs0 = build_jobs(sc, rows, seed=seed)
     # A job no set of nodes of its flavor can hold would wait forever and still count in rho: refuse the
     # scenario, or drop such jobs when the scenario says so (a public trace recorded on a larger cluster).

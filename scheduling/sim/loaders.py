@@ -121,7 +121,7 @@ def parse_elasticflow(lines, *, prefix: str = "") -> list[TraceRow]:
                 job_id=prefix + r["job_id"],
                 submit_time_s=sub,
                 duration_s=float(r["duration"]),
-                gpus=int(r["num_gpu"]),
+                total_gpus=int(r["num_gpu"]),
                 department="",
                 deadline_s=float(dl) if dl else None,
             )
@@ -173,7 +173,7 @@ def parse_alibaba(lines, *, qos_tiers: dict[str, str] | None = None, keep_unsche
                 job_id=r["name"],
                 submit_time_s=created,
                 duration_s=dur,
-                gpus=g,
+                total_gpus=g,
                 department="",
                 tier=tiers.get((r.get("qos") or "").strip()),
                 flavor=(r.get("gpu_spec") or "").strip() or None,

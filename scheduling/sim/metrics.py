@@ -62,7 +62,7 @@ def lost_in_window(jobs, window: tuple[float, float]) -> float:
         for t0, t1 in r.lost_runs:
             lo, hi = max(t0, w0), min(t1, w1)
             if hi > lo:
-                total += (hi - lo) * r.spec.gpus
+                total += (hi - lo) * r.spec.total_gpus
     return total
 
 
@@ -149,7 +149,7 @@ def _wait_groups(started, wait_of: dict[int, float]) -> _Waits:
         groups.tier[r.spec.tier].append(w)
         groups.dept[r.spec.department].append(w)
         groups.urgency[r.spec.urgency].append(w)
-        groups.gpus[gpu_class(r.spec.gpus)].append(w)
+        groups.gpus[gpu_class(r.spec.total_gpus)].append(w)
         if r.spec.tier != "realtime" and r.spec.urgency in ("high", "critical"):
             groups.urgent.append(w)
     return groups
@@ -195,7 +195,7 @@ def _completion_figures(res, finished) -> dict:
     """Job completion times and how far they are above the two lower bounds."""
     jct = [r.finish - r.spec.submit for r in finished]
     dur_lb = mean(r.spec.duration_s for r in finished)
-    srpt_lb = srpt_fluid_bound([(r.spec.submit, r.spec.gpus * r.spec.duration_s) for r in finished], res.capacity)
+    srpt_lb = srpt_fluid_bound([(r.spec.submit, r.spec.total_gpus * r.spec.duration_s) for r in finished], res.capacity)
     lb = max(dur_lb, srpt_lb) if finished else float("nan")
     return {
         "jct_avg": mean(jct),

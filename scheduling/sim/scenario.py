@@ -75,7 +75,7 @@ class JobSpec:
     cluster_preference: tuple[tuple[str, str], ...] = ()  # cluster labels it prefers
 
     @property
-    def gpus(self) -> int:
+    def total_gpus(self) -> int:
         return self.pods * self.gpus_per_pod
 
 

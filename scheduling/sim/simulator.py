@@ -99,7 +99,7 @@ class SimContext:
         rec = self._sim.records[job_id]
         cur = 0.0
         if rec.state in ("running", "evicting") and rec.start is not None:
-            cur = (now - rec.start) * rec.spec.gpus
+            cur = (now - rec.start) * rec.spec.total_gpus
         return rec.attained_gpu_s + cur
 
     def remaining_s(self, job_id: int, now: float) -> float:
@@ -248,7 +248,7 @@ class Simulator:
             max_runtime_s=s.max_runtime_s, bid=s.bid, attempt=rec.attempt, hold=self._worst_hold(s),
             cluster_selector=s.cluster_selector, cluster_preference=s.cluster_preference,
         )
-        self.pend_gpus[s.department] += s.gpus
+        self.pend_gpus[s.department] += s.total_gpus
         self.pend_count[s.department] += 1
 
     def _ckpt(self, s: JobSpec) -> float | None:
@@ -261,7 +261,7 @@ class Simulator:
         if s.department not in self.budgets:
             return 0
         rate = money.worst_case_rate(self.prices.get((s.flavor, s.tier), 0), s.bid)
-        return money.hold_of(rate, gpus=s.gpus, max_runtime_s=s.max_runtime_s)
+        return money.hold_of(rate, total_gpus=s.total_gpus, max_runtime_s=s.max_runtime_s)
 
     def _refill(self, t: float) -> None:
         while t >= self.next_refill:
@@ -283,7 +283,7 @@ class Simulator:
         if d not in self.budgets:
             return
         rate, _ = money.admission_rate(self.prices.get((s.flavor, s.tier), 0), borrowed=rec.borrowed, price=price)
-        want = money.hold_of(rate, gpus=s.gpus, max_runtime_s=s.max_runtime_s)
+        want = money.hold_of(rate, total_gpus=s.total_gpus, max_runtime_s=s.max_runtime_s)
         rec.rate = rate
         rec.hold = max(0, min(want, self.balance[d] - self.held_credits[d]))
         self.held_credits[d] += rec.hold
@@ -297,7 +297,7 @@ class Simulator:
         d = s.department
         if d not in self.budgets:
             return
-        used = money.attempt_gpu_seconds(gpus=s.gpus, ran_s=end - rec.start, max_runtime_s=s.max_runtime_s)
+        used = money.attempt_gpu_seconds(total_gpus=s.total_gpus, ran_s=end - rec.start, max_runtime_s=s.max_runtime_s)
         charge = money.attempt_charge(rec.rate, gpu_seconds=used, hold=rec.hold)
         self.held_credits[d] -= rec.hold
         self.balance[d] -= charge
@@ -313,7 +313,7 @@ class Simulator:
                price: int | None = None) -> None:
         s = rec.spec
         del self.pending[s.id]
-        self.pend_gpus[s.department] -= s.gpus
+        self.pend_gpus[s.department] -= s.total_gpus
         self.pend_count[s.department] -= 1
         for name in placement:
             self.node_free[name] -= s.gpus_per_pod
@@ -324,8 +324,8 @@ class Simulator:
         if rec.first_start is None:
             rec.first_start = t
         self._hold(rec, price)
-        self.held[s.department] += s.gpus
-        self.busy += s.gpus
+        self.held[s.department] += s.total_gpus
+        self.busy += s.total_gpus
         self.running[s.id] = RunningJob(
             id=s.id, department=s.department, flavor=s.flavor, tier=s.tier, placement=tuple(placement),
             gpus_per_pod=s.gpus_per_pod, started_at=t, max_runtime_s=s.max_runtime_s, borrowed=borrowed,
@@ -339,9 +339,9 @@ class Simulator:
         rj = self.running.pop(s.id)
         for name in rj.placement:
             self.node_free[name] += s.gpus_per_pod
-        self.held[s.department] -= s.gpus
-        self.busy -= s.gpus
-        rec.attained_gpu_s += (t - rec.start) * s.gpus
+        self.held[s.department] -= s.total_gpus
+        self.busy -= s.total_gpus
+        rec.attained_gpu_s += (t - rec.start) * s.total_gpus
         rec.runs.append((rec.start, t))
 
     def _finish(self, rec: JobRecord, t: float) -> None:
@@ -360,7 +360,7 @@ class Simulator:
         # despite float error in start + interval - start)
         kept = 0.0 if not ck else math.floor(ran_before / ck + 1e-9) * ck
         kept = min(kept, rec.spec.duration_s - rec.progress_s)
-        rec.lost_gpu_s += max(ran - kept, 0.0) * rec.spec.gpus
+        rec.lost_gpu_s += max(ran - kept, 0.0) * rec.spec.total_gpus
         if ran > kept:
             rec.lost_runs.append((rec.start + kept, t))
         rec.progress_s += kept

@@ -72,7 +72,7 @@ def _mix(over: dict | None) -> dict:
             raise ScenarioError(f"trace.mix.{t}: unknown key(s) {', '.join(sorted(bad))}")
         for g in (m or {}).get("gpus", {}):
             if int(g) < 1:
-                raise ScenarioError(f"trace.mix.{t}.gpus: {g} is not a GPU count")
+                raise ScenarioError(f"trace.mix.{t}.total_gpus: {g} is not a GPU count")
         for u in (m or {}).get("urgency", {}):
             if u not in URGENCIES:
                 raise ScenarioError(f"trace.mix.{t}.urgency: unknown urgency {u!r}")
@@ -121,7 +121,7 @@ def generate(sc, *, seed: int, jobs: int = 1500, days: float = 28.0, mix: dict |
                 job_id=f"lab-{i:05d}",
                 submit_time_s=round(t, 1),
                 duration_s=round(dur, 1),
-                gpus=g,
+                total_gpus=g,
                 department=d,
                 user=u,
                 tier=tier,

@@ -25,6 +25,13 @@ REQUIRED = ("job_id", "submit_time_s", "duration_s", "gpus", "department")
 OPTIONAL = ("user", "tier", "urgency", "flavor", "deadline_s", "bid", "max_runtime_s", "pods", "checkpoint_interval_s",
             "cluster_selector", "cluster_preference")
 COLUMNS = REQUIRED + OPTIONAL
+# The file's ``gpus`` column (the job's GPUs, all its pods) is the row's ``total_gpus``; the others are named alike.
+_ATTRIBUTE = {"gpus": "total_gpus"}
+
+
+def column_value(row: TraceRow, column: str):
+    """``row``'s value of the trace file's ``column``."""
+    return getattr(row, _ATTRIBUTE.get(column, column))
 
 
 class TraceError(ValueError):
@@ -36,7 +43,7 @@ class TraceRow:
     job_id: str
     submit_time_s: float
     duration_s: float
-    gpus: int
+    total_gpus: int  # the trace's ``gpus`` column: all the job's GPUs
     department: str
     user: str = ""
     tier: str | None = None
@@ -95,7 +102,7 @@ def parse_rows(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceRo
                 job_id=rec["job_id"].strip(),
                 submit_time_s=float(rec["submit_time_s"]),
                 duration_s=float(rec["duration_s"]),
-                gpus=int(float(rec["gpus"])),
+                total_gpus=int(float(rec["gpus"])),
                 department=rec["department"].strip(),
                 user=(rec.get("user") or "").strip(),
                 tier=_opt_str(rec.get("tier")),
@@ -111,7 +118,7 @@ def parse_rows(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceRo
             )
         except (TypeError, ValueError) as exc:
             raise TraceError(f"{source}:{n}: {exc}") from None
-        if row.gpus < 0 or row.duration_s < 0 or (row.checkpoint_interval_s or 0) < 0:
+        if row.total_gpus < 0 or row.duration_s < 0 or (row.checkpoint_interval_s or 0) < 0:
             raise TraceError(f"{source}:{n}: negative gpus, duration or checkpoint interval")
         out.append(row)
     return out
@@ -144,7 +151,7 @@ def write_csv(rows: Iterable[TraceRow], out: str | Path | io.TextIOBase) -> None
         w = csv.writer(fh)
         w.writerow(COLUMNS)
         for r in rows:  # numbers are formatted as text, so only the text columns go through safe_cell
-            w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
+            w.writerow([_cell(column_value(r, c)) for c in COLUMNS])
     finally:
         if own:
             fh.close()
@@ -157,7 +164,7 @@ def offered_load(rows: list[TraceRow], capacity_gpus: int) -> float:
     t0 = min(r.submit_time_s for r in rows)
     t1 = max(r.submit_time_s for r in rows)
     span = max(t1 - t0, 1.0)
-    work = sum(r.gpus * _effective_duration(r) for r in rows)
+    work = sum(r.total_gpus * _effective_duration(r) for r in rows)
     return work / (capacity_gpus * span)
 
 

@@ -28,7 +28,7 @@ def test_pick_a_template_submit_then_clone_and_save(login, live_server, lab):
     page.click("form.form button[type=submit]:has-text('Submit')")
     page.wait_for_selector("h1:has-text('resnet50-run2')")
     job = Job.objects.get(name="resnet50-run2")
-    assert (job.gpus, job.tier, job.env, job.owner) == (2, "backfill", {"EPOCHS": "90"}, lab.alice)
+    assert (job.gpus_per_pod, job.tier, job.env, job.owner) == (2, "backfill", {"EPOCHS": "90"}, lab.alice)
 
     # clone it from its page, and keep the form as a personal template instead of submitting
     page.click("#clone")

@@ -62,7 +62,7 @@ def test_submit_get_ls_and_json(gpup, job_file, lab):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("submitted job ") and "queued" in result.stdout
     job_id = int(result.stdout.split()[2])
-    assert _job(job_id).gpus == 2 and _job(job_id).max_runtime_s == 7200
+    assert _job(job_id).gpus_per_pod == 2 and _job(job_id).max_runtime_s == 7200
 
     result = gpup("--json", "submit", "-f", job_file(), "--key", "run-1")
     again = gpup("submit", "-f", job_file(), "--key", "run-1", "--json")

@@ -85,7 +85,7 @@ WAITED = dict(submitted_at=NOW - HOUR)  # past reclaim_delay_s (30 min)
 )
 def test_preempt(running, pending, setup, expect):
     c = cycle(*running, recent=setup.get("recent", 0), budgets=setup.get("budgets", ()))
-    borrows = c.quota.borrows(pending.department, pending.flavor, pending.gpus, "default")
+    borrows = c.quota.borrows(pending.department, pending.flavor, pending.total_gpus, "default")
     outcome = c.evictions.preempt(pending, [pool_of(c)], borrows)
     if isinstance(outcome, Chosen):
         p = outcome.preemption

@@ -13,7 +13,7 @@ from scheduling.core import NamespaceQuotaLimit, reasons, schedule
 
 
 def limit(cluster="east", dept="A", flavor="a100", gpus=4, until=NOW + 300) -> NamespaceQuotaLimit:
-    return NamespaceQuotaLimit(cluster=cluster, department=dept, flavor=flavor, gpus=gpus, until=until)
+    return NamespaceQuotaLimit(cluster=cluster, department=dept, flavor=flavor, total_gpus=gpus, until=until)
 
 
 def decide(snap: Snap, *limits: NamespaceQuotaLimit) -> Result:
@@ -50,7 +50,7 @@ def test_a_refused_namespace_keeps_jobs_of_that_size_off_its_cluster(limits, pen
     if code is not None:
         assert res.code(1) == code
         reason = res.reason[1]
-        assert reason.detail["clusters"] == ["east"] and reason.detail["requested"] == pending.gpus
+        assert reason.detail["clusters"] == ["east"] and reason.detail["requested"] == pending.total_gpus
         assert "east" in reason.message and reason.estimated_start is None
 
 

@@ -172,7 +172,7 @@ def snapshots(draw, federated: bool = False):
 def _usage(snapshot):
     usage = defaultdict(int)
     for job in snapshot.running:
-        usage[(job.department, job.flavor)] += job.gpus
+        usage[(job.department, job.flavor)] += job.total_gpus
     return usage
 
 
@@ -217,7 +217,7 @@ def test_no_department_grows_above_nominal_plus_borrowing_limit(snap):
     before = dict(usage)
     for a in res.admissions:
         job = jobs[a.job_id]
-        usage[(job.department, job.flavor)] += job.gpus
+        usage[(job.department, job.flavor)] += job.total_gpus
     limits = {(q.department, q.flavor): q for q in snap.quotas}
     for key, used in usage.items():
         if used == before.get(key, 0):
@@ -247,7 +247,7 @@ def test_preemption_safety(snap):
     assert len(victims) == len(set(victims))
     after = defaultdict(int, usage)  # the departments' use once every victim of the cycle has left
     for vid in victims:
-        after[(running[vid].department, running[vid].flavor)] -= running[vid].gpus
+        after[(running[vid].department, running[vid].flavor)] -= running[vid].total_gpus
     assert len(victims) <= max(0, snap.policy.preemption_rate_limit - snap.recent_preemptions)
     pods_per_budget = defaultdict(int)
     for p in res.preemptions:
@@ -259,7 +259,7 @@ def test_preemption_safety(snap):
             for b in v.disruption_budgets:
                 pods_per_budget[b] += v.pods
             if v.department != pre.department and usage[(v.department, v.flavor)] <= nominal[(v.department, v.flavor)]:
-                within = usage[(pre.department, pre.flavor)] + pre.gpus <= nominal[(pre.department, pre.flavor)]
+                within = usage[(pre.department, pre.flavor)] + pre.total_gpus <= nominal[(pre.department, pre.flavor)]
                 if p.reason == "drain":
                     # a head drains cheap work of its tier or lower (its own tier only once it starves), but a
                     # realtime job that borrows never reaches another department's nominal quota this way
@@ -271,7 +271,7 @@ def test_preemption_safety(snap):
                     # tier), but never more than the others' unused nominal once every victim has left
                     assert pre.tier == "realtime" and TIER_ORDER.index(v.tier) > TIER_ORDER.index(pre.tier)
                     if not within:
-                        borrowed = usage[(pre.department, pre.flavor)] + pre.gpus - nominal[(pre.department, pre.flavor)]
+                        borrowed = usage[(pre.department, pre.flavor)] + pre.total_gpus - nominal[(pre.department, pre.flavor)]
                         lendable = sum(
                             min(max(0, q.nominal - after[(q.department, q.flavor)]),
                                 q.nominal if q.lending_limit is None else q.lending_limit)
@@ -445,12 +445,12 @@ def test_no_quota_scope_grows_beyond_its_limit(snap):
     before = defaultdict(int)
     for r in snap.running:
         for key in scopes(r.department, r.flavor, r.cluster):
-            before[key] += r.gpus
+            before[key] += r.total_gpus
     after = defaultdict(int, before)
     for a in res.admissions:
         job = jobs[a.job_id]
         for key in scopes(job.department, job.flavor, a.cluster):
-            after[key] += job.gpus
+            after[key] += job.total_gpus
     for key, used in after.items():
         if used == before.get(key, 0):
             continue

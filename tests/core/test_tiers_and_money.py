@@ -63,14 +63,14 @@ def test_rates():
     assert money.admission_rate(2000, borrowed=True, price=3000) == (3000, "clearing")
     assert money.admission_rate(2000, borrowed=True, price=1000) == (2000, "base")  # the base is the reserve
     assert money.admission_rate(2000, borrowed=False, price=3000) == (2000, "base")
-    assert money.hold_of(3600, gpus=2, max_runtime_s=1800) == 3600
+    assert money.hold_of(3600, total_gpus=2, max_runtime_s=1800) == 3600
 
 
 def test_a_charge_counts_whole_seconds_caps_at_max_runtime_and_at_the_hold():
-    assert money.attempt_gpu_seconds(gpus=2, ran_s=10.2, max_runtime_s=3600) == 22
-    assert money.attempt_gpu_seconds(gpus=2, ran_s=-5, max_runtime_s=3600) == 0
-    assert money.attempt_gpu_seconds(gpus=1, ran_s=7200, max_runtime_s=3600) == 3600
-    assert money.attempt_gpu_seconds(gpus=1, ran_s=7200, max_runtime_s=None) == 7200
+    assert money.attempt_gpu_seconds(total_gpus=2, ran_s=10.2, max_runtime_s=3600) == 22
+    assert money.attempt_gpu_seconds(total_gpus=2, ran_s=-5, max_runtime_s=3600) == 0
+    assert money.attempt_gpu_seconds(total_gpus=1, ran_s=7200, max_runtime_s=3600) == 3600
+    assert money.attempt_gpu_seconds(total_gpus=1, ran_s=7200, max_runtime_s=None) == 7200
     assert money.attempt_charge(3600, gpu_seconds=100) == 100
     assert money.attempt_charge(3600, gpu_seconds=100, hold=40) == 40
 

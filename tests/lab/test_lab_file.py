@@ -175,7 +175,7 @@ def test_archiving_from_the_file_cancels_waiting_jobs(tmp_path):
     from scheduling.services.jobs import job_submit
 
     job, _ = job_submit(user=get_user_model().objects.get(username="erin"), data={
-        "name": "x", "image": "i", "command": ["true"], "flavor": Flavor.objects.get(), "gpus": 1})
+        "name": "x", "image": "i", "command": ["true"], "flavor": Flavor.objects.get(), "gpus_per_pod": 1})
     out = apply_lab(DEMO.replace("name: Robotics\n", "name: Robotics\n    archived: true\n"))
     assert any("1 waiting job(s) cancelled" in line for line in out.lines)
     job.refresh_from_db()

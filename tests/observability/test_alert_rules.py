@@ -47,7 +47,7 @@ def test_the_rules_adapter_and_dashboard_read_series_the_portal_exports(lab, cli
 
     # Make every database-backed family have at least one sample, then read the real /metrics.
     job = Job.objects.create(owner=lab.alice, department=lab.vision, flavor=lab.a100, name="t", image="i",
-                             command=["x"], gpus=1, state=JobState.RUNNING, started_at=timezone.now())
+                             command=["x"], gpus_per_pod=1, state=JobState.RUNNING, started_at=timezone.now())
     AttemptUsage.objects.create(job=job, attempt=1, source="simulated", gpus=1, started_at=timezone.now(),
                                 samples=1, mean_util=1, idle_flagged_at=timezone.now())
     metrics.add("portal_gpu_usage_read_failures_total", 1, source="prometheus")

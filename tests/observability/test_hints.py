@@ -17,13 +17,13 @@ pytestmark = pytest.mark.django_db
 
 def _job(lab, **fields) -> Job:
     base = {"owner": lab.alice, "department": lab.vision, "flavor": lab.a100, "name": "train-1", "image": "img",
-            "command": ["x"], "gpus": 1, "state": JobState.RUNNING}
+            "command": ["x"], "gpus_per_pod": 1, "state": JobState.RUNNING}
     return Job.objects.create(**(base | fields))
 
 
 def _usage(job, attempt=1, **fields) -> AttemptUsage:
     now = timezone.now()
-    base = {"source": "simulated", "gpus": job.gpus, "started_at": now - timedelta(hours=1), "samples": 60,
+    base = {"source": "simulated", "gpus": job.gpus_per_pod, "started_at": now - timedelta(hours=1), "samples": 60,
             "mean_util": 50, "busy_gpus": 0.5}
     return AttemptUsage.objects.create(job=job, attempt=attempt, **(base | fields))
 
@@ -94,7 +94,7 @@ def test_image_pull(lab):
 
 
 def test_a_pending_job_that_will_never_fit_says_why(lab, client):
-    job = _job(lab, state=JobState.QUEUED, gpus=16, reason_code="quota_exceeded_never",
+    job = _job(lab, state=JobState.QUEUED, gpus_per_pod=16, reason_code="quota_exceeded_never",
                reason_message="the request exceeds the quota the department could ever use",
                reason_detail={"never": True, "requested": 16, "nominal": 4, "borrowing_limit": 4})
     assert _codes(job) == ["never_fits"]

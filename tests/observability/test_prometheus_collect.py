@@ -22,6 +22,7 @@ def _running(lab, pk: int, *, gpus=2, name="resnet-50", started=None) -> Job:
     """A running job; ``pk`` differs per test, since one Prometheus keeps every test's series of the module."""
     body = job_payload(name=name, gpus=gpus)
     body.pop("flavor")
+    body["gpus_per_pod"] = body.pop("gpus")
     return Job.objects.create(pk=pk, owner=lab.alice, department=lab.vision, flavor=lab.a100, state=JobState.RUNNING,
                               started_at=started or timezone.now() - timedelta(seconds=30), **body)
 

@@ -26,7 +26,7 @@ def test_families():
 def _finished(lab, n: int, *, busy: float, mem: float, minutes: float, name="resnet-50", owner=None) -> Job:
     now = timezone.now()
     job = Job.objects.create(owner=owner or lab.alice, department=lab.vision, flavor=lab.a100, name=name,
-                             image="nvcr.io/pytorch:24", command=["x"], gpus=4, state=JobState.SUCCEEDED,
+                             image="nvcr.io/pytorch:24", command=["x"], gpus_per_pod=4, state=JobState.SUCCEEDED,
                              finished_at=now)
     usage = AttemptUsage.objects.create(job=job, attempt=1, source="prometheus", gpus=4, samples=30,
                                         started_at=now - timedelta(minutes=minutes), ended_at=now,
@@ -83,7 +83,7 @@ def test_the_collector_learns_when_an_attempt_ends(lab, settings):
     settings.PROMETHEUS_URL = ""
     settings.SIM_SPEEDUP = 1
     job = Job.objects.create(owner=lab.alice, department=lab.vision, flavor=lab.a100, name="vit-b16", image="i",
-                             command=["x"], gpus=2, state=JobState.RUNNING, env={"SIM_GPU_PROFILE": "busy"},
+                             command=["x"], gpus_per_pod=2, state=JobState.RUNNING, env={"SIM_GPU_PROFILE": "busy"},
                              started_at=timezone.now() - timedelta(minutes=30))
     collect_service.collect()
     Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED, finished_at=timezone.now())

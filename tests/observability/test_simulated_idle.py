@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 def _running(lab, *, profile="busy", gpus=1, tier="elastic", minutes=60, name="resnet-50") -> Job:
     return Job.objects.create(owner=lab.alice, department=lab.vision, flavor=lab.a100, name=name, image="img",
-                              command=["x"], gpus=gpus, tier=tier, state=JobState.RUNNING,
+                              command=["x"], gpus_per_pod=gpus, tier=tier, state=JobState.RUNNING,
                               env={"SIM_GPU_PROFILE": profile} if profile else {},
                               started_at=timezone.now() - timedelta(minutes=minutes))
 

@@ -86,7 +86,7 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
     jobs = {}
     for state in JobState.values:
         jobs[state] = Job.objects.create(owner=owner, department=dept, name=f"{prefix}secretjob-{state}", image="x",
-                                         command=["true"], flavor=lab.a100, gpus=1, state=state,
+                                         command=["true"], flavor=lab.a100, gpus_per_pod=1, state=state,
                                          reason_message="needs approval" if state == "pending_approval" else "")
         JobEvent.objects.create(job=jobs[state], kind="note", message=f"{prefix}secretjob event")
     AttemptLog.objects.create(job=jobs["succeeded"], attempt=1, text=f"{prefix}secretlog line")

@@ -32,7 +32,7 @@ def test_submit_form_creates_a_job_and_shows_its_page(client, lab):
     })
     assert r.status_code == 302, r.content.decode()[:2000]
     job = Job.objects.get()
-    assert (job.name, job.gpus, job.urgency, job.env) == ("from-form", 2, "high", {"SEED": "1", "LR": "0.1"})
+    assert (job.name, job.gpus_per_pod, job.urgency, job.env) == ("from-form", 2, "high", {"SEED": "1", "LR": "0.1"})
     assert job.checkpoint_interval_s == 600
     assert job.command == ["/bin/sh", "-c", "python train.py --epochs 3"]
     page = client.get(r["Location"])

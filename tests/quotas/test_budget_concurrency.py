@@ -21,7 +21,7 @@ THREADS = 16
 
 def _jobs(lab, n, *, gpus=1, runtime=3600, dept=None, owner=None):
     return [Job.objects.create(owner=owner or lab.alice, department=dept or lab.vision, name=f"c{i}", image="x",
-                               command=["true"], flavor=lab.a100, gpus=gpus, max_runtime_s=runtime,
+                               command=["true"], flavor=lab.a100, gpus_per_pod=gpus, max_runtime_s=runtime,
                                state=JobState.ADMITTED, admitted_at=timezone.now() - timedelta(minutes=30))
             for i in range(n)]
 

@@ -47,7 +47,7 @@ def make_machine(lab):
 
         def _job(self, gpus: int, minutes_ago: int) -> Job:
             return Job.objects.create(owner=lab.alice, department=self.dept, name="sm", image="x", command=["x"],
-                                      flavor=lab.a100, gpus=gpus, max_runtime_s=3600, state=JobState.ADMITTED,
+                                      flavor=lab.a100, gpus_per_pod=gpus, max_runtime_s=3600, state=JobState.ADMITTED,
                                       admitted_at=timezone.now() - timedelta(minutes=minutes_ago))
 
         @rule(amount=st.integers(0, 20_000), again=st.booleans())

@@ -37,11 +37,11 @@ def _world(money, rnd):
         for dept, owner in ((money.vision, money.alice), (money.nlp, money.bob)):
             queued.append(Job.objects.create(
                 owner=owner, department=dept, name=f"q{rnd}-{i}", image="x", command=["true"],
-                flavor=money.a100, gpus=1, max_runtime_s=600, state=JobState.QUEUED, submitted_at=now,
+                flavor=money.a100, gpus_per_pod=1, max_runtime_s=600, state=JobState.QUEUED, submitted_at=now,
                 queued_at=now))
             job = Job.objects.create(
                 owner=owner, department=dept, name=f"r{rnd}-{i}", image="x", command=["true"], flavor=money.a100,
-                gpus=1, max_runtime_s=600, state=JobState.RUNNING, submitted_at=now, queued_at=now,
+                gpus_per_pod=1, max_runtime_s=600, state=JobState.RUNNING, submitted_at=now, queued_at=now,
                 admitted_at=now - timedelta(minutes=5), started_at=now - timedelta(minutes=5),
                 placement=[f"big{len(running) % 20}"])
             wallets.wallet_hold(job=job, attempt=1, amount=1000, rate=1000,

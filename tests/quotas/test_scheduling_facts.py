@@ -48,7 +48,7 @@ def test_the_facts_are_scheduling_s(lab, submit, go):
 
     wallet = wallets.wallet_create(department=lab.vision, actor=lab.root, balance=1000)
     assert facts.queued_costs(owner_id=lab.alice.pk, wallet_id=wallet.pk) == [
-        ports.CostInputs(flavor_id=lab.a100.pk, tier="backfill", gpus=3, pods=1, max_runtime_s=600, bid=7)]
+        ports.CostInputs(flavor_id=lab.a100.pk, tier="backfill", gpus_per_pod=3, pods=1, max_runtime_s=600, bid=7)]
     state = facts.attempts([running.pk, queued.pk])
     assert state[running.pk].state == JobState.ADMITTED and state[running.pk].active
     assert state[queued.pk].state == JobState.QUEUED and not state[queued.pk].active

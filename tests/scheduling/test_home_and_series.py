@@ -38,7 +38,7 @@ def test_a_sample_records_use_borrowing_lending_queue_and_waits(lab, submit, go,
     _busy_lab(lab, submit, go)
     held = {j.department_id: 0 for j in Job.objects.all()}
     for j in Job.objects.filter(state=JobState.ADMITTED):
-        held[j.department_id] += j.gpus * j.pods
+        held[j.department_id] += j.gpus_per_pod * j.pods
     started = bucket(timezone.now(), 300) - timedelta(seconds=1)  # in the interval the sample covers
     Job.objects.filter(state=JobState.ADMITTED).update(started_at=started, queued_at=started - timedelta(minutes=3))
     with django_assert_max_num_queries(13):  # a fixed number: savepoint, 7 reads, 2 deletes, 2 inserts
@@ -106,7 +106,7 @@ def test_researcher_home_shows_my_jobs_quota_budget_and_free_gpus(lab, submit, g
     assert 'href="/cluster/"' in html and "GPUs free now" in html
     row = re.search(r'<tr data-flavor="a100-80gb">(.*?)</tr>', html, re.S).group(1)
     cells = re.findall(r"<td>(.*?)</td>", row)
-    held = sum(j.gpus * j.pods for j in Job.objects.filter(department=lab.vision, state=JobState.ADMITTED))
+    held = sum(j.gpus_per_pod * j.pods for j in Job.objects.filter(department=lab.vision, state=JobState.ADMITTED))
     assert cells[1:4] == ["4", str(held), str(max(0, held - 4))]
     dept = _chart(html, "dept")
     assert dept["labels"] and len(dept["datasets"][0]["data"]) == 12

@@ -104,7 +104,7 @@ def test_an_admission_the_namespace_quota_refuses_backs_off_visibly_then_gives_t
     event = b.events.get(reason_code="namespace_quota")
     assert "exceeded quota: gpu-portal-ceiling" in event.message
     refusal = NamespaceQuotaRefusal.objects.get(job=b, attempt=1)
-    assert refusal.step == 1 and refusal.gpus == 2 and refusal.quota_version.startswith("gpu-portal-ceiling@")
+    assert refusal.step == 1 and refusal.total_gpus == 2 and refusal.quota_version.startswith("gpu-portal-ceiling@")
     assert refusal.quotas["gpu-portal-ceiling"]["used"]["requests.nvidia.com/gpu"] == "2"
     posts = kube.count("POST", "/pods$")
     # Before its step is due, neither a duplicate task nor the reconciler starts a second chain.

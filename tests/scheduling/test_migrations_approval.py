@@ -53,6 +53,6 @@ def test_an_approval_written_before_the_move_is_read_through_the_moved_model(mig
     assert Job.objects.get(pk=job.pk).approval == approval
     # the table takes new rows through the moved model too
     second = Job.objects.create(owner_id=user.pk, department_id=dept.pk, name="b", image="img", command=["true"],
-                                flavor_id=flavor.pk, gpus=1)
+                                flavor_id=flavor.pk, gpus_per_pod=1)
     Approval.objects.create(job=second, decision="rejected", actor_id=user.pk, comment="no")
     assert Approval.objects.count() == 2

@@ -38,7 +38,7 @@ def test_the_cost_is_the_one_cost_function_and_the_wallet_decides_affordable(lab
     Price.objects.create(flavor=lab.a100, tier="elastic", per_gpu_hour=1000)
     Wallet.objects.create(department=lab.vision, balance=3000)
     q = quote(client_for(lab.alice), payload(gpus=2, max_runtime_s=3600, bid=400)).json()
-    probe = Job(flavor=lab.a100, tier="elastic", gpus=2, pods=1, max_runtime_s=3600, bid=400)
+    probe = Job(flavor=lab.a100, tier="elastic", gpus_per_pod=2, pods=1, max_runtime_s=3600, bid=400)
     assert q["estimated_cost"] == estimated_cost(job=probe) == 2000
     assert (q["base_price"], q["rate"], q["estimated_credits"]) == (1000, 1000, 2.0)
     assert (q["metered"], q["available"], q["affordable"]) == (True, 3000, True)
@@ -68,7 +68,7 @@ def test_beyond_nominal_the_job_must_borrow_and_the_engine_says_when(lab, submit
     for _ in range(2):
         submit(lab.bob, gpus=2, max_runtime_s=3600)
     go(run_cycle)
-    busy = sum(j.gpus * j.pods for j in Job.objects.filter(state=JobState.ADMITTED))
+    busy = sum(j.gpus_per_pod * j.pods for j in Job.objects.filter(state=JobState.ADMITTED))
     assert busy >= 6  # the engine may keep one GPU back for realtime work
     q = quote(client_for(lab.alice), payload(gpus=4)).json()
     assert q["free_gpus"] == 8 - busy

@@ -185,7 +185,7 @@ def test_clone_spec_resubmits_the_same_job(lab, client_for, submit):
     again = c.post("/api/v1/jobs", spec, format="json")
     assert again.status_code == 201, again.content
     clone = Job.objects.get(pk=again.json()["id"])
-    same = ("name", "image", "command", "env", "flavor_id", "gpus", "pods", "cpu_millicores", "memory_mib", "tier",
+    same = ("name", "image", "command", "env", "flavor_id", "gpus_per_pod", "pods", "cpu_millicores", "memory_mib", "tier",
             "urgency", "task_type", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s",
             "pdb_min_available", "cluster_selector", "cluster_preference")
     assert {f: getattr(clone, f) for f in same} == {f: getattr(job, f) for f in same}

@@ -63,7 +63,7 @@ def test_clone_prefills_the_form_with_the_job_and_submits_the_same_job(lab, subm
     r = c.post("/jobs/new", spec_form_values(spec_of_job(job)))
     assert r.status_code == 302, r.content.decode()[:2000]
     clone = Job.objects.exclude(pk=job.pk).get()
-    assert (clone.name, clone.gpus, clone.command, clone.memory_mib, clone.urgency, clone.owner) == (
+    assert (clone.name, clone.gpus_per_pod, clone.command, clone.memory_mib, clone.urgency, clone.owner) == (
         "orig", 3, job.command, 2048, "high", lab.amy)
 
 

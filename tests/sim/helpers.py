@@ -32,7 +32,7 @@ def rows(n=60, seed=0):
         out.append(
             TraceRow(
                 job_id=f"j{i}", submit_time_s=round(t, 1), duration_s=round(rng.uniform(200, 4000), 1),
-                gpus=rng.choice([1, 1, 2, 4, 8]), department=rng.choice(["a", "b"]),
+                total_gpus=rng.choice([1, 1, 2, 4, 8]), department=rng.choice(["a", "b"]),
                 tier=tiers[i % 3], urgency=rng.choice(["normal", "high", "critical", "low"]),
                 deadline_s=round(t + 9000, 1) if i % 5 == 0 else None,
             )

@@ -41,11 +41,11 @@ def test_wait_gpus_has_stats_per_class():
     sc, jobs, info = prepare(small_scenario(), rows=rows(60), load=0.8)
     res = simulate(scenario=sc, jobs=jobs, policy=policies.make("fcfs"))
     m = metrics.compute(res, rho=info["rho"])
-    sizes = {metrics.gpu_class(j.gpus) for j in jobs}
+    sizes = {metrics.gpu_class(j.total_gpus) for j in jobs}
     assert set(m["wait_gpus"]) == sizes
     for c, st in m["wait_gpus"].items():
         assert set(st) == {"n", "avg", "p50", "p95", "p99"}
-        waits = [r.first_start - r.spec.submit for r in res.jobs if metrics.gpu_class(r.spec.gpus) == c]
+        waits = [r.first_start - r.spec.submit for r in res.jobs if metrics.gpu_class(r.spec.total_gpus) == c]
         assert st["n"] == len(waits) and st["avg"] == pytest.approx(sum(waits) / len(waits))
 
 
@@ -295,7 +295,7 @@ def test_useful_utilisation_leaves_out_the_work_a_preemption_threw_away():
 def test_lost_work_outside_the_window_does_not_lower_useful_utilisation():
     class R:
         def __init__(self, gpus, lost_runs):
-            self.spec = type("S", (), {"gpus": gpus})()
+            self.spec = type("S", (), {"total_gpus": gpus})()
             self.lost_runs = lost_runs
 
     jobs = [R(2, [(50.0, 150.0)]), R(4, [(200.0, 300.0)]), R(1, [])]
@@ -347,8 +347,8 @@ def test_lab1node_is_one_8_gpu_node_with_quotas_adding_up_to_it():
     assert abs(tiers.count("realtime") / len(rows_) - 0.12) < 0.04
     assert abs(tiers.count("elastic") / len(rows_) - 0.5) < 0.06
     elastic = [r for r in rows_ if r.tier == "elastic"]
-    assert {r.gpus for r in elastic} == {1, 2, 4, 8}
-    assert 0.05 < sum(r.gpus == 8 for r in elastic) / len(elastic) < 0.15
+    assert {r.total_gpus for r in elastic} == {1, 2, 4, 8}
+    assert 0.05 < sum(r.total_gpus == 8 for r in elastic) / len(elastic) < 0.15
 
 
 def test_lab8_trace_is_unchanged():
@@ -358,7 +358,7 @@ def test_lab8_trace_is_unchanged():
     digests = []
     for seed in (1, 2):
         rs, _ = load_trace(sc, seed=seed)
-        key = [(r.job_id, r.submit_time_s, r.duration_s, r.gpus, r.department, r.user, r.tier, r.urgency,
+        key = [(r.job_id, r.submit_time_s, r.duration_s, r.total_gpus, r.department, r.user, r.tier, r.urgency,
                 r.deadline_s, r.bid) for r in rs]
         digests.append(hashlib.sha256(repr(key).encode()).hexdigest()[:16])
     assert digests == ["0555f1e699457beb", "72803d9441b566ed"]

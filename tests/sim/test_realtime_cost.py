@@ -10,7 +10,7 @@ TARGET, COOLDOWN = 300.0, 600.0
 
 
 def _rec(tier, submit, gpus, first_start=None, runs=()):
-    return NS(spec=NS(tier=tier, submit=submit, gpus=gpus, flavor="a100"), first_start=first_start, runs=list(runs))
+    return NS(spec=NS(tier=tier, submit=submit, total_gpus=gpus, flavor="a100"), first_start=first_start, runs=list(runs))
 
 
 def _scenario(gpus=8):

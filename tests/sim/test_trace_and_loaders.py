@@ -17,7 +17,7 @@ TRACES = Path(os.environ.get("SIM_TRACE_DIR", Path(__file__).resolve().parents[2
 def test_parse_required_and_optional_defaults():
     text = "job_id,submit_time_s,duration_s,gpus,department,tier,deadline_s,pods\nj1,0,60,2,a,,,\nj2,5.5,30,4,b,realtime,100,2\n"
     r1, r2 = parse_rows(io.StringIO(text))
-    assert (r1.job_id, r1.gpus, r1.tier, r1.deadline_s, r1.pods, r1.bid, r1.flavor) == ("j1", 2, None, None, None, 0, None)
+    assert (r1.job_id, r1.total_gpus, r1.tier, r1.deadline_s, r1.pods, r1.bid, r1.flavor) == ("j1", 2, None, None, None, 0, None)
     assert (r2.submit_time_s, r2.tier, r2.deadline_s, r2.pods) == (5.5, "realtime", 100.0, 2)
 
 
@@ -64,7 +64,7 @@ def test_split_pods():
 
 def test_assignment_is_seeded_and_fills_defaults():
     sc = small_scenario(assign={"tier": {"realtime": 0.5, "backfill": 0.5}, "urgency": {"high": 1}})
-    rs = [r.__class__(r.job_id, r.submit_time_s, r.duration_s, r.gpus, r.department) for r in rows(40)]
+    rs = [r.__class__(r.job_id, r.submit_time_s, r.duration_s, r.total_gpus, r.department) for r in rows(40)]
     a = build_jobs(sc, rs, seed=3)
     b = build_jobs(sc, rs, seed=3)
     assert a == b
@@ -100,7 +100,7 @@ def test_philly_parser_imputes_or_drops_missing_durations():
 def test_elasticflow_parser_keeps_absolute_deadlines():
     text = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\nx,100,5,bert,700,128,2,300\n"
     (r,) = loaders.parse_elasticflow(io.StringIO(text))
-    assert (r.submit_time_s, r.deadline_s, r.gpus, r.duration_s) == (100.0, 700.0, 2, 300.0)
+    assert (r.submit_time_s, r.deadline_s, r.total_gpus, r.duration_s) == (100.0, 700.0, 2, 300.0)
 
 
 def test_alibaba_parser_maps_qos_and_skips_cpu_pods():
@@ -112,7 +112,7 @@ def test_alibaba_parser_maps_qos_and_skips_cpu_pods():
         "p3,1000,1,1,1000,,Burstable,Pending,5,50,\n"
     )
     out = loaders.parse_alibaba(io.StringIO(text))
-    assert [(r.job_id, r.tier, r.gpus, r.duration_s) for r in out] == [("p0", "realtime", 1, 90.0), ("p2", "backfill", 2, 45.0)]
+    assert [(r.job_id, r.tier, r.total_gpus, r.duration_s) for r in out] == [("p0", "realtime", 1, 90.0), ("p2", "backfill", 2, 45.0)]
 
 
 @pytest.mark.skipif(not (TRACES / "philly_gavel_per_vc.csv").exists(), reason="public traces not present")
@@ -120,7 +120,7 @@ def test_real_trace_files_parse():
     with open(TRACES / "philly_gavel_per_vc.csv") as fh:
         head = [next(fh) for _ in range(50)]
     rs = loaders.parse_philly(head)
-    assert len(rs) == 49 and all(r.gpus > 0 and r.duration_s > 0 for r in rs)
+    assert len(rs) == 49 and all(r.total_gpus > 0 and r.duration_s > 0 for r in rs)
     with open(TRACES / "philly_vc_size.csv") as fh:
         assert len(loaders.parse_vc_sizes(fh)) >= 10
     ef, _ = loaders.load_elasticflow(TRACES / "elasticflow-traces.tar.gz", cluster="cluster10")

@@ -29,6 +29,7 @@ from scheduling.services.whatif import (
     quota_change,
     run_whatif,
 )
+from scheduling.sim.trace import column_value
 from scheduling.sim.whatif import format_diff
 
 
@@ -56,7 +57,7 @@ class Command(BaseCommand):
                 w = csv.writer(fh)
                 w.writerow(TRACE_COLUMNS)
                 for r in rows:  # job and user names are users' own text: neutralised for spreadsheets
-                    w.writerow(safe_row("" if getattr(r, c) is None else getattr(r, c) for c in TRACE_COLUMNS))
+                    w.writerow(safe_row("" if column_value(r, c) is None else column_value(r, c) for c in TRACE_COLUMNS))
             self.stdout.write(f"wrote {len(rows)} jobs to {export}")
             return
         if not policy and not quota:

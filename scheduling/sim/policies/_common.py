@@ -42,13 +42,13 @@ class View:
         self.used: dict[tuple[str, str], int] = defaultdict(int)
         self.soon_free: dict[str, int] = defaultdict(int)
         for rj in snap.running:
-            self.used[(rj.department, rj.flavor)] += rj.gpus
+            self.used[(rj.department, rj.flavor)] += rj.total_gpus
             for name in rj.placement:
                 if name in self.free:
                     self.free[name] -= rj.gpus_per_pod
                     self.flavor_free[rj.flavor] -= rj.gpus_per_pod
             if evicting(rj):
-                self.soon_free[rj.flavor] += rj.gpus
+                self.soon_free[rj.flavor] += rj.total_gpus
 
     def place(self, flavor: str, pods: int, per_pod: int, extra: dict[str, int] | None = None):
         """Best fit per pod (fewest free GPUs that still fit, name tie-break); ``extra`` adds GPUs per node."""
@@ -89,8 +89,8 @@ class View:
     def take(self, job, placement) -> None:
         for name in placement:
             self.free[name] -= job.gpus_per_pod
-        self.flavor_free[job.flavor] -= job.gpus
-        self.used[(job.department, job.flavor)] += job.gpus
+        self.flavor_free[job.flavor] -= job.total_gpus
+        self.used[(job.department, job.flavor)] += job.total_gpus
 
     def admission(self, job, placement, borrowed: bool = False) -> Admission:
         self.take(job, placement)

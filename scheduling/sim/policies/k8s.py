@@ -23,7 +23,7 @@ class FCFS:
         v = View(snap)
         adm = []
         for job in sorted(snap.pending, key=fifo_key):
-            if v.flavor_free.get(job.flavor, 0) < job.gpus:
+            if v.flavor_free.get(job.flavor, 0) < job.total_gpus:
                 continue
             pl = v.place(job.flavor, job.pods, job.gpus_per_pod)
             if pl is not None:
@@ -42,7 +42,7 @@ class StrictFCFS:
         for job in sorted(snap.pending, key=fifo_key):
             if job.flavor in blocked:
                 continue
-            pl = v.place(job.flavor, job.pods, job.gpus_per_pod) if v.flavor_free.get(job.flavor, 0) >= job.gpus \
+            pl = v.place(job.flavor, job.pods, job.gpus_per_pod) if v.flavor_free.get(job.flavor, 0) >= job.total_gpus \
                 else None
             if pl is None:
                 blocked.add(job.flavor)
@@ -62,15 +62,15 @@ class QuotaPriority:
         taken: set[int] = set()
         for job in sorted(snap.pending, key=priority_key):
             key = (job.department, job.flavor)
-            if v.used[key] + job.gpus > nominal.get(key, 0):
+            if v.used[key] + job.total_gpus > nominal.get(key, 0):
                 continue
             pl = v.place(job.flavor, job.pods, job.gpus_per_pod)
             if pl is not None:
                 adm.append(v.admission(job, pl))
                 continue
-            if v.soon_free[job.flavor] >= job.gpus:  # evictions already under way will make room
-                v.soon_free[job.flavor] -= job.gpus
-                v.used[key] += job.gpus
+            if v.soon_free[job.flavor] >= job.total_gpus:  # evictions already under way will make room
+                v.soon_free[job.flavor] -= job.total_gpus
+                v.used[key] += job.total_gpus
                 continue
             p = prio(job)
             cands = [
@@ -82,5 +82,5 @@ class QuotaPriority:
             if victims:
                 taken.update(x.id for x in victims)
                 pre.append(preemption(job, victims))
-                v.used[key] += job.gpus  # the quota is held for the preemptor
+                v.used[key] += job.total_gpus  # the quota is held for the preemptor
         return result(adm, pre)

@@ -26,7 +26,7 @@ class Kueue:
                 continue
             # preemption (only for a workload that then fits its nominal quota): reclaim borrowed capacity of
             # others (any priority) and own lower-priority workloads
-            if job.gpus <= cycle.nominal(job.department, job.flavor):
+            if job.total_gpus <= cycle.nominal(job.department, job.flavor):
                 cycle.preempt_for(job)
         return result(cycle.adm, cycle.pre)
 
@@ -87,7 +87,7 @@ class _Cycle:
         used = self.v.used
         return sorted(
             self.snap.pending,
-            key=lambda j: (used[(j.department, j.flavor)] + j.gpus > self.nominal(j.department, j.flavor),)
+            key=lambda j: (used[(j.department, j.flavor)] + j.total_gpus > self.nominal(j.department, j.flavor),)
             + priority_key(j),
         )
 
@@ -96,17 +96,17 @@ class _Cycle:
         v = self.v
         key = (job.department, job.flavor)
         d, fl = key
-        borrowing = v.used[key] + job.gpus > self.nominal(d, fl)
-        if not self.fits_quota(d, fl, job.gpus):
+        borrowing = v.used[key] + job.total_gpus > self.nominal(d, fl)
+        if not self.fits_quota(d, fl, job.total_gpus):
             return False
         pl = v.place(fl, job.pods, job.gpus_per_pod)
         if pl is not None:
             self.adm.append(v.admission(job, pl, borrowed=borrowing))
             self.changed()
             return True
-        if v.soon_free[fl] >= job.gpus:
-            v.soon_free[fl] -= job.gpus
-            v.used[key] += job.gpus
+        if v.soon_free[fl] >= job.total_gpus:
+            v.soon_free[fl] -= job.total_gpus
+            v.used[key] += job.total_gpus
             self.changed()
             return True
         return False
@@ -128,23 +128,23 @@ class _Cycle:
         v = self.v
         key = (job.department, job.flavor)
         d, fl = key
-        within = v.used[key] + job.gpus <= self.nominal(d, fl)
+        within = v.used[key] + job.total_gpus <= self.nominal(d, fl)
         p = prio(job)
         shape = (d, fl, p, within, job.pods, job.gpus_per_pod)
         if shape in self.failed:
             return
         cands = self.candidates(job, within, p)
-        if not cands or sum(x.gpus for x in cands) + v.flavor_free[fl] < job.gpus:
+        if not cands or sum(x.total_gpus for x in cands) + v.flavor_free[fl] < job.total_gpus:
             self.failed.add(shape)
             return
         cands.sort(key=lambda rj: (rj.department == d, prio(rj), -rj.started_at, -rj.id))
         victims = v.victims_for(job, cands)
-        own = sum(x.gpus for x in victims or () if x.department == d)
-        if victims and v.used[key] - own + job.gpus <= self.nominal(d, fl):  # preempt only to fit within nominal
+        own = sum(x.total_gpus for x in victims or () if x.department == d)
+        if victims and v.used[key] - own + job.total_gpus <= self.nominal(d, fl):  # preempt only to fit within nominal
             self.taken.update(x.id for x in victims)
             for x in victims:
-                v.used[(x.department, fl)] -= x.gpus
-            v.used[key] += job.gpus
+                v.used[(x.department, fl)] -= x.total_gpus
+            v.used[key] += job.total_gpus
             self.pre.append(preemption(job, victims, "reclaim" if within else "priority"))
             self.changed()
         else:

@@ -54,13 +54,13 @@ class _OrderPolicy:
         items.sort(key=lambda x: x[0])
         budget = dict(v.flavor_cap)
         for fl in budget:
-            budget[fl] -= sum(rj.gpus for rj in snap.running if evicting(rj) and rj.flavor == fl)
+            budget[fl] -= sum(rj.total_gpus for rj in snap.running if evicting(rj) and rj.flavor == fl)
         selected_pending = []
         unselected_running = defaultdict(list)
         for _key, is_running, job in items:
             fl = job.flavor
-            if job.gpus <= budget.get(fl, 0):
-                budget[fl] -= job.gpus
+            if job.total_gpus <= budget.get(fl, 0):
+                budget[fl] -= job.total_gpus
                 if not is_running:
                     selected_pending.append(job)
             elif is_running:
@@ -75,8 +75,8 @@ class _OrderPolicy:
         taken: set[int] = set()
         for job in waiting:
             fl = job.flavor
-            if v.soon_free[fl] >= job.gpus:
-                v.soon_free[fl] -= job.gpus
+            if v.soon_free[fl] >= job.total_gpus:
+                v.soon_free[fl] -= job.total_gpus
                 continue
             cands = [
                 rj for rj in reversed(unselected_running[fl])
@@ -91,7 +91,7 @@ class _OrderPolicy:
         for _key, is_running, job in items:
             if is_running or job.id in chosen:
                 continue
-            if v.flavor_free.get(job.flavor, 0) < job.gpus:
+            if v.flavor_free.get(job.flavor, 0) < job.total_gpus:
                 continue
             pl = v.place(job.flavor, job.pods, job.gpus_per_pod)
             if pl is not None:

@@ -31,7 +31,7 @@ class EasyBackfill:
             shadow = None
             extra = 0
             for job in jobs:
-                if v.flavor_free.get(fl, 0) < job.gpus and shadow is not None:
+                if v.flavor_free.get(fl, 0) < job.total_gpus and shadow is not None:
                     continue
                 pl = v.place(fl, job.pods, job.gpus_per_pod)
                 if shadow is None:
@@ -46,8 +46,8 @@ class EasyBackfill:
                     continue
                 if now + job.max_runtime_s <= shadow:
                     adm.append(v.admission(job, pl))
-                elif job.gpus <= extra:
-                    extra -= job.gpus
+                elif job.total_gpus <= extra:
+                    extra -= job.total_gpus
                     adm.append(v.admission(job, pl))
         return result(adm)
 
@@ -60,5 +60,5 @@ class EasyBackfill:
                     freed[name] += rj.gpus_per_pod
             if v.place(job.flavor, job.pods, job.gpus_per_pod, freed) is not None:
                 total = v.flavor_free.get(job.flavor, 0) + sum(freed.values())
-                return max(rj.expected_end, now), total - job.gpus
+                return max(rj.expected_end, now), total - job.total_gpus
         return None, 0

@@ -51,10 +51,10 @@ class VolcanoDRF:
             weights[q.flavor][q.department] = float(max(q.nominal, 0))
         demand: dict[tuple[str, str], float] = defaultdict(float)
         for rj in snap.running:
-            demand[(rj.department, rj.flavor)] += rj.gpus
+            demand[(rj.department, rj.flavor)] += rj.total_gpus
         by_queue: dict[tuple[str, str], list] = defaultdict(list)
         for j in snap.pending:
-            demand[(j.department, j.flavor)] += j.gpus
+            demand[(j.department, j.flavor)] += j.total_gpus
             by_queue[(j.department, j.flavor)].append(j)
         adm, pre = [], []
         taken: set[int] = set()
@@ -73,7 +73,7 @@ class VolcanoDRF:
                 if jobs and des[d] > 0:
                     queues[d] = jobs
                     heapq.heappush(heap, (alloc[d] / des[d], d, 0))
-            smallest = min((j.gpus for k, js in queues.items() for j in js), default=0)
+            smallest = min((j.total_gpus for k, js in queues.items() for j in js), default=0)
             while heap:
                 if v.flavor_free.get(fl, 0) < smallest and not any(alloc[x] > des[x] + 1e-9 for x in w):
                     break  # nothing fits and nothing can be reclaimed
@@ -85,29 +85,29 @@ class VolcanoDRF:
                 pl = v.place(fl, job.pods, job.gpus_per_pod)
                 if pl is not None:
                     adm.append(v.admission(job, pl))
-                    alloc[d] += job.gpus
-                elif v.soon_free[fl] >= job.gpus:
-                    v.soon_free[fl] -= job.gpus
-                    alloc[d] += job.gpus
-                elif alloc[d] + job.gpus <= des[d] + 1e-9:
+                    alloc[d] += job.total_gpus
+                elif v.soon_free[fl] >= job.total_gpus:
+                    v.soon_free[fl] -= job.total_gpus
+                    alloc[d] += job.total_gpus
+                elif alloc[d] + job.total_gpus <= des[d] + 1e-9:
                     # reclaim only what keeps the victim queue at or above its deserved share
                     spare = {x: alloc[x] - des[x] for x in w if alloc[x] > des[x] + 1e-9 and x != d}
                     cands = [
                         rj for rj in snap.running
                         if rj.preemptible and rj.id not in taken and rj.flavor == fl
-                        and rj.gpus <= spare.get(rj.department, 0) + 1e-9
+                        and rj.total_gpus <= spare.get(rj.department, 0) + 1e-9
                     ]
                     cands.sort(key=lambda rj: (-spare[rj.department], prio(rj), -rj.started_at, -rj.id))
                     victims = v.victims_for(job, cands) if cands else None
                     if victims:
                         lose = defaultdict(float)
                         for x in victims:
-                            lose[x.department] += x.gpus
+                            lose[x.department] += x.total_gpus
                         if all(lose[x] <= spare[x] + 1e-9 for x in lose):
                             taken.update(x.id for x in victims)
                             for x in victims:
-                                alloc[x.department] -= x.gpus
+                                alloc[x.department] -= x.total_gpus
                             pre.append(preemption(job, victims, "reclaim"))
-                            alloc[d] += job.gpus
+                            alloc[d] += job.total_gpus
                 heapq.heappush(heap, (alloc[d] / des[d], d, i + 1))
         return result(adm, pre)
