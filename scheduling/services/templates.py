@@ -22,6 +22,7 @@ SPEC_FIELDS = (
     "name", "image", "command", "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
     "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
     "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries", "retry_on_exit_codes",
+    "secrets",
 )
 
 
@@ -134,6 +135,8 @@ def spec_of_job(job: Job) -> dict:
         "cluster_selector": dict(job.cluster_selector or {}), "cluster_preference": dict(job.cluster_preference or {}),
         "mounts": [dict(m) for m in job.mounts or []], "shm_mb": job.shm_mb or None,
         "max_retries": job.max_retries, "retry_on_exit_codes": list(job.retry_on_exit_codes or []),
+        # which department secrets it uses, by name and key: a clone never carries a value
+        "secrets": [dict(u) for u in job.secrets or []],
     }
     if job.checkpoint:  # the directory by the names it was asked with (the same source, path and cluster)
         spec["checkpoint"] = {k: job.checkpoint[k] for k in ("source", "path", "cluster") if job.checkpoint.get(k)}

@@ -142,6 +142,8 @@ def test_the_command_reports_a_bad_secret_as_one_line_errors(db, env, tmp_path):
     path = tmp_path / "lab.yaml"
     path.write_text(FILE.replace("    password_env: LAB_REGISTRY_PASSWORD\n", "    password: hunter2\n"))
     err = io.StringIO()
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError) as refused:
         call_command("lab", "apply", str(path), stdout=io.StringIO(), stderr=err)
-    assert "never written" in err.getvalue() and "line " in err.getvalue() and "hunter2" not in err.getvalue()
+    said = err.getvalue() + str(refused.value)  # one error is the refusal's own line, several are listed first
+    assert refused.value.returncode == 2
+    assert "never written" in said and "line " in said and "hunter2" not in said
