@@ -154,3 +154,18 @@ def test_edit_and_delete_pages(lab):
 def test_job_page_has_a_clone_button(lab, submit):
     job = submit(lab.alice)
     assert f'href="/jobs/new?clone={job.pk}"'.encode() in _client(lab.amy).get(f"/jobs/{job.pk}/").content
+
+
+def test_the_form_values_of_a_spec_write_mounts_checkpoint_and_secrets_in_the_forms_line_syntax():
+    values = spec_form_values({
+        "name": "x", "mounts": [{"source": "imagenet", "path": "/data", "read_only": True},
+                                {"source": "scratch", "path": "/out", "read_only": False}],
+        "checkpoint": {"source": "scratch", "path": "/checkpoint"},
+        "secrets": [{"secret": "wandb", "key": "api_key", "env": "WANDB_API_KEY"}, {"secret": "hf", "path": "/etc/hf"}],
+        "max_retries": 2, "retry_on_exit_codes": [3],
+    })
+    assert values["mounts"] == "imagenet:/data\nscratch:/out:rw"
+    assert values["checkpoint"] == "scratch"
+    assert values["secrets"] == "WANDB_API_KEY=wandb/api_key\n/etc/hf=hf"
+    assert "max_retries" not in values and "retry_on_exit_codes" not in values  # no form field for them
+    assert spec_form_values({"checkpoint": True})["checkpoint"] == "yes"
