@@ -1,0 +1,228 @@
+"""Jobs and their lifecycle: states, the allowed transitions, the tier, urgency and task vocabularies, and
+the append-only timeline.
+
+State changes of a Job are compare-and-set updates (``scheduling.services.jobs.transition``), never a blind
+``save()``: a transition names the states it may leave, and loses cleanly when another process got there first."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from portal.models import AppendOnlyModel, Department
+from portal.tenancy import (
+    ADMIN,
+    APPROVE,
+    CHANGE,
+    DEPARTMENT,
+    DEPARTMENT_ADMIN,
+    OWNER_OR_ADMIN,
+    PLATFORM,
+    VIEW,
+    TenantQuerySet,
+)
+from quotas.models import Flavor
+from scheduling.core import tiers as tier_table
+from scheduling.core.types import TIERS
+from scheduling.models.clusters import Cluster
+
+
+class JobState(models.TextChoices):
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    QUEUED = "queued", "Queued"
+    ADMITTED = "admitted", "Admitted"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    PREEMPTED = "preempted", "Preempted"
+
+
+ACTIVE_STATES = (JobState.ADMITTED, JobState.RUNNING)  # holding GPUs
+WAITING_STATES = (JobState.PENDING_APPROVAL, JobState.QUEUED, JobState.PREEMPTED)
+FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+# The lifecycle: every allowed move. Anything else is refused by transition().
+TRANSITIONS: dict[str, tuple[str, ...]] = {
+    JobState.PENDING_APPROVAL: (JobState.QUEUED, JobState.CANCELLED, JobState.FAILED),
+    JobState.QUEUED: (JobState.ADMITTED, JobState.CANCELLED, JobState.FAILED),
+    JobState.ADMITTED: (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                        JobState.PREEMPTED, JobState.QUEUED),
+    JobState.RUNNING: (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED,
+                       JobState.QUEUED),
+    JobState.PREEMPTED: (JobState.QUEUED, JobState.CANCELLED),
+    JobState.SUCCEEDED: (),
+    JobState.FAILED: (),
+    JobState.CANCELLED: (),
+}
+
+
+# The tiers are the scheduling core's table (``Tier.REALTIME`` etc. for the ORM), each with its label.
+TIER_LABELS = {t.name: t.label for t in tier_table.TABLE}
+Tier = models.TextChoices("Tier", [(t.upper(), (t, TIER_LABELS[t])) for t in TIERS])
+
+
+class Urgency(models.TextChoices):
+    LOW = "low", "Low"
+    NORMAL = "normal", "Normal"
+    HIGH = "high", "High"
+    CRITICAL = "critical", "Critical"
+
+
+class TaskType(models.TextChoices):
+    TRAIN = "train", "Training"
+    INFERENCE = "inference", "Inference"
+    PROCESSING = "processing", "Data processing"
+
+
+class JobQuerySet(TenantQuerySet):
+    """Members see their department's jobs; a job's owner and its department's admins cancel it and read its
+    logs (``change``); its department's admins approve it."""
+
+    owner_path = "owner"
+    rules = {VIEW: DEPARTMENT, CHANGE: OWNER_OR_ADMIN, APPROVE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
+
+    def active(self):
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def waiting(self):
+        return self.filter(state=JobState.QUEUED)
+
+
+class Job(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=63)
+    image = models.CharField(max_length=512)
+    command = models.JSONField()
+    env = models.JSONField(default=dict, blank=True)
+    # The department secrets it uses: [{"secret", "key", "env"} | {"secret", "path"}] (names and keys only;
+    # the values stay in workloads.DepartmentSecret, checked at submission by workloads.services.secrets).
+    secrets = models.JSONField(default=list, blank=True)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
+    # The column keeps its first name, ``gpus`` (the API's word too); the code says which GPUs it means.
+    gpus_per_pod = models.PositiveIntegerField(db_column="gpus", validators=[MinValueValidator(1)],
+                                               help_text="GPUs per pod")
+    pods = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    cpu_millicores = models.PositiveIntegerField(default=4000)
+    memory_mib = models.PositiveIntegerField(default=16384)
+    tier = models.CharField(max_length=10, choices=Tier.choices, default=Tier.ELASTIC)
+    urgency = models.CharField(max_length=10, choices=Urgency.choices, default=Urgency.NORMAL)
+    task_type = models.CharField(max_length=12, choices=TaskType.choices, default=TaskType.TRAIN)
+    user_tier = models.CharField(max_length=20, default="standard")
+    deadline = models.DateTimeField(null=True, blank=True)
+    max_runtime_s = models.PositiveIntegerField(default=3600)
+    bid = models.PositiveIntegerField(default=0, help_text="max milli-credits per GPU-hour on borrowed GPUs")
+    termination_grace_s = models.PositiveIntegerField(default=30)
+    # How often the job saves a checkpoint it resumes from; the scheduler prefers to preempt jobs that just saved
+    # one and lets a reserved head evict them near a checkpoint. Null: unknown (all work since the start is at
+    # risk, so the job is evicted only for realtime work or a reclaim).
+    checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    pdb_min_available = models.PositiveIntegerField(null=True, blank=True)
+    # What the job runs with besides its image (workloads app, checked at submission): data sources mounted by
+    # name ([{"source", "path", "read_only"}]), its checkpoint directory ({"source", "source_id", "cluster",
+    # "path"}, {} for none) and the size of its memory-backed /dev/shm (MiB, counted in the pod's memory).
+    mounts = models.JSONField(default=list, blank=True)
+    checkpoint = models.JSONField(default=dict, blank=True)
+    shm_mb = models.PositiveIntegerField(default=0)
+    # Retries (scheduling/core/retries.py): how many times a failed attempt may be retried, and the exit codes
+    # that ask for it; platform failures are retried without asking. ``retries``: made so far; ``not_before``:
+    # the queued retry's back-off ends then (the engine keeps it out of admission until that instant).
+    max_retries = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(10)])
+    retry_on_exit_codes = models.JSONField(default=list, blank=True)
+    retries = models.PositiveIntegerField(default=0)
+    not_before = models.DateTimeField(null=True, blank=True)
+
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
+    reason_code = models.CharField(max_length=40, blank=True)
+    reason_message = models.CharField(max_length=300, blank=True)
+    reason_detail = models.JSONField(default=dict, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    # The cluster of the current attempt: set in the transaction that admits it, before any pod exists, and
+    # cleared when the attempt ends (the next attempt may go elsewhere).
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    # Cluster labels the job requires (every pair must match) and prefers (more matches rank a cluster higher).
+    cluster_selector = models.JSONField(default=dict, blank=True)
+    cluster_preference = models.JSONField(default=dict, blank=True)
+    placement = models.JSONField(default=list, blank=True)
+    borrowed = models.BooleanField(default=False)
+    price = models.PositiveIntegerField(null=True, blank=True, help_text="clearing price when borrowed")
+    exit_code = models.IntegerField(null=True, blank=True)
+    preemption_count = models.PositiveIntegerField(default=0)
+
+    submitted_at = models.DateTimeField(default=timezone.now, db_index=True)  # original, kept across attempts
+    queued_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_preempted_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - NULL = no key
+    request_hash = models.CharField(max_length=64, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="job_unique_owner_idempotency_key",
+            ),
+            models.CheckConstraint(condition=Q(gpus_per_pod__gte=1) & Q(pods__gte=1), name="job_gpus_positive"),
+            models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["department", "state"]),
+            models.Index(fields=["state", "submitted_at", "id"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.name})"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_pod * self.pods
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+# ``Job.total_gpus`` in SQL, for sums and reads over many jobs (``Sum(TOTAL_GPUS)``, ``values_list(..., TOTAL_GPUS)``).
+TOTAL_GPUS = F("gpus_per_pod") * F("pods")
+
+class JobRelatedQuerySet(TenantQuerySet):
+    """Rows about a job (its timeline, its preemptions) are read like the job."""
+
+    department_path = "job__department"
+
+
+class JobEvent(AppendOnlyModel):
+    """The append-only timeline of a job: every transition and every decision, with its reason."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    attempt = models.PositiveIntegerField(default=1)
+    kind = models.CharField(max_length=40)  # transition | reason | preemption | eviction | pod | note
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20, blank=True)
+    reason_code = models.CharField(max_length=40, blank=True)
+    message = models.CharField(max_length=500, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    objects = JobRelatedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind} {self.to_state or self.reason_code}"
