@@ -24,7 +24,7 @@ from quotas.models import Flavor
 from quotas.services import flavors, pricing
 from quotas.services.rules import quota_create
 from scheduling.models import Cluster, Job
-from scheduling.services import inventory
+from scheduling.services import cluster_config
 from scheduling.services.jobs import job_submit
 
 LAB_FILE = Path(__file__).resolve().parent / "fixtures" / "demo-lab.yaml"
@@ -85,14 +85,14 @@ def _passwords() -> dict[str, str]:
 def add_cloud_cluster() -> None:
     """A second simulated cluster of another flavor: "cloud", one node of 4 H100s, labelled and dearer than the
     campus cluster (which gets its own labels), with H100 quotas and prices for vision and nlp."""
-    inventory.cluster_update(cluster=Cluster.objects.get(is_default=True), actor=None,
+    cluster_config.cluster_update(cluster=Cluster.objects.get(is_default=True), actor=None,
                              labels={"site": "campus", "data": "campus"})
     h100 = flavors.flavor_create(actor=None, name="h100", resource_name="nvidia.com/gpu",
                                  node_labels={"gpu-type": "h100"}, gpu_memory_gib=80,
                                  description="NVIDIA H100 80GB SXM")
-    cloud = inventory.cluster_create(actor=None, name="cloud", backend="simulated",
+    cloud = cluster_config.cluster_create(actor=None, name="cloud", backend="simulated",
                                      labels={"site": "cloud", "cost-tier": "high"}, cost_rank=10)
-    inventory.node_group_set(cluster=cloud, actor=None, name="sim-h100", flavor=h100, nodes=1, gpus_per_node=4)
+    cluster_config.node_group_set(cluster=cloud, actor=None, name="sim-h100", flavor=h100, nodes=1, gpus_per_node=4)
     for slug in ("vision", "nlp"):
         quota_create(department=Department.objects.get(slug=slug), flavor=h100, actor=None, nominal=2,
                      borrowing_limit=2)

@@ -39,7 +39,7 @@ from quotas.services import quota_requests as quota_requests_service
 from quotas.services import rules
 from scheduling.api.clusters import ClusterCreateSerializer, ClusterUpdateSerializer, NodeGroupInputSerializer
 from scheduling.models import Cluster
-from scheduling.services import inventory
+from scheduling.services import cluster_config
 from workloads.api.serializers import SecretCreateSerializer, SecretUpdateSerializer
 from workloads.models import DepartmentSecret
 from workloads.services import secrets as secret_services
@@ -411,7 +411,7 @@ def clusters(request):
             labels_into(request.POST, "labels", payload, pre)
 
             def apply(data):
-                c = inventory.cluster_create(actor=request.user, **data)
+                c = cluster_config.cluster_create(actor=request.user, **data)
                 messages.success(request, f"Cluster {c.name} created.")
 
             errors = submit_form(ClusterCreateSerializer, payload, apply, pre)
@@ -421,7 +421,7 @@ def clusters(request):
                 raise NotFound("No such cluster.")
 
             def apply(data):
-                inventory.cluster_update(cluster=cluster, actor=request.user, **data)
+                cluster_config.cluster_update(cluster=cluster, actor=request.user, **data)
                 messages.success(request, f"Cluster {cluster.name} is {data['state']} now.")
 
             errors = submit_form(ClusterUpdateSerializer, form_payload(request.POST, ("state", "comment")), apply)
@@ -437,7 +437,7 @@ def clusters(request):
 
             def apply(data):
                 data.pop("flavor")
-                inventory.node_group_set(cluster=cluster, actor=request.user, name=group, flavor=flavor, **data)
+                cluster_config.node_group_set(cluster=cluster, actor=request.user, name=group, flavor=flavor, **data)
                 messages.success(request, f"Node group {cluster.name}/{group} saved.")
 
             errors = submit_form(NodeGroupInputSerializer, form_payload(
@@ -445,10 +445,10 @@ def clusters(request):
                 apply, pre)
         if not errors:
             return redirect("lab:clusters")
-    rows = [(c, sorted(inventory.node_groups(c).items()), inventory.inventory_owned(c),
+    rows = [(c, sorted(cluster_config.node_groups(c).items()), cluster_config.inventory_owned(c),
              c.nodes.select_related("flavor").order_by("name")) for c in Cluster.objects.order_by("name")]
     return render_form(request, "lab/clusters.html", {
-        "membership": m, "rows": rows, "values": values, "backends": inventory.BACKENDS, "states": inventory.STATES,
+        "membership": m, "rows": rows, "values": values, "backends": cluster_config.BACKENDS, "states": cluster_config.STATES,
         "flavors": Flavor.objects.order_by("name"), "clusters": Cluster.objects.order_by("name")}, errors)
 
 
@@ -460,7 +460,7 @@ def node_group_delete(request, name: str, group: str):
     if cluster is None:
         raise NotFound("No such cluster.")
     try:
-        inventory.node_group_delete(cluster=cluster, actor=request.user, name=group)
+        cluster_config.node_group_delete(cluster=cluster, actor=request.user, name=group)
         messages.success(request, f"Node group {name}/{group} removed.")
     except PortalError as exc:
         messages.error(request, exc.message)

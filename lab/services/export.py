@@ -12,7 +12,7 @@ from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
 from quotas.services import rules
 from scheduling.core.policy import policy_to_dict
 from scheduling.models import Cluster, JobTemplate, PolicyVersion, TemplateScope
-from scheduling.services import inventory
+from scheduling.services import cluster_config
 from scheduling.services.policy import current_policy
 from workloads.models import DepartmentSecret
 
@@ -31,9 +31,9 @@ def export_lab() -> dict:
             entry["default"] = True
         # the settings that differ from a new cluster's (connection settings are references, not secrets)
         fresh = Cluster()
-        entry.update({f: getattr(c, f) for f in inventory.CLUSTER_SETTINGS if getattr(c, f) != getattr(fresh, f)})
-        groups = inventory.node_groups(c)
-        if groups and not inventory.inventory_owned(c):
+        entry.update({f: getattr(c, f) for f in cluster_config.CLUSTER_SETTINGS if getattr(c, f) != getattr(fresh, f)})
+        groups = cluster_config.node_groups(c)
+        if groups and not cluster_config.inventory_owned(c):
             entry["node_groups"] = [{"name": n, **g} for n, g in sorted(groups.items())]
         clusters.append(entry)
     out["clusters"] = clusters

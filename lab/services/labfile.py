@@ -37,7 +37,7 @@ from quotas.services import pricing, rules, wallets
 from scheduling.api.serializers import validate_job_spec
 from scheduling.core.policy import policy_from_dict, policy_to_dict
 from scheduling.models import Cluster, JobTemplate, TemplateScope
-from scheduling.services import inventory
+from scheduling.services import cluster_config
 from scheduling.services import templates as template_services
 from scheduling.services.policy import current_policy, policy_update
 from workloads.models import DepartmentSecret
@@ -136,21 +136,21 @@ class _Applier:
             want = {"backend": c.get("backend", "simulated"), "is_default": bool(c.get("default", False))}
             # The other settings are applied where the file states them; left out, they stay as they are (a
             # cluster an admin drained from the page is not reopened by the next apply).
-            want.update({f: c[f] for f in inventory.CLUSTER_SETTINGS if f in c})
+            want.update({f: c[f] for f in cluster_config.CLUSTER_SETTINGS if f in c})
             cur = Cluster.objects.filter(name=c["name"]).first()
             if cur is None:
                 self.run(path, "+", f"cluster {c['name']}", _diff({}, want),
-                         lambda c=c, w=want: inventory.cluster_create(actor=self.actor, name=c["name"], **w))
+                         lambda c=c, w=want: cluster_config.cluster_create(actor=self.actor, name=c["name"], **w))
             else:
                 old = {k: getattr(cur, k) for k in want}
                 if old != want and (any(old[k] != want[k] for k in want if k != "is_default") or want["is_default"]):
                     w = {k: v for k, v in want.items() if old[k] != v}
                     self.run(path, "~", f"cluster {c['name']}", _diff(old, want),
-                             lambda cur=cur, w=w: inventory.cluster_update(cluster=cur, actor=self.actor, **w))
+                             lambda cur=cur, w=w: cluster_config.cluster_update(cluster=cur, actor=self.actor, **w))
             cluster = Cluster.objects.filter(name=c["name"]).first()
             if cluster is None:
                 continue
-            current = inventory.node_groups(cluster)
+            current = cluster_config.node_groups(cluster)
             declared = set()
             for j, g in enumerate(c.get("node_groups") or []):
                 gpath = (*path, "node_groups", j)
@@ -167,13 +167,13 @@ class _Applier:
                     continue
                 self.run(gpath, "+" if old_g is None else "~", f"node group {c['name']}/{g['name']}",
                          _diff(old_g or {}, want_g),
-                         lambda cl=cluster, g=g, fl=flavor, lb=labels: inventory.node_group_set(
+                         lambda cl=cluster, g=g, fl=flavor, lb=labels: cluster_config.node_group_set(
                              cluster=cl, actor=self.actor, name=g["name"], flavor=fl, nodes=g["nodes"],
                              gpus_per_node=g["gpus_per_node"], labels=lb))
-            if self.prune and not inventory.inventory_owned(cluster):
+            if self.prune and not cluster_config.inventory_owned(cluster):
                 for name in sorted(set(current) - declared):
                     self.run(path, "-", f"node group {c['name']}/{name}", [],
-                             lambda cl=cluster, n=name: inventory.node_group_delete(cluster=cl, actor=self.actor,
+                             lambda cl=cluster, n=name: cluster_config.node_group_delete(cluster=cl, actor=self.actor,
                                                                                      name=n))
 
     # ---------------------------------------------------------------- departments and members
@@ -507,7 +507,7 @@ class _Applier:
         clusters = {c["name"] for c in self.data.get("clusters") or []}
         for c in Cluster.objects.exclude(name__in=clusters):
             self.run(("clusters",), "-", f"cluster {c.name}", [],
-                     lambda c=c: inventory.cluster_delete(cluster=c, actor=self.actor, comment="pruned by the lab file"))
+                     lambda c=c: cluster_config.cluster_delete(cluster=c, actor=self.actor, comment="pruned by the lab file"))
         flavors = {f["name"] for f in self.data.get("flavors") or []}
         for f in Flavor.objects.exclude(name__in=flavors):
             self.run(("flavors",), "-", f"flavor {f.name}", [],

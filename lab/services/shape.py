@@ -28,7 +28,7 @@ from scheduling.api.serializers import JobTemplateWriteSerializer
 from scheduling.core.policy import PolicyError, policy_from_dict
 from scheduling.core.types import TIERS
 from scheduling.models import Cluster
-from scheduling.services import inventory
+from scheduling.services import cluster_config
 from workloads.api.serializers import SecretCreateSerializer
 
 VERSION = 1
@@ -375,7 +375,7 @@ class _LabShape(_Shape):
         if isinstance(v, dict):
             if isinstance(v.get("name"), str):
                 try:
-                    inventory.validate_group_name(v["name"])
+                    cluster_config.validate_group_name(v["name"])
                 except ValidationFailed as exc:
                     self.details([e["message"] for e in exc.fields["group"]], (*p, "name"))
             if isinstance(v.get("flavor"), str):

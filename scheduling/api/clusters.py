@@ -1,5 +1,5 @@
 """Clusters and node groups (platform admins): declared here, audited through
-``scheduling.services.inventory``. A cluster whose nodes the Kubernetes inventory sync stores refuses node
+``scheduling.services.cluster_config``. A cluster whose nodes the Kubernetes inventory sync stores refuses node
 groups (its nodes come from the cluster itself)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from portal.errors import NotFound, ValidationFailed
 from portal.tenancy import ADMIN, PLATFORM, member, require_role, scope
 from quotas.models import Flavor
 from scheduling.models import BackendKind, Cluster, ClusterState, label_problems
-from scheduling.services import inventory
+from scheduling.services import cluster_config
 
 ONLY = "Only platform admins manage clusters."
 
@@ -63,13 +63,13 @@ class ClusterSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_node_groups(self, cluster) -> list[dict]:
-        return [{"name": k, **v} for k, v in sorted(inventory.node_groups(cluster).items())]
+        return [{"name": k, **v} for k, v in sorted(cluster_config.node_groups(cluster).items())]
 
     def get_nodes(self, cluster) -> int:
         return cluster.nodes.count()
 
     def get_inventory_owned(self, cluster) -> bool:
-        return inventory.inventory_owned(cluster)
+        return cluster_config.inventory_owned(cluster)
 
 
 class ClusterFieldsSerializer(StrictSerializer):
@@ -80,8 +80,8 @@ class ClusterFieldsSerializer(StrictSerializer):
     is_default = serializers.BooleanField(required=False)
     state = serializers.ChoiceField(choices=ClusterState.choices, required=False)
     labels = serializers.DictField(child=serializers.CharField(max_length=63, allow_blank=True), required=False)
-    cost_rank = serializers.IntegerField(min_value=inventory.COST_RANK_RANGE[0],
-                                         max_value=inventory.COST_RANK_RANGE[1], required=False)
+    cost_rank = serializers.IntegerField(min_value=cluster_config.COST_RANK_RANGE[0],
+                                         max_value=cluster_config.COST_RANK_RANGE[1], required=False)
     kubeconfig = serializers.CharField(max_length=500, required=False, allow_blank=True,
                                        help_text="path of a kubeconfig file on the portal's hosts")
     kubeconfig_env = serializers.CharField(max_length=100, required=False, allow_blank=True,
@@ -140,7 +140,7 @@ class ClusterListView(APIView):
         require_role(request.user, ADMIN, ONLY)
         s = ClusterCreateSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        cluster = inventory.cluster_create(actor=request.user, **s.validated_data)
+        cluster = cluster_config.cluster_create(actor=request.user, **s.validated_data)
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
 
 
@@ -154,12 +154,12 @@ class ClusterDetailView(APIView):
         cluster = _cluster(request.user, name)
         s = ClusterUpdateSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        cluster = inventory.cluster_update(cluster=cluster, actor=request.user, **s.validated_data)
+        cluster = cluster_config.cluster_update(cluster=cluster, actor=request.user, **s.validated_data)
         return Response(ClusterSerializer(cluster).data)
 
     @extend_schema(request=None, responses={204: None})
     def delete(self, request, name):
-        inventory.cluster_delete(cluster=_cluster(request.user, name), actor=request.user)
+        cluster_config.cluster_delete(cluster=_cluster(request.user, name), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -169,7 +169,7 @@ class NodeGroupView(APIView):
 
     @extend_schema(responses=NodeGroupSerializer)
     def get(self, request, name, group):
-        groups = inventory.node_groups(_cluster(request.user, name))
+        groups = cluster_config.node_groups(_cluster(request.user, name))
         if group not in groups:
             raise NotFound("No such node group.")
         return Response({"name": group, **groups[group]})
@@ -183,11 +183,11 @@ class NodeGroupView(APIView):
         flavor = Flavor.objects.filter(name=data.pop("flavor")).first()
         if flavor is None:
             raise ValidationFailed(fields={"flavor": [{"code": "does_not_exist", "message": "No such flavor."}]})
-        inventory.validate_group_name(group)
-        result = inventory.node_group_set(cluster=cluster, actor=request.user, name=group, flavor=flavor, **data)
+        cluster_config.validate_group_name(group)
+        result = cluster_config.node_group_set(cluster=cluster, actor=request.user, name=group, flavor=flavor, **data)
         return Response({"name": group, **result})
 
     @extend_schema(request=None, responses={204: None})
     def delete(self, request, name, group):
-        inventory.node_group_delete(cluster=_cluster(request.user, name), actor=request.user, name=group)
+        cluster_config.node_group_delete(cluster=_cluster(request.user, name), actor=request.user, name=group)
         return Response(status=status.HTTP_204_NO_CONTENT)

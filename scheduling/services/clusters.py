@@ -1,4 +1,5 @@
-"""Cluster-facing use cases: PodSets from jobs, inventory sync, pod-state -> job transitions, reconcile.
+"""Cluster-facing use cases: PodSets from jobs, inventory sync, pod-state -> job transitions, reconcile (the
+clusters an admin declares, and their node groups, are ``cluster_config``).
 
 The same code serves the simulated and the Kubernetes backend (and the Kubernetes watcher, which feeds
 ``apply_pod_states`` one event at a time).

@@ -14,7 +14,7 @@ from portal.models import AuditEntry
 from quotas.models import Quota
 from quotas.services import rules
 from scheduling.models import Cluster, Job
-from scheduling.services.inventory import cluster_delete, node_group_set
+from scheduling.services.cluster_config import cluster_delete, node_group_set
 from scheduling.services.snapshot import build_snapshot
 from scheduling.services.whatif import current_quotas
 

@@ -78,7 +78,7 @@ def test_a_cluster_is_reached_through_a_variable_holding_its_kubeconfig(lab, api
 
 
 def test_each_simulated_cluster_has_its_own_pods_and_nodes(lab, submit, go):
-    from scheduling.services.inventory import node_group_set
+    from scheduling.services.cluster_config import node_group_set
 
     other = Cluster.objects.create(name="lab2", labels={"site": "lab2"})
     node_group_set(cluster=other, actor=lab.root, name="h", flavor=lab.a100, nodes=1, gpus_per_node=4)
