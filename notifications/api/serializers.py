@@ -107,5 +107,5 @@ class WebhookUpdateSerializer(StrictSerializer):
 
 
 class DepartmentSettingsSerializer(StrictSerializer):
-    budget_low_threshold = serializers.IntegerField(min_value=0, allow_null=True, help_text=(
+    budget_low_threshold = serializers.IntegerField(min_value=0, max_value=10**15, allow_null=True, help_text=(
         "mcr: the department's admins hear when the balance falls below it; null: 10% of the refill amount."))

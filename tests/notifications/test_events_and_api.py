@@ -105,6 +105,9 @@ def test_bad_input_is_a_400_with_field_errors(lab, client_for):
     assert {"url", "scope", "kinds.0", "secret"} <= set(r.json()["error"]["fields"])
     r = client_for(lab.vadmin).put("/api/v1/notifications/department", {"budget_low_threshold": -1}, format="json")
     assert r.status_code == 400 and "budget_low_threshold" in r.json()["error"]["fields"]
+    # larger than the database's integer holds: a field error, not a 500 from PostgreSQL
+    r = client_for(lab.vadmin).put("/api/v1/notifications/department", {"budget_low_threshold": 10**19}, format="json")
+    assert r.status_code == 400 and "budget_low_threshold" in r.json()["error"]["fields"]
     assert not Preference.objects.exists()
 
 
