@@ -380,6 +380,11 @@ SPECTACULAR_SETTINGS = {
         "BudgetPeriodEnum": "quotas.models.RefillRule.PERIODS",
         "ReportPeriodEnum": [("day", "day"), ("month", "month")],
         "NotificationKindEnum": "notifications.api.serializers.KIND_CHOICES",
+        "TemplateScopeEnum": "scheduling.models.TemplateScope",
+        "DataSourceKindEnum": "workloads.models.SourceKind",
+        "SecretKindEnum": "workloads.models.SecretKind",
+        "SecretPurposeEnum": "workloads.models.SecretPurpose",
+        "LedgerKindEnum": "quotas.models.LedgerKind",
     },
 }
 
