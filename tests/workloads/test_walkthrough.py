@@ -158,3 +158,84 @@ def test_the_demo_lab_declares_the_walkthrough_and_its_job_runs(settings, tmp_pa
     assert [(p.env["NODE_RANK"], p.env["PORTAL_NPROC_PER_NODE"], p.env["PORTAL_CHECKPOINT_DIR"]) for p in pods] == [
         ("0", "4", "/checkpoint"), ("1", "4", "/checkpoint")]
     assert Path({m["path"]: m for m in pods[0].mounts}["/checkpoint"]["dir"]).is_relative_to(tmp_path)
+
+
+def _env(pod) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_the_walkthrough_job_at_the_manifest_level_on_kubernetes(kube, lab, declared, client_for, go, submit):
+    for claim in ("imagenet", "vision-scratch"):  # the claims the cluster's admin made in the namespace
+        kube.add_pvc("gpu-vision", claim, access_modes=("ReadWriteMany",), volume_name=f"{claim}-gpu-vision")
+    job = _submit(client_for(lab.alice), go)
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED, job.reason_message
+    base = f"job-{job.pk}-a1"
+
+    service = kube.services[("gpu-vision", base)]
+    labels = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/job-id": str(job.pk),
+              "gpu-portal.io/attempt": "1"}
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == labels
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(29500, 29500)]
+    assert kube.secret_text("gpu-vision", "portal-secret-wandb") == {"api_key": TOKEN}
+
+    sub_path = f"checkpoints/job-{job.pk}"
+    for i in range(2):
+        pod = kube.pod("gpu-vision", f"{base}-{i}")
+        spec, container = pod["spec"], pod["spec"]["containers"][0]
+        assert (spec["hostname"], spec["subdomain"]) == (f"{base}-{i}", base)
+        assert {k: v for k, v in labels.items()} == {k: pod["metadata"]["labels"][k] for k in labels}
+        assert pod["metadata"]["labels"]["gpu-portal.io/pod-index"] == str(i)
+        assert container["command"] == ["sh", "-c", TORCHRUN]
+        env = _env(pod)
+        assert {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK",
+                                    "PORTAL_NPROC_PER_NODE", "PORTAL_CHECKPOINT_DIR", "WANDB_PROJECT")} == {
+            "MASTER_ADDR": f"{base}-0.{base}", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": str(i),
+            "NODE_RANK": str(i), "PORTAL_NPROC_PER_NODE": "4", "PORTAL_CHECKPOINT_DIR": "/checkpoint",
+            "WANDB_PROJECT": "ddp-resnet"}
+        assert env["WANDB_API_KEY"] == {"secretKeyRef": {"name": "portal-secret-wandb", "key": "api_key"}}
+        assert TOKEN not in json.dumps(pod)
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        claims = {v["persistentVolumeClaim"]["claimName"]: v for v in volumes.values() if "persistentVolumeClaim" in v}
+        assert claims["imagenet"]["persistentVolumeClaim"].get("readOnly") is True
+        assert not claims["vision-scratch"]["persistentVolumeClaim"].get("readOnly")
+        shm = [v for v in volumes.values() if "emptyDir" in v]
+        assert [v["emptyDir"] for v in shm] == [{"medium": "Memory", "sizeLimit": "16384Mi"}]
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        assert mounts["/data"]["readOnly"] is True and mounts["/data"]["name"] == claims["imagenet"]["name"]
+        assert mounts["/checkpoint"]["subPath"] == sub_path and not mounts["/checkpoint"].get("readOnly")
+        assert mounts["/dev/shm"]["name"] == shm[0]["name"]
+        # restricted: non-root, no escalation, no capabilities, RuntimeDefault seccomp, no token, no host
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert spec["automountServiceAccountToken"] is False
+        assert not (spec["hostNetwork"] or spec["hostPID"] or spec["hostIPC"])
+        resources = container["resources"]
+        assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "4"
+        kube.run("gpu-vision", f"{base}-{i}")
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+
+    # preempted (through the Eviction API): attempt 2 gets a new Service and pods on the same sub-path
+    rt = go(submit, lab.amy, gpus=4, tier="realtime", name="eval-server")
+    _preempt(go, job, rt)
+    for i in range(2):
+        kube.finish_termination("gpu-vision", f"{base}-{i}")
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == (JobState.QUEUED, 2), job.reason_message
+    assert ("gpu-vision", base) not in kube.services
+    go(client_for(lab.amy).post, f"/api/v1/jobs/{rt.pk}/cancel")
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED, job.reason_message
+    assert ("gpu-vision", f"job-{job.pk}-a2") in kube.services
+    for i in range(2):
+        pod = kube.pod("gpu-vision", f"job-{job.pk}-a2-{i}")
+        mounts = {m["mountPath"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        assert mounts["/checkpoint"]["subPath"] == sub_path and _env(pod)["PORTAL_ATTEMPT"] == "2"
