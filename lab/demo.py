@@ -1,10 +1,11 @@
 """Seed demo data: three departments competing for an 8 x A100 simulated campus cluster, plus a second
 simulated cluster of another flavor (a 4 x H100 cloud pool), users, quotas, jobs.
 
-The lab itself (departments, members, flavors, the cluster, quotas, prices, budgets) comes from the shipped
-lab file ``lab/fixtures/demo-lab.yaml``, applied like ``manage.py lab apply``; the second cluster is added
-through the same services the API and the lab pages call (``add_cloud_cluster``), and the passwords and the
-sample jobs are the demo's own."""
+The lab itself (departments, members, flavors, the cluster, quotas, prices, budgets, data sources, the
+walk-through template of docs/workloads.md) comes from the shipped lab file ``lab/fixtures/demo-lab.yaml``,
+applied like ``manage.py lab apply``; the second cluster and the W&B secret (whose value a lab file never
+holds) are added through the same services the API and the lab pages call (``add_cloud_cluster``,
+``add_wandb_secret``), and the passwords and the sample jobs are the demo's own."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from quotas.services.rules import quota_create
 from scheduling.models import Cluster, Job
 from scheduling.services import cluster_config
 from scheduling.services.jobs import job_submit
+from workloads.services import secrets as secret_services
 
 LAB_FILE = Path(__file__).resolve().parent / "fixtures" / "demo-lab.yaml"
 
@@ -53,6 +55,7 @@ def seed(*, jobs: bool = True) -> dict[str, str]:
         if not Department.objects.exists():
             apply_lab(LAB_FILE.read_text())
             add_cloud_cluster()
+            add_wandb_secret()
         creds = _passwords()
         a100 = Flavor.objects.get(name="a100-80gb")
         h100 = Flavor.objects.filter(name="h100").first()
@@ -98,6 +101,20 @@ def add_cloud_cluster() -> None:
                      borrowing_limit=2)
     for tier, rate in (("realtime", 6000), ("elastic", 2000), ("backfill", 800)):
         pricing.price_set(flavor=h100, tier=tier, per_gpu_hour=rate, actor=None)
+
+
+# A harmless stand-in that no W&B server accepts; export DEMO_WANDB_API_KEY before ``manage.py demo`` to use
+# a key of your own. The value is kept encrypted and never shown back, as every secret's.
+DEMO_WANDB_KEY = "demo-not-a-real-wandb-key"
+
+
+def add_wandb_secret() -> None:
+    """The department secret ``vision/wandb`` (key ``api_key``) that the walk-through template uses
+    (docs/workloads.md). Declared here rather than in the lab file, which names no values: its value comes
+    from ``DEMO_WANDB_API_KEY``, or is a demo stand-in when that is unset."""
+    secret_services.secret_create(actor=None, department=Department.objects.get(slug="vision"), name="wandb",
+                                  kind="value", values={"api_key": os.environ.get("DEMO_WANDB_API_KEY")
+                                                        or DEMO_WANDB_KEY})
 
 
 def _demo_jobs(a100: Flavor, h100: Flavor | None) -> None:

@@ -14,7 +14,7 @@ from scheduling.core.policy import policy_to_dict
 from scheduling.models import Cluster, JobTemplate, PolicyVersion, TemplateScope
 from scheduling.services import cluster_config
 from scheduling.services.policy import current_policy
-from workloads.models import DepartmentSecret
+from workloads.models import DataSource, DepartmentSecret
 
 
 def export_lab() -> dict:
@@ -92,6 +92,10 @@ def export_lab() -> dict:
         "department__slug", "name")]
     if secrets:
         out["secrets"] = secrets
+    sources = [_source_entry(ds) for ds in DataSource.objects.select_related("cluster", "department")
+               .prefetch_related("shared_with").order_by("cluster__name", "name")]
+    if sources:
+        out["data_sources"] = sources
     if PolicyVersion.objects.exists():
         doc = policy_to_dict(current_policy()[0])
         doc.pop("version", None)
@@ -119,6 +123,23 @@ def _secret_entry(sc: DepartmentSecret) -> dict:
                      password_env=secret_env_name(sc.department.slug, sc.name, "password"))
     else:
         entry["values_env"] = {k: secret_env_name(sc.department.slug, sc.name, k) for k in sc.keys}
+    return entry
+
+
+def _source_entry(ds: DataSource) -> dict:
+    """A data source as the file declares it: the fields that differ from a new source's defaults."""
+    entry: dict = {"name": ds.name, "cluster": ds.cluster.name, "kind": ds.kind}
+    if ds.department is not None:
+        entry["department"] = ds.department.slug
+    shared = sorted(d.slug for d in ds.shared_with.all())
+    if shared:
+        entry["shared_with"] = shared
+    if ds.shared_with_all:
+        entry["shared_with_all"] = True
+    entry["claim_name"] = ds.claim_name
+    if ds.writable:
+        entry["writable"] = True
+    entry.update({k: getattr(ds, k) for k in ("sub_path", "description") if getattr(ds, k)})
     return entry
 
 

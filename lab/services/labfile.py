@@ -40,8 +40,9 @@ from scheduling.models import Cluster, JobTemplate, TemplateScope
 from scheduling.services import cluster_config
 from scheduling.services import templates as template_services
 from scheduling.services.policy import current_policy, policy_update
-from workloads.models import DepartmentSecret
+from workloads.models import DataSource, DepartmentSecret
 from workloads.services import secrets as secret_services
+from workloads.services import sources as source_services
 
 __all__ = ["LabError", "LabFileInvalid", "Result", "apply_lab", "dump", "export_lab"]
 
@@ -443,6 +444,51 @@ class _Applier:
                     self.run(("secrets",), "-", f"secret {secret.department.slug}/{secret.name}", [],
                              lambda sc=secret: secret_services.secret_delete(actor=self.actor, secret=sc))
 
+    # ---------------------------------------------------------------- data sources
+    def data_sources(self):
+        """``data_sources:``, matched by cluster and name, after the file's clusters and departments are in
+        place. The owner cannot change in place (it decides who may change the source); with prune, the sources
+        the file does not declare are deleted (refused while one holds checkpoint directories)."""
+        declared = set()
+        for i, d in enumerate(self.data.get("data_sources") or []):
+            path = ("data_sources", i)
+            cluster = Cluster.objects.filter(name=d["cluster"]).first()
+            owner = Department.objects.filter(slug=d["department"]).first() if d.get("department") else None
+            shared = list(Department.objects.filter(slug__in=d.get("shared_with") or []).order_by("slug"))
+            if cluster is None or (d.get("department") and owner is None) or \
+                    len(shared) != len(set(d.get("shared_with") or [])):
+                continue  # what it names failed to be created: that error is reported already
+            declared.add((cluster.pk, d["name"]))
+            want = {"kind": d.get("kind", "pvc"), "claim_name": d["claim_name"],
+                    "writable": bool(d.get("writable", False)), "sub_path": d.get("sub_path", ""),
+                    "description": d.get("description", ""), "shared_with_all": bool(d.get("shared_with_all", False))}
+            want_shared = sorted(x.slug for x in shared)
+            what = f"data source {cluster.name}/{d['name']}"
+            cur = DataSource.objects.filter(cluster=cluster, name=d["name"]).select_related("department").first()
+            if cur is None:
+                self.run(path, "+", what, [f"kind: {want['kind']}", f"claim: {want['claim_name']}",
+                                           f"owner: {owner.slug if owner else 'platform'}"],
+                         lambda c=cluster, o=owner, sh=shared, d=d, w=want: source_services.data_source_create(
+                             actor=self.actor, name=d["name"], cluster=c, department=o, shared_with=sh, **w))
+                continue
+            if cur.department_id != (owner.pk if owner else None):
+                self.fail((*path, "department"), f"{what} belongs to "
+                          f"{cur.department.slug if cur.department else 'the platform'}: its owner cannot change "
+                          "(remove it with --prune, or delete it, and declare it again)")
+                continue
+            old = {k: getattr(cur, k) for k in want}
+            old_shared = sorted(cur.shared_with.values_list("slug", flat=True))
+            if old != want or old_shared != want_shared:
+                self.run(path, "~", what, _diff({**old, "shared_with": ", ".join(old_shared)},
+                                                {**want, "shared_with": ", ".join(want_shared)}),
+                         lambda c=cur, sh=shared, w=want: source_services.data_source_update(
+                             actor=self.actor, source=c, shared_with=sh, **w))
+        if self.prune:
+            for source in DataSource.objects.select_related("cluster").order_by("cluster__name", "name"):
+                if (source.cluster_id, source.name) not in declared:
+                    self.run(("data_sources",), "-", f"data source {source.cluster.name}/{source.name}", [],
+                             lambda sc=source: source_services.data_source_delete(actor=self.actor, source=sc))
+
     # ---------------------------------------------------------------- policy, archives, prune
     def policy(self):
         doc = self.data.get("policy")
@@ -575,6 +621,7 @@ def apply_lab(source: str | bytes, *, actor=None, dry_run: bool = False, prune: 
         a.prices()
         a.budgets()
         a.policy()
+        a.data_sources()
         a.templates()
         a.sso()
         a.secrets()

@@ -30,6 +30,7 @@ from scheduling.core.types import TIERS
 from scheduling.models import Cluster
 from scheduling.services import cluster_config
 from workloads.api.serializers import SecretCreateSerializer
+from workloads.api.sources import DataSourceInputSerializer
 
 VERSION = 1
 
@@ -235,6 +236,9 @@ TEMPLATE = Section(JobTemplateWriteSerializer, drop=("scope", "spec"), extra=("d
 SECRET = Section(SecretCreateSerializer, drop=("values", "department"),
                  extra=("department", "values_env", "password_env", "values", "password"),
                  required_extra=("department",))
+# A data source names its cluster, its owning department (none: the platform's) and the departments it is
+# shared with; the references are checked against what the database or the file declares.
+DATA_SOURCE = Section(DataSourceInputSerializer)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # The file's words for the serializers' type errors (and no echo of the value: it may be a secret's).
@@ -505,7 +509,38 @@ class _LabShape(_Shape):
                     self.err((*p, i, "name"), f"{key[0]}/{key[1]} is declared twice (also item {seen[key] + 1})")
                 seen.setdefault(key, i)
 
-    SECTIONS = ("version", "flavors", "clusters", "departments", "prices", "policy", "sso", "templates", "secrets")
+    def cluster_ref(self, v, p):
+        self.string(v, p)
+        if isinstance(v, str) and v not in self.clusters:
+            self.err(p, f"no cluster {v} (declare it under clusters:)")
+
+    def data_source(self, v, p):
+        self.read(v, p, DATA_SOURCE)
+        if not isinstance(v, dict):
+            return
+        if isinstance(v.get("cluster"), str):
+            self.cluster_ref(v["cluster"], (*p, "cluster"))
+        if isinstance(v.get("department"), str):
+            self.department_ref(v["department"], (*p, "department"))
+        for j, slug in enumerate(v.get("shared_with") if isinstance(v.get("shared_with"), list) else []):
+            if isinstance(slug, str):
+                self.department_ref(slug, (*p, "shared_with", j))
+        if v.get("kind") == "dataset" and v.get("writable") is True:
+            self.err((*p, "writable"), "a shared dataset is read-only")
+
+    def data_sources(self, v, p):
+        self.items(v, p, self.data_source, None)
+        seen: dict = {}
+        for i, item in enumerate(v if isinstance(v, list) else []):
+            key = (item.get("cluster"), item.get("name")) if isinstance(item, dict) else None
+            if key and all(isinstance(k, str) for k in key):
+                if key in seen:
+                    self.err((*p, i, "name"), f"{key[1]} is declared twice on cluster {key[0]} (also item "
+                                              f"{seen[key] + 1})")
+                seen.setdefault(key, i)
+
+    SECTIONS = ("version", "flavors", "clusters", "departments", "prices", "policy", "sso", "templates", "secrets",
+                "data_sources")
     LISTS = {"flavors": ("flavor", "name"), "clusters": ("cluster", "name"), "departments": ("department", "slug"),
              "templates": ("template", None)}
 
@@ -517,7 +552,7 @@ class _LabShape(_Shape):
         for key, (check, name) in self.LISTS.items():
             if key in data:
                 self.items(data[key], (key,), getattr(self, check), name)
-        for key in ("prices", "policy", "sso", "secrets"):
+        for key in ("prices", "policy", "sso", "secrets", "data_sources"):
             if key in data:
                 getattr(self, key)(data[key], (key,))
         self.one_default_cluster()

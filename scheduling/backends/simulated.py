@@ -32,6 +32,7 @@ from scheduling.backends.base import (
     PodState,
 )
 from scheduling.backends.clock import Clock, sim_clock
+from scheduling.backends.kube.podspec import rendezvous_env
 from scheduling.core.types import Node as CoreNode
 from scheduling.models import Node, SimPod
 from workloads.values import SHM_PATH
@@ -107,6 +108,8 @@ class SimulatedBackend(ClusterBackend):
                         exit_code=exit_code or None,
                         log=f"$ {' '.join(podset.command)}\n{_secrets_line(podset)}",
                         mounts=mounts,
+                        # the same variables, in the same order, as the Kubernetes pod's container
+                        env=dict((*podset.env, *podset.workload.env, *rendezvous_env(podset, i))),
                     )
             except IntegrityError:
                 pass  # AlreadyExists: a retried create adopts the pod
