@@ -23,5 +23,7 @@ urlpatterns = [
     path("secrets/", views.secrets, name="secrets"),
     path("secrets/<slug:slug>/<str:name>/rotate", views.secret_rotate, name="secret_rotate"),
     path("secrets/<slug:slug>/<str:name>/delete", views.secret_delete, name="secret_delete"),
+    path("data-sources/", views.data_sources, name="data_sources"),
+    path("data-sources/<int:pk>/delete", views.data_source_delete, name="data_source_delete"),
     path("clusters/<str:name>/node-groups/<str:group>/delete", views.node_group_delete, name="node_group_delete"),
 ]

@@ -23,7 +23,7 @@ from lab.api.serializers import (
 )
 from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from lab.services import departments, members
-from portal.errors import Forbidden, NotFound, PortalError
+from portal.errors import Forbidden, NotFound, PortalError, ValidationFailed
 from portal.forms import form_payload, labels_into, refusal_text, render_form, service_errors, submit_form
 from portal.models import Department, Membership, Role, UserTier
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
@@ -41,8 +41,10 @@ from scheduling.api.clusters import ClusterCreateSerializer, ClusterUpdateSerial
 from scheduling.models import Cluster
 from scheduling.services import cluster_config
 from workloads.api.serializers import SecretCreateSerializer, SecretUpdateSerializer
-from workloads.models import DepartmentSecret
+from workloads.api.sources import DataSourceInputSerializer
+from workloads.models import DataSource, DepartmentSecret
 from workloads.services import secrets as secret_services
+from workloads.services import sources as source_services
 
 QUOTA_INPUTS = ("nominal", "borrowing_limit", "lending_limit")
 CLUSTER_FORM_FIELDS = ("name", "backend", "is_default", "state", "cost_rank", "kubeconfig", "kubeconfig_env",
@@ -565,3 +567,75 @@ def secret_delete(request, slug: str, name: str):
     secret_services.secret_delete(actor=request.user, secret=_secret(request, slug, name))
     messages.success(request, f"Secret {name} deleted.")
     return redirect("lab:secrets")
+
+
+# --------------------------------------------------------------------------- data sources
+SOURCE_FORM_FIELDS = ("name", "cluster", "kind", "department", "shared_with_all", "claim_name", "writable",
+                      "sub_path", "description")
+
+
+def _invalid(field: str, message: str) -> ValidationFailed:
+    return ValidationFailed(fields={field: [{"code": "does_not_exist", "message": message}]})
+
+
+def _source_departments(slugs: list[str]) -> list[Department]:
+    found = {d.slug: d for d in Department.objects.filter(slug__in=slugs)}
+    missing = [s for s in slugs if s not in found]
+    if missing:
+        raise _invalid("shared_with", f"No department {', '.join(missing)}.")
+    return [found[s] for s in slugs]
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def data_sources(request):
+    """The data sources your department may mount (its own, and those shared with it); department admins
+    declare their department's here and delete them, platform admins any (a blank department: platform-owned)."""
+    m = member(request.user)
+    errors: dict = {}
+    values = {}
+    may_declare = _administers_secrets(request.user)
+    if request.method == "POST":
+        require_role(request.user, CHANGE, "Only department admins can declare data sources.")
+        values = request.POST.dict()
+        payload = form_payload(request.POST, SOURCE_FORM_FIELDS, checkboxes=("shared_with_all", "writable"))
+        if not m.is_platform_admin:  # a department admin declares their own department's sources
+            payload["department"] = m.department.slug
+        shared = [d.strip() for d in request.POST.get("shared_with", "").split(",") if d.strip()]
+        if shared:
+            payload["shared_with"] = shared
+
+        def apply(data):
+            cluster = Cluster.objects.filter(name=data.pop("cluster")).first()
+            if cluster is None:
+                raise _invalid("cluster", "No such cluster.")
+            slug = data.pop("department")
+            department = Department.objects.filter(slug=slug).first() if slug else None
+            if slug and department is None:
+                raise _invalid("department", "No such department.")
+            source_services.data_source_create(actor=request.user, cluster=cluster, department=department,
+                                               shared_with=_source_departments(data.pop("shared_with")), **data)
+            messages.success(request, f"Data source {data['name']} saved.")
+
+        errors = submit_form(DataSourceInputSerializer, payload, apply)
+        if not errors:
+            return redirect("lab:data_sources")
+    rows = (DataSource.objects.restrict(request.user, VIEW).select_related("cluster", "department")
+            .prefetch_related("shared_with").order_by("name", "cluster__name"))
+    changeable = set(DataSource.objects.restrict(request.user, CHANGE).values_list("pk", flat=True))
+    clusters = Cluster.objects.order_by("name").values_list("name", flat=True) if may_declare else []
+    return render_form(request, "lab/data_sources.html",
+                       {"membership": m, "rows": rows, "changeable": changeable, "values": values,
+                        "may_declare": may_declare, "clusters": clusters}, errors)
+
+
+@login_required
+@require_POST
+def data_source_delete(request, pk: int):
+    source = DataSource.objects.get_or_404(request.user, CHANGE, pk=pk)
+    try:
+        source_services.data_source_delete(actor=request.user, source=source)
+        messages.success(request, f"Data source {source.name} deleted.")
+    except PortalError as exc:
+        messages.error(request, exc.message)
+    return redirect("lab:data_sources")
