@@ -51,8 +51,8 @@ def jobs(request):
 
 
 FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
-               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid", "shm_mb")
-INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "shm_mb")
+               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid", "shm_mb", "max_retries")
+INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "shm_mb", "max_retries")
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:
@@ -99,6 +99,12 @@ def _form_to_payload(post) -> tuple[dict, dict]:
     checkpoint = post.get("checkpoint", "").strip()
     if checkpoint:
         payload["checkpoint"] = True if checkpoint.lower() in ("yes", "true") else {"source": checkpoint}
+    codes = [c.strip() for c in post.get("retry_on_exit_codes", "").split(",") if c.strip()]
+    if codes:
+        try:
+            payload["retry_on_exit_codes"] = [int(c) for c in codes]
+        except ValueError:
+            errors["retry_on_exit_codes"] = ["Exit codes are whole numbers, separated by commas (3, 137)."]
     return payload, errors
 
 
@@ -156,6 +162,13 @@ def _form_secrets(text: str, errors: dict) -> list[dict]:
     return uses
 
 
+def _messages(errors) -> list[str]:
+    """A serializer field's errors as lines; a list field's come by item index ({0: [...]}), as do they here."""
+    if isinstance(errors, dict):
+        return [str(e) for items in errors.values() for e in (items if isinstance(items, list) else [items])]
+    return [str(e) for e in errors]
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def submit(request):
@@ -173,7 +186,7 @@ def submit(request):
             try:
                 valid = serializer.is_valid()
                 if not valid:
-                    errors.update({k: [str(e) for e in v] for k, v in serializer.errors.items()})
+                    errors.update({k: _messages(v) for k, v in serializer.errors.items()})
                 if valid and not errors:
                     job, _ = job_submit(user=request.user, data=serializer.validated_data,
                                         idempotency_key=request.POST.get("idempotency_key") or None)

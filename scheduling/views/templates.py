@@ -28,10 +28,9 @@ def _labels_text(labels) -> str:
 def spec_form_values(spec: dict) -> dict:
     """A submission spec as the submit form's field values (what a person would have typed to get it): the
     form reads a command as a shell line or a JSON list, env as NAME=value lines, the bid in credits."""
-    # The retry rules have no form field (API, job files and templates carry them).
     values = {k: "" if v is None else str(v) for k, v in spec.items()
               if k not in ("command", "env", "bid", "cluster_selector", "cluster_preference", "mounts", "checkpoint",
-                           "secrets", "max_retries", "retry_on_exit_codes")}
+                           "secrets", "retry_on_exit_codes")}
     command = spec.get("command")
     if isinstance(command, list):
         shell = len(command) == 3 and command[:2] == SHELL
@@ -49,6 +48,8 @@ def spec_form_values(spec: dict) -> dict:
     checkpoint = spec.get("checkpoint")
     values["checkpoint"] = "yes" if checkpoint is True else (
         checkpoint.get("source", "") if isinstance(checkpoint, dict) else "")
+    codes = spec.get("retry_on_exit_codes")
+    values["retry_on_exit_codes"] = ", ".join(str(c) for c in codes) if isinstance(codes, list) else ""
     values["secrets"] = "\n".join(f"{u['env']}={u['secret']}/{u['key']}" if u.get("env") else f"{u['path']}={u['secret']}"
                                   for u in spec.get("secrets") or [] if isinstance(u, dict))
     return values

@@ -162,10 +162,43 @@ def test_the_form_values_of_a_spec_write_mounts_checkpoint_and_secrets_in_the_fo
                                 {"source": "scratch", "path": "/out", "read_only": False}],
         "checkpoint": {"source": "scratch", "path": "/checkpoint"},
         "secrets": [{"secret": "wandb", "key": "api_key", "env": "WANDB_API_KEY"}, {"secret": "hf", "path": "/etc/hf"}],
-        "max_retries": 2, "retry_on_exit_codes": [3],
+        "max_retries": 2, "retry_on_exit_codes": [3, 137],
     })
     assert values["mounts"] == "imagenet:/data\nscratch:/out:rw"
     assert values["checkpoint"] == "scratch"
     assert values["secrets"] == "WANDB_API_KEY=wandb/api_key\n/etc/hf=hf"
-    assert "max_retries" not in values and "retry_on_exit_codes" not in values  # no form field for them
+    assert (values["max_retries"], values["retry_on_exit_codes"]) == ("2", "3, 137")
+    assert spec_form_values({"name": "x"})["retry_on_exit_codes"] == ""
     assert spec_form_values({"checkpoint": True})["checkpoint"] == "yes"
+
+
+def test_the_submit_form_takes_the_retry_fields(lab):
+    c = _client(lab.alice)
+    html = c.get("/jobs/new").content.decode()
+    assert _value(html, "max_retries") == "0" and _value(html, "retry_on_exit_codes") == ""
+    form = {"name": "retrying", "image": "busybox", "command": "python train.py", "flavor": "a100-80gb",
+            "gpus": "1", "pods": "1", "cpu": "1", "memory": "1Gi", "max_runtime_s": "600", "tier": "elastic",
+            "urgency": "normal", "bid": "0"}
+    r = c.post("/jobs/new", {**form, "max_retries": "2", "retry_on_exit_codes": "3, 137"})
+    assert r.status_code == 302, r.content.decode()[:2000]
+    job = Job.objects.get(name="retrying")
+    assert (job.max_retries, job.retry_on_exit_codes) == (2, [3, 137])
+    # and cloning it shows them again, as typed
+    html = c.get(f"/jobs/new?clone={job.pk}").content.decode()
+    assert (_value(html, "max_retries"), _value(html, "retry_on_exit_codes")) == ("2", "3, 137")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_retries": "2", "retry_on_exit_codes": "3, oom"}, "Exit codes are whole numbers"),
+    ({"max_retries": "2", "retry_on_exit_codes": "3, 300"}, "less than or equal to 255"),
+    ({"max_retries": "0", "retry_on_exit_codes": "3"}, "Set max_retries too"),
+    ({"max_retries": "11"}, "less than or equal to 10"),
+])
+def test_bad_retry_fields_show_their_error_and_submit_nothing(lab, fields, message):
+    form = {"name": "retrying", "image": "busybox", "command": "true", "flavor": "a100-80gb", "gpus": "1",
+            "pods": "1", "cpu": "1", "memory": "1Gi", "max_runtime_s": "600", "tier": "elastic", "urgency": "normal"}
+    r = _client(lab.alice).post("/jobs/new", {**form, **fields})
+    assert r.status_code == 400
+    field = "retry_on_exit_codes" if "retry_on_exit_codes" in fields else "max_retries"
+    assert re.search(rf'data-error-for="{field}">[^<]*{message}', r.content.decode())
+    assert not Job.objects.exists()
