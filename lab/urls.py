@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from lab import views
+from lab import views, workload_pages
 
 app_name = "lab"
 
@@ -20,10 +20,10 @@ urlpatterns = [
     path("flavors/", views.flavors, name="flavors"),
     path("flavors/<str:name>/delete", views.flavor_delete, name="flavor_delete"),
     path("clusters/", views.clusters, name="clusters"),
-    path("secrets/", views.secrets, name="secrets"),
-    path("secrets/<slug:slug>/<str:name>/rotate", views.secret_rotate, name="secret_rotate"),
-    path("secrets/<slug:slug>/<str:name>/delete", views.secret_delete, name="secret_delete"),
-    path("data-sources/", views.data_sources, name="data_sources"),
-    path("data-sources/<int:pk>/delete", views.data_source_delete, name="data_source_delete"),
+    path("secrets/", workload_pages.secrets, name="secrets"),
+    path("secrets/<slug:slug>/<str:name>/rotate", workload_pages.secret_rotate, name="secret_rotate"),
+    path("secrets/<slug:slug>/<str:name>/delete", workload_pages.secret_delete, name="secret_delete"),
+    path("data-sources/", workload_pages.data_sources, name="data_sources"),
+    path("data-sources/<int:pk>/delete", workload_pages.data_source_delete, name="data_source_delete"),
     path("clusters/<str:name>/node-groups/<str:group>/delete", views.node_group_delete, name="node_group_delete"),
 ]

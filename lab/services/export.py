@@ -82,11 +82,23 @@ def export_lab() -> dict:
                 for m in SsoGroupMapping.objects.select_related("department").order_by("id")]
     if mappings:
         out["sso"] = {"groups": mappings}
+    out.update(_workload_sections())
+    if PolicyVersion.objects.exists():
+        doc = policy_to_dict(current_policy()[0])
+        doc.pop("version", None)
+        out["policy"] = doc
+    return out
+
+
+def _workload_sections() -> dict:
+    """What jobs run with, as the lab declares it: department templates (personal ones are their owners', not
+    the lab's), department secrets (never a value) and data sources; a section without entries is left out."""
+    out: dict = {}
     templates = [{"department": t.department.slug, "name": t.name,
                   **({"description": t.description} if t.description else {}), "spec": t.spec}
                  for t in JobTemplate.objects.filter(scope=TemplateScope.DEPARTMENT).select_related("department")
                  .order_by("department__slug", "name")]
-    if templates:  # department templates only: personal ones are their owners', not the lab's
+    if templates:
         out["templates"] = templates
     secrets = [_secret_entry(sc) for sc in DepartmentSecret.objects.select_related("department").order_by(
         "department__slug", "name")]
@@ -96,10 +108,6 @@ def export_lab() -> dict:
                .prefetch_related("shared_with").order_by("cluster__name", "name")]
     if sources:
         out["data_sources"] = sources
-    if PolicyVersion.objects.exists():
-        doc = policy_to_dict(current_policy()[0])
-        doc.pop("version", None)
-        out["policy"] = doc
     return out
 
 
