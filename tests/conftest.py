@@ -6,6 +6,7 @@ Databases: PostgreSQL when DATABASE_URL is set (CI always sets it), else SQLite.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
@@ -61,6 +62,19 @@ def _eager_celery(settings):
     reset_backends()
     yield
     reset_backends()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(request):
+    """Every test starts with an empty cache: the per-user submit throttle counts in it, and counted across
+    the whole suite it would refuse a later test's submissions (429) by how many tests ran in the same minute.
+    An unreachable cache is what the outage tests exercise; they set it up themselves."""
+    if not request.config.pluginmanager.has_plugin("django"):
+        return
+    from django.core.cache import cache
+
+    with contextlib.suppress(Exception):
+        cache.clear()
 
 
 @pytest.fixture(autouse=True)

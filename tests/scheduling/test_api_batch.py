@@ -265,8 +265,11 @@ def test_query_budget_per_job(lab, client_for, batch, no_pod_tasks, settings, n,
     if connection.vendor == "postgresql":
         assert len(sql) <= 12, "\n".join(sql)
         assert job_inserts == 1
-    else:
-        assert 1 <= job_inserts <= max(1, -(-n // 20))
+    else:  # as many INSERTs as SQLite's 999 bound variables need for the job's columns
+        from scheduling.models import Job
+
+        per_insert = max(1, 999 // len([f for f in Job._meta.concrete_fields if not f.primary_key]))
+        assert 1 <= job_inserts <= -(-n // per_insert)
 
 
 def test_openapi_schema_documents_the_batch(client):
