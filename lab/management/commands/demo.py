@@ -40,7 +40,10 @@ class Command(BaseCommand):
         # SIGTERM (docker stop, systemd, kill) ends the demo like Ctrl-C: the server returns and the finally
         # below stops the worker and beat, which were left running on the same database otherwise. Both are
         # handled from before the first child starts, so a signal at any moment takes the children along.
+        # SIGINT too: a demo started from a background shell or nohup inherits SIGINT ignored, and Ctrl-C or a
+        # signal from its parent would then do nothing.
         previous = signal.signal(signal.SIGTERM, _interrupt)
+        previous_int = signal.signal(signal.SIGINT, _interrupt)
         supervisor = None
         try:
             if not no_worker:
@@ -53,6 +56,7 @@ class Command(BaseCommand):
             pass
         finally:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
             if supervisor is not None:
                 supervisor.stop()
 
