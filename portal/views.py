@@ -60,7 +60,17 @@ def readyz(request):
     """Readiness (no auth): the state of every dependency and when the last admission cycle completed. 503
     with a reason when the database is unreachable or the scheduler has stalled (CYCLE_STALE_AFTER_S); 200
     "degraded" when only the cache or the broker is, because submissions, cancels and every page still work
-    then."""
+    then.
+
+    ``?exclude=NAME`` (repeatable, as the Kubernetes API server's own ``/readyz`` takes it) still runs and
+    reports that check but never answers 503 for it (a failing one is "degraded"): a web replica's readiness
+    probe excludes the scheduler, because taking every replica out of the load balancer while the worker is
+    down would hide the pages, and the banner that says the scheduler stalled, from everyone."""
+    excluded = set(request.GET.getlist("exclude"))
+    if unknown := excluded - {*READINESS_CHECKS, "scheduler"}:
+        return JsonResponse(error_body("validation_error", f"exclude: no check named {', '.join(sorted(unknown))}; "
+                                       f"the checks are {', '.join([*READINESS_CHECKS, 'scheduler'])}."),
+                            status=400)
     checks: dict[str, str] = {}
     for name, check in READINESS_CHECKS.items():
         try:
@@ -77,9 +87,12 @@ def readyz(request):
     except Exception as exc:  # noqa: BLE001 - the database check above says why
         checks["scheduler"] = f"error: {type(exc).__name__}"
     failed = {n for n, v in checks.items() if v != "ok"}
-    body["status"] = "error" if failed & CRITICAL else ("degraded" if failed else "ok")
-    if body["status"] == "error":
-        body["reason"] = "; ".join(f"{n}: {checks[n].removeprefix('error: ')}" for n in sorted(failed & CRITICAL))
+    fatal = (failed - excluded) & CRITICAL
+    if excluded:
+        body["excluded"] = sorted(excluded)
+    body["status"] = "error" if fatal else ("degraded" if failed else "ok")  # an excluded failure: degraded
+    if fatal:
+        body["reason"] = "; ".join(f"{n}: {checks[n].removeprefix('error: ')}" for n in sorted(fatal))
     return JsonResponse(body, status=503 if body["status"] == "error" else 200)
 
 

@@ -50,6 +50,40 @@ def test_readiness_reports_the_last_cycle_and_fails_once_it_is_too_old(lab, clie
     assert client.get("/readyz").status_code == 200
 
 
+def test_the_web_replicas_probe_excludes_the_scheduler_and_still_reports_it(lab, client, settings, monkeypatch):
+    """What deploy/base/web.yaml's readiness probe asks: a stalled scheduler is "degraded" (200) there, so the
+    Service keeps its web replicas and a platform admin can still reach the banner; a dead database is not."""
+    from portal import views
+    from scheduling.services.cycle import run_cycle
+
+    settings.CYCLE_STALE_AFTER_S = 120
+    run_cycle()
+    _last_cycle_ago(300)
+    assert client.get("/readyz").status_code == 503
+    r = client.get("/readyz?exclude=scheduler")
+    assert r.status_code == 200
+    body = r.json()
+    assert (body["status"], body["excluded"]) == ("degraded", ["scheduler"]) and "reason" not in body
+    assert body["checks"]["scheduler"].startswith("error: last admission cycle ")
+    assert 300 <= _ago(body["scheduler"]) < 360
+
+    run_cycle()
+    assert client.get("/readyz?exclude=scheduler").json()["status"] == "ok"
+    monkeypatch.setitem(views.READINESS_CHECKS, "database", _down)
+    r = client.get("/readyz?exclude=scheduler")
+    assert r.status_code == 503 and r.json()["reason"] == "database: RuntimeError"
+
+
+def _down():
+    raise RuntimeError("the database is down")
+
+
+def test_excluding_a_check_that_does_not_exist_is_a_400(client, db):
+    r = client.get("/readyz?exclude=schedular")
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("exclude: no check named schedular; the checks are database, ")
+
+
 def test_a_threshold_of_zero_never_fails_readiness(lab, client, settings):
     from scheduling.services.cycle import run_cycle
 

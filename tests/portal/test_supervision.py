@@ -36,7 +36,8 @@ def test_every_deployment_restarts_and_has_a_liveness_probe():
     web = next(d for d in deployments if d["metadata"]["name"] == "gpu-portal-web")
     [container] = web["spec"]["template"]["spec"]["containers"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # a stalled scheduler must not take every web replica out of the Service (tests/portal/test_scheduler_stall.py)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz?exclude=scheduler"
 
 
 @pytest.mark.django_db
