@@ -10,6 +10,7 @@ worker or beat is left working on the same database. Pure standard library.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -29,13 +30,28 @@ HEALTHY_AFTER_S = 60.0  # a child that ran this long starts its back-off afresh 
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def _libc_prctl():
+    """libc's prctl, looked up here in the parent: between fork and exec the child may not import a module or
+    open a library, since another thread (runserver's) may have held the import lock or the dynamic loader's
+    lock at the fork, and the child would then hang before its exec for ever (a worker that never starts)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def _die_with(parent_pid: int):
+    def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent_pid:  # the parent died before the line above: nobody will signal us
+            os._exit(1)
+
+    return preexec
 
 
 @dataclass
@@ -131,7 +147,7 @@ class Supervisor:
     def _spawn(self, child: Child) -> None:
         child.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
             child.argv, env=child.env,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            preexec_fn=_die_with(os.getpid()) if _PRCTL is not None else None,  # noqa: PLW1509
         )
         child.starts += 1
         child.started_at = self.clock()

@@ -90,6 +90,47 @@ def test_stop_ends_children_and_nothing_is_started_afterwards(tmp_path):
     assert sup.children[0].proc is proc  # not started again
 
 
+# A supervisor in a process of its own, which kills its first child and prints the pid of the one its watcher
+# thread started again: the pid of each, so the test can kill the supervisor and look for them.
+SUPERVISED = """
+import sys, time
+from portal.supervisor import Child, Supervisor
+sup = Supervisor([Child("worker", [sys.executable, "-c", "import time; time.sleep(300)"])], poll_s=0.1,
+                 out=sys.stderr)
+sup.start()
+first = sup.children[0].proc
+print(first.pid, flush=True)
+first.kill()
+while sup.children[0].proc is None or sup.children[0].proc is first:
+    time.sleep(0.1)
+print(sup.children[0].proc.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def test_children_die_with_a_supervisor_that_is_killed_without_stopping_them():
+    """A demo killed with SIGKILL (or crashed) runs no clean-up: its worker and beat, including one its
+    watcher thread started again, must still go rather than keep working on the same database."""
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISED], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    again = None
+    try:
+        first, again = int(sup.stdout.readline()), int(sup.stdout.readline())
+        assert again != first and _alive(again)
+        sup.kill()
+        sup.wait(timeout=60)
+        deadline = time.monotonic() + 60  # the kernel signals at once; a bound for a busy machine
+        while _alive(again) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(again)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+        if again is not None and _alive(again):  # the orphan a failure leaves
+            os.kill(again, signal.SIGKILL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
