@@ -4,6 +4,7 @@ attempt), and the refusal as the engine's constraint until the quota changes."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -32,10 +33,44 @@ def _quota_chain_pending(job: Job, now: datetime) -> bool:
                                                 next_retry_at__gt=now - ADMIT_RETRY).exists()
 
 
-def quota_backing_off(*, job: Job, now: datetime) -> bool:
-    """The attempt's start was refused by a namespace quota and its next try is not due yet."""
-    return NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True,
-                                                next_retry_at__gt=now).exists()
+# How long a claimed try keeps others off: longer than one start takes (the API client's timeouts and retries).
+QUOTA_TRY_CLAIM = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class QuotaTry:
+    """The right to make an attempt's next start: ``refusal`` None when no quota refusal is in force; else that
+    refusal's step, claimed from ``due`` until ``until``."""
+
+    refusal: int | None = None
+    due: datetime | None = None
+    until: datetime | None = None
+
+
+def quota_try(*, job: Job, now: datetime) -> QuotaTry | None:
+    """The attempt's next start try, or None when a namespace quota refused it and that try is not due, or another
+    worker took the due try first. Taking it is a compare-and-set on ``next_retry_at`` (no lock held across the
+    API call): of a duplicate task and a reconciler's message that find the same step due, one creates and the
+    other backs off, so each back-off step costs one create."""
+    row = (NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True)
+           .values_list("pk", "next_retry_at").first())
+    if row is None:
+        return QuotaTry()
+    pk, due = row
+    if due > now:
+        return None
+    until = now + QUOTA_TRY_CLAIM
+    if not NamespaceQuotaRefusal.objects.filter(pk=pk, next_retry_at=due).update(next_retry_at=until):
+        return None
+    return QuotaTry(refusal=pk, due=due, until=until)
+
+
+def quota_try_unanswered(*, claim: QuotaTry) -> None:
+    """The claimed try got no answer from the quota (the API server was unreachable): its step is due again at
+    once, for the task's own retry, instead of after the claim runs out."""
+    if claim.refusal is not None:
+        NamespaceQuotaRefusal.objects.filter(pk=claim.refusal, next_retry_at=claim.until).update(
+            next_retry_at=claim.due)
 
 
 def quota_refused(*, job: Job, cluster: Cluster, exc, now: datetime) -> float:

@@ -69,10 +69,14 @@ def admit_pods(*, job_id: int, attempt: int, fresh: bool) -> tuple[str, float | 
         return "stale", None
     cluster = clusters.cluster_of(job)  # the cluster the admission bound this attempt to
     backend = get_backend(cluster)
-    if namespace_quotas.quota_backing_off(job=job, now=timezone.now()):
+    claim = namespace_quotas.quota_try(job=job, now=timezone.now())
+    if claim is None:
         return "backing_off", None  # this attempt's one retry chain has its next try later: no second chain
     try:
         backend.start(clusters.podset_for(job), tuple(job.placement), fresh=fresh)
+    except ClusterUnavailable:
+        namespace_quotas.quota_try_unanswered(claim=claim)
+        raise
     except QuotaExceeded as exc:
         _quota_refused(job, exc)
         return "quota_backoff", namespace_quotas.quota_refused(job=job, cluster=cluster, exc=exc, now=timezone.now())

@@ -138,6 +138,57 @@ def test_an_admission_the_namespace_quota_refuses_backs_off_visibly_then_gives_t
     assert kube.pod("gpu-vision", pod_name(b, attempt=2)) is not None
 
 
+def refused_by_the_namespace_quota(kube, lab, submit, go, monkeypatch):
+    """Two 2-GPU jobs of vision under a namespace quota of 2 GPUs: the second's start is refused once (the
+    refusal's step 1, its next try due now). Returns that job and the retry steps the chain scheduled."""
+    from scheduling import tasks
+    from scheduling.models import NamespaceQuotaRefusal
+
+    kube.add_resource_quota("gpu-vision", "gpu-portal-ceiling", {"requests.nvidia.com/gpu": "2"})
+    go(submit, lab.alice, gpus=2, name="a")
+    b = go(submit, lab.alice, gpus=2, name="b")
+    chained = []
+    monkeypatch.setattr(tasks.admit_pods, "apply_async", lambda args, countdown: chained.append((args, countdown)))
+    go(run_cycle)
+    assert chained == [((b.pk, 1), 2.0)]
+    NamespaceQuotaRefusal.objects.filter(job=b, attempt=1).update(next_retry_at=timezone.now())
+    return b, chained
+
+
+def test_a_due_quota_retry_taken_by_another_worker_costs_no_second_create(kube, lab, submit, go, monkeypatch):
+    """A duplicate task (a redelivered message) and the chain's own step may find the same step due at once:
+    the one that takes it first creates, the other backs off without a create and without a second chain."""
+    from scheduling.models import NamespaceQuotaRefusal
+    from scheduling.services import namespace_quotas, pods
+
+    b, chained = refused_by_the_namespace_quota(kube, lab, submit, go, monkeypatch)
+    posts = kube.count("POST", "/pods$")
+    claim = namespace_quotas.quota_try(job=b, now=timezone.now())  # another worker took the due step
+    assert claim is not None and claim.refusal is not None
+    assert pods.admit_pods(job_id=b.pk, attempt=1, fresh=False) == ("backing_off", None)
+    assert kube.count("POST", "/pods$") == posts and len(chained) == 1
+    # The taker's API server did not answer: the step is due again at once, for that task's own retry.
+    namespace_quotas.quota_try_unanswered(claim=claim)
+    assert NamespaceQuotaRefusal.objects.get(job=b).next_retry_at == claim.due
+    assert pods.admit_pods(job_id=b.pk, attempt=1, fresh=False) == ("quota_backoff", 4.0)
+    assert kube.count("POST", "/pods$") == posts + 1
+
+
+def test_an_unreachable_api_server_gives_the_quota_retry_back(kube, lab, submit, go, monkeypatch):
+    from scheduling.backends.base import ClusterUnavailable
+    from scheduling.models import NamespaceQuotaRefusal
+    from scheduling.services import pods
+
+    b, _ = refused_by_the_namespace_quota(kube, lab, submit, go, monkeypatch)
+    due = NamespaceQuotaRefusal.objects.get(job=b).next_retry_at
+    kube.fail_next(100, status=503)
+    with pytest.raises(ClusterUnavailable):
+        pods.admit_pods(job_id=b.pk, attempt=1, fresh=False)
+    kube.faults.clear()
+    assert NamespaceQuotaRefusal.objects.get(job=b).next_retry_at == due  # not held for the claim's minute
+    assert pods.admit_pods(job_id=b.pk, attempt=1, fresh=False)[0] == "quota_backoff"
+
+
 # ------------------------------------------------------------------------------------------- eviction
 
 

@@ -116,3 +116,43 @@ def test_cancel_racing_admission_has_one_winner(lab, submit):
         results, errors = _in_thread(move, 4)
         assert not errors and sum(results) == 1
         assert Job.objects.get(pk=job.pk).events.exclude(to_state=JobState.QUEUED).count() == 1
+
+
+def test_two_workers_on_one_due_quota_retry_make_one_create(kube, lab, submit, go, monkeypatch):
+    """A namespace quota refused a job's start; its next step is due, and two workers run it at once (the
+    chain's message and a redelivered duplicate). The first is inside its create when the second asks: the
+    second backs off with no create, so the step costs one create and the chain stays one."""
+    from scheduling.backends import get_backend
+    from scheduling.services import pods
+    from tests.scheduling.test_kubernetes_lifecycle import refused_by_the_namespace_quota
+
+    b, chained = refused_by_the_namespace_quota(kube, lab, submit, go, monkeypatch)
+    posts = kube.count("POST", "/pods$")
+    backend = get_backend("default")
+    real_start, inside, release, starts = backend.start, threading.Event(), threading.Event(), []
+
+    def slow_start(*args, **kwargs):  # the first worker's create, held open while the second asks
+        starts.append(threading.current_thread().name)
+        inside.set()
+        assert release.wait(30)
+        return real_start(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "start", slow_start)
+    first: list = []
+
+    def run_first():
+        try:
+            first.append(pods.admit_pods(job_id=b.pk, attempt=1, fresh=False))
+        finally:
+            connections.close_all()
+
+    t = threading.Thread(target=run_first, name="first")
+    t.start()
+    try:
+        assert inside.wait(30)
+        assert pods.admit_pods(job_id=b.pk, attempt=1, fresh=False) == ("backing_off", None)
+    finally:
+        release.set()
+        t.join(60)
+    assert first == [("quota_backoff", 4.0)] and starts == ["first"]
+    assert kube.count("POST", "/pods$") == posts + 1
