@@ -68,7 +68,7 @@ KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token", "group"}
 
 @pytest.fixture(autouse=True)
 def _lean_requests(settings):
-    """The walk makes about 11,000 requests: what each one costs outside the view is most of its time. Sessions
+    """The walk makes about 8,800 requests: what each one costs outside the view is most of its time. Sessions
     in the cache, not in a table (the walk signs in once per user and never looks at the session rows), and no
     log line per 404/405 (every refused request is one, and the walk counts statuses itself; a 5xx is still
     logged)."""
@@ -213,6 +213,10 @@ def _walk(lab, seeded, users):
                         found = [k for k, v in SECRETS.items() if v.encode() in content]
                         if found:
                             leaks.append(f"{where} shows {found}")
+                        if r.status_code == 405:
+                            # Refused by its verb before any body is read (Django's and DRF's dispatch): the
+                            # other bodies would get the same answer. Skipping them is 6,200 of 15,000 requests.
+                            break
     return leaks, errors, wrong
 
 
