@@ -131,6 +131,31 @@ def test_children_die_with_a_supervisor_that_is_killed_without_stopping_them():
             os.kill(again, signal.SIGKILL)
 
 
+def test_a_second_beat_on_the_same_data_dir_refuses_to_run(tmp_path, settings):
+    """A restarted demo whose old beat is still alive (or two demos on one folder) must not run two beats,
+    which would send every periodic task twice: the demo's beat holds a pid file in DATA_DIR."""
+    from lab.management.commands.demo import background_processes
+
+    settings.DATA_DIR = tmp_path
+    [beat] = [c for c in background_processes() if c.name == "beat"]
+    env = {k: v for k, v in beat.env.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL",
+                                                            "CELERY_TASK_ALWAYS_EAGER")}
+    env.update(DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings")
+    first = subprocess.Popen(beat.argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        pidfile = tmp_path / "celerybeat.pid"
+        deadline = time.monotonic() + 240  # a bound for a busy machine, not a timing
+        while not pidfile.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first.poll() is None and int(pidfile.read_text()) == first.pid
+        second = subprocess.run(beat.argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        assert second.returncode != 0 and "already exists" in second.stderr, second.stderr[-2000:]
+        assert first.poll() is None  # the first beat is untouched
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
