@@ -140,6 +140,7 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
                               attempt=old_attempt, reason_code=reason, message=message,
                               last_preempted_at=now, preemption_count=job.preemption_count + 1):
                 return False
+            now = timezone.now()  # the requeue's event follows the preemption's on the timeline (time, then id)
             decided = PreemptionVictim.objects.filter(job=job, attempt=old_attempt).update(
                 status=PreemptionVictim.Status.REQUEUED, evicted_at=now, requeued_at=now
             )

@@ -100,6 +100,8 @@ def test_a_preemption_requeue_is_not_a_retry(lab, submit, go):
     go(requeue, job=job, outcome="preempted", reason="preempted", message="for a realtime job")
     job.refresh_from_db()
     assert job.attempt == 2 and job.retries == 0 and job.not_before is None
+    moves = [(e.from_state, e.to_state) for e in job.events.all() if e.to_state]  # the timeline's order
+    assert moves[-2:] == [(JobState.RUNNING, JobState.PREEMPTED), (JobState.PREEMPTED, JobState.QUEUED)]
     assert not job.events.filter(reason_code="retried").exists()
     assert not Event.objects.filter(kind="job.retried").exists()
 
