@@ -111,7 +111,9 @@ class CheckpointDir(models.Model):
     CHECKPOINT_RETENTION_DAYS after the job ends, then deleted by the cluster (``deleted_at``)."""
 
     job = models.OneToOneField("scheduling.Job", on_delete=models.CASCADE, related_name="checkpoint_dir")
-    source = models.ForeignKey(DataSource, on_delete=models.PROTECT, related_name="checkpoints")
+    # Deleting a source is refused while it holds a directory not yet deleted (the service); once every one
+    # is gone, the rows stay as the jobs' record (sub-path, deleted_at) without the source.
+    source = models.ForeignKey(DataSource, null=True, on_delete=models.SET_NULL, related_name="checkpoints")
     sub_path = models.CharField(max_length=400)
     mount_path = models.CharField(max_length=255, default="/checkpoint")
     created_at = models.DateTimeField(default=timezone.now)
@@ -121,7 +123,7 @@ class CheckpointDir(models.Model):
     objects = CheckpointDirQuerySet.as_manager()
 
     def __str__(self) -> str:
-        return f"{self.source.name}:{self.sub_path}"
+        return f"{self.source.name if self.source else '(deleted source)'}:{self.sub_path}"
 
 # The Kubernetes Secret the portal owns for a "value" secret: a fixed prefix, so it never takes the name of a
 # Secret someone else made in the namespace (and the portal never overwrites a Secret without its label).

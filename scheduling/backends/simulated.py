@@ -106,7 +106,7 @@ class SimulatedBackend(ClusterBackend):
                         index=i,
                         runtime_s=runtime,
                         exit_code=exit_code or None,
-                        log=f"$ {' '.join(podset.command)}\n{_secrets_line(podset)}",
+                        log=f"$ {' '.join(podset.command)}\n{_mounts_line(podset)}{_secrets_line(podset)}",
                         mounts=mounts,
                         # the same variables, in the same order, as the Kubernetes pod's container
                         env=dict((*podset.env, *podset.workload.env, *rendezvous_env(podset, i))),
@@ -183,6 +183,15 @@ def volume_dir(storage: str, sub_path: str = "") -> Path:
     if root not in path.parents:
         raise BackendError(f"volume path {storage}/{sub_path} leaves the simulated cluster's volumes")
     return path
+
+
+def _mounts_line(podset: PodSet) -> str:
+    """The data sources the simulated kubelet mounted, so a reader of the log sees each attempt's (a checkpoint
+    directory is the same source and sub-path for every attempt of a job). ``/dev/shm``, which every job has,
+    is left to ``SimPod.mounts``."""
+    parts = [f"{m.path} <- {m.source}{':' + m.sub_path if m.sub_path else ''} "
+             f"({'read-only' if m.read_only else 'read-write'})" for m in podset.workload.mounts]
+    return f"[sim] mounts: {'; '.join(parts)}\n" if parts else ""
 
 
 def _secrets_line(podset: PodSet) -> str:

@@ -377,6 +377,7 @@ def _wait_for_the_rest(job: Job, pods: list[PodState], lost: PodState, now: date
 def _apply_job(job: Job, pods: list[PodState]) -> str | None:
     now = timezone.now()
     evicted = [p for p in pods if p.reason in EVICTION_REASONS]
+    platform = [p for p in pods if p.reason in PLATFORM_REASONS]
     if evicted:
         if _wait_for_the_rest(job, pods, evicted[0], now):
             return None
@@ -386,18 +387,24 @@ def _apply_job(job: Job, pods: list[PodState]) -> str | None:
             # admitted into those GPUs) and is requeued once every pod has gone. The refused ones are asked
             # again by the reconciler, never deleted behind their PodDisruptionBudget's back.
             return None
-        return "preempted" if requeue(job=job, outcome="preempted", reason=evicted[0].reason,
-                                      message=f"pod {evicted[0].name} evicted") else None
+        # A gang that lost a pod with its node had its other ranks evicted by the portal itself: the lost node
+        # ended the attempt (below), not a preemption, unless the portal had also chosen it as a victim.
+        if not platform or PreemptionVictim.objects.filter(job=job, attempt=job.attempt,
+                                                           status__in=IN_FLIGHT).exists():
+            return "preempted" if requeue(job=job, outcome="preempted", reason=evicted[0].reason,
+                                          message=f"pod {evicted[0].name} evicted") else None
     failed = [p for p in pods if p.phase == "Failed"]
-    platform = [p for p in pods if p.reason in PLATFORM_REASONS]
     if platform:
         p = platform[0]
         if p.reason in SCHEDULING_REASONS and _scheduler_may_still_bind(job, p, now):
             return None
         if _wait_for_the_rest(job, pods, p, now):
             return None
+        # A node lost or shut down under a pod is a retry its owner hears of; a placement kube-scheduler
+        # could not bind never started, and is only placed again.
         return "requeued" if requeue(job=job, outcome="platform_failure", reason=p.reason,
-                                     message=f"pod {p.name}: {p.reason} {p.message}".strip()) else None
+                                     message=f"pod {p.name}: {p.reason} {p.message}".strip(),
+                                     tell_owner=p.reason not in SCHEDULING_REASONS) else None
     fatal = [p for p in pods if p.reason in FATAL_WAITING]
     if failed or fatal:
         return attempt_failed(job=job, pods=pods, pod=(failed or fatal)[0])

@@ -40,9 +40,10 @@ def attempt_gone(*, job: Job) -> bool:
         return requeue(job=job, outcome="preempted", reason="Evicted", message="evicted; its pods are gone")
     if job.reason_code in (GANG_BROKEN, reasons.DISRUPTION_BUDGET):
         return requeue(job=job, outcome="platform_failure", reason="GangBroken",
-                       message="its gang lost a pod to someone else; the others were evicted and are gone")
+                       message="its gang lost a pod to someone else; the others were evicted and are gone",
+                       tell_owner=True)
     return requeue(job=job, outcome="platform_failure", reason="PodsLost",
-                   message="the job's pods disappeared from the cluster")
+                   message="the job's pods disappeared from the cluster", tell_owner=True)
 
 
 def attempt_failed(*, job: Job, pods: list[PodState], pod: PodState) -> str | None:
@@ -126,9 +127,12 @@ def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finish
     return ok
 
 
-def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
+def requeue(*, job: Job, outcome: str, reason: str, message: str, tell_owner: bool = False) -> bool:
     """End the current attempt (eviction, lost node, unschedulable) and queue the next one, keeping the
-    original submission time so the job does not lose its place to aging."""
+    original submission time so the job does not lose its place to aging. ``tell_owner``: the attempt's pods
+    were lost to the platform (a node, someone else's deletion), which the owner hears of as a retry (the
+    ``job.retried`` notification, cause ``platform``, no back-off) though it counts against no ``max_retries``;
+    a preemption has its own notification."""
     old_attempt = job.attempt
     ran_on = cluster_of(job)  # the next attempt may go to another cluster: the old pods are deleted here
     now = timezone.now()
@@ -140,6 +144,7 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
                               attempt=old_attempt, reason_code=reason, message=message,
                               last_preempted_at=now, preemption_count=job.preemption_count + 1):
                 return False
+            now = timezone.now()  # the requeue's event follows the preemption's on the timeline (time, then id)
             decided = PreemptionVictim.objects.filter(job=job, attempt=old_attempt).update(
                 status=PreemptionVictim.Status.REQUEUED, evicted_at=now, requeued_at=now
             )
@@ -149,6 +154,8 @@ def requeue(*, job: Job, outcome: str, reason: str, message: str) -> bool:
             notify.job_preempted(job=job, reason=reason, message=message, requeued=requeued)
         if not requeued:
             return False
+        if tell_owner:
+            notify.job_retried(job=job, cause=retries.PLATFORM, message=message, backoff_s=0)
         budget_attempt_ended(job=ended, attempt=old_attempt, outcome=outcome, preempted_by_portal=decided > 0)
         # Removed, not deleted: a pod of the old attempt that still runs goes through the Eviction API.
         dispatch.after_commit("scheduling.pods.remove", job.pk, old_attempt,

@@ -30,8 +30,8 @@ def job_workload(job: Job, cluster_name: str) -> PodWorkload:
 def expired_checkpoints(now: datetime | None = None):
     """Checkpoint directories still kept whose job ended more than CHECKPOINT_RETENTION_DAYS ago."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.CHECKPOINT_RETENTION_DAYS)
-    return (CheckpointDir.objects.filter(deleted_at__isnull=True, job__state__in=FINAL_STATES,
-                                         job__finished_at__lt=cutoff)
+    return (CheckpointDir.objects.filter(deleted_at__isnull=True, source__isnull=False,
+                                         job__state__in=FINAL_STATES, job__finished_at__lt=cutoff)
             .select_related("source__cluster", "job__department").order_by("pk"))
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scheduling.backends.kube.checkpoints import CleanupPending
+from scheduling.backends.kube.podspec import checkpoint_cleanup_name
 from workloads.podsecrets import OwnedSecret, PodSecrets, SecretEnv
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -100,6 +102,15 @@ def test_every_request_of_a_job_lifecycle_is_allowed(kube_fake, kube_backend, ma
     kube_backend.start(started, ("n1", "n1"), fresh=False)
     kube_backend.attempt_pods(job_id=43, attempt=1, namespace=ns)
     assert kube_backend.delete_owned_secret(namespace=ns, name="portal-secret-t")  # its department secret deleted
+    # an expired checkpoint directory: the cleanup pod is created, read, and deleted once it is done
+    kube_fake.add_pvc(ns, "scratch", volume_name="pv-scratch")
+    expired = {"namespace": ns, "claim_name": "scratch", "storage": "c/scratch", "sub_path": "checkpoints/job-43",
+               "job_id": 43}
+    with pytest.raises(CleanupPending):
+        kube_backend.delete_checkpoint(**expired)
+    kube_fake.run(ns, checkpoint_cleanup_name(43))
+    kube_fake.terminate(ns, checkpoint_cleanup_name(43), exit_code=0)
+    kube_backend.delete_checkpoint(**expired)
 
     used = {rbac_of(r) for r in kube_fake.requests}
     denied = [u for u in used if not allowed(*u)]

@@ -245,6 +245,23 @@ def test_a_job_file_mounts_sources_asks_for_a_checkpoint_and_shm(gpup, job_file,
     job = json.loads(result.stdout)
     assert job["mounts"] == [{"source": "imagenet", "path": "/data", "read_only": True}]
     assert job["checkpoint"]["path"] == "/checkpoint" and job["shm_mb"] == 512
+    shown = gpup("get", job["id"]).stdout  # the human view names them too
+    assert "/data <- imagenet (read-only)" in shown
+    assert f"/checkpoint <- vision-scratch:checkpoints/job-{job['id']}" in shown
     # a mount under /proc is refused with the field named, exit code 2
     result = gpup("submit", "-f", job_file(JOB_YAML + "mounts:\n  - {source: imagenet, path: /proc/x}\n"))
     assert result.exit_code == 2 and "mounts" in result.output and "/proc" in result.output
+
+
+def test_get_shows_the_attempt_of_a_requeued_or_retried_job(capsys):
+    from gpuportal.cli import print_job
+
+    job = {"id": 7, "name": "ddp", "state": "queued", "owner": "bob", "department": "vision", "pods": 2, "gpus": 4,
+           "flavor": "a100-80gb", "tier": "elastic", "urgency": "normal", "image": "img", "command": ["sh"]}
+    print_job(job)
+    assert "attempt" not in capsys.readouterr().out  # a first attempt says nothing
+    print_job({**job, "attempt": 3, "retries": 1, "preemption_count": 1,
+               "checkpoint": {"path": "/ckpt", "source": "scratch", "sub_path": "checkpoints/job-7",
+                              "deleted_at": "2026-01-01T00:00:00Z"}})
+    out = capsys.readouterr().out
+    assert "3 (1 retries, 1 preemptions)" in out and "/ckpt <- scratch:checkpoints/job-7 (deleted)" in out

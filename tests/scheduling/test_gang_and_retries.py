@@ -100,8 +100,28 @@ def test_a_preemption_requeue_is_not_a_retry(lab, submit, go):
     go(requeue, job=job, outcome="preempted", reason="preempted", message="for a realtime job")
     job.refresh_from_db()
     assert job.attempt == 2 and job.retries == 0 and job.not_before is None
+    moves = [(e.from_state, e.to_state) for e in job.events.all() if e.to_state]  # the timeline's order
+    assert moves[-2:] == [(JobState.RUNNING, JobState.PREEMPTED), (JobState.PREEMPTED, JobState.QUEUED)]
     assert not job.events.filter(reason_code="retried").exists()
     assert not Event.objects.filter(kind="job.retried").exists()
+
+
+@pytest.mark.parametrize(("reason", "told"), [("NodeLost", True), ("NodeShutdown", True), ("Unschedulable", False)])
+def test_a_pod_lost_with_its_node_is_a_new_attempt_its_owner_hears_of(lab, submit, go, reason, told):
+    """Not the job's failure: a new attempt at once, counted in no ``max_retries``, with a ``job.retried``
+    notification (cause platform). A placement kube-scheduler could not bind never ran: placed again, silently."""
+    job = start(go, submit(lab.alice, pods=2, gpus=1))
+    job = fail(go, job, 1, exit_code=None, reason=reason, message="node sim-a100-1 is gone")
+    go(sync_cluster)  # the gang's other pod was evicted meanwhile: now the attempt is over
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.retries, job.not_before) == (JobState.QUEUED, 2, 0, None)
+    assert job.preemption_count == 0 and not Event.objects.filter(kind="job.preempted").exists()  # not preempted
+    assert job.events.filter(to_state=JobState.QUEUED, message__contains=reason).exists()  # on the timeline
+    notes = list(Event.objects.filter(kind="job.retried"))
+    assert bool(notes) is told
+    if told:
+        assert (notes[0].data["cause"], notes[0].data["attempt"], notes[0].data["backoff_s"]) == ("platform", 2, 0)
+        assert reason in notes[0].data["message"]
 
 
 def test_every_pod_log_is_readable_by_its_index(lab, submit, go, client_for, client):

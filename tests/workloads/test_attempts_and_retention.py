@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling import core
-from scheduling.models import Cluster, Job, JobState, SimPod
+from scheduling.models import AttemptLog, Cluster, Job, JobState, SimPod
 from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import apply_result, run_cycle
 from scheduling.services.snapshot import build_snapshot
@@ -58,6 +58,11 @@ def test_attempt_two_sees_what_attempt_one_wrote_to_its_checkpoint(lab, scratch,
     assert second["/checkpoint"]["dir"] == first["/checkpoint"]["dir"]
     assert Path(second["/checkpoint"]["dir"], "step-100.pt").read_text() == "weights at step 100"
     assert Path(second["/checkpoint"]["dir"]).is_relative_to(tmp_path)
+    # the pod's log says so too, the same line for both attempts (what a demo user reads with gpup logs)
+    line = (f"[sim] mounts: /data <- imagenet (read-only); /checkpoint <- vision-scratch:checkpoints/job-{job.pk} "
+            "(read-write)")
+    assert line in AttemptLog.objects.get(job=job, attempt=1, pod=0).text  # kept when attempt 1 ended
+    assert line in SimPod.objects.get(job_id=job.pk, attempt=2).log
 
 
 def _ended(job, days_ago):

@@ -121,3 +121,39 @@ def test_a_secret_declared_again_before_the_delete_ran_is_kept(kube, lab, declar
         "app.kubernetes.io/managed-by": "gpu-portal"}
     assert delete_department_secret("vision", "wandb", "portal-secret-wandb") == []  # "wandb" exists again
     assert ("gpu-vision", "portal-secret-wandb") in kube.secrets
+
+
+def test_no_notification_or_log_line_holds_a_value(lab, client_for, payload, declared, go, caplog, mailoutbox):
+    """A job that uses the secrets runs, is retried and fails, and its department admin rotates a value: the
+    outbox's events (what webhooks post), the e-mails and every log record of all that name no value."""
+    import logging
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from notifications.models import Event
+    from scheduling.backends import get_backend
+    from scheduling.services.clusters import sync_cluster
+
+    caplog.set_level(logging.DEBUG)
+    body = payload(secrets=USES, max_retries=1, retry_on_exit_codes=[3])
+    job = Job.objects.get(pk=go(client_for(lab.alice).post, "/api/v1/jobs", body, format="json").json()["id"])
+    for exit_code in (3, 1):  # retried, then failed for good
+        go(run_cycle)
+        go(sync_cluster)
+        job.refresh_from_db()
+        assert get_backend("default").fail_pod(job_id=job.pk, attempt=job.attempt, index=0, exit_code=exit_code)
+        go(sync_cluster)
+        Job.objects.filter(pk=job.pk).update(not_before=timezone.now() - timedelta(seconds=1))
+    job.refresh_from_db()
+    assert (job.state, job.retries) == (JobState.FAILED, 1)
+    rotated = "rotated-" + TOKEN
+    r = go(client_for(lab.vadmin).patch, "/api/v1/secrets/wandb", {"values": {"api_key": rotated}}, format="json")
+    assert r.status_code == 200
+    kinds = set(Event.objects.values_list("kind", flat=True))
+    assert {"job.retried", "job.failed"} <= kinds and mailoutbox
+    shown = [json.dumps(list(Event.objects.values("kind", "data")), default=str), caplog.text,
+             *(f"{m.subject}\n{m.body}\n{getattr(m, 'alternatives', '')}" for m in mailoutbox)]
+    for text in shown:
+        for value in (TOKEN, rotated, PASSWORD):
+            assert value not in text

@@ -83,7 +83,6 @@ def test_checkpoint_true_takes_the_departments_one_writable_source(lab, sources,
         # an unknown source, and another department's source (reported the same way: tenancy)
         ({"mounts": [{"source": "nope", "path": "/data"}]}, "mounts", "unknown_source"),
         ({"mounts": [{"source": "nlp-scratch", "path": "/data"}]}, "mounts", "unknown_source"),
-        # a platform dataset shared with another department only
         # path conflicts: the same path, a nested one, the checkpoint's
         ({"mounts": [{"source": "imagenet", "path": "/data"}, {"source": "corpus", "path": "/data"}]}, "mounts",
          "conflicts with"),
@@ -127,6 +126,16 @@ def test_every_bad_input_is_a_clear_400(lab, sources, client_for, fields, field,
     errors = field_errors(post(client_for, lab.alice, **fields), field)
     assert any(code_or_text in (e["code"], e["message"]) or code_or_text in e["message"] for e in errors), errors
     assert not Job.objects.exists()
+
+
+def test_a_dataset_shared_with_another_department_only_is_unknown_here(lab, sources, client_for):
+    """imagenet is shared with vision alone: for nlp it does not exist, as a mount or as a checkpoint."""
+    for fields, field in (({"mounts": [{"source": "imagenet", "path": "/data"}]}, "mounts"),
+                          ({"checkpoint": {"source": "imagenet"}}, "checkpoint")):
+        [error] = field_errors(post(client_for, lab.bob, **fields), field)
+        assert error["code"] == "unknown_source" and "vision" not in error["message"], error
+    sources.imagenet.shared_with.add(lab.nlp)  # shared with nlp too: now it mounts
+    assert post(client_for, lab.bob, mounts=[{"source": "imagenet", "path": "/data"}]).status_code == 201
 
 
 def test_shm_over_the_setting_is_refused(lab, sources, client_for, settings):

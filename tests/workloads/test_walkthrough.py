@@ -6,10 +6,13 @@ lab (``manage.py demo``)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 from django.utils import timezone
 
 from scheduling import core
@@ -27,7 +30,7 @@ TORCHRUN = ("torchrun --nnodes=$WORLD_SIZE --nproc-per-node=$PORTAL_NPROC_PER_NO
 SPEC = {
     "name": "ddp-resnet", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "flavor": "a100-80gb",
     "pods": 2, "gpus": 4, "cpu": "16", "memory": "128Gi", "tier": "elastic",
-    "max_retries": 2, "retry_on_exit_codes": [3],
+    "max_runtime_s": 57600, "max_retries": 2, "retry_on_exit_codes": [3],
     "mounts": [{"source": "imagenet", "path": "/data"}], "checkpoint": {"source": "vision-scratch"},
     "shm_mb": 16384, "env": {"WANDB_PROJECT": "ddp-resnet"},
     "secrets": [{"secret": "wandb", "key": "api_key", "env": "WANDB_API_KEY"}],
@@ -239,3 +242,56 @@ def test_the_walkthrough_job_at_the_manifest_level_on_kubernetes(kube, lab, decl
         pod = kube.pod("gpu-vision", f"job-{job.pk}-a2-{i}")
         mounts = {m["mountPath"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
         assert mounts["/checkpoint"]["subPath"] == sub_path and _env(pod)["PORTAL_ATTEMPT"] == "2"
+
+
+def _as_job_42(obj, job_id: int):
+    """A manifest as docs/workloads.md prints it: the job's id made 42 (in names, labels, PORTAL_JOB_ID)."""
+    if isinstance(obj, dict):
+        if obj.get("name") == "PORTAL_JOB_ID" and "value" in obj:
+            return {**obj, "value": "42"}
+        return {k: "42" if k == "gpu-portal.io/job-id" else _as_job_42(v, job_id) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_as_job_42(v, job_id) for v in obj]
+    return re.sub(rf"job-{job_id}(?!\d)", "job-42", obj) if isinstance(obj, str) else obj
+
+
+def _documented_manifests() -> list[dict]:
+    """The YAML blocks of the walk-through that are Kubernetes objects, in the order the doc shows them."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
+    section = text.split("## Walk-through", 1)[1].split("\n## ", 1)[0]
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section, flags=re.S)]
+    return [b for b in blocks if isinstance(b, dict) and "apiVersion" in b]
+
+
+def test_the_docs_show_every_manifest_exactly_as_the_portal_sends_it(kube, lab, declared, client_for, go):
+    """docs/workloads.md prints the owned Secret, the headless Service and pod 0 of the walk-through job as
+    the portal sends them to the API server; they are compared here with what it sent (the fake's request log),
+    so a change to the pod spec cannot leave the doc behind."""
+    for claim in ("imagenet", "vision-scratch"):
+        kube.add_pvc("gpu-vision", claim, access_modes=("ReadWriteMany",), volume_name=f"{claim}-gpu-vision")
+    job = _submit(client_for(lab.alice), go)
+    go(run_cycle)
+    sent = {(r.body["kind"], r.body["metadata"]["name"]): r.body for r in kube.requests
+            if r.method == "POST" and r.path.startswith("/api/v1/namespaces/gpu-vision/") and r.body}
+    secret = sent[("Secret", "portal-secret-wandb")]
+    assert base64.b64decode(secret["data"]["api_key"]).decode() == TOKEN
+    secret = {**secret, "data": {"api_key": "<base64 of the key>"}}
+    base = f"job-{job.pk}-a1"
+    created = [secret, sent[("Service", base)], sent[("Pod", f"{base}-0")]]
+    assert _documented_manifests() == [_as_job_42(m, job.pk) for m in created]
+    # pod 1 differs from pod 0 only where the doc says: its index, name, host name, node and rank
+    pod0, pod1 = (_as_job_42(sent[("Pod", f"{base}-{i}")], job.pk) for i in range(2))
+    assert pod1["metadata"]["labels"]["gpu-portal.io/pod-index"] == "1" and pod1["spec"]["hostname"] == "job-42-a1-1"
+    env1 = {e["name"]: e.get("value") for e in pod1["spec"]["containers"][0]["env"]}
+    assert (env1["RANK"], env1["NODE_RANK"], env1["PORTAL_NODE_RANK"]) == ("1", "1", "1")
+    assert env1["MASTER_ADDR"] == "job-42-a1-0.job-42-a1"
+    terms = pod1["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-1"]
+    for pod in (pod0, pod1):
+        pod["metadata"]["name"] = pod["spec"]["hostname"] = "x"
+        pod["metadata"]["labels"]["gpu-portal.io/pod-index"] = "x"
+        pod["spec"]["affinity"] = None
+        pod["spec"]["containers"][0]["env"] = [e for e in pod["spec"]["containers"][0]["env"]
+                                               if e["name"] not in ("RANK", "NODE_RANK", "PORTAL_NODE_RANK")]
+    assert pod0 == pod1
+    assert not any(kind == "PodDisruptionBudget" for kind, _ in sent)  # the job asks for none (step 3.4)

@@ -7,7 +7,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
 
 from portal.api.serializers import StrictSerializer
-from portal.errors import NotFound, ValidationFailed
+from portal.errors import ValidationFailed
 from portal.models import Department
 from portal.tenancy import VIEW, member
 from workloads.models import DataSource, SourceKind
@@ -71,8 +71,8 @@ class DataSourceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
         data = dict(s.validated_data)
         # The cluster by the source's own foreign key: workloads sits below scheduling and imports none of it.
         cluster = DataSource._meta.get_field("cluster").related_model.objects.filter(name=data.pop("cluster")).first()
-        if cluster is None:
-            raise NotFound("No such cluster.")
+        if cluster is None:  # a name in the body, not the URL: bad input, as the page says it
+            raise ValidationFailed(fields={"cluster": [{"code": "does_not_exist", "message": "No such cluster."}]})
         slug = data.pop("department")
         department = _departments([slug], "department")[0] if slug else None
         shared = _departments(data.pop("shared_with"), "shared_with")

@@ -187,6 +187,17 @@ def print_job(job: dict) -> None:
     if job.get("secrets"):  # names and keys only: the portal never returns a value
         rows.append(("secrets", "; ".join(f"{u['env']} <- {u['secret']}/{u['key']}" if "env" in u
                                           else f"{u['path']} <- {u['secret']}" for u in job["secrets"])))
+    if job.get("mounts"):
+        access = {True: "read-only", False: "read-write"}
+        rows.append(("mounts", "; ".join(f"{m['path']} <- {m['source']} ({access[m.get('read_only', True)]})"
+                                         for m in job["mounts"])))
+    if job.get("checkpoint"):  # the same directory for every attempt, in PORTAL_CHECKPOINT_DIR
+        c = job["checkpoint"]
+        rows.append(("checkpoint", f"{c['path']} <- {c['source']}:{c['sub_path']}"
+                                   + (" (deleted)" if c.get("deleted_at") else "")))
+    if (job.get("attempt") or 1) > 1:
+        rows.append(("attempt", f"{job['attempt']} ({job.get('retries', 0)} retries, "
+                                f"{job.get('preemption_count', 0)} preemptions)"))
     if job.get("queue_position"):
         rows.append(("queue", f"#{job['queue_position']}"))
     if job.get("estimated_start"):
