@@ -74,25 +74,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
     book = view.quota.clone()
     free = [list(p.free) for p in pools]
     index = [BucketIndex(p.free, p.indexed, p.top) for p in pools]
-    heap: list[tuple] = []
-    seq = 0
-    for pi, pool in enumerate(pools):
-        for end, i, g in pool.events:
-            heap.append((end, seq, pi, i, g, None))
-            seq += 1
-    for job in view.running:
-        if job.flavor == flavor:
-            heap.append((max(now, job.expected_end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
-            seq += 1
-    for end, dept, fl, gpus, cluster, _ in view.admitted_end:
-        if fl == flavor:
-            heap.append((end, seq, -1, 0, gpus, (dept, cluster)))
-            seq += 1
     users = view.users if view.users is not None and view.users.active else None
-    held: dict[tuple[str, str], int] = {}
-    if users is not None:
-        held, seq = _members_holding(view, users, heap, seq)
-    heapify(heap)
+    heap, seq, held = _events(view, flavor, pools, users)
     t = now
     limit = now + HORIZON_S
     for job in jobs:
@@ -159,6 +142,31 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             held[member] = held.get(member, 0) + job.total_gpus
             heappush(heap, (end, seq, -2, 0, job.total_gpus, member))
             seq += 1
+
+
+def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> tuple[list, int, dict]:
+    """The future as a heap of (time, seq, pool, node, GPUs, owner): the pools' GPUs coming free (pool index),
+    the flavor's quota given back (pool -1) and, for members with a limit, their GPUs given back (pool -2);
+    the next sequence number; what each limited member holds now."""
+    heap: list[tuple] = []
+    seq = 0
+    for pi, pool in enumerate(pools):
+        for end, i, g in pool.events:
+            heap.append((end, seq, pi, i, g, None))
+            seq += 1
+    for job in view.running:
+        if job.flavor == flavor:
+            heap.append((max(view.now, job.expected_end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
+            seq += 1
+    for end, dept, fl, gpus, cluster, _ in view.admitted_end:
+        if fl == flavor:
+            heap.append((end, seq, -1, 0, gpus, (dept, cluster)))
+            seq += 1
+    held: dict[tuple[str, str], int] = {}
+    if users is not None:
+        held, seq = _members_holding(view, users, heap, seq)
+    heapify(heap)
+    return heap, seq, held
 
 
 def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) -> tuple[dict, int]:
