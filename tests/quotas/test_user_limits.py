@@ -144,3 +144,16 @@ def test_the_list_reads_in_constant_queries(lab, client_for, django_assert_max_n
     UserLimit.objects.create(department=lab.vision, max_gpus=1)
     with django_assert_max_num_queries(2):  # membership, rows
         assert len(client_for(lab.vadmin).get("/api/v1/user-limits").json()) == 4
+
+
+def test_the_submit_form_says_why_it_refuses(lab, submit, client):
+    UserLimit.objects.create(department=lab.vision, user=lab.alice, max_gpus=4, max_queued=1)
+    submit(lab.alice, name="first")
+    client.force_login(lab.alice)
+    r = client.post("/jobs/new", {"name": "second", "image": "pytorch/pytorch:2.3", "command": "python train.py",
+                                  "flavor": "a100-80gb", "gpus": "1", "pods": "1", "tier": "elastic",
+                                  "urgency": "normal", "task_type": "train", "max_runtime_s": "1800",
+                                  "idempotency_key": "form-2"})
+    assert r.status_code != 302
+    assert "You have 1 job(s) waiting to start; vision allows 1 per member at once" in r.content.decode()
+    assert not Job.objects.filter(name="second").exists()
