@@ -5,7 +5,7 @@ One query each, whatever the number of rows; nothing here writes."""
 
 from __future__ import annotations
 
-from django.db.models import Q
+from django.db.models import F, Q
 
 from quotas.models import Quota, QuotaChangeRequest, UserLimit
 
@@ -45,7 +45,7 @@ def pending_quota_requests(*, cluster_id: int) -> list[int]:
 def user_limits_in_force() -> list[tuple[str, str | None, int]]:
     """(department slug, username or None for every member, max GPUs) of every per-user limit: what a cycle
     decides with (one query)."""
-    return list(UserLimit.objects.order_by("department__slug", "user__username", "id")
+    return list(UserLimit.objects.order_by("department__slug", F("user__username").asc(nulls_first=True), "id")
                 .values_list("department__slug", "user__username", "max_gpus"))
 
 

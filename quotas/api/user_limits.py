@@ -5,6 +5,7 @@ member or department is a 404), ``quotas.services.user_limits`` validates and wr
 
 from __future__ import annotations
 
+from django.db.models import F
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -55,7 +56,7 @@ class UserLimitListView(APIView):
     def get(self, request):
         require_role(request.user, CHANGE, ADMINS_ONLY)
         qs = (UserLimit.objects.restrict(request.user, VIEW).select_related("department", "user")
-              .order_by("department__slug", "user__username", "id"))
+              .order_by("department__slug", F("user__username").asc(nulls_first=True), "id"))
         return Response([limit_dict(x) for x in qs])
 
 

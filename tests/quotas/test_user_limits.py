@@ -157,3 +157,13 @@ def test_the_submit_form_says_why_it_refuses(lab, submit, client):
     assert r.status_code != 302
     assert "You have 1 job(s) waiting to start; vision allows 1 per member at once" in r.content.decode()
     assert not Job.objects.filter(name="second").exists()
+
+
+def test_the_quote_says_the_limit_would_keep_the_job_waiting(lab, submit, go, client_for, payload):
+    UserLimit.objects.create(department=lab.vision, user=lab.alice, max_gpus=2)
+    go(submit, lab.alice, name="running", gpus=2)
+    go(run_cycle)
+    start = client_for(lab.alice).post("/api/v1/jobs/quote", payload(gpus=1), format="json").json()["start"]
+    assert start["starts_now"] is False and start["code"] == "user_gpu_limit"
+    assert client_for(lab.amy).post("/api/v1/jobs/quote", payload(gpus=1), format="json").json()["start"][
+        "starts_now"] is True
