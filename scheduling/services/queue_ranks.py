@@ -27,6 +27,8 @@ def reranked(order: Sequence[int], current: Mapping[int, int | None]) -> dict[in
     yet) is out of that order: after it, every rank increases strictly along ``order``. Only the changed
     ranks are returned."""
     ranks = [current.get(job_id) for job_id in order]
+    if None not in ranks and all(a < b for a, b in zip(ranks, ranks[1:], strict=False)):
+        return {}  # the common cycle: the head admitted, the rest aged in the same order
     kept = _longest_increasing(ranks)
     new: list[int | None] = [None] * len(order)
     for i in kept:
