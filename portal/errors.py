@@ -69,6 +69,15 @@ class IdempotencyKeyReused(PortalError):
     message = "This Idempotency-Key was already used with a different request body."
 
 
+class LimitReached(PortalError):
+    """A per-user limit refuses more (too many jobs waiting): like the submit throttle a 429, but without
+    Retry-After, since only the user's own jobs starting or being cancelled make room, not time alone."""
+
+    code = "limit_reached"
+    http_status = status.HTTP_429_TOO_MANY_REQUESTS
+    message = "A per-user limit refuses this."
+
+
 def error_body(code: str, message: str, fields: dict | None = None, detail: dict | None = None) -> dict:
     body: dict = {"code": code, "message": message}
     if fields:

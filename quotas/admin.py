@@ -13,6 +13,7 @@ from quotas.models import (
     QuotaChangeRequest,
     RefillRecord,
     RefillRule,
+    UserLimit,
     Wallet,
 )
 
@@ -57,6 +58,14 @@ class AllowanceAdmin(ReadOnlyAdmin):
     list_filter = ("period",)
     search_fields = ("user__username", "wallet__department__slug")
     list_select_related = ("user", "wallet__department")
+
+
+@admin.register(UserLimit)
+class UserLimitAdmin(ReadOnlyAdmin):
+    list_display = ("department", "user", "max_gpus", "max_queued", "updated_at")
+    list_filter = ("department",)
+    search_fields = ("user__username", "department__slug")
+    list_select_related = ("department", "user")
 
 
 @admin.register(LedgerEntry)

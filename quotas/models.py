@@ -245,6 +245,44 @@ class Allowance(models.Model):
         return f"allowance {self.user_id}: {self.limit} mcr/{self.period}"
 
 
+class UserLimitQuerySet(TenantQuerySet):
+    """A department's admins read and set their members' limits (platform admins every department's); a member
+    meets theirs as the reason their job waits or the error a submission gets."""
+
+    rules = {VIEW: DEPARTMENT_ADMIN, CHANGE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
+
+
+class UserLimit(models.Model):
+    """How much one member of a department may hold at once: GPUs (every flavor and cluster together; the
+    engine keeps their new jobs waiting, reason ``user_gpu_limit``) and, optionally, queued jobs (a submission
+    past it is refused). ``user`` null: the limit of every member who has no row of their own; a member's own
+    row replaces the department's whole (docs/sweeps.md, "Per-user limits")."""
+
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="user_limits")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="gpu_limits")
+    max_gpus = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    max_queued = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = UserLimitQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["department_id", F("user_id").asc(nulls_first=True)]
+        constraints = [
+            models.UniqueConstraint(fields=["department"], condition=Q(user__isnull=True),
+                                    name="user_limit_one_default_per_department"),
+            models.UniqueConstraint(fields=["department", "user"], condition=Q(user__isnull=False),
+                                    name="user_limit_one_per_member"),
+            models.CheckConstraint(condition=Q(max_gpus__gte=1), name="user_limit_max_gpus_positive"),
+            models.CheckConstraint(condition=Q(max_queued__isnull=True) | Q(max_queued__gte=1),
+                                   name="user_limit_max_queued_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"user limit {self.department_id}/{self.user_id or '*'}: {self.max_gpus} GPUs"
+
+
 class LedgerKind(models.TextChoices):
     REFILL = "refill", "Refill"
     HOLD = "hold", "Hold"

@@ -1,10 +1,13 @@
 """Quotas' reads for the apps above it (scheduling's snapshot, statistics, what-if, inventory and quota-use
-pages): the quotas in force and their nominal GPUs, who holds quotas on a cluster, pending quota requests.
+pages): the quotas in force and their nominal GPUs, who holds quotas on a cluster, pending quota requests, the
+per-user limits (the snapshot's GPU limits, the submit path's queued-jobs limit).
 One query each, whatever the number of rows; nothing here writes."""
 
 from __future__ import annotations
 
-from quotas.models import Quota, QuotaChangeRequest
+from django.db.models import F, Q
+
+from quotas.models import Quota, QuotaChangeRequest, UserLimit
 
 
 def quotas_in_force() -> list[Quota]:
@@ -37,3 +40,38 @@ def pending_quota_requests(*, cluster_id: int) -> list[int]:
     """Ids of the quota change requests on one cluster still waiting for a decision, sorted."""
     return sorted(QuotaChangeRequest.objects.filter(cluster_id=cluster_id, state=QuotaChangeRequest.State.PENDING)
                   .values_list("pk", flat=True))
+
+
+def user_limits_in_force() -> list[tuple[str, str | None, int]]:
+    """(department slug, username or None for every member, max GPUs) of every per-user limit: what a cycle
+    decides with (one query)."""
+    return list(UserLimit.objects.order_by("department__slug", F("user__username").asc(nulls_first=True), "id")
+                .values_list("department__slug", "user__username", "max_gpus"))
+
+
+def queued_jobs_limit(*, department_id: int, user_id: int) -> int | None:
+    """How many jobs the member may have queued at once in the department (their own row, else the
+    department's), None for no limit (one query)."""
+    rows = dict(UserLimit.objects.filter(department_id=department_id).filter(
+        Q(user_id=user_id) | Q(user__isnull=True)).values_list("user_id", "max_queued"))
+    return rows[user_id] if user_id in rows else rows.get(None)
+
+
+def department_gpu_ceiling(*, department_id: int) -> int | None:
+    """The most GPUs the department could ever hold: per flavor its global quota's nominal plus borrowing
+    limit (else the sum of its per-cluster quotas'), over every flavor; None when some quota borrows without
+    limit (one query)."""
+    global_rows: dict[int, int | None] = {}
+    scoped: dict[int, int | None] = {}
+    for flavor, cluster, nominal, borrow in Quota.objects.filter(department_id=department_id).values_list(
+            "flavor_id", "cluster_id", "nominal", "borrowing_limit").order_by():
+        most = None if borrow is None else nominal + borrow
+        if cluster is None:
+            global_rows[flavor] = most
+        else:
+            before = scoped.get(flavor, 0)
+            scoped[flavor] = None if before is None or most is None else before + most
+    per_flavor = {**scoped, **global_rows}
+    if any(v is None for v in per_flavor.values()):
+        return None
+    return sum(per_flavor.values())

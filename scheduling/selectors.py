@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from portal.tenancy import APPROVE, VIEW
 from quotas import selectors as quota_selectors
 from scheduling.backends import get_backend
-from scheduling.core.types import TIER_RANK, TIERS
+from scheduling.core.types import TIERS
 from scheduling.models import (
     ACTIVE_STATES,
     TOTAL_GPUS,
@@ -24,21 +25,42 @@ from scheduling.models import (
     Node,
 )
 
+# The queue of a flavor in the engine's order, as the last cycle recorded it (``queue_rank``, written by the
+# cycle from its result's pending order: scheduling/services/queue_ranks.py), then the jobs no cycle has looked
+# at yet, by submission. A total order: it ends in the id.
+QUEUE_ORDER = (F("queue_rank").asc(nulls_last=True), "submitted_at", "id")
+
 
 def queue_position(*, job: Job) -> int | None:
-    """1 + the number of queued jobs of the same flavor ahead of this one by tier, then submission.
-
-    An approximation of the engine's order (which also weighs urgency, aging, deadline, bids and fair share),
-    shown with that caveat; None unless the job is queued."""
+    """The job's position in its flavor's queue (``QUEUE_ORDER``): 1 + the queued jobs of the flavor before it,
+    the same position the whole queue (``whole_queue``) shows; None unless the job is queued. One query."""
     if job.state != JobState.QUEUED:
         return None
-    better_tiers = [t for t, r in TIER_RANK.items() if r < TIER_RANK.get(job.tier, 9)]
-    ahead = Job.objects.filter(state=JobState.QUEUED, flavor_id=job.flavor_id).filter(
-        Q(tier__in=better_tiers)
-        | Q(tier=job.tier, submitted_at__lt=job.submitted_at)
-        | Q(tier=job.tier, submitted_at=job.submitted_at, id__lt=job.pk)
-    )
-    return ahead.count() + 1
+    if job.queue_rank is None:  # behind every job a cycle ordered, then by submission
+        before = (Q(queue_rank__isnull=False) | Q(queue_rank__isnull=True, submitted_at__lt=job.submitted_at)
+                  | Q(queue_rank__isnull=True, submitted_at=job.submitted_at, id__lt=job.pk))
+    else:
+        before = (Q(queue_rank__lt=job.queue_rank) | Q(queue_rank=job.queue_rank, submitted_at__lt=job.submitted_at)
+                  | Q(queue_rank=job.queue_rank, submitted_at=job.submitted_at, id__lt=job.pk))
+    return Job.objects.filter(state=JobState.QUEUED, flavor_id=job.flavor_id).filter(before).count() + 1
+
+
+# What the whole queue reads of a job: its place and size for everyone, its name and owner for its own
+# department. Nothing else is loaded (no image, command or environment), so nothing else can be shown.
+QUEUE_FIELDS = ("id", "department__slug", "flavor__name", "owner__username", "name", "tier", "gpus_per_pod", "pods",
+                "submitted_at", "estimated_start", "reason_code", "reason_message", "queue_rank", "state")
+
+
+def whole_queue(*, flavor: str | None = None) -> QuerySet[Job]:
+    """Every queued job of every department (or of one flavor), each flavor's in the engine's order
+    (``QUEUE_ORDER``), with ``position`` in its flavor's queue. Readable by every member: what of a row may be
+    shown to whom is the caller's to decide (``scheduling.api.queue``). One query (plus the page's count)."""
+    qs = Job.objects.filter(state=JobState.QUEUED)
+    if flavor:
+        qs = qs.filter(flavor__name=flavor)
+    return (qs.select_related("department", "flavor", "owner").only(*QUEUE_FIELDS)
+            .annotate(position=Window(RowNumber(), partition_by=[F("flavor_id")], order_by=list(QUEUE_ORDER)))
+            .order_by("flavor__name", *QUEUE_ORDER))
 
 
 def jobs_for(user, params) -> QuerySet[Job]:
@@ -225,8 +247,16 @@ def wall_eta(estimated_start: datetime | None, *, cluster: str = "default",
     max runtime), which a cluster with a speed-up (the simulated one in the demo) goes through faster."""
     if estimated_start is None:
         return None
-    speedup = getattr(get_backend(cluster), "speedup", 1.0) or 1.0
-    now = now or timezone.now()
+    return _on_the_wall(estimated_start, getattr(get_backend(cluster), "speedup", 1.0) or 1.0, now or timezone.now())
+
+
+def wall_etas(estimates: list[datetime | None], *, now: datetime) -> list[datetime | None]:
+    """``wall_eta`` of many estimates on the default cluster, its backend read once."""
+    speedup = getattr(get_backend("default"), "speedup", 1.0) or 1.0
+    return [None if e is None else _on_the_wall(e, speedup, now) for e in estimates]
+
+
+def _on_the_wall(estimated_start: datetime, speedup: float, now: datetime) -> datetime:
     if speedup == 1.0 or estimated_start <= now:
         return estimated_start
     return now + (estimated_start - now) / speedup

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling.views import home, jobs, policy, templates, whatif
+from scheduling.views import home, jobs, policy, queue, templates, whatif
 
 app_name = "dashboard"
 
@@ -13,6 +13,7 @@ urlpatterns = [
     path("jobs/new", jobs.submit, name="submit"),
     path("jobs/new/quote", jobs.submit_quote, name="submit-quote"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),
+    path("queue/", queue.queue, name="queue"),
     path("jobs/<int:pk>/cancel", jobs.cancel, name="cancel"),
     path("jobs/<int:pk>/logs/", jobs.job_logs, name="job-logs"),
     path("jobs/<int:pk>/logs/text", jobs.job_log_text, name="job-log-text"),

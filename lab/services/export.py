@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 
 import yaml
+from django.db.models import F
 
 from lab.services.shape import VERSION
 from portal.models import Department, Membership, SsoGroupMapping
-from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
+from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, UserLimit, Wallet
 from quotas.services import rules
 from scheduling.core.policy import policy_to_dict
 from scheduling.models import Cluster, JobTemplate, PolicyVersion, TemplateScope
@@ -72,6 +73,12 @@ def export_lab() -> dict:
         if rule is not None:
             entry["approval_rule"] = {"gpus_above": rule.gpus_above, "cost_above": rule.cost_above,
                                       "realtime": rule.realtime}
+        limits = [{**({"user": x.user.username} if x.user_id else {}), "max_gpus": x.max_gpus,
+                   **({"max_queued": x.max_queued} if x.max_queued is not None else {})}
+                  for x in UserLimit.objects.filter(department=d).select_related("user").order_by(
+                      F("user__username").asc(nulls_first=True))]
+        if limits:
+            entry["user_limits"] = limits
         depts.append(entry)
     out["departments"] = depts
     prices: dict = {}

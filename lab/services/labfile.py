@@ -31,9 +31,9 @@ from lab.services.shape import LabError, LabFileInvalid, check_shape, decode, li
 from portal.errors import PortalError
 from portal.models import Department, Membership, Role, SsoGroupMapping, UserTier
 from portal.services import sso as sso_services
-from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, Wallet
+from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, UserLimit, Wallet
 from quotas.services import flavors as flavor_services
-from quotas.services import pricing, rules, wallets
+from quotas.services import pricing, rules, user_limits, wallets
 from scheduling.core.policy import policy_from_dict, policy_to_dict
 from scheduling.models import Cluster
 from scheduling.services import cluster_config
@@ -267,6 +267,42 @@ class _Applier(WorkloadSections):
         for _, path, sign, what, details, fn in sorted(changes, key=lambda c: c[0]):
             self.run(path, sign, what, details, fn)
 
+    # ---------------------------------------------------------------- per-user limits
+    def user_limits(self):
+        """Each department's ``user_limits:`` (a row without ``user`` is every member's), after its members
+        and quotas (a limit is checked against them); with ``prune`` the rows the file leaves out go."""
+        User = get_user_model()
+        for i, d in enumerate(self.data.get("departments") or []):
+            dept = Department.objects.filter(slug=d["slug"]).first()
+            if dept is None or (d.get("user_limits") is None and not self.prune):
+                continue
+            current = {x.user.username if x.user_id else None: x
+                       for x in UserLimit.objects.filter(department=dept).select_related("user")}
+            declared: set = set()
+            for j, row in enumerate(d.get("user_limits") or []):
+                path, name = ("departments", i, "user_limits", j), row.get("user")
+                if name is None and None in declared:
+                    self.fail(path, "the department's limit (a row without user) is declared twice")
+                    continue
+                declared.add(name)
+                want = {"max_gpus": row["max_gpus"], "max_queued": row.get("max_queued")}
+                cur = current.get(name)
+                old = None if cur is None else {"max_gpus": cur.max_gpus, "max_queued": cur.max_queued}
+                user = None if name is None else User.objects.filter(username=name).first()
+                if old == want:
+                    continue
+                if name is not None and user is None:
+                    self.fail((*path, "user"), f"{name} is not a member of {d['slug']} (declare them under members:)")
+                    continue
+                self.run(path, "+" if cur is None else "~", f"user limit {d['slug']}/{name or '(every member)'}",
+                         _diff(old or {}, want), lambda dp=dept, u=user, w=want: user_limits.user_limit_set(
+                             department=dp, user=u, actor=self.actor, **w))
+            for name, cur in sorted(current.items(), key=lambda kv: kv[0] or "") if self.prune else ():
+                if name not in declared:
+                    self.run(("departments", i, "user_limits"), "-", f"user limit {d['slug']}/{name or '(every member)'}",
+                             [], lambda dp=dept, u=cur.user: user_limits.user_limit_delete(
+                                 department=dp, user=u, actor=self.actor, comment="pruned by the lab file"))
+
     # ---------------------------------------------------------------- prices, budgets, approval rules
     def prices(self):
         declared = set()
@@ -445,6 +481,7 @@ def apply_lab(source: str | bytes, *, actor=None, dry_run: bool = False, prune: 
         a.clusters()
         a.departments()
         a.quotas()
+        a.user_limits()
         a.prices()
         a.budgets()
         a.policy()

@@ -22,7 +22,7 @@ from portal.audit import audit
 from portal.errors import Conflict, Forbidden, ValidationFailed
 from portal.models import Department, Membership, Role, UserTier
 from portal.tenancy import membership_of
-from quotas.models import Allowance
+from quotas.models import Allowance, UserLimit
 
 USERNAME_MAX = 150
 
@@ -126,7 +126,7 @@ def member_change(*, membership: Membership, actor, role: str | None = None, use
 
 def member_remove(*, membership: Membership, actor, comment: str = "") -> None:
     """End a membership. The account stays (its jobs and ledger entries refer to it); its allowance in the
-    department's wallet goes. Its jobs run on; the user can submit no more."""
+    department's wallet and its own per-user limit go. Its jobs run on; the user can submit no more."""
     if membership.role == Role.PLATFORM_ADMIN:
         _may_grant(actor, Role.PLATFORM_ADMIN)
     if actor is not None and membership.user_id == actor.pk:
@@ -138,5 +138,9 @@ def member_remove(*, membership: Membership, actor, comment: str = "") -> None:
         if allowance is not None:
             old["allowance"] = {"limit": allowance.limit, "period": allowance.period}
             allowance.delete()
+        limit = UserLimit.objects.filter(user=m.user, department=m.department).first()
+        if limit is not None:  # a member's own limit is the department's business: it goes with the membership
+            old["user_limit"] = {"max_gpus": limit.max_gpus, "max_queued": limit.max_queued}
+            limit.delete()
         audit(actor=actor, action="membership.remove", obj=m, department=m.department, old=old, comment=comment)
         m.delete()

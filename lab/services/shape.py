@@ -21,6 +21,7 @@ from quotas.api.budgets import (
     RefillRuleSerializer,
     WalletBudgetSerializer,
 )
+from quotas.api.user_limits import UserLimitSerializer
 from quotas.api.views import FlavorInputSerializer, QuotaCreateSerializer
 from quotas.models import Flavor
 from scheduling.api.clusters import ClusterCreateSerializer, NodeGroupInputSerializer
@@ -220,13 +221,14 @@ FLAVOR = Section(FlavorInputSerializer)
 CLUSTER = Section(ClusterCreateSerializer, names={"default": "is_default"}, extra=("node_groups",))
 NODE_GROUP = Section(NodeGroupInputSerializer, drop=("comment",), extra=("name",), required_extra=("name",))
 DEPARTMENT = Section(DepartmentCreateSerializer, drop=("comment",),
-                     extra=("archived", "members", "quotas", "budget", "approval_rule"))
+                     extra=("archived", "members", "quotas", "budget", "approval_rule", "user_limits"))
 MEMBER = Section(MemberCreateSerializer, names={"user": "username", "tier": "user_tier"}, drop=("comment",),
                  extra=("password_env",))
 QUOTA = Section(QuotaCreateSerializer, drop=("department", "flavor", "cluster", "comment"))
 BUDGET = Section(WalletBudgetSerializer, drop=("comment",), optional=("balance",), extra=("refill",))
 REFILL = Section(RefillRuleSerializer)
 APPROVAL = Section(ApprovalRuleSerializer)
+USER_LIMIT = Section(UserLimitSerializer, extra=("user",))  # no user: every member's (the department's)
 PRICE = Section(PriceInputSerializer, drop=("flavor",))
 # A lab file's templates are its departments' (no scope); the spec is checked as a submission while applying,
 # when the flavors the file declares exist.
@@ -413,7 +415,9 @@ class _LabShape(_Shape):
     def department(self, v, p):
         self.read(v, p, DEPARTMENT, {
             "archived": self.boolean, "members": lambda x, q: self.items(x, q, self.member, "user"),
-            "quotas": self.quotas, "budget": self.budget, "approval_rule": lambda x, q: self.read(x, q, APPROVAL)})
+            "quotas": self.quotas, "budget": self.budget, "approval_rule": lambda x, q: self.read(x, q, APPROVAL),
+            "user_limits": lambda x, q: self.items(x, q, lambda y, r: self.read(y, r, USER_LIMIT, {
+                "user": self.string}), "user")})
 
     def prices(self, v, p):
         if not self.mapping(v, p, "a mapping of flavor: {tier: mcr per GPU-hour}"):

@@ -99,7 +99,8 @@ ERROR_RESPONSES = {
     "409": "The object's state does not allow this.",
     "415": "Unsupported media type (send JSON).",
     "422": "Idempotency-Key reused with another body.",
-    "429": "Throttled or locked out; see Retry-After.",
+    "429": "Throttled or locked out (see Retry-After), or a per-user limit reached (`limit_reached`, no "
+           "Retry-After: too many jobs waiting).",
     "503": "The database is busy with conflicting changes; retry after Retry-After.",
 }
 

@@ -1,12 +1,12 @@
-"""Quota and budget endpoints (mounted under /api/v1/): flavors, quotas, wallets, allowances, prices, the
-ledger and usage reports. Trailing slashes optional. (The approvals inbox and a job's cost are scheduling's
+"""Quota and budget endpoints (mounted under /api/v1/): flavors, quotas, wallets, allowances, per-user limits,
+prices, the ledger and usage reports. Trailing slashes optional. (The approvals inbox and a job's cost are scheduling's
 endpoints: scheduling/api/urls.py.)"""
 
 from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
 
 from quotas.api import budgets as v
-from quotas.api import views
+from quotas.api import user_limits, views
 
 router = DefaultRouter()
 router.trailing_slash = "/?"
@@ -26,6 +26,11 @@ urlpatterns = [
     re_path(rf"^wallets/{SLUG}/approval-rule/?$", v.ApprovalRuleView.as_view(), name="wallet-approval-rule"),
     re_path(r"^allowances/?$", v.AllowanceListView.as_view(), name="allowance-list"),
     re_path(r"^allowances/(?P<username>[\w.@+-]+)/?$", v.AllowanceDetailView.as_view(), name="allowance-detail"),
+    re_path(r"^user-limits/?$", user_limits.UserLimitListView.as_view(), name="user-limit-list"),
+    re_path(r"^user-limits/(?P<username>[\w.@+-]+)/?$", user_limits.MemberLimitView.as_view(),
+            name="user-limit-detail"),
+    re_path(rf"^departments/{SLUG}/user-limit/?$", user_limits.DepartmentLimitView.as_view(),
+            name="department-user-limit"),
     re_path(r"^prices/?$", v.PriceListView.as_view(), name="price-list"),
     re_path(r"^prices/(?P<pk>[0-9]+)/?$", v.PriceDetailView.as_view(), name="price-detail"),
     re_path(r"^ledger/?$", v.LedgerListView.as_view(), name="ledger-list"),

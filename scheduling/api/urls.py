@@ -1,10 +1,10 @@
-"""Scheduling endpoints (mounted under /api/v1/): jobs, the policy, the cluster, the approvals inbox. Trailing
-slashes optional."""
+"""Scheduling endpoints (mounted under /api/v1/): jobs, the whole queue, the policy, the cluster, the approvals
+inbox. Trailing slashes optional."""
 
 from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
 
-from scheduling.api import clusters, job_approvals, policy, templates, views
+from scheduling.api import clusters, job_approvals, policy, queue, templates, views
 
 router = DefaultRouter()
 router.trailing_slash = "/?"  # /api/v1/jobs and /api/v1/jobs/ both work (notebook users type either)
@@ -17,6 +17,7 @@ urlpatterns = [
     path("policy", policy.PolicyView.as_view(), name="policy"),
     path("policy/versions", policy.PolicyVersionsView.as_view(), name="policy-versions"),
     path("cluster", policy.ClusterView.as_view(), name="cluster"),
+    re_path(r"^queue/?$", queue.QueueView.as_view(), name="queue"),
     re_path(r"^clusters/?$", clusters.ClusterListView.as_view(), name="cluster-list"),
     re_path(r"^clusters/(?P<name>[-a-zA-Z0-9_]+)/?$", clusters.ClusterDetailView.as_view(), name="cluster-detail"),
     re_path(r"^clusters/(?P<name>[-a-zA-Z0-9_]+)/node-groups/(?P<group>[-a-z0-9]+)/?$",

@@ -20,6 +20,7 @@ from .types import (
     Quota,
     RunningJob,
     Snapshot,
+    UserLimit,
 )
 
 schedule = engine_schedule
@@ -40,6 +41,7 @@ __all__ = [
     "RunningJob",
     "PolicyError",
     "Snapshot",
+    "UserLimit",
     "engine_schedule",
     "fifo_schedule",
     "policy_from_dict",

@@ -41,6 +41,7 @@ from .types import (
     Preemption,
     Snapshot,
 )
+from .user_limits import UserBook, limit_note
 
 # Heads after the first reserve only while the reserved GPUs are under this share of their pool: on a small pool
 # a second reservation would close the last GPUs that small jobs backfill into, while on a large one several
@@ -79,12 +80,14 @@ class Cycle:
 
         self.scorer = Scorer(snapshot)
         self.quota = QuotaBook(snapshot.quotas, self.running)
+        self.users = UserBook(snapshot.user_limits, self.running)
         self.evictions = Evictions(snapshot, self.running, self.pools, self.scorer, self.quota)
         self.headroom_held: set[int] = set()
         self.credits = None if snapshot.credits is None else dict(snapshot.credits)
         self.admissions: dict[int, Admission] = {}
         self.reasons: dict[int, tuple[str, str, dict]] = {}  # pending job -> (code, message, detail)
-        self.admitted_end: list[tuple[float, str, str, int, str]] = []  # for estimates: (end, dept, flavor, gpus, cluster)
+        # for estimates: (end, dept, flavor, gpus, cluster, user)
+        self.admitted_end: list[tuple[float, str, str, int, str, str]] = []
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
         # Pools that take no more reserved heads (reservation_depth reached, or MAX_RESERVED_SHARE of their
         # GPUs reserved): asked of every job that waits, so kept as a set rather than recomputed.
@@ -120,6 +123,7 @@ class Cycle:
                 heads=self.heads,
                 allowed=self.topology.open_to,
                 rank=self.topology.cluster_rank,
+                users=self.users,
             )
             estimates = estimate_pending(view, still)
         else:
@@ -188,6 +192,9 @@ class Cycle:
         pools = self.outside_refused_namespaces(job, found)
         if isinstance(pools, Waiting):
             return pools
+        over = self.users.blocked(job) if self.users.active else None
+        if over is not None:
+            return self.pend(job, reasons.USER_GPU_LIMIT, over, limit_note(over))
         if self.credits is not None and job.hold > 0:
             available = self.credits.get(job.department, 0)
             if job.hold > available:
@@ -343,9 +350,10 @@ class Cycle:
         for i in placed:
             pool.events.append((end, i, g))
         self.quota.add(job.department, job.flavor, job.total_gpus, pool.cluster)
+        self.users.add(job.department, job.user, job.total_gpus)
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        self.admitted_end.append((end, job.department, job.flavor, job.total_gpus, pool.cluster))
+        self.admitted_end.append((end, job.department, job.flavor, job.total_gpus, pool.cluster, job.user))
         self.admissions[job.id] = Admission(
             job_id=job.id,
             placement=tuple(pool.names[i] for i in placed),
@@ -374,10 +382,11 @@ class Cycle:
         return outcome
 
     def evicting(self, job: PendingJob, preemption: Preemption, cluster: str) -> Evicting:
-        """The job waits for the victims it chose; its credit hold is set aside now, as on admission, so no
-        later job of the cycle spends the same credits."""
+        """The job waits for the victims it chose; its credit hold (and its owner's GPUs, against their limit)
+        is set aside now, as on admission, so no later job of the cycle spends the same credits or GPUs."""
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
+        self.users.add(job.department, job.user, job.total_gpus)
         self.pend(
             job,
             reasons.PREEMPTION_IN_PROGRESS,
@@ -476,7 +485,7 @@ class Cycle:
             pending_in=len(self.snap.pending),
             running_in=len(self.snap.running),
             admissions=admissions,
-            admitted_gpus=sum(gpus for _, _, _, gpus, _ in self.admitted_end),
+            admitted_gpus=sum(row[3] for row in self.admitted_end),
             pending=pending,
             preemptions=len(ev.preemptions),
             victims=len(ev.taken),

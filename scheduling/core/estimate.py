@@ -4,12 +4,14 @@ For each flavor the estimate replays the future from the cycle's outcome: every 
 ends at its max runtime (a job already past it ends "now"), nothing new arrives, nobody is preempted, and
 the pending jobs start *in queue order* (the cycle's pending order, ``ordering``), each at
 the first instant when it fits both physically (best fit, whole gang) and quota-wise, and never before the
-job ahead of it. Backfill can only make a real start earlier, so the figure is an upper bound under those
+job ahead of it, and, for a member with a GPU limit (``user_limits``), once their jobs (of every flavor, as
+they run now) have ended enough to let it in. Backfill can only make a real start earlier, so the figure is an upper bound under those
 assumptions. A blocked head with an EASY reservation gets its reservation time (a promise the backfill keeps).
 
 The estimate is None ("unknown") when it cannot be honest: the job waits on credits (refills are not
 predictable), on an unknown flavor or an impossible size, on preemptions under way (eviction time is not
-known), when it lies deeper than ``DEPTH`` jobs in its flavor's queue, or further than ``HORIZON_S`` ahead.
+known), when it lies deeper than ``DEPTH`` jobs in its flavor's queue, or further than ``HORIZON_S`` ahead,
+or when it needs more GPUs than its owner may ever hold.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .explain import NO_ESTIMATE
 from .placement import BucketIndex, Pool
 from .quota import QuotaBook
 from .types import PendingJob, RunningJob
+from .user_limits import UserBook
 
 DEPTH = 256  # jobs per flavor queue that get an estimate
 HORIZON_S = 30 * 86400.0
@@ -37,13 +40,14 @@ class EstimateView:
     pools_by_flavor: Mapping[str, Sequence[Pool]]
     quota: QuotaBook
     running: Sequence[RunningJob]
-    # (end, department, flavor, GPUs, cluster) of this cycle's admissions
-    admitted_end: Sequence[tuple[float, str, str, int, str]]
+    # (end, department, flavor, GPUs, cluster, user) of this cycle's admissions
+    admitted_end: Sequence[tuple[float, str, str, int, str, str]]
     heads: Mapping[int, float]  # reserved heads -> reserved start
     # Whether a job may start on a cluster (its pin, selector, and the cluster's state), and how the clusters
     # it may start on rank before fit (preferred labels, cost); None: any cluster, by name.
     allowed: Callable[[PendingJob, str], bool] | None = None
     rank: Callable[[PendingJob, str], tuple] | None = None
+    users: UserBook | None = None  # the members' GPU limits, and what they hold after this cycle's admissions
 
 
 def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, float | None]:
@@ -70,21 +74,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
     book = view.quota.clone()
     free = [list(p.free) for p in pools]
     index = [BucketIndex(p.free, p.indexed, p.top) for p in pools]
-    heap: list[tuple] = []
-    seq = 0
-    for pi, pool in enumerate(pools):
-        for end, i, g in pool.events:
-            heap.append((end, seq, pi, i, g, None))
-            seq += 1
-    for job in view.running:
-        if job.flavor == flavor:
-            heap.append((max(now, job.expected_end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
-            seq += 1
-    for end, dept, fl, gpus, cluster in view.admitted_end:
-        if fl == flavor:
-            heap.append((end, seq, -1, 0, gpus, (dept, cluster)))
-            seq += 1
-    heapify(heap)
+    users = view.users if view.users is not None and view.users.active else None
+    heap, seq, held = _events(view, flavor, pools, users)
     t = now
     limit = now + HORIZON_S
     for job in jobs:
@@ -97,11 +88,17 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             cand.sort(key=lambda pi: (view.rank(job, pools[pi].cluster), pools[pi].cluster))
         if not any(pools[pi].empty.capacity(g) >= n for pi in cand):
             continue
+        cap = None if users is None else users.limit(job.department, job.user)
+        if cap is not None and job.total_gpus > cap:
+            continue  # more than its owner may ever hold: no honest estimate
+        member = (job.department, job.user)
         # The earliest instant it fits on any cluster open to it (quota included: per-cluster quotas differ).
         scoped = (job.department, flavor) in book.scoped
         chosen = None
         while True:
-            if scoped or book.check(job.department, flavor, job.total_gpus)[0] is None:
+            if cap is not None and held.get(member, 0) + job.total_gpus > cap:
+                pass  # its owner holds too much until some of their jobs end
+            elif scoped or book.check(job.department, flavor, job.total_gpus)[0] is None:
                 chosen = next(
                     (
                         pi
@@ -123,6 +120,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
                 if pi >= 0:
                     free[pi][i] += gpus
                     index[pi].set(i, free[pi][i])
+                elif pi == -2:
+                    held[owner] -= gpus
                 else:
                     book.add(owner[0], flavor, -gpus, owner[1])
         if chosen is None:
@@ -139,3 +138,46 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         heappush(heap, (end, seq, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster)))
         seq += 1
         book.add(job.department, flavor, job.total_gpus, pools[chosen].cluster)
+        if cap is not None:
+            held[member] = held.get(member, 0) + job.total_gpus
+            heappush(heap, (end, seq, -2, 0, job.total_gpus, member))
+            seq += 1
+
+
+def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> tuple[list, int, dict]:
+    """The future as a heap of (time, seq, pool, node, GPUs, owner): the pools' GPUs coming free (pool index),
+    the flavor's quota given back (pool -1) and, for members with a limit, their GPUs given back (pool -2);
+    the next sequence number; what each limited member holds now."""
+    heap: list[tuple] = []
+    seq = 0
+    for pi, pool in enumerate(pools):
+        for end, i, g in pool.events:
+            heap.append((end, seq, pi, i, g, None))
+            seq += 1
+    for job in view.running:
+        if job.flavor == flavor:
+            heap.append((max(view.now, job.expected_end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
+            seq += 1
+    for end, dept, fl, gpus, cluster, _ in view.admitted_end:
+        if fl == flavor:
+            heap.append((end, seq, -1, 0, gpus, (dept, cluster)))
+            seq += 1
+    held: dict[tuple[str, str], int] = {}
+    if users is not None:
+        held, seq = _members_holding(view, users, heap, seq)
+    heapify(heap)
+    return heap, seq, held
+
+
+def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) -> tuple[dict, int]:
+    """What each limited member holds after the cycle's admissions (every flavor), and the events (pool -2: no
+    node, no quota) that give it back as their jobs end."""
+    held: dict[tuple[str, str], int] = defaultdict(int)
+    ends = [(j.expected_end, j.department, j.user, j.total_gpus) for j in view.running]
+    ends += [(end, dept, user, gpus) for end, dept, _, gpus, _, user in view.admitted_end]
+    for end, dept, user, gpus in ends:
+        if users.limit(dept, user) is not None:
+            held[(dept, user)] += gpus
+            heap.append((max(view.now, end), seq, -2, 0, gpus, (dept, user)))
+            seq += 1
+    return held, seq

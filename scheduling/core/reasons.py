@@ -29,6 +29,8 @@ DATA_SOURCE_UNAVAILABLE = "data_source_unavailable"
 NAMESPACE_QUOTA = "namespace_quota"
 # a failed attempt is retried: the next one waits out its back-off before it may be admitted
 RETRY_BACKOFF = "retry_backoff"
+# the job's owner holds as many GPUs as their department allows one member at once (``UserLimit``)
+USER_GPU_LIMIT = "user_gpu_limit"
 
 # Detail keys of the cluster reasons: the selector asked for, the clusters that match it (and their states),
 # the clusters that do not, and the cluster each capacity or quota wait is about.
@@ -63,4 +65,5 @@ CODES: dict[str, str] = {
     NAMESPACE_QUOTA: "The department's namespace quota on the cluster refused a request this large; waiting "
                      "until the quota changes.",
     RETRY_BACKOFF: "The job's previous attempt failed and is retried after a back-off.",
+    USER_GPU_LIMIT: "Its owner holds as many GPUs as the department allows one member at once.",
 }

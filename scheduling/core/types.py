@@ -153,6 +153,7 @@ class RunningJob:
     # Set while the job is being evicted (or its pods are terminating) to make room for that pending job: its
     # GPUs are already promised to the preemptor, which therefore waits instead of choosing more victims.
     evicting_for: int | None = None
+    user: str = ""  # its owner: the GPUs a member holds count against their ``UserLimit``
 
     @property
     def pods(self) -> int:
@@ -252,6 +253,17 @@ class NamespaceQuotaLimit:
 
 
 @dataclass(frozen=True, slots=True)
+class UserLimit:
+    """How many GPUs one member of a department may hold at once, every flavor and cluster together (Slurm's
+    ``MaxTRESPerUser``). ``user`` None: the limit of every member of the department who has none of their own.
+    A job is held by its owner from admission to its end; jobs of no user (``""``) are never limited."""
+
+    department: str
+    user: str | None
+    max_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[Node, ...] = ()
@@ -268,6 +280,7 @@ class Snapshot:
     estimates: bool = True
     clusters: tuple[ClusterInfo, ...] = ()  # clusters not listed are active, unlabelled, cost_rank 0
     namespace_quotas: tuple[NamespaceQuotaLimit, ...] = ()  # namespace ResourceQuota refusals in force
+    user_limits: tuple[UserLimit, ...] = ()  # per-member GPU limits; a member without one is not limited
 
 
 # ---------------------------------------------------------------- decisions (the engine's output)
@@ -306,6 +319,8 @@ class PendingReason:
 class CycleResult:
     admissions: tuple[Admission, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
+    # Every job left pending, in the engine's pending order (``ordering.Scorer.order_key``): the queue order
+    # the portal shows, the position of a job in its flavor's queue is its place among that flavor's here.
     pending: tuple[PendingReason, ...] = ()
     clearing_prices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # contested flavors only
     figures: Mapping[str, float] = field(default_factory=lambda: _EMPTY)

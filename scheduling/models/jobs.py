@@ -141,6 +141,9 @@ class Job(models.Model):
     reason_message = models.CharField(max_length=300, blank=True)
     reason_detail = models.JSONField(default=dict, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
+    # The job's place in the engine's pending order as the last cycle saw it (``scheduling.services.
+    # queue_ranks``): only its order among the queued jobs means anything; None until a cycle looked at it.
+    queue_rank = models.BigIntegerField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=1)
     # The cluster of the current attempt: set in the transaction that admits it, before any pod exists, and
     # cleared when the attempt ends (the next attempt may go elsewhere).

@@ -24,6 +24,7 @@ from scheduling.core import reasons
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
 from scheduling.services.jobs import budget_admitted, namespace_for, record_event, transition
 from scheduling.services.locks import exclusive
+from scheduling.services.queue_ranks import reranked
 from scheduling.services.snapshot import SnapshotContext, build_snapshot
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,9 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
     waits: list[tuple[dict[str, str], float]] = []
     clusters = {c.name: c for c in Cluster.objects.all()}
     pending = _pending_changes(result.pending, ctx)
+    ranks = _rank_changes(result.pending, ctx)
     with transaction.atomic():
-        _lock_in_order(result, ctx, pending)
+        _lock_in_order(result, ctx, set(pending) | set(ranks))
         for adm in result.admissions:
             job = ctx.jobs.get(adm.job_id)
             if job is None:
@@ -127,6 +129,7 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
                 admitted_at=ctx.now,
                 estimated_start=None,
                 reason_detail={},
+                queue_rank=None,
             )
             if ok:
                 admitted += 1
@@ -143,7 +146,7 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
         for pre in result.preemptions:
             preempted += _record_preemption(pre, ctx, explained)
 
-        changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx)
+        changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
     return Applied(admitted, preempted, changed)
 
 
@@ -152,7 +155,7 @@ def _queue_wait(job: Job, now: datetime) -> float:
     return max(0.0, (now - (job.queued_at or job.submitted_at)).total_seconds())
 
 
-def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: dict) -> None:
+def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[int]) -> None:
     """Take every row lock the apply needs up front, in the portal's one order: the wallets of the admitted
     jobs' departments (holds are placed on them) in primary-key order, then every job the apply writes in
     primary-key order. Without this the apply locked job, wallet, job, wallet... in decision order, and a
@@ -184,16 +187,25 @@ def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any,
     return wanted
 
 
-def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ctx: SnapshotContext) -> int:
-    """Store the reasons and estimated starts that changed, in a constant number of statements.
+def _rank_changes(pending, ctx: SnapshotContext) -> dict[int, int]:
+    """The queued jobs whose place in the engine's order (``queue_rank``) must be written: only those out of
+    order (``queue_ranks.reranked``; read only, nothing locked)."""
+    order = [pr.job_id for pr in pending if pr.job_id in ctx.jobs and ctx.jobs[pr.job_id].state == JobState.QUEUED]
+    return reranked(order, {pk: ctx.jobs[pk].queue_rank for pk in order})
+
+
+def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ctx: SnapshotContext,
+                   ranks: dict[int, int]) -> int:
+    """Store the reasons, estimated starts and queue ranks that changed, in a constant number of statements.
 
     The estimates of a long queue move every cycle, so this can be most of the queue: one UPDATE per job made
     the cycle's cost grow with the backlog. Compare-and-set as before: only the rows still queued in the
     attempt the decision saw (locked by ``_lock_in_order``) are written. A changed reason code is recorded on
     the job's timeline."""
-    if not wanted:
+    if not wanted and not ranks:
         return 0
-    current = dict(Job.objects.filter(pk__in=list(wanted), state=JobState.QUEUED).values_list("pk", "attempt"))
+    current = dict(Job.objects.filter(pk__in=list(set(wanted) | set(ranks)), state=JobState.QUEUED)
+                   .values_list("pk", "attempt"))
     rows, events = [], []
     for pk, (job, pr, est, code_changed) in wanted.items():
         if current.get(pk) != job.attempt:
@@ -211,6 +223,14 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
     Job.objects.filter(state=JobState.QUEUED).bulk_update(
         rows, ["reason_code", "reason_message", "reason_detail", "estimated_start"], batch_size=500)
     JobEvent.objects.bulk_create(events, batch_size=500)
+    # The ranks on their own rows, only them: a preemptor's reason written by _record_preemption stays.
+    ranked = []
+    for pk, rank in ranks.items():
+        job = ctx.jobs[pk]
+        if current.get(pk) == job.attempt:
+            job.queue_rank = rank
+            ranked.append(job)
+    Job.objects.filter(state=JobState.QUEUED).bulk_update(ranked, ["queue_rank"], batch_size=500)
     return len(events)
 
 

@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from portal import dispatch
 from portal.db import retry_on_conflict
-from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, ValidationFailed
+from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, LimitReached, ValidationFailed
 from portal.models import Membership
 from portal.tenancy import can_manage_job, member
 from quotas import budgets
+from quotas import selectors as quota_selectors
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
@@ -192,6 +193,12 @@ def job_submit(*, user, data: dict, idempotency_key: str | None = None) -> tuple
             raise
         existing = Job.objects.get(owner=user, idempotency_key=idempotency_key)
         return _replay(existing, digest), False
+    except LimitReached:  # a retry of a submission that was accepted is a replay, whatever the limit says now
+        existing = Job.objects.filter(owner=user, idempotency_key=idempotency_key).first() if idempotency_key \
+            else None
+        if existing is None:
+            raise
+        return _replay(existing, digest), False
     return job, True
 
 
@@ -213,7 +220,7 @@ def job_submit_batch(*, user, items: list[dict], idempotency_key: str | None = N
     try:
         with transaction.atomic():
             jobs = _create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest, batch=True)
-    except IntegrityError:
+    except (IntegrityError, LimitReached):  # a race on the keys, or a retry refused by a limit: a replay?
         if not idempotency_key:
             raise
         found = {j.idempotency_key: j for j in Job.objects.filter(owner=user, idempotency_key__in=keys)}
@@ -256,6 +263,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     if membership.department.archived_at is not None:  # kept for its history, closed to new work
         raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
     _check_secrets(membership=membership, items=items, batch=batch)
+    _check_waiting_limit(user=user, membership=membership, adding=len(items))
     inputs = budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
@@ -304,6 +312,29 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     if waiting:
         notify.approval_requested(jobs=waiting, reason_of=lambda j: j.reason_message)
     return jobs
+
+
+# The jobs a member's queued-jobs limit counts: every job of theirs still waiting to start.
+WAITING_STATES = (JobState.QUEUED, JobState.PENDING_APPROVAL)
+
+
+def _check_waiting_limit(*, user, membership: Membership, adding: int) -> None:
+    """The member's queued-jobs limit (``quotas.UserLimit.max_queued``: their own, else their department's):
+    a submission that would leave more of their jobs waiting (queued or awaiting approval) is refused whole
+    (429 ``limit_reached``). Submissions of one member are serialised on their membership row while it is
+    counted, so two at once cannot both slip under the limit."""
+    limit = quota_selectors.queued_jobs_limit(department_id=membership.department_id, user_id=user.pk)
+    if limit is None:
+        return
+    list(Membership.objects.select_for_update().filter(pk=membership.pk).values_list("pk", flat=True))
+    waiting = Job.objects.filter(owner=user, department_id=membership.department_id,
+                                 state__in=WAITING_STATES).count()
+    if waiting + adding > limit:
+        asked = f"{adding} more" if adding > 1 else "one more"
+        raise LimitReached(
+            f"You have {waiting} job(s) waiting to start; {membership.department.slug} allows {limit} per member "
+            f"at once, so {asked} cannot be queued. Cancel one, or submit again once some have started.",
+            detail={"limit": limit, "waiting": waiting, "submitting": adding})
 
 
 def _check_secrets(*, membership: Membership, items: list[dict], batch: bool) -> None:

@@ -1,7 +1,7 @@
 """Turn the database into the engine's frozen Snapshot, in a fixed, small number of queries.
 
 Queries: clusters, nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
-preemption count (9, whatever the number of jobs or nodes), plus the budgets' one read of wallets and prices
+preemption count, per-user GPU limits (10, whatever the number of jobs or nodes), plus the budgets' one read of wallets and prices
 (``quotas.budgets.read_for_cycle``: one query without budgets, two with). ``SnapshotContext`` keeps the Job rows the cycle
 read so that applying the result compares against what the decision was made on.
 
@@ -115,6 +115,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         recent_preemptions=recent,
         clusters=clusters,
         namespace_quotas=read_namespace_quotas(now),
+        user_limits=tuple(core.UserLimit(d, u, g) for d, u, g in quota_selectors.user_limits_in_force()),
     )
     return snapshot, ctx
 
@@ -237,6 +238,7 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         disruption_budgets=budgets,
         preemptible=tiers.preemptible(j.tier) and j.pk not in ctx.evicting,
         evicting_for=ctx.evicting_for.get(j.pk),
+        user=j.owner.username,
     )
 
 

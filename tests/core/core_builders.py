@@ -16,6 +16,7 @@ from scheduling.core.types import (
     Quota,
     RunningJob,
     Snapshot,
+    UserLimit,
 )
 
 NOW = 100_000.0
@@ -83,6 +84,7 @@ class Snap:
         self._usage: dict[str, float] = {}
         self._recent = 0
         self._clusters: list[ClusterInfo] = []
+        self._limits: list[UserLimit] = []
 
     def nodes(self, count: int, flavor: str = "a100", gpus: int = 8, prefix: str = "n", **kw) -> Snap:
         start = sum(1 for n in self._nodes if n.name.startswith(prefix))
@@ -126,6 +128,11 @@ class Snap:
         self._budgets.append(DisruptionBudget(name, allowed))
         return self
 
+    def limit(self, dept: str, max_gpus: int, user: str | None = None) -> Snap:
+        """A member's GPU limit (``user`` None: every member of ``dept`` without one of their own)."""
+        self._limits.append(UserLimit(dept, user, max_gpus))
+        return self
+
     def recent_preemptions(self, count: int) -> Snap:
         self._recent = count
         return self
@@ -143,6 +150,7 @@ class Snap:
             disruption_budgets=tuple(self._budgets),
             recent_preemptions=self._recent,
             clusters=tuple(self._clusters),
+            user_limits=tuple(self._limits),
         )
 
     def decide(self) -> Result:

@@ -31,9 +31,10 @@ from quotas.models import (
     Quota,
     QuotaChangeRequest,
     RefillRule,
+    UserLimit,
     Wallet,
 )
-from quotas.services import allowances, quota_requests, rules, wallets
+from quotas.services import allowances, quota_requests, rules, user_limits, wallets
 from scheduling.models import Approval, AttemptLog, DepartmentSample, Job, JobEvent, JobState, JobTemplate
 from scheduling.services.templates import template_create
 from tests.portal.test_urls_require_auth import ALL_ROUTES
@@ -48,7 +49,8 @@ SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "vi
            "allowance": "6464641", "log": "visionsecretlog", "sample": "8181811", "webhook": "visionsecrethook",
            "webhook_secret": "visionwhsecret", "notification": "visionsecretnotification", "threshold": "8585851",
            "quota_request": "visionsecretquotarequest", "template": "visionsecrettemplate",
-           "secret_value": "visionsecretvalue", "secret_key": "visionsecretkeyname"}
+           "secret_value": "visionsecretvalue", "secret_key": "visionsecretkeyname", "user_limit": "7373731",
+           "department_limit": "7373732"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -56,9 +58,11 @@ METHODS = ("get", "post", "put", "patch", "delete")
 API_BODIES = [{}, {"comment": "x"}, {"balance": 1, "comment": "x"}, {"amount": 1, "comment": "x"},
               {"mode": "fixed", "amount": 1, "period": "monthly", "active": True}, {"gpus_above": 1},
               {"limit": 1, "period": "monthly"}, {"nominal": 0}, {"url": "https://example.org/x", "active": False},
-              {"budget_low_threshold": 1}, {"preferences": [{"kind": "job.failed", "email": True}]}]
+              {"budget_low_threshold": 1}, {"preferences": [{"kind": "job.failed", "email": True}]},
+              {"max_gpus": 1, "max_queued": 1}]
 FORM_BODIES = [{}, {"comment": "x"}, {"direction": "credit", "amount": "1", "comment": "x", "idempotency_key": "k"},
-               {"mode": "fixed", "amount": "1", "period": "monthly", "active": "on"}, {"gpus_above": "1"}]
+               {"mode": "fixed", "amount": "1", "period": "monthly", "active": "on"}, {"gpus_above": "1"},
+               {"user": "alice", "max_gpus": "1"}, {"action": "remove", "user": "alice"}]
 # Parameters that name another department's object, by route name; everything else a parameter can name
 # (a flavor, a price) belongs to no department.
 FOREIGN_PARAMS = {"pk", "slug", "username"}
@@ -101,6 +105,9 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                              active=True)
     rules.approval_rule_set(department=dept, actor=admin, cost_above=numbers[2])
     allowances.allowance_set(user=owner, limit=numbers[3], actor=admin)
+    # the queued-jobs limits carry the secrets (a GPU limit is bounded by the quota)
+    user_limits.user_limit_set(department=dept, user=owner, max_gpus=1, max_queued=numbers[6], actor=admin)
+    user_limits.user_limit_set(department=dept, max_gpus=2, max_queued=numbers[7], actor=admin)
     audit(actor=admin, action="note", obj=dept, department=dept, comment=f"{prefix}secretaudit")
     token, _ = ApiToken.issue(user=owner, name=f"{prefix}secrettoken")
     hook = Webhook.objects.create(department=dept, user=owner, url=f"https://example.org/{prefix}secrethook",
@@ -220,9 +227,12 @@ def _walk(lab, seeded, users):
     return leaks, errors, wrong
 
 
+VISION_NUMBERS = (777777001, 4242421, 5353531, 6464641, 8181811, 8585851, 7373731, 7373732)
+
+
 def test_another_departments_members_see_and_change_nothing_of_it(lab):
-    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641, 8181811, 8585851))
-    _seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", (100000, 2000, 3000, 4000, 5000, 6000))
+    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", VISION_NUMBERS)
+    _seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", (100000, 2000, 3000, 4000, 5000, 6000, 7000, 8000))
     before = _state(lab)
     leaks, errors, wrong = _walk(lab, seeded, (lab.bob, lab.nadmin))
     assert errors == []
@@ -234,7 +244,7 @@ def test_another_departments_members_see_and_change_nothing_of_it(lab):
 def test_the_walk_would_see_a_leak(lab, client):
     """The secrets are really on the pages the walk reads, for those who may see them: a platform admin
     sees them on the same URLs, so the walk above cannot pass by looking in the wrong place."""
-    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", (777777001, 4242421, 5353531, 6464641, 8181811, 8585851))
+    seeded = _seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", VISION_NUMBERS)
     client.force_login(lab.root)
     shown = set()
     for path in ("/", "/budgets/vision/", "/budgets/allowances/", "/budgets/approvals/", "/api/v1/ledger",
@@ -242,7 +252,14 @@ def test_the_walk_would_see_a_leak(lab, client):
         content = client.get(path).content
         shown |= {k for k, v in SECRETS.items() if v.encode() in content}
     assert {"job", "ledger", "balance", "refill", "approval_cost", "allowance"} <= shown
+    assert {"user_limit", "department_limit"} <= {k for k, v in SECRETS.items()
+                                                   if v.encode() in client.get("/api/v1/user-limits").content}
+    assert {"user_limit", "department_limit"} <= {
+        k for k, v in SECRETS.items() if v.encode() in client.get("/lab/departments/vision/limits").content}
     client.force_login(lab.alice)
+    # the whole queue names a queued job to its own department, on the API and the page the walk reads
+    assert b"visionsecretjob-queued" in client.get("/api/v1/queue").content
+    assert b"visionsecretjob-queued" in client.get("/queue/").content
     assert SECRETS["token"].encode() in client.get("/api/v1/tokens").content
     assert SECRETS["template"].encode() in client.get("/api/v1/templates").content
     assert SECRETS["webhook"].encode() in client.get("/api/v1/notifications/webhooks").content
@@ -261,7 +278,8 @@ def test_the_walk_covers_the_dashboard_and_the_api():
             "adjust", "refill_rule", "approval_rule", "allowance_delete", "job-cost", "job-logs", "webhook-detail",
             "webhook-rotate", "webhook-list", "notification-list", "notification-preferences",
             "notification-department", "preferences", "unsubscribe", "template-list", "template-detail",
-            "job-spec", "templates", "template-edit", "template-delete"} <= names
+            "job-spec", "templates", "template-edit", "template-delete", "queue", "user-limit-list",
+            "user-limit-detail", "department-user-limit", "limits"} <= names
 
 
 def test_every_parameter_is_known():
@@ -284,6 +302,8 @@ def _state(lab):
         sorted(Quota.objects.filter(department=lab.vision).values_list("nominal", "borrowing_limit",
                                                                         "lending_limit")),
         sorted(Allowance.objects.filter(user=lab.alice).values_list("limit", "period")),
+        sorted(UserLimit.objects.filter(department=lab.vision).values_list("user_id", "max_gpus", "max_queued"),
+               key=lambda r: (r[0] or 0, r[1], r[2])),
         sorted(ApiToken.objects.filter(user=lab.alice).values_list("name", "revoked_at")),
         AuditEntry.objects.filter(department=lab.vision).count(),
         sorted(AttemptLog.objects.filter(job__department=lab.vision).values_list("attempt", "text")),

@@ -407,6 +407,28 @@ def ls(state: State, states, tier, flavor, everyone, q, limit):
     emit(state, jobs, print_table)
 
 
+def print_queue(rows: list[dict]) -> None:
+    """The whole queue, like ``squeue``: another department's jobs show as their department and size."""
+    header = ("FLAVOR", "POS", "DEPARTMENT", "JOB", "TIER", "GPUS", "WAITING", "STARTS", "REASON")
+    table = [(r["flavor"], str(r["position"]), r["department"],
+              f"{r['id']} {r['name']} ({r['owner']})" if r.get("own") else "-", r["tier"], str(r["gpus"]),
+              f"{r['waiting_s'] // 60} min", _when(r.get("estimated_start")), r["reason"]) for r in rows]
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    for r in [header, *table]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    if not rows:
+        click.echo("nothing is queued")
+
+
+@cli.command("queue")
+@click.option("--flavor", help="Only this GPU type's queue.")
+@click.option("-n", "--limit", type=click.IntRange(min=1), default=500, show_default=True, help="At most this many.")
+@command
+def queue(state: State, flavor, limit):
+    """The whole queue, every department's, in the scheduler's order."""
+    emit(state, state.client().queue(flavor=flavor, limit=limit), print_queue)
+
+
 @cli.command()
 @click.argument("job_id", type=click.IntRange(min=1))
 @command

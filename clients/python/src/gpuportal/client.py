@@ -299,6 +299,18 @@ class Client:
             out.append(job)
         return out
 
+    def queue(self, *, flavor: str | None = None, limit: int | None = None, page_size: int = 200) -> builtins.list[dict]:
+        """``GET /queue``: every department's queued jobs, each flavor's queue in the engine's order (by flavor
+        name, then ``position``), with ``tier``, ``gpus``, ``pods``, ``waiting_s``, ``estimated_start`` and the
+        ``reason`` code. Your department's jobs (``own``: true) also carry ``id``, ``name``, ``owner`` and
+        ``reason_message``; another department's show only its ``department`` and size. ``flavor``: one queue."""
+        out: builtins.list[dict] = []
+        for row in self._iter_pages("queue", {"flavor": flavor} if flavor else {}, page_size):
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(row)
+        return out
+
     def _iter_pages(self, path: str, params: dict, page_size: int = 200) -> Iterator[dict]:
         """Every item of a paginated list. A job submitted meanwhile shifts the pages by one; a job already
         returned is not returned again."""
