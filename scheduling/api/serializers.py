@@ -20,7 +20,9 @@ from scheduling.models import (
     Cluster,
     Job,
     JobEvent,
+    JobKind,
     JobTemplate,
+    SessionImage,
     TaskType,
     TemplateScope,
     Tier,
@@ -152,11 +154,28 @@ class FlavorField(serializers.SlugRelatedField):
         return flavor
 
 
+READINESS_PATH_RE = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]{0,199}$")
+
+
 class JobSubmitSerializer(StrictSerializer):
     name = serializers.CharField(max_length=63)
-    image = serializers.CharField(max_length=512)
+    kind = serializers.ChoiceField(choices=JobKind.choices, required=False, default=JobKind.BATCH,
+                                   help_text="batch (runs to its end), session (opened in the browser) or service "
+                                   "(an endpoint until stopped); docs/sessions.md")
+    image = serializers.CharField(max_length=512, required=False,
+                                  help_text="required, except for a session started from a lab session image")
+    session_image = serializers.CharField(
+        max_length=63, required=False, default="", allow_blank=True,
+        help_text="sessions: one of the lab's session images (GET /api/v1/session-images), which sets the image, "
+        "port and readiness path")
+    port = StrictIntegerField(min_value=1, max_value=65535, required=False, allow_null=True, default=None,
+                              help_text="sessions and services: the container port the route reaches")
+    readiness_path = serializers.CharField(max_length=200, required=False, default="", allow_blank=True,
+                                           help_text="sessions and services: answers 200 once the app is ready")
     command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
-                                    allow_empty=False, min_length=1, max_length=MAX_COMMAND_ITEMS)
+                                    required=False, allow_empty=False, min_length=1, max_length=MAX_COMMAND_ITEMS,
+                                    help_text="required for batch jobs; sessions and services may run the image's "
+                                    "own entrypoint")
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False), required=False, default=dict)
     secrets = serializers.JSONField(
@@ -169,7 +188,8 @@ class JobSubmitSerializer(StrictSerializer):
                               help_text="pods admitted all-or-nothing (gang)")
     cpu = CpuField(required=False, default=4000, source="cpu_millicores")  # defaults skip parsing
     memory = MemoryField(required=False, default=16384, source="memory_mib")
-    tier = serializers.ChoiceField(choices=Tier.choices, required=False, default=Tier.ELASTIC)
+    tier = serializers.ChoiceField(choices=Tier.choices, required=False,
+                                   help_text="default: elastic; realtime for sessions (always) and services")
     urgency = serializers.ChoiceField(choices=Urgency.choices, required=False, default=Urgency.NORMAL)
     task_type = serializers.ChoiceField(choices=TaskType.choices, required=False, default=TaskType.TRAIN)
     deadline = serializers.DateTimeField(required=False, allow_null=True, default=None)
@@ -214,7 +234,18 @@ class JobSubmitSerializer(StrictSerializer):
 
     def to_internal_value(self, data):
         self._item_flavor = data.get("flavor") if isinstance(data, dict) else None  # per item: one child
-        return super().to_internal_value(data)  # serializer validates a whole list
+        try:
+            return super().to_internal_value(data)  # serializer validates a whole list
+        except serializers.ValidationError as exc:
+            # A batch job's image and command are required like any field: said with the other field errors,
+            # not only once they are fixed (validate() decides the other kinds' rules).
+            if isinstance(data, dict) and data.get("kind", JobKind.BATCH) == JobKind.BATCH and isinstance(
+                    exc.detail, dict):
+                for field in ("image", "command"):
+                    if field not in data:
+                        exc.detail.setdefault(field, [serializers.ErrorDetail("This field is required.",
+                                                                              code="required")])
+            raise
 
     def validate_name(self, value):
         if not NAME_RE.match(value):
@@ -317,7 +348,16 @@ class JobSubmitSerializer(StrictSerializer):
             raise serializers.ValidationError("List each exit code once.", code="duplicate")
         return sorted(value)
 
+    def validate_readiness_path(self, value):
+        if value and not READINESS_PATH_RE.match(value):
+            raise serializers.ValidationError("A path starting with '/', without spaces (e.g. /healthz).",
+                                              code="invalid_path")
+        return value
+
     def validate(self, attrs):
+        errors = kind_problems(attrs)
+        if errors:
+            raise serializers.ValidationError(errors, code="invalid")
         if attrs.get("pdb_min_available") is not None and attrs["pdb_min_available"] > attrs.get("pods", 1):
             raise serializers.ValidationError(
                 {"pdb_min_available": ["Cannot exceed the number of pods."]}, code="invalid")
@@ -335,6 +375,64 @@ class JobSubmitSerializer(StrictSerializer):
             raise serializers.ValidationError(
                 {"secrets": [serializers.ErrorDetail(p, code="invalid_secret") for p in problems]})
         return attrs
+
+
+def kind_problems(attrs: dict) -> dict[str, list]:
+    """A job's kind against the fields that go with it (docs/sessions.md); fills in what a session image and the
+    kind decide (image, port, readiness path, command, tier, lifetime). Field -> errors; {} when all is well."""
+    kind, errors = attrs.setdefault("kind", JobKind.BATCH), {}
+
+    def err(field, message, code="invalid"):
+        errors.setdefault(field, []).append(serializers.ErrorDetail(message, code=code))
+
+    if kind == JobKind.BATCH:
+        for field in ("session_image", "port", "readiness_path"):
+            if attrs.get(field):
+                err(field, "Only sessions and services have this.", "kind_mismatch")
+        if not attrs.get("image"):
+            err("image", "This field is required.", "required")
+        if not attrs.get("command"):
+            err("command", "This field is required.", "required")
+        attrs.setdefault("tier", Tier.ELASTIC)
+        return errors
+    if attrs.get("pods", 1) != 1:
+        err("pods", "A session or a service runs as one pod.")
+    if kind == JobKind.SESSION and attrs.get("session_image"):
+        _from_session_image(attrs, err)
+    elif attrs.get("session_image"):
+        err("session_image", "Only sessions start from a lab session image.", "kind_mismatch")
+    elif not attrs.get("image"):
+        err("image", "Give an image (or, for a session, one of the lab's session images).", "required")
+    if not attrs.get("port"):
+        err("port", "The container port its app listens on (1-65535).", "required")
+    attrs["readiness_path"] = attrs.get("readiness_path") or "/"
+    attrs.setdefault("command", [])
+    attrs.setdefault("tier", Tier.REALTIME)
+    if kind == JobKind.SESSION:
+        if attrs["tier"] != Tier.REALTIME:
+            err("tier", "Sessions run in the realtime tier: they start fast and are never preempted.")
+        if attrs.get("max_runtime_s", 3600) > settings.SESSION_MAX_LIFETIME_S:
+            err("max_runtime_s", f"A session's lifetime is at most {settings.SESSION_MAX_LIFETIME_S} s "
+                                 "(the lab's maximum).", "max_value")
+    elif "max_runtime_s" not in attrs or attrs["max_runtime_s"] == 3600:
+        # A service runs until stopped: its lifetime is only the planning horizon of estimates.
+        attrs["max_runtime_s"] = MAX_RUNTIME_S
+    return errors
+
+
+def _from_session_image(attrs: dict, err) -> None:
+    found = SessionImage.objects.filter(name=attrs["session_image"]).first()
+    if found is None:
+        names = ", ".join(SessionImage.objects.values_list("name", flat=True)) or "none"
+        err("session_image", f"Unknown session image {attrs['session_image']!r}; the lab offers: {names}.",
+            "unknown_image")
+        return
+    for field in ("image", "port", "readiness_path"):
+        if attrs.get(field):
+            err(field, f"Set by the session image {found.name!r}; leave it out.", "kind_mismatch")
+    attrs.update(image=found.image, port=found.port, readiness_path=found.readiness_path)
+    if not attrs.get("command") and found.command:
+        attrs["command"] = list(found.command)
 
 
 class JobBatchSubmitSerializer(StrictSerializer):
@@ -384,11 +482,13 @@ class JobSerializer(serializers.ModelSerializer):
     gpus = serializers.IntegerField(source="gpus_per_pod", read_only=True, help_text="GPUs per pod")
     reason = serializers.SerializerMethodField()
     checkpoint = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField(help_text="sessions and services: where their route answers")
 
     class Meta:
         model = Job
         fields = [
-            "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
+            "id", "name", "owner", "department", "state", "reason", "estimated_start", "kind", "session_image",
+            "port", "readiness_path", "ready", "url", "image", "command",
             "env", "secrets", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
             "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries",
@@ -397,6 +497,9 @@ class JobSerializer(serializers.ModelSerializer):
             "admitted_at", "started_at", "finished_at",
         ]
         read_only_fields = fields
+
+    def get_url(self, job) -> str | None:
+        return f"{settings.SESSION_URL}/s/{job.pk}/" if job.has_route else None
 
     def get_reason(self, job) -> dict:
         return {"code": job.reason_code, "message": job.reason_message, "detail": job.reason_detail}
