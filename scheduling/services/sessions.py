@@ -185,3 +185,9 @@ def stop_if_idle(*, job: Job, gpu_idle_minutes: float, now: datetime) -> bool:
 def connected(job: Job, now: datetime | None = None) -> bool:
     seen = client_seen_at(job)
     return seen is not None and (now or timezone.now()) - seen < CONNECTED_WINDOW
+
+
+def route_context(user, job: Job) -> dict:
+    """What the job's page shows of its route: URL, end, connected client, whether this user may connect."""
+    return {"url": route_url(job.pk), "ends_at": ends_at(job), "ending_soon": ending_soon(job),
+            "connected": connected(job), "can_connect": Job.objects.permits(user, job, CONNECT)}

@@ -14,8 +14,8 @@ from scheduling.backends.base import PodState
 
 from .client import KubeCaller, TokenBucket, build_api_client
 from .errors import _mapped
-from .routes import RouteConfig
 from .podspec import ADMISSION_GATE, DEFAULT_TOLERATIONS, LABEL_POD_INDEX, attempt_selector
+from .routes import RouteConfig
 from .status import pod_state
 
 
