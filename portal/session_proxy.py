@@ -171,8 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     logging.basicConfig(level=logging.WARNING)
+    # a SIGTERM (the demo stopping) does not wait for open WebSockets: notebooks keep theirs open for hours
     web.run_app(make_app(args.portal), host=host or "127.0.0.1", port=int(port), access_log=None,
-                print=lambda *a: None)
+                print=lambda *a: None, shutdown_timeout=2.0)
 
 
 if __name__ == "__main__":

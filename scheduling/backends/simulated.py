@@ -103,6 +103,8 @@ class SimulatedBackend(ClusterBackend):
                           low=0, high=podset.max_runtime_s)
         if podset.kind == "service" and "SIM_DURATION_S" not in env:
             runtime = SERVICE_RUNTIME_S  # runs until stopped
+        elif podset.kind == "session" and "SIM_DURATION_S" not in env:
+            runtime *= self.speedup  # a person works in it: its lifetime passes in wall-clock time
         exit_code = _number(env.get("SIM_EXIT_CODE"), int, default=0, low=0, high=255)
         mounts = self.make_mounts(podset)
         for i, name in enumerate(podset.pod_names):
