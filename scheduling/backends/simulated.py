@@ -101,10 +101,8 @@ class SimulatedBackend(ClusterBackend):
         env = dict(podset.env)
         runtime = _number(env.get("SIM_DURATION_S"), float, default=podset.max_runtime_s,
                           low=0, high=podset.max_runtime_s)
-        if podset.kind == "service" and "SIM_DURATION_S" not in env:
-            runtime = SERVICE_RUNTIME_S  # runs until stopped
-        elif podset.kind == "session" and "SIM_DURATION_S" not in env:
-            runtime *= self.speedup  # a person works in it: its lifetime passes in wall-clock time
+        if podset.has_route and "SIM_DURATION_S" not in env:
+            runtime *= self.speedup  # people work in it and call it: its lifetime passes in wall-clock time
         exit_code = _number(env.get("SIM_EXIT_CODE"), int, default=0, low=0, high=255)
         mounts = self.make_mounts(podset)
         for i, name in enumerate(podset.pod_names):
@@ -160,7 +158,7 @@ class SimulatedBackend(ClusterBackend):
         the session proxy reaches. A stand-in that does not start leaves the pod running but not ready."""
         argv = [sys.executable, "-m", "scheduling.backends.standin", "--base", f"/s/{podset.job_id}/",
                 "--readiness", podset.readiness_path or "/", "--title", f"{podset.job_name} (job {podset.job_id})",
-                "--lifetime", str(max(60.0, min(podset.max_runtime_s, SERVICE_RUNTIME_S) / self.speedup + 60))]
+                "--lifetime", str(podset.max_runtime_s + 60)]
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,  # noqa: S603 - ours
                                     stdin=subprocess.DEVNULL, text=True)
@@ -211,9 +209,6 @@ class SimulatedBackend(ClusterBackend):
             elapsed = (self.clock.now() - pod.started_at).total_seconds() * self.speedup
             lines += [f"[sim] step {int(s)}: running" for s in range(0, int(elapsed), 60)][-tail_lines:]
         return iter(lines[-tail_lines:])
-
-
-SERVICE_RUNTIME_S = 10 * 365 * 86400.0  # a simulated service runs until it is stopped
 
 
 def stop_standins(pods) -> None:

@@ -92,7 +92,7 @@ def test_without_an_ingress_class_only_the_service(kube_backend, kube_fake, make
                        ("gpu-0",))
     assert set(kube_fake.services) == {(NS, "job-42-a1")} and kube_fake.ingresses == {}
     pod = kube_fake.pod(NS, "job-42-a1")
-    assert "activeDeadlineSeconds" not in pod["spec"]  # a service runs until stopped
+    assert pod["spec"]["activeDeadlineSeconds"] == 10**6  # the horizon its hold covers: nothing runs uncharged
     assert kube_fake.route_problems(NS) == []
 
 

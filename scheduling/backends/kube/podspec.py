@@ -331,7 +331,7 @@ def pod_manifest(
         spec["hostname"] = podset.pod_name(index)
         spec["subdomain"] = service_name(podset)
     apply_secrets(podset, spec, container)
-    if podset.max_runtime_s and podset.max_runtime_s > 0 and podset.kind != "service":  # services run until stopped
+    if podset.max_runtime_s and podset.max_runtime_s > 0:
         # The kubelet kills the pod (reason DeadlineExceeded) once it has run this long: a hard stop even if
         # the portal is down. Counted from the pod's start on the node, not from creation.
         spec["activeDeadlineSeconds"] = int(podset.max_runtime_s)
