@@ -154,6 +154,7 @@ class FlavorField(serializers.SlugRelatedField):
         return flavor
 
 
+SERVICE_HORIZON_S = 86400  # a service's max_runtime_s unless given: a day's hold, not MAX_RUNTIME_S's 14 days
 READINESS_PATH_RE = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]{0,199}$")
 
 
@@ -415,8 +416,8 @@ def kind_problems(attrs: dict) -> dict[str, list]:
             err("max_runtime_s", f"A session's lifetime is at most {settings.SESSION_MAX_LIFETIME_S} s "
                                  "(the lab's maximum).", "max_value")
     elif "max_runtime_s" not in attrs or attrs["max_runtime_s"] == 3600:
-        # A service runs until stopped: its lifetime is only the planning horizon of estimates.
-        attrs["max_runtime_s"] = MAX_RUNTIME_S
+        # A service runs until stopped, within a horizon its budget hold covers (docs/sessions.md).
+        attrs["max_runtime_s"] = SERVICE_HORIZON_S
     return errors
 
 

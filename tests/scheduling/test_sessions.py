@@ -69,7 +69,7 @@ def test_a_service_runs_until_stopped_in_realtime_by_default(lab, client_for):
     r = client_for(lab.alice).post("/api/v1/jobs", {"name": "llm", "kind": "service", "image": "ghcr.io/lab/serve:1",
                                                     "port": 8000, "flavor": "a100-80gb", "gpus": 1}, format="json")
     assert r.status_code == 201, r.content
-    assert (r.json()["tier"], r.json()["readiness_path"], r.json()["max_runtime_s"]) == ("realtime", "/", 14 * 86400)
+    assert (r.json()["tier"], r.json()["readiness_path"], r.json()["max_runtime_s"]) == ("realtime", "/", 86400)
 
 
 @pytest.mark.parametrize(("body", "field", "code"), [
