@@ -38,7 +38,7 @@ NOT_FOUND = "No such session. Open it with Connect on its page in the portal.\n"
 def _app_headers(request: web.Request) -> dict[str, str]:
     """The request's headers as the app gets them: no hop-by-hop headers, none of the portal's credentials."""
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP | {"cookie", "authorization"}}
-    kept = "; ".join(f"{name}={morsel.value}" for name, morsel in request.cookies.items()
+    kept = "; ".join(f"{name}={value}" for name, value in request.cookies.items()
                      if not PORTAL_COOKIES.match(name))
     if kept:
         headers["Cookie"] = kept

@@ -10,7 +10,8 @@ from rest_framework.views import APIView
 
 from portal.api.serializers import StrictSerializer
 from portal.tenancy import VIEW, member
-from scheduling.api.serializers import IMAGE_RE, MAX_COMMAND_ITEMS, READINESS_PATH_RE
+from scheduling.api.kinds import READINESS_PATH_RE
+from scheduling.api.serializers import IMAGE_RE, MAX_COMMAND_ITEMS
 from scheduling.models import SessionImage
 from scheduling.models.sessions import SESSION_IMAGE_NAME
 from scheduling.services.session_images import session_image_delete, session_image_set
