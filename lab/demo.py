@@ -27,6 +27,7 @@ from quotas.services.rules import quota_create
 from scheduling.models import Cluster, Job
 from scheduling.services import cluster_config
 from scheduling.services.jobs import job_submit
+from scheduling.services.session_images import session_image_set
 from workloads.services import secrets as secret_services
 
 LAB_FILE = Path(__file__).resolve().parent / "fixtures" / "demo-lab.yaml"
@@ -56,10 +57,12 @@ def seed(*, jobs: bool = True) -> dict[str, str]:
             apply_lab(LAB_FILE.read_text())
             add_cloud_cluster()
             add_wandb_secret()
+            add_session_images()
         creds = _passwords()
         a100 = Flavor.objects.get(name="a100-80gb")
         h100 = Flavor.objects.filter(name="h100").first()
     if jobs and not Job.objects.exists():
+        _demo_session()  # first: realtime, it starts at the first cycle
         _demo_jobs(a100, h100)
     return creds
 
@@ -115,6 +118,32 @@ def add_wandb_secret() -> None:
     secret_services.secret_create(actor=None, department=Department.objects.get(slug="vision"), name="wandb",
                                   kind="value", values={"api_key": os.environ.get("DEMO_WANDB_API_KEY")
                                                         or DEMO_WANDB_KEY})
+
+
+def add_session_images() -> None:
+    """The lab's session images (docs/sessions.md). On the simulated cluster each runs as the stand-in notebook
+    (scheduling/backends/standin.py); on a real cluster these are the images' own apps."""
+    session_image_set(actor=None, name="jupyterlab", label="JupyterLab", port=8888, readiness_path="/api/status",
+                      image="quay.io/jupyter/pytorch-notebook:cuda12-2024-12-02",
+                      command=["start-notebook.py", "--ServerApp.base_url=$(PORTAL_BASE_URL)"],
+                      description="JupyterLab with PyTorch and CUDA 12")
+    session_image_set(actor=None, name="vscode", label="VS Code (code-server)", port=8080, readiness_path="/healthz",
+                      image="ghcr.io/coder/code-server:4.96.2", command=["code-server", "--auth", "none",
+                                                                          "--bind-addr", "0.0.0.0:8080"],
+                      description="VS Code in the browser")
+
+
+def _demo_session() -> None:
+    """alice's notebook: a running session to open from its job page (Connect)."""
+    job_submit(user=get_user_model().objects.get(username="alice"),
+               data={"name": "notebook", "kind": "session", "session_image": "jupyterlab",
+                     "image": "quay.io/jupyter/pytorch-notebook:cuda12-2024-12-02", "port": 8888,
+                     "readiness_path": "/api/status", "command": [], "env": {},
+                     "flavor": Flavor.objects.get(name="a100-80gb"), "gpus_per_pod": 1, "pods": 1,
+                     "cpu_millicores": 4000, "memory_mib": 16384, "tier": "realtime", "urgency": "normal",
+                     "task_type": "inference", "deadline": None, "max_runtime_s": 4 * 3600, "bid": 0,
+                     "termination_grace_s": 30, "pdb_min_available": None},
+               idempotency_key="demo-notebook")
 
 
 def _demo_jobs(a100: Flavor, h100: Flavor | None) -> None:

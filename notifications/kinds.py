@@ -57,6 +57,12 @@ KINDS: tuple[Kind, ...] = (
     Kind("job.idle", "Job idle on its GPUs", "the job's owner", _JOB + " holds idle GPUs",
          "Job {job_id} ({job_name}) holds {gpus} GPU(s) that stayed under {threshold_pct}% for {idle_minutes} "
          "minutes. Release them if the work is done, so others can use them.", email=True, webhook=True),
+    Kind("session.ending", "Session about to end", "the session's owner", _JOB + " ends in {minutes} minutes",
+         "Session {job_id} ({job_name}) reaches its lifetime in {minutes} minutes and will be stopped then. Save "
+         "your work, or start a new session to go on.", email=True, webhook=True),
+    Kind("session.stopped_idle", "Idle session stopped", "the session's owner", _JOB + " was stopped as idle",
+         "Session {job_id} ({job_name}) was stopped: its GPUs stayed idle and no browser was connected for "
+         "{minutes} minutes. Start a new one when you need it again.", email=True, webhook=True),
     Kind("allowance.exhausted", "Allowance exhausted", "the user and the department's admins",
          "{user}'s {period} allowance is exhausted",
          "{user} has committed {used_credits} of a {limit_credits} {period} allowance; job {job_name} ({cost_credits}) "

@@ -119,6 +119,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("NOTIFY_RETENTION_DAYS", "90", "Notifications: delete events and their deliveries this many days after "
             "they were reported, once nothing is left to send (at least 31, so that a once-per-period event "
             "is never reported twice in one period).", "int"),
+    Setting("SESSION_MAX_LIFETIME_S", "43200", "Sessions: the longest lifetime (seconds) a session may ask for; "
+            "more is refused (400).", "int"),
+    Setting("SESSION_END_WARNING_MINUTES", "15", "Sessions and services: warn the owner (notification and a banner "
+            "on the page) this many minutes before the lifetime ends.", "float"),
+    Setting("SESSION_IDLE_MINUTES", "60", "Sessions: stop a session whose GPUs stayed idle and that no client "
+            "reached for this many minutes (0: never).", "float"),
+    Setting("SESSION_URL", "http://127.0.0.1:8001", "Sessions and services: the address (scheme://host[:port]) "
+            "their routes are served under, /s/<job id>/ (the demo's session proxy, or the ingress's host)."),
+    Setting("SESSION_INGRESS_CLASS", "", "Kubernetes: the IngressClass of the sessions' and services' Ingresses "
+            "(nginx-ingress forward-auth annotations). Empty: no Ingress, only the Service."),
+    Setting("SESSION_AUTH_URL", "", "Kubernetes: the portal's forward-auth address as the ingress controller "
+            "reaches it, e.g. http://portal-web.gpu-portal.svc:8000 (empty: PORTAL_URL)."),
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("SECURE_SSL", "false", "Behind TLS: secure cookies, HSTS, redirect to https.", "bool"),
     Setting("DATA_DIR", str(BASE_DIR / "var"), "Where the embedded defaults keep SQLite, broker and locks."),

@@ -83,11 +83,18 @@ class ContentSecurityPolicyMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         policy = CSP_API_DOCS if request.path.startswith(API_DOCS) else CSP
-        origin = _logout_origin()
-        if origin:  # the Log out form's answer redirects there (single sign-on's end-session), which form-action governs
-            policy = policy.replace("form-action 'self'", f"form-action 'self' {origin}")
+        # Form answers that redirect elsewhere, which form-action governs: Log out to single sign-on's
+        # end-session, and a session's Connect to its route (SESSION_URL, docs/sessions.md).
+        origins = " ".join(o for o in (_logout_origin(), _sessions_origin()) if o)
+        if origins:
+            policy = policy.replace("form-action 'self'", f"form-action 'self' {origins}")
         response.setdefault("Content-Security-Policy", policy)
         return response
+
+
+def _sessions_origin() -> str:
+    parts = urlsplit(settings.SESSION_URL)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
 
 
 def _logout_origin() -> str:

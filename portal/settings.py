@@ -199,6 +199,8 @@ CELERY_BEAT_SCHEDULE = {
                             "options": {"expires": 10 * float(ENV["NOTIFY_SWEEP_INTERVAL_S"])}},
     # reported events and their deliveries past NOTIFY_RETENTION_DAYS, once nothing is left to send
     "notifications-cleanup": {"task": "notifications.cleanup", "schedule": 3600.0},
+    # sessions and services about to reach their lifetime: warned once, SESSION_END_WARNING_MINUTES ahead
+    "scheduling-sessions-warn": {"task": "scheduling.sessions.warn_ending", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
@@ -254,6 +256,17 @@ def _per_tier(name: str) -> dict[str, float]:
 IDLE_GPU_THRESHOLD_PCT = _per_tier("IDLE_GPU_THRESHOLD_PCT")
 IDLE_GPU_MINUTES = _per_tier("IDLE_GPU_MINUTES")
 IDLE_STOP_GRACE_MINUTES = _per_tier("IDLE_STOP_GRACE_MINUTES")  # a tier not named is never stopped
+
+# ------------------------------------------------------------------------------------------ sessions and services
+SESSION_MAX_LIFETIME_S = int(ENV["SESSION_MAX_LIFETIME_S"])
+SESSION_END_WARNING_MINUTES = float(ENV["SESSION_END_WARNING_MINUTES"])
+SESSION_IDLE_MINUTES = float(ENV["SESSION_IDLE_MINUTES"])
+SESSION_URL = str(ENV["SESSION_URL"]).rstrip("/")
+SESSION_INGRESS_CLASS = str(ENV["SESSION_INGRESS_CLASS"])
+SESSION_AUTH_URL = str(ENV["SESSION_AUTH_URL"]).rstrip("/")
+# The simulated cluster runs a small HTTP + WebSocket stand-in process for each running session or service pod
+# (scheduling/backends/standin.py). Off in the tests unless a test turns it on: they need no processes.
+SIM_SESSION_STANDIN = True
 
 # ------------------------------------------------------------------------------------------ notifications
 PORTAL_URL = str(ENV["PORTAL_URL"]).rstrip("/")

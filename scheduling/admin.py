@@ -18,8 +18,17 @@ from scheduling.models import (
     PolicyVersion,
     Preemption,
     PreemptionVictim,
+    SessionImage,
     SimPod,
 )
+
+
+@admin.register(SessionImage)
+class SessionImageAdmin(admin.ModelAdmin):
+    """The lab's session images (also PUT /api/v1/session-images/<name>, which audits the change)."""
+
+    list_display = ("name", "label", "image", "port", "readiness_path")
+    search_fields = ("name", "image")
 
 
 @admin.register(Cluster)

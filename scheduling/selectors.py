@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from django.db.models import Count, F, Q, QuerySet, Sum, Window
+from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -23,6 +23,7 @@ from scheduling.models import (
     Job,
     JobState,
     Node,
+    SessionGrant,
 )
 
 # The queue of a flavor in the engine's order, as the last cycle recorded it (``queue_rank``, written by the
@@ -281,3 +282,17 @@ def live_states(user, ids: list[int]) -> list[dict]:
         eta = wall_eta(r.pop("estimated_start"), now=now)
         r["eta"] = eta.isoformat() if eta else None
     return rows
+
+
+def sessions_overview() -> list[Job]:
+    """Platform admins' view of the sessions and services that run or wait (the cluster page): owner,
+    department, state, readiness, the GPU idle streak the idle detection measured for the current attempt
+    (observability's rows, read through the job's reverse relation, not imported) and the last client."""
+    idle = Subquery(Job.gpu_usage.rel.related_model.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"))
+                    .values("idle_streak_minutes")[:1])
+    seen = Subquery(SessionGrant.objects.filter(job=OuterRef("pk")).values("job").annotate(m=Max("last_seen_at"))
+                    .values("m")[:1])
+    rows = (Job.objects.filter(kind__in=("session", "service"), state__in=("queued", "admitted", "running"))
+            .select_related("owner", "department").annotate(gpu_idle_minutes=idle, client_seen_at=seen)
+            .order_by("submitted_at", "id"))
+    return list(rows)

@@ -14,7 +14,7 @@ from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 
 from scheduling.backends.base import BackendError, ClusterUnavailable
-from scheduling.services import cluster_binding, clusters, cycle, logs, pods, stats, workload
+from scheduling.services import cluster_binding, clusters, cycle, logs, pods, sessions, stats, workload
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,12 @@ def keep_log(job_id: int, attempt: int) -> bool:
 def cleanup_logs() -> int:
     """Delete kept logs past LOG_RETENTION_DAYS."""
     return logs.cleanup_logs()
+
+
+@shared_task(name="scheduling.sessions.warn_ending", time_limit=120, soft_time_limit=100, ignore_result=True)
+def warn_ending_sessions() -> int:
+    """Warn the owners of sessions whose lifetime ends soon (once each)."""
+    return sessions.warn_ending()
 
 
 @shared_task(name="scheduling.checkpoints.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)

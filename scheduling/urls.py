@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling.views import home, jobs, policy, queue, templates, whatif
+from scheduling.views import home, jobs, policy, queue, sessions, templates, whatif
 
 app_name = "dashboard"
 
@@ -15,6 +15,9 @@ urlpatterns = [
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),
     path("queue/", queue.queue, name="queue"),
     path("jobs/<int:pk>/cancel", jobs.cancel, name="cancel"),
+    path("jobs/<int:pk>/connect", sessions.connect, name="connect"),
+    path("s/<int:pk>/_portal/connect", sessions.exchange, name="session-exchange"),
+    path("sessions/<int:pk>/auth", sessions.forward_auth, name="session-auth"),
     path("jobs/<int:pk>/logs/", jobs.job_logs, name="job-logs"),
     path("jobs/<int:pk>/logs/text", jobs.job_log_text, name="job-log-text"),
     path("templates/", templates.templates, name="templates"),

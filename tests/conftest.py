@@ -53,6 +53,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _eager_celery(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast fixtures
+    settings.SIM_SESSION_STANDIN = False  # no stand-in processes for simulated sessions unless a test asks
     from portal.celery import app
 
     app.conf.task_always_eager = True

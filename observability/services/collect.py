@@ -23,7 +23,8 @@ from observability.services.prometheus import PrometheusSource, PrometheusUnavai
 from observability.services.series import aggregate
 from observability.services.simulated import SimulatedSource, profile_of
 from portal import metrics
-from scheduling.models import Job, JobEvent, JobState
+from scheduling.models import Job, JobEvent, JobKind, JobState
+from scheduling.services import sessions
 from scheduling.services.jobs import attempt_cluster, namespace_for
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ def collect(*, now: datetime | None = None, src=None) -> Outcome:
             change = idle.check(usage=usage, job=job, now=now)
             out.flagged += change == "flagged"
             out.stopped += change == "stopped"
+            if change != "stopped" and job.kind == JobKind.SESSION and usage.samples:
+                # idle GPUs and no client connected (the route's forward auth records clients)
+                out.stopped += sessions.stop_if_idle(job=job, gpu_idle_minutes=usage.idle_streak_minutes, now=now)
     # Attempts that ended since the last run: read once more up to their end, then close them.
     for usage in (AttemptUsage.objects.filter(final=False).select_related("job__department", "job__flavor",
                                                                            "job__owner")):

@@ -15,11 +15,13 @@ from rest_framework import serializers
 
 from portal.api.serializers import StrictSerializer
 from quotas.models import Flavor
+from scheduling.api.kinds import READINESS_PATH_RE, kind_problems
 from scheduling.models import (
     TEMPLATE_NAME,
     Cluster,
     Job,
     JobEvent,
+    JobKind,
     JobTemplate,
     TaskType,
     TemplateScope,
@@ -152,11 +154,27 @@ class FlavorField(serializers.SlugRelatedField):
         return flavor
 
 
+
+
 class JobSubmitSerializer(StrictSerializer):
     name = serializers.CharField(max_length=63)
-    image = serializers.CharField(max_length=512)
+    kind = serializers.ChoiceField(choices=JobKind.choices, required=False, default=JobKind.BATCH,
+                                   help_text="batch (runs to its end), session (opened in the browser) or service "
+                                   "(an endpoint until stopped); docs/sessions.md")
+    image = serializers.CharField(max_length=512, required=False,
+                                  help_text="required, except for a session started from a lab session image")
+    session_image = serializers.CharField(
+        max_length=63, required=False, default="", allow_blank=True,
+        help_text="sessions: one of the lab's session images (GET /api/v1/session-images), which sets the image, "
+        "port and readiness path")
+    port = StrictIntegerField(min_value=1, max_value=65535, required=False, allow_null=True, default=None,
+                              help_text="sessions and services: the container port the route reaches")
+    readiness_path = serializers.CharField(max_length=200, required=False, default="", allow_blank=True,
+                                           help_text="sessions and services: answers 200 once the app is ready")
     command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
-                                    allow_empty=False, min_length=1, max_length=MAX_COMMAND_ITEMS)
+                                    required=False, allow_empty=False, min_length=1, max_length=MAX_COMMAND_ITEMS,
+                                    help_text="required for batch jobs; sessions and services may run the image's "
+                                    "own entrypoint")
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False), required=False, default=dict)
     secrets = serializers.JSONField(
@@ -169,7 +187,8 @@ class JobSubmitSerializer(StrictSerializer):
                               help_text="pods admitted all-or-nothing (gang)")
     cpu = CpuField(required=False, default=4000, source="cpu_millicores")  # defaults skip parsing
     memory = MemoryField(required=False, default=16384, source="memory_mib")
-    tier = serializers.ChoiceField(choices=Tier.choices, required=False, default=Tier.ELASTIC)
+    tier = serializers.ChoiceField(choices=Tier.choices, required=False,
+                                   help_text="default: elastic; realtime for sessions (always) and services")
     urgency = serializers.ChoiceField(choices=Urgency.choices, required=False, default=Urgency.NORMAL)
     task_type = serializers.ChoiceField(choices=TaskType.choices, required=False, default=TaskType.TRAIN)
     deadline = serializers.DateTimeField(required=False, allow_null=True, default=None)
@@ -214,7 +233,18 @@ class JobSubmitSerializer(StrictSerializer):
 
     def to_internal_value(self, data):
         self._item_flavor = data.get("flavor") if isinstance(data, dict) else None  # per item: one child
-        return super().to_internal_value(data)  # serializer validates a whole list
+        try:
+            return super().to_internal_value(data)  # serializer validates a whole list
+        except serializers.ValidationError as exc:
+            # A batch job's image and command are required like any field: said with the other field errors,
+            # not only once they are fixed (validate() decides the other kinds' rules).
+            if isinstance(data, dict) and data.get("kind", JobKind.BATCH) == JobKind.BATCH and isinstance(
+                    exc.detail, dict):
+                for field in ("image", "command"):
+                    if field not in data:
+                        exc.detail.setdefault(field, [serializers.ErrorDetail("This field is required.",
+                                                                              code="required")])
+            raise
 
     def validate_name(self, value):
         if not NAME_RE.match(value):
@@ -317,7 +347,16 @@ class JobSubmitSerializer(StrictSerializer):
             raise serializers.ValidationError("List each exit code once.", code="duplicate")
         return sorted(value)
 
+    def validate_readiness_path(self, value):
+        if value and not READINESS_PATH_RE.match(value):
+            raise serializers.ValidationError("A path starting with '/', without spaces (e.g. /healthz).",
+                                              code="invalid_path")
+        return value
+
     def validate(self, attrs):
+        errors = kind_problems(attrs)
+        if errors:
+            raise serializers.ValidationError(errors, code="invalid")
         if attrs.get("pdb_min_available") is not None and attrs["pdb_min_available"] > attrs.get("pods", 1):
             raise serializers.ValidationError(
                 {"pdb_min_available": ["Cannot exceed the number of pods."]}, code="invalid")
@@ -384,11 +423,13 @@ class JobSerializer(serializers.ModelSerializer):
     gpus = serializers.IntegerField(source="gpus_per_pod", read_only=True, help_text="GPUs per pod")
     reason = serializers.SerializerMethodField()
     checkpoint = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField(help_text="sessions and services: where their route answers")
 
     class Meta:
         model = Job
         fields = [
-            "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
+            "id", "name", "owner", "department", "state", "reason", "estimated_start", "kind", "session_image",
+            "port", "readiness_path", "ready", "url", "image", "command",
             "env", "secrets", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
             "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries",
@@ -397,6 +438,9 @@ class JobSerializer(serializers.ModelSerializer):
             "admitted_at", "started_at", "finished_at",
         ]
         read_only_fields = fields
+
+    def get_url(self, job) -> str | None:
+        return f"{settings.SESSION_URL}/s/{job.pk}/" if job.has_route else None
 
     def get_reason(self, job) -> dict:
         return {"code": job.reason_code, "message": job.reason_message, "detail": job.reason_detail}

@@ -4,7 +4,7 @@ inbox. Trailing slashes optional."""
 from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
 
-from scheduling.api import clusters, job_approvals, policy, queue, templates, views
+from scheduling.api import clusters, job_approvals, policy, queue, session_images, templates, views
 
 router = DefaultRouter()
 router.trailing_slash = "/?"  # /api/v1/jobs and /api/v1/jobs/ both work (notebook users type either)
@@ -15,6 +15,9 @@ router.register("templates", templates.JobTemplateViewSet, basename="template")
 urlpatterns = [
     path("", include(router.urls)),
     path("policy", policy.PolicyView.as_view(), name="policy"),
+    re_path(r"^session-images/?$", session_images.SessionImageListView.as_view(), name="session-image-list"),
+    re_path(r"^session-images/(?P<name>[-a-zA-Z0-9_.]+)/?$", session_images.SessionImageDetailView.as_view(),
+            name="session-image-detail"),
     path("policy/versions", policy.PolicyVersionsView.as_view(), name="policy-versions"),
     path("cluster", policy.ClusterView.as_view(), name="cluster"),
     re_path(r"^queue/?$", queue.QueueView.as_view(), name="queue"),

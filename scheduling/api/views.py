@@ -16,7 +16,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
 from portal.api import idempotency_key
-from portal.errors import LogsUnavailable, ValidationFailed
+from portal.errors import LogsUnavailable, NotFound, ValidationFailed
 from portal.tenancy import CHANGE, VIEW, member
 from scheduling.api.serializers import (
     CancelSerializer,
@@ -27,11 +27,12 @@ from scheduling.api.serializers import (
     JobSubmitSerializer,
 )
 from scheduling.backends.base import BackendError
-from scheduling.models import JobEvent
+from scheduling.models import CONNECT, Job, JobEvent
 from scheduling.selectors import jobs_for
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
 from scheduling.services.logs import attempt_log_lines
 from scheduling.services.quote import job_quote
+from scheduling.services.sessions import connect_start, route_url
 from scheduling.services.templates import merged_spec, spec_of_job, template_for_submission
 from workloads.podsecrets import token_warnings
 
@@ -243,6 +244,16 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["get"])
     def spec(self, request, pk=None):
         return Response(spec_of_job(self.get_object()))
+
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT}, summary="A one-time connect URL (sessions)",
+                   description="For the owner of a running session or service: a URL that opens it in a browser "
+                   "(its one-time code is spent on first use and expires in a minute). Anyone else: 404.")
+    @action(detail=True, methods=["post"])
+    def connect(self, request, pk=None):
+        job = Job.objects.restrict(request.user, CONNECT).filter(pk=pk).first()
+        if job is None:
+            raise NotFound("No such session.")
+        return Response({"url": connect_start(user=request.user, job=job), "route": route_url(job.pk)})
 
     @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])

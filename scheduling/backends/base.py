@@ -85,6 +85,15 @@ class PodSet:
     # Department secrets as env, files and image pull secrets (names and keys; values only of the portal's own
     # Secrets, which the backend writes first and never prints).
     secrets: PodSecrets = NO_SECRETS
+    # Sessions and services (docs/sessions.md): "batch", "session" or "service"; the container port their
+    # route reaches and the path that answers once the app is ready (the pod's readiness probe).
+    kind: str = "batch"
+    port: int | None = None
+    readiness_path: str = "/"
+
+    @property
+    def has_route(self) -> bool:
+        return self.kind in ("session", "service") and bool(self.port)
 
     def pod_name(self, index: int) -> str:
         base = f"job-{self.job_id}-a{self.attempt}"
@@ -126,6 +135,8 @@ class PodState:
     # The GPUs it requests (0 where the backend does not say) and of which resource (e.g. nvidia.com/gpu).
     gpus: int = 0
     gpu_resource: str = ""
+    # The pod's Ready condition (its readiness probe passes): what a session's or service's page shows.
+    ready: bool = False
 
     def holds_node(self, now: float) -> bool:
         """Still occupies its node's resources: not finished, and not past its deletion deadline."""

@@ -25,6 +25,7 @@ from django.conf import settings
 from quotas.models import Flavor
 from scheduling.backends.base import ClusterUnavailable
 from scheduling.backends.kube import FlavorRule, KubernetesBackend
+from scheduling.backends.kube.routes import RouteConfig
 
 
 def flavor_rules():
@@ -76,6 +77,8 @@ def kubernetes_backend(cluster="default", **overrides):
         "flavors": flavor_rules(),
         "qps": settings.KUBE_QPS,
         "burst": settings.KUBE_BURST,
+        "routes": RouteConfig(url=settings.SESSION_URL, auth_url=settings.SESSION_AUTH_URL or settings.PORTAL_URL,
+                              portal_url=settings.PORTAL_URL, ingress_class=settings.SESSION_INGRESS_CLASS),
     }
     if "host" not in overrides and "api_client" not in overrides:
         options.update(connection_options(cluster))

@@ -12,8 +12,13 @@ Loaded only by ``scheduling.backends.get_backend``, once Django's apps are ready
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +41,9 @@ from scheduling.backends.kube.podspec import rendezvous_env
 from scheduling.core.types import Node as CoreNode
 from scheduling.models import Node, SimPod
 from workloads.values import SHM_PATH
+
+log = logging.getLogger(__name__)
+STANDIN_START_S = 10.0  # how long a stand-in may take to say where it listens
 
 
 class SimulatedBackend(ClusterBackend):
@@ -60,6 +68,7 @@ class SimulatedBackend(ClusterBackend):
         done = 0
         for fail, pks in ended.items():  # two UPDATEs, whatever the number of pods that ended
             if pks:
+                stop_standins(SimPod.objects.filter(pk__in=pks))
                 done += SimPod.objects.filter(pk__in=pks, phase="Running").update(
                     phase="Failed" if fail else "Succeeded",
                     reason="Error" if fail else "Completed",
@@ -92,6 +101,8 @@ class SimulatedBackend(ClusterBackend):
         env = dict(podset.env)
         runtime = _number(env.get("SIM_DURATION_S"), float, default=podset.max_runtime_s,
                           low=0, high=podset.max_runtime_s)
+        if podset.has_route and "SIM_DURATION_S" not in env:
+            runtime *= self.speedup  # people work in it and call it: its lifetime passes in wall-clock time
         exit_code = _number(env.get("SIM_EXIT_CODE"), int, default=0, low=0, high=255)
         mounts = self.make_mounts(podset)
         for i, name in enumerate(podset.pod_names):
@@ -137,15 +148,36 @@ class SimulatedBackend(ClusterBackend):
             raise BackendError(f"gang of job {podset.job_id}: {len(pods)}/{podset.pods} pods exist")
         now = self.clock.now()
         for i, name in enumerate(podset.pod_names):
-            SimPod.objects.filter(pk=pods[name].pk, gated=True).update(
+            if SimPod.objects.filter(pk=pods[name].pk, gated=True).update(
                 gated=False, node=placement[i], phase="Running", started_at=now
-            )
+            ) and podset.has_route and settings.SIM_SESSION_STANDIN:
+                self.start_standin(pods[name].pk, podset)
+
+    def start_standin(self, pk: int, podset: PodSet) -> None:
+        """Start the pod's app: the stand-in HTTP + WebSocket server on loopback (``standin.py``), whose address
+        the session proxy reaches. A stand-in that does not start leaves the pod running but not ready."""
+        argv = [sys.executable, "-m", "scheduling.backends.standin", "--base", f"/s/{podset.job_id}/",
+                "--readiness", podset.readiness_path or "/", "--title", f"{podset.job_name} (job {podset.job_id})",
+                "--lifetime", str(podset.max_runtime_s + 60)]
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,  # noqa: S603 - ours
+                                    stdin=subprocess.DEVNULL, text=True)
+            line = proc.stdout.readline().strip() if proc.stdout else ""
+        except OSError as exc:
+            log.warning("stand-in of pod %s did not start: %s", pk, exc)
+            return
+        if not line.startswith("LISTENING "):
+            log.warning("stand-in of pod %s said %r instead of where it listens", pk, line)
+            proc.kill()
+            return
+        SimPod.objects.filter(pk=pk).update(address=line.split()[1], pid=proc.pid)
 
     def evict(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
         pods = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt)
         names = tuple(pods.values_list("name", flat=True))
         if not names:
             return EvictionOutcome("gone")
+        stop_standins(pods)
         pods.filter(phase__in=("Pending", "Running")).update(
             phase="Failed", reason="Evicted", finished_at=self.clock.now()
         )
@@ -156,13 +188,17 @@ class SimulatedBackend(ClusterBackend):
         """The simulated kubelet sees pod ``index`` of the attempt fail now (an exit code, ``OOMKilled``,
         ``Evicted``, ``ImagePullBackOff`` with a registry's message ...): what tests and the demo use to drive
         a failure. Returns how many pods it failed (0: no such running or pending pod)."""
-        return SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=index,
-                                     phase__in=("Pending", "Running")).update(
+        pods = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=index,
+                                     phase__in=("Pending", "Running"))
+        stop_standins(pods)
+        return pods.update(
             phase="Failed", reason=reason, message=message[:500], exit_code=exit_code, finished_at=self.clock.now(),
             log=Concat(F("log"), Value(f"{message or reason}\n")))
 
     def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
-        SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt).delete()
+        pods = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt)
+        stop_standins(pods)
+        pods.delete()
 
     def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False, pod=0) -> Iterator[str]:
         pod = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=pod).first()
@@ -173,6 +209,16 @@ class SimulatedBackend(ClusterBackend):
             elapsed = (self.clock.now() - pod.started_at).total_seconds() * self.speedup
             lines += [f"[sim] step {int(s)}: running" for s in range(0, int(elapsed), 60)][-tail_lines:]
         return iter(lines[-tail_lines:])
+
+
+def stop_standins(pods) -> None:
+    """End the stand-in processes of these pods (those that have one), and forget their address."""
+    for pk, pid in pods.exclude(pid=None).values_list("pk", "pid"):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass  # gone already (it ends with its parent), or no longer ours
+        SimPod.objects.filter(pk=pk).update(pid=None, address="")
 
 
 def volume_dir(storage: str, sub_path: str = "") -> Path:
@@ -218,6 +264,9 @@ def _state(p) -> PodState:
         message=p.message,
         started_at=p.started_at.timestamp() if p.started_at else None,
         finished_at=p.finished_at.timestamp() if p.finished_at else None,
+        # the simulated kubelet's readiness probe: the stand-in said where it listens (without stand-ins, as
+        # in the tests, a running pod is ready)
+        ready=p.phase == "Running" and (bool(p.address) or not settings.SIM_SESSION_STANDIN),
     )
 
 

@@ -143,6 +143,10 @@ class SimPod(models.Model):
     # The pod's mounts as the simulated kubelet made them: [{"source", "path", "dir", "read_only"}], "dir" the
     # directory under DATA_DIR that holds the source's files (so attempts share what they wrote).
     mounts = models.JSONField(default=list, blank=True)
+    # A session's or service's pod: where its app answers on loopback (host:port) and the stand-in process
+    # that serves it (scheduling/backends/standin.py), ended with the pod.
+    address = models.CharField(max_length=64, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
     # The container's environment as the Kubernetes backend would set it (the job's env, the portal's variables,
     # the rendezvous of a gang): name -> value. Secrets are not in it (the log names them, never a value).
     env = models.JSONField(default=dict, blank=True)

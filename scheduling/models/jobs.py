@@ -19,6 +19,7 @@ from portal.tenancy import (
     CHANGE,
     DEPARTMENT,
     DEPARTMENT_ADMIN,
+    OWNER,
     OWNER_OR_ADMIN,
     PLATFORM,
     VIEW,
@@ -78,12 +79,26 @@ class TaskType(models.TextChoices):
     PROCESSING = "processing", "Data processing"
 
 
+class JobKind(models.TextChoices):
+    """What a job is for (docs/sessions.md): work that runs to its end, an interactive session its owner opens
+    in the browser, or a service that answers callers at a URL until it is stopped."""
+
+    BATCH = "batch", "Batch"
+    SESSION = "session", "Interactive session"
+    SERVICE = "service", "Service (endpoint)"
+
+
+# Connecting to a session (its route, its proxy): its owner alone, department admins included nowhere
+# (a session is a shell with its owner's data and secrets; admins stop it and read its logs, docs/sessions.md).
+CONNECT = "connect"
+
+
 class JobQuerySet(TenantQuerySet):
     """Members see their department's jobs; a job's owner and its department's admins cancel it and read its
-    logs (``change``); its department's admins approve it."""
+    logs (``change``); its department's admins approve it; only its owner connects to a session (``connect``)."""
 
     owner_path = "owner"
-    rules = {VIEW: DEPARTMENT, CHANGE: OWNER_OR_ADMIN, APPROVE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
+    rules = {VIEW: DEPARTMENT, CHANGE: OWNER_OR_ADMIN, APPROVE: DEPARTMENT_ADMIN, ADMIN: PLATFORM, CONNECT: OWNER}
 
     def active(self):
         return self.filter(state__in=ACTIVE_STATES)
@@ -135,6 +150,18 @@ class Job(models.Model):
     retry_on_exit_codes = models.JSONField(default=list, blank=True)
     retries = models.PositiveIntegerField(default=0)
     not_before = models.DateTimeField(null=True, blank=True)
+
+    # Sessions and services (docs/sessions.md): the container port the route reaches, the path that answers
+    # 200 once the app is ready, the lab's session image it was started from (blank: the user's own image),
+    # whether its pod is ready (read from the pod's Ready condition), and when its owner was warned that the
+    # lifetime ends.
+    kind = models.CharField(max_length=10, choices=JobKind.choices, default=JobKind.BATCH)
+    port = models.PositiveIntegerField(null=True, blank=True,
+                                       validators=[MinValueValidator(1), MaxValueValidator(65535)])
+    readiness_path = models.CharField(max_length=200, blank=True)
+    session_image = models.CharField(max_length=63, blank=True)
+    ready = models.BooleanField(default=False)
+    end_warned_at = models.DateTimeField(null=True, blank=True)
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     reason_code = models.CharField(max_length=40, blank=True)
@@ -196,6 +223,11 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def has_route(self) -> bool:
+        """A session or a service: reached through its route (/s/<id>/), not only by its logs."""
+        return self.kind in (JobKind.SESSION, JobKind.SERVICE)
 
 
 # ``Job.total_gpus`` in SQL, for sums and reads over many jobs (``Sum(TOTAL_GPUS)``, ``values_list(..., TOTAL_GPUS)``).

@@ -46,6 +46,7 @@ from scheduling.services.lifecycle import (
 from scheduling.services.locks import exclusive
 from scheduling.services.namespace_quotas import ADMIT_RETRY, _quota_chain_pending, recheck_quota_refusals
 from scheduling.services.policy import current_policy
+from scheduling.services.sessions import note_readiness
 from scheduling.services.workload import job_workload
 from workloads.services import secrets as workload_secrets
 
@@ -100,6 +101,9 @@ def podset_for(job: Job) -> PodSet:
         cluster=cluster.name,
         workload=job_workload(job, cluster.name),
         secrets=workload_secrets.resolve(department_id=job.department_id, uses=job.secrets or []),
+        kind=job.kind,
+        port=job.port,
+        readiness_path=job.readiness_path or "/",
     )
 
 
@@ -375,6 +379,8 @@ def _wait_for_the_rest(job: Job, pods: list[PodState], lost: PodState, now: date
 
 
 def _apply_job(job: Job, pods: list[PodState]) -> str | None:
+    if job.has_route:  # a session's or service's readiness, as its pods' Ready conditions say
+        note_readiness(job, pods)
     now = timezone.now()
     evicted = [p for p in pods if p.reason in EVICTION_REASONS]
     platform = [p for p in pods if p.reason in PLATFORM_REASONS]

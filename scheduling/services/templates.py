@@ -22,7 +22,7 @@ SPEC_FIELDS = (
     "name", "image", "command", "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
     "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
     "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries", "retry_on_exit_codes",
-    "secrets",
+    "secrets", "kind", "session_image", "port", "readiness_path",
 )
 
 
@@ -138,6 +138,16 @@ def spec_of_job(job: Job) -> dict:
         # which department secrets it uses, by name and key: a clone never carries a value
         "secrets": [dict(u) for u in job.secrets or []],
     }
+    if job.kind != "batch":  # a session from a lab image is cloned by the image's name, not what it resolved to
+        spec["kind"] = job.kind
+        if job.session_image:
+            spec["session_image"] = job.session_image
+            for field in ("image", "command"):
+                spec.pop(field)
+        else:
+            spec.update(port=job.port, readiness_path=job.readiness_path)
+        if not spec.get("command"):
+            spec.pop("command", None)
     if job.checkpoint:  # the directory by the names it was asked with (the same source, path and cluster)
         spec["checkpoint"] = {k: job.checkpoint[k] for k in ("source", "path", "cluster") if job.checkpoint.get(k)}
     if job.deadline is not None and job.deadline > timezone.now():

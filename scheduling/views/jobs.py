@@ -22,11 +22,23 @@ from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
 from scheduling.backends.base import BackendError
-from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, TemplateScope, Tier, Urgency
+from scheduling.models import (
+    Cluster,
+    Job,
+    JobEvent,
+    JobKind,
+    JobState,
+    SessionImage,
+    TaskType,
+    TemplateScope,
+    Tier,
+    Urgency,
+)
 from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
+from scheduling.services.sessions import route_context
 from scheduling.services.templates import spec_of_job, template_create, templates_for
 from scheduling.views.templates import spec_form_values
 from workloads.models import DataSource
@@ -50,9 +62,10 @@ def jobs(request):
     })
 
 
-FORM_FIELDS = ("name", "image", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
-               "deadline", "max_runtime_s", "checkpoint_interval_s", "bid", "shm_mb", "max_retries")
-INT_FIELDS = ("gpus", "pods", "max_runtime_s", "checkpoint_interval_s", "shm_mb", "max_retries")
+FORM_FIELDS = ("name", "kind", "session_image", "image", "port", "readiness_path", "flavor", "gpus", "pods", "cpu",
+               "memory", "tier", "urgency", "task_type", "deadline", "max_runtime_s", "checkpoint_interval_s", "bid",
+               "shm_mb", "max_retries")
+INT_FIELDS = ("gpus", "pods", "port", "max_runtime_s", "checkpoint_interval_s", "shm_mb", "max_retries")
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:
@@ -67,8 +80,6 @@ def _form_to_payload(post) -> tuple[dict, dict]:
             payload["command"] = parsed
         except json.JSONDecodeError:
             errors["command"] = ['A JSON list like ["python", "train.py"] or a shell command line.']
-    else:
-        payload["command"] = []
     env_lines = [line.strip() for line in post.get("env", "").splitlines() if line.strip()]
     env = {}
     for line in env_lines:
@@ -199,6 +210,7 @@ def submit(request):
     return render(request, "scheduling/submit.html", {
         "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
+        "kinds": JobKind.choices, "session_images": list(SessionImage.objects.restrict(request.user, VIEW)),
         "clusters": list(Cluster.objects.order_by("name").only("name", "labels", "state")),
         "sources": list(DataSource.objects.restrict(request.user, VIEW).order_by("name").distinct()
                         .only("name", "writable")),
@@ -244,6 +256,7 @@ def job_detail(request, pk: int):
         "eta": wall_eta(job.estimated_start, cluster=job.cluster.name if job.cluster_id else "default"),
         "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,
         "checkpoint_retention_days": settings.CHECKPOINT_RETENTION_DAYS,
+        "route": route_context(request.user, job) if job.has_route else None,
     })
 
 

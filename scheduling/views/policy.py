@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
@@ -16,7 +17,7 @@ from portal.tenancy import ADMIN, member, require_role
 from scheduling.core.policy import in_priority_band
 from scheduling.core.types import URGENCIES, USER_TIERS
 from scheduling.models import PolicyVersion
-from scheduling.selectors import cluster_grid, cluster_summary
+from scheduling.selectors import cluster_grid, cluster_summary, sessions_overview
 from scheduling.services.policy import current_policy, policy_as_dict, policy_update
 
 # The last policy proposed on the What-if page, for "apply in the policy editor".
@@ -31,6 +32,7 @@ def cluster(request):
     departments = sorted({c["department"] for row in grid for c in row["cells"] if c["kind"] == "job"})
     return render(request, "scheduling/cluster.html", {
         "summary": data, "membership": m, "show_nodes": m.is_platform_admin, "grid": grid,
+        "sessions": sessions_overview() if m.is_platform_admin else None, "idle_minutes": settings.SESSION_IDLE_MINUTES,
         "departments": {d: i % 8 for i, d in enumerate(departments)}})
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from scheduling.backends.kube.checkpoints import CleanupPending
 from scheduling.backends.kube.podspec import checkpoint_cleanup_name
+from scheduling.backends.kube.routes import RouteConfig
 from workloads.podsecrets import OwnedSecret, PodSecrets, SecretEnv
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -111,6 +112,13 @@ def test_every_request_of_a_job_lifecycle_is_allowed(kube_fake, kube_backend, ma
     kube_fake.run(ns, checkpoint_cleanup_name(43))
     kube_fake.terminate(ns, checkpoint_cleanup_name(43), exit_code=0)
     kube_backend.delete_checkpoint(**expired)
+    # a session's route: its Service and Ingress, made with the attempt and deleted with it
+    kube_backend.routes = RouteConfig(ingress_class="nginx")
+    session = make_podset(namespace=ns, job_id=44, kind="session", port=8888, tier="realtime",
+                          priority_class="ai-realtime")
+    kube_backend.start(session, ("n1",))
+    kube_backend.start(session, ("n1",), fresh=False)
+    kube_backend.remove_pods(job_id=44, attempt=1, namespace=ns)
 
     used = {rbac_of(r) for r in kube_fake.requests}
     denied = [u for u in used if not allowed(*u)]
@@ -118,6 +126,7 @@ def test_every_request_of_a_job_lifecycle_is_allowed(kube_fake, kube_backend, ma
     kinds = {(g, r, v) for g, r, v, _, _ in used}
     assert ("", "pods/eviction", "create") in kinds and ("", "pods", "watch") in kinds
     assert {("", "secrets", v) for v in ("create", "get", "update", "delete")} <= kinds
+    assert {("networking.k8s.io", "ingresses", v) for v in ("create", "get", "delete")} <= kinds
 
 
 def test_priority_class_writes_are_limited_to_the_tier_classes():

@@ -28,8 +28,11 @@ pod mounts a claim its namespace does not have        201, then the pod stays Pe
                                                       and a ``FailedScheduling`` event ``persistentvolumeclaim
                                                       "x" not found`` (volume binding runs at scheduling)
 Service name taken in the namespace                   409 ``AlreadyExists``
-Service not headless (``clusterIP`` not ``"None"``)   422 (the fake allocates no cluster IPs: it serves the
-  or without a selector, or a bad port                headless Services gangs use, and refuses the rest)
+Service without a selector, a bad port or targetPort  422 (the fake serves Services of pods only: the headless
+  or a ``clusterIP`` other than "None" / unset        ones of gangs and the ClusterIP ones of sessions' routes)
+Ingress with a bad path, pathType or backend          422 (``networking.k8s.io/v1``; a backend naming a missing
+                                                      Service is accepted, as the API server does: the
+                                                      manifests' consistency is :meth:`FakeKube.route_problems`)
 pod ``hostname`` / ``subdomain`` not a DNS-1123 label  422
 Secret name taken / stale resourceVersion on update   409 ``AlreadyExists`` / ``Conflict``
 Secret ``type`` changed, bad data key or base64       422 (``type`` is immutable)
@@ -111,6 +114,7 @@ LIST_KINDS = {
     "secrets": ("SecretList", "v1"),
     "events": ("EventList", "v1"),
     "services": ("ServiceList", "v1"),
+    "ingresses": ("IngressList", "networking.k8s.io/v1"),
 }
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -252,6 +256,7 @@ class FakeKube:
         self.priority_classes: dict[str, dict[str, Any]] = {}
         self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.ingresses: dict[tuple[str, str], dict[str, Any]] = {}
         self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.storage_classes: dict[str, dict[str, Any]] = {}
@@ -403,6 +408,11 @@ class FakeKube:
         ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/services", "create_service"),
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<name>[^/]+)", "get_service"),
         ("DELETE", r"/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<name>[^/]+)", "delete_service"),
+        ("GET", r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/ingresses", "list_ingresses"),
+        ("POST", r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/ingresses", "create_ingress"),
+        ("GET", r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/ingresses/(?P<name>[^/]+)", "get_ingress"),
+        ("DELETE", r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/ingresses/(?P<name>[^/]+)",
+         "delete_ingress"),
     ]
 
     def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Response:
@@ -1170,16 +1180,21 @@ class FakeKube:
         errors = []
         if not DNS1035_LABEL.match(name):
             errors.append(f'metadata.name: Invalid value: "{name}": a DNS-1035 label (starts with a letter)')
-        if spec.get("clusterIP") != "None":
-            errors.append(f'spec.clusterIP: Invalid value: "{spec.get("clusterIP")}": this fake serves headless '
-                          'Services only (clusterIP "None")')
+        if spec.get("clusterIP") not in (None, "None"):
+            errors.append(f'spec.clusterIP: Invalid value: "{spec.get("clusterIP")}": this fake allocates cluster IPs '
+                          'itself (leave it out) or serves headless Services (clusterIP "None")')
         selector = spec.get("selector")
         if not isinstance(selector, dict) or not selector:
-            errors.append("spec.selector: Required value: a headless Service of pods selects them")
+            errors.append("spec.selector: Required value: this fake serves Services of pods, which select them")
         for i, port in enumerate(spec.get("ports") or []):
             number = port.get("port")
             if not isinstance(number, int) or not 1 <= number <= 65535:
                 errors.append(f"spec.ports[{i}].port: Invalid value: {number!r}: must be between 1 and 65535")
+            target = port.get("targetPort", number)
+            if not ((isinstance(target, int) and 1 <= target <= 65535) or (
+                    isinstance(target, str) and DNS1123_LABEL.match(target))):
+                errors.append(f"spec.ports[{i}].targetPort: Invalid value: {target!r}: a port number (1-65535) "
+                              "or a port name")
         if errors:
             raise invalid("services", name, errors)
         if (ns, name) in self.services:
@@ -1187,7 +1202,12 @@ class FakeKube:
         obj = copy.deepcopy(body)
         self._stamp_new(obj, ns)
         obj["spec"].setdefault("type", "ClusterIP")
-        obj["spec"]["clusterIPs"] = ["None"]
+        if obj["spec"].get("clusterIP") == "None":
+            obj["spec"]["clusterIPs"] = ["None"]
+        else:
+            self._next_ip = getattr(self, "_next_ip", 0) + 1
+            obj["spec"]["clusterIP"] = f"10.96.{self._next_ip // 250}.{self._next_ip % 250 + 1}"
+            obj["spec"]["clusterIPs"] = [obj["spec"]["clusterIP"]]
         self.services[(ns, name)] = obj
         return Response(201, copy.deepcopy(obj))
 
@@ -1219,6 +1239,87 @@ class FakeKube:
                 if spec.get("publishNotReadyAddresses") or _pod_healthy(pod):
                     out.append(f"{pod['spec']['hostname']}.{name}")
             return out
+
+    # ================================================================ ingresses (networking.k8s.io/v1)
+
+    def _list_ingresses(self, *, ns: str, query: dict[str, str], **_: Any) -> Response:
+        return self._list("ingresses", list(self.ingresses.values()), query, GENERIC_FIELDS,
+                          lambda o: o["metadata"]["namespace"] == ns)
+
+    def _create_ingress(self, *, ns: str, body: dict[str, Any], **_: Any) -> Response:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+        if not isinstance(body, dict) or body.get("kind", "Ingress") != "Ingress":
+            raise ApiFailure(400, "BadRequest", "the body is not an Ingress")
+        name = (body.get("metadata") or {}).get("name") or ""
+        errors = [] if DNS1123_LABEL.match(name) else [f'metadata.name: Invalid value: "{name}"']
+        for r, rule in enumerate((body.get("spec") or {}).get("rules") or []):
+            for i, path in enumerate(((rule.get("http") or {}).get("paths")) or []):
+                where = f"spec.rules[{r}].http.paths[{i}]"
+                if not str(path.get("path", "")).startswith("/"):
+                    errors.append(f"{where}.path: Invalid value: must be an absolute path")
+                if path.get("pathType") not in ("Exact", "Prefix", "ImplementationSpecific"):
+                    errors.append(f"{where}.pathType: Unsupported value: {path.get('pathType')!r}")
+                service = (path.get("backend") or {}).get("service") or {}
+                port = service.get("port") or {}
+                if not DNS1035_LABEL.match(str(service.get("name", ""))):
+                    errors.append(f"{where}.backend.service.name: Invalid value: {service.get('name')!r}")
+                if bool(port.get("name")) == bool(port.get("number")):
+                    errors.append(f"{where}.backend.service.port: Invalid value: exactly one of name and number")
+        if errors:
+            raise invalid("ingresses", name, errors)
+        if (ns, name) in self.ingresses:
+            raise ApiFailure(409, "AlreadyExists", f'ingresses.networking.k8s.io "{name}" already exists',
+                             kind="ingresses", name=name)
+        obj = copy.deepcopy(body)
+        self._stamp_new(obj, ns)
+        self.ingresses[(ns, name)] = obj
+        return Response(201, copy.deepcopy(obj))
+
+    def _get_ingress(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.ingresses:
+            raise not_found("ingresses", name)
+        return Response(200, copy.deepcopy(self.ingresses[(ns, name)]))
+
+    def _delete_ingress(self, *, ns: str, name: str, **_: Any) -> Response:
+        if (ns, name) not in self.ingresses:
+            raise not_found("ingresses", name)
+        del self.ingresses[(ns, name)]
+        return Response(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    def route_problems(self, ns: str) -> list[str]:
+        """What would keep a route from answering, as an ingress controller and the endpoints controller see
+        it: a ClusterIP Service whose selector matches no live pod of its namespace, or whose targetPort no
+        container of those pods declares; an Ingress whose backend names a Service that does not exist, or a
+        port that Service does not have."""
+        problems = []
+        with self.lock:
+            for (sns, name), svc in sorted(self.services.items()):
+                if sns != ns or svc["spec"].get("clusterIP") == "None":
+                    continue
+                pods = [p for (pns, _), p in sorted(self.pods.items()) if pns == ns
+                        and match_labels_selector({"matchLabels": svc["spec"]["selector"]}, _labels(p))
+                        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+                if not pods:
+                    problems.append(f"Service {name}: its selector matches no pod")
+                declared = {cp.get("containerPort") for p in pods for _, c in _all_containers(p["spec"])
+                            for cp in c.get("ports") or []}
+                for port in svc["spec"].get("ports") or []:
+                    if pods and isinstance(port.get("targetPort"), int) and port["targetPort"] not in declared:
+                        problems.append(f"Service {name}: targetPort {port['targetPort']} is no container port")
+            for (ins, name), ing in sorted(self.ingresses.items()):
+                if ins != ns:
+                    continue
+                for rule in ing["spec"].get("rules") or []:
+                    for path in (rule.get("http") or {}).get("paths") or []:
+                        ref = path["backend"]["service"]
+                        svc = self.services.get((ns, ref["name"]))
+                        if svc is None:
+                            problems.append(f"Ingress {name}: Service {ref['name']} does not exist")
+                        elif ref["port"].get("name") and ref["port"]["name"] not in {
+                                p.get("name") for p in svc["spec"].get("ports") or []}:
+                            problems.append(f"Ingress {name}: Service {ref['name']} has no port {ref['port']['name']}")
+        return problems
 
     # ================================================================ scheduler / kubelet helpers (tests only)
 

@@ -599,7 +599,8 @@ def test_a_headless_service_is_created_read_listed_and_deleted(core):
 @pytest.mark.parametrize(
     "bad",
     [
-        service(cluster_ip=None),  # would get a cluster IP: not headless
+        service(ports=[{"port": 80, "targetPort": 0}]),
+        service(ports=[{"port": 80, "targetPort": "Http_Port"}]),
         service(cluster_ip="none"),  # "None" literally
         service(cluster_ip="10.0.0.5"),
         service(selector={}),  # a headless Service of pods selects them
@@ -612,6 +613,12 @@ def test_a_service_that_is_not_headless_or_selects_nothing_is_422(core, bad):
     status, body = call(core.create_namespaced_service, NS, bad)
     assert status == 422, body
     assert body["reason"] == "Invalid"
+
+
+def test_a_cluster_ip_service_gets_an_address_of_its_own(core):
+    """A session's route: no clusterIP asked for, one allocated (as the API server's allocator does)."""
+    status, body = call(core.create_namespaced_service, NS, service(cluster_ip=None))
+    assert status == 201 and body["spec"]["type"] == "ClusterIP" and body["spec"]["clusterIP"].startswith("10.96.")
 
 
 @pytest.mark.parametrize(("field", "value"), [("hostname", "Rank_0"), ("subdomain", "a" * 64), ("hostname", "-x")])

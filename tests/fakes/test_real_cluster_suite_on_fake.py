@@ -38,7 +38,8 @@ def test_the_real_cluster_suite_passes_on_the_fake(tmp_path, kubelet):
             f"clusters: [{{name: fake, cluster: {{server: '{fake.url}'}}}}]\n"
             "users: [{name: u, user: {token: x}}]\n"
             "contexts: [{name: c, context: {cluster: fake, user: u}}]\ncurrent-context: c\n")
-        run = subprocess.run([sys.executable, "-m", "pytest", "tests/kube/test_real_cluster.py", "-q", "-p", "no:django", "-p",
+        run = subprocess.run([sys.executable, "-m", "pytest", "tests/kube/test_real_cluster.py",
+                              "tests/kube/test_session_routes.py", "-q", "-p", "no:django", "-p",
                               "no:cacheprovider"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
         assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]

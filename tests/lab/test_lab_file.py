@@ -222,7 +222,11 @@ def test_the_actor_must_be_a_platform_admin(tmp_path, lab):
 def test_the_demo_seeds_through_the_lab_file_and_is_idempotent(settings, tmp_path):
     settings.DATA_DIR = str(tmp_path)
     creds = demo.seed()
-    assert set(creds) == {u for u, *_ in demo.USERS} and Job.objects.count() == 12
+    assert set(creds) == {u for u, *_ in demo.USERS} and Job.objects.count() == 13
+    # alice's notebook: a session of the lab's JupyterLab image, to open from its page (docs/sessions.md)
+    notebook = Job.objects.get(name="notebook")
+    assert (notebook.kind, notebook.session_image, notebook.tier, notebook.owner.username) == (
+        "session", "jupyterlab", "realtime", "alice")
     assert AuditEntry.objects.filter(action="department.create").count() == 4
     # two simulated clusters of different flavors; the H100 job that requires the cloud's label runs there
     assert sorted(Node.objects.values_list("cluster__name", "flavor__name")) == [
@@ -238,7 +242,7 @@ def test_the_demo_seeds_through_the_lab_file_and_is_idempotent(settings, tmp_pat
     assert admin.check_password(creds["admin"]) and admin.is_staff
     Quota.objects.filter(department__slug="nlp", flavor__name="a100-80gb").update(nominal=2)  # changed since
     again = demo.seed()
-    assert again == creds and Job.objects.count() == 12
+    assert again == creds and Job.objects.count() == 13
     assert Quota.objects.get(department__slug="nlp", flavor__name="a100-80gb").nominal == 2
     assert Path(demo.credentials_path()).exists()
 

@@ -35,7 +35,16 @@ from quotas.models import (
     Wallet,
 )
 from quotas.services import allowances, quota_requests, rules, user_limits, wallets
-from scheduling.models import Approval, AttemptLog, DepartmentSample, Job, JobEvent, JobState, JobTemplate
+from scheduling.models import (
+    Approval,
+    AttemptLog,
+    DepartmentSample,
+    Job,
+    JobEvent,
+    JobState,
+    JobTemplate,
+    SessionGrant,
+)
 from scheduling.services.templates import template_create
 from tests.portal.test_urls_require_auth import ALL_ROUTES
 from workloads.models import DepartmentSecret
@@ -93,6 +102,12 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                                          command=["true"], flavor=lab.a100, gpus_per_pod=1, state=state,
                                          reason_message="needs approval" if state == "pending_approval" else "")
         JobEvent.objects.create(job=jobs[state], kind="note", message=f"{prefix}secretjob event")
+    # a running session with its owner's grant: its Connect, route exchange and forward-auth URLs are walked
+    jobs["session"] = Job.objects.create(owner=owner, department=dept, name=f"{prefix}secretjob-session", image="x",
+                                         command=[], flavor=lab.a100, gpus_per_pod=1, state=JobState.RUNNING,
+                                         kind="session", port=8888, readiness_path="/", ready=True)
+    SessionGrant.objects.create(job=jobs["session"], user=owner, code_hash=f"{prefix}code".ljust(64, "0"),
+                                code_expires_at=timezone.now(), expires_at=timezone.now(), token_hash="")
     AttemptLog.objects.create(job=jobs["succeeded"], attempt=1, text=f"{prefix}secretlog line")
     DepartmentSample.objects.create(at=timezone.now(), department=dept, flavor=lab.a100, nominal=3,
                                     busy_gpus=numbers[4], borrowed_gpus=0)
@@ -279,7 +294,8 @@ def test_the_walk_covers_the_dashboard_and_the_api():
             "webhook-rotate", "webhook-list", "notification-list", "notification-preferences",
             "notification-department", "preferences", "unsubscribe", "template-list", "template-detail",
             "job-spec", "templates", "template-edit", "template-delete", "queue", "user-limit-list",
-            "user-limit-detail", "department-user-limit", "limits"} <= names
+            "user-limit-detail", "department-user-limit", "limits", "connect", "job-connect", "session-auth",
+            "session-exchange"} <= names
 
 
 def test_every_parameter_is_known():
@@ -307,6 +323,7 @@ def _state(lab):
         sorted(ApiToken.objects.filter(user=lab.alice).values_list("name", "revoked_at")),
         AuditEntry.objects.filter(department=lab.vision).count(),
         sorted(AttemptLog.objects.filter(job__department=lab.vision).values_list("attempt", "text")),
+        sorted(SessionGrant.objects.filter(job__department=lab.vision).values_list("pk", "token_hash", "exchanged_at")),
         sorted(Webhook.objects.filter(department=lab.vision).values_list("url", "secret", "active", "kinds")),
         sorted(Preference.objects.filter(user=lab.alice).values_list("kind", "email", "webhook")),
         sorted(DepartmentSettings.objects.filter(department=lab.vision).values_list("budget_low_threshold")),

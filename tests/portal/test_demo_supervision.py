@@ -176,7 +176,7 @@ def test_a_signal_to_the_demo_stops_its_worker_and_beat(tmp_path, sig):
         while not status.exists() and time.monotonic() < deadline and demo.poll() is None:
             time.sleep(0.2)
         pids = {name: s["pid"] for name, s in json.loads(status.read_text()).items()}
-        assert set(pids) == {"worker", "beat"} and all(pids.values())
+        assert set(pids) == {"worker", "beat", "session-proxy"} and all(pids.values())
         assert all(_alive(pid) for pid in pids.values())
         demo.send_signal(sig)
         assert _wait_exit(demo, timeout=240) == 0  # a generous bound: warm shutdown on a busy machine

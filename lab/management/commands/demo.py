@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
@@ -47,10 +48,11 @@ class Command(BaseCommand):
         supervisor = None
         try:
             if not no_worker:
-                supervisor = Supervisor(background_processes(), status_path=Path(settings.DATA_DIR) / STATUS_FILE)
+                supervisor = Supervisor(background_processes(addrport), status_path=Path(settings.DATA_DIR) / STATUS_FILE)
                 supervisor.start()
             self.stdout.write(self.style.SUCCESS(
-                f"\nOpen http://{addrport}/ (API docs at http://{addrport}/api/docs/)\n"))
+                f"\nOpen http://{addrport}/ (API docs at http://{addrport}/api/docs/; sessions at "
+                f"{settings.SESSION_URL}/s/<job id>/)\n"))
             call_command("runserver", addrport, use_reloader=False)
         except KeyboardInterrupt:
             pass
@@ -67,10 +69,11 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def background_processes() -> list[Child]:
+def background_processes(addrport: str = "127.0.0.1:8000") -> list[Child]:
     """The worker and beat as two processes, so either is started again alone and beat never outlives a
     worker it was embedded in. Beat holds a pid file: a second demo on the same DATA_DIR cannot run a second
-    beat (it exits, is logged, and is tried again after its back-off)."""
+    beat (it exits, is logged, and is tried again after its back-off). The session proxy carries sessions'
+    HTTP and WebSocket traffic at SESSION_URL (docs/sessions.md), asking the portal at ``addrport``."""
     celery = [sys.executable, "-m", "celery", "-A", "portal"]
     # charts fill in within minutes in a demo (production samples every 5 minutes)
     env = {**os.environ, "STATS_INTERVAL_S": os.environ.get("STATS_INTERVAL_S", "30")}
@@ -79,4 +82,19 @@ def background_processes() -> list[Child]:
                          "--loglevel=WARNING", "--without-mingle", "--without-gossip"], env=env),
         Child("beat", [*celery, "beat", "--loglevel=WARNING",
                        f"--pidfile={Path(settings.DATA_DIR) / 'celerybeat.pid'}"], env=env),
+        Child("session-proxy", [sys.executable, "-m", "portal.session_proxy", "--listen", proxy_listen(),
+                                "--portal", f"http://{_local(addrport)}"], env=env),
     ]
+
+
+def proxy_listen() -> str:
+    """host:port of SESSION_URL, where the session proxy serves."""
+    parts = urlsplit(settings.SESSION_URL)
+    return f"{parts.hostname or '127.0.0.1'}:{parts.port or 80}"
+
+
+def _local(addrport: str) -> str:
+    """The portal's address as the proxy reaches it: runserver's [address:]port, a wildcard address as
+    loopback."""
+    host, _, port = addrport.rpartition(":")
+    return f"{'127.0.0.1' if host in ('', '0.0.0.0', '[::]') else host}:{port}"  # noqa: S104 - a wildcard is read, not bound

@@ -15,6 +15,7 @@ from scheduling.backends.base import PodState
 from .client import KubeCaller, TokenBucket, build_api_client
 from .errors import _mapped
 from .podspec import ADMISSION_GATE, DEFAULT_TOLERATIONS, LABEL_POD_INDEX, attempt_selector
+from .routes import RouteConfig
 from .status import pod_state
 
 
@@ -58,6 +59,7 @@ class KubeConnection:
         tolerations: Sequence[Mapping[str, Any]] = DEFAULT_TOLERATIONS,
         run_as_user: int | None = 1000,
         gate: str = ADMISSION_GATE,
+        routes: RouteConfig | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.name = name
@@ -68,6 +70,8 @@ class KubeConnection:
         self.core = k8s.CoreV1Api(self.api_client)
         self.policy = k8s.PolicyV1Api(self.api_client)
         self.scheduling = k8s.SchedulingV1Api(self.api_client)
+        self.networking = k8s.NetworkingV1Api(self.api_client)
+        self.routes = routes or RouteConfig()
         self.flavors = tuple(flavors)
         self.watch_timeout_s = int(watch_timeout_s)
         self.conflict_retries = int(conflict_retries)

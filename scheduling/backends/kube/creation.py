@@ -24,6 +24,7 @@ from .podspec import (
 )
 from .quotas import NamespaceQuotas
 from .rendezvous import ensure_service
+from .routes import ensure_route
 from .secrets import ensure_owned_secrets
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
         ensure_service(self, podset)
+        ensure_route(self, podset)
         result: dict[str, str] = {}
         for index in range(podset.pods):
             manifest = pod_manifest(podset, index, cluster=self.name, tolerations=self.tolerations,
@@ -108,6 +110,7 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         if podset.pdb_min_available is not None:
             self._ensure_pdb(podset)
         ensure_service(self, podset)  # a gang's pods resolve each other through it from their first second
+        ensure_route(self, podset)  # a session's or service's Service and Ingress, before its pod
         gang = podset.pods > 1
         result: dict[str, str] = {}
         to_ungate: list[tuple[dict[str, Any] | None, int]] = []  # (pod as read, or None: created as we sent it)

@@ -10,6 +10,7 @@ from .connection import KubeConnection
 from .errors import MULTIPLE_PDBS, _mapped
 from .podspec import attempt_base_name
 from .rendezvous import delete_own_budget, delete_service
+from .routes import delete_route
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -104,6 +105,7 @@ class PodEviction(KubeConnection):
                 return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
                                        partial=bool(removed))
         delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
+        delete_route(self, job_id=job_id, attempt=attempt, namespace=namespace)
         try:
             self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
                            attempt_base_name(job_id, attempt), namespace)
@@ -123,6 +125,7 @@ class PodEviction(KubeConnection):
                 if exc.status != 404:
                     raise
         delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
+        delete_route(self, job_id=job_id, attempt=attempt, namespace=namespace)
         try:
             self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
                            attempt_base_name(job_id, attempt), namespace)

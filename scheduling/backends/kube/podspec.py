@@ -98,6 +98,8 @@ def rendezvous_env(podset: PodSet, index: int) -> list[tuple[str, str]]:
     starts), ``NODE_RANK`` / ``PORTAL_NODE_RANK`` (the index), ``PORTAL_WORLD_SIZE`` (pods) and
     ``PORTAL_NPROC_PER_NODE`` (the pod's GPUs: torchrun's ``--nproc-per-node``)."""
     env = [("PORTAL_JOB_ID", str(podset.job_id)), ("PORTAL_ATTEMPT", str(podset.attempt))]
+    if podset.has_route:  # the path its route serves it under: an app that builds its own links needs it
+        env += [("PORTAL_BASE_URL", f"/s/{podset.job_id}/"), ("PORTAL_PORT", str(podset.port))]
     if podset.pods < 2:
         return env
     pods, rank = str(podset.pods), str(index)
@@ -262,6 +264,8 @@ def validate_podset(podset: PodSet) -> None:
     for f in podset.secrets.files:
         if not f.path.startswith("/"):
             problems.append(f"secret files need an absolute path, not {f.path!r}")
+    if podset.kind in ("session", "service") and not (isinstance(podset.port, int) and 1 <= podset.port <= 65535):
+        problems.append("a session or a service needs a container port from 1 to 65535")
     if podset.termination_grace_s < 0:
         problems.append("termination_grace_s must be >= 0")
     if podset.pdb_min_available is not None and not (0 <= podset.pdb_min_available <= podset.pods):
@@ -300,6 +304,10 @@ def pod_manifest(
     }
     if podset.command:
         container["command"] = list(podset.command)
+    if podset.has_route:  # what the route's Service targets, ready once the app answers its readiness path
+        container["ports"] = [{"name": "http", "containerPort": int(podset.port), "protocol": "TCP"}]
+        container["readinessProbe"] = {"httpGet": {"path": podset.readiness_path or "/", "port": int(podset.port)},
+                                       "periodSeconds": 5, "failureThreshold": 3}
     volumes, volume_mounts = workload_volumes(podset.workload)
     if volume_mounts:
         container["volumeMounts"] = volume_mounts

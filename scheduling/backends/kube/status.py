@@ -173,4 +173,5 @@ def pod_state(pod: Mapping[str, Any], *, gate: str = ADMISSION_GATE) -> PodState
         deleting=bool(meta.get("deletionTimestamp")),
         deletion_deadline=parse_time(meta.get("deletionTimestamp")),
         since=since,
+        ready=phase == "Running" and (_condition(status, "Ready") or {}).get("status") == "True",
     )

@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import sys
+import webbrowser
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -484,6 +485,20 @@ def cancel(state: State, job_id, comment):
     """Cancel a job (yours, or your department's as its admin)."""
     emit(state, state.client().cancel(job_id, comment=comment),
          lambda j: click.echo(f"job {j['id']} {j['state']}"))
+
+
+@cli.command("open")
+@click.argument("job_id", type=click.IntRange(min=1))
+@click.option("--print-url", is_flag=True, help="Print the one-time URL instead of opening a browser.")
+@command
+def open_session(state: State, job_id, print_url):
+    """Open your running session (notebook) or service in the browser, through the portal."""
+    answer = state.client().connect(job_id)
+    if print_url or state.json:
+        emit(state, answer, lambda a: click.echo(a["url"]))
+        return
+    if not webbrowser.open(answer["url"]):
+        click.echo(answer["url"])
 
 
 @cli.command()

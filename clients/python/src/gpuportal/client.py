@@ -340,6 +340,11 @@ class Client:
         already succeeded or failed raises ``Conflict`` (``invalid_state``)."""
         return self._json("POST", f"jobs/{_job_id(job)}/cancel", json={"comment": comment} if comment else {})
 
+    def connect(self, job: int | str | dict) -> dict:
+        """A one-time URL that opens your running session (or service) in a browser: ``{"url", "route"}``. The
+        code in it is spent on first use and expires within a minute; anyone but the owner gets ``NotFound``."""
+        return self._json("POST", f"jobs/{_job_id(job)}/connect")
+
     def cost(self, job: int | str | dict) -> dict:
         """The job's hold, cost to date and final charge, in milli-credits."""
         return self._json("GET", f"jobs/{_job_id(job)}/cost")
