@@ -15,6 +15,7 @@ from rest_framework import serializers
 
 from portal.api.serializers import StrictSerializer
 from quotas.models import Flavor
+from scheduling.core.sweeps import CONDITIONS, parse_after
 from scheduling.models import (
     TEMPLATE_NAME,
     Cluster,
@@ -28,6 +29,7 @@ from scheduling.models import (
     label_problems,
 )
 from scheduling.selectors import queue_position
+from scheduling.services.dependencies import MAX_DEPENDENCIES, dependencies_of
 from workloads.podsecrets import use_problems
 from workloads.services.requests import MAX_MOUNTS, mount_shape_problems
 
@@ -152,6 +154,53 @@ class FlavorField(serializers.SlugRelatedField):
         return flavor
 
 
+@extend_schema_field({
+    "oneOf": [
+        {"type": "array", "items": {"type": "object", "properties": {
+            "condition": {"type": "string", "enum": list(CONDITIONS)},
+            "job": {"type": "integer"}, "array": {"type": "integer"}}}},
+        {"type": "string", "example": "afterok:12,afterany:a7"},
+    ],
+    "description": "jobs or arrays of your department this job waits for: [{\"condition\": \"afterok\", \"job\": 12}, "
+                   "{\"condition\": \"afterany\", \"array\": 7}] or Slurm's syntax \"afterok:12,afterany:a7\"",
+})
+class AfterField(serializers.Field):
+    """What a job waits for: a list of ``{"condition", "job" | "array"}`` or Slurm's ``afterok:12:13,afterany:a7``
+    (``scheduling.core.sweeps.parse_after``). Which jobs exist is the department's, checked at submission."""
+
+    INVALID = 'A list like [{"condition": "afterok", "job": 12}] or "afterok:12".'
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            try:
+                data = parse_after(data)
+            except ValueError as exc:
+                raise serializers.ValidationError(str(exc), code="invalid") from None
+        if not isinstance(data, list):
+            raise serializers.ValidationError(self.INVALID, code="invalid")
+        if len(data) > MAX_DEPENDENCIES:
+            raise serializers.ValidationError(f"At most {MAX_DEPENDENCIES} dependencies.", code="too_many")
+        out, seen = [], set()
+        for i, item in enumerate(data):
+            if not isinstance(item, dict) or set(item) - {"condition", "job", "array"}:
+                raise serializers.ValidationError(f"Item {i}: give condition and job or array.", code="invalid")
+            if item.get("condition") not in CONDITIONS:
+                raise serializers.ValidationError(f"Item {i}: condition is one of {', '.join(CONDITIONS)}.",
+                                                  code="invalid_condition")
+            refs = [k for k in ("job", "array") if k in item]
+            value = item.get(refs[0]) if len(refs) == 1 else None
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise serializers.ValidationError(f"Item {i}: name one job or one array by its id.", code="invalid")
+            key = (item["condition"], refs[0], value)
+            if key not in seen:
+                seen.add(key)
+                out.append({"condition": item["condition"], refs[0]: value})
+        return out
+
+    def to_representation(self, value):
+        return value
+
+
 class JobSubmitSerializer(StrictSerializer):
     name = serializers.CharField(max_length=63)
     image = serializers.CharField(max_length=512)
@@ -204,6 +253,7 @@ class JobSubmitSerializer(StrictSerializer):
         required=False, default=None,
         help_text='a checkpoint directory kept across attempts: {"source": "scratch", "path": "/checkpoint", '
         '"cluster": "..."} or true (the department\'s writable source); its path is in PORTAL_CHECKPOINT_DIR')
+    after = AfterField(required=False, default=list)
     shm_mb = StrictIntegerField(
         required=False, allow_null=True, default=None,
         help_text="size of the memory-backed /dev/shm in MiB, counted in the pod's memory (default: SHM_DEFAULT_MB, "
@@ -384,11 +434,14 @@ class JobSerializer(serializers.ModelSerializer):
     gpus = serializers.IntegerField(source="gpus_per_pod", read_only=True, help_text="GPUs per pod")
     reason = serializers.SerializerMethodField()
     checkpoint = serializers.SerializerMethodField()
+    held = serializers.SerializerMethodField()
+    after = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
         fields = [
-            "id", "name", "owner", "department", "state", "reason", "estimated_start", "image", "command",
+            "id", "name", "owner", "department", "state", "reason", "estimated_start", "array", "array_index", "held",
+            "held_at", "after", "image", "command",
             "env", "secrets", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
             "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries",
@@ -397,6 +450,14 @@ class JobSerializer(serializers.ModelSerializer):
             "admitted_at", "started_at", "finished_at",
         ]
         read_only_fields = fields
+
+    def get_held(self, job) -> bool:
+        return job.held_at is not None
+
+    @extend_schema_field({"type": "array", "items": {"type": "object"}})
+    def get_after(self, job) -> list[dict]:
+        """What the job waits for, as submitted (``{"condition", "job" | "array"}``)."""
+        return dependencies_of(job)
 
     def get_reason(self, job) -> dict:
         return {"code": job.reason_code, "message": job.reason_message, "detail": job.reason_detail}
@@ -433,6 +494,10 @@ class JobBatchSerializer(serializers.Serializer):
     """The jobs of a batch, in the order submitted, each as in the jobs list (GET /api/v1/jobs)."""
 
     jobs = JobSerializer(many=True, read_only=True)
+
+
+class DependenciesSerializer(StrictSerializer):
+    after = AfterField(help_text="what the job waits for from now on ([] : nothing)")
 
 
 class CancelSerializer(StrictSerializer):

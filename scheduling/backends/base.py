@@ -85,6 +85,10 @@ class PodSet:
     # Department secrets as env, files and image pull secrets (names and keys; values only of the portal's own
     # Secrets, which the backend writes first and never prints).
     secrets: PodSecrets = NO_SECRETS
+    # A task of a job array: the array's id, this task's index and the array's number of tasks (None: no array).
+    array_id: int | None = None
+    array_index: int | None = None
+    array_count: int | None = None
 
     def pod_name(self, index: int) -> str:
         base = f"job-{self.job_id}-a{self.attempt}"

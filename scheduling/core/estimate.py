@@ -6,6 +6,9 @@ the pending jobs start *in queue order* (the cycle's pending order, ``ordering``
 the first instant when it fits both physically (best fit, whole gang) and quota-wise, and never before the
 job ahead of it. Backfill can only make a real start earlier, so the figure is an upper bound under those
 assumptions. A blocked head with an EASY reservation gets its reservation time (a promise the backfill keeps).
+A task of a throttled array starts only while fewer than its throttle of the array's tasks run in the replay.
+Jobs waiting for dependencies (``late`` codes) are replayed after the flavor's other jobs (they cannot take
+GPUs before what they wait for ends); the engine then keeps their estimate no earlier than those ends.
 
 The estimate is None ("unknown") when it cannot be honest: the job waits on credits (refills are not
 predictable), on an unknown flavor or an impossible size, on preemptions under way (eviction time is not
@@ -37,13 +40,14 @@ class EstimateView:
     pools_by_flavor: Mapping[str, Sequence[Pool]]
     quota: QuotaBook
     running: Sequence[RunningJob]
-    # (end, department, flavor, GPUs, cluster) of this cycle's admissions
-    admitted_end: Sequence[tuple[float, str, str, int, str]]
+    # (end, department, flavor, GPUs, cluster, array id or None) of this cycle's admissions
+    admitted_end: Sequence[tuple[float, str, str, int, str, int | None]]
     heads: Mapping[int, float]  # reserved heads -> reserved start
     # Whether a job may start on a cluster (its pin, selector, and the cluster's state), and how the clusters
     # it may start on rank before fit (preferred labels, cost); None: any cluster, by name.
     allowed: Callable[[PendingJob, str], bool] | None = None
     rank: Callable[[PendingJob, str], tuple] | None = None
+    late: frozenset[str] = frozenset()  # reason codes whose jobs are replayed after the others of their flavor
 
 
 def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, float | None]:
@@ -54,6 +58,9 @@ def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, f
             continue
         by_flavor[job.flavor].append(job)
     for flavor, jobs in sorted(by_flavor.items()):
+        if view.late:
+            jobs = [j for j in jobs if view.codes[j.id] not in view.late] + [
+                j for j in jobs if view.codes[j.id] in view.late]
         pools = view.pools_by_flavor.get(flavor)
         if pools:
             _simulate(view, flavor, pools, jobs[:DEPTH], out)
@@ -76,14 +83,20 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         for end, i, g in pool.events:
             heap.append((end, seq, pi, i, g, None))
             seq += 1
+    arrays: dict[int, int] = defaultdict(int)  # array id -> its tasks running in the replay
     for job in view.running:
         if job.flavor == flavor:
-            heap.append((max(now, job.expected_end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
+            heap.append((max(now, job.expected_end), seq, -1, 0, job.total_gpus,
+                         (job.department, job.cluster, job.array_id)))
             seq += 1
-    for end, dept, fl, gpus, cluster in view.admitted_end:
+            if job.array_id is not None:
+                arrays[job.array_id] += 1
+    for end, dept, fl, gpus, cluster, array in view.admitted_end:
         if fl == flavor:
-            heap.append((end, seq, -1, 0, gpus, (dept, cluster)))
+            heap.append((end, seq, -1, 0, gpus, (dept, cluster, array)))
             seq += 1
+            if array is not None:
+                arrays[array] += 1
     heapify(heap)
     t = now
     limit = now + HORIZON_S
@@ -99,9 +112,12 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             continue
         # The earliest instant it fits on any cluster open to it (quota included: per-cluster quotas differ).
         scoped = (job.department, flavor) in book.scoped
+        throttle = job.array_throttle if job.array_id is not None else None
         chosen = None
         while True:
-            if scoped or book.check(job.department, flavor, job.total_gpus)[0] is None:
+            if throttle and arrays[job.array_id] >= throttle:
+                pass  # its array runs its throttle's worth: wait for one of them to end
+            elif scoped or book.check(job.department, flavor, job.total_gpus)[0] is None:
                 chosen = next(
                     (
                         pi
@@ -125,6 +141,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
                     index[pi].set(i, free[pi][i])
                 else:
                     book.add(owner[0], flavor, -gpus, owner[1])
+                    if owner[2] is not None:
+                        arrays[owner[2]] -= 1
         if chosen is None:
             continue
         out[job.id] = t
@@ -136,6 +154,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             idx.set(i, free[chosen][i])
             heappush(heap, (end, seq, chosen, i, g, None))
             seq += 1
-        heappush(heap, (end, seq, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster)))
+        heappush(heap, (end, seq, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster, job.array_id)))
         seq += 1
+        if job.array_id is not None:
+            arrays[job.array_id] += 1
         book.add(job.department, flavor, job.total_gpus, pools[chosen].cluster)

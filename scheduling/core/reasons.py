@@ -29,6 +29,12 @@ DATA_SOURCE_UNAVAILABLE = "data_source_unavailable"
 NAMESPACE_QUOTA = "namespace_quota"
 # a failed attempt is retried: the next one waits out its back-off before it may be admitted
 RETRY_BACKOFF = "retry_backoff"
+# sweeps: held by its owner or an admin; waiting for the jobs it depends on (or they can no longer end as it
+# asks: the portal then ends the job); its array already has its throttle's worth of tasks admitted
+HELD = "held"
+WAITING_FOR_DEPENDENCY = "waiting_for_dependency"
+DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"
+ARRAY_THROTTLED = "array_throttled"
 
 # Detail keys of the cluster reasons: the selector asked for, the clusters that match it (and their states),
 # the clusters that do not, and the cluster each capacity or quota wait is about.
@@ -63,4 +69,8 @@ CODES: dict[str, str] = {
     NAMESPACE_QUOTA: "The department's namespace quota on the cluster refused a request this large; waiting "
                      "until the quota changes.",
     RETRY_BACKOFF: "The job's previous attempt failed and is retried after a back-off.",
+    HELD: "The job is held: it keeps its place in the queue but is not admitted until it is released.",
+    WAITING_FOR_DEPENDENCY: "The job waits for the jobs it depends on to end.",
+    DEPENDENCY_NEVER_SATISFIED: "A job it depends on ended in a way its condition excludes; it can never start.",
+    ARRAY_THROTTLED: "Its array already runs as many tasks at once as its throttle allows.",
 }

@@ -100,6 +100,9 @@ def podset_for(job: Job) -> PodSet:
         cluster=cluster.name,
         workload=job_workload(job, cluster.name),
         secrets=workload_secrets.resolve(department_id=job.department_id, uses=job.secrets or []),
+        array_id=job.array_id,
+        array_index=job.array_index,
+        array_count=job.array.size if job.array_id else None,
     )
 
 

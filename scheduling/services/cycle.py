@@ -22,7 +22,13 @@ from quotas import budgets
 from scheduling import core
 from scheduling.core import reasons
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
-from scheduling.services.jobs import budget_admitted, namespace_for, record_event, transition
+from scheduling.services.jobs import (
+    budget_admitted,
+    end_unsatisfiable,
+    namespace_for,
+    record_event,
+    transition,
+)
 from scheduling.services.locks import exclusive
 from scheduling.services.snapshot import SnapshotContext, build_snapshot
 
@@ -104,9 +110,12 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
     to_ungate: list[list[int]] = []
     waits: list[tuple[dict[str, str], float]] = []
     clusters = {c.name: c for c in Cluster.objects.all()}
-    pending = _pending_changes(result.pending, ctx)
+    # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
+    unsatisfiable = [pr for pr in result.pending if pr.code == reasons.DEPENDENCY_NEVER_SATISFIED
+                     and pr.job_id in ctx.jobs and ctx.jobs[pr.job_id].state == JobState.QUEUED]
+    pending = _pending_changes([pr for pr in result.pending if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED], ctx)
     with transaction.atomic():
-        _lock_in_order(result, ctx, pending)
+        _lock_in_order(result, ctx, pending, [ctx.jobs[pr.job_id] for pr in unsatisfiable])
         for adm in result.admissions:
             job = ctx.jobs.get(adm.job_id)
             if job is None:
@@ -144,6 +153,8 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
             preempted += _record_preemption(pre, ctx, explained)
 
         changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx)
+        for pr in unsatisfiable:
+            changed += end_unsatisfiable(job=ctx.jobs[pr.job_id], message=pr.message, detail=_jsonable(pr.detail))
     return Applied(admitted, preempted, changed)
 
 
@@ -152,14 +163,14 @@ def _queue_wait(job: Job, now: datetime) -> float:
     return max(0.0, (now - (job.queued_at or job.submitted_at)).total_seconds())
 
 
-def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: dict) -> None:
+def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: dict, ended: list[Job]) -> None:
     """Take every row lock the apply needs up front, in the portal's one order: the wallets of the admitted
     jobs' departments (holds are placed on them) in primary-key order, then every job the apply writes in
     primary-key order. Without this the apply locked job, wallet, job, wallet... in decision order, and a
     cancel or a pod sync locking the same rows the other way round deadlocked with it."""
     admitted = [ctx.jobs[a.job_id] for a in result.admissions if a.job_id in ctx.jobs]
-    budgets.lock_department_wallets([j.department_id for j in admitted])
-    ids = {j.pk for j in admitted} | set(pending)
+    budgets.lock_department_wallets([j.department_id for j in admitted + ended])
+    ids = {j.pk for j in admitted + ended} | set(pending)
     ids |= {p.preemptor_id for p in result.preemptions if p.preemptor_id in ctx.jobs}
     if ids:
         list(Job.objects.select_for_update(no_key=True).filter(pk__in=sorted(ids)).order_by("pk")
