@@ -1,8 +1,8 @@
 """The dashboard pages of scheduling (mounted at /, namespace ``dashboard``)."""
 
-from django.urls import path
+from django.urls import path, re_path
 
-from scheduling.views import home, jobs, policy, templates, whatif
+from scheduling.views import home, jobs, policy, sweeps, templates, whatif
 
 app_name = "dashboard"
 
@@ -14,6 +14,11 @@ urlpatterns = [
     path("jobs/new/quote", jobs.submit_quote, name="submit-quote"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),
     path("jobs/<int:pk>/cancel", jobs.cancel, name="cancel"),
+    path("jobs/<int:pk>/hold", sweeps.hold_or_release, {"verb": "hold"}, name="hold"),
+    path("jobs/<int:pk>/release", sweeps.hold_or_release, {"verb": "release"}, name="release"),
+    path("arrays/<int:pk>/", sweeps.array_detail, name="array"),
+    re_path(r"^arrays/(?P<pk>[0-9]+)/(?P<verb>cancel|cancel-waiting|hold|release)$", sweeps.array_action,
+            name="array-action"),
     path("jobs/<int:pk>/logs/", jobs.job_logs, name="job-logs"),
     path("jobs/<int:pk>/logs/text", jobs.job_log_text, name="job-log-text"),
     path("templates/", templates.templates, name="templates"),
