@@ -357,4 +357,7 @@ def _prefetched_timeline(job, events) -> None:
     """Set ``job.events`` as if prefetched (what Django's prefetch_related stores), for rendering only."""
     qs = job.events.all()
     qs._result_cache, qs._prefetch_done = list(events), True
-    job._prefetched_objects_cache = {"events": qs}
+    cache = getattr(job, "_prefetched_objects_cache", None)
+    if cache is None:
+        job._prefetched_objects_cache = cache = {}
+    cache["events"] = qs

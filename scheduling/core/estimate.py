@@ -50,6 +50,28 @@ class EstimateView:
     late: frozenset[str] = frozenset()  # reason codes whose jobs are replayed after the others of their flavor
 
 
+def _ends(view: EstimateView, flavor: str, pools) -> tuple[list[tuple], dict[int, int]]:
+    """The replay's first events, every GPU that frees up: pods of the pools (pool index >= 0) and, per job, its
+    department's quota and its array's task count (-1); and how many tasks of each array run now."""
+    heap: list[tuple] = []
+    for pi, pool in enumerate(pools):
+        for end, i, g in pool.events:
+            heap.append((end, len(heap), pi, i, g, None))
+    arrays: dict[int, int] = defaultdict(int)  # array id -> its tasks running in the replay
+    for job in view.running:
+        if job.flavor == flavor:
+            heap.append((max(view.now, job.expected_end), len(heap), -1, 0, job.total_gpus,
+                         (job.department, job.cluster, job.array_id)))
+            if job.array_id is not None:
+                arrays[job.array_id] += 1
+    for end, dept, fl, gpus, cluster, array in view.admitted_end:
+        if fl == flavor:
+            heap.append((end, len(heap), -1, 0, gpus, (dept, cluster, array)))
+            if array is not None:
+                arrays[array] += 1
+    return heap, arrays
+
+
 def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, float | None]:
     out: dict[int, float | None] = {}
     by_flavor: dict[str, list[PendingJob]] = defaultdict(list)
@@ -77,26 +99,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
     book = view.quota.clone()
     free = [list(p.free) for p in pools]
     index = [BucketIndex(p.free, p.indexed, p.top) for p in pools]
-    heap: list[tuple] = []
-    seq = 0
-    for pi, pool in enumerate(pools):
-        for end, i, g in pool.events:
-            heap.append((end, seq, pi, i, g, None))
-            seq += 1
-    arrays: dict[int, int] = defaultdict(int)  # array id -> its tasks running in the replay
-    for job in view.running:
-        if job.flavor == flavor:
-            heap.append((max(now, job.expected_end), seq, -1, 0, job.total_gpus,
-                         (job.department, job.cluster, job.array_id)))
-            seq += 1
-            if job.array_id is not None:
-                arrays[job.array_id] += 1
-    for end, dept, fl, gpus, cluster, array in view.admitted_end:
-        if fl == flavor:
-            heap.append((end, seq, -1, 0, gpus, (dept, cluster, array)))
-            seq += 1
-            if array is not None:
-                arrays[array] += 1
+    heap, arrays = _ends(view, flavor, pools)
+    seq = len(heap)
     heapify(heap)
     t = now
     limit = now + HORIZON_S

@@ -69,6 +69,17 @@ def store_dependencies(*, jobs: list[Job], after: list[list[tuple]]) -> None:
             for job, triples in zip(jobs, after, strict=True) for c, j, a in triples]
     if rows:
         JobDependency.objects.bulk_create(rows)
+    # Each new job knows its dependencies (as if prefetched): rendering a batch reads none of them again.
+    mine: dict[int, list[JobDependency]] = defaultdict(list)
+    for row in rows:
+        mine[row.job_id].append(row)
+    for job in jobs:
+        qs = job.dependencies.all()
+        qs._result_cache, qs._prefetch_done = mine[job.pk], True
+        cache = getattr(job, "_prefetched_objects_cache", None)
+        if cache is None:
+            job._prefetched_objects_cache = cache = {}
+        cache["dependencies"] = qs
 
 
 def dependencies_of(job: Job) -> list[dict]:
