@@ -261,3 +261,33 @@ def test_an_array_retry_with_the_same_key_is_the_same_array(lab, client_for, pay
     other = client.post("/api/v1/arrays", {**body, "array": "0-3"}, format="json", HTTP_IDEMPOTENCY_KEY="k1")
     assert other.status_code == 422
     assert Job.objects.count() == 3
+
+
+def _array_queries(client, payload, n):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as q:
+        assert submit_array(client, payload, array=f"0-{n - 1}%4").status_code == 201
+    # SQLite splits a bulk INSERT by its parameter limit (a job has ~55 columns): count the rest
+    return sum(1 for x in q.captured_queries if not x["sql"].startswith("INSERT"))
+
+
+def test_an_arrays_submission_and_its_reads_do_not_grow_with_its_tasks(lab, client_for, payload):
+    client = client_for(lab.alice)
+    _array_queries(client, payload, 2)  # the first request of a client reads what later ones have cached
+    assert _array_queries(client, payload, 5) == _array_queries(client, payload, 60)
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for _ in range(2):
+        with CaptureQueriesContext(connection) as q:
+            assert client.get("/api/v1/arrays").status_code == 200
+        counts.append(len(q.captured_queries))
+        submit_array(client, payload, array="0-9")
+    assert counts[0] == counts[1]
+    ids = [a["id"] for a in client.get("/api/v1/arrays").json()["results"]]
+    with CaptureQueriesContext(connection) as q:
+        listed = client.get(f"/api/v1/jobs?array={ids[0]}&page_size=100").json()["results"]
+    assert len(listed) == 10 and len(q.captured_queries) <= 6  # member, count, page, dependencies (+ savepoints)
