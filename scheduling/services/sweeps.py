@@ -83,7 +83,7 @@ def array_cancel(*, user, array: JobArray, waiting_only: bool = False, comment: 
     def run() -> int:
         with transaction.atomic():
             budgets.lock_department_wallets([array.department_id])  # the wallet before the jobs: the lock order
-            tasks = list(Job.objects.select_for_update(no_key=True).filter(array=array, state__in=states)
+            tasks = list(Job.objects.select_for_update(no_key=True, of=("self",)).filter(array=array, state__in=states)
                          .select_related("department", "cluster", "owner").order_by("pk"))
             for job in tasks:
                 _cancel(user=user, job=job, comment=note, attempt=job.attempt,
