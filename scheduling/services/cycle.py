@@ -116,9 +116,12 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
     pending = _pending_changes([pr for pr in result.pending if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED], ctx)
     with transaction.atomic():
         _lock_in_order(result, ctx, pending, [ctx.jobs[pr.job_id] for pr in unsatisfiable])
+        # Held since the snapshot was read (the rows are locked now): not admitted, the next cycle says why.
+        held = set(Job.objects.filter(pk__in=[a.job_id for a in result.admissions], held_at__isnull=False)
+                   .values_list("pk", flat=True)) if result.admissions else set()
         for adm in result.admissions:
             job = ctx.jobs.get(adm.job_id)
-            if job is None:
+            if job is None or job.pk in held:
                 continue
             ok = transition(
                 job=job,

@@ -6,13 +6,19 @@ and released in its place; the array is cancelled in one call."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from notifications.models import Event
+from scheduling import core
 from scheduling.backends import get_backend
 from scheduling.core import reasons
 from scheduling.models import Job, JobArray, JobDependency, JobState, SimPod
 from scheduling.services.clusters import sync_cluster
-from scheduling.services.cycle import run_cycle
+from scheduling.services.cycle import apply_result, run_cycle
+from scheduling.services.snapshot import build_snapshot
+from scheduling.services.sweeps import job_hold
 
 pytestmark = pytest.mark.django_db
 
@@ -264,9 +270,6 @@ def test_an_array_retry_with_the_same_key_is_the_same_array(lab, client_for, pay
 
 
 def _array_queries(client, payload, n):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     with CaptureQueriesContext(connection) as q:
         assert submit_array(client, payload, array=f"0-{n - 1}%4").status_code == 201
     # SQLite splits a bulk INSERT by its parameter limit (a job has ~55 columns): count the rest
@@ -277,9 +280,6 @@ def test_an_arrays_submission_and_its_reads_do_not_grow_with_its_tasks(lab, clie
     client = client_for(lab.alice)
     _array_queries(client, payload, 2)  # the first request of a client reads what later ones have cached
     assert _array_queries(client, payload, 5) == _array_queries(client, payload, 60)
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     counts = []
     for _ in range(2):
         with CaptureQueriesContext(connection) as q:
@@ -291,3 +291,14 @@ def test_an_arrays_submission_and_its_reads_do_not_grow_with_its_tasks(lab, clie
     with CaptureQueriesContext(connection) as q:
         listed = client.get(f"/api/v1/jobs?array={ids[0]}&page_size=100").json()["results"]
     assert len(listed) == 10 and len(q.captured_queries) <= 6  # member, count, page, dependencies (+ savepoints)
+
+
+def test_a_job_held_after_the_snapshot_is_not_admitted_by_that_cycle(lab, submit):
+    job = submit(lab.alice)
+    snapshot, ctx = build_snapshot(now=timezone.now())
+    result = core.schedule(snapshot)
+    assert [a.job_id for a in result.admissions] == [job.pk]
+    job_hold(user=lab.alice, job=Job.objects.get(pk=job.pk))  # between the decision and its apply
+    assert apply_result(result=result, ctx=ctx).admitted == 0
+    job.refresh_from_db()
+    assert (job.state, job.reason_code) == (JobState.QUEUED, reasons.HELD)
