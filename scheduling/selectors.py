@@ -57,7 +57,7 @@ def jobs_for(user, params) -> QuerySet[Job]:
         qs = qs.filter(department__slug=dept)
     if q := params.get("q"):
         qs = qs.filter(name__icontains=q)
-    if (array := params.get("array")) and str(array).isdigit():
+    if (array := params.get("array")) and str(array).isdigit() and int(array) < 2**63:
         qs = qs.filter(array_id=int(array))
         return qs.order_by("array_index", "id")  # an array's tasks in index order
     return qs.order_by("-submitted_at", "-id")

@@ -189,7 +189,7 @@ class AfterField(serializers.Field):
                                                   code="invalid_condition")
             refs = [k for k in ("job", "array") if k in item]
             value = item.get(refs[0]) if len(refs) == 1 else None
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
                 raise serializers.ValidationError(f"Item {i}: name one job or one array by its id.", code="invalid")
             key = (item["condition"], refs[0], value)
             if key not in seen:

@@ -40,6 +40,8 @@ from workloads.podsecrets import token_warnings
 
 log = logging.getLogger(__name__)
 
+MAX_ID = 2**63 - 1  # the largest id a row can have (a bigger one would overflow the database's integer)
+
 FILTERS = [
     OpenApiParameter("state", str, description="Comma-separated states, e.g. queued,running"),
     OpenApiParameter("tier", str, description="Comma-separated tiers"),
@@ -180,7 +182,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(parameters=FILTERS)
     def list(self, request, *args, **kwargs):
         array = request.query_params.get("array")
-        if array is not None and not array.isdigit():
+        if array is not None and not (array.isdigit() and int(array) <= MAX_ID):
             raise ValidationFailed(fields={"array": [{"code": "invalid", "message": "An array's id (a number)."}]})
         return super().list(request, *args, **kwargs)
 

@@ -166,9 +166,11 @@ def parse_after(text: str) -> list[dict]:
             raise ValueError(f"{part!r}: name at least one job (afterok:12) or array (afterok:a7).")
         for ref in ids.split(":"):
             ref = ref.strip()
+            if ref.isdigit() and len(ref) > 18:
+                raise ValueError(f"{ref!r} in {part!r} is not an id.")
             if ref.isdigit():
                 out.append({"condition": condition, "job": int(ref)})
-            elif ref[:1] in ("a", "A") and ref[1:].isdigit():
+            elif ref[:1] in ("a", "A") and ref[1:].isdigit() and len(ref) <= 19:
                 out.append({"condition": condition, "array": int(ref[1:])})
             else:
                 raise ValueError(f"{ref!r} in {part!r} is neither a job id (12) nor an array (a7).")

@@ -232,6 +232,8 @@ def test_a_dependency_already_impossible_is_refused_at_submission(lab, client_fo
     ("after", [{"condition": "maybe", "job": 1}], "invalid_condition"),
     ("after", [{"condition": "afterok", "job": True}], "invalid"),
     ("after", 7, "invalid"),
+    ("after", [{"condition": "afterok", "job": 2**63}], "invalid"),
+    ("after", "afterok:99999999999999999999", "invalid"),
 ])
 def test_bad_array_input_is_a_400_on_its_field(lab, client_for, payload, field, value, code):
     body = {**payload(), "array": "0-3", field: value}
@@ -253,8 +255,9 @@ def test_a_plain_job_keeps_braces_as_text(lab, client_for, payload):
     assert r.status_code == 201 and r.json()["command"] == ["echo", "{{index}}"]
 
 
-def test_the_jobs_list_filter_by_array_must_be_an_id(lab, client_for):
-    r = client_for(lab.alice).get("/api/v1/jobs?array=x")
+@pytest.mark.parametrize("value", ["x", "-1", "11839960533301361452777472"])
+def test_the_jobs_list_filter_by_array_must_be_an_id(lab, client_for, value):
+    r = client_for(lab.alice).get(f"/api/v1/jobs?array={value}")
     assert r.status_code == 400 and "array" in r.json()["error"]["fields"]
 
 
