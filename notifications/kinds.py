@@ -40,6 +40,9 @@ KINDS: tuple[Kind, ...] = (
     Kind("job.retried", "Job retried", "the job's owner", _JOB + " is retried as attempt {attempt}",
          "Job {job_id} ({job_name}) failed ({cause}: {message}) and is retried as attempt {attempt} in "
          "{backoff_s} s.", email=False, webhook=True),
+    Kind("job.dependency_never_satisfied", "Job's dependency can never be met", "the job's owner",
+         _JOB + " will not run: its dependency can never be met",
+         "Job {job_id} ({job_name}) was ended without running: {message}", email=True, webhook=True),
     Kind("job.preempted", "Job preempted", "the job's owner", _JOB + " was preempted",
          "Job {job_id} ({job_name}) was preempted ({reason}): {message}\n\n{requeue_note}", email=True,
          webhook=True),

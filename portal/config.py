@@ -84,6 +84,7 @@ SETTINGS: tuple[Setting, ...] = (
             "after the job ended.", "int"),
     Setting("CHECKPOINT_CLEANUP_IMAGE", "busybox:1.36", "Checkpoints: the image of the restricted pod that "
             "deletes an expired checkpoint directory on a Kubernetes cluster."),
+    Setting("ARRAY_MAX_TASKS", "1000", "Job arrays: the most tasks one array may have (docs/sweeps.md).", "int"),
     Setting("SHM_DEFAULT_MB", "1024", "Jobs: /dev/shm size (MiB) when a job gives none (at most half its memory).",
             "int"),
     Setting("SHM_MAX_MB", "65536", "Jobs: the largest /dev/shm (MiB) a job may ask for (also at most its memory).",

@@ -66,7 +66,8 @@ def whole_queue(*, flavor: str | None = None) -> QuerySet[Job]:
 
 def jobs_for(user, params) -> QuerySet[Job]:
     """The jobs ``user`` may see, filtered by the list's query parameters, newest first."""
-    qs = Job.objects.restrict(user, VIEW).select_related("owner", "department", "flavor", "cluster")
+    qs = (Job.objects.restrict(user, VIEW).select_related("owner", "department", "flavor", "cluster")
+          .prefetch_related("dependencies"))
     if state := params.get("state"):
         qs = qs.filter(state__in=state.split(","))
     if tier := params.get("tier"):
@@ -79,6 +80,9 @@ def jobs_for(user, params) -> QuerySet[Job]:
         qs = qs.filter(department__slug=dept)
     if q := params.get("q"):
         qs = qs.filter(name__icontains=q)
+    if (array := params.get("array")) and str(array).isdigit() and int(array) < 2**63:
+        qs = qs.filter(array_id=int(array))
+        return qs.order_by("array_index", "id")  # an array's tasks in index order
     return qs.order_by("-submitted_at", "-id")
 
 

@@ -1,8 +1,8 @@
 """The dashboard pages of scheduling (mounted at /, namespace ``dashboard``)."""
 
-from django.urls import path
+from django.urls import path, re_path
 
-from scheduling.views import home, jobs, policy, queue, sessions, templates, whatif
+from scheduling.views import home, jobs, policy, queue, sessions, sweeps, templates, whatif
 
 app_name = "dashboard"
 
@@ -18,6 +18,11 @@ urlpatterns = [
     path("jobs/<int:pk>/connect", sessions.connect, name="connect"),
     path("s/<int:pk>/_portal/connect", sessions.exchange, name="session-exchange"),
     path("sessions/<int:pk>/auth", sessions.forward_auth, name="session-auth"),
+    path("jobs/<int:pk>/hold", sweeps.hold_or_release, {"verb": "hold"}, name="hold"),
+    path("jobs/<int:pk>/release", sweeps.hold_or_release, {"verb": "release"}, name="release"),
+    path("arrays/<int:pk>/", sweeps.array_detail, name="array"),
+    re_path(r"^arrays/(?P<pk>[0-9]+)/(?P<verb>cancel|cancel-waiting|hold|release)$", sweeps.array_action,
+            name="array-action"),
     path("jobs/<int:pk>/logs/", jobs.job_logs, name="job-logs"),
     path("jobs/<int:pk>/logs/text", jobs.job_log_text, name="job-log-text"),
     path("templates/", templates.templates, name="templates"),

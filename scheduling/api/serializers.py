@@ -15,6 +15,7 @@ from rest_framework import serializers
 
 from portal.api.serializers import StrictSerializer
 from quotas.models import Flavor
+from scheduling.api.fields import AfterField
 from scheduling.api.kinds import READINESS_PATH_RE, kind_problems
 from scheduling.models import (
     TEMPLATE_NAME,
@@ -30,6 +31,7 @@ from scheduling.models import (
     label_problems,
 )
 from scheduling.selectors import queue_position
+from scheduling.services.dependencies import dependencies_of
 from workloads.podsecrets import use_problems
 from workloads.services.requests import MAX_MOUNTS, mount_shape_problems
 
@@ -154,8 +156,6 @@ class FlavorField(serializers.SlugRelatedField):
         return flavor
 
 
-
-
 class JobSubmitSerializer(StrictSerializer):
     name = serializers.CharField(max_length=63)
     kind = serializers.ChoiceField(choices=JobKind.choices, required=False, default=JobKind.BATCH,
@@ -223,6 +223,7 @@ class JobSubmitSerializer(StrictSerializer):
         required=False, default=None,
         help_text='a checkpoint directory kept across attempts: {"source": "scratch", "path": "/checkpoint", '
         '"cluster": "..."} or true (the department\'s writable source); its path is in PORTAL_CHECKPOINT_DIR')
+    after = AfterField(required=False, default=list)
     shm_mb = StrictIntegerField(
         required=False, allow_null=True, default=None,
         help_text="size of the memory-backed /dev/shm in MiB, counted in the pod's memory (default: SHM_DEFAULT_MB, "
@@ -424,12 +425,15 @@ class JobSerializer(serializers.ModelSerializer):
     reason = serializers.SerializerMethodField()
     checkpoint = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField(help_text="sessions and services: where their route answers")
+    held = serializers.SerializerMethodField()
+    after = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
         fields = [
             "id", "name", "owner", "department", "state", "reason", "estimated_start", "kind", "session_image",
-            "port", "readiness_path", "ready", "url", "image", "command",
+            "port", "readiness_path", "ready", "url", "array", "array_index", "held", "held_at", "after", "image",
+            "command",
             "env", "secrets", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
             "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries",
@@ -441,6 +445,14 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_url(self, job) -> str | None:
         return f"{settings.SESSION_URL}/s/{job.pk}/" if job.has_route else None
+
+    def get_held(self, job) -> bool:
+        return job.held_at is not None
+
+    @extend_schema_field({"type": "array", "items": {"type": "object"}})
+    def get_after(self, job) -> list[dict]:
+        """What the job waits for, as submitted (``{"condition", "job" | "array"}``)."""
+        return dependencies_of(job)
 
     def get_reason(self, job) -> dict:
         return {"code": job.reason_code, "message": job.reason_message, "detail": job.reason_detail}
@@ -477,6 +489,10 @@ class JobBatchSerializer(serializers.Serializer):
     """The jobs of a batch, in the order submitted, each as in the jobs list (GET /api/v1/jobs)."""
 
     jobs = JobSerializer(many=True, read_only=True)
+
+
+class DependenciesSerializer(StrictSerializer):
+    after = AfterField(help_text="what the job waits for from now on ([] : nothing)")
 
 
 class CancelSerializer(StrictSerializer):

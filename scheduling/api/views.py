@@ -20,6 +20,7 @@ from portal.errors import LogsUnavailable, NotFound, ValidationFailed
 from portal.tenancy import CHANGE, VIEW, member
 from scheduling.api.serializers import (
     CancelSerializer,
+    DependenciesSerializer,
     JobBatchSerializer,
     JobBatchSubmitSerializer,
     JobDetailSerializer,
@@ -29,14 +30,18 @@ from scheduling.api.serializers import (
 from scheduling.backends.base import BackendError
 from scheduling.models import CONNECT, Job, JobEvent
 from scheduling.selectors import jobs_for
+from scheduling.services.dependencies import job_set_dependencies
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
 from scheduling.services.logs import attempt_log_lines
 from scheduling.services.quote import job_quote
 from scheduling.services.sessions import connect_start, route_url
+from scheduling.services.sweeps import job_hold, job_release
 from scheduling.services.templates import merged_spec, spec_of_job, template_for_submission
 from workloads.podsecrets import token_warnings
 
 log = logging.getLogger(__name__)
+
+MAX_ID = 2**63 - 1  # the largest id a row can have (a bigger one would overflow the database's integer)
 
 FILTERS = [
     OpenApiParameter("state", str, description="Comma-separated states, e.g. queued,running"),
@@ -45,6 +50,7 @@ FILTERS = [
     OpenApiParameter("mine", bool, description="Only my jobs"),
     OpenApiParameter("department", str, description="Department slug (platform admins)"),
     OpenApiParameter("q", str, description="Name contains"),
+    OpenApiParameter("array", int, description="Only the tasks of this array (in index order)"),
 ]
 
 
@@ -176,6 +182,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(parameters=FILTERS)
     def list(self, request, *args, **kwargs):
+        array = request.query_params.get("array")
+        if array is not None and not (array.isdigit() and int(array) <= MAX_ID):
+            raise ValidationFailed(fields={"array": [{"code": "invalid", "message": "An array's id (a number)."}]})
         return super().list(request, *args, **kwargs)
 
     @extend_schema(
@@ -265,6 +274,37 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = self.get_queryset().prefetch_related("events").get(pk=job.pk)
         return Response(JobDetailSerializer(job, context={"request": request}).data)
 
+    @extend_schema(request=None, responses=JobDetailSerializer, summary="Hold a waiting job",
+                   description="It keeps its place in the queue (its submission time) but is not admitted until "
+                   "released (reason `held`). The owner or a department admin; idempotent.")
+    @action(detail=True, methods=["post"])
+    def hold(self, request, pk=None):
+        job_hold(user=request.user, job=self.get_object(CHANGE))
+        return self._detail(pk)
+
+    @extend_schema(request=None, responses=JobDetailSerializer, summary="Release a held job")
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        job_release(user=request.user, job=self.get_object(CHANGE))
+        return self._detail(pk)
+
+    @extend_schema(request=DependenciesSerializer, responses=JobDetailSerializer,
+                   summary="Change what a waiting job waits for",
+                   description="Replaces the job's dependencies (`after`, as at submission). A job or array of "
+                   "another department, an unknown id, or a set that makes a cycle is a 400.")
+    @action(detail=True, methods=["post"])
+    def dependencies(self, request, pk=None):
+        job = self.get_object(CHANGE)
+        serializer = DependenciesSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        job_set_dependencies(user=request.user, job=job, after=serializer.validated_data["after"])
+        return self._detail(pk)
+
+    def _detail(self, pk):
+        job = self.get_queryset().prefetch_related(Prefetch("events", JobEvent.objects.select_related("actor"))).get(
+            pk=pk)
+        return Response(JobDetailSerializer(job, context={"request": self.request}).data)
+
     @extend_schema(
         parameters=[OpenApiParameter("tail", int, description="Last N lines (default 200, max 5000)"),
                     OpenApiParameter("follow", bool, description="Stream new lines as they come (live attempt)"),
@@ -330,4 +370,7 @@ def _prefetched_timeline(job, events) -> None:
     """Set ``job.events`` as if prefetched (what Django's prefetch_related stores), for rendering only."""
     qs = job.events.all()
     qs._result_cache, qs._prefetch_done = list(events), True
-    job._prefetched_objects_cache = {"events": qs}
+    cache = getattr(job, "_prefetched_objects_cache", None)
+    if cache is None:
+        job._prefetched_objects_cache = cache = {}
+    cache["events"] = qs

@@ -91,6 +91,11 @@ class PodSet:
     port: int | None = None
     readiness_path: str = "/"
 
+    # A task of a job array: the array's id, this task's index and the array's number of tasks (None: no array).
+    array_id: int | None = None
+    array_index: int | None = None
+    array_count: int | None = None
+
     @property
     def has_route(self) -> bool:
         return self.kind in ("session", "service") and bool(self.port)

@@ -32,6 +32,7 @@ from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
 from .pricing import clearing_prices
 from .quota import QuotaBook
+from .sweeps import Gates, dependency_ready
 from .topology import Topology
 from .types import (
     Admission,
@@ -86,8 +87,9 @@ class Cycle:
         self.credits = None if snapshot.credits is None else dict(snapshot.credits)
         self.admissions: dict[int, Admission] = {}
         self.reasons: dict[int, tuple[str, str, dict]] = {}  # pending job -> (code, message, detail)
-        # for estimates: (end, dept, flavor, gpus, cluster, user)
-        self.admitted_end: list[tuple[float, str, str, int, str, str]] = []
+        self.gates = Gates(snapshot)  # held, dependencies, array throttles
+        # for estimates: (end, dept, flavor, gpus, cluster, user, array id or None)
+        self.admitted_end: list[tuple[float, str, str, int, str, str, int | None]] = []
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
         # Pools that take no more reserved heads (reservation_depth reached, or MAX_RESERVED_SHARE of their
         # GPUs reserved): asked of every job that waits, so kept as a set rather than recomputed.
@@ -124,16 +126,23 @@ class Cycle:
                 allowed=self.topology.open_to,
                 rank=self.topology.cluster_rank,
                 users=self.users,
+                late=frozenset({reasons.WAITING_FOR_DEPENDENCY}),
             )
             estimates = estimate_pending(view, still)
+            ends = {j.id: j.expected_end for j in self.running}
+            ends.update((job.id, self.now + job.max_runtime_s) for job in order if job.id in self.admissions)
+            ready = dependency_ready({j.id: j for j in still}, estimates, ends, self.snap.ended, self.now)
         else:
-            estimates = dict(self.heads)
+            estimates, ready = dict(self.heads), {}
         pending_out = []
         for job in still:
             code, message, detail = self.reasons[job.id]
             est = None if code in NO_ESTIMATE else estimates.get(job.id)
             if code == reasons.RETRY_BACKOFF:  # never before the back-off ends, later if capacity says so
                 est = job.not_before if est is None else max(est, job.not_before)
+            elif code == reasons.WAITING_FOR_DEPENDENCY:  # never before what it waits for ends (unknown: None)
+                when = ready.get(job.id)
+                est = None if est is None or when is None else max(est, when)
             if tier_rank(job.tier) == REALTIME:
                 target = job.submitted_at + self.policy.realtime_start_target_s
                 detail["start_target"] = target
@@ -183,6 +192,10 @@ class Cycle:
     def consider(self, job: PendingJob) -> Outcome:
         """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
         quota and the capacity."""
+        gate = self.gates.check(job)
+        if gate is not None:
+            code, detail, note = gate
+            return self.pend(job, code, detail, note or None)
         if job.not_before is not None and self.now < job.not_before:
             return self.pend(job, reasons.RETRY_BACKOFF, {"not_before": job.not_before, "attempt": job.attempt},
                              f"attempt {job.attempt} may start in {duration_text(job.not_before - self.now)}")
@@ -353,7 +366,9 @@ class Cycle:
         self.users.add(job.department, job.user, job.total_gpus)
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        self.admitted_end.append((end, job.department, job.flavor, job.total_gpus, pool.cluster, job.user))
+        self.admitted_end.append((end, job.department, job.flavor, job.total_gpus, pool.cluster, job.user,
+                                  job.array_id))
+        self.gates.admitted(job)
         self.admissions[job.id] = Admission(
             job_id=job.id,
             placement=tuple(pool.names[i] for i in placed),

@@ -7,6 +7,9 @@ the first instant when it fits both physically (best fit, whole gang) and quota-
 job ahead of it, and, for a member with a GPU limit (``user_limits``), once their jobs (of every flavor, as
 they run now) have ended enough to let it in. Backfill can only make a real start earlier, so the figure is an upper bound under those
 assumptions. A blocked head with an EASY reservation gets its reservation time (a promise the backfill keeps).
+A task of a throttled array starts only while fewer than its throttle of the array's tasks run in the replay.
+Jobs waiting for dependencies (``late`` codes) are replayed after the flavor's other jobs (they cannot take
+GPUs before what they wait for ends); the engine then keeps their estimate no earlier than those ends.
 
 The estimate is None ("unknown") when it cannot be honest: the job waits on credits (refills are not
 predictable), on an unknown flavor or an impossible size, on preemptions under way (eviction time is not
@@ -40,14 +43,15 @@ class EstimateView:
     pools_by_flavor: Mapping[str, Sequence[Pool]]
     quota: QuotaBook
     running: Sequence[RunningJob]
-    # (end, department, flavor, GPUs, cluster, user) of this cycle's admissions
-    admitted_end: Sequence[tuple[float, str, str, int, str, str]]
+    # (end, department, flavor, GPUs, cluster, user, array id or None) of this cycle's admissions
+    admitted_end: Sequence[tuple[float, str, str, int, str, str, int | None]]
     heads: Mapping[int, float]  # reserved heads -> reserved start
     # Whether a job may start on a cluster (its pin, selector, and the cluster's state), and how the clusters
     # it may start on rank before fit (preferred labels, cost); None: any cluster, by name.
     allowed: Callable[[PendingJob, str], bool] | None = None
     rank: Callable[[PendingJob, str], tuple] | None = None
     users: UserBook | None = None  # the members' GPU limits, and what they hold after this cycle's admissions
+    late: frozenset[str] = frozenset()  # reason codes whose jobs are replayed after the others of their flavor
 
 
 def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, float | None]:
@@ -58,6 +62,9 @@ def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, f
             continue
         by_flavor[job.flavor].append(job)
     for flavor, jobs in sorted(by_flavor.items()):
+        if view.late:
+            jobs = [j for j in jobs if view.codes[j.id] not in view.late] + [
+                j for j in jobs if view.codes[j.id] in view.late]
         pools = view.pools_by_flavor.get(flavor)
         if pools:
             _simulate(view, flavor, pools, jobs[:DEPTH], out)
@@ -75,7 +82,7 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
     free = [list(p.free) for p in pools]
     index = [BucketIndex(p.free, p.indexed, p.top) for p in pools]
     users = view.users if view.users is not None and view.users.active else None
-    heap, seq, held = _events(view, flavor, pools, users)
+    heap, seq, held, arrays = _events(view, flavor, pools, users)
     t = now
     limit = now + HORIZON_S
     for job in jobs:
@@ -94,10 +101,13 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         member = (job.department, job.user)
         # The earliest instant it fits on any cluster open to it (quota included: per-cluster quotas differ).
         scoped = (job.department, flavor) in book.scoped
+        throttle = job.array_throttle if job.array_id is not None else None
         chosen = None
         while True:
             if cap is not None and held.get(member, 0) + job.total_gpus > cap:
                 pass  # its owner holds too much until some of their jobs end
+            elif throttle and arrays[job.array_id] >= throttle:
+                pass  # its array runs its throttle's worth: wait for one of them to end
             elif scoped or book.check(job.department, flavor, job.total_gpus)[0] is None:
                 chosen = next(
                     (
@@ -124,6 +134,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
                     held[owner] -= gpus
                 else:
                     book.add(owner[0], flavor, -gpus, owner[1])
+                    if owner[2] is not None:
+                        arrays[owner[2]] -= 1
         if chosen is None:
             continue
         out[job.id] = t
@@ -135,8 +147,10 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             idx.set(i, free[chosen][i])
             heappush(heap, (end, seq, chosen, i, g, None))
             seq += 1
-        heappush(heap, (end, seq, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster)))
+        heappush(heap, (end, seq, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster, job.array_id)))
         seq += 1
+        if job.array_id is not None:
+            arrays[job.array_id] += 1
         book.add(job.department, flavor, job.total_gpus, pools[chosen].cluster)
         if cap is not None:
             held[member] = held.get(member, 0) + job.total_gpus
@@ -144,29 +158,36 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             seq += 1
 
 
-def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> tuple[list, int, dict]:
+def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> tuple[list, int, dict, dict]:
     """The future as a heap of (time, seq, pool, node, GPUs, owner): the pools' GPUs coming free (pool index),
-    the flavor's quota given back (pool -1) and, for members with a limit, their GPUs given back (pool -2);
-    the next sequence number; what each limited member holds now."""
+    the flavor's quota and its array's task count given back (pool -1, owner (department, cluster, array id or
+    None)) and, for members with a limit, their GPUs given back (pool -2); the next sequence number; what each
+    limited member holds now; how many tasks of each array run now."""
     heap: list[tuple] = []
     seq = 0
     for pi, pool in enumerate(pools):
         for end, i, g in pool.events:
             heap.append((end, seq, pi, i, g, None))
             seq += 1
+    arrays: dict[int, int] = defaultdict(int)  # array id -> its tasks running in the replay
     for job in view.running:
         if job.flavor == flavor:
-            heap.append((max(view.now, job.expected_end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
+            heap.append((max(view.now, job.expected_end), seq, -1, 0, job.total_gpus,
+                         (job.department, job.cluster, job.array_id)))
             seq += 1
-    for end, dept, fl, gpus, cluster, _ in view.admitted_end:
+            if job.array_id is not None:
+                arrays[job.array_id] += 1
+    for end, dept, fl, gpus, cluster, _, array in view.admitted_end:
         if fl == flavor:
-            heap.append((end, seq, -1, 0, gpus, (dept, cluster)))
+            heap.append((end, seq, -1, 0, gpus, (dept, cluster, array)))
             seq += 1
+            if array is not None:
+                arrays[array] += 1
     held: dict[tuple[str, str], int] = {}
     if users is not None:
         held, seq = _members_holding(view, users, heap, seq)
     heapify(heap)
-    return heap, seq, held
+    return heap, seq, held, arrays
 
 
 def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) -> tuple[dict, int]:
@@ -174,7 +195,7 @@ def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) 
     node, no quota) that give it back as their jobs end."""
     held: dict[tuple[str, str], int] = defaultdict(int)
     ends = [(j.expected_end, j.department, j.user, j.total_gpus) for j in view.running]
-    ends += [(end, dept, user, gpus) for end, dept, _, gpus, _, user in view.admitted_end]
+    ends += [(end, dept, user, gpus) for end, dept, _, gpus, _, user, _ in view.admitted_end]
     for end, dept, user, gpus in ends:
         if users.limit(dept, user) is not None:
             held[(dept, user)] += gpus

@@ -34,6 +34,8 @@ NO_ESTIMATE = frozenset(
         reasons.CLUSTERS_UNAVAILABLE,
         reasons.DATA_SOURCE_UNAVAILABLE,  # an admin declares the source, not the clock
         reasons.NAMESPACE_QUOTA,  # when the quota changes is not the engine's to know
+        reasons.HELD,  # a person releases it
+        reasons.DEPENDENCY_NEVER_SATISFIED,  # it never starts: the portal ends it
     }
 )
 

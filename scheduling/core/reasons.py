@@ -31,6 +31,12 @@ NAMESPACE_QUOTA = "namespace_quota"
 RETRY_BACKOFF = "retry_backoff"
 # the job's owner holds as many GPUs as their department allows one member at once (``UserLimit``)
 USER_GPU_LIMIT = "user_gpu_limit"
+# sweeps: held by its owner or an admin; waiting for the jobs it depends on (or they can no longer end as it
+# asks: the portal then ends the job); its array already has its throttle's worth of tasks admitted
+HELD = "held"
+WAITING_FOR_DEPENDENCY = "waiting_for_dependency"
+DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"
+ARRAY_THROTTLED = "array_throttled"
 
 # Detail keys of the cluster reasons: the selector asked for, the clusters that match it (and their states),
 # the clusters that do not, and the cluster each capacity or quota wait is about.
@@ -66,4 +72,8 @@ CODES: dict[str, str] = {
                      "until the quota changes.",
     RETRY_BACKOFF: "The job's previous attempt failed and is retried after a back-off.",
     USER_GPU_LIMIT: "Its owner holds as many GPUs as the department allows one member at once.",
+    HELD: "The job is held: it keeps its place in the queue but is not admitted until it is released.",
+    WAITING_FOR_DEPENDENCY: "The job waits for the jobs it depends on to end.",
+    DEPENDENCY_NEVER_SATISFIED: "A job it depends on ended in a way its condition excludes; it can never start.",
+    ARRAY_THROTTLED: "Its array already runs as many tasks at once as its throttle allows.",
 }

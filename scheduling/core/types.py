@@ -96,6 +96,16 @@ class Quota:
 
 
 @dataclass(frozen=True, slots=True)
+class Dependency:
+    """A pending job waits for every job of ``job_ids`` (one job, or all tasks of an array) to end as
+    ``condition`` asks (``sweeps.CONDITIONS``); ``label`` names them in its reason ("job 12", "array 3")."""
+
+    condition: str
+    job_ids: tuple[int, ...]
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class PendingJob:
     id: int
     department: str
@@ -120,6 +130,12 @@ class PendingJob:
     data_sources: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # A retried attempt waits out its back-off: not admitted (nor reserved for) before this instant.
     not_before: float | None = None
+    # Sweeps (``sweeps``): held by its owner (kept in the queue, never admitted), the jobs it waits for, and
+    # the array it is a task of with the array's throttle (at most that many of its tasks admitted at once).
+    held: bool = False
+    after: tuple[Dependency, ...] = ()
+    array_id: int | None = None
+    array_throttle: int | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -154,6 +170,7 @@ class RunningJob:
     # GPUs are already promised to the preemptor, which therefore waits instead of choosing more victims.
     evicting_for: int | None = None
     user: str = ""  # its owner: the GPUs a member holds count against their ``UserLimit``
+    array_id: int | None = None  # the array it is a task of: it counts against the array's throttle
 
     @property
     def pods(self) -> int:
@@ -281,6 +298,9 @@ class Snapshot:
     clusters: tuple[ClusterInfo, ...] = ()  # clusters not listed are active, unlabelled, cost_rank 0
     namespace_quotas: tuple[NamespaceQuotaLimit, ...] = ()  # namespace ResourceQuota refusals in force
     user_limits: tuple[UserLimit, ...] = ()  # per-member GPU limits; a member without one is not limited
+    # How the jobs that pending jobs depend on ended ("succeeded", "failed", "cancelled"), for those that have.
+    # A dependency neither here, pending nor running has not ended (awaiting approval, say): its end is unknown.
+    ended: Mapping[int, str] = field(default_factory=lambda: _EMPTY)
 
 
 # ---------------------------------------------------------------- decisions (the engine's output)

@@ -150,6 +150,12 @@ class Job(models.Model):
     retry_on_exit_codes = models.JSONField(default=list, blank=True)
     retries = models.PositiveIntegerField(default=0)
     not_before = models.DateTimeField(null=True, blank=True)
+    # Sweeps: the array the job is a task of and its index there (``scheduling.models.sweeps``), and since when
+    # it is held (kept in the queue with its submission time, never admitted; null: not held).
+    array = models.ForeignKey("scheduling.JobArray", null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="tasks")
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
 
     # Sessions and services (docs/sessions.md): the container port the route reaches, the path that answers
     # 200 once the app is ready, the lab's session image it was started from (blank: the user's own image),
@@ -207,6 +213,10 @@ class Job(models.Model):
             ),
             models.CheckConstraint(condition=Q(gpus_per_pod__gte=1) & Q(pods__gte=1), name="job_gpus_positive"),
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+            models.UniqueConstraint(fields=["array", "array_index"], condition=Q(array__isnull=False),
+                                    name="job_unique_array_index"),
+            models.CheckConstraint(condition=Q(array__isnull=True, array_index__isnull=True)
+                                   | Q(array__isnull=False, array_index__isnull=False), name="job_array_index_set"),
         ]
         indexes = [
             models.Index(fields=["department", "state"]),

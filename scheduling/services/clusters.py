@@ -104,6 +104,9 @@ def podset_for(job: Job) -> PodSet:
         kind=job.kind,
         port=job.port,
         readiness_path=job.readiness_path or "/",
+        array_id=job.array_id,
+        array_index=job.array_index,
+        array_count=job.array.size if job.array_id else None,
     )
 
 

@@ -22,7 +22,13 @@ from quotas import budgets
 from scheduling import core
 from scheduling.core import reasons
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
-from scheduling.services.jobs import budget_admitted, namespace_for, record_event, transition
+from scheduling.services.jobs import (
+    budget_admitted,
+    end_unsatisfiable,
+    namespace_for,
+    record_event,
+    transition,
+)
 from scheduling.services.locks import exclusive
 from scheduling.services.queue_ranks import reranked
 from scheduling.services.snapshot import SnapshotContext, build_snapshot
@@ -105,13 +111,20 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
     to_ungate: list[list[int]] = []
     waits: list[tuple[dict[str, str], float]] = []
     clusters = {c.name: c for c in Cluster.objects.all()}
-    pending = _pending_changes(result.pending, ctx)
-    ranks = _rank_changes(result.pending, ctx)
+    # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
+    unsatisfiable = [pr for pr in result.pending if pr.code == reasons.DEPENDENCY_NEVER_SATISFIED
+                     and pr.job_id in ctx.jobs and ctx.jobs[pr.job_id].state == JobState.QUEUED]
+    kept = [pr for pr in result.pending if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED]
+    pending = _pending_changes(kept, ctx)
+    ranks = _rank_changes(kept, ctx)
     with transaction.atomic():
-        _lock_in_order(result, ctx, set(pending) | set(ranks))
+        _lock_in_order(result, ctx, set(pending) | set(ranks), [ctx.jobs[pr.job_id] for pr in unsatisfiable])
+        # Held since the snapshot was read (the rows are locked now): not admitted, the next cycle says why.
+        held = set(Job.objects.filter(pk__in=[a.job_id for a in result.admissions], held_at__isnull=False)
+                   .values_list("pk", flat=True)) if result.admissions else set()
         for adm in result.admissions:
             job = ctx.jobs.get(adm.job_id)
-            if job is None:
+            if job is None or job.pk in held:
                 continue
             ok = transition(
                 job=job,
@@ -147,6 +160,8 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
             preempted += _record_preemption(pre, ctx, explained)
 
         changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
+        for pr in unsatisfiable:
+            changed += end_unsatisfiable(job=ctx.jobs[pr.job_id], message=pr.message, detail=_jsonable(pr.detail))
     return Applied(admitted, preempted, changed)
 
 
@@ -155,14 +170,14 @@ def _queue_wait(job: Job, now: datetime) -> float:
     return max(0.0, (now - (job.queued_at or job.submitted_at)).total_seconds())
 
 
-def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[int]) -> None:
+def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[int], ended: list[Job]) -> None:
     """Take every row lock the apply needs up front, in the portal's one order: the wallets of the admitted
     jobs' departments (holds are placed on them) in primary-key order, then every job the apply writes in
     primary-key order. Without this the apply locked job, wallet, job, wallet... in decision order, and a
     cancel or a pod sync locking the same rows the other way round deadlocked with it."""
     admitted = [ctx.jobs[a.job_id] for a in result.admissions if a.job_id in ctx.jobs]
-    budgets.lock_department_wallets([j.department_id for j in admitted])
-    ids = {j.pk for j in admitted} | set(pending)
+    budgets.lock_department_wallets([j.department_id for j in admitted + ended])
+    ids = {j.pk for j in admitted + ended} | set(pending)
     ids |= {p.preemptor_id for p in result.preemptions if p.preemptor_id in ctx.jobs}
     if ids:
         list(Job.objects.select_for_update(no_key=True).filter(pk__in=sorted(ids)).order_by("pk")

@@ -25,7 +25,7 @@ from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
 from scheduling.models import TRANSITIONS, Cluster, Job, JobEvent, JobState, Node
-from scheduling.services import notify
+from scheduling.services import dependencies, notify
 from workloads.services import secrets as workload_secrets
 from workloads.services.requests import validate_job_workload
 from workloads.services.resolve import create_checkpoint_dirs
@@ -264,12 +264,14 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
         raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
     _check_secrets(membership=membership, items=items, batch=batch)
     _check_waiting_limit(user=user, membership=membership, adding=len(items))
+    # What each job waits for, resolved in the submitter's department (one read for all items).
+    after = dependencies.resolve_after(department_id=membership.department_id, items=items, batch=batch)
     inputs = budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
     events: list[JobEvent] = []
     for index, (data, key) in enumerate(zip(items, keys, strict=True)):
-        fields = {k: v for k, v in data.items() if k != "flavor"}
+        fields = {k: v for k, v in data.items() if k not in ("flavor", "after")}
         fields.update(_workload(membership.department_id, fields, index if batch else None))
         job = Job(
             owner=user,
@@ -303,6 +305,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
         ))
     Job.objects.bulk_create(jobs)  # ids come back (RETURNING on PostgreSQL and SQLite), in order
     JobEvent.objects.bulk_create(events)
+    dependencies.store_dependencies(jobs=jobs, after=after)
     create_checkpoint_dirs(jobs)
     for job, event in zip(jobs, events, strict=True):
         if job.state == JobState.QUEUED:
@@ -417,11 +420,25 @@ def job_stop(*, job: Job, comment: str) -> Job:
     return retry_on_conflict(run, what=f"stop of job {job.pk}")
 
 
-def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool) -> Job:
+def end_unsatisfiable(*, job: Job, message: str, detail: dict) -> int:
+    """End a queued job whose dependency can never be met (the engine said so): cancelled, with the reason on
+    its timeline and a notification to its owner. Inside the cycle's transaction, its wallet and row locked.
+    Returns 1 when it ended, 0 when it had moved meanwhile."""
+    if not Job.objects.filter(pk=job.pk, state=JobState.QUEUED, attempt=job.attempt).exists():
+        return 0
+    _cancel(user=None, job=job, comment=message, attempt=job.attempt, had_pods=True,
+            reason_code=reasons.DEPENDENCY_NEVER_SATISFIED, data={"detail": detail})
+    notify.dependency_never_satisfied(job=job, message=message, detail=detail)
+    return 1
+
+
+def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool, reason_code: str = "cancelled",
+            data: dict | None = None) -> Job:
     ok = transition(
         job=job,
         to=JobState.CANCELLED,
-        reason_code="cancelled",
+        reason_code=reason_code,
+        data=data,
         message=comment or f"cancelled by {user.get_username() if user else 'the platform'}",
         actor=user,
         finished_at=timezone.now(),

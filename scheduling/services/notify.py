@@ -89,3 +89,9 @@ def approval_requested(*, jobs, reason_of) -> None:
 def approval_decided(*, job, decision: str, actor, comment: str) -> None:
     emit(kind="approval.decided", department_id=job.department_id, users=[job.owner_id],
          data=_job_data(job, decision=decision, actor=actor.get_username(), comment=comment))
+
+
+def dependency_never_satisfied(*, job, message: str, detail: dict) -> None:
+    """The job was ended because a job it depends on ended in a way its condition excludes."""
+    emit(kind="job.dependency_never_satisfied", department_id=job.department_id, users=[job.owner_id],
+         data=_job_data(job, message=message, dependency=str(detail.get("dependency", ""))))

@@ -34,7 +34,7 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     """The quote of ``data`` (validated input, see JobSubmitSerializer) for ``user`` in their department."""
     membership = member(user)
     now = now or timezone.now()
-    fields = {k: v for k, v in data.items() if k != "flavor"}
+    fields = {k: v for k, v in data.items() if k not in ("flavor", "after")}
     job = Job(owner=user, department=membership.department, user_tier=membership.user_tier,
               flavor=data["flavor"], state=JobState.QUEUED, submitted_at=now, **fields)
     gpus_total = job.total_gpus

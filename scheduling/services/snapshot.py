@@ -1,7 +1,8 @@
 """Turn the database into the engine's frozen Snapshot, in a fixed, small number of queries.
 
 Queries: clusters, nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
-preemption count, per-user GPU limits (10, whatever the number of jobs or nodes), plus the budgets' one read of wallets and prices
+preemption count, per-user GPU limits (10, whatever the number of jobs or nodes; two more when queued jobs have
+dependencies: the dependencies, and the jobs they name with the tasks of the arrays they name), plus the budgets' one read of wallets and prices
 (``quotas.budgets.read_for_cycle``: one query without budgets, two with). ``SnapshotContext`` keeps the Job rows the cycle
 read so that applying the result compares against what the decision was made on.
 
@@ -19,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from portal.timestamps import to_epoch
@@ -30,10 +31,12 @@ from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import tiers
 from scheduling.core import types as core
 from scheduling.models import (
+    FINAL_STATES,
     IN_FLIGHT,
     TOTAL_GPUS,
     Cluster,
     Job,
+    JobDependency,
     JobState,
     NamespaceQuotaRefusal,
     Node,
@@ -86,7 +89,8 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     )
     mark_evicting(ctx, active)
     queued = list(
-        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner")
+        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner", "array")
+        .annotate(has_dependencies=Exists(JobDependency.objects.filter(job=OuterRef("pk"))))
         .defer(*UNUSED_FIELDS).order_by("id")
     )
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
@@ -94,10 +98,12 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
     # Where each queued job's data sources are (one read for all of them; none when no job mounts any).
     sources = source_clusters((j.pk, j.department_id, j.mounts or [], j.checkpoint or {}) for j in queued)
+    after, ended = read_dependencies([j.pk for j in queued if j.has_dependencies])
     pending = []
     for j in queued:
         ctx.jobs[j.pk] = j
-        pending.append(pending_job(j, hold=budget.hold_for(j), data_sources=sources.get(j.pk, ())))
+        pending.append(pending_job(j, hold=budget.hold_for(j), data_sources=sources.get(j.pk, ()),
+                                   after=after.get(j.pk, ())))
 
     window_start = now - timedelta(seconds=policy.preemption_window_s)
     recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
@@ -116,8 +122,34 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         clusters=clusters,
         namespace_quotas=read_namespace_quotas(now),
         user_limits=tuple(core.UserLimit(d, u, g) for d, u, g in quota_selectors.user_limits_in_force()),
+        ended=ended,
     )
     return snapshot, ctx
+
+
+def read_dependencies(job_ids: list[int]) -> tuple[dict[int, tuple[core.Dependency, ...]], dict[int, str]]:
+    """The dependencies of these queued jobs as the engine's (an array's: every one of its tasks), and how the
+    jobs they name ended, for those that did (two queries; none without ``job_ids``)."""
+    if not job_ids:
+        return {}, {}
+    rows = list(JobDependency.objects.filter(job_id__in=job_ids).order_by("job_id", "id")
+                .values_list("job_id", "condition", "on_job_id", "on_array_id"))
+    arrays = {a for _, _, _, a in rows if a is not None}
+    named = {j for _, _, j, _ in rows if j is not None}
+    tasks: dict[int, list[int]] = defaultdict(list)
+    ended: dict[int, str] = {}
+    for pk, array_id, state in (Job.objects.filter(Q(pk__in=named) | Q(array_id__in=arrays))
+                                .order_by("pk").values_list("pk", "array_id", "state")):
+        if array_id in arrays:
+            tasks[array_id].append(pk)
+        if state in FINAL_STATES:
+            ended[pk] = state
+    after: dict[int, list[core.Dependency]] = defaultdict(list)
+    for job_id, condition, on_job, on_array in rows:
+        ids = (on_job,) if on_job is not None else tuple(tasks.get(on_array, ()))
+        label = f"job {on_job}" if on_job is not None else f"array {on_array}"
+        after[job_id].append(core.Dependency(condition=condition, job_ids=ids, label=label))
+    return {k: tuple(v) for k, v in after.items()}, ended
 
 
 def read_namespace_quotas(now) -> tuple[core.NamespaceQuotaLimit, ...]:
@@ -239,10 +271,12 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         preemptible=tiers.preemptible(j.tier) and j.pk not in ctx.evicting,
         evicting_for=ctx.evicting_for.get(j.pk),
         user=j.owner.username,
+        array_id=j.array_id,
     )
 
 
-def pending_job(j: Job, *, hold: int, data_sources: tuple = ()) -> core.PendingJob:
+def pending_job(j: Job, *, hold: int, data_sources: tuple = (),
+                after: tuple[core.Dependency, ...] = ()) -> core.PendingJob:
     return core.PendingJob(
         id=j.pk,
         department=j.department.slug,
@@ -263,6 +297,10 @@ def pending_job(j: Job, *, hold: int, data_sources: tuple = ()) -> core.PendingJ
         cluster_preference=label_pairs(j.cluster_preference),
         data_sources=data_sources,
         not_before=to_epoch(j.not_before),
+        held=j.held_at is not None,
+        after=after,
+        array_id=j.array_id,
+        array_throttle=j.array.throttle if j.array_id else None,
     )
 
 

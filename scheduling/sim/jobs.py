@@ -215,13 +215,29 @@ class _Assigner:
             checkpoint_interval_s=r.checkpoint_interval_s,
             cluster_selector=self.labels("cluster_selector", r.cluster_selector, dept),
             cluster_preference=self.labels("cluster_preference", r.cluster_preference, dept),
+            array=r.array,
+            after=r.after,
         )
 
 
 def build_jobs(sc: Scenario, rows: list[tr.TraceRow], *, seed: int) -> list[JobSpec]:
-    """Turn trace rows into JobSpecs, filling missing values by the scenario's ``assign`` rules (seeded)."""
+    """Turn trace rows into JobSpecs, filling missing values by the scenario's ``assign`` rules (seeded). An
+    array's throttle is the one given on any of its rows; a dependency names a known row or array."""
     assigner = _Assigner(sc, seed)
-    return [assigner.job(i, r) for i, r in enumerate(rows)]
+    jobs = [assigner.job(i, r) for i, r in enumerate(rows)]
+    throttles: dict[str, int] = {}
+    for r in rows:
+        if r.array is not None and r.array_throttle is not None:
+            if throttles.setdefault(r.array, r.array_throttle) != r.array_throttle:
+                raise ScenarioError(f"array {r.array}: two throttles ({throttles[r.array]}, {r.array_throttle})")
+    keys = {j.key for j in jobs}
+    arrays = {j.array for j in jobs if j.array is not None}
+    for j in jobs:
+        for _, refs in j.after:
+            for ref in refs:
+                if (ref[1:] not in arrays) if ref.startswith("@") else (ref not in keys):
+                    raise ScenarioError(f"job {j.key}: after names {ref!r}, which is not in the trace")
+    return [replace(j, array_throttle=throttles.get(j.array)) if j.array in throttles else j for j in jobs]
 
 
 def prepare(

@@ -73,6 +73,11 @@ class JobSpec:
     checkpoint_interval_s: float | None = None
     cluster_selector: tuple[tuple[str, str], ...] = ()  # cluster labels it requires
     cluster_preference: tuple[tuple[str, str], ...] = ()  # cluster labels it prefers
+    # Sweeps: the array it is a task of and the array's throttle; what it waits for (condition, trace keys; a
+    # key "@name" is every task of that array).
+    array: str | None = None
+    array_throttle: int | None = None
+    after: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def total_gpus(self) -> int:

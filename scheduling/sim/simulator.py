@@ -27,9 +27,10 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from scheduling.core import ClusterInfo, PendingJob, Quota, RunningJob, Snapshot, money, tiers
+from scheduling.core import ClusterInfo, Dependency, PendingJob, Quota, RunningJob, Snapshot, money, tiers
 from scheduling.core.policy import decay_usage
-from scheduling.core.reasons import BUDGET_INSUFFICIENT
+from scheduling.core.reasons import BUDGET_INSUFFICIENT, DEPENDENCY_NEVER_SATISFIED
+from scheduling.core.sweeps import Gates
 
 from .scenario import REFILL_PERIODS, JobSpec, SimOptions
 
@@ -45,7 +46,7 @@ class SimulationError(RuntimeError):
 class JobRecord:
     spec: JobSpec
     attempt: int = 0
-    state: str = "future"  # future, pending, running, evicting, done
+    state: str = "future"  # future, pending, running, evicting, done, cancelled (a dependency never met)
     start: float | None = None  # start of the current attempt
     first_start: float | None = None
     finish: float | None = None
@@ -190,8 +191,27 @@ class Simulator:
         # core Policy, which has none
         if hasattr(decide, "bind"):
             decide.bind(self.ctx)
+        self._sweeps(jobs)
         for j in jobs:
             self._push(j.submit, SUBMIT, j.id, 0)
+
+    def _sweeps(self, jobs: list[JobSpec]) -> None:
+        """Arrays and dependencies by the core's ids: an array's name -> a number, a trace key -> the job's id;
+        ``ended`` holds how the jobs that others wait for ended (every job the simulator runs succeeds)."""
+        names = sorted({j.array for j in jobs if j.array is not None})
+        self.array_ids = {name: i + 1 for i, name in enumerate(names)}
+        by_key = {j.key: j.id for j in jobs}
+        tasks: dict[str, list[int]] = {}
+        for j in sorted(jobs, key=lambda j: j.id):
+            if j.array is not None:
+                tasks.setdefault(j.array, []).append(j.id)
+        self.after: dict[int, tuple[Dependency, ...]] = {}
+        for j in jobs:
+            if j.after:
+                self.after[j.id] = tuple(
+                    Dependency(cond, tuple(i for k in keys for i in (tasks[k[1:]] if k.startswith("@") else [by_key[k]])),
+                               ", ".join(keys)) for cond, keys in j.after)
+        self.ended: dict[int, str] = {}
 
     # ---------------------------------------------------------------- events
     def _push(self, t, kind, job_id, attempt):
@@ -247,6 +267,7 @@ class Simulator:
             urgency=s.urgency, user_tier=s.user_tier, user=s.user, submitted_at=s.submit, deadline=s.deadline,
             max_runtime_s=s.max_runtime_s, bid=s.bid, attempt=rec.attempt, hold=self._worst_hold(s),
             cluster_selector=s.cluster_selector, cluster_preference=s.cluster_preference,
+            array_id=self.array_ids.get(s.array), array_throttle=s.array_throttle, after=self.after.get(s.id, ()),
         )
         self.pend_gpus[s.department] += s.total_gpus
         self.pend_count[s.department] += 1
@@ -331,6 +352,7 @@ class Simulator:
             gpus_per_pod=s.gpus_per_pod, started_at=t, max_runtime_s=s.max_runtime_s, borrowed=borrowed,
             urgency=s.urgency, user_tier=s.user_tier, submitted_at=s.submit, bid=s.bid, cluster=cluster,
             deadline=s.deadline, preemptible=tiers.preemptible(s.tier), checkpoint_interval_s=self._ckpt(s),
+            array_id=self.array_ids.get(s.array),
         )
         self._push(t + max(s.duration_s - rec.progress_s, 0.0), FINISH, s.id, rec.attempt)
 
@@ -350,6 +372,18 @@ class Simulator:
         rec.state = "done"
         rec.finish = t
         rec.progress_s = rec.spec.duration_s
+        self.ended[rec.spec.id] = "succeeded"
+
+    def _cancel(self, rec: JobRecord, t: float) -> None:
+        """A dependency it waits for can never be met: it leaves the queue without running (as the portal
+        cancels it)."""
+        s = rec.spec
+        del self.pending[s.id]
+        self.pend_gpus[s.department] -= s.total_gpus
+        self.pend_count[s.department] -= 1
+        rec.queued_s += t - rec.pending_since
+        rec.state = "cancelled"
+        self.ended[s.id] = "cancelled"
 
     def _evicted(self, rec: JobRecord, t: float) -> None:
         """End of grace: free the GPUs, keep checkpointed progress, requeue as a new attempt."""
@@ -380,6 +414,7 @@ class Simulator:
             quotas=self.quotas, policy=self.policy_obj, credits=self._credits(),
             usage=MappingProxyType(dict(self.usage)),
             recent_preemptions=sum(n for _, n in self.preempt_times), estimates=False, clusters=self.clusters,
+            ended=MappingProxyType(dict(self.ended)) if self.after else MappingProxyType({}),
         )
 
     def _bad(self, kind: str, msg: str) -> None:
@@ -398,6 +433,12 @@ class Simulator:
             for p in res.pending:
                 if p.code == BUDGET_INSUFFICIENT and p.job_id in self.records:
                     self.records[p.job_id].budget_blocked = True
+        if DEPENDENCY_NEVER_SATISFIED in self.last_codes:
+            for p in res.pending:
+                rec = self.records.get(p.job_id)
+                if p.code == DEPENDENCY_NEVER_SATISFIED and rec is not None and rec.state == "pending":
+                    self._cancel(rec, t)
+        gates = Gates(snap)  # an admission must pass the sweeps' gates too, whatever the policy
         n_pre = 0
         grace = self.opt.preemption_grace_s
         for p in res.preemptions:
@@ -441,11 +482,16 @@ class Simulator:
             if not ok:
                 self._bad("admission", f"job {s.id} does not fit on {a.placement}")
                 continue
+            closed = gates.check(self.pending[s.id])
+            if closed is not None:
+                self._bad("admission", f"job {s.id} is kept out by its sweep: {closed[0]}")
+                continue
             if any(self.node_cluster[n] != a.cluster for n in need) or not self.cluster_open.get(a.cluster, True) or (
                 s.cluster_selector and not self.cluster_labels.get(a.cluster, frozenset()).issuperset(s.cluster_selector)
             ):
                 self._bad("admission", f"job {s.id} may not start on cluster {a.cluster} ({a.placement})")
                 continue
+            gates.admitted(self.pending[s.id])
             self._start(rec, a.placement, a.borrowed, a.cluster, t, a.price)
             n_adm += 1
         return n_adm, n_pre

@@ -6,7 +6,11 @@ seeded], ``tier`` [assigned by the scenario's rules/fractions, else ``elastic``]
 ``normal``], ``flavor`` [the cluster's first flavor], ``deadline_s`` [none; absolute seconds on the trace clock],
 ``bid`` [0], ``max_runtime_s`` [scenario ``max_runtime`` rule], ``pods`` [smallest pod count that divides the
 GPUs and fits the flavor's node size], ``checkpoint_interval_s`` [the scenario's ``simulation.checkpoint_interval_s``;
-0 = this job never checkpoints].
+0 = this job never checkpoints], ``cluster_selector``/``cluster_preference`` [the scenario's; ``key=value;...``],
+and sweeps: ``array`` [none; rows with the same name are the tasks of one array], ``array_throttle`` [none; at
+most that many of the array's tasks at once, given on any of its rows], ``after`` [none; what the job waits for:
+``afterok:KEY[:KEY...]``, several joined by ``;``, where KEY is another row's ``job_id`` or ``@NAME`` an array,
+and the condition one of ``afterok``, ``afterany``, ``afternotok``].
 
 Times are seconds on the trace's own clock (any origin). Nothing here reads a clock or imports Django.
 """
@@ -23,7 +27,7 @@ from scheduling.core.csvcells import safe_cell
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "gpus", "department")
 OPTIONAL = ("user", "tier", "urgency", "flavor", "deadline_s", "bid", "max_runtime_s", "pods", "checkpoint_interval_s",
-            "cluster_selector", "cluster_preference")
+            "cluster_selector", "cluster_preference", "array", "array_throttle", "after")
 COLUMNS = REQUIRED + OPTIONAL
 # The file's ``gpus`` column (the job's GPUs, all its pods) is the row's ``total_gpus``; the others are named alike.
 _ATTRIBUTE = {"gpus": "total_gpus"}
@@ -58,6 +62,9 @@ class TraceRow:
     # scenario's per-department assignment
     cluster_selector: tuple[tuple[str, str], ...] | None = None
     cluster_preference: tuple[tuple[str, str], ...] | None = None
+    array: str | None = None  # rows with the same array name are the tasks of one array
+    array_throttle: int | None = None
+    after: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (condition, keys): a key is a job_id or "@" + an array
 
 
 def _opt_float(v: str | None) -> float | None:
@@ -89,6 +96,24 @@ def _opt_labels(v: str | None) -> tuple[tuple[str, str], ...] | None:
     return tuple(sorted(pairs))
 
 
+AFTER_CONDITIONS = ("afterok", "afterany", "afternotok")
+
+
+def _opt_after(v: str | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``afterok:j1:j2;afterany:@sweep`` as (condition, keys) pairs."""
+    out = []
+    for part in filter(None, (p.strip() for p in (v or "").split(";"))):
+        condition, *keys = [k.strip() for k in part.split(":")]
+        if condition not in AFTER_CONDITIONS or not keys or not all(keys):
+            raise ValueError(f"after must be afterok|afterany|afternotok:KEY[:KEY...] joined by ';', got {part!r}")
+        out.append((condition, tuple(keys)))
+    return tuple(out)
+
+
+def _fmt_after(after) -> str:
+    return ";".join(f"{c}:{':'.join(keys)}" for c, keys in after)
+
+
 def parse_rows(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceRow]:
     """Parse trace CSV text (an iterable of lines, header first) into rows, validating the columns."""
     reader = csv.DictReader(lines)
@@ -115,11 +140,16 @@ def parse_rows(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceRo
                 checkpoint_interval_s=_opt_float(rec.get("checkpoint_interval_s")),
                 cluster_selector=_opt_labels(rec.get("cluster_selector")),
                 cluster_preference=_opt_labels(rec.get("cluster_preference")),
+                array=_opt_str(rec.get("array")),
+                array_throttle=_opt_int(rec.get("array_throttle")),
+                after=_opt_after(rec.get("after")),
             )
         except (TypeError, ValueError) as exc:
             raise TraceError(f"{source}:{n}: {exc}") from None
         if row.total_gpus < 0 or row.duration_s < 0 or (row.checkpoint_interval_s or 0) < 0:
             raise TraceError(f"{source}:{n}: negative gpus, duration or checkpoint interval")
+        if row.array_throttle is not None and (row.array_throttle < 1 or row.array is None):
+            raise TraceError(f"{source}:{n}: array_throttle must be at least 1, on a row with an array")
         out.append(row)
     return out
 
@@ -132,6 +162,8 @@ def read_csv(path: str | Path) -> list[TraceRow]:
 def _fmt(v) -> str:
     if v is None:
         return ""
+    if isinstance(v, tuple) and v and isinstance(v[0][1], tuple):  # the after column
+        return _fmt_after(v)
     if isinstance(v, tuple):
         return ";".join(f"{k}={val}" for k, val in v)
     if isinstance(v, float):

@@ -21,6 +21,7 @@ from portal.forms import credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
+from scheduling.api.sweeps import ArraySubmitSerializer
 from scheduling.backends.base import BackendError
 from scheduling.models import (
     Cluster,
@@ -35,10 +36,12 @@ from scheduling.models import (
     Urgency,
 )
 from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
+from scheduling.services.dependencies import dependencies_of
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
 from scheduling.services.sessions import route_context
+from scheduling.services.sweeps import array_submit
 from scheduling.services.templates import spec_of_job, template_create, templates_for
 from scheduling.views.templates import spec_form_values
 from workloads.models import DataSource
@@ -110,6 +113,9 @@ def _form_to_payload(post) -> tuple[dict, dict]:
     checkpoint = post.get("checkpoint", "").strip()
     if checkpoint:
         payload["checkpoint"] = True if checkpoint.lower() in ("yes", "true") else {"source": checkpoint}
+    for field in ("array", "after"):  # a sweep's indices (0-63%8) and what the job waits for (afterok:a7)
+        if post.get(field, "").strip():
+            payload[field] = post[field].strip()
     codes = [c.strip() for c in post.get("retry_on_exit_codes", "").split(",") if c.strip()]
     if codes:
         try:
@@ -193,11 +199,17 @@ def submit(request):
             if saved is not None:
                 return saved
         elif "save_template" not in request.POST:
-            serializer = JobSubmitSerializer(data=payload)
+            serializer = (ArraySubmitSerializer if "array" in payload else JobSubmitSerializer)(data=payload)
             try:
                 valid = serializer.is_valid()
                 if not valid:
                     errors.update({k: _messages(v) for k, v in serializer.errors.items()})
+                if valid and not errors and "array" in payload:
+                    data = dict(serializer.validated_data)
+                    array, _ = array_submit(user=request.user, data=data, spec=data.pop("array"),
+                                            indices=payload["array"],
+                                            idempotency_key=request.POST.get("idempotency_key") or None)
+                    return redirect("dashboard:array", pk=array.pk)
                 if valid and not errors:
                     job, _ = job_submit(user=request.user, data=serializer.validated_data,
                                         idempotency_key=request.POST.get("idempotency_key") or None)
@@ -228,6 +240,7 @@ def submit_quote(request):
     errors while the form is not valid yet. Nothing is submitted."""
     member(request.user)
     payload, errors = _form_to_payload(request.POST)
+    payload.pop("array", None)  # an array's quote is its one task's (each task is quoted alike)
     serializer = JobSubmitSerializer(data=payload)
     quote = None
     try:
@@ -252,6 +265,7 @@ def job_detail(request, pk: int):
     )
     return render(request, "scheduling/job.html", {
         "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
+        "after": dependencies_of(job),
         "queue_position": queue_position(job=job),
         "eta": wall_eta(job.estimated_start, cluster=job.cluster.name if job.cluster_id else "default"),
         "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,

@@ -49,6 +49,13 @@ def test_a_single_pod_gets_no_service_and_only_its_job_and_attempt(kube_backend,
     assert env_of(pod) == {"EPOCHS": "3", "PORTAL_JOB_ID": "42", "PORTAL_ATTEMPT": "3"}
 
 
+def test_an_array_task_gets_its_array_id_index_and_count(kube_backend, kube_fake, make_podset, gpu_nodes):
+    kube_backend.start(make_podset(array_id=7, array_index=12, array_count=64), ("gpu-0",))
+    env = env_of(kube_fake.pod(NS, "job-42-a1"))
+    assert {k: env[k] for k in ("PORTAL_ARRAY_ID", "PORTAL_ARRAY_INDEX", "PORTAL_ARRAY_COUNT")} == {
+        "PORTAL_ARRAY_ID": "7", "PORTAL_ARRAY_INDEX": "12", "PORTAL_ARRAY_COUNT": "64"}
+
+
 def test_the_service_goes_with_the_attempt(kube_backend, kube_fake, make_podset, gpu_nodes):
     gang = make_podset(pods=2)
     kube_backend.start(gang, ("gpu-0", "gpu-1"))

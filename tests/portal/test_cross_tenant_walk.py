@@ -40,6 +40,8 @@ from scheduling.models import (
     AttemptLog,
     DepartmentSample,
     Job,
+    JobArray,
+    JobDependency,
     JobEvent,
     JobState,
     JobTemplate,
@@ -76,7 +78,7 @@ FORM_BODIES = [{}, {"comment": "x"}, {"direction": "credit", "amount": "1", "com
 # (a flavor, a price) belongs to no department.
 FOREIGN_PARAMS = {"pk", "slug", "username"}
 GLOBAL_PK_ROUTES = {"price-detail", "price_delete"}
-KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token", "group"}
+KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token", "group", "verb"}
 
 
 @pytest.fixture(autouse=True)
@@ -109,6 +111,12 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
     SessionGrant.objects.create(job=jobs["session"], user=owner, code_hash=f"{prefix}code".ljust(64, "0"),
                                 code_expires_at=timezone.now(), expires_at=timezone.now(), token_hash="")
     AttemptLog.objects.create(job=jobs["succeeded"], attempt=1, text=f"{prefix}secretlog line")
+    # a sweep: an array with a queued task, and the queued job waiting for it and for the running job
+    array = JobArray.objects.create(owner=owner, department=dept, name=f"{prefix}secretarray", indices="0", size=1)
+    Job.objects.create(owner=owner, department=dept, name=f"{prefix}secretjob-task", image="x", command=["true"],
+                       flavor=lab.a100, gpus_per_pod=1, state="queued", array=array, array_index=0)
+    JobDependency.objects.create(job=jobs["queued"], condition="afterok", on_array=array)
+    JobDependency.objects.create(job=jobs["queued"], condition="afterany", on_job=jobs["running"])
     DepartmentSample.objects.create(at=timezone.now(), department=dept, flavor=lab.a100, nominal=3,
                                     busy_gpus=numbers[4], borrowed_gpus=0)
     wallets.wallet_create(department=dept, actor=lab.root, balance=numbers[0])
@@ -148,7 +156,7 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                                  description=f"{prefix}secrettemplate personal"),
                  template_create(user=admin, name=f"{prefix}-shared", spec=spec, scope="department",
                                  description=f"{prefix}secrettemplate shared")]
-    return {"jobs": jobs, "pending": jobs["pending_approval"], "token": token, "webhooks": [hook, dept_hook],
+    return {"jobs": jobs, "pending": jobs["pending_approval"], "array": array, "token": token, "webhooks": [hook, dept_hook],
             "quota_request": request, "templates": templates,
             "quota": Quota.objects.get(department=dept, flavor=lab.a100)}
 
@@ -187,11 +195,14 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
         pks = [seeded["quota"].pk]
     elif "template" in name:
         pks = [t.pk for t in seeded["templates"]]
+    elif "array" in name:
+        pks = [seeded["array"].pk]
     else:  # a job, in every state
         pks = [j.pk for j in seeded["jobs"].values()]
     query = (f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
              f"&template={seeded['templates'][1].pk}&clone={seeded['jobs']['running'].pk}")
-    values = {"slug": "vision", "username": "alice", "name": "a100-80gb", "token": "not-a-signed-token", "group": "g"}
+    values = {"slug": "vision", "username": "alice", "name": "a100-80gb", "token": "not-a-signed-token", "group": "g",
+              "verb": "cancel"}
     return [(_fill(route, {"pk": str(pk), **values}) + query,
              names_foreign) for pk in pks]
 
@@ -307,7 +318,9 @@ def test_every_parameter_is_known():
 def _state(lab):
     vision_jobs = Job.objects.filter(department=lab.vision)
     return (
-        sorted(vision_jobs.values_list("name", "state", "attempt", "reason_code")),
+        sorted(vision_jobs.values_list("name", "state", "attempt", "reason_code", "held_at")),
+        sorted(JobDependency.objects.filter(job__department=lab.vision).values_list("job_id", "condition", "on_job_id",
+                                                                                     "on_array_id")),
         JobEvent.objects.filter(job__department=lab.vision).count(),
         Approval.objects.filter(job__department=lab.vision).count(),
         Wallet.objects.filter(department=lab.vision).values_list("balance", "held").get(),

@@ -96,10 +96,14 @@ def rendezvous_env(podset: PodSet, index: int) -> list[tuple[str, str]]:
     name in the Service's subdomain, resolvable in the namespace), ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK``
     (pods and this pod's index: right for one process per pod; torchrun overrides both in the workers it
     starts), ``NODE_RANK`` / ``PORTAL_NODE_RANK`` (the index), ``PORTAL_WORLD_SIZE`` (pods) and
-    ``PORTAL_NPROC_PER_NODE`` (the pod's GPUs: torchrun's ``--nproc-per-node``)."""
+    ``PORTAL_NPROC_PER_NODE`` (the pod's GPUs: torchrun's ``--nproc-per-node``). A task of a job array also
+    gets ``PORTAL_ARRAY_ID``, ``PORTAL_ARRAY_INDEX`` and ``PORTAL_ARRAY_COUNT`` (docs/sweeps.md)."""
     env = [("PORTAL_JOB_ID", str(podset.job_id)), ("PORTAL_ATTEMPT", str(podset.attempt))]
     if podset.has_route:  # the path its route serves it under: an app that builds its own links needs it
         env += [("PORTAL_BASE_URL", f"/s/{podset.job_id}/"), ("PORTAL_PORT", str(podset.port))]
+    if podset.array_id is not None:
+        env += [("PORTAL_ARRAY_ID", str(podset.array_id)), ("PORTAL_ARRAY_INDEX", str(podset.array_index)),
+                ("PORTAL_ARRAY_COUNT", str(podset.array_count))]
     if podset.pods < 2:
         return env
     pods, rank = str(podset.pods), str(index)

@@ -291,13 +291,22 @@ def parse_sets(sets: tuple[str, ...]) -> dict:
               help="Override one field (repeatable), e.g. --set gpus=4 --set name=run-2.")
 @click.option("--key", help="Idempotency-Key: re-running with the same key and file never duplicates jobs.")
 @click.option("--wait", "wait_", is_flag=True, help="Then wait for the job to end (exit 1 if it fails).")
+@click.option("--array", help="Submit a job array: 0-63%8 is 64 tasks, at most 8 at once ({{index}} in the "
+              "command and env is each task's index).")
+@click.option("-d", "--dependency", "after", help="Wait for other jobs: afterok:12, afterany:a7 (array 7), "
+              "afternotok:12:13; several joined by commas.")
 @command
-def submit(state: State, path, template, sets, key, wait_):
+def submit(state: State, path, template, sets, key, wait_, array, after):
     """Submit the job (or the list of jobs, as one all-or-nothing batch) in a file, or one from a template."""
     if path is None and template is None:
         fail("give a job file (-f FILE) or a template (--template NAME)", USAGE)
     spec = load_jobs(path) if path is not None else {}
     client = state.client()
+    if after:
+        sets = (*sets, f"after={json.dumps(after)}")  # JSON is YAML: the text stays a string
+    if array is not None:
+        return cli_sweeps.submit_array(state, spec if isinstance(spec, dict) else fail("--array takes one job", USAGE),
+                            array=array, template=template, overrides=parse_sets(sets), key=key)
     if isinstance(spec, list):
         if template or sets:
             fail("--template and --set apply to one job: the file holds a list", USAGE)
@@ -607,6 +616,9 @@ def completion(shell):
 
     cls = get_completion_class(shell)
     click.echo(cls(cli, {}, "gpup", "_GPUP_COMPLETE").source())
+
+
+from gpuportal import cli_sweeps  # noqa: E402, F401 - registers gpup hold, release and array on the group above
 
 
 def main() -> None:

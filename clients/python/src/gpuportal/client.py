@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from gpuportal import config, errors
+from gpuportal.sweeps import SweepsMixin
 
 __all__ = ["Client", "FINAL_STATES", "JOB_DEFAULTS"]
 
@@ -73,7 +74,7 @@ def _decode(response: httpx.Response) -> Any:
         return response.text
 
 
-class Client:
+class Client(SweepsMixin):
     """A session with the portal.
 
     ``Client(url, token)``, or ``Client.from_env()`` for ``GPU_PORTAL_URL``/``GPU_PORTAL_TOKEN`` or the config
