@@ -8,7 +8,6 @@ from scheduling.backends.base import BackendError, ClusterUnavailable, EvictionO
 from .client import ApiError
 from .connection import KubeConnection
 from .errors import MULTIPLE_PDBS, _mapped
-from .podspec import attempt_base_name
 from .rendezvous import delete_own_budget, delete_service
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -104,12 +103,7 @@ class PodEviction(KubeConnection):
                 return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
                                        partial=bool(removed))
         delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
-        try:
-            self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
-                           attempt_base_name(job_id, attempt), namespace)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
         return EvictionOutcome("accepted" if removed else "gone", pods=tuple(removed))
 
     @_mapped
@@ -123,9 +117,4 @@ class PodEviction(KubeConnection):
                 if exc.status != 404:
                     raise
         delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
-        try:
-            self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
-                           attempt_base_name(job_id, attempt), namespace)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
