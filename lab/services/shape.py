@@ -24,6 +24,7 @@ from quotas.api.budgets import (
 )
 from quotas.api.views import FlavorInputSerializer, QuotaCreateSerializer
 from quotas.models import Flavor
+from quotas.services import rules
 from scheduling.api.clusters import ClusterCreateSerializer, NodeGroupInputSerializer
 from scheduling.api.serializers import JobTemplateWriteSerializer
 from scheduling.core.policy import PolicyError, policy_from_dict
@@ -32,6 +33,7 @@ from scheduling.models import Cluster
 from scheduling.services import cluster_config
 from workloads.api.serializers import SecretCreateSerializer
 from workloads.api.sources import DataSourceInputSerializer
+from workloads.services import sources as source_services
 
 VERSION = 1
 
@@ -395,8 +397,11 @@ class _LabShape(_Shape):
         self.read(v, p, MEMBER, {"password_env": self.string})
 
     def quota(self, v, p):
-        if self.read(v, p, QUOTA) and isinstance(v.get("lending_limit"), int) and v["lending_limit"] > v["nominal"]:
-            self.err((*p, "lending_limit"), "The lending limit cannot exceed the nominal quota.")
+        if self.read(v, p, QUOTA):
+            errors = rules.quota_limit_errors(nominal=v.get("nominal"), borrowing=v.get("borrowing_limit"),
+                                              lending=v.get("lending_limit"))
+            for name, items in errors.items():
+                self.details([i["message"] for i in items], (*p, name))
 
     def quotas(self, v, p):
         if not self.mapping(v, p, "a mapping of flavor (or flavor@cluster): {nominal: ...}"):
@@ -520,8 +525,8 @@ class _LabShape(_Shape):
         for j, slug in enumerate(v.get("shared_with") if isinstance(v.get("shared_with"), list) else []):
             if isinstance(slug, str):
                 self.department_ref(slug, (*p, "shared_with", j))
-        if v.get("kind") == "dataset" and v.get("writable") is True:
-            self.err((*p, "writable"), "a shared dataset is read-only")
+        for name, items in source_services.kind_errors(kind=v.get("kind"), writable=v.get("writable")).items():
+            self.details([i["message"] for i in items], (*p, name))
 
     def data_sources(self, v, p):
         self.items(v, p, self.data_source, None)
