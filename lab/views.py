@@ -25,7 +25,15 @@ from lab.api.serializers import (
 from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from lab.services import departments, members
 from portal.errors import Forbidden, NotFound, PortalError
-from portal.forms import form_payload, labels_into, refusal_text, render_form, service_errors, submit_form
+from portal.forms import (
+    act_and_flash,
+    form_payload,
+    labels_into,
+    refusal_text,
+    render_form,
+    service_errors,
+    submit_form,
+)
 from portal.models import Department, Membership, Role, UserTier
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
 from quotas.api.views import (
@@ -195,11 +203,9 @@ def archive(request, slug: str):
 def restore(request, slug: str):
     dept = Department.objects.get_or_404(request.user, ADMIN, slug=slug,
                                          message="Only platform admins restore departments.")
-    try:
-        departments.department_restore(department=dept, actor=request.user, reason=request.POST.get("reason", ""))
-        messages.success(request, f"{slug} restored: it takes jobs and members again.")
-    except PortalError as exc:
-        messages.error(request, exc.message)
+    act_and_flash(request, lambda: departments.department_restore(
+        department=dept, actor=request.user, reason=request.POST.get("reason", "")),
+        f"{slug} restored: it takes jobs and members again.")
     return redirect("lab:department", slug=slug)
 
 
@@ -385,11 +391,8 @@ def flavor_delete(request, name: str):
     flavor = Flavor.objects.filter(name=name).first()
     if flavor is None:
         raise NotFound("No such flavor.")
-    try:
-        flavor_services.flavor_delete(flavor=flavor, actor=request.user)
-        messages.success(request, f"Flavor {name} deleted.")
-    except PortalError as exc:
-        messages.error(request, exc.message)
+    act_and_flash(request, lambda: flavor_services.flavor_delete(flavor=flavor, actor=request.user),
+                  f"Flavor {name} deleted.")
     return redirect("lab:flavors")
 
 
@@ -457,9 +460,6 @@ def node_group_delete(request, name: str, group: str):
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         raise NotFound("No such cluster.")
-    try:
-        cluster_config.node_group_delete(cluster=cluster, actor=request.user, name=group)
-        messages.success(request, f"Node group {name}/{group} removed.")
-    except PortalError as exc:
-        messages.error(request, exc.message)
+    act_and_flash(request, lambda: cluster_config.node_group_delete(cluster=cluster, actor=request.user, name=group),
+                  f"Node group {name}/{group} removed.")
     return redirect("lab:clusters")

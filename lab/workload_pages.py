@@ -9,14 +9,15 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.errors import Forbidden, PortalError, ValidationFailed
-from portal.forms import form_payload, render_form, submit_form
+from portal.errors import Forbidden, ValidationFailed
+from portal.forms import act_and_flash, form_payload, render_form, submit_form
 from portal.models import Department
-from portal.tenancy import CHANGE, VIEW, member, require_role
+from portal.tenancy import CHANGE, member, require_role
 from scheduling.models import Cluster
 from workloads.api.serializers import SecretCreateSerializer, SecretUpdateSerializer
 from workloads.api.sources import DataSourceInputSerializer
 from workloads.models import DataSource, DepartmentSecret
+from workloads.selectors import data_sources_for, secrets_for
 from workloads.services import secrets as secret_services
 from workloads.services import sources as source_services
 
@@ -54,12 +55,10 @@ def _secret_payload(post, errors: dict) -> dict:
 def secrets(request):
     """Your department's secrets: names, keys and whether values are set (never the values). Department admins
     declare, rotate and delete them here; values typed into the forms are never shown back."""
-    m = member(request.user)
+    m, is_admin = _declaring(request, "secrets")
     errors: dict = {}
     values = {}
-    is_admin = _administers_secrets(request.user)
     if request.method == "POST":
-        require_role(request.user, CHANGE, "Only department admins can declare secrets.")
         values = {k: v for k, v in request.POST.dict().items() if k not in ("values", "password")}
         pre: dict = {}
         payload = _secret_payload(request.POST, pre)
@@ -78,17 +77,22 @@ def secrets(request):
         errors = submit_form(SecretCreateSerializer, payload, apply, pre)
         if not errors:
             return redirect("lab:secrets")
-    rows = DepartmentSecret.objects.restrict(request.user, VIEW).select_related("department", "created_by")
-    return render_form(request, "lab/secrets.html", {"membership": m, "rows": rows, "values": values,
+    return render_form(request, "lab/secrets.html", {"membership": m, "rows": secrets_for(request.user), "values": values,
                                                      "is_admin": is_admin}, errors)
 
 
-def _administers_secrets(user) -> bool:
+def _declaring(request, what: str):
+    """The page's member, and whether they may declare ``what`` (department and platform admins); anyone
+    else's POST is refused."""
+    m = member(request.user)
     try:
-        require_role(user, CHANGE)
+        require_role(request.user, CHANGE)
+        may_declare = True
     except Forbidden:
-        return False
-    return True
+        may_declare = False
+    if request.method == "POST" and not may_declare:
+        require_role(request.user, CHANGE, f"Only department admins can declare {what}.")
+    return m, may_declare
 
 
 def _secret(request, slug: str, name: str) -> DepartmentSecret:
@@ -143,12 +147,10 @@ def _source_departments(slugs: list[str]) -> list[Department]:
 def data_sources(request):
     """The data sources your department may mount (its own, and those shared with it); department admins
     declare their department's here and delete them, platform admins any (a blank department: platform-owned)."""
-    m = member(request.user)
+    m, may_declare = _declaring(request, "data sources")
     errors: dict = {}
     values = {}
-    may_declare = _administers_secrets(request.user)
     if request.method == "POST":
-        require_role(request.user, CHANGE, "Only department admins can declare data sources.")
         values = request.POST.dict()
         payload = form_payload(request.POST, SOURCE_FORM_FIELDS, checkboxes=("shared_with_all", "writable"))
         if not m.is_platform_admin:  # a department admin declares their own department's sources
@@ -172,8 +174,7 @@ def data_sources(request):
         errors = submit_form(DataSourceInputSerializer, payload, apply)
         if not errors:
             return redirect("lab:data_sources")
-    rows = (DataSource.objects.restrict(request.user, VIEW).select_related("cluster", "department")
-            .prefetch_related("shared_with").order_by("name", "cluster__name"))
+    rows = data_sources_for(request.user)
     changeable = set(DataSource.objects.restrict(request.user, CHANGE).values_list("pk", flat=True))
     clusters = Cluster.objects.order_by("name").values_list("name", flat=True) if may_declare else []
     return render_form(request, "lab/data_sources.html",
@@ -185,9 +186,6 @@ def data_sources(request):
 @require_POST
 def data_source_delete(request, pk: int):
     source = DataSource.objects.get_or_404(request.user, CHANGE, pk=pk)
-    try:
-        source_services.data_source_delete(actor=request.user, source=source)
-        messages.success(request, f"Data source {source.name} deleted.")
-    except PortalError as exc:
-        messages.error(request, exc.message)
+    act_and_flash(request, lambda: source_services.data_source_delete(actor=request.user, source=source),
+                  f"Data source {source.name} deleted.")
     return redirect("lab:data_sources")

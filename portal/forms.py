@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.shortcuts import render
 
 from portal.errors import Forbidden, NotFound, PortalError, ValidationFailed
@@ -96,6 +97,19 @@ def refusal_text(exc: PortalError) -> str:
     """A service's refusal in one line, for a page's flash message: its message, then its field errors."""
     detail = "; ".join(i["message"] for items in exc.fields.values() for i in items)
     return f"{exc.message} {detail}".strip()
+
+
+def act_and_flash(request, action, success: str = "") -> bool:
+    """A page's one-click POST (delete, restore, cancel): run ``action`` (a service call) and say how it went
+    as a flash message, ``success`` or the service's refusal. Returns whether it was applied."""
+    try:
+        action()
+    except PortalError as exc:
+        messages.error(request, exc.message)
+        return False
+    if success:
+        messages.success(request, success)
+    return True
 
 
 def submit_form(serializer_class, payload: dict, apply, errors: dict | None = None) -> dict[str, list[str]]:

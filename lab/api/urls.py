@@ -1,13 +1,11 @@
 """The lab's endpoints (mounted under /api/v1/): departments and their members. Trailing slashes optional."""
 
 from django.urls import include, path, re_path
-from rest_framework.routers import DefaultRouter
 
 from lab.api import views
+from portal.api.routers import Router
 
-router = DefaultRouter()
-router.trailing_slash = "/?"
-router.include_root_view = False
+router = Router()
 router.register("departments", views.DepartmentViewSet, basename="department")
 
 urlpatterns = [

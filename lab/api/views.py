@@ -18,6 +18,7 @@ from lab.api.serializers import (
 )
 from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from lab.services import departments, members
+from portal.api.serializers import validated
 from portal.models import Department, Membership
 from portal.tenancy import ADMIN, CHANGE, VIEW, require_role
 
@@ -38,17 +39,15 @@ class DepartmentViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=DepartmentCreateSerializer, responses={201: DepartmentSerializer})
     def create(self, request):
         require_role(request.user, ADMIN, "Only platform admins can create departments.")
-        s = DepartmentCreateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        dept = departments.department_create(actor=request.user, **s.validated_data)
+        body = validated(DepartmentCreateSerializer, request.data)
+        dept = departments.department_create(actor=request.user, **body)
         return Response(DepartmentSerializer(dept).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=DepartmentUpdateSerializer, responses=DepartmentSerializer)
     def partial_update(self, request, slug=None):
         dept = self.get_object(ADMIN)
-        s = DepartmentUpdateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        dept = departments.department_rename(department=dept, actor=request.user, **s.validated_data)
+        body = validated(DepartmentUpdateSerializer, request.data)
+        dept = departments.department_rename(department=dept, actor=request.user, **body)
         return Response(DepartmentSerializer(dept).data)
 
     @extend_schema(methods=["GET"], request=None, responses=ArchiveImpactSerializer)
@@ -60,9 +59,8 @@ class DepartmentViewSet(viewsets.ReadOnlyModelViewSet):
         dept = self.get_object(ADMIN)
         if request.method == "GET":
             return Response(departments.archive_impact(dept))
-        s = DepartmentArchiveSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        return Response(departments.department_archive(department=dept, actor=request.user, **s.validated_data))
+        body = validated(DepartmentArchiveSerializer, request.data)
+        return Response(departments.department_archive(department=dept, actor=request.user, **body))
 
     @extend_schema(request=None, responses=DepartmentSerializer)
     @action(detail=True, methods=["post"])
@@ -85,9 +83,8 @@ class MemberListView(APIView):
     def post(self, request, slug):
         dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
                                              message="Only the department's admins can add members.")
-        s = MemberCreateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        m = members.member_add(department=dept, actor=request.user, **s.validated_data)
+        body = validated(MemberCreateSerializer, request.data)
+        m = members.member_add(department=dept, actor=request.user, **body)
         return Response(MemberSerializer(m).data, status=status.HTTP_201_CREATED)
 
 
@@ -107,9 +104,8 @@ class MemberDetailView(APIView):
     @extend_schema(request=MemberUpdateSerializer, responses=MemberSerializer)
     def patch(self, request, slug, username):
         m = self._member(request, slug, username, CHANGE)
-        s = MemberUpdateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        m = members.member_change(membership=m, actor=request.user, **s.validated_data)
+        body = validated(MemberUpdateSerializer, request.data)
+        m = members.member_change(membership=m, actor=request.user, **body)
         return Response(MemberSerializer(m).data)
 
     @extend_schema(request=None, responses={204: None})

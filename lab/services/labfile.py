@@ -34,6 +34,7 @@ from portal.services import sso as sso_services
 from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, UserLimit, Wallet
 from quotas.services import flavors as flavor_services
 from quotas.services import pricing, rules, user_limits, wallets
+from scheduling.core import tiers as tier_table
 from scheduling.core.policy import policy_from_dict, policy_to_dict
 from scheduling.models import Cluster
 from scheduling.services import cluster_config
@@ -319,9 +320,10 @@ class _Applier(WorkloadSections):
                 if old == price:
                     continue
                 up = old is None or price > old
-                # Realtime must stay dearer at every step: raise realtime and lower the others first.
-                first = (tier == "realtime") == up
-                steps.append((0 if first else 1, 0 if tier == "realtime" else 1, tier, price, old))
+                # A premium tier (realtime) must stay dearer at every step: raise it and lower the others first.
+                premium = tier_table.is_premium(tier)
+                first = premium == up
+                steps.append((0 if first else 1, 0 if premium else 1, tier, price, old))
             for _, _, tier, price, old in sorted(steps):
                 self.run(("prices", fname, tier), "+" if old is None else "~", f"price {fname}/{tier}",
                          [f"per_gpu_hour: {_fmt(old)} -> {price}"] if old is not None else [f"{price} mcr/GPU-h"],

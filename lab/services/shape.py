@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import yaml
@@ -24,6 +25,7 @@ from quotas.api.budgets import (
 from quotas.api.user_limits import UserLimitSerializer
 from quotas.api.views import FlavorInputSerializer, QuotaCreateSerializer
 from quotas.models import Flavor
+from quotas.services import rules
 from scheduling.api.clusters import ClusterCreateSerializer, NodeGroupInputSerializer
 from scheduling.api.serializers import JobTemplateWriteSerializer
 from scheduling.core.policy import PolicyError, policy_from_dict
@@ -32,6 +34,7 @@ from scheduling.models import Cluster
 from scheduling.services import cluster_config
 from workloads.api.serializers import SecretCreateSerializer
 from workloads.api.sources import DataSourceInputSerializer
+from workloads.services import sources as source_services
 
 VERSION = 1
 
@@ -363,15 +366,17 @@ class _LabShape(_Shape):
         return {i[name] for i in items if isinstance(i, dict) and isinstance(i.get(name), str)} \
             if isinstance(items, list) else set()
 
-    def flavor_ref(self, v, p):
+    def declared_ref(self, v, p, kind: str, names: set) -> None:
+        """``v`` names a ``kind`` that the database or the file declares."""
         self.string(v, p)
-        if isinstance(v, str) and v not in self.flavors:
-            self.err(p, f"no flavor {v} (declare it under flavors:)")
+        if isinstance(v, str) and v not in names:
+            self.err(p, f"no {kind} {v} (declare it under {kind}s:)")
+
+    def flavor_ref(self, v, p):
+        self.declared_ref(v, p, "flavor", self.flavors)
 
     def department_ref(self, v, p):
-        self.string(v, p)
-        if isinstance(v, str) and v not in self.departments:
-            self.err(p, f"no department {v} (declare it under departments:)")
+        self.declared_ref(v, p, "department", self.departments)
 
     def flavor(self, v, p):
         self.read(v, p, FLAVOR)
@@ -394,8 +399,11 @@ class _LabShape(_Shape):
         self.read(v, p, MEMBER, {"password_env": self.string})
 
     def quota(self, v, p):
-        if self.read(v, p, QUOTA) and isinstance(v.get("lending_limit"), int) and v["lending_limit"] > v["nominal"]:
-            self.err((*p, "lending_limit"), "The lending limit cannot exceed the nominal quota.")
+        if self.read(v, p, QUOTA):
+            errors = rules.quota_limit_errors(nominal=v.get("nominal"), borrowing=v.get("borrowing_limit"),
+                                              lending=v.get("lending_limit"))
+            for name, items in errors.items():
+                self.details([i["message"] for i in items], (*p, name))
 
     def quotas(self, v, p):
         if not self.mapping(v, p, "a mapping of flavor (or flavor@cluster): {nominal: ...}"):
@@ -505,18 +513,10 @@ class _LabShape(_Shape):
 
     def secrets(self, v, p):
         self.items(v, p, self.secret, None)
-        seen: dict = {}
-        for i, item in enumerate(v if isinstance(v, list) else []):
-            key = (item.get("department"), item.get("name")) if isinstance(item, dict) else None
-            if key and all(isinstance(k, str) for k in key):
-                if key in seen:
-                    self.err((*p, i, "name"), f"{key[0]}/{key[1]} is declared twice (also item {seen[key] + 1})")
-                seen.setdefault(key, i)
+        self.once_each(v, p, "department", lambda key: f"{key[0]}/{key[1]} is declared twice")
 
     def cluster_ref(self, v, p):
-        self.string(v, p)
-        if isinstance(v, str) and v not in self.clusters:
-            self.err(p, f"no cluster {v} (declare it under clusters:)")
+        self.declared_ref(v, p, "cluster", self.clusters)
 
     def data_source(self, v, p):
         self.read(v, p, DATA_SOURCE)
@@ -529,18 +529,21 @@ class _LabShape(_Shape):
         for j, slug in enumerate(v.get("shared_with") if isinstance(v.get("shared_with"), list) else []):
             if isinstance(slug, str):
                 self.department_ref(slug, (*p, "shared_with", j))
-        if v.get("kind") == "dataset" and v.get("writable") is True:
-            self.err((*p, "writable"), "a shared dataset is read-only")
+        for name, items in source_services.kind_errors(kind=v.get("kind"), writable=v.get("writable")).items():
+            self.details([i["message"] for i in items], (*p, name))
 
     def data_sources(self, v, p):
         self.items(v, p, self.data_source, None)
+        self.once_each(v, p, "cluster", lambda key: f"{key[1]} is declared twice on cluster {key[0]}")
+
+    def once_each(self, v, p, scope: str, twice: Callable[[tuple], str]) -> None:
+        """Each item's (``scope``, name) at most once in the list ``v``; ``twice(key)`` says so at the second."""
         seen: dict = {}
         for i, item in enumerate(v if isinstance(v, list) else []):
-            key = (item.get("cluster"), item.get("name")) if isinstance(item, dict) else None
+            key = (item.get(scope), item.get("name")) if isinstance(item, dict) else None
             if key and all(isinstance(k, str) for k in key):
                 if key in seen:
-                    self.err((*p, i, "name"), f"{key[1]} is declared twice on cluster {key[0]} (also item "
-                                              f"{seen[key] + 1})")
+                    self.err((*p, i, "name"), f"{twice(key)} (also item {seen[key] + 1})")
                 seen.setdefault(key, i)
 
     SECTIONS = ("version", "flavors", "clusters", "departments", "prices", "policy", "sso", "templates", "secrets",

@@ -23,6 +23,7 @@ from notifications.api.serializers import (
 )
 from notifications.models import Webhook
 from notifications.services import preferences
+from portal.api.serializers import validated
 from portal.tenancy import CHANGE, VIEW, member
 
 
@@ -49,10 +50,9 @@ class PreferencesView(APIView):
 
     @extend_schema(request=PreferencesInputSerializer, responses=PreferencesSerializer)
     def put(self, request):
-        s = PreferencesInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
+        body = validated(PreferencesInputSerializer, request.data)
         return Response({"preferences": preferences.preferences_set(user=request.user,
-                                                                    items=s.validated_data["preferences"])})
+                                                                    items=body["preferences"])})
 
     @extend_schema(request=PreferencesInputSerializer, responses=PreferencesSerializer)
     def patch(self, request):
@@ -71,9 +71,8 @@ class WebhookListView(APIView):
     @extend_schema(request=WebhookCreateSerializer, responses={201: WebhookWithSecretSerializer})
     def post(self, request):
         member(request.user)
-        s = WebhookCreateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        hook, secret = preferences.webhook_create(user=request.user, **s.validated_data)
+        body = validated(WebhookCreateSerializer, request.data)
+        hook, secret = preferences.webhook_create(user=request.user, **body)
         hook.secret = secret
         return Response(WebhookWithSecretSerializer(hook).data, status=status.HTTP_201_CREATED)
 
@@ -86,10 +85,9 @@ class WebhookDetailView(APIView):
     @extend_schema(request=WebhookUpdateSerializer, responses=WebhookSerializer)
     def patch(self, request, pk):
         hook = Webhook.objects.get_or_404(request.user, CHANGE, pk=pk)
-        s = WebhookUpdateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
+        body = validated(WebhookUpdateSerializer, request.data)
         return Response(WebhookSerializer(preferences.webhook_update(user=request.user, hook=hook,
-                                                                     data=s.validated_data)).data)
+                                                                     data=body)).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, pk):
@@ -118,7 +116,6 @@ class DepartmentSettingsView(APIView):
 
     @extend_schema(request=DepartmentSettingsSerializer, responses=DepartmentSettingsSerializer)
     def put(self, request):
-        s = DepartmentSettingsSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        found = preferences.department_settings_set(user=request.user, **s.validated_data)
+        body = validated(DepartmentSettingsSerializer, request.data)
+        found = preferences.department_settings_set(user=request.user, **body)
         return Response({"budget_low_threshold": found.budget_low_threshold})

@@ -13,6 +13,7 @@ from observability.api.serializers import (
     RecommendationSerializer,
 )
 from observability.selectors import job_observability, recommendation_for
+from portal.api.serializers import validated
 from portal.tenancy import VIEW
 from scheduling.models import Job
 
@@ -38,9 +39,8 @@ class RecommendationView(APIView):
                    responses=RecommendationSerializer,
                    summary="What your similar past jobs used (EWMA), and what to ask for")
     def get(self, request):
-        query = RecommendationQuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        rec = recommendation_for(user=request.user, **query.validated_data)
+        rec = recommendation_for(user=request.user, **validated(RecommendationQuerySerializer,
+                                                                request.query_params.dict()))
         if rec is None:
             body = {"found": False, "key": None, "runs": 0, "gpus_requested": None, "busy_gpus": None,
                     "peak_memory_mib": None, "runtime_s": None, "gpus": None, "memory_gib": None,

@@ -1,13 +1,11 @@
 """The portal's own endpoints (mounted under /api/v1/): me, tokens. Trailing slashes optional."""
 
 from django.urls import include, path
-from rest_framework.routers import DefaultRouter
 
 from portal.api import views
+from portal.api.routers import Router
 
-router = DefaultRouter()
-router.trailing_slash = "/?"
-router.include_root_view = False
+router = Router()
 router.register("tokens", views.TokenViewSet, basename="token")
 
 urlpatterns = [

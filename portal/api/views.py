@@ -8,7 +8,13 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.serializers import MembershipSerializer, MeSerializer, TokenCreateSerializer, TokenSerializer
+from portal.api.serializers import (
+    MembershipSerializer,
+    MeSerializer,
+    TokenCreateSerializer,
+    TokenSerializer,
+    validated,
+)
 from portal.errors import Forbidden
 from portal.models import ApiToken
 from portal.tenancy import CHANGE, VIEW, membership_of
@@ -37,9 +43,8 @@ class TokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def create(self, request):
         if request.auth is not None and isinstance(request.auth, ApiToken):
             raise Forbidden("Create tokens from a logged-in session, not with another token.")
-        s = TokenCreateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        token, secret = ApiToken.issue(user=request.user, **s.validated_data)
+        body = validated(TokenCreateSerializer, request.data)
+        token, secret = ApiToken.issue(user=request.user, **body)
         return Response({**TokenSerializer(token).data, "token": secret}, status=status.HTTP_201_CREATED)
 
     @action(detail=True, methods=["post"])

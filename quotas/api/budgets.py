@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api import idempotency_key
-from portal.api.serializers import StrictSerializer
+from portal.api.serializers import StrictSerializer, validated
 from portal.errors import NotFound, ValidationFailed
 from portal.models import Department, Membership
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
@@ -40,12 +40,6 @@ from quotas.services import allowances, periodic, pricing, reports, rules, walle
 from scheduling.core.csvcells import safe_row
 
 # ------------------------------------------------------------------------------------------ plumbing
-
-
-def _valid(serializer_class, data, **kwargs) -> dict:
-    s = serializer_class(data=data, **kwargs)
-    s.is_valid(raise_exception=True)
-    return s.validated_data
 
 
 def _department(request, slug: str, action=VIEW) -> Department:
@@ -128,7 +122,7 @@ class WalletListView(GenericAPIView):
     @extend_schema(request=WalletCreateSerializer, responses={201: WalletSerializer})
     def post(self, request):
         require_role(request.user, ADMIN)
-        data = _valid(WalletCreateSerializer, request.data)
+        data = validated(WalletCreateSerializer, request.data)
         if Wallet.objects.filter(department=data["department"]).exists():
             raise ValidationFailed(fields={"department": [{"code": "exists",
                                                            "message": "This department already has a wallet."}]})
@@ -163,7 +157,7 @@ class WalletDetailView(APIView):
 
     def put(self, request, slug: str):
         dept = _department(request, slug, ADMIN)
-        data = _valid(WalletBudgetSerializer, request.data)
+        data = validated(WalletBudgetSerializer, request.data)
         wallets.wallet_set_balance(department=dept, balance=data["balance"], actor=request.user,
                                     comment=data["comment"])
         return Response(WalletSerializer(Wallet.objects.get(department=dept)).data)
@@ -198,7 +192,7 @@ class WalletAdjustView(APIView):
     @extend_schema(request=AdjustSerializer, responses={201: LedgerEntrySerializer})
     def post(self, request, slug: str):
         wallet = _wallet(request, slug, ADMIN)
-        data = _valid(AdjustSerializer, request.data)
+        data = validated(AdjustSerializer, request.data)
         key = idempotency_key(request)
         entry = wallets.wallet_adjust(department=wallet.department, amount=data["amount"], actor=request.user,
                                        comment=data["comment"], key=wallets.adjust_key(wallet, key) if key else None)
@@ -219,7 +213,7 @@ class RefillRuleView(APIView):
 
     def put(self, request, slug: str):
         dept = _department(request, slug, ADMIN)
-        data = _valid(RefillRuleSerializer, request.data)
+        data = validated(RefillRuleSerializer, request.data)
         rule = rules.refill_rule_set(department=dept, actor=request.user, **data)
         return Response(_rule_dict(rule, rules.RULE_FIELDS) | {"next_amount": periodic.refill_amount(rule=rule)})
 
@@ -242,7 +236,7 @@ class ApprovalRuleView(APIView):
     def put(self, request, slug: str):
         dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
                                              message="Only department admins can set approval rules.")
-        data = _valid(ApprovalRuleSerializer, request.data)
+        data = validated(ApprovalRuleSerializer, request.data)
         rule = rules.approval_rule_set(department=dept, actor=request.user, **data)
         return Response(_rule_dict(rule, rules.APPROVAL_FIELDS))
 
@@ -290,7 +284,7 @@ class AllowanceDetailView(APIView):
 
     def put(self, request, username: str):
         user = self._target(request, username)
-        data = _valid(AllowanceSerializer, request.data)
+        data = validated(AllowanceSerializer, request.data)
         a = allowances.allowance_set(user=user, limit=data["limit"], period=data["period"], actor=request.user)
         return Response({"user": username, "limit": a.limit, "period": a.period})
 
@@ -331,7 +325,7 @@ class PriceListView(GenericAPIView):
     @extend_schema(request=PriceInputSerializer, responses={200: PriceSerializer, 201: PriceSerializer})
     def post(self, request):
         require_role(request.user, ADMIN)
-        data = _valid(PriceInputSerializer, request.data)
+        data = validated(PriceInputSerializer, request.data)
         price, created = pricing.price_set(actor=request.user, **data)
         return Response(PriceSerializer(price).data, status=status.HTTP_201_CREATED if created else 200)
 
@@ -355,8 +349,8 @@ class PriceDetailView(APIView):
     def patch(self, request, pk: int):
         price = self._price(request, pk)
         require_role(request.user, ADMIN)
-        data = _valid(PriceInputSerializer, {"flavor": price.flavor.name, "tier": price.tier, **request.data}
-                      if isinstance(request.data, dict) else request.data)
+        data = validated(PriceInputSerializer, {"flavor": price.flavor.name, "tier": price.tier,
+                                                **request.data} if isinstance(request.data, dict) else request.data)
         price, _ = pricing.price_set(actor=request.user, **data)
         return Response(PriceSerializer(price).data)
 
@@ -390,7 +384,7 @@ class LedgerListView(GenericAPIView):
     @extend_schema(parameters=[LedgerFilterSerializer], responses=LedgerEntrySerializer(many=True))
     def get(self, request):
         member(request.user)
-        f = _valid(LedgerFilterSerializer, request.query_params.dict())
+        f = validated(LedgerFilterSerializer, request.query_params.dict())
         qs = LedgerEntry.objects.restrict(request.user, VIEW).select_related("wallet__department", "user", "actor",
                                                                             "flavor")
         if "department" in f:
@@ -490,7 +484,7 @@ class UsageReportView(APIView):
                               (200, "text/csv"): {"type": "string", "description": "one row per group"}})
     def get(self, request):
         member(request.user)
-        f = _valid(ReportFilterSerializer, request.query_params.dict())
+        f = validated(ReportFilterSerializer, request.query_params.dict())
         if f.get("department"):
             _department(request, f["department"])  # the gate first; the report scopes its rows the same way
         tz = timezone.get_current_timezone()

@@ -3,14 +3,12 @@ prices, the ledger and usage reports. Trailing slashes optional. (The approvals 
 endpoints: scheduling/api/urls.py.)"""
 
 from django.urls import include, path, re_path
-from rest_framework.routers import DefaultRouter
 
+from portal.api.routers import Router
 from quotas.api import budgets as v
 from quotas.api import user_limits, views
 
-router = DefaultRouter()
-router.trailing_slash = "/?"
-router.include_root_view = False
+router = Router()
 router.register("flavors", views.FlavorViewSet, basename="flavor")
 router.register("quotas", views.QuotaViewSet, basename="quota")
 router.register("quota-requests", views.QuotaRequestViewSet, basename="quota-request")

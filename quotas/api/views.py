@@ -12,7 +12,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from portal.api.serializers import StrictSerializer
+from portal.api.serializers import StrictSerializer, validated
 from portal.errors import NotFound, ValidationFailed
 from portal.models import Department
 from portal.tenancy import ADMIN, CHANGE, VIEW, membership_of, require_role
@@ -76,18 +76,16 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.Des
     @extend_schema(request=FlavorInputSerializer, responses={201: FlavorSerializer})
     def create(self, request, *args, **kwargs):
         require_role(request.user, ADMIN, "Only platform admins can create flavors.")
-        s = FlavorInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        flavor = flavor_services.flavor_create(actor=request.user, **s.validated_data)
+        body = validated(FlavorInputSerializer, request.data)
+        flavor = flavor_services.flavor_create(actor=request.user, **body)
         return Response(self.get_serializer(self.get_queryset().get(pk=flavor.pk)).data,
                         status=status.HTTP_201_CREATED)
 
     @extend_schema(request=FlavorUpdateSerializer, responses=FlavorSerializer)
     def partial_update(self, request, *args, **kwargs):
         flavor = self._flavor()
-        s = FlavorUpdateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        flavor = flavor_services.flavor_update(flavor=flavor, actor=request.user, **s.validated_data)
+        body = validated(FlavorUpdateSerializer, request.data)
+        flavor = flavor_services.flavor_update(flavor=flavor, actor=request.user, **body)
         return Response(self.get_serializer(self.get_queryset().get(pk=flavor.pk)).data)
 
     def update(self, request, *args, **kwargs):
@@ -190,9 +188,8 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=QuotaUpdateSerializer, responses=QuotaOutSerializer)
     def update(self, request, *args, **kwargs):
         quota = self.get_object(CHANGE)
-        s = QuotaUpdateSerializer(data=request.data, partial=kwargs.get("partial", False))
-        s.is_valid(raise_exception=True)
-        quota = rules.quota_set(quota=quota, actor=request.user, **s.validated_data)
+        body = validated(QuotaUpdateSerializer, request.data, partial=kwargs.get("partial", False))
+        quota = rules.quota_set(quota=quota, actor=request.user, **body)
         return Response(QuotaOutSerializer(quota, context=self.get_serializer_context()).data)
 
     @extend_schema(request=QuotaUpdateSerializer, responses=QuotaOutSerializer)
@@ -202,9 +199,7 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=QuotaCreateSerializer, responses={201: QuotaOutSerializer})
     def create(self, request, *args, **kwargs):
         require_role(request.user, ADMIN, "Only platform admins can create quotas.")
-        s = QuotaCreateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = dict(s.validated_data)
+        data = dict(validated(QuotaCreateSerializer, request.data))
         dept, flavor, cluster = _lookup(request.user, data.pop("department"), data.pop("flavor"),
                                         data.pop("cluster"))
         quota = rules.quota_create(department=dept, flavor=flavor, cluster=cluster, actor=request.user, **data)
@@ -284,9 +279,7 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
     def create(self, request, *args, **kwargs):
         require_role(request.user, CHANGE, "Only department admins can request quota changes.")
-        s = QuotaRequestCreateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = dict(s.validated_data)
+        data = dict(validated(QuotaRequestCreateSerializer, request.data))
         slug = data.pop("department")
         dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
                                              message="You can request quotas for your own department only.")
@@ -299,16 +292,14 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         req = self._request(ADMIN)
-        s = QuotaRequestDecisionSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        req, _ = quota_requests.quota_request_approve(req=req, actor=request.user, **s.validated_data)
+        body = validated(QuotaRequestDecisionSerializer, request.data)
+        req, _ = quota_requests.quota_request_approve(req=req, actor=request.user, **body)
         return Response(QuotaRequestSerializer(req).data)
 
     @extend_schema(request=QuotaRequestDecisionSerializer, responses=QuotaRequestSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         req = self._request(ADMIN)
-        s = QuotaRequestDecisionSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        req = quota_requests.quota_request_reject(req=req, actor=request.user, **s.validated_data)
+        body = validated(QuotaRequestDecisionSerializer, request.data)
+        req = quota_requests.quota_request_reject(req=req, actor=request.user, **body)
         return Response(QuotaRequestSerializer(req).data)

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.audit import audit
-from portal.errors import Conflict
+from portal.errors import Conflict, ValidationFailed
 from quotas.models import Quota, QuotaChangeRequest
 from quotas.services import rules
 from quotas.services.base import field_error
@@ -28,8 +28,8 @@ def quota_request_create(*, department, flavor, actor, reason: str, nominal: int
         raise field_error("department", f"{department.slug} is archived: it takes no quota changes.", "archived")
     if not reason.strip():
         raise field_error("reason", "Say why the department needs this quota.", "required")
-    if lending_limit is not None and lending_limit > nominal:
-        raise field_error("lending_limit", "The lending limit cannot exceed the nominal quota.", "exceeds_nominal")
+    if errors := rules.quota_limit_errors(nominal=nominal, borrowing=borrowing_limit, lending=lending_limit):
+        raise ValidationFailed(fields=errors)
     with transaction.atomic():
         req = QuotaChangeRequest.objects.create(
             department=department, flavor=flavor, cluster=cluster, nominal=nominal, borrowing_limit=borrowing_limit,

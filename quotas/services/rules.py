@@ -76,12 +76,10 @@ def flavor_capacity(flavor, cluster=None) -> int:
     return ports.facts().installed_gpus(flavor_id=flavor.pk, cluster_id=None if cluster is None else cluster.pk)
 
 
-def _check_quota(*, department: Department, flavor, nominal: int, borrowing, lending, oversubscribe: bool,
-                 cluster=None, exclude_pk=None) -> list[str]:
-    """The quota rules: borrowing limit >= 0, lending limit <= nominal, and the nominal quotas of a flavor
-    within its installed GPUs (a per-cluster quota's: with the other per-cluster quotas of that cluster, within
-    that cluster's GPUs), unless ``oversubscribe`` (then a warning is returned). Raises every field error at
-    once."""
+def quota_limit_errors(*, nominal, borrowing, lending) -> dict[str, list[dict]]:
+    """The rules a quota's numbers keep on their own (no capacity, no database): each at least 0, and the
+    lending limit within the nominal quota. Field errors as the API answers them; {} when they hold. The quota
+    services, a quota request and the lab file all check through this."""
     errors: dict[str, list[dict]] = {}
 
     def err(field, message, code):
@@ -95,6 +93,20 @@ def _check_quota(*, department: Department, flavor, nominal: int, borrowing, len
         err("lending_limit", "The lending limit must be 0 or more (empty: all of the nominal quota).", "min_value")
     if lending is not None and nominal is not None and lending > nominal:
         err("lending_limit", "The lending limit cannot exceed the nominal quota.", "exceeds_nominal")
+    return errors
+
+
+def _check_quota(*, department: Department, flavor, nominal: int, borrowing, lending, oversubscribe: bool,
+                 cluster=None, exclude_pk=None) -> list[str]:
+    """The quota rules: borrowing limit >= 0, lending limit <= nominal, and the nominal quotas of a flavor
+    within its installed GPUs (a per-cluster quota's: with the other per-cluster quotas of that cluster, within
+    that cluster's GPUs), unless ``oversubscribe`` (then a warning is returned). Raises every field error at
+    once."""
+    errors = quota_limit_errors(nominal=nominal, borrowing=borrowing, lending=lending)
+
+    def err(field, message, code):
+        errors.setdefault(field, []).append({"code": code, "message": message})
+
     warnings: list[str] = []
     if not errors:
         # Each scope shares its own GPUs: global quotas all clusters', a cluster's quotas that cluster's.

@@ -26,6 +26,7 @@ from portal.money import format_credits
 from quotas.models import Allowance, ApprovalRule
 from quotas.services.allowances import allowance_used, period_start
 from quotas.services.pricing import estimated_cost
+from scheduling.core import tiers
 
 
 @dataclass
@@ -60,7 +61,7 @@ def needs_approval(*, job, inputs: SubmissionCheckInputs | None = None) -> str |
     gpus = job.total_gpus
     cost = None
     if rule is not None:
-        if rule.realtime and job.tier == "realtime":
+        if rule.realtime and tiers.is_realtime(job.tier):
             why.append("realtime jobs need approval")
         if rule.gpus_above is not None and gpus > rule.gpus_above:
             why.append(f"{gpus} GPUs > {rule.gpus_above}")

@@ -10,7 +10,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.serializers import StrictSerializer
+from portal.api.serializers import StrictSerializer, validated
 from portal.errors import NotFound, ValidationFailed
 from portal.tenancy import ADMIN, PLATFORM, member, require_role, scope
 from quotas.models import Flavor
@@ -138,9 +138,8 @@ class ClusterListView(APIView):
     @extend_schema(request=ClusterCreateSerializer, responses={201: ClusterSerializer})
     def post(self, request):
         require_role(request.user, ADMIN, ONLY)
-        s = ClusterCreateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        cluster = cluster_config.cluster_create(actor=request.user, **s.validated_data)
+        body = validated(ClusterCreateSerializer, request.data)
+        cluster = cluster_config.cluster_create(actor=request.user, **body)
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
 
 
@@ -152,9 +151,8 @@ class ClusterDetailView(APIView):
     @extend_schema(request=ClusterUpdateSerializer, responses=ClusterSerializer)
     def patch(self, request, name):
         cluster = _cluster(request.user, name)
-        s = ClusterUpdateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        cluster = cluster_config.cluster_update(cluster=cluster, actor=request.user, **s.validated_data)
+        body = validated(ClusterUpdateSerializer, request.data)
+        cluster = cluster_config.cluster_update(cluster=cluster, actor=request.user, **body)
         return Response(ClusterSerializer(cluster).data)
 
     @extend_schema(request=None, responses={204: None})
@@ -177,9 +175,7 @@ class NodeGroupView(APIView):
     @extend_schema(request=NodeGroupInputSerializer, responses=NodeGroupSerializer)
     def put(self, request, name, group):
         cluster = _cluster(request.user, name)
-        s = NodeGroupInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = dict(s.validated_data)
+        data = dict(validated(NodeGroupInputSerializer, request.data))
         flavor = Flavor.objects.filter(name=data.pop("flavor")).first()
         if flavor is None:
             raise ValidationFailed(fields={"flavor": [{"code": "does_not_exist", "message": "No such flavor."}]})

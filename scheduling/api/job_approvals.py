@@ -10,38 +10,26 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.serializers import StrictSerializer
+from portal.api.serializers import StrictSerializer, validated
 from portal.tenancy import APPROVE, VIEW, require_role
 from quotas import budgets
+from scheduling.api.serializers import JobSerializer
 from scheduling.models import Job
 from scheduling.selectors import pending_approvals
 from scheduling.services import job_approvals
 
-
-def _valid(serializer_class, data, **kwargs) -> dict:
-    s = serializer_class(data=data, **kwargs)
-    s.is_valid(raise_exception=True)
-    return s.validated_data
-
-
 # ------------------------------------------------------------------------------------------ approvals
 
 
-class PendingJobSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-    owner = serializers.CharField(source="owner.username")
-    department = serializers.CharField(source="department.slug")
-    flavor = serializers.CharField(source="flavor.name")
-    gpus = serializers.IntegerField(source="gpus_per_pod")
-    pods = serializers.IntegerField()
-    tier = serializers.CharField()
-    urgency = serializers.CharField()
-    max_runtime_s = serializers.IntegerField()
-    bid = serializers.IntegerField()
-    reason_message = serializers.CharField()
-    submitted_at = serializers.DateTimeField()
+class PendingJobSerializer(JobSerializer):
+    """A job waiting for approval: the jobs list's fields an approver decides on, its reason and its quote."""
+
     estimated_cost = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = ["id", "name", "owner", "department", "flavor", "gpus", "pods", "tier", "urgency", "max_runtime_s",
+                  "bid", "reason_message", "submitted_at", "estimated_cost"]
+        read_only_fields = fields
 
     def get_estimated_cost(self, job) -> int:
         prices = self.context.get("prices")
@@ -76,7 +64,7 @@ class ApprovalDecisionView(APIView):
         job = Job.objects.select_related("department", "owner").get_or_404(
             request.user, APPROVE, pk=pk,
             message="Only a department admin of the job's department can approve or reject it.")
-        data = _valid(DecisionSerializer, request.data)
+        data = validated(DecisionSerializer, request.data)
         if self.decision == "approve":
             job = job_approvals.job_approve(user=request.user, job=job, comment=data["comment"])
         else:

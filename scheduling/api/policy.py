@@ -8,7 +8,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.serializers import StrictSerializer
+from portal.api.serializers import StrictSerializer, validated
 from portal.tenancy import ADMIN, member, require_role
 from scheduling.models import PolicyVersion
 from scheduling.selectors import cluster_summary
@@ -38,9 +38,8 @@ class PolicyView(APIView):
     @extend_schema(request=PolicyUpdateSerializer, responses={201: PolicyVersionSerializer})
     def put(self, request):
         require_role(request.user, ADMIN, "Only platform admins change the scheduling policy.")
-        s = PolicyUpdateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        row = policy_update(user=request.user, data=s.validated_data["policy"], comment=s.validated_data["comment"])
+        body = validated(PolicyUpdateSerializer, request.data)
+        row = policy_update(user=request.user, data=body["policy"], comment=body["comment"])
         return Response(PolicyVersionSerializer(row).data, status=status.HTTP_201_CREATED)
 
 

@@ -11,6 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.response import Response
 
+from portal.api.serializers import validated
 from portal.errors import ValidationFailed
 from portal.tenancy import CHANGE, VIEW, member
 from scheduling.api.serializers import (
@@ -50,9 +51,8 @@ class JobTemplateViewSet(viewsets.ViewSet):
     @extend_schema(request=JobTemplateWriteSerializer, responses={201: JobTemplateSerializer})
     def create(self, request):
         member(request.user)
-        s = JobTemplateWriteSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        t = template_create(user=request.user, **s.validated_data)
+        body = validated(JobTemplateWriteSerializer, request.data)
+        t = template_create(user=request.user, **body)
         return Response(self._out(t), status=status.HTTP_201_CREATED, headers={"Location": f"/api/v1/templates/{t.pk}"})
 
     @extend_schema(responses=JobTemplateSerializer)
@@ -62,9 +62,8 @@ class JobTemplateViewSet(viewsets.ViewSet):
     @extend_schema(request=JobTemplateUpdateSerializer, responses=JobTemplateSerializer)
     def partial_update(self, request, pk=None, partial=True):
         t = self._get(pk, CHANGE)
-        s = JobTemplateUpdateSerializer(data=request.data, partial=partial)
-        s.is_valid(raise_exception=True)
-        return Response(self._out(template_update(user=request.user, template=t, **s.validated_data)))
+        body = validated(JobTemplateUpdateSerializer, request.data, partial=partial)
+        return Response(self._out(template_update(user=request.user, template=t, **body)))
 
     @extend_schema(request=JobTemplateUpdateSerializer, responses=JobTemplateSerializer)
     def update(self, request, pk=None):

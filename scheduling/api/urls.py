@@ -2,13 +2,11 @@
 inbox. Trailing slashes optional."""
 
 from django.urls import include, path, re_path
-from rest_framework.routers import DefaultRouter
 
+from portal.api.routers import Router
 from scheduling.api import clusters, job_approvals, policy, queue, session_images, sweeps, templates, views
 
-router = DefaultRouter()
-router.trailing_slash = "/?"  # /api/v1/jobs and /api/v1/jobs/ both work (notebook users type either)
-router.include_root_view = False
+router = Router()
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("templates", templates.JobTemplateViewSet, basename="template")
 router.register("arrays", sweeps.JobArrayViewSet, basename="array")

@@ -16,6 +16,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
 from portal.api import idempotency_key
+from portal.api.serializers import validated
 from portal.errors import LogsUnavailable, NotFound, ValidationFailed
 from portal.tenancy import CHANGE, VIEW, member
 from scheduling.api.serializers import (
@@ -195,10 +196,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     def create(self, request):
         member(request.user)
-        serializer = JobSubmitSerializer(data=_from_template(request))
-        serializer.is_valid(raise_exception=True)
+        data = validated(JobSubmitSerializer, _from_template(request))
         key = _idempotency_key(request)
-        job, created = job_submit(user=request.user, data=serializer.validated_data, idempotency_key=key)
+        job, created = job_submit(user=request.user, data=data, idempotency_key=key)
         if created:  # complete in memory: its relations came with the request, its timeline is one event
             _prefetched_timeline(job, [job.submission_event])
         else:  # a replay: render the stored job as it is now
@@ -206,7 +206,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 Prefetch("events", JobEvent.objects.select_related("actor"))).get(pk=job.pk)
         body = JobDetailSerializer(job, context={"request": request}).data
         # Plain env that looks like a token is accepted, with a pointer to department secrets.
-        body["warnings"] = token_warnings(serializer.validated_data.get("env") or {})
+        body["warnings"] = token_warnings(data.get("env") or {})
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers={"Location": f"/api/v1/jobs/{job.pk}"})
 
@@ -225,15 +225,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=False, methods=["post"], url_path="batch")
     def batch(self, request):
         member(request.user)
-        serializer = JobBatchSubmitSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        jobs, created = job_submit_batch(user=request.user, items=serializer.validated_data["jobs"],
+        items = validated(JobBatchSubmitSerializer, request.data)["jobs"]
+        jobs, created = job_submit_batch(user=request.user, items=items,
                                          idempotency_key=_idempotency_key(request))
         if not created:  # a replay: render the stored jobs as they are now, in the batch's order
             rows = jobs_for(request.user, {}).in_bulk([j.pk for j in jobs])
             jobs = [rows[j.pk] for j in jobs]
         body = JobBatchSerializer({"jobs": jobs}, context={"request": request}).data
-        body["warnings"] = [f"jobs.{i}: {w}" for i, item in enumerate(serializer.validated_data["jobs"])
+        body["warnings"] = [f"jobs.{i}: {w}" for i, item in enumerate(items)
                             for w in token_warnings(item.get("env") or {})]
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
@@ -242,9 +241,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=False, methods=["post"], url_path="quote")
     def quote(self, request):
         member(request.user)
-        serializer = JobSubmitSerializer(data=_from_template(request))
-        serializer.is_valid(raise_exception=True)
-        return Response(job_quote(user=request.user, data=serializer.validated_data))
+        body = validated(JobSubmitSerializer, _from_template(request))
+        return Response(job_quote(user=request.user, data=body))
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="The job's submission spec (clone it)",
                    description="The fields POST /api/v1/jobs needs to submit this job again (or to save it as a "
@@ -268,9 +266,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         job = self.get_object(CHANGE)
-        serializer = CancelSerializer(data=request.data or {})
-        serializer.is_valid(raise_exception=True)
-        job_cancel(user=request.user, job=job, comment=serializer.validated_data["comment"])
+        body = validated(CancelSerializer, request.data or {})
+        job_cancel(user=request.user, job=job, comment=body["comment"])
         job = self.get_queryset().prefetch_related("events").get(pk=job.pk)
         return Response(JobDetailSerializer(job, context={"request": request}).data)
 

@@ -101,16 +101,11 @@ def price_order_conflict(tier: str, rate: int, others: Mapping[str, int]) -> tup
     (tier -> rate): a premium tier (realtime) must be dearer than every other tier, and every other tier
     cheaper than a premium one. None when it keeps the order, else ("above", the price it must exceed) or
     ("below", the premium price it must stay under)."""
-    if _premium(tier):
+    if tiers.is_premium(tier):
         if others and any(rate <= v for v in others.values()):
             return "above", max(others.values())
         return None
     for t, v in sorted(others.items(), key=lambda tv: (tiers.rank(tv[0]), tv[0])):
-        if _premium(t) and rate >= v:
+        if tiers.is_premium(t) and rate >= v:
             return "below", v
     return None
-
-
-def _premium(name: str) -> bool:
-    tier = tiers.BY_NAME.get(name)
-    return tier is not None and tier.premium

@@ -78,6 +78,12 @@ def preemptible(name: str) -> bool:
     return tier is None or tier.preemptible
 
 
+def is_premium(name: str) -> bool:
+    """Whether tier ``name`` must be priced above every other tier of a flavor (an unknown tier is not)."""
+    tier = BY_NAME.get(name)
+    return tier is not None and tier.premium
+
+
 def is_realtime(name: str) -> bool:
     """The tier that is admitted first, preempts for its start target and keeps headroom (rank 0)."""
     return name == REALTIME.name

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -22,7 +22,7 @@ from portal.db import retry_on_conflict
 from portal.timestamps import from_epoch
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission, get_backend
-from scheduling.backends.base import ClusterUnavailable, Inventory, PodSet, PodState
+from scheduling.backends.base import ClusterBackend, ClusterUnavailable, Inventory, PodSet, PodState
 from scheduling.core import reasons, tiers
 from scheduling.models import (
     IN_FLIGHT,
@@ -52,7 +52,6 @@ from workloads.services import secrets as workload_secrets
 
 log = logging.getLogger(__name__)
 
-PRIORITY_VALUES = {t.name: t.priority_value for t in tiers.TABLE}
 EVICTION_REASONS = {"Evicted", "Preempted", "DisruptionTarget", "TerminationByKubelet"}
 PLATFORM_REASONS = {"NodeLost", "Unschedulable", "SchedulerError", "NodeAffinity", "NodeShutdown",
                     "UnexpectedAdmissionError"}
@@ -88,7 +87,7 @@ def podset_for(job: Job) -> PodSet:
         cpu_millicores=job.cpu_millicores,
         memory_mib=job.memory_mib,
         tier=job.tier,
-        priority_class=policy.priority_classes.get(job.tier, f"ai-{job.tier}"),
+        priority_class=policy.priority_classes.get(job.tier) or tiers.BY_NAME[job.tier].priority_class,
         urgency=job.urgency,
         task_type=job.task_type,
         user_tier=job.user_tier,
@@ -112,7 +111,8 @@ def podset_for(job: Job) -> PodSet:
 
 def ensure_priority_classes() -> list[str]:
     policy, _ = current_policy()
-    classes = {policy.priority_classes.get(t, f"ai-{t}"): v for t, v in PRIORITY_VALUES.items()}
+    # the policy may rename a tier's class, never its value (the tier table's)
+    classes = {policy.priority_classes.get(t.name, t.priority_class): t.priority_value for t in tiers.TABLE}
     changed: list[str] = []
     for cluster in Cluster.objects.all() or [default_cluster()]:
         try:
@@ -130,12 +130,10 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
     their pods. Every cluster is synced on its own (``scheduling.cycle.sync_one``): one that is down or slow
     marks itself unreachable and holds up no other."""
     cluster = cluster or default_cluster()
-    try:
-        backend = get_backend(cluster)
-        inv = backend.inventory()
-    except ClusterUnavailable as exc:
-        mark_unreachable(cluster=cluster, error=str(exc))
+    read = _read_inventory(cluster)
+    if read is None:
         return {"unreachable": 1}
+    backend, inv = read
     mark_reachable(cluster=cluster)
     if backend.owns_inventory:
         store_nodes(cluster=cluster, inventory=inv, terminating=_terminating_gpus(inv.pods))
@@ -145,6 +143,17 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
     if drain_finished(cluster=cluster):
         counts["drained"] = 1
     return counts
+
+
+def _read_inventory(cluster: Cluster) -> tuple[ClusterBackend, Inventory] | None:
+    """The cluster's backend and one read of its inventory; None (and the cluster marked unreachable) when it
+    does not answer."""
+    try:
+        backend = get_backend(cluster)
+        return backend, backend.inventory()
+    except ClusterUnavailable as exc:
+        mark_unreachable(cluster=cluster, error=str(exc))
+        return None
 
 
 def _unreachable_message(cluster: Cluster) -> str:
@@ -473,12 +482,10 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
     at, so a job running on another cluster is never taken for lost here, and an unreachable cluster's jobs are
     left alone until it answers. Pods here of an attempt bound to another cluster are deleted."""
     cluster = cluster or default_cluster()
-    try:
-        backend = get_backend(cluster)
-        inv = backend.inventory()
-    except ClusterUnavailable as exc:
-        mark_unreachable(cluster=cluster, error=str(exc))
+    read = _read_inventory(cluster)
+    if read is None:
         return {"unreachable": 1}
+    inv = read[1]
     pods: dict[tuple[int, int], list[PodState]] = defaultdict(list)
     for p in inv.pods:
         pods[(p.job_id, p.attempt)].append(p)
@@ -566,21 +573,19 @@ def _reconcile_evictions(job: Job, mine: list[PodState], *, evicting: set[int], 
 def sync_one(*, cluster_id: int | None) -> dict:
     """Sync one cluster, under that cluster's own lock (two syncs of one cluster never overlap; syncs of
     different clusters run side by side)."""
-    cluster = cluster_row(cluster_id)
-    if cluster is None:
-        return {"gone": 1}
-    with exclusive(f"cluster-sync-{cluster.name}") as acquired:
-        if not acquired:
-            return {"skipped": 1}
-        return sync_cluster(cluster=cluster)
+    return _under_cluster_lock(cluster_id, "cluster-sync", sync_cluster)
 
 
 def reconcile_one(*, cluster_id: int | None) -> dict:
     """Reconcile one cluster, under that cluster's own lock."""
+    return _under_cluster_lock(cluster_id, "reconcile", reconcile)
+
+
+def _under_cluster_lock(cluster_id: int | None, lock: str, run: Callable[..., dict[str, int]]) -> dict:
     cluster = cluster_row(cluster_id)
     if cluster is None:
         return {"gone": 1}
-    with exclusive(f"reconcile-{cluster.name}") as acquired:
+    with exclusive(f"{lock}-{cluster.name}") as acquired:
         if not acquired:
             return {"skipped": 1}
-        return reconcile(cluster=cluster)
+        return run(cluster=cluster)

@@ -33,21 +33,9 @@ from workloads.services.resolve import create_checkpoint_dirs
 log = logging.getLogger(__name__)
 
 
-def record_event(
-    *,
-    job: Job,
-    kind: str,
-    message: str = "",
-    reason_code: str = "",
-    from_state: str = "",
-    to_state: str = "",
-    data: dict | None = None,
-    actor=None,
-    at: datetime | None = None,
-    attempt: int | None = None,
-) -> JobEvent:
-    event = new_event(job=job, kind=kind, message=message, reason_code=reason_code, from_state=from_state,
-                      to_state=to_state, data=data, actor=actor, at=at, attempt=attempt)
+def record_event(*, job: Job, kind: str, **details: Any) -> JobEvent:
+    """Append one event to the job's timeline; ``details`` are ``new_event``'s."""
+    event = new_event(job=job, kind=kind, **details)
     event.save(force_insert=True)
     return event
 

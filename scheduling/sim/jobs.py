@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from scheduling.core import tiers
 from scheduling.core.types import TIERS, URGENCIES
 
 from . import loaders, synth
@@ -149,7 +150,7 @@ class _Assigner:
                 tier = tier or rule.get("tier")
                 urgency = urgency or rule.get("urgency")
                 break
-        tier = tier or _pick(self.rng_tier, self.tier_frac, "elastic")
+        tier = tier or _pick(self.rng_tier, self.tier_frac, tiers.DEFAULT)
         urgency = urgency or _pick(self.rng_urg, self.urg_frac, "normal")
         if tier not in TIERS or urgency not in URGENCIES:
             raise ScenarioError(f"job {r.job_id}: bad tier/urgency {tier}/{urgency}")

@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from scheduling.core import tiers
 from scheduling.core.types import TIERS, URGENCIES
 
 REALTIME_TARGET_S = 300.0
@@ -150,7 +151,7 @@ def _wait_groups(started, wait_of: dict[int, float]) -> _Waits:
         groups.dept[r.spec.department].append(w)
         groups.urgency[r.spec.urgency].append(w)
         groups.gpus[gpu_class(r.spec.total_gpus)].append(w)
-        if r.spec.tier != "realtime" and r.spec.urgency in ("high", "critical"):
+        if not tiers.is_realtime(r.spec.tier) and r.spec.urgency in ("high", "critical"):
             groups.urgent.append(w)
     return groups
 
@@ -169,7 +170,7 @@ def _utilisation_figures(res, rho: float) -> dict:
 
 def _wait_figures(jobs, finished, wait_of: dict[int, float], groups: _Waits) -> dict:
     by_tier, by_dept, by_urg, by_gpus = groups.tier, groups.dept, groups.urgency, groups.gpus
-    rt = [r for r in jobs if r.spec.tier == "realtime"]
+    rt = [r for r in jobs if tiers.is_realtime(r.spec.tier)]
     rt_ok = sum(1 for r in rt if r.first_start is not None and r.first_start - r.spec.submit <= REALTIME_TARGET_S)
     dl = [r for r in jobs if r.spec.deadline is not None]
     dl_ok = sum(1 for r in dl if r.finish is not None and r.finish <= r.spec.deadline + 1e-9)

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from scheduling.core import ClusterInfo, Node, Policy, Quota
+from scheduling.core import ClusterInfo, Node, Policy, Quota, tiers
 from scheduling.core.types import CLUSTER_STATES, DEFAULT_CLUSTER, TIERS, URGENCIES, USER_TIERS
 
 from . import trace as tr
@@ -62,7 +62,7 @@ class JobSpec:
     gpus_per_pod: int
     department: str
     flavor: str
-    tier: str = "elastic"
+    tier: str = tiers.DEFAULT
     urgency: str = "normal"
     user: str = ""
     user_tier: str = "standard"

@@ -17,12 +17,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.errors import PortalError, error_body
-from portal.forms import credit_fields, form_payload, labels_into
+from portal.forms import act_and_flash, credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
 from scheduling.api.sweeps import ArraySubmitSerializer
 from scheduling.backends.base import BackendError
+from scheduling.core import tiers as tier_table
 from scheduling.models import (
     Cluster,
     Job,
@@ -221,6 +222,7 @@ def submit(request):
                     errors.setdefault(field, []).extend(i["message"] for i in items)
     return render(request, "scheduling/submit.html", {
         "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
+        "default_tier": tier_table.DEFAULT,
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
         "kinds": JobKind.choices, "session_images": list(SessionImage.objects.restrict(request.user, VIEW)),
         "clusters": list(Cluster.objects.order_by("name").only("name", "labels", "state")),
@@ -309,10 +311,8 @@ def jobs_live(request):
 def cancel(request, pk: int):
     job = Job.objects.get_or_404(request.user, CHANGE, pk=pk,
                                  message="Only the job's owner and its department's admins can cancel it.")
-    try:
-        job_cancel(user=request.user, job=job, comment=request.POST.get("comment", ""))
-    except PortalError as exc:  # e.g. it finished meanwhile: said on the job's page
-        messages.error(request, exc.message)
+    # a refusal (e.g. it finished meanwhile) is said on the job's page
+    act_and_flash(request, lambda: job_cancel(user=request.user, job=job, comment=request.POST.get("comment", "")))
     return redirect("dashboard:job", pk=pk)
 
 

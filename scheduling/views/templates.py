@@ -14,6 +14,7 @@ from portal.errors import PortalError
 from portal.money import credits_value
 from portal.tenancy import CHANGE, VIEW, member
 from scheduling.api.serializers import JobTemplateUpdateSerializer
+from scheduling.core import tiers
 from scheduling.models import JobTemplate, TemplateScope
 from scheduling.services.templates import template_delete, template_update, templates_for
 
@@ -69,6 +70,7 @@ def templates(request):
         "membership": m,
         "personal": [t for t in rows if t.scope == TemplateScope.PERSONAL],
         "shared": [t for t in rows if t.scope == TemplateScope.DEPARTMENT],
+        "default_tier": tiers.DEFAULT,  # a spec that names no tier submits at the default one
     })
 
 

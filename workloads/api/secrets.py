@@ -8,11 +8,13 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.serializers import validated
 from portal.errors import ValidationFailed
 from portal.models import Department
 from portal.tenancy import CHANGE, VIEW, member, require_role
 from workloads.api.serializers import SecretCreateSerializer, SecretSerializer, SecretUpdateSerializer
 from workloads.models import DepartmentSecret
+from workloads.selectors import secrets_for
 from workloads.services import secrets
 
 DEPARTMENT = OpenApiParameter("department", str, description="Department slug (platform admins)")
@@ -34,15 +36,12 @@ class SecretListView(APIView):
     @extend_schema(responses=SecretSerializer(many=True))
     def get(self, request):
         member(request.user)
-        rows = DepartmentSecret.objects.restrict(request.user, VIEW).select_related("department", "created_by")
-        return Response(SecretSerializer(rows, many=True).data)
+        return Response(SecretSerializer(secrets_for(request.user), many=True).data)
 
     @extend_schema(request=SecretCreateSerializer, responses={201: SecretSerializer})
     def post(self, request):
         require_role(request.user, CHANGE, "Only department admins can declare secrets.")
-        s = SecretCreateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = dict(s.validated_data)
+        data = dict(validated(SecretCreateSerializer, request.data))
         department = _department(request, data.pop("department", None))
         secret = secrets.secret_create(actor=request.user, department=department, **data)
         return Response(SecretSerializer(secret).data, status=status.HTTP_201_CREATED)
@@ -60,10 +59,9 @@ class SecretDetailView(APIView):
     @extend_schema(parameters=[DEPARTMENT], request=SecretUpdateSerializer, responses=SecretSerializer)
     def patch(self, request, name):
         secret = self._get(request, name, CHANGE)
-        s = SecretUpdateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
+        body = validated(SecretUpdateSerializer, request.data)
         return Response(SecretSerializer(secrets.secret_update(actor=request.user, secret=secret,
-                                                               **s.validated_data)).data)
+                                                               **body)).data)
 
     @extend_schema(parameters=[DEPARTMENT], responses={204: None})
     def delete(self, request, name):

@@ -6,11 +6,12 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
 
-from portal.api.serializers import StrictSerializer
+from portal.api.serializers import StrictSerializer, validated
 from portal.errors import ValidationFailed
 from portal.models import Department
 from portal.tenancy import VIEW, member
 from workloads.models import DataSource, SourceKind
+from workloads.selectors import data_sources_for
 from workloads.services import sources
 
 
@@ -58,17 +59,14 @@ class DataSourceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     serializer_class = DataSourceSerializer
 
     def get_queryset(self):
-        qs = (DataSource.objects.restrict(self.request.user, VIEW).select_related("cluster", "department")
-              .prefetch_related("shared_with").order_by("name", "cluster__name"))
+        qs = data_sources_for(self.request.user)
         cluster = self.request.query_params.get("cluster")
         return qs.filter(cluster__name=cluster) if cluster else qs
 
     @extend_schema(request=DataSourceInputSerializer, responses={201: DataSourceSerializer})
     def create(self, request):
         member(request.user)
-        s = DataSourceInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = dict(s.validated_data)
+        data = dict(validated(DataSourceInputSerializer, request.data))
         # The cluster by the source's own foreign key: workloads sits below scheduling and imports none of it.
         cluster = DataSource._meta.get_field("cluster").related_model.objects.filter(name=data.pop("cluster")).first()
         if cluster is None:  # a name in the body, not the URL: bad input, as the page says it

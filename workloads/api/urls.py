@@ -2,13 +2,11 @@
 optional."""
 
 from django.urls import include, path, re_path
-from rest_framework.routers import DefaultRouter
 
+from portal.api.routers import Router
 from workloads.api import secrets, sources
 
-router = DefaultRouter()
-router.trailing_slash = "/?"
-router.include_root_view = False
+router = Router()
 router.register("data-sources", sources.DataSourceViewSet, basename="data-source")
 
 urlpatterns: list = [

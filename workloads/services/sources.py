@@ -32,10 +32,17 @@ def _check_may_declare(user, department: Department | None) -> None:
         raise Forbidden("Platform admins declare any data source; department admins their own department's.")
 
 
+def kind_errors(*, kind: str, writable: bool) -> dict[str, list[dict]]:
+    """What a source's kind forbids (a shared dataset is never writable), as field errors; {} when it holds.
+    The service and the lab file both check through this."""
+    if kind == SourceKind.DATASET and writable is True:
+        return {"writable": [{"code": "read_only_kind", "message": "A shared dataset is read-only."}]}
+    return {}
+
+
 def _validate(source: DataSource) -> None:
-    if source.kind == SourceKind.DATASET and source.writable:
-        raise ValidationFailed(fields={"writable": [{"code": "read_only_kind",
-                                                     "message": "A shared dataset is read-only."}]})
+    if errors := kind_errors(kind=source.kind, writable=source.writable):
+        raise ValidationFailed(fields=errors)
     try:
         source.full_clean(exclude=["cluster", "department"], validate_unique=False, validate_constraints=False)
     except ValidationError as exc:

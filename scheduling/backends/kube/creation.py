@@ -177,16 +177,23 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
         """Remove the gate of a pod we created (gated, pinned) in this call: one PATCH, no read. Anything else
         (the test op fails: someone changed the pod) falls back to reading and :meth:`_ungate`."""
         name = podset.pod_name(index)
-        try:
-            self.call.json(self.core.patch_namespaced_pod, name, podset.namespace, ungate_patch(self.gate))
+        if self._patch_admitted(podset.namespace, name, ungate_patch(self.gate)) is None:
             return
-        except ApiError as exc:
-            if exc.status == 404:
-                raise GangIncomplete(f"pod {podset.namespace}/{name} vanished during admission") from exc
-            if not (exc.status == 409 or _is_patch_test_failure(exc)):
-                raise
         pod = self.call.json(self.core.read_namespaced_pod, name, podset.namespace)
         self._ungate(pod, node)
+
+    def _patch_admitted(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> ApiError | None:
+        """PATCH a pod being admitted: None when it took, the conflict when someone changed the pod first
+        (409, or a failed test op) and the caller should read it again. A pod that is gone fails the gang."""
+        try:
+            self.call.json(self.core.patch_namespaced_pod, name, namespace, ops)
+            return None
+        except ApiError as exc:
+            if exc.status == 404:
+                raise GangIncomplete(f"pod {namespace}/{name} vanished during admission") from exc
+            if not (exc.status == 409 or _is_patch_test_failure(exc)):
+                raise
+            return exc
 
     # ------------------------------------------------------------------ admitting
 
@@ -212,21 +219,17 @@ class PodCreation(DisruptionBudgets, NamespaceQuotas):
             pinned = pinned_nodes(pod) - {node}
             if pinned:
                 raise BackendError(f"pod {namespace}/{name} is already pinned to {sorted(pinned)}, not {node}")
-            try:
-                self.call.json(self.core.patch_namespaced_pod, name, namespace, ops)
+            conflict = self._patch_admitted(namespace, name, ops)
+            if conflict is None:
                 return
-            except ApiError as exc:
-                if exc.status == 404:
-                    raise GangIncomplete(f"pod {namespace}/{name} vanished during admission") from exc
-                if not (exc.status == 409 or _is_patch_test_failure(exc)):
-                    raise
-                if attempt == self.conflict_retries:
-                    raise BackendError(f"pod {namespace}/{name}: still conflicting after {attempt + 1} tries") from exc
-                log.info("stale pod %s/%s while ungating (%s); re-reading", namespace, name, exc)
-                self.sleep(min(1.0, 0.05 * 2**attempt) * (0.5 + random.random()))  # noqa: S311
-                try:
-                    pod = self.call.json(self.core.read_namespaced_pod, name, namespace)
-                except ApiError as exc2:
-                    if exc2.status == 404:
-                        raise GangIncomplete(f"pod {namespace}/{name} vanished during admission") from exc2
-                    raise
+            if attempt == self.conflict_retries:
+                raise BackendError(
+                    f"pod {namespace}/{name}: still conflicting after {attempt + 1} tries") from conflict
+            log.info("stale pod %s/%s while ungating (%s); re-reading", namespace, name, conflict)
+            self.sleep(min(1.0, 0.05 * 2**attempt) * (0.5 + random.random()))  # noqa: S311
+            try:
+                pod = self.call.json(self.core.read_namespaced_pod, name, namespace)
+            except ApiError as exc2:
+                if exc2.status == 404:
+                    raise GangIncomplete(f"pod {namespace}/{name} vanished during admission") from exc2
+                raise

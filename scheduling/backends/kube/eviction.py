@@ -8,7 +8,6 @@ from scheduling.backends.base import BackendError, ClusterUnavailable, EvictionO
 from .client import ApiError
 from .connection import KubeConnection
 from .errors import MULTIPLE_PDBS, _mapped
-from .podspec import attempt_base_name
 from .rendezvous import delete_own_budget, delete_service
 from .routes import delete_route
 
@@ -106,12 +105,7 @@ class PodEviction(KubeConnection):
                                        partial=bool(removed))
         delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
         delete_route(self, job_id=job_id, attempt=attempt, namespace=namespace)
-        try:
-            self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
-                           attempt_base_name(job_id, attempt), namespace)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
         return EvictionOutcome("accepted" if removed else "gone", pods=tuple(removed))
 
     @_mapped
@@ -126,9 +120,4 @@ class PodEviction(KubeConnection):
                     raise
         delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
         delete_route(self, job_id=job_id, attempt=attempt, namespace=namespace)
-        try:
-            self.call.json(self.policy.delete_namespaced_pod_disruption_budget,
-                           attempt_base_name(job_id, attempt), namespace)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
