@@ -11,9 +11,9 @@ One pure pass over a frozen snapshot; see docs/scheduling.md for the rules. In s
    work instead of idling GPUs (``eviction`` plans these, on ``preemption``'s victim rules); the next ones to
    wait reserve too (``reservation_depth``, while their GPUs are under half the pool's).
 3. Every job still pending gets a reason code, a one-line message, a detail (``explain``) and an honest
-   estimated start (``estimate``). Borrowed capacity of a flavor clears at the highest losing bid of the
-   cycle's borrowers of that flavor (``pricing``; capped at each winner's own bid); with no loser it is
-   uncontested and the adapter charges the base (reserve) price.
+   estimated start (``estimate``). Each winner on borrowed capacity pays its critical bid: the lowest bid at
+   which it would still have been admitted (``pricing``, a replay of the cycle up to the job); 0 when it
+   would have won without bidding, and the adapter then charges the base (reserve) price.
 
 The input is never mutated and every iteration runs over inputs sorted by a total order ending in an id or
 name, so the decision is the same for any order of the snapshot's tuples.
@@ -21,6 +21,7 @@ name, so the decision is the same for any order of the snapshot's tuples.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from . import reasons
@@ -30,7 +31,7 @@ from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, d
 from .ordering import REALTIME, Scorer, tier_rank
 from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
-from .pricing import clearing_prices
+from .pricing import critical_bid
 from .quota import QuotaBook
 from .topology import Topology
 from .types import (
@@ -97,17 +98,18 @@ class Cycle:
         order = sorted(self.snap.pending, key=self.scorer.order_key)
         self.outcomes: dict[int, Outcome] = {job.id: self.consider(job) for job in order}
 
-        clearing = clearing_prices(self.snap.pending, self.admissions, self.snap.credits, self.quota, self.topology)
+        clearing: dict[str, int] = {}  # per flavor, the highest price a winner pays
         admissions = []
         for job in order:
             adm = self.admissions.get(job.id)
             if adm is not None:
                 if adm.borrowed:
-                    price = clearing.get(job.flavor)
-                    adm = Admission(
-                        adm.job_id, adm.placement, adm.cluster, True, None if price is None else min(price, job.bid)
-                    )
+                    price = self.price_of(job)
+                    if price:
+                        clearing[job.flavor] = max(price, clearing.get(job.flavor, 0))
+                    adm = Admission(adm.job_id, adm.placement, adm.cluster, True, price or None)
                 admissions.append(adm)
+        clearing = dict(sorted(clearing.items()))
         still = [job for job in order if job.id in self.reasons]
         if self.snap.estimates:
             view = EstimateView(
@@ -142,6 +144,28 @@ class Cycle:
             clearing_prices=MappingProxyType(clearing),
             figures=MappingProxyType(self.figures(admissions, pending_out)),
         )
+
+    def price_of(self, job: PendingJob) -> int:
+        """A borrowed winner's price: its critical bid (``pricing``). A starving job's place in the order does not
+        depend on its bid, so it would have won at any bid and pays no more than the base price."""
+        if job.bid <= 0 or self.starving(job):
+            return 0
+        return critical_bid(job.bid, lambda bid: self.wins_at(job, bid))
+
+    def wins_at(self, job: PendingJob, bid: int) -> bool:
+        """Whether ``job`` would be admitted by this cycle had it bid ``bid``: the cycle replayed on the same
+        snapshot, without estimates, up to the job's new place in the order (what follows it cannot change
+        its outcome). Its credit hold is kept as it is (the adapter reckoned it at the job's own bid)."""
+        changed = replace(job, bid=bid)
+        snap = replace(
+            self.snap, pending=tuple(changed if j.id == job.id else j for j in self.snap.pending), estimates=False
+        )
+        replay = Cycle(snap)
+        for other in sorted(snap.pending, key=replay.scorer.order_key):
+            replay.consider(other)
+            if other.id == job.id:
+                return job.id in replay.admissions
+        return False
 
     def starving(self, job: PendingJob) -> bool:
         return self.scorer.starving_since(job) is not None

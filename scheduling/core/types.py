@@ -279,9 +279,9 @@ class Admission:
     placement: tuple[str, ...]  # node name of each pod, in pod-index order
     cluster: str = DEFAULT_CLUSTER
     borrowed: bool = False
-    # Borrowed capacity that others bid for too: the clearing price per GPU-hour (the highest losing bid, at
-    # most this job's own bid). None: not borrowed, or uncontested; the adapter charges the base price, which
-    # is also the floor (the reserve) under a clearing price.
+    # Borrowed capacity that the job's bid won: its critical bid per GPU-hour (the lowest bid at which it would
+    # still have been admitted, never more than its own bid; core.pricing). None: not borrowed, or it would have
+    # won without bidding; the adapter charges the base price, which is also the floor (the reserve).
     price: int | None = None
 
 
@@ -307,5 +307,6 @@ class CycleResult:
     admissions: tuple[Admission, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     pending: tuple[PendingReason, ...] = ()
-    clearing_prices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # contested flavors only
+    # per flavor, the highest price a borrowed winner pays this cycle (flavors whose bids decided something)
+    clearing_prices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     figures: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
