@@ -18,6 +18,7 @@ from scheduling.models import (
     TOTAL_GPUS,
     WAIT_BIN_LABELS,
     ClusterSample,
+    ClusterState,
     DepartmentSample,
     Job,
     JobState,
@@ -68,7 +69,9 @@ def pending_approvals(user) -> QuerySet[Job]:
 
 def cluster_summary() -> dict:
     """GPUs per flavor: total, used by portal jobs, used by others, free, and fragmentation (free GPUs that
-    are not on a completely free node, as a share of free GPUs)."""
+    are not on a completely free node, as a share of free GPUs). Free GPUs are those a job could be admitted
+    to: on schedulable nodes of active clusters (a cordoned or draining cluster admits nothing new; its idle
+    GPUs are counted in ``closed``)."""
     used_on: dict[tuple[str, str], int] = defaultdict(int)
     for placement, gpus in Job.objects.filter(state__in=ACTIVE_STATES).values_list("placement", "gpus_per_pod"):
         for node in placement or ():
@@ -77,20 +80,23 @@ def cluster_summary() -> dict:
     nodes = []
     for n in Node.objects.select_related("flavor", "cluster").order_by("cluster__name", "name"):
         portal_used = used_on.get(n.name, 0)
-        free = max(0, n.gpus - n.used_by_others - portal_used) if n.schedulable else 0
+        idle = max(0, n.gpus - n.used_by_others - portal_used) if n.schedulable else 0
+        open_ = n.cluster.state == ClusterState.ACTIVE
+        free = idle if open_ else 0
         f = flavors.setdefault(n.flavor.name, {"flavor": n.flavor.name, "total": 0, "used_portal": 0,
-                                               "used_others": 0, "free": 0, "free_whole_nodes": 0,
+                                               "used_others": 0, "free": 0, "closed": 0, "free_whole_nodes": 0,
                                                "largest_free_block": 0})
         f["total"] += n.gpus
         f["used_portal"] += portal_used
         f["used_others"] += n.used_by_others
         f["free"] += free
+        f["closed"] += 0 if open_ else idle
         f["largest_free_block"] = max(f["largest_free_block"], free)
         if free == n.gpus:
             f["free_whole_nodes"] += 1
         nodes.append({"cluster": n.cluster.name, "name": n.name, "flavor": n.flavor.name, "gpus": n.gpus,
                       "used_portal": portal_used, "used_others": n.used_by_others, "free": free,
-                      "schedulable": n.schedulable, "labels": n.labels})
+                      "schedulable": n.schedulable, "cluster_state": n.cluster.state, "labels": n.labels})
     for f in flavors.values():
         whole = sum(x["gpus"] for x in nodes if x["flavor"] == f["flavor"] and x["free"] == x["gpus"])
         f["fragmentation"] = round(1 - whole / f["free"], 3) if f["free"] else 0.0
@@ -211,7 +217,7 @@ def cluster_grid(user) -> list[dict]:
             job = {"id": pk, "name": name, "owner": owner, "state": state} if pk in visible else None
             cells += [{"kind": "job", "department": dept, "job": job} for _ in range(gpus)]
         cells = cells[:n.gpus]
-        free_kind = "free" if n.schedulable else "cordoned"
+        free_kind = "free" if n.schedulable and n.cluster.state == ClusterState.ACTIVE else "cordoned"
         cells += [{"kind": free_kind} for _ in range(n.gpus - len(cells))]
         rows.append({"cluster": n.cluster.name, "name": n.name, "flavor": n.flavor.name, "gpus": n.gpus,
                      "schedulable": n.schedulable, "cells": cells,

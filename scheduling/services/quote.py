@@ -80,13 +80,15 @@ def _approval_reasons(approval: str | None) -> list[str]:
 
 
 def _free_gpus(snapshot: core.Snapshot, flavor: str) -> int:
-    """GPUs of ``flavor`` on schedulable nodes that no running job and nothing outside the portal uses."""
-    used: dict[str, int] = {}
+    """GPUs of ``flavor`` that a job could start on now: on usable nodes of clusters open to admissions (not
+    cordoned or draining) that no running job and nothing outside the portal uses."""
+    used: dict[tuple[str, str], int] = {}
     for job in snapshot.running:
         for node in job.placement:
-            used[node] = used.get(node, 0) + job.gpus_per_pod
-    return sum(max(0, n.gpus - n.used_by_others - used.get(n.name, 0))
-               for n in snapshot.nodes if n.flavor == flavor and n.schedulable)
+            used[(job.cluster, node)] = used.get((job.cluster, node), 0) + job.gpus_per_pod
+    closed = {c.name for c in snapshot.clusters if c.state != "active"}
+    return sum(max(0, n.gpus - n.used_by_others - used.get((n.cluster, n.name), 0))
+               for n in snapshot.nodes if n.flavor == flavor and n.usable and n.cluster not in closed)
 
 
 def _quota_use(snapshot: core.Snapshot, dept: str, flavor: str, gpus: int) -> dict:
