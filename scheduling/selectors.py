@@ -103,6 +103,16 @@ def cluster_summary() -> dict:
     return {"flavors": sorted(flavors.values(), key=lambda x: x["flavor"]), "nodes": nodes}
 
 
+def flavor_pools(*, flavor_id: int) -> list[tuple[str, dict, list[int]]]:
+    """Each cluster's nodes of a flavor, as (cluster name, cluster labels, every node's GPUs), by cluster name:
+    what a job of the flavor could ever occupy there (nodes cordoned for now included: they come back)."""
+    pools: dict[str, tuple[str, dict, list[int]]] = {}
+    for name, labels, gpus in (Node.objects.filter(flavor_id=flavor_id).order_by("cluster__name", "name")
+                               .values_list("cluster__name", "cluster__labels", "gpus")):
+        pools.setdefault(name, (name, labels or {}, []))[2].append(gpus)
+    return list(pools.values())
+
+
 def lent_shares(keys, quotas, busy, borrowed) -> dict[tuple[int, int], int]:
     """What each (department, flavor) lends: the GPUs other departments borrow of a flavor, shared among the
     departments with idle nominal quota of it in proportion to that idle quota (the cohort pools lendable

@@ -281,13 +281,19 @@ class Cycle:
                 {reasons.DETAIL_UNAVAILABLE: dict(closed), reasons.DETAIL_SELECTOR: dict(job.cluster_selector)},
                 "closed to admissions: " + ", ".join(f"{c} ({s})" for c, s in sorted(closed.items())),
             )
-        if (
-            flavor in self.topology.known_flavors
-            and job.cluster is None
-            and (not job.cluster_selector or any(self.topology.matches(job, c) for c in self.topology.flavor_clusters[flavor]))
-        ):
+        if flavor in self.topology.known_flavors and job.cluster is None:
+            offering = self.topology.flavor_clusters[flavor]
+            if not job.cluster_selector or any(self.topology.matches(job, c) for c in offering):
+                return self.pend(
+                    job, reasons.NO_CAPACITY, {"free": 0, "requested": job.total_gpus, "schedulable_nodes": 0}
+                )
+            # The flavor exists, only not on a cluster the job's selector allows: that is what to change.
             return self.pend(
-                job, reasons.NO_CAPACITY, {"free": 0, "requested": job.total_gpus, "schedulable_nodes": 0}
+                job,
+                reasons.NO_MATCHING_CLUSTER,
+                {reasons.DETAIL_SELECTOR: dict(job.cluster_selector), reasons.DETAIL_CLUSTER: job.cluster,
+                 "clusters": sorted(offering), "flavor": flavor},  # fmt: skip
+                f"none that offers {flavor} (on {', '.join(sorted(offering))})",
             )
         return self.pend(job, reasons.UNKNOWN_FLAVOR, {"flavor": flavor, "cluster": job.cluster})
 

@@ -80,9 +80,11 @@ def job_retried(*, job, cause: str, message: str, backoff_s: float) -> None:
          data=_job_data(job, cause=cause, message=message, backoff_s=int(backoff_s)))
 
 
-def approval_requested(*, jobs, reason_of) -> None:
+def approval_requested(*, jobs, reason_of, deciders: list[int]) -> None:
+    """To those who decide (``approvers.deciders``: the department's admins but the owner, else the platform
+    admins), not to the department's admins as such: the owner cannot approve her own job."""
     for job in jobs:
-        emit(kind="approval.requested", department_id=job.department_id, admins=True,
+        emit(kind="approval.requested", department_id=job.department_id, users=deciders,
              data=_job_data(job, reason=reason_of(job)))
 
 
