@@ -7,11 +7,9 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet, Sum
-from django.utils import timezone
 
 from portal.tenancy import APPROVE, VIEW
 from quotas import selectors as quota_selectors
-from scheduling.backends import get_backend
 from scheduling.core.types import TIER_RANK, TIERS
 from scheduling.models import (
     ACTIVE_STATES,
@@ -235,35 +233,14 @@ def cluster_grid(user) -> list[dict]:
     return rows
 
 
-def wall_eta(estimated_start: datetime | None, *, cluster: str = "default",
-             now: datetime | None = None) -> datetime | None:
-    """An estimated start on the wall clock: the engine estimates in runtime seconds (running jobs use their
-    max runtime), which a cluster with a speed-up (the simulated one in the demo) goes through faster."""
-    if estimated_start is None:
-        return None
-    speedup = getattr(get_backend(cluster), "speedup", 1.0) or 1.0
-    now = now or timezone.now()
-    if speedup == 1.0 or estimated_start <= now:
-        return estimated_start
-    return now + (estimated_start - now) / speedup
-
-
-def with_eta(jobs):
-    """Set ``job.eta`` (the wall-clock estimate) on each job; returns them."""
-    now = timezone.now()
-    for job in jobs:
-        job.eta = wall_eta(job.estimated_start, now=now)
-    return jobs
-
-
 def live_states(user, ids: list[int]) -> list[dict]:
-    """What a page that shows these jobs needs to stay current (state, reason, wall-clock ETA, timeline
-    length), for the ones ``user`` may see: one query."""
+    """What a page that shows these jobs needs to stay current (state, reason, estimated start as ``eta``,
+    timeline length), for the ones ``user`` may see: one query. The estimate is on the wall clock already
+    (the snapshot gives the engine wall-clock runtimes: services/snapshot.py)."""
     rows = list(Job.objects.restrict(user, VIEW).filter(pk__in=ids).annotate(n_events=Count("events"))
                 .values("id", "state", "reason_code", "reason_message", "estimated_start", "n_events")
                 .order_by("id"))
-    now = timezone.now()
     for r in rows:
-        eta = wall_eta(r.pop("estimated_start"), now=now)
+        eta = r.pop("estimated_start")
         r["eta"] = eta.isoformat() if eta else None
     return rows

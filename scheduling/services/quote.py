@@ -23,8 +23,7 @@ from scheduling import core
 from scheduling.core import reasons
 from scheduling.core import types as core_types
 from scheduling.models import Job, JobState
-from scheduling.selectors import wall_eta
-from scheduling.services.snapshot import build_snapshot, label_pairs
+from scheduling.services.snapshot import SnapshotContext, build_snapshot, label_pairs
 
 # The hypothetical job's id in the snapshot: no stored job has a negative id.
 QUOTE_JOB_ID = -1
@@ -45,16 +44,14 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     approval = budgets.needs_approval(
         job=job, inputs=budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk))
 
-    snapshot, _ctx = build_snapshot(now=now)
+    snapshot, ctx = build_snapshot(now=now)
     dept, flavor = membership.department.slug, job.flavor.name
     view = budgets.read_for_cycle()
     credits = snapshot.credits
     available = None if credits is None or dept not in credits else credits[dept]
     quota = _quota_use(snapshot, dept, flavor, gpus_total)
-    start = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor,
+    start = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor, ctx=ctx,
                             user=user.get_username(), approval=bool(approval))
-    # on this cluster's clock (the simulated cluster in the demo runs jobs faster than real time)
-    start["eta"] = wall_eta(start["estimated_start"], now=now)
     if start.get("borrowed"):  # priced as the engine would clear it now: the base price is the reserve
         clearing = max(base, start["price"] or 0)
         start["cost_at_clearing_price"] = budgets.cost_of(rate=clearing, gpu_seconds=gpu_seconds)
@@ -115,7 +112,7 @@ def _quota_use(snapshot: core.Snapshot, dept: str, flavor: str, gpus: int) -> di
 
 
 def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, flavor: str, user: str,
-                    approval: bool) -> dict:
+                    approval: bool, ctx: SnapshotContext) -> dict:
     jobs = len(snapshot.running) + len(snapshot.pending)
     if jobs >= settings.QUOTE_ESTIMATE_MAX_JOBS:
         return {"estimated_start": None, "starts_now": False, "code": "", "skipped": True,
@@ -125,7 +122,7 @@ def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, 
     pending = core_types.PendingJob(
         id=QUOTE_JOB_ID, department=dept, flavor=flavor, tier=job.tier, pods=job.pods, gpus_per_pod=job.gpus_per_pod,
         urgency=job.urgency, user_tier=job.user_tier, user=user, submitted_at=snapshot.now,
-        deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=float(job.max_runtime_s),
+        deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=ctx.wall_seconds(job.max_runtime_s),
         bid=job.bid or 0, hold=hold,
         cluster_selector=label_pairs(job.cluster_selector), cluster_preference=label_pairs(job.cluster_preference),
     )

@@ -9,6 +9,13 @@ Disruption budgets: when jobs wait and others could be preempted, each reachable
 for its budgets (``budget_coverage``: for Kubernetes two LISTs, every PodDisruptionBudget over the portal's
 running pods, whoever created it). A backend without budgets of its own (the simulated cluster) or one that
 cannot answer leaves each job with the budget its ``pdb_min_available`` implies.
+
+One clock: the engine's times are wall-clock seconds. A cluster that runs jobs faster than real time (the
+simulated one in the demo, ``SIM_SPEEDUP``) runs a job's ``max_runtime_s`` in ``max_runtime_s / speedup``
+seconds of the wall, so the snapshot gives the engine each job's runtimes divided by its cluster's speed-up
+(a waiting job's by the default cluster's, where the pages' estimates always were). Everything the engine
+returns (estimated starts, reserved starts, the notes in its reasons) is then on the wall clock already, and
+nothing downstream converts again.
 """
 
 from __future__ import annotations
@@ -66,6 +73,15 @@ class SnapshotContext:
     # (cluster, flavor) pairs with at least one node this cycle may use, and every cluster's labels
     available_pairs: set[tuple[str, str]] = field(default_factory=set)
     cluster_labels: dict[str, dict] = field(default_factory=dict)
+    # runtime seconds per wall-clock second of each cluster (1 but for a sped-up simulated cluster), and the
+    # default cluster's, for jobs not bound to a cluster yet
+    speedup: dict[str, float] = field(default_factory=dict)
+    default_speedup: float = 1.0
+
+    def wall_seconds(self, seconds: float, cluster: str | None = None) -> float:
+        """``seconds`` of a job's runtime as seconds of the wall on ``cluster`` (None: the default one)."""
+        speedup = self.default_speedup if cluster is None else self.speedup.get(cluster, self.default_speedup)
+        return float(seconds) / speedup
 
 
 # What a cycle never reads of a job (its pod spec and stored explanation): not loaded for every waiting and
@@ -97,7 +113,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     pending = []
     for j in queued:
         ctx.jobs[j.pk] = j
-        pending.append(pending_job(j, hold=budget.hold_for(j), data_sources=sources.get(j.pk, ())))
+        pending.append(pending_job(j, hold=budget.hold_for(j), data_sources=sources.get(j.pk, ()), ctx=ctx))
 
     window_start = now - timedelta(seconds=policy.preemption_window_s)
     recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
@@ -156,6 +172,9 @@ def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.
     ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.available_pairs = {(n.cluster, n.flavor) for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.cluster_labels = {c.name: dict(c.labels or {}) for c in cluster_rows.values()}
+    ctx.speedup = {c.name: float(getattr(get_backend(c), "speedup", 1.0) or 1.0) for c in cluster_rows.values()}
+    default = next((c.name for c in cluster_rows.values() if c.is_default), core.DEFAULT_CLUSTER)
+    ctx.default_speedup = ctx.speedup.get(default, 1.0)
     return nodes, cluster_infos(cluster_rows.values())
 
 
@@ -225,8 +244,8 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         placement=tuple(j.placement or ()),
         gpus_per_pod=j.gpus_per_pod,
         started_at=to_epoch(j.started_at or j.admitted_at) or ctx.now.timestamp(),
-        max_runtime_s=float(j.max_runtime_s),
-        checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
+        max_runtime_s=ctx.wall_seconds(j.max_runtime_s, cluster),
+        checkpoint_interval_s=ctx.wall_seconds(j.checkpoint_interval_s, cluster) if j.checkpoint_interval_s else None,
         borrowed=j.borrowed,
         urgency=j.urgency,
         user_tier=j.user_tier,
@@ -240,7 +259,7 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
     )
 
 
-def pending_job(j: Job, *, hold: int, data_sources: tuple = ()) -> core.PendingJob:
+def pending_job(j: Job, *, hold: int, ctx: SnapshotContext, data_sources: tuple = ()) -> core.PendingJob:
     return core.PendingJob(
         id=j.pk,
         department=j.department.slug,
@@ -253,7 +272,7 @@ def pending_job(j: Job, *, hold: int, data_sources: tuple = ()) -> core.PendingJ
         user=j.owner.username,
         submitted_at=to_epoch(j.submitted_at),
         deadline=to_epoch(j.deadline),
-        max_runtime_s=float(j.max_runtime_s),
+        max_runtime_s=ctx.wall_seconds(j.max_runtime_s),
         bid=j.bid,
         hold=hold,
         attempt=j.attempt,

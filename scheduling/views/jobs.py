@@ -23,7 +23,7 @@ from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
 from scheduling.backends.base import BackendError
 from scheduling.models import Cluster, Job, JobEvent, JobState, TaskType, TemplateScope, Tier, Urgency
-from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
+from scheduling.selectors import jobs_for, live_states, queue_position
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
@@ -39,7 +39,6 @@ def jobs(request):
     m = member(request.user)
     qs = jobs_for(request.user, request.GET)
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
-    with_eta(page.object_list)
     counts = {s: 0 for s in JobState.values}
     for state in Job.objects.restrict(request.user, VIEW).values_list("state", flat=True):
         counts[state] += 1
@@ -241,7 +240,6 @@ def job_detail(request, pk: int):
     return render(request, "scheduling/job.html", {
         "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
         "queue_position": queue_position(job=job),
-        "eta": wall_eta(job.estimated_start, cluster=job.cluster.name if job.cluster_id else "default"),
         "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,
         "checkpoint_retention_days": settings.CHECKPOINT_RETENTION_DAYS,
     })
