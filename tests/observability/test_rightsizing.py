@@ -49,7 +49,7 @@ def test_ewma_and_the_recommendation(lab):
     c.force_login(lab.alice)
     body = c.get("/api/v1/recommendations", {"name": "resnet-152", "image": "other"}).json()
     assert body["found"] and body["runs"] == 6 and body["key"] == "name:resnet-*"
-    assert body["gpus"] == 2  # ceil(1.3 x 1.2)
+    assert body["gpus"] == 2  # 1.3 busy GPUs need a second one
     assert body["text"].startswith("your last 6 runs of resnet-* used 1.3 of 4 GPUs and 31 GB; ask for 2")
     assert body["max_runtime_s"] == pytest.approx(history.runtime_s * 1.2, abs=1)
     # The image's history answers for a name never seen.
@@ -102,3 +102,34 @@ def test_the_accuracy_page_is_for_platform_admins(lab):
     c.force_login(lab.root)
     page = c.get("/observability/predictions/").content.decode()
     assert 'id="errors"' in page and "busy_gpus" in page
+
+
+@pytest.mark.parametrize(("busy", "held", "ask"), [
+    (0.9, 2, 1),  # holds 2, saturates one: 1 (ceil(0.9 x 1.2) = 2 told it to keep both)
+    (1.02, 2, 1),  # one saturated GPU and sampling noise
+    (1.0, 4, 1),
+    (1.3, 4, 2),
+    (1.9, 2, 2),  # keeps both busy: keep both, never "ask for 3"
+    (3.95, 4, 4),
+    (0.1, 1, 1),  # at least one
+])
+def test_the_whole_gpu_rule_sizes_down(lab, busy, held, ask):
+    from observability.services.rightsizing import whole_gpus
+
+    assert whole_gpus(busy, held) == ask
+
+
+def test_a_job_saturating_one_of_two_gpus_is_told_one(lab):
+    now = timezone.now()
+    for i in range(3):
+        job = Job.objects.create(owner=lab.alice, department=lab.vision, flavor=lab.a100, name="llm-7b",
+                                 image="img:1", command=["x"], gpus_per_pod=2, state=JobState.SUCCEEDED,
+                                 finished_at=now)
+        usage = AttemptUsage.objects.create(job=job, attempt=1, source="prometheus", gpus=2, samples=30,
+                                            started_at=now - timedelta(minutes=30), ended_at=now, busy_gpus=0.9,
+                                            peak_memory_mib=20000, mean_util=45, final=True)
+        learn(usage, succeeded=True)
+    c = Client()
+    c.force_login(lab.alice)
+    body = c.get("/api/v1/recommendations", {"name": "llm-13b"}).json()
+    assert body["gpus"] == 1 and "ask for 1" in body["text"]
