@@ -15,3 +15,9 @@ class ObservabilityConfig(AppConfig):
 
         register_collector(scheduler_metrics.SchedulerCollector())
         register_collector(metrics.GpuUseCollector())
+        # Right-sizing answers scheduling's quote and start estimates through its port (scheduling never
+        # imports observability); the selectors read models, so only once they are loaded.
+        from observability.selectors import RightSizing
+        from scheduling import ports
+
+        ports.register(RightSizing())

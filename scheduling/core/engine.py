@@ -63,18 +63,22 @@ class Cycle:
         self.pools_by_flavor = topo.pools_by_flavor
         self.closed_for: dict[int, dict[str, str]] = {}  # job -> matching clusters closed to admissions
 
-        # The running jobs' pods hold their GPUs until their declared end.
+        # The running jobs' pods hold their GPUs until their declared end. The start estimates read the same
+        # events at each job's likely end instead (its predicted run time; ``likely_events``).
         self.running = sorted(snapshot.running, key=lambda j: j.id)
+        self.likely_events: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
         for job in self.running:
             pool = self.pools.get((job.cluster, job.flavor))
             if pool is None:
                 continue
             end = max(self.now, job.expected_end)
+            likely = self.likely_end(job)
             for name in job.placement:
                 i = pool.pos.get(name)
                 if i is not None:
                     pool.free[i] -= job.gpus_per_pod
                     pool.events.append((end, i, job.gpus_per_pod))
+                    self.likely_events.setdefault((job.cluster, job.flavor), []).append((likely, i, job.gpus_per_pod))
         for pool in self.pools.values():
             pool.build()
 
@@ -85,7 +89,8 @@ class Cycle:
         self.credits = None if snapshot.credits is None else dict(snapshot.credits)
         self.admissions: dict[int, Admission] = {}
         self.reasons: dict[int, tuple[str, str, dict]] = {}  # pending job -> (code, message, detail)
-        self.admitted_end: list[tuple[float, str, str, int, str]] = []  # for estimates: (end, dept, flavor, gpus, cluster)
+        # for estimates: (likely end, dept, flavor, gpus, cluster) of this cycle's admissions
+        self.admitted_end: list[tuple[float, str, str, int, str]] = []
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
         # Pools that take no more reserved heads (reservation_depth reached, or MAX_RESERVED_SHARE of their
         # GPUs reserved): asked of every job that waits, so kept as a set rather than recomputed.
@@ -119,6 +124,8 @@ class Cycle:
                 quota=self.quota,
                 running=self.running,
                 admitted_end=self.admitted_end,
+                events=self.likely_events,
+                running_end={job.id: self.likely_end(job) for job in self.running},
                 heads=self.heads,
                 allowed=self.topology.open_to,
                 rank=self.topology.cluster_rank,
@@ -132,6 +139,8 @@ class Cycle:
             est = None if code in NO_ESTIMATE else estimates.get(job.id)
             if code == reasons.RETRY_BACKOFF:  # never before the back-off ends, later if capacity says so
                 est = job.not_before if est is None else max(est, job.not_before)
+            if job.deadline is not None:
+                message = self.deadline_check(job, est, message, detail)
             if tier_rank(job.tier) == REALTIME:
                 target = job.submitted_at + self.policy.realtime_start_target_s
                 detail["start_target"] = target
@@ -144,6 +153,27 @@ class Cycle:
             clearing_prices=MappingProxyType(clearing),
             figures=MappingProxyType(self.figures(admissions, pending_out)),
         )
+
+    def deadline_check(self, job: PendingJob, est: float | None, message: str, detail: dict) -> str:
+        """The feasibility check of a waiting job's deadline: its estimated end (estimated start + likely run
+        time) set against the deadline. A job that will miss it says so in its message and in
+        ``detail["deadline_miss"]`` (the adapter tells its owner once). With no estimate it is judged as if it
+        started now (the best case): only a deadline that even that misses is reported."""
+        start = self.now if est is None else max(self.now, est)
+        end = start + job.likely_runtime_s
+        if end <= job.deadline:
+            return message
+        late = end - job.deadline
+        detail["deadline_miss"] = {"deadline": job.deadline, "estimated_end": end, "late_s": late,
+                                   "estimated": est is not None}
+        how = "at its estimated start" if est is not None else "even if it started now"
+        return f"{message[:-1]}; {how} it would end {duration_text(late)} after its deadline."
+
+    def likely_end(self, job) -> float:
+        """When the estimates expect a running job to end: its likely end (``RunningJob.likely_end``), or its
+        max runtime once it has run past its prediction (it is still running: the prediction was short)."""
+        likely = job.likely_end
+        return max(self.now, job.expected_end if likely < self.now else likely)
 
     def price_of(self, job: PendingJob) -> int:
         """A borrowed winner's price: its critical bid (``pricing``). A starving job's place in the order does not
@@ -370,12 +400,14 @@ class Cycle:
         _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
         borrows = self.quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster)
         placed = pool.place(g, n, end)
+        likely = self.now + job.likely_runtime_s
         for i in placed:
             pool.events.append((end, i, g))
+            self.likely_events.setdefault((pool.cluster, pool.flavor), []).append((likely, i, g))
         self.quota.add(job.department, job.flavor, job.total_gpus, pool.cluster)
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        self.admitted_end.append((end, job.department, job.flavor, job.total_gpus, pool.cluster))
+        self.admitted_end.append((likely, job.department, job.flavor, job.total_gpus, pool.cluster))
         self.admissions[job.id] = Admission(
             job_id=job.id,
             placement=tuple(pool.names[i] for i in placed),

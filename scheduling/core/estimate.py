@@ -1,7 +1,9 @@
 """Honest estimated starts for the jobs a cycle leaves pending (like Slurm's ``squeue --start``).
 
 For each flavor the estimate replays the future from the cycle's outcome: every running and just-admitted job
-ends at its max runtime (a job already past it ends "now"), nothing new arrives, nobody is preempted, and
+ends at its likely end (its owner's similar jobs' smoothed run time with 20% headroom when right-sizing knows
+one, ``predicted_runtime_s``, never past its max runtime; a job already past its prediction at its max
+runtime; a job already past that ends "now"), and so does every pending job it places, nothing new arrives, nobody is preempted, and
 the pending jobs start *in queue order* (the cycle's pending order, ``ordering``), each at
 the first instant when it fits both physically (best fit, whole gang) and quota-wise, and never before the
 job ahead of it. Backfill can only make a real start earlier, so the figure is an upper bound under those
@@ -40,6 +42,10 @@ class EstimateView:
     # (end, department, flavor, GPUs, cluster) of this cycle's admissions
     admitted_end: Sequence[tuple[float, str, str, int, str]]
     heads: Mapping[int, float]  # reserved heads -> reserved start
+    # per (cluster, flavor), (likely end, node index, GPUs) of the running and admitted pods (None: the pools'
+    # own events, at max runtime); per running job id, its likely end
+    events: Mapping[tuple[str, str], Sequence[tuple[float, int, int]]] | None = None
+    running_end: Mapping[int, float] | None = None
     # Whether a job may start on a cluster (its pin, selector, and the cluster's state), and how the clusters
     # it may start on rank before fit (preferred labels, cost); None: any cluster, by name.
     allowed: Callable[[PendingJob, str], bool] | None = None
@@ -73,12 +79,14 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
     heap: list[tuple] = []
     seq = 0
     for pi, pool in enumerate(pools):
-        for end, i, g in pool.events:
+        events = pool.events if view.events is None else view.events.get((pool.cluster, pool.flavor), ())
+        for end, i, g in events:
             heap.append((end, seq, pi, i, g, None))
             seq += 1
     for job in view.running:
         if job.flavor == flavor:
-            heap.append((max(now, job.expected_end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
+            end = job.expected_end if view.running_end is None else view.running_end.get(job.id, job.expected_end)
+            heap.append((max(now, end), seq, -1, 0, job.total_gpus, (job.department, job.cluster)))
             seq += 1
     for end, dept, fl, gpus, cluster in view.admitted_end:
         if fl == flavor:
@@ -128,7 +136,7 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         if chosen is None:
             continue
         out[job.id] = t
-        end = t + job.max_runtime_s
+        end = t + job.likely_runtime_s
         idx = index[chosen]
         for _ in range(n):
             i = idx.best(g)

@@ -120,10 +120,20 @@ class PendingJob:
     data_sources: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # A retried attempt waits out its back-off: not admitted (nor reserved for) before this instant.
     not_before: float | None = None
+    # How long its owner's similar jobs ran (right-sizing's smoothed run time, 20% headroom): the start
+    # estimates expect it to run this long, never longer than max_runtime_s. Admission, reservations and
+    # holds keep max_runtime_s (a promise must hold even when the prediction is wrong). None: unknown.
+    predicted_runtime_s: float | None = None
 
     @property
     def total_gpus(self) -> int:
         return self.pods * self.gpus_per_pod
+
+    @property
+    def likely_runtime_s(self) -> float:
+        """The run time the start estimates expect: the predicted one, at most the max runtime."""
+        p = self.predicted_runtime_s
+        return self.max_runtime_s if p is None else min(self.max_runtime_s, p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +163,7 @@ class RunningJob:
     # Set while the job is being evicted (or its pods are terminating) to make room for that pending job: its
     # GPUs are already promised to the preemptor, which therefore waits instead of choosing more victims.
     evicting_for: int | None = None
+    predicted_runtime_s: float | None = None  # as PendingJob's: for the start estimates only
 
     @property
     def pods(self) -> int:
@@ -165,6 +176,15 @@ class RunningJob:
     @property
     def expected_end(self) -> float:
         return self.started_at + self.max_runtime_s
+
+    @property
+    def likely_end(self) -> float:
+        """When the start estimates expect it to end: after its predicted run time, at most its max runtime
+        (the engine takes the max runtime for a job already running past its prediction)."""
+        p = self.predicted_runtime_s
+        if p is None or p >= self.max_runtime_s:
+            return self.expected_end
+        return self.started_at + p
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +253,11 @@ class Policy:
     # only while the reserved GPUs are under half the pool's): a job that would run past any of their reserved
     # starts keeps off the GPUs those heads need. 1 is plain EASY backfill; 0 reserves nothing.
     reservation_depth: int = 16
+    # Earliest deadline first among jobs at risk (0 = off, the default): a non-realtime job whose slack
+    # (deadline - now - its likely run time) is between 0 and this many seconds goes ahead of the rest of its
+    # tier and band, starving jobs included, earliest deadline first. A job past saving (negative slack) is
+    # not moved: it would take GPUs from jobs that can still make theirs (docs/scheduling.md, "Deadlines").
+    deadline_edf_horizon_s: float = 0.0
     priority_classes: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({t.name: t.priority_class for t in _tiers.TABLE})
     )

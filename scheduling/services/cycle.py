@@ -22,6 +22,7 @@ from quotas import budgets
 from scheduling import core
 from scheduling.core import reasons
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
+from scheduling.services import notify
 from scheduling.services.jobs import budget_admitted, namespace_for, record_event, transition
 from scheduling.services.locks import exclusive
 from scheduling.services.snapshot import SnapshotContext, build_snapshot
@@ -199,6 +200,10 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
         if current.get(pk) != job.attempt:
             continue  # cancelled, admitted or requeued meanwhile: the decision no longer applies
         detail = _jsonable(pr.detail)
+        if "deadline_miss" in detail and DEADLINE_NOTE not in job.reason_message:
+            # newly at risk (its stored message did not say so yet): its owner is told, once per job (the
+            # notification's key), in this transaction
+            notify.deadline_at_risk(job=job, miss=detail["deadline_miss"], message=pr.message)
         job.reason_code, job.reason_message = pr.code, pr.message[:300]
         job.reason_detail, job.estimated_start = detail, est
         rows.append(job)
@@ -212,6 +217,10 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
         rows, ["reason_code", "reason_message", "reason_detail", "estimated_start"], batch_size=500)
     JobEvent.objects.bulk_create(events, batch_size=500)
     return len(events)
+
+
+# What the engine's feasibility check adds to a waiting job's message when it would miss its deadline.
+DEADLINE_NOTE = "after its deadline"
 
 
 # Reasons about the job or its department, true whatever the cluster's state: kept during an outage.

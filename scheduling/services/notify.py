@@ -91,3 +91,12 @@ def approval_requested(*, jobs, reason_of, deciders: list[int]) -> None:
 def approval_decided(*, job, decision: str, actor, comment: str) -> None:
     emit(kind="approval.decided", department_id=job.department_id, users=[job.owner_id],
          data=_job_data(job, decision=decision, actor=actor.get_username(), comment=comment))
+
+
+def deadline_at_risk(*, job, miss: dict, message: str) -> None:
+    """The engine's feasibility check says ``job`` will miss its deadline (``miss``: the core's
+    ``detail["deadline_miss"]``): its owner is told once (the key is the job's)."""
+    emit(kind="job.deadline_at_risk", department_id=job.department_id, users=[job.owner_id],
+         data=_job_data(job, message=message, late_min=round(miss["late_s"] / 60),
+                        deadline=job.deadline.isoformat() if job.deadline else None),
+         dedupe_key=f"job.deadline_at_risk:{job.pk}")

@@ -19,7 +19,7 @@ from django.utils import timezone
 from portal.tenancy import member
 from portal.timestamps import from_epoch
 from quotas import budgets
-from scheduling import core
+from scheduling import core, ports
 from scheduling.core import reasons
 from scheduling.core import types as core_types
 from scheduling.models import Job, JobState
@@ -45,6 +45,10 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
         job=job, inputs=budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk))
 
     snapshot, ctx = build_snapshot(now=now)
+    # right-sizing, from observability above: its recommendation, whose run time (the smoothed run time x1.2)
+    # is the job's predicted run time, as the cycle's estimates use it
+    recommendation = ports.sizing().recommendation(user=user, name=job.name, image=job.image)
+    ctx.predicted[QUOTE_JOB_ID] = (recommendation or {}).get("max_runtime_s")
     dept, flavor = membership.department.slug, job.flavor.name
     view = budgets.read_for_cycle()
     credits = snapshot.credits
@@ -66,6 +70,7 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
         "free_gpus": _free_gpus(snapshot, flavor),
         "quota": quota,
         "start": start,
+        "recommendation": recommendation,
     }
 
 
@@ -123,7 +128,7 @@ def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, 
         id=QUOTE_JOB_ID, department=dept, flavor=flavor, tier=job.tier, pods=job.pods, gpus_per_pod=job.gpus_per_pod,
         urgency=job.urgency, user_tier=job.user_tier, user=user, submitted_at=snapshot.now,
         deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=ctx.wall_seconds(job.max_runtime_s),
-        bid=job.bid or 0, hold=hold,
+        bid=job.bid or 0, hold=hold, predicted_runtime_s=ctx.predicted_wall(QUOTE_JOB_ID),
         cluster_selector=label_pairs(job.cluster_selector), cluster_preference=label_pairs(job.cluster_preference),
     )
     started = time.perf_counter()

@@ -1,7 +1,8 @@
 """Turn the database into the engine's frozen Snapshot, in a fixed, small number of queries.
 
 Queries: clusters, nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
-preemption count (9, whatever the number of jobs or nodes), plus the budgets' one read of wallets and prices
+preemption count, and right-sizing's predicted run times through ``scheduling.ports`` (10, whatever the number
+of jobs or nodes), plus the budgets' one read of wallets and prices
 (``quotas.budgets.read_for_cycle``: one query without budgets, two with). ``SnapshotContext`` keeps the Job rows the cycle
 read so that applying the result compares against what the decision was made on.
 
@@ -32,6 +33,7 @@ from django.utils import timezone
 from portal.timestamps import to_epoch
 from quotas import selectors as quota_selectors
 from quotas.budgets import read_for_cycle
+from scheduling import ports
 from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import tiers
@@ -77,6 +79,12 @@ class SnapshotContext:
     # default cluster's, for jobs not bound to a cluster yet
     speedup: dict[str, float] = field(default_factory=dict)
     default_speedup: float = 1.0
+    predicted: dict[int, float | None] = field(default_factory=dict)  # job id -> predicted run time (runtime s)
+
+    def predicted_wall(self, job_id: int, cluster: str | None = None) -> float | None:
+        """The job's predicted run time on the wall clock, None when right-sizing knows none."""
+        p = self.predicted.get(job_id)
+        return None if p is None else self.wall_seconds(p, cluster)
 
     def wall_seconds(self, seconds: float, cluster: str | None = None) -> float:
         """``seconds`` of a job's runtime as seconds of the wall on ``cluster`` (None: the default one)."""
@@ -86,7 +94,7 @@ class SnapshotContext:
 
 # What a cycle never reads of a job (its pod spec and stored explanation): not loaded for every waiting and
 # running job every cycle.
-UNUSED_FIELDS = ("image", "command", "env", "reason_detail", "idempotency_key", "request_hash")
+UNUSED_FIELDS = ("command", "env", "reason_detail", "idempotency_key", "request_hash")
 
 
 def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
@@ -105,6 +113,8 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner")
         .defer(*UNUSED_FIELDS).order_by("id")
     )
+    # right-sizing's predicted run times, for the start estimates (one query; none without right-sizing)
+    ctx.predicted = ports.sizing().predicted_runtimes((j.pk, j.owner_id, j.name, j.image) for j in (*active, *queued))
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
 
     budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
@@ -256,6 +266,7 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         disruption_budgets=budgets,
         preemptible=tiers.preemptible(j.tier) and j.pk not in ctx.evicting,
         evicting_for=ctx.evicting_for.get(j.pk),
+        predicted_runtime_s=ctx.predicted_wall(j.pk, cluster),
     )
 
 
@@ -280,6 +291,7 @@ def pending_job(j: Job, *, hold: int, ctx: SnapshotContext, data_sources: tuple 
         cluster_preference=label_pairs(j.cluster_preference),
         data_sources=data_sources,
         not_before=to_epoch(j.not_before),
+        predicted_runtime_s=ctx.predicted_wall(j.pk),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -121,7 +121,7 @@ def test_the_whole_gpu_rule_sizes_down(lab, busy, held, ask):
 
 def test_a_job_saturating_one_of_two_gpus_is_told_one(lab):
     now = timezone.now()
-    for i in range(3):
+    for _ in range(3):
         job = Job.objects.create(owner=lab.alice, department=lab.vision, flavor=lab.a100, name="llm-7b",
                                  image="img:1", command=["x"], gpus_per_pod=2, state=JobState.SUCCEEDED,
                                  finished_at=now)
@@ -133,3 +133,39 @@ def test_a_job_saturating_one_of_two_gpus_is_told_one(lab):
     c.force_login(lab.alice)
     body = c.get("/api/v1/recommendations", {"name": "llm-13b"}).json()
     assert body["gpus"] == 1 and "ask for 1" in body["text"]
+
+
+def test_the_quote_shows_the_recommendation_and_estimates_with_the_predicted_run_time(lab, submit, go):
+    """alice's resnet jobs take about 10 minutes though they ask for 8 hours: a job waiting behind her running
+    one is estimated to start after about 12 minutes of runtime (x1.2), not 8 hours."""
+    from django.conf import settings
+
+    from scheduling.services.clusters import sync_cluster
+    from scheduling.services.cycle import run_cycle
+
+    for _ in range(3):
+        _finished(lab, 0, busy=0.9, mem=20000, minutes=10, name="resnet-50")
+    running = go(submit, lab.alice, name="resnet-50", pods=2, gpus=4, max_runtime_s=8 * 3600)
+    go(run_cycle)
+    go(sync_cluster)
+    running.refresh_from_db()
+    assert running.state == "running"
+    c = Client()
+    c.force_login(lab.bob)
+    body = {"name": "bert", "image": "img:1", "command": ["x"], "flavor": "a100-80gb", "gpus": 4,
+            "max_runtime_s": 3600}
+    quote = c.post("/api/v1/jobs/quote", body, content_type="application/json").json()
+    assert quote["recommendation"] is None  # bob has no history
+    start = datetime.fromisoformat(quote["start"]["estimated_start"].replace("Z", "+00:00"))
+    wall = (start - running.started_at).total_seconds() * settings.SIM_SPEEDUP  # in runtime seconds
+    assert 10 * 60 <= wall <= 13 * 60, wall
+    # the job waiting in the queue gets the same estimate from the cycle
+    waiting = go(submit, lab.bob, name="bert", gpus=4, max_runtime_s=3600)
+    go(run_cycle)
+    waiting.refresh_from_db()
+    assert 10 * 60 <= (waiting.estimated_start - running.started_at).total_seconds() * settings.SIM_SPEEDUP <= 13 * 60
+    # alice's quote carries her recommendation
+    c.force_login(lab.alice)
+    mine = c.post("/api/v1/jobs/quote", {**body, "name": "resnet-101", "gpus": 2},
+                  content_type="application/json").json()
+    assert mine["recommendation"]["gpus"] == 1 and "ask for 1" in mine["recommendation"]["text"]
