@@ -408,9 +408,12 @@ def test_never_admitted_on_a_closed_or_non_matching_cluster(snap):
         assert all(running[v].cluster not in closed for v in p.victim_ids)
     for r in res.pending:
         if r.code == reasons.NO_MATCHING_CLUSTER:
+            # no cluster its selector (and pin) allows offers its flavor (none may match at all)
             job = jobs[r.job_id]
+            labels = {c.name: set(c.labels) for c in snap.clusters}
+            offering = {n.cluster for n in snap.nodes if n.flavor == job.flavor}
             assert not any(
-                set(job.cluster_selector) <= set(c.labels) and job.cluster in (None, c.name) for c in snap.clusters
+                set(job.cluster_selector) <= labels.get(c, set()) and job.cluster in (None, c) for c in offering
             )
         if "reserved_from" in r.detail:
             assert r.detail["cluster"] not in closed
