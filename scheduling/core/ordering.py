@@ -205,11 +205,14 @@ class Scorer:
 
     def at_risk(self, job: PendingJob) -> bool:
         """Whether ``job`` goes first in its tier and band under earliest-deadline-first: a non-realtime job
-        whose slack (deadline - now - likely run time) is between 0 and ``deadline_edf_horizon_s``."""
+        whose deadline has not passed and whose slack (deadline - now - likely run time) is at most
+        ``deadline_edf_horizon_s``. A negative slack rules a job out (past saving) only when its run time is
+        predicted: ``max_runtime_s`` is an upper bound, and a job may well finish long before it."""
         horizon = self.policy.deadline_edf_horizon_s
-        if horizon <= 0 or job.deadline is None or tier_rank(job.tier) == REALTIME:
+        if horizon <= 0 or job.deadline is None or tier_rank(job.tier) == REALTIME or job.deadline <= self.now:
             return False
-        return 0.0 <= job.deadline - self.now - job.likely_runtime_s <= horizon
+        slack = job.deadline - self.now - job.likely_runtime_s
+        return slack <= horizon and (slack >= 0 or job.predicted_runtime_s is None)
 
     def order_key(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> tuple:
         """The job's key in the pending order; with ``ratios``, as it would be with those use ratios."""

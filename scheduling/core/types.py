@@ -253,10 +253,11 @@ class Policy:
     # only while the reserved GPUs are under half the pool's): a job that would run past any of their reserved
     # starts keeps off the GPUs those heads need. 1 is plain EASY backfill; 0 reserves nothing.
     reservation_depth: int = 16
-    # Earliest deadline first among jobs at risk (0 = off, the default): a non-realtime job whose slack
-    # (deadline - now - its likely run time) is between 0 and this many seconds goes ahead of the rest of its
-    # tier and band, starving jobs included, earliest deadline first. A job past saving (negative slack) is
-    # not moved: it would take GPUs from jobs that can still make theirs (docs/scheduling.md, "Deadlines").
+    # Earliest deadline first among jobs at risk (0 = off, the default): a non-realtime job whose deadline
+    # has not passed and whose slack (deadline - now - its likely run time) is at most this many seconds goes
+    # ahead of the rest of its tier and band, starving jobs included, earliest deadline first. A job past
+    # saving by its predicted run time is not moved: it would take GPUs from jobs that can still make theirs
+    # (docs/scheduling.md, "Deadlines").
     deadline_edf_horizon_s: float = 0.0
     priority_classes: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({t.name: t.priority_class for t in _tiers.TABLE})

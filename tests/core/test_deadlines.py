@@ -55,7 +55,14 @@ def test_earliest_deadline_first_among_jobs_at_risk_behind_the_knob():
     assert set(off.admitted) == {1}
     on = Snap().nodes(1, gpus=8).quota("A", 8).policy(deadline_edf_horizon_s=3600).pending(*pending).decide()
     assert set(on.admitted) == {3}
-    # a job past saving (slack < 0) is not moved ahead
-    late = job(4, gpus=8, max_runtime_s=3600, deadline=NOW + 1800)
-    on = Snap().nodes(1, gpus=8).quota("A", 8).policy(deadline_edf_horizon_s=3600).pending(pending[0], late).decide()
-    assert set(on.admitted) == {1}
+    # a job past saving by its predicted run time (slack < 0) is not moved ahead, nor one past its deadline
+    hopeless = job(4, gpus=8, max_runtime_s=3600, predicted_runtime_s=3600, deadline=NOW + 1800)
+    passed = job(5, gpus=8, max_runtime_s=3600, deadline=NOW - 60)
+    for other in (hopeless, passed):
+        on = (Snap().nodes(1, gpus=8).quota("A", 8).policy(deadline_edf_horizon_s=3600)
+              .pending(pending[0], other).decide())  # fmt: skip
+        assert set(on.admitted) == {1}
+    # without a prediction, max_runtime_s is only an upper bound: a negative slack by it still counts as at risk
+    maybe = job(6, gpus=8, max_runtime_s=3600, deadline=NOW + 1800)
+    on = Snap().nodes(1, gpus=8).quota("A", 8).policy(deadline_edf_horizon_s=3600).pending(pending[0], maybe).decide()
+    assert set(on.admitted) == {6}
