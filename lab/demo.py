@@ -155,7 +155,7 @@ def _demo_jobs(a100: Flavor, h100: Flavor | None) -> None:
         ("carol", "eval-server", 1, 1, "realtime", "critical", 900, 0),
         ("erin", "policy-sweep", 1, 1, "backfill", "low", 1200, 0),
         ("dave", "tokenizer-prep", 1, 1, "backfill", "normal", 600, 0),
-        # bids for spare GPUs: borrowed capacity goes to the highest bids, all paying the clearing price
+        # bids for spare GPUs: borrowed capacity goes to the highest bids, each paying the bid it needed to win
         ("erin", "grasp-rl", 2, 1, "elastic", "high", 3600, 900),
         ("bob", "segformer-ablation", 2, 1, "elastic", "normal", 2700, 300),
         ("dave", "distill-7b", 2, 1, "elastic", "normal", 3600, 650),

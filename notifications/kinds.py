@@ -46,7 +46,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("job.preempted", "Job preempted", "the job's owner", _JOB + " was preempted",
          "Job {job_id} ({job_name}) was preempted ({reason}): {message}\n\n{requeue_note}", email=True,
          webhook=True),
-    Kind("approval.requested", "Approval requested", "the department's admins",
+    Kind("approval.requested", "Approval requested",
+         "the department's admins (not the job's owner), else the platform admins",
          "Job {job_id} by {owner} waits for your approval",
          "{owner} submitted job {job_id} ({job_name}). {reason}\n\nApprove or reject it on the approvals page.",
          email=True, webhook=True, link="/budgets/approvals/", department_webhook=True),
@@ -57,6 +58,10 @@ KINDS: tuple[Kind, ...] = (
          "The balance of {department} fell to {balance_credits}, below the alert threshold of {threshold_credits}. "
          "Jobs wait once it cannot cover their holds.", email=True, webhook=True,
          link="/budgets/{department}/", department_webhook=True),
+    Kind("job.deadline_at_risk", "Deadline at risk", "the job's owner", _JOB + " will miss its deadline",
+         "Job {job_id} ({job_name}) is not expected to finish by its deadline ({deadline}): about {late_min} min "
+         "late. {message}\n\nA higher urgency, a smaller request or a later deadline may help; or cancel it.",
+         email=True, webhook=True),
     Kind("job.idle", "Job idle on its GPUs", "the job's owner", _JOB + " holds idle GPUs",
          "Job {job_id} ({job_name}) holds {gpus} GPU(s) that stayed under {threshold_pct}% for {idle_minutes} "
          "minutes. Release them if the work is done, so others can use them.", email=True, webhook=True),

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from scheduling import ports
+
 
 class ObservabilityConfig(AppConfig):
     name = "observability"
@@ -9,9 +11,13 @@ class ObservabilityConfig(AppConfig):
         # Registered here, once the models are loaded, so every process finds the tasks by name (beat names
         # them) and /metrics includes the scheduler's, the ledger's and the GPU-use series in every process that serves
         # it.
-        from observability import checks, tasks  # noqa: F401 - registers checks and tasks; they import models
+        # (selectors: right-sizing's answers to scheduling's port; it reads models too)
+        from observability import checks, selectors, tasks  # noqa: F401 - registers checks and tasks; they import models
         from observability.services import metrics, scheduler_metrics  # read models: once loaded
         from portal.metrics import register_collector  # reads MetricValue: only once the models are loaded
 
         register_collector(scheduler_metrics.SchedulerCollector())
         register_collector(metrics.GpuUseCollector())
+        # Right-sizing answers scheduling's quote and start estimates through its port (scheduling never
+        # imports observability).
+        ports.register(selectors.RightSizing())

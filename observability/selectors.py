@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
 from observability.services import hints as hint_rules
 from observability.services import idle
-from observability.services.rightsizing import Recommendation, keys_for, recommendation_from
+from observability.services.rightsizing import HEADROOM, Recommendation, keys_for, recommendation_from
 from portal.tenancy import ADMIN, VIEW
 from scheduling.models import JobEvent, PreemptionVictim
 
@@ -50,6 +50,36 @@ def recommendation_for(*, user, name: str = "", image: str = "") -> Recommendati
         if key in found:
             return recommendation_from(found[key])
     return None
+
+
+class RightSizing:
+    """Scheduling's ``ports.Sizing``: the recommendation the quote shows, and the predicted run times its
+    start estimates use (registered in ``ObservabilityConfig.ready``)."""
+
+    def recommendation(self, *, user, name: str, image: str) -> dict | None:
+        rec = recommendation_for(user=user, name=name, image=image)
+        if rec is None:
+            return None
+        return {"key": rec.key, "runs": rec.runs, "busy_gpus": rec.busy_gpus, "gpus": rec.gpus,
+                "memory_gib": rec.memory_gib, "max_runtime_s": rec.max_runtime_s, "text": rec.text}
+
+    def predicted_runtimes(self, jobs) -> dict[int, float]:
+        """{job id: its owner's smoothed run time of similar jobs x 1.2} for (job id, owner id, name, image),
+        the family's history before the image's (as the recommendation); jobs without a run time are left
+        out. One query."""
+        wanted = [(pk, owner, keys_for(name=name, image=image)) for pk, owner, name, image in jobs]
+        if not wanted:
+            return {}
+        rows = UsageHistory.objects.filter(owner_id__in={owner for _, owner, _ in wanted},
+                                           key__in={k for _, _, keys in wanted for k in keys},
+                                           runtime_s__isnull=False).values_list("owner_id", "key", "runtime_s")
+        found = {(owner, key): runtime for owner, key, runtime in rows}
+        out = {}
+        for pk, owner, keys in wanted:
+            runtime = next((found[(owner, k)] for k in keys if (owner, k) in found), None)
+            if runtime is not None:
+                out[pk] = runtime * HEADROOM
+        return out
 
 
 def prediction_outcomes(*, user, limit: int = 200) -> list[PredictionOutcome]:

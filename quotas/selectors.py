@@ -25,6 +25,20 @@ def quotas_by_department_flavor() -> dict[tuple[int, int], Quota]:
     return out
 
 
+def gpu_ceiling(*, department_id: int, flavor_id: int) -> int | None:
+    """The most GPUs of a flavor one job of the department could ever hold (the engine's ``never`` rule):
+    nominal + borrowing limit of its global quota; with per-cluster quotas only, the largest of theirs (a job
+    runs on one cluster); 0 without any quota of the flavor; None when a borrowing limit is unlimited."""
+    rows = list(Quota.objects.filter(department_id=department_id, flavor_id=flavor_id)
+                .values_list("cluster_id", "nominal", "borrowing_limit"))
+    scoped = [r for r in rows if r[0] is None] or rows
+    if not scoped:
+        return 0
+    if any(limit is None for _, _, limit in scoped):
+        return None
+    return max(nominal + limit for _, nominal, limit in scoped)
+
+
 def nominal_by_flavor() -> dict[tuple[int, int], int]:
     """{(department id, flavor id): nominal GPUs across clusters} (``QuotaQuerySet.nominal_by_flavor``)."""
     return Quota.objects.nominal_by_flavor()

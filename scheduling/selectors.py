@@ -8,17 +8,16 @@ from datetime import datetime
 
 from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum, Window
 from django.db.models.functions import RowNumber
-from django.utils import timezone
 
 from portal.tenancy import APPROVE, VIEW
 from quotas import selectors as quota_selectors
-from scheduling.backends import get_backend
 from scheduling.core.types import TIERS
 from scheduling.models import (
     ACTIVE_STATES,
     TOTAL_GPUS,
     WAIT_BIN_LABELS,
     ClusterSample,
+    ClusterState,
     DepartmentSample,
     Job,
     JobState,
@@ -95,7 +94,9 @@ def pending_approvals(user) -> QuerySet[Job]:
 
 def cluster_summary() -> dict:
     """GPUs per flavor: total, used by portal jobs, used by others, free, and fragmentation (free GPUs that
-    are not on a completely free node, as a share of free GPUs)."""
+    are not on a completely free node, as a share of free GPUs). Free GPUs are those a job could be admitted
+    to: on schedulable nodes of active clusters (a cordoned or draining cluster admits nothing new; its idle
+    GPUs are counted in ``closed``)."""
     used_on: dict[tuple[str, str], int] = defaultdict(int)
     for placement, gpus in Job.objects.filter(state__in=ACTIVE_STATES).values_list("placement", "gpus_per_pod"):
         for node in placement or ():
@@ -104,24 +105,37 @@ def cluster_summary() -> dict:
     nodes = []
     for n in Node.objects.select_related("flavor", "cluster").order_by("cluster__name", "name"):
         portal_used = used_on.get(n.name, 0)
-        free = max(0, n.gpus - n.used_by_others - portal_used) if n.schedulable else 0
+        idle = max(0, n.gpus - n.used_by_others - portal_used) if n.schedulable else 0
+        open_ = n.cluster.state == ClusterState.ACTIVE
+        free = idle if open_ else 0
         f = flavors.setdefault(n.flavor.name, {"flavor": n.flavor.name, "total": 0, "used_portal": 0,
-                                               "used_others": 0, "free": 0, "free_whole_nodes": 0,
+                                               "used_others": 0, "free": 0, "closed": 0, "free_whole_nodes": 0,
                                                "largest_free_block": 0})
         f["total"] += n.gpus
         f["used_portal"] += portal_used
         f["used_others"] += n.used_by_others
         f["free"] += free
+        f["closed"] += 0 if open_ else idle
         f["largest_free_block"] = max(f["largest_free_block"], free)
         if free == n.gpus:
             f["free_whole_nodes"] += 1
         nodes.append({"cluster": n.cluster.name, "name": n.name, "flavor": n.flavor.name, "gpus": n.gpus,
                       "used_portal": portal_used, "used_others": n.used_by_others, "free": free,
-                      "schedulable": n.schedulable, "labels": n.labels})
+                      "schedulable": n.schedulable, "cluster_state": n.cluster.state, "labels": n.labels})
     for f in flavors.values():
         whole = sum(x["gpus"] for x in nodes if x["flavor"] == f["flavor"] and x["free"] == x["gpus"])
         f["fragmentation"] = round(1 - whole / f["free"], 3) if f["free"] else 0.0
     return {"flavors": sorted(flavors.values(), key=lambda x: x["flavor"]), "nodes": nodes}
+
+
+def flavor_pools(*, flavor_id: int) -> list[tuple[str, dict, list[int]]]:
+    """Each cluster's nodes of a flavor, as (cluster name, cluster labels, every node's GPUs), by cluster name:
+    what a job of the flavor could ever occupy there (nodes cordoned for now included: they come back)."""
+    pools: dict[str, tuple[str, dict, list[int]]] = {}
+    for name, labels, gpus in (Node.objects.filter(flavor_id=flavor_id).order_by("cluster__name", "name")
+                               .values_list("cluster__name", "cluster__labels", "gpus")):
+        pools.setdefault(name, (name, labels or {}, []))[2].append(gpus)
+    return list(pools.values())
 
 
 def lent_shares(keys, quotas, busy, borrowed) -> dict[tuple[int, int], int]:
@@ -238,7 +252,7 @@ def cluster_grid(user) -> list[dict]:
             job = {"id": pk, "name": name, "owner": owner, "state": state} if pk in visible else None
             cells += [{"kind": "job", "department": dept, "job": job} for _ in range(gpus)]
         cells = cells[:n.gpus]
-        free_kind = "free" if n.schedulable else "cordoned"
+        free_kind = "free" if n.schedulable and n.cluster.state == ClusterState.ACTIVE else "cordoned"
         cells += [{"kind": free_kind} for _ in range(n.gpus - len(cells))]
         rows.append({"cluster": n.cluster.name, "name": n.name, "flavor": n.flavor.name, "gpus": n.gpus,
                      "schedulable": n.schedulable, "cells": cells,
@@ -246,44 +260,15 @@ def cluster_grid(user) -> list[dict]:
     return rows
 
 
-def wall_eta(estimated_start: datetime | None, *, cluster: str = "default",
-             now: datetime | None = None) -> datetime | None:
-    """An estimated start on the wall clock: the engine estimates in runtime seconds (running jobs use their
-    max runtime), which a cluster with a speed-up (the simulated one in the demo) goes through faster."""
-    if estimated_start is None:
-        return None
-    return _on_the_wall(estimated_start, getattr(get_backend(cluster), "speedup", 1.0) or 1.0, now or timezone.now())
-
-
-def wall_etas(estimates: list[datetime | None], *, now: datetime) -> list[datetime | None]:
-    """``wall_eta`` of many estimates on the default cluster, its backend read once."""
-    speedup = getattr(get_backend("default"), "speedup", 1.0) or 1.0
-    return [None if e is None else _on_the_wall(e, speedup, now) for e in estimates]
-
-
-def _on_the_wall(estimated_start: datetime, speedup: float, now: datetime) -> datetime:
-    if speedup == 1.0 or estimated_start <= now:
-        return estimated_start
-    return now + (estimated_start - now) / speedup
-
-
-def with_eta(jobs):
-    """Set ``job.eta`` (the wall-clock estimate) on each job; returns them."""
-    now = timezone.now()
-    for job in jobs:
-        job.eta = wall_eta(job.estimated_start, now=now)
-    return jobs
-
-
 def live_states(user, ids: list[int]) -> list[dict]:
-    """What a page that shows these jobs needs to stay current (state, reason, wall-clock ETA, timeline
-    length), for the ones ``user`` may see: one query."""
+    """What a page that shows these jobs needs to stay current (state, reason, estimated start as ``eta``,
+    timeline length), for the ones ``user`` may see: one query. The estimate is on the wall clock already
+    (the snapshot gives the engine wall-clock runtimes: services/snapshot.py)."""
     rows = list(Job.objects.restrict(user, VIEW).filter(pk__in=ids).annotate(n_events=Count("events"))
                 .values("id", "state", "reason_code", "reason_message", "estimated_start", "n_events")
                 .order_by("id"))
-    now = timezone.now()
     for r in rows:
-        eta = wall_eta(r.pop("estimated_start"), now=now)
+        eta = r.pop("estimated_start")
         r["eta"] = eta.isoformat() if eta else None
     return rows
 

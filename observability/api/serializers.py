@@ -72,7 +72,7 @@ class RecommendationSerializer(serializers.Serializer):
     busy_gpus = serializers.FloatField(allow_null=True, help_text="EWMA of GPUs actually busy")
     peak_memory_mib = serializers.FloatField(allow_null=True, help_text="EWMA of peak GPU memory of one GPU")
     runtime_s = serializers.FloatField(allow_null=True, help_text="EWMA of succeeded attempts' run time")
-    gpus = serializers.IntegerField(allow_null=True, help_text="recommended GPUs (busy x 1.2, rounded up)")
+    gpus = serializers.IntegerField(allow_null=True, help_text="recommended GPUs: the fewest whole GPUs that hold the busy ones (ceil(busy - 0.05)), at most those held")
     memory_gib = serializers.FloatField(allow_null=True, help_text="recommended GPU memory (peak x 1.2)")
     max_runtime_s = serializers.IntegerField(allow_null=True, help_text="recommended max_runtime_s (x 1.2)")
     text = serializers.CharField()

@@ -5,6 +5,13 @@ Similar means the same owner (in the same department) and either the same job-na
 and ``resnet-101`` are both ``resnet-*``) or the same image. A family is preferred to an image when it has
 history. Each finished attempt first records what the history predicted for it (the error of the
 recommendation), then moves the averages.
+
+Headroom: memory and run time get 20% on top of the average (``HEADROOM``). A GPU count does not: GPUs come
+whole and a GPU cannot be more than fully busy, so "1.2 x busy GPUs, rounded up" turns a job that holds 2 GPUs
+and saturates one (0.9 busy) into "ask for 2" again. The whole-GPU rule is ``whole_gpus``: the fewest GPUs that
+hold the busy ones, ``ceil(busy - WHOLE_GPU_TOLERANCE)`` (a measured 1.03 is one saturated GPU plus noise), at
+least 1, and never more than the job held (a job cannot show a need for GPUs it did not have; one that keeps
+all of them busy is told to keep them).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
 ALPHA = 0.3
 HEADROOM = 1.2
 MIN_SAMPLES = 3  # an attempt with fewer samples says nothing about the job
+# Busy GPUs above a whole number by at most this much are that number (DCGM's sampling noise, a short spike).
+WHOLE_GPU_TOLERANCE = 0.05
 _SPLIT = re.compile(r"[-_.]")
 
 
@@ -80,6 +89,13 @@ class Recommendation:
         return f"your last {self.runs} runs of {self.label} used {used}{ask}{runtime}"
 
 
+def whole_gpus(busy: float, held: float | None) -> int:
+    """The GPUs to ask for when ``busy`` of the ``held`` GPUs were busy on average (the module's whole-GPU
+    rule): ``ceil(busy - WHOLE_GPU_TOLERANCE)``, at least 1, at most what the job held."""
+    n = max(1, math.ceil(busy - WHOLE_GPU_TOLERANCE))
+    return n if not held else min(n, max(1, round(held)))
+
+
 def recommendation_from(history: UsageHistory) -> Recommendation:
     busy, mem, run = history.busy_gpus, history.peak_memory_mib, history.runtime_s
     return Recommendation(
@@ -87,7 +103,7 @@ def recommendation_from(history: UsageHistory) -> Recommendation:
         busy_gpus=None if busy is None else round(busy, 2),
         peak_memory_mib=None if mem is None else round(mem),
         runtime_s=None if run is None else round(run),
-        gpus=None if busy is None else max(1, math.ceil(busy * HEADROOM - 1e-9)),
+        gpus=None if busy is None else whole_gpus(busy, history.gpus_requested),
         memory_gib=None if mem is None else round(mem * HEADROOM / 1024, 1),
         max_runtime_s=None if run is None else max(60, math.ceil(run * HEADROOM)),
     )

@@ -30,7 +30,7 @@ from scheduling.models import (
     Urgency,
     label_problems,
 )
-from scheduling.selectors import queue_position
+from scheduling.selectors import flavor_pools, queue_position
 from scheduling.services.dependencies import dependencies_of
 from workloads.podsecrets import use_problems
 from workloads.services.requests import MAX_MOUNTS, mount_shape_problems
@@ -374,7 +374,34 @@ class JobSubmitSerializer(StrictSerializer):
         if problems:
             raise serializers.ValidationError(
                 {"secrets": [serializers.ErrorDetail(p, code="invalid_secret") for p in problems]})
+        if "flavor" in attrs and "gpus_per_pod" in attrs:
+            self._check_gang_fits(attrs["flavor"], attrs["gpus_per_pod"], attrs.get("pods", 1),
+                                  attrs.get("cluster_selector") or {})
         return attrs
+
+    def _check_gang_fits(self, flavor: Flavor, gpus: int, pods: int, selector: dict) -> None:
+        """The whole gang on one cluster (a job never spans clusters): the clusters its selector allows must
+        offer the flavor, and one of them must hold all its pods at once, counting every node of the flavor
+        as empty. Otherwise the job could never start, and says so now rather than wait for ever."""
+        seen = getattr(self, "_pools_seen", None)
+        if seen is None:
+            seen = self._pools_seen = {}
+        if flavor.pk not in seen:
+            seen[flavor.pk] = flavor_pools(flavor_id=flavor.pk)
+        every = seen[flavor.pk]
+        pools = [p for p in every if all(p[1].get(k) == v for k, v in selector.items())]
+        if not pools:
+            offering = ", ".join(name for name, _, _ in every) or "none"
+            raise serializers.ValidationError({"cluster_selector": [serializers.ErrorDetail(
+                f"No cluster with these labels offers {flavor.name!r} (clusters that do: {offering}).",
+                code="no_matching_cluster")]})
+        room = max(sum(n // gpus for n in nodes) for _, _, nodes in pools)
+        if pods > room:
+            most = max(sum(nodes) for _, _, nodes in pools)
+            raise serializers.ValidationError({"pods": [serializers.ErrorDetail(
+                f"{pods} pods x {gpus} GPUs ({pods * gpus} GPUs) never fit at once: a job runs on one cluster, "
+                f"and the largest of {flavor.name!r} has {most} GPUs, room for {room} such pods.",
+                code="exceeds_largest_pool")]})
 
 
 class JobBatchSubmitSerializer(StrictSerializer):

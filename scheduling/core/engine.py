@@ -11,9 +11,9 @@ One pure pass over a frozen snapshot; see docs/scheduling.md for the rules. In s
    work instead of idling GPUs (``eviction`` plans these, on ``preemption``'s victim rules); the next ones to
    wait reserve too (``reservation_depth``, while their GPUs are under half the pool's).
 3. Every job still pending gets a reason code, a one-line message, a detail (``explain``) and an honest
-   estimated start (``estimate``). Borrowed capacity of a flavor clears at the highest losing bid of the
-   cycle's borrowers of that flavor (``pricing``; capped at each winner's own bid); with no loser it is
-   uncontested and the adapter charges the base (reserve) price.
+   estimated start (``estimate``). Each winner on borrowed capacity pays its critical bid: the lowest bid at
+   which it would still have been admitted (``pricing``, a replay of the cycle up to the job); 0 when it
+   would have won without bidding, and the adapter then charges the base (reserve) price.
 
 The input is never mutated and every iteration runs over inputs sorted by a total order ending in an id or
 name, so the decision is the same for any order of the snapshot's tuples.
@@ -21,6 +21,7 @@ name, so the decision is the same for any order of the snapshot's tuples.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from . import reasons
@@ -30,7 +31,7 @@ from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, d
 from .ordering import REALTIME, Scorer, tier_rank
 from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
-from .pricing import clearing_prices
+from .pricing import critical_bid
 from .quota import QuotaBook
 from .sweeps import Gates, dependency_ready
 from .topology import Topology
@@ -64,18 +65,22 @@ class Cycle:
         self.pools_by_flavor = topo.pools_by_flavor
         self.closed_for: dict[int, dict[str, str]] = {}  # job -> matching clusters closed to admissions
 
-        # The running jobs' pods hold their GPUs until their declared end.
+        # The running jobs' pods hold their GPUs until their declared end. The start estimates read the same
+        # events at each job's likely end instead (its predicted run time; ``likely_events``).
         self.running = sorted(snapshot.running, key=lambda j: j.id)
+        self.likely_events: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
         for job in self.running:
             pool = self.pools.get((job.cluster, job.flavor))
             if pool is None:
                 continue
             end = max(self.now, job.expected_end)
+            likely = self.likely_end(job)
             for name in job.placement:
                 i = pool.pos.get(name)
                 if i is not None:
                     pool.free[i] -= job.gpus_per_pod
                     pool.events.append((end, i, job.gpus_per_pod))
+                    self.likely_events.setdefault((job.cluster, job.flavor), []).append((likely, i, job.gpus_per_pod))
         for pool in self.pools.values():
             pool.build()
 
@@ -88,7 +93,7 @@ class Cycle:
         self.admissions: dict[int, Admission] = {}
         self.reasons: dict[int, tuple[str, str, dict]] = {}  # pending job -> (code, message, detail)
         self.gates = Gates(snapshot)  # held, dependencies, array throttles
-        # for estimates: (end, dept, flavor, gpus, cluster, user, array id or None)
+        # for estimates: (likely end, dept, flavor, gpus, cluster, user, array id or None) of this cycle's admissions
         self.admitted_end: list[tuple[float, str, str, int, str, str, int | None]] = []
         self.heads: dict[int, float] = {}  # reserved heads -> reserved start
         # Pools that take no more reserved heads (reservation_depth reached, or MAX_RESERVED_SHARE of their
@@ -102,17 +107,18 @@ class Cycle:
         order = sorted(self.snap.pending, key=self.scorer.order_key)
         self.outcomes: dict[int, Outcome] = {job.id: self.consider(job) for job in order}
 
-        clearing = clearing_prices(self.snap.pending, self.admissions, self.snap.credits, self.quota, self.topology)
+        clearing: dict[str, int] = {}  # per flavor, the highest price a winner pays
         admissions = []
         for job in order:
             adm = self.admissions.get(job.id)
             if adm is not None:
                 if adm.borrowed:
-                    price = clearing.get(job.flavor)
-                    adm = Admission(
-                        adm.job_id, adm.placement, adm.cluster, True, None if price is None else min(price, job.bid)
-                    )
+                    price = self.price_of(job)
+                    if price:
+                        clearing[job.flavor] = max(price, clearing.get(job.flavor, 0))
+                    adm = Admission(adm.job_id, adm.placement, adm.cluster, True, price or None)
                 admissions.append(adm)
+        clearing = dict(sorted(clearing.items()))
         still = [job for job in order if job.id in self.reasons]
         if self.snap.estimates:
             view = EstimateView(
@@ -122,6 +128,8 @@ class Cycle:
                 quota=self.quota,
                 running=self.running,
                 admitted_end=self.admitted_end,
+                events=self.likely_events,
+                running_end={job.id: self.likely_end(job) for job in self.running},
                 heads=self.heads,
                 allowed=self.topology.open_to,
                 rank=self.topology.cluster_rank,
@@ -129,8 +137,9 @@ class Cycle:
                 late=frozenset({reasons.WAITING_FOR_DEPENDENCY}),
             )
             estimates = estimate_pending(view, still)
-            ends = {j.id: j.expected_end for j in self.running}
-            ends.update((job.id, self.now + job.max_runtime_s) for job in order if job.id in self.admissions)
+            # what a dependency waits for ends when it likely ends, as the estimates replay it
+            ends = {j.id: self.likely_end(j) for j in self.running}
+            ends.update((job.id, self.now + job.likely_runtime_s) for job in order if job.id in self.admissions)
             ready = dependency_ready({j.id: j for j in still}, estimates, ends, self.snap.ended, self.now)
         else:
             estimates, ready = dict(self.heads), {}
@@ -143,6 +152,8 @@ class Cycle:
             elif code == reasons.WAITING_FOR_DEPENDENCY:  # never before what it waits for ends (unknown: None)
                 when = ready.get(job.id)
                 est = None if est is None or when is None else max(est, when)
+            if job.deadline is not None:
+                message = self.deadline_check(job, est, message, detail)
             if tier_rank(job.tier) == REALTIME:
                 target = job.submitted_at + self.policy.realtime_start_target_s
                 detail["start_target"] = target
@@ -155,6 +166,49 @@ class Cycle:
             clearing_prices=MappingProxyType(clearing),
             figures=MappingProxyType(self.figures(admissions, pending_out)),
         )
+
+    def deadline_check(self, job: PendingJob, est: float | None, message: str, detail: dict) -> str:
+        """The feasibility check of a waiting job's deadline: its estimated end (estimated start + likely run
+        time) set against the deadline. A job that will miss it says so in its message and in
+        ``detail["deadline_miss"]`` (the adapter tells its owner once). With no estimate it is judged as if it
+        started now (the best case): only a deadline that even that misses is reported."""
+        start = self.now if est is None else max(self.now, est)
+        end = start + job.likely_runtime_s
+        if end <= job.deadline:
+            return message
+        late = end - job.deadline
+        detail["deadline_miss"] = {"deadline": job.deadline, "estimated_end": end, "late_s": late,
+                                   "estimated": est is not None}
+        how = "at its estimated start" if est is not None else "even if it started now"
+        return f"{message[:-1]}; {how} it would end {duration_text(late)} after its deadline."
+
+    def likely_end(self, job) -> float:
+        """When the estimates expect a running job to end: its likely end (``RunningJob.likely_end``), or its
+        max runtime once it has run past its prediction (it is still running: the prediction was short)."""
+        likely = job.likely_end
+        return max(self.now, job.expected_end if likely < self.now else likely)
+
+    def price_of(self, job: PendingJob) -> int:
+        """A borrowed winner's price: its critical bid (``pricing``). A starving job's place in the order does not
+        depend on its bid, so it would have won at any bid and pays no more than the base price."""
+        if job.bid <= 0 or self.starving(job):
+            return 0
+        return critical_bid(job.bid, lambda bid: self.wins_at(job, bid))
+
+    def wins_at(self, job: PendingJob, bid: int) -> bool:
+        """Whether ``job`` would be admitted by this cycle had it bid ``bid``: the cycle replayed on the same
+        snapshot, without estimates, up to the job's new place in the order (what follows it cannot change
+        its outcome). Its credit hold is kept as it is (the adapter reckoned it at the job's own bid)."""
+        changed = replace(job, bid=bid)
+        snap = replace(
+            self.snap, pending=tuple(changed if j.id == job.id else j for j in self.snap.pending), estimates=False
+        )
+        replay = Cycle(snap)
+        for other in sorted(snap.pending, key=replay.scorer.order_key):
+            replay.consider(other)
+            if other.id == job.id:
+                return job.id in replay.admissions
+        return False
 
     def starving(self, job: PendingJob) -> bool:
         return self.scorer.starving_since(job) is not None
@@ -277,13 +331,19 @@ class Cycle:
                 {reasons.DETAIL_UNAVAILABLE: dict(closed), reasons.DETAIL_SELECTOR: dict(job.cluster_selector)},
                 "closed to admissions: " + ", ".join(f"{c} ({s})" for c, s in sorted(closed.items())),
             )
-        if (
-            flavor in self.topology.known_flavors
-            and job.cluster is None
-            and (not job.cluster_selector or any(self.topology.matches(job, c) for c in self.topology.flavor_clusters[flavor]))
-        ):
+        if flavor in self.topology.known_flavors and job.cluster is None:
+            offering = self.topology.flavor_clusters[flavor]
+            if not job.cluster_selector or any(self.topology.matches(job, c) for c in offering):
+                return self.pend(
+                    job, reasons.NO_CAPACITY, {"free": 0, "requested": job.total_gpus, "schedulable_nodes": 0}
+                )
+            # The flavor exists, only not on a cluster the job's selector allows: that is what to change.
             return self.pend(
-                job, reasons.NO_CAPACITY, {"free": 0, "requested": job.total_gpus, "schedulable_nodes": 0}
+                job,
+                reasons.NO_MATCHING_CLUSTER,
+                {reasons.DETAIL_SELECTOR: dict(job.cluster_selector), reasons.DETAIL_CLUSTER: job.cluster,
+                 "clusters": sorted(offering), "flavor": flavor},  # fmt: skip
+                f"none that offers {flavor} (on {', '.join(sorted(offering))})",
             )
         return self.pend(job, reasons.UNKNOWN_FLAVOR, {"flavor": flavor, "cluster": job.cluster})
 
@@ -360,13 +420,15 @@ class Cycle:
         _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
         borrows = self.quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster)
         placed = pool.place(g, n, end)
+        likely = self.now + job.likely_runtime_s
         for i in placed:
             pool.events.append((end, i, g))
+            self.likely_events.setdefault((pool.cluster, pool.flavor), []).append((likely, i, g))
         self.quota.add(job.department, job.flavor, job.total_gpus, pool.cluster)
         self.users.add(job.department, job.user, job.total_gpus)
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        self.admitted_end.append((end, job.department, job.flavor, job.total_gpus, pool.cluster, job.user,
+        self.admitted_end.append((likely, job.department, job.flavor, job.total_gpus, pool.cluster, job.user,
                                   job.array_id))
         self.gates.admitted(job)
         self.admissions[job.id] = Admission(

@@ -1,7 +1,9 @@
 """Honest estimated starts for the jobs a cycle leaves pending (like Slurm's ``squeue --start``).
 
 For each flavor the estimate replays the future from the cycle's outcome: every running and just-admitted job
-ends at its max runtime (a job already past it ends "now"), nothing new arrives, nobody is preempted, and
+ends at its likely end (its owner's similar jobs' smoothed run time with 20% headroom when right-sizing knows
+one, ``predicted_runtime_s``, never past its max runtime; a job already past its prediction at its max
+runtime; a job already past that ends "now"), and so does every pending job it places, nothing new arrives, nobody is preempted, and
 the pending jobs start *in queue order* (the cycle's pending order, ``ordering``), each at
 the first instant when it fits both physically (best fit, whole gang) and quota-wise, and never before the
 job ahead of it, and, for a member with a GPU limit (``user_limits``), once their jobs (of every flavor, as
@@ -46,6 +48,10 @@ class EstimateView:
     # (end, department, flavor, GPUs, cluster, user, array id or None) of this cycle's admissions
     admitted_end: Sequence[tuple[float, str, str, int, str, str, int | None]]
     heads: Mapping[int, float]  # reserved heads -> reserved start
+    # per (cluster, flavor), (likely end, node index, GPUs) of the running and admitted pods (None: the pools'
+    # own events, at max runtime); per running job id, its likely end
+    events: Mapping[tuple[str, str], Sequence[tuple[float, int, int]]] | None = None
+    running_end: Mapping[int, float] | None = None
     # Whether a job may start on a cluster (its pin, selector, and the cluster's state), and how the clusters
     # it may start on rank before fit (preferred labels, cost); None: any cluster, by name.
     allowed: Callable[[PendingJob, str], bool] | None = None
@@ -139,7 +145,7 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         if chosen is None:
             continue
         out[job.id] = t
-        end = t + job.max_runtime_s
+        end = t + job.likely_runtime_s
         idx = index[chosen]
         for _ in range(n):
             i = idx.best(g)
@@ -166,13 +172,14 @@ def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> t
     heap: list[tuple] = []
     seq = 0
     for pi, pool in enumerate(pools):
-        for end, i, g in pool.events:
+        events = pool.events if view.events is None else view.events.get((pool.cluster, pool.flavor), ())
+        for end, i, g in events:
             heap.append((end, seq, pi, i, g, None))
             seq += 1
     arrays: dict[int, int] = defaultdict(int)  # array id -> its tasks running in the replay
     for job in view.running:
         if job.flavor == flavor:
-            heap.append((max(view.now, job.expected_end), seq, -1, 0, job.total_gpus,
+            heap.append((max(view.now, _likely_end(view, job)), seq, -1, 0, job.total_gpus,
                          (job.department, job.cluster, job.array_id)))
             seq += 1
             if job.array_id is not None:
@@ -194,7 +201,7 @@ def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) 
     """What each limited member holds after the cycle's admissions (every flavor), and the events (pool -2: no
     node, no quota) that give it back as their jobs end."""
     held: dict[tuple[str, str], int] = defaultdict(int)
-    ends = [(j.expected_end, j.department, j.user, j.total_gpus) for j in view.running]
+    ends = [(_likely_end(view, j), j.department, j.user, j.total_gpus) for j in view.running]
     ends += [(end, dept, user, gpus) for end, dept, _, gpus, _, user, _ in view.admitted_end]
     for end, dept, user, gpus in ends:
         if users.limit(dept, user) is not None:
@@ -202,3 +209,8 @@ def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) 
             heap.append((max(view.now, end), seq, -2, 0, gpus, (dept, user)))
             seq += 1
     return held, seq
+
+
+def _likely_end(view: EstimateView, job: RunningJob) -> float:
+    """When a running job likely ends: its predicted end where the view has one, else its max runtime's."""
+    return job.expected_end if view.running_end is None else view.running_end.get(job.id, job.expected_end)

@@ -1,9 +1,11 @@
 """The one pending order, and the scores it is made of (pure; see docs/scheduling.md, "Orderings").
 
-Pending jobs are taken in the order ``(tier rank, band, not starving, starving since | -score, submitted_at,
-id)``: realtime before elastic before backfill; within a tier, the priority band first (jobs whose weight is at
-least ``priority_band_weight`` and that have waited ``BAND_ENTRY_SHARE`` of the starvation limit; one band when
-it is 0), and within a band starving jobs first (the longest starving first), then the others by score. Every
+Pending jobs are taken in the order ``(tier rank, band, group, deadline | starving since | -score,
+submitted_at, id)``: realtime before elastic before backfill; within a tier, the priority band first (jobs whose
+weight is at least ``priority_band_weight`` and that have waited ``BAND_ENTRY_SHARE`` of the starvation limit;
+one band when it is 0), and within a band (group -1) jobs whose deadline is at risk, earliest deadline first,
+when ``deadline_edf_horizon_s`` is set (``at_risk``), then (group 0) starving jobs (the longest starving first),
+then (group 1) the others by score. Every
 term is documented in ``policy.job_score``, ``starving_since`` and ``band``.
 """
 
@@ -201,10 +203,23 @@ class Scorer:
             return 1
         return band
 
+    def at_risk(self, job: PendingJob) -> bool:
+        """Whether ``job`` goes first in its tier and band under earliest-deadline-first: a non-realtime job
+        whose deadline has not passed and whose slack (deadline - now - likely run time) is at most
+        ``deadline_edf_horizon_s``. A negative slack rules a job out (past saving) only when its run time is
+        predicted: ``max_runtime_s`` is an upper bound, and a job may well finish long before it."""
+        horizon = self.policy.deadline_edf_horizon_s
+        if horizon <= 0 or job.deadline is None or tier_rank(job.tier) == REALTIME or job.deadline <= self.now:
+            return False
+        slack = job.deadline - self.now - job.likely_runtime_s
+        return slack <= horizon and (slack >= 0 or job.predicted_runtime_s is None)
+
     def order_key(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> tuple:
         """The job's key in the pending order; with ``ratios``, as it would be with those use ratios."""
         rank = tier_rank(job.tier)
         band = self.band(job)
+        if self.at_risk(job):
+            return (rank, band, -1, job.deadline, job.submitted_at, job.id)
         since = None if rank == REALTIME else self.starving_since(job, ratios)
         if since is not None:
             return (rank, band, 0, since, job.submitted_at, job.id)

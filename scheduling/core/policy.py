@@ -42,6 +42,7 @@ _NUMBER_FIELDS = (
     "reclaim_delay_s",
     "drain_ratio",
     "drain_max_loss_s",
+    "deadline_edf_horizon_s",
 )
 _POSITIVE_FIELDS = ("deadline_horizon_s", "usage_half_life_s", "preemption_window_s")
 _INT_FIELDS = ("version", "preemption_rate_limit", "realtime_headroom_gpus", "reservation_depth")

@@ -1,45 +1,34 @@
-"""The price of borrowed capacity in one cycle (pure): a uniform clearing price per flavor."""
+"""The price of borrowed capacity in one cycle (pure): each winner pays its critical bid.
+
+A job's bid only moves it within its tier's order (``bid_weight`` points per milli-credit of score); whether
+that wins it the GPUs is decided by the same cycle the engine runs. A winner on borrowed capacity pays the
+lowest bid at which it would still have been admitted, everything else in the snapshot unchanged (its
+*critical bid*, the payment rule of Myerson's lemma): 0 when tier, urgency, fair share, waiting time or a
+starving guard admitted it whatever it bid (the adapter then charges the base price, the reserve), otherwise
+the bid of the first job it would have fallen behind, converted through the score. With an allocation that
+only improves with a higher bid, the critical bid makes bidding one's true value a dominant strategy: one's
+price does not depend on one's own bid, and any bid that changes the outcome trades a win worth at least its
+price for nothing, or a loss for a win that costs more than it is worth (docs/budgets.md, "How the price of
+borrowed capacity is set"). A job that could never have fitted never displaces anyone, so it sets no price.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
-
-from .quota import QuotaBook
-from .topology import Topology
-from .types import PendingJob
+from collections.abc import Callable
 
 
-def clearing_prices(
-    pending: Iterable[PendingJob],
-    admitted: Container[int],
-    credits: Mapping[str, int] | None,
-    quota: QuotaBook,
-    topology: Topology,
-) -> dict[str, int]:
-    """The highest bid that lost, per flavor: of a job left pending that would have had to borrow, could have
-    borrowed (its department's borrowing limit and the ``credits`` it had at the start of the cycle allow it)
-    and asked for a flavor that exists. Losers are judged on the cycle's final quota use, so for a given set
-    of winners the price does not depend on the order in which the jobs were considered: a winner that bid at
-    least the price pays the same whatever it bid. A winner never pays more than its own bid (the caller caps
-    each admission); with no loser the borrowing is uncontested (no price: the adapter charges the base
-    price)."""
-    out: dict[str, int] = {}
-    for job in pending:
-        if job.id in admitted or job.bid <= out.get(job.flavor, 0):
-            continue
-        if job.pods < 1 or job.gpus_per_pod < 1 or job.flavor not in topology.known_flavors:
-            continue
-        if credits is not None and job.hold > credits.get(job.department, 0):
-            continue
-        dept, flavor, k = job.department, job.flavor, job.total_gpus
-        # (per-cluster quotas: it could have borrowed on one of the clusters open to it)
-        scoped = (dept, flavor) in quota.scoped
-        if not any(
-            quota.borrows(dept, flavor, k, c)
-            and quota.never(dept, flavor, k, c) is None
-            and quota.limit_code(dept, flavor, k, c) is None
-            for c in ([p.cluster for p in topology.job_pools(job)[0]] if scoped else [None])
-        ):
-            continue
-        out[flavor] = job.bid
-    return dict(sorted(out.items()))
+def critical_bid(bid: int, wins: Callable[[int], bool]) -> int:
+    """The lowest integer bid in ``[0, bid]`` at which ``wins`` (the job would be admitted this cycle with that
+    bid, all else equal) holds, given that it holds at ``bid``; 0 when the job would win without bidding.
+    Found by bisection (the allocation is monotone in the bid: a higher bid only moves a job earlier in its
+    tier), so at most about log2(bid) + 1 replays of the cycle."""
+    if bid <= 0 or wins(0):
+        return 0
+    lo, hi = 0, bid  # loses at lo, wins at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if wins(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -136,10 +136,20 @@ class PendingJob:
     after: tuple[Dependency, ...] = ()
     array_id: int | None = None
     array_throttle: int | None = None
+    # How long its owner's similar jobs ran (right-sizing's smoothed run time, 20% headroom): the start
+    # estimates expect it to run this long, never longer than max_runtime_s. Admission, reservations and
+    # holds keep max_runtime_s (a promise must hold even when the prediction is wrong). None: unknown.
+    predicted_runtime_s: float | None = None
 
     @property
     def total_gpus(self) -> int:
         return self.pods * self.gpus_per_pod
+
+    @property
+    def likely_runtime_s(self) -> float:
+        """The run time the start estimates expect: the predicted one, at most the max runtime."""
+        p = self.predicted_runtime_s
+        return self.max_runtime_s if p is None else min(self.max_runtime_s, p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +181,7 @@ class RunningJob:
     evicting_for: int | None = None
     user: str = ""  # its owner: the GPUs a member holds count against their ``UserLimit``
     array_id: int | None = None  # the array it is a task of: it counts against the array's throttle
+    predicted_runtime_s: float | None = None  # as PendingJob's: for the start estimates only
 
     @property
     def pods(self) -> int:
@@ -183,6 +194,15 @@ class RunningJob:
     @property
     def expected_end(self) -> float:
         return self.started_at + self.max_runtime_s
+
+    @property
+    def likely_end(self) -> float:
+        """When the start estimates expect it to end: after its predicted run time, at most its max runtime
+        (the engine takes the max runtime for a job already running past its prediction)."""
+        p = self.predicted_runtime_s
+        if p is None or p >= self.max_runtime_s:
+            return self.expected_end
+        return self.started_at + p
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +271,12 @@ class Policy:
     # only while the reserved GPUs are under half the pool's): a job that would run past any of their reserved
     # starts keeps off the GPUs those heads need. 1 is plain EASY backfill; 0 reserves nothing.
     reservation_depth: int = 16
+    # Earliest deadline first among jobs at risk (0 = off, the default): a non-realtime job whose deadline
+    # has not passed and whose slack (deadline - now - its likely run time) is at most this many seconds goes
+    # ahead of the rest of its tier and band, starving jobs included, earliest deadline first. A job past
+    # saving by its predicted run time is not moved: it would take GPUs from jobs that can still make theirs
+    # (docs/scheduling.md, "Deadlines").
+    deadline_edf_horizon_s: float = 0.0
     priority_classes: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({t.name: t.priority_class for t in _tiers.TABLE})
     )
@@ -312,9 +338,9 @@ class Admission:
     placement: tuple[str, ...]  # node name of each pod, in pod-index order
     cluster: str = DEFAULT_CLUSTER
     borrowed: bool = False
-    # Borrowed capacity that others bid for too: the clearing price per GPU-hour (the highest losing bid, at
-    # most this job's own bid). None: not borrowed, or uncontested; the adapter charges the base price, which
-    # is also the floor (the reserve) under a clearing price.
+    # Borrowed capacity that the job's bid won: its critical bid per GPU-hour (the lowest bid at which it would
+    # still have been admitted, never more than its own bid; core.pricing). None: not borrowed, or it would have
+    # won without bidding; the adapter charges the base price, which is also the floor (the reserve).
     price: int | None = None
 
 
@@ -342,5 +368,6 @@ class CycleResult:
     # Every job left pending, in the engine's pending order (``ordering.Scorer.order_key``): the queue order
     # the portal shows, the position of a job in its flavor's queue is its place among that flavor's here.
     pending: tuple[PendingReason, ...] = ()
-    clearing_prices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # contested flavors only
+    # per flavor, the highest price a borrowed winner pays this cycle (flavors whose bids decided something)
+    clearing_prices: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     figures: Mapping[str, float] = field(default_factory=lambda: _EMPTY)

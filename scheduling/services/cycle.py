@@ -22,6 +22,7 @@ from quotas import budgets
 from scheduling import core
 from scheduling.core import reasons
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
+from scheduling.services import notify
 from scheduling.services.jobs import (
     budget_admitted,
     end_unsatisfiable,
@@ -226,6 +227,10 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
         if current.get(pk) != job.attempt:
             continue  # cancelled, admitted or requeued meanwhile: the decision no longer applies
         detail = _jsonable(pr.detail)
+        if "deadline_miss" in detail and DEADLINE_NOTE not in job.reason_message:
+            # newly at risk (its stored message did not say so yet): its owner is told, once per job (the
+            # notification's key), in this transaction
+            notify.deadline_at_risk(job=job, miss=detail["deadline_miss"], message=pr.message)
         job.reason_code, job.reason_message = pr.code, pr.message[:300]
         job.reason_detail, job.estimated_start = detail, est
         rows.append(job)
@@ -247,6 +252,10 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
             ranked.append(job)
     Job.objects.filter(state=JobState.QUEUED).bulk_update(ranked, ["queue_rank"], batch_size=500)
     return len(events)
+
+
+# What the engine's feasibility check adds to a waiting job's message when it would miss its deadline.
+DEADLINE_NOTE = "after its deadline"
 
 
 # Reasons about the job or its department, true whatever the cluster's state: kept during an outage.

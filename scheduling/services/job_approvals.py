@@ -1,7 +1,9 @@
 """Job approvals: deciding on a job that waits for approval, approve (it is queued) or reject (it is cancelled).
 
-Invariants: only a department admin of the job's department decides (another department's job is a 404);
-each decision is one compare-and-set transition out of ``pending_approval`` plus an ``Approval`` row and an
+Invariants: only a department admin of the job's department, or a platform admin, decides (another
+department's job is a 404), and nobody approves their own job (a 403: another admin of the department, or a
+platform admin, decides; ``deciders`` names them, and a department without another admin falls to the
+platform admins); each decision is one compare-and-set transition out of ``pending_approval`` plus an ``Approval`` row and an
 audit entry, in one transaction; deciding the same way twice returns the job unchanged, deciding the other
 way after a decision is refused. Whether a job must wait is the budgets' question
 (``quotas.budgets.needs_approval``: its department's approval rule), asked at submission.
@@ -18,15 +20,21 @@ from portal.tenancy import membership_of
 from scheduling.core import reasons
 from scheduling.models import Approval, JobState
 from scheduling.services import notify
+from scheduling.services.approvers import deciders
 from scheduling.services.jobs import enqueue_pod_creation, transition
 
 
-def _check_approver(*, user, job) -> None:
+def _check_approver(*, user, job, approving: bool = False) -> None:
     m = membership_of(user)
     if m is None or (not m.is_platform_admin and m.department_id != job.department_id):
         raise NotFound("No such job.")
     if not m.is_department_admin:
         raise Forbidden("Only a department admin of the job's department can approve or reject it.")
+    if approving and job.owner_id == user.pk:
+        # An approval rule is a second pair of eyes; one's own approval would make it none. (Rejecting
+        # one's own job is only cancelling it, which the owner may do anyway.)
+        who, _ = deciders(job=job)
+        raise Forbidden(f"You cannot approve your own job: {who} decides.")
 
 
 def _decided(job, decision: str):
@@ -70,8 +78,9 @@ def _queued(job) -> None:
 
 
 def job_approve(*, user, job, comment: str = ""):
-    """Approve a job waiting in pending_approval: it is queued and its pods are created. Idempotent."""
-    _check_approver(user=user, job=job)
+    """Approve a job waiting in pending_approval: it is queued and its pods are created. Idempotent. Its
+    owner may not approve it."""
+    _check_approver(user=user, job=job, approving=True)
     return _decide(user=user, job=job, decision="approved", action="job.approve", comment=comment, then=_queued,
                    to=JobState.QUEUED, reason_code=reasons.QUEUED,
                    message=f"approved by {user.get_username()}" + (f": {comment}" if comment else ""),

@@ -26,6 +26,7 @@ from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
 from scheduling.models import TRANSITIONS, Cluster, Job, JobEvent, JobState, Node
 from scheduling.services import dependencies, notify
+from scheduling.services.approvers import deciders
 from workloads.services import secrets as workload_secrets
 from workloads.services.requests import validate_job_workload
 from workloads.services.resolve import create_checkpoint_dirs
@@ -252,12 +253,14 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
         raise Forbidden(f"Department {membership.department.slug} is archived: it takes no new jobs.")
     _check_secrets(membership=membership, items=items, batch=batch)
     _check_waiting_limit(user=user, membership=membership, adding=len(items))
+    _check_ceiling(membership=membership, items=items, batch=batch)
     # What each job waits for, resolved in the submitter's department (one read for all items).
     after = dependencies.resolve_after(department_id=membership.department_id, items=items, batch=batch)
     inputs = budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk)
     now = timezone.now()
     jobs: list[Job] = []
     events: list[JobEvent] = []
+    who: tuple[str, list[int]] | None = None
     for index, (data, key) in enumerate(zip(items, keys, strict=True)):
         fields = {k: v for k, v in data.items() if k not in ("flavor", "after")}
         fields.update(_workload(membership.department_id, fields, index if batch else None))
@@ -276,6 +279,9 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
         )
         approval = budgets.needs_approval(job=job, inputs=inputs)
         if approval:
+            if who is None:  # one submitter and department: the same deciders for every job of a batch
+                who = deciders(job=job)
+            approval = f"{approval} (decided by {who[0]})"
             job.state = JobState.PENDING_APPROVAL
             job.reason_code = reasons.AWAITING_APPROVAL
             job.reason_message = approval[:300]
@@ -301,7 +307,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
         job.submission_event = event  # a new job's whole timeline: the API renders it without a re-read
     waiting = [job for job in jobs if job.state == JobState.PENDING_APPROVAL]
     if waiting:
-        notify.approval_requested(jobs=waiting, reason_of=lambda j: j.reason_message)
+        notify.approval_requested(jobs=waiting, reason_of=lambda j: j.reason_message, deciders=who[1])
     return jobs
 
 
@@ -338,6 +344,28 @@ def _check_secrets(*, membership: Membership, items: list[dict], batch: bool) ->
         if problems:
             fields[f"jobs.{i}.secrets" if batch else "secrets"] = [
                 {"code": "invalid_secret", "message": p} for p in problems]
+    if fields:
+        raise ValidationFailed(fields=fields)
+
+
+def _check_ceiling(*, membership: Membership, items: list[dict], batch: bool) -> None:
+    """Each job's whole gang against the most its department could ever hold of the flavor (nominal +
+    borrowing limit, ``quota_selectors.gpu_ceiling``): a job above it would wait for ever (the engine's
+    ``never``), so it is refused now with a 400 on ``pods`` (``jobs.<i>.pods``)."""
+    fields = {}
+    ceilings: dict[int, int | None] = {}
+    for i, data in enumerate(items):
+        flavor = data["flavor"]
+        if flavor.pk not in ceilings:
+            ceilings[flavor.pk] = quota_selectors.gpu_ceiling(department_id=membership.department_id,
+                                                              flavor_id=flavor.pk)
+        ceiling = ceilings[flavor.pk]
+        total = data.get("pods", 1) * data["gpus_per_pod"]
+        if ceiling is not None and total > ceiling:
+            fields[f"jobs.{i}.pods" if batch else "pods"] = [{"code": "exceeds_quota_ceiling", "message": (
+                f"{total} GPUs of {flavor.name!r} exceed what department {membership.department.slug} could ever "
+                f"hold: {ceiling} (its nominal quota plus its borrowing limit). Ask a department admin for a "
+                "quota change, or submit a smaller job.")}]
     if fields:
         raise ValidationFailed(fields=fields)
 

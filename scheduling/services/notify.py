@@ -80,9 +80,11 @@ def job_retried(*, job, cause: str, message: str, backoff_s: float) -> None:
          data=_job_data(job, cause=cause, message=message, backoff_s=int(backoff_s)))
 
 
-def approval_requested(*, jobs, reason_of) -> None:
+def approval_requested(*, jobs, reason_of, deciders: list[int]) -> None:
+    """To those who decide (``approvers.deciders``: the department's admins but the owner, else the platform
+    admins), not to the department's admins as such: the owner cannot approve her own job."""
     for job in jobs:
-        emit(kind="approval.requested", department_id=job.department_id, admins=True,
+        emit(kind="approval.requested", department_id=job.department_id, users=deciders,
              data=_job_data(job, reason=reason_of(job)))
 
 
@@ -95,3 +97,12 @@ def dependency_never_satisfied(*, job, message: str, detail: dict) -> None:
     """The job was ended because a job it depends on ended in a way its condition excludes."""
     emit(kind="job.dependency_never_satisfied", department_id=job.department_id, users=[job.owner_id],
          data=_job_data(job, message=message, dependency=str(detail.get("dependency", ""))))
+
+
+def deadline_at_risk(*, job, miss: dict, message: str) -> None:
+    """The engine's feasibility check says ``job`` will miss its deadline (``miss``: the core's
+    ``detail["deadline_miss"]``): its owner is told once (the key is the job's)."""
+    emit(kind="job.deadline_at_risk", department_id=job.department_id, users=[job.owner_id],
+         data=_job_data(job, message=message, late_min=round(miss["late_s"] / 60),
+                        deadline=job.deadline.isoformat() if job.deadline else None),
+         dedupe_key=f"job.deadline_at_risk:{job.pk}")

@@ -19,12 +19,11 @@ from django.utils import timezone
 from portal.tenancy import member
 from portal.timestamps import from_epoch
 from quotas import budgets
-from scheduling import core
+from scheduling import core, ports
 from scheduling.core import reasons
 from scheduling.core import types as core_types
 from scheduling.models import Job, JobState
-from scheduling.selectors import wall_eta
-from scheduling.services.snapshot import build_snapshot, label_pairs
+from scheduling.services.snapshot import SnapshotContext, build_snapshot, label_pairs
 
 # The hypothetical job's id in the snapshot: no stored job has a negative id.
 QUOTE_JOB_ID = -1
@@ -45,16 +44,18 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     approval = budgets.needs_approval(
         job=job, inputs=budgets.submission_check_inputs(department_id=membership.department_id, owner_id=user.pk))
 
-    snapshot, _ctx = build_snapshot(now=now)
+    snapshot, ctx = build_snapshot(now=now)
+    # right-sizing, from observability above: its recommendation, whose run time (the smoothed run time x1.2)
+    # is the job's predicted run time, as the cycle's estimates use it
+    recommendation = ports.sizing().recommendation(user=user, name=job.name, image=job.image)
+    ctx.predicted[QUOTE_JOB_ID] = (recommendation or {}).get("max_runtime_s")
     dept, flavor = membership.department.slug, job.flavor.name
     view = budgets.read_for_cycle()
     credits = snapshot.credits
     available = None if credits is None or dept not in credits else credits[dept]
     quota = _quota_use(snapshot, dept, flavor, gpus_total)
-    start = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor,
+    start = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor, ctx=ctx,
                             user=user.get_username(), approval=bool(approval))
-    # on this cluster's clock (the simulated cluster in the demo runs jobs faster than real time)
-    start["eta"] = wall_eta(start["estimated_start"], now=now)
     if start.get("borrowed"):  # priced as the engine would clear it now: the base price is the reserve
         clearing = max(base, start["price"] or 0)
         start["cost_at_clearing_price"] = budgets.cost_of(rate=clearing, gpu_seconds=gpu_seconds)
@@ -69,6 +70,7 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
         "free_gpus": _free_gpus(snapshot, flavor),
         "quota": quota,
         "start": start,
+        "recommendation": recommendation,
     }
 
 
@@ -80,13 +82,15 @@ def _approval_reasons(approval: str | None) -> list[str]:
 
 
 def _free_gpus(snapshot: core.Snapshot, flavor: str) -> int:
-    """GPUs of ``flavor`` on schedulable nodes that no running job and nothing outside the portal uses."""
-    used: dict[str, int] = {}
+    """GPUs of ``flavor`` that a job could start on now: on usable nodes of clusters open to admissions (not
+    cordoned or draining) that no running job and nothing outside the portal uses."""
+    used: dict[tuple[str, str], int] = {}
     for job in snapshot.running:
         for node in job.placement:
-            used[node] = used.get(node, 0) + job.gpus_per_pod
-    return sum(max(0, n.gpus - n.used_by_others - used.get(n.name, 0))
-               for n in snapshot.nodes if n.flavor == flavor and n.schedulable)
+            used[(job.cluster, node)] = used.get((job.cluster, node), 0) + job.gpus_per_pod
+    closed = {c.name for c in snapshot.clusters if c.state != "active"}
+    return sum(max(0, n.gpus - n.used_by_others - used.get((n.cluster, n.name), 0))
+               for n in snapshot.nodes if n.flavor == flavor and n.usable and n.cluster not in closed)
 
 
 def _quota_use(snapshot: core.Snapshot, dept: str, flavor: str, gpus: int) -> dict:
@@ -113,7 +117,7 @@ def _quota_use(snapshot: core.Snapshot, dept: str, flavor: str, gpus: int) -> di
 
 
 def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, flavor: str, user: str,
-                    approval: bool) -> dict:
+                    approval: bool, ctx: SnapshotContext) -> dict:
     jobs = len(snapshot.running) + len(snapshot.pending)
     if jobs >= settings.QUOTE_ESTIMATE_MAX_JOBS:
         return {"estimated_start": None, "starts_now": False, "code": "", "skipped": True,
@@ -123,8 +127,8 @@ def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, 
     pending = core_types.PendingJob(
         id=QUOTE_JOB_ID, department=dept, flavor=flavor, tier=job.tier, pods=job.pods, gpus_per_pod=job.gpus_per_pod,
         urgency=job.urgency, user_tier=job.user_tier, user=user, submitted_at=snapshot.now,
-        deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=float(job.max_runtime_s),
-        bid=job.bid or 0, hold=hold,
+        deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=ctx.wall_seconds(job.max_runtime_s),
+        bid=job.bid or 0, hold=hold, predicted_runtime_s=ctx.predicted_wall(QUOTE_JOB_ID),
         cluster_selector=label_pairs(job.cluster_selector), cluster_preference=label_pairs(job.cluster_preference),
     )
     started = time.perf_counter()

@@ -1,8 +1,9 @@
 """Turn the database into the engine's frozen Snapshot, in a fixed, small number of queries.
 
 Queries: clusters, nodes, quotas, policy, active jobs, queued jobs, recent usage, preemptions in flight, recent
-preemption count, per-user GPU limits (10, whatever the number of jobs or nodes; two more when queued jobs have
-dependencies: the dependencies, and the jobs they name with the tasks of the arrays they name), plus the budgets' one read of wallets and prices
+preemption count, per-user GPU limits, and right-sizing's predicted run times through ``scheduling.ports`` (10,
+whatever the number of jobs or nodes; two more when queued jobs have dependencies: the dependencies, and the jobs
+they name with the tasks of the arrays they name), plus the budgets' one read of wallets and prices
 (``quotas.budgets.read_for_cycle``: one query without budgets, two with). ``SnapshotContext`` keeps the Job rows the cycle
 read so that applying the result compares against what the decision was made on.
 
@@ -10,6 +11,13 @@ Disruption budgets: when jobs wait and others could be preempted, each reachable
 for its budgets (``budget_coverage``: for Kubernetes two LISTs, every PodDisruptionBudget over the portal's
 running pods, whoever created it). A backend without budgets of its own (the simulated cluster) or one that
 cannot answer leaves each job with the budget its ``pdb_min_available`` implies.
+
+One clock: the engine's times are wall-clock seconds. A cluster that runs jobs faster than real time (the
+simulated one in the demo, ``SIM_SPEEDUP``) runs a job's ``max_runtime_s`` in ``max_runtime_s / speedup``
+seconds of the wall, so the snapshot gives the engine each job's runtimes divided by its cluster's speed-up
+(a waiting job's by the default cluster's, where the pages' estimates always were). Everything the engine
+returns (estimated starts, reserved starts, the notes in its reasons) is then on the wall clock already, and
+nothing downstream converts again.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from django.utils import timezone
 from portal.timestamps import to_epoch
 from quotas import selectors as quota_selectors
 from quotas.budgets import read_for_cycle
+from scheduling import ports
 from scheduling.backends import get_backend, owns_inventory
 from scheduling.backends.base import BackendError, BudgetCoverage
 from scheduling.core import tiers
@@ -69,11 +78,26 @@ class SnapshotContext:
     # (cluster, flavor) pairs with at least one node this cycle may use, and every cluster's labels
     available_pairs: set[tuple[str, str]] = field(default_factory=set)
     cluster_labels: dict[str, dict] = field(default_factory=dict)
+    # runtime seconds per wall-clock second of each cluster (1 but for a sped-up simulated cluster), and the
+    # default cluster's, for jobs not bound to a cluster yet
+    speedup: dict[str, float] = field(default_factory=dict)
+    default_speedup: float = 1.0
+    predicted: dict[int, float | None] = field(default_factory=dict)  # job id -> predicted run time (runtime s)
+
+    def predicted_wall(self, job_id: int, cluster: str | None = None) -> float | None:
+        """The job's predicted run time on the wall clock, None when right-sizing knows none."""
+        p = self.predicted.get(job_id)
+        return None if p is None else self.wall_seconds(p, cluster)
+
+    def wall_seconds(self, seconds: float, cluster: str | None = None) -> float:
+        """``seconds`` of a job's runtime as seconds of the wall on ``cluster`` (None: the default one)."""
+        speedup = self.default_speedup if cluster is None else self.speedup.get(cluster, self.default_speedup)
+        return float(seconds) / speedup
 
 
 # What a cycle never reads of a job (its pod spec and stored explanation): not loaded for every waiting and
 # running job every cycle.
-UNUSED_FIELDS = ("image", "command", "env", "reason_detail", "idempotency_key", "request_hash")
+UNUSED_FIELDS = ("command", "env", "reason_detail", "idempotency_key", "request_hash")
 
 
 def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
@@ -93,6 +117,8 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
         .annotate(has_dependencies=Exists(JobDependency.objects.filter(job=OuterRef("pk"))))
         .defer(*UNUSED_FIELDS).order_by("id")
     )
+    # right-sizing's predicted run times, for the start estimates (one query; none without right-sizing)
+    ctx.predicted = ports.sizing().predicted_runtimes((j.pk, j.owner_id, j.name, j.image) for j in (*active, *queued))
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
 
     budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
@@ -102,7 +128,7 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     pending = []
     for j in queued:
         ctx.jobs[j.pk] = j
-        pending.append(pending_job(j, hold=budget.hold_for(j), data_sources=sources.get(j.pk, ()),
+        pending.append(pending_job(j, hold=budget.hold_for(j), data_sources=sources.get(j.pk, ()), ctx=ctx,
                                    after=after.get(j.pk, ())))
 
     window_start = now - timedelta(seconds=policy.preemption_window_s)
@@ -189,6 +215,9 @@ def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.
     ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.available_pairs = {(n.cluster, n.flavor) for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.cluster_labels = {c.name: dict(c.labels or {}) for c in cluster_rows.values()}
+    ctx.speedup = {c.name: float(getattr(get_backend(c), "speedup", 1.0) or 1.0) for c in cluster_rows.values()}
+    default = next((c.name for c in cluster_rows.values() if c.is_default), core.DEFAULT_CLUSTER)
+    ctx.default_speedup = ctx.speedup.get(default, 1.0)
     return nodes, cluster_infos(cluster_rows.values())
 
 
@@ -258,8 +287,8 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         placement=tuple(j.placement or ()),
         gpus_per_pod=j.gpus_per_pod,
         started_at=to_epoch(j.started_at or j.admitted_at) or ctx.now.timestamp(),
-        max_runtime_s=float(j.max_runtime_s),
-        checkpoint_interval_s=float(j.checkpoint_interval_s) if j.checkpoint_interval_s else None,
+        max_runtime_s=ctx.wall_seconds(j.max_runtime_s, cluster),
+        checkpoint_interval_s=ctx.wall_seconds(j.checkpoint_interval_s, cluster) if j.checkpoint_interval_s else None,
         borrowed=j.borrowed,
         urgency=j.urgency,
         user_tier=j.user_tier,
@@ -272,10 +301,11 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         evicting_for=ctx.evicting_for.get(j.pk),
         user=j.owner.username,
         array_id=j.array_id,
+        predicted_runtime_s=ctx.predicted_wall(j.pk, cluster),
     )
 
 
-def pending_job(j: Job, *, hold: int, data_sources: tuple = (),
+def pending_job(j: Job, *, hold: int, ctx: SnapshotContext, data_sources: tuple = (),
                 after: tuple[core.Dependency, ...] = ()) -> core.PendingJob:
     return core.PendingJob(
         id=j.pk,
@@ -289,7 +319,7 @@ def pending_job(j: Job, *, hold: int, data_sources: tuple = (),
         user=j.owner.username,
         submitted_at=to_epoch(j.submitted_at),
         deadline=to_epoch(j.deadline),
-        max_runtime_s=float(j.max_runtime_s),
+        max_runtime_s=ctx.wall_seconds(j.max_runtime_s),
         bid=j.bid,
         hold=hold,
         attempt=j.attempt,
@@ -301,6 +331,7 @@ def pending_job(j: Job, *, hold: int, data_sources: tuple = (),
         after=after,
         array_id=j.array_id,
         array_throttle=j.array.throttle if j.array_id else None,
+        predicted_runtime_s=ctx.predicted_wall(j.pk),
     )
 
 

@@ -24,7 +24,6 @@ from scheduling.selectors import (
     department_series,
     pending_approvals,
     quota_use,
-    with_eta,
 )
 
 CHART_WINDOW = timedelta(hours=24)
@@ -39,8 +38,8 @@ def home(request):
     summary = cluster_summary()
     ctx = {
         "membership": m, "now": now,
-        "my_jobs": with_eta(list(Job.objects.restrict(request.user, VIEW).filter(owner=request.user, state__in=LIVE)
-                        .select_related("flavor").order_by("estimated_start", "submitted_at", "id")[:10])),
+        "my_jobs": list(Job.objects.restrict(request.user, VIEW).filter(owner=request.user, state__in=LIVE)
+                        .select_related("flavor").order_by("estimated_start", "submitted_at", "id")[:10]),
         "quota": quota_use(department_id=m.department_id),
         "free": summary["flavors"],
         "wallet": None, "burn": None,

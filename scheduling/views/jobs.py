@@ -36,7 +36,7 @@ from scheduling.models import (
     Tier,
     Urgency,
 )
-from scheduling.selectors import jobs_for, live_states, queue_position, wall_eta, with_eta
+from scheduling.selectors import jobs_for, live_states, queue_position
 from scheduling.services.dependencies import dependencies_of
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
@@ -55,7 +55,6 @@ def jobs(request):
     m = member(request.user)
     qs = jobs_for(request.user, request.GET)
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
-    with_eta(page.object_list)
     counts = {s: 0 for s in JobState.values}
     for state in Job.objects.restrict(request.user, VIEW).values_list("state", flat=True):
         counts[state] += 1
@@ -269,7 +268,6 @@ def job_detail(request, pk: int):
         "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
         "after": dependencies_of(job),
         "queue_position": queue_position(job=job),
-        "eta": wall_eta(job.estimated_start, cluster=job.cluster.name if job.cluster_id else "default"),
         "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,
         "checkpoint_retention_days": settings.CHECKPOINT_RETENTION_DAYS,
         "route": route_context(request.user, job) if job.has_route else None,

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from portal.errors import PortalError
 from portal.tenancy import CHANGE, VIEW, member, permits
 from scheduling.models import Job, JobArray, JobState
-from scheduling.selectors import jobs_for, with_eta
+from scheduling.selectors import jobs_for
 from scheduling.services.sweeps import array_cancel, array_counts, array_hold, job_hold, job_release
 
 
@@ -24,7 +24,6 @@ def array_detail(request, pk: int):
     state = request.GET.get("state", "")
     tasks = jobs_for(request.user, {"array": str(array.pk), **({"state": state} if state else {})})
     page = Paginator(tasks, 100).get_page(request.GET.get("page"))
-    with_eta(page.object_list)
     return render(request, "scheduling/array.html", {
         "array": array, "page": page, "filter_state": state, "can_manage": permits(request.user, array, CHANGE),
         "states": [(v, label, counts[v]) for v, label in JobState.choices if counts[v]],

@@ -146,10 +146,16 @@ def test_a_selector_on_unlisted_clusters_matches_nothing():
     assert res.code(1) == reasons.NO_MATCHING_CLUSTER
 
 
-def test_a_matching_cluster_without_the_flavor_is_unknown_flavor_not_no_match():
+def test_a_matching_cluster_without_the_flavor_is_no_matching_cluster_not_unknown_flavor():
+    # h100 exists (on west); the selector allows only east, which has none: the selector is what to change.
     snap = two_clusters().cluster("east", region="eu").node("h0", flavor="h100", cluster="west").quota("A", 8, "h100")
     res = snap.pending(job(1, flavor="h100", cluster_selector=(("region", "eu"),))).decide()
-    assert res.code(1) == reasons.UNKNOWN_FLAVOR
+    assert res.code(1) == reasons.NO_MATCHING_CLUSTER
+    assert res.reason[1].detail["flavor"] == "h100" and res.reason[1].detail["clusters"] == ["west"]
+    assert "offers h100" in res.reason[1].message
+    # a flavor no cluster has is still unknown
+    res = snap.pending(job(2, flavor="b200", cluster_selector=(("region", "eu"),))).decide()
+    assert res.code(2) == reasons.UNKNOWN_FLAVOR
 
 
 # ---------------------------------------------------------------- global and per-cluster quotas

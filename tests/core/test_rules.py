@@ -106,21 +106,22 @@ def test_department_without_quota_row_cannot_use_the_flavor():
     assert res.reason[1].detail["never"] is True
 
 
-def test_higher_bid_wins_borrowed_capacity_and_the_highest_losing_bid_sets_the_price():
+def test_higher_bid_wins_borrowed_capacity_and_the_losing_bid_sets_the_price():
     res = (
         Snap().nodes(1, gpus=4).quota("A", 0).quota("B", 0).quota("C", 4)
         .pending(job(1, dept="A", gpus=2, bid=100), job(2, dept="B", gpus=2, bid=300), job(3, dept="A", gpus=2, bid=200))
         .decide()
     )  # fmt: skip
     assert set(res.admitted) == {2, 3}
-    assert res.raw.clearing_prices == {"a100": 100}  # the highest bid that lost
-    assert all(a.borrowed and a.price == 100 for a in res.raw.admissions)  # whatever each winner bid
+    # each winner pays the bid it needed to pass the loser's 100 (a tie goes to the smaller id), whatever it bid
+    assert res.raw.clearing_prices == {"a100": 101}
+    assert all(a.borrowed and a.price == 101 for a in res.raw.admissions)
     assert res.code(1) == reasons.QUOTA_EXHAUSTED
 
 
 def test_uncontested_borrowing_pays_the_base_price():
-    # A sole borrower is not charged its own bid: with nobody left waiting, no price is set and the adapter
-    # charges the base (reserve) price.
+    # A sole borrower is not charged its own bid: it would have won without bidding, so no price is set and
+    # the adapter charges the base (reserve) price.
     res = Snap().nodes(1, gpus=8).quota("A", 4).quota("B", 4).pending(job(1, dept="A", gpus=8, bid=5000)).decide()
     assert set(res.admitted) == {1}
     assert res.raw.clearing_prices == {} and res.raw.admissions[0].borrowed and res.raw.admissions[0].price is None

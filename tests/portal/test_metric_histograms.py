@@ -140,7 +140,8 @@ def test_the_cycle_observes_each_admitted_jobs_wait_since_it_was_last_queued(lab
 
 
 def test_a_cycle_that_admits_nothing_observes_no_wait(lab, submit, go):
-    go(submit, lab.alice, name="huge", gpus=4, pods=3)  # cannot fit anywhere
+    huge = go(submit, lab.alice, name="huge", gpus=4, pods=2)
+    type(huge).objects.filter(pk=huge.pk).update(pods=3)  # cannot fit anywhere (grown after submission)
     assert go(run_cycle).admitted == 0
     assert not metrics.stored("portal_queue_wait_seconds_bucket") and not metrics.stored(metrics.ADMISSIONS)
     assert _buckets(metrics.CYCLE_DURATION, {})["+Inf"] == 1

@@ -42,7 +42,8 @@ def _in_another_process(code: str, **env) -> None:
 def test_a_cycle_run_in_a_worker_process_shows_on_the_web_processes_metrics(lab, submit, client):
     for i in range(3):
         submit(lab.alice, name=f"m{i}")
-    submit(lab.bob, name="big", gpus=4, pods=3)  # cannot fit: stays pending with a reason
+    big = submit(lab.bob, name="big", gpus=4, pods=2)
+    type(big).objects.filter(pk=big.pk).update(pods=3)  # cannot fit (grown after submission): stays pending
     _in_another_process("from scheduling.services.cycle import run_cycle; assert run_cycle().admitted == 3")
     first = client.get("/metrics").content.decode()
     assert _value(first, "portal_cycle_duration_seconds_count") == 1

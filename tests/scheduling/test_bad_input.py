@@ -23,6 +23,8 @@ BAD = [
     ({"gpus": True}, "gpus", "invalid"),
     ({"gpus": 5}, "gpus", "exceeds_largest_node"),  # nodes have 4 GPUs
     ({"pods": 0}, "pods", "min_value"),
+    ({"pods": 3, "gpus": 4}, "pods", "exceeds_largest_pool"),  # 12 GPUs at once on a pool of 2 x 4
+    ({"pods": 5, "gpus": 3}, "pods", "exceeds_largest_pool"),  # one 3-GPU pod per 4-GPU node: room for 2
     ({"flavor": "h100"}, "flavor", "does_not_exist"),
     ({"flavor": "a100-mig-3g.40gb"}, "flavor", "no_nodes"),  # a flavor no node offers
     ({"image": "Not An Image!"}, "image", "invalid_image"),

@@ -91,7 +91,8 @@ def test_snapshot_queries_are_bounded(lab, submit, go, django_assert_max_num_que
     for i in range(25):
         go(submit, lab.alice if i % 2 else lab.bob, name=f"j{i}")
     go(run_cycle)
-    with django_assert_max_num_queries(12):  # + the clusters (states, labels, cost ranks), the quota refusals, user limits
+    # + the clusters (states, labels, cost ranks), the quota refusals, user limits, right-sizing's predicted run times
+    with django_assert_max_num_queries(13):
         snapshot, _ = build_snapshot(now=timezone.now())
     assert len(snapshot.pending) + len(snapshot.running) == 25
 

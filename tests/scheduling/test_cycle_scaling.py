@@ -22,7 +22,9 @@ pytestmark = pytest.mark.django_db
 def _queries_of_a_cycle_with(n, lab, submit, go):
     """n gangs of 3 x 4 GPUs wait on 2 nodes of 4: every one gets a new reason in the first cycle."""
     Job.objects.filter(state=JobState.QUEUED).update(state=JobState.CANCELLED)  # out of the way
-    jobs = [go(submit, lab.alice if i % 2 else lab.bob, name=f"big{i}", gpus=4, pods=3) for i in range(n)]
+    jobs = [go(submit, lab.alice if i % 2 else lab.bob, name=f"big{i}", gpus=4, pods=2) for i in range(n)]
+    # grown past the pool after submission (submission refuses a gang that never fits: rows from before it)
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(pods=3)
     with CaptureQueriesContext(connection) as q:
         outcome = go(run_cycle)
     assert outcome.admitted == 0 and outcome.reasons_changed == n
@@ -38,7 +40,8 @@ def test_pending_reasons_are_written_in_constant_statements(lab, submit, go):
 
 
 def test_a_job_requeued_meanwhile_keeps_its_own_reason(lab, submit, go):
-    job = go(submit, lab.alice, gpus=4, pods=3)
+    job = go(submit, lab.alice, gpus=4, pods=2)
+    Job.objects.filter(pk=job.pk).update(pods=3)  # never fits: it stays pending
     snapshot, ctx = build_snapshot(now=timezone.now())
     result = core.schedule(snapshot)
     assert [p.job_id for p in result.pending] == [job.pk]

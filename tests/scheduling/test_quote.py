@@ -19,7 +19,7 @@ def quote(client, body):
 
 def test_an_idle_cluster_starts_the_job_now_within_quota(lab, client_for, payload, django_assert_max_num_queries):
     c = client_for(lab.alice)
-    with django_assert_max_num_queries(20):
+    with django_assert_max_num_queries(21):  # the snapshot reads members' GPU limits and predicted run times too
         r = quote(c, payload(gpus=2, max_runtime_s=7200))
     assert r.status_code == 200, r.content
     q = r.json()
@@ -133,3 +133,23 @@ def test_the_submit_form_quote_fragment(lab, client):
     assert 'data-quote-error="gpus"' in text and 'data-quote-error="command"' in text
     assert Job.objects.count() == 0
     assert client.get("/jobs/new/quote").status_code == 405
+
+
+def test_free_gpus_leave_out_cordoned_and_draining_clusters(lab, client_for, payload):
+    """A cluster closed to admissions has no free GPUs for a new job: the quote's count and /api/v1/cluster's
+    agree with the engine, which says all GPUs of the type are in use."""
+    from scheduling.models import Cluster, ClusterState, Node
+
+    for state in (ClusterState.CORDONED, ClusterState.DRAINING):
+        lab.cluster.state = state
+        lab.cluster.save(update_fields=["state"])
+        q = quote(client_for(lab.alice), payload(gpus=1)).json()
+        assert q["free_gpus"] == 0 and q["start"]["starts_now"] is False
+        flavors = {f["flavor"]: f for f in client_for(lab.root).get("/api/v1/cluster").json()["flavors"]}
+        assert flavors["a100-80gb"]["free"] == 0 and flavors["a100-80gb"]["closed"] == 8
+    # an active second cluster's GPUs count
+    east = Cluster.objects.create(name="east", backend="simulated")
+    Node.objects.create(cluster=east, name="e0", flavor=lab.a100, gpus=2, labels={"gpu-type": "a100"})
+    assert quote(client_for(lab.alice), payload(gpus=1)).json()["free_gpus"] == 2
+    flavors = {f["flavor"]: f for f in client_for(lab.root).get("/api/v1/cluster").json()["flavors"]}
+    assert flavors["a100-80gb"]["free"] == 2

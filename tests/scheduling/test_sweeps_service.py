@@ -165,7 +165,7 @@ def test_an_array_is_held_and_released_as_a_unit(lab, client_for, payload, go):
 
 def test_dependencies_change_while_waiting_and_a_cycle_is_refused(lab, client_for, payload, submit):
     client = client_for(lab.alice)
-    a = submit(lab.alice, name="a", gpus=4, pods=3)
+    a = submit(lab.alice, name="a", gpus=4, pods=2)
     b = submit(lab.alice, name="b", after=f"afterany:{a.pk}")
     r = client.post(f"/api/v1/jobs/{a.pk}/dependencies", {"after": f"afterok:{b.pk}"}, format="json")
     assert r.status_code == 400 and r.json()["error"]["fields"]["after"][0]["code"] == "cycle"
