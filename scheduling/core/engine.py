@@ -32,6 +32,7 @@ from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
 from .pricing import clearing_prices
 from .quota import QuotaBook
+from .tiers import REALTIME as _REALTIME_TIER
 from .topology import Topology
 from .types import (
     Admission,
@@ -46,6 +47,7 @@ from .types import (
 # a second reservation would close the last GPUs that small jobs backfill into, while on a large one several
 # reservations keep the large jobs behind the head from being overtaken by every small job that fits a hole.
 MAX_RESERVED_SHARE = 0.5
+REALTIME_TIER = _REALTIME_TIER.name
 
 
 class Cycle:
@@ -53,7 +55,7 @@ class Cycle:
     quota and capacity checks, placement, reservations and each pending job's reason; evictions, prices,
     estimates and figures are delegated to their modules."""
 
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, *, memo: bool = True):
         self.snap = snapshot
         self.now = snapshot.now
         self.policy = snapshot.policy
@@ -90,6 +92,8 @@ class Cycle:
         # GPUs reserved): asked of every job that waits, so kept as a set rather than recomputed.
         self.heads_full: set[Pool] = set()
         self.late_realtime = 0  # pending realtime jobs already past their start target
+        # Verdicts of waiting jobs, reused by the next job of the same shape while nothing changed (``Verdicts``).
+        self.verdicts = Verdicts() if memo else None
 
     # ------------------------------------------------------------ the cycle
 
@@ -177,11 +181,39 @@ class Cycle:
         return group[0].cluster, group
 
     def consider(self, job: PendingJob) -> Outcome:
-        """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
-        quota and the capacity."""
+        """Admit, preempt for, or explain ``job``; a job that would wait for the same reason as the last job of
+        its shape, with nothing changed since, takes that verdict (``Verdicts``)."""
         if job.not_before is not None and self.now < job.not_before:
             return self.pend(job, reasons.RETRY_BACKOFF, {"not_before": job.not_before, "attempt": job.attempt},
                              f"attempt {job.attempt} may start in {duration_text(job.not_before - self.now)}")
+        memo = self.verdicts
+        if memo is None or not memo.applies(self, job):
+            return self.judge(job)
+        key = (
+            job.department, job.flavor, job.tier, job.pods, job.gpus_per_pod, job.max_runtime_s, job.cluster,
+            job.cluster_selector, job.cluster_preference, job.data_sources,
+        )  # fmt: skip
+        mark = len(self.admissions) + len(self.heads) + len(self.evictions.preemptions)
+        seen = memo.seen.get(key)
+        if seen is not None and seen[0] == mark:
+            _, reason, outcome, headroom = seen
+            self.reasons[job.id] = reason
+            if headroom:
+                self.headroom_held.add(job.id)
+            return outcome
+        outcome = self.judge(job)
+        if (
+            outcome.__class__ is Waiting
+            and outcome.code in MEMO_CODES
+            and len(self.admissions) + len(self.heads) + len(self.evictions.preemptions) == mark
+            and job.id not in self.closed_for
+        ):
+            memo.seen[key] = (mark, self.reasons[job.id], outcome, job.id in self.headroom_held)
+        return outcome
+
+    def judge(self, job: PendingJob) -> Outcome:
+        """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
+        quota and the capacity."""
         found = self.job_pools(job)
         if isinstance(found, Waiting):
             return found
@@ -484,6 +516,49 @@ class Cycle:
             capacity_gpus=self.topology.capacity_gpus(),
             free_gpus_after=self.topology.free_gpus(),
             realtime_past_target=self.late_realtime,
+        )
+
+
+# The reasons a remembered verdict may carry: those whose detail holds only numbers and strings (shared, read
+# only, by the jobs that take the verdict) and that come from the quota and capacity checks.
+MEMO_CODES = frozenset(
+    {
+        reasons.QUOTA_EXHAUSTED,
+        reasons.BORROW_LIMIT,
+        reasons.QUOTA_LENT_OUT,
+        reasons.REALTIME_HEADROOM,
+        reasons.RESERVED_FOR_HEAD,
+        reasons.WAITING_FOR_HIGHER_PRIORITY,
+        reasons.NO_FITTING_NODE,
+        reasons.NO_CAPACITY,
+        reasons.EXCEEDS_CAPACITY,
+    }
+)
+
+
+class Verdicts:
+    """Why a job waits, remembered by its shape: a later job of the same department, flavor, tier, size, run
+    time and cluster constraints waits for the same reason with the same detail as long as nothing changed in
+    between (no admission, reservation or eviction: the count of them is the mark), because the checks read
+    nothing else of the job once its credits are enough (credits change only with admissions and evictions). In a deep queue most jobs are such repeats, so they
+    cost a lookup instead of the quota, capacity and reservation checks. Only the plain path is remembered:
+    realtime jobs (they may preempt), jobs whose victims are already leaving, jobs short of credits, jobs
+    under per-cluster quotas and jobs with closed matching clusters (their detail names them) are judged in
+    full every time."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        # shape -> (mark, (code, message, detail), outcome, whether the realtime headroom held it)
+        self.seen: dict[tuple, tuple[int, tuple[str, str, dict], Outcome, bool]] = {}
+
+    @staticmethod
+    def applies(cycle: Cycle, job: PendingJob) -> bool:
+        return (
+            job.tier != REALTIME_TIER
+            and (job.hold <= 0 or cycle.credits is None or job.hold <= cycle.credits.get(job.department, 0))
+            and job.id not in cycle.evictions.inflight
+            and (job.department, job.flavor) not in cycle.quota.scoped
         )
 
 
