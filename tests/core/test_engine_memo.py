@@ -1,5 +1,5 @@
-"""The cycle's remembered verdicts (``engine.Verdicts``) and its shape-indexed order change no decision: the
-same snapshot gives the same result, byte for byte, with them and without them."""
+"""The cycle's shortcuts change no decision: its remembered verdicts (``engine.Verdicts``) give the same result,
+byte for byte, as judging every job in full, and the order key of its sort is the general one."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from test_properties import NOW, SETTINGS, snapshots
 
 from scheduling.core import engine
 from scheduling.core.engine import Cycle
+from scheduling.core.ordering import Scorer
 from scheduling.core.policy import DEFAULT_POLICY
 from scheduling.core.types import Node, PendingJob, Quota, Snapshot
 
@@ -96,3 +97,14 @@ def test_a_change_between_two_repeats_makes_the_second_judged_again():
     assert [a.job_id for a in result.admissions] == [3]
     free = {p.job_id: dict(p.detail).get("free") for p in result.pending}
     assert free[2] == 3 and free[4] == 2
+
+
+@SETTINGS
+@given(snapshots(), st.integers(0, 3), st.data())
+def test_the_cycle_s_order_key_is_the_general_one_with_this_cycle_s_ratios(snap, copies, data):
+    # (the general key, asked with use ratios, computes every term per job; the cycle's sort looks up the
+    # terms of each urgency, user tier, department and size once)
+    snap = _with_repeats(snap, copies, data)
+    scorer = Scorer(snap)
+    for job in snap.pending:
+        assert scorer.order_key(job) == scorer.order_key(job, scorer.ratios)
