@@ -102,6 +102,7 @@ class Scorer:
         self.band_entry = BAND_ENTRY_SHARE * max(0.0, self.starvation_limit)
         self._terms: dict[tuple[str, str, str], tuple[bool, float | None, float]] = {}  # ``_combination``'s
         self._sizes: dict[float, float] = {}  # GPU-hours -> size factor
+        self._running: dict[tuple, float] = {}  # (urgency, user tier, department, GPU-seconds) -> score before the bid
 
     def score(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> float:
         """The job's score this cycle; with ``ratios``, as it would be with those use ratios (not cached)."""
@@ -125,20 +126,25 @@ class Scorer:
         return s
 
     def running_score(self, job: RunningJob) -> float:
-        """A running job's score without aging or deadline (for the victim order)."""
-        return job_score(
-            self.policy,
-            self.now,
-            urgency=job.urgency,
-            user_tier=job.user_tier,
-            submitted_at=job.submitted_at,
-            deadline=None,
-            bid=job.bid,
-            use_ratio=self.ratios.get(job.department, 1.0),
-            gpu_hours=job.total_gpus * job.max_runtime_s / 3600.0,
-            aging=False,
-            fair=self.fair(job.department),
-        )
+        """A running job's score without aging or deadline (for the victim order): ``job_score``'s, whose terms
+        but the bid are the same for every running job of an urgency, user tier, department and size."""
+        combo = (job.urgency, job.user_tier, job.department, len(job.placement) * job.gpus_per_pod * job.max_runtime_s)
+        base = self._running.get(combo)
+        if base is None:
+            base = self._running[combo] = job_score(
+                self.policy,
+                self.now,
+                urgency=job.urgency,
+                user_tier=job.user_tier,
+                submitted_at=job.submitted_at,
+                deadline=None,
+                bid=0,
+                use_ratio=self.ratios.get(job.department, 1.0),
+                gpu_hours=job.total_gpus * job.max_runtime_s / 3600.0,
+                aging=False,
+                fair=self.fair(job.department),
+            )
+        return base + self.policy.bid_weight * job.bid
 
     def fair(self, department: str) -> float:
         f = self._fair.get(department)
