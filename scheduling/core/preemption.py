@@ -252,35 +252,28 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
     # (department, scope) -> (whether its use here counts in the scope, its guaranteed GPUs there)
     counts: dict[tuple[str, str], tuple[bool, int]] = {}
 
-    def apply(c: Candidate, sign: int) -> None:
-        # (the walk calls this for every candidate it adds or drops, so quota.over is inline:
-        # max(0, used - guaranteed))
+    def apply(c: Candidate, sign: int) -> None:  # (quota.over inline: every candidate walked comes here)
         nonlocal cap
         job = c.job
         d = job.department
         change = sign * len(job.placement) * job.gpus_per_pod
         removed[d] += change
         for scope in scopes:
-            key = scope[0]
+            key, gone = scope[0], scope[4]
             found = counts.get((d, key))
             if found is None:
                 found = counts[(d, key)] = (quota.counts(d, flavor, pool.cluster, key), quota.guaranteed(d, key))
             if not found[0]:
                 continue
-            gone = scope[4]
             before = usage[(d, key)] - gone[d]
             gone[d] += change
-            after = before - change
-            guaranteed = found[1]
-            scope[1] += (after - guaranteed if after > guaranteed else 0) - (
-                before - guaranteed if before > guaranteed else 0
-            )
+            gu, after = found[1], before - change  # (max(0, used - guaranteed) before and after)
+            scope[1] += (after - gu if after > gu else 0) - (before - gu if before > gu else 0)
         h = sign * job.gpus_per_pod
         for i in c.nodes:
             old = free[i] + delta[i]
             delta[i] += h
-            new = old + h
-            cap += (new if new > 0 else 0) // g - (old if old > 0 else 0) // g
+            cap += (old + h if old + h > 0 else 0) // g - (old if old > 0 else 0) // g
 
     def fits() -> bool:
         if cap < pods:
