@@ -21,8 +21,8 @@ test: $(VENV_STAMP)          ## the whole test suite (PostgreSQL/Redis tests ski
 lint: $(VENV_STAMP)
 	$(PY) -m ruff check .
 
-bench-engine: $(VENV_STAMP)  ## engine cycle time and memory for 1k-50k pending x 100-5000 nodes
-	$(PY) -m benchmarks.engine
+bench-engine: $(VENV_STAMP)  ## engine cycle CPU and wall time (with the load average) and memory for 1k-50k pending x 100-5000 nodes; --cells, --runs via ENGINE_ARGS
+	$(PY) -m benchmarks.engine $(ENGINE_ARGS)
 
 # The policy comparisons write report.md (with its Targets section), results.json and PNG plots to reports/<name>/
 # and are resumable (an interrupted run continues from reports/<name>/replays.jsonl; --fresh starts over).

@@ -44,6 +44,7 @@ from .types import (
     Snapshot,
 )
 from .user_limits import UserBook, limit_note
+from .verdicts import Verdicts
 
 # Heads after the first reserve only while the reserved GPUs are under this share of their pool: on a small pool
 # a second reservation would close the last GPUs that small jobs backfill into, while on a large one several
@@ -56,7 +57,7 @@ class Cycle:
     quota and capacity checks, placement, reservations and each pending job's reason; evictions, prices,
     estimates and figures are delegated to their modules."""
 
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, *, memo: bool = True):
         self.snap = snapshot
         self.now = snapshot.now
         self.policy = snapshot.policy
@@ -100,6 +101,8 @@ class Cycle:
         # GPUs reserved): asked of every job that waits, so kept as a set rather than recomputed.
         self.heads_full: set[Pool] = set()
         self.late_realtime = 0  # pending realtime jobs already past their start target
+        # Verdicts of waiting jobs, reused by the next job of the same shape while nothing changed (``Verdicts``).
+        self.verdicts = Verdicts() if memo else None
 
     # ------------------------------------------------------------ the cycle
 
@@ -244,8 +247,9 @@ class Cycle:
         return group[0].cluster, group
 
     def consider(self, job: PendingJob) -> Outcome:
-        """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
-        quota and the capacity."""
+        """Admit, preempt for, or explain ``job``: first the sweeps' gates (held, dependencies, its array's
+        throttle), then, for a job that would wait for the same reason as the last job of its shape with nothing
+        changed since, that verdict (``Verdicts``); else it is judged in full."""
         gate = self.gates.check(job)
         if gate is not None:
             code, detail, note = gate
@@ -253,6 +257,14 @@ class Cycle:
         if job.not_before is not None and self.now < job.not_before:
             return self.pend(job, reasons.RETRY_BACKOFF, {"not_before": job.not_before, "attempt": job.attempt},
                              f"attempt {job.attempt} may start in {duration_text(job.not_before - self.now)}")
+        memo = self.verdicts
+        if memo is None or not memo.applies(self, job):
+            return self.judge(job)
+        return memo.judge(self, job)
+
+    def judge(self, job: PendingJob) -> Outcome:
+        """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
+        quota and the capacity."""
         found = self.job_pools(job)
         if isinstance(found, Waiting):
             return found

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from . import tiers
-from .policy import fair_factor, in_priority_band, job_score, use_ratios
+from .policy import fair_factor, in_priority_band, job_score, size_factor, use_ratios
 from .types import TIER_RANK, PendingJob, Policy, RunningJob, Snapshot
 
 REALTIME = tiers.REALTIME.rank
@@ -102,6 +102,9 @@ class Scorer:
         self._delays: dict[tuple[str, str, str], float] = {}
         self._bands: dict[tuple[str, str], int] = {}  # (urgency, user tier) -> band
         self.band_entry = BAND_ENTRY_SHARE * max(0.0, self.starvation_limit)
+        self._terms: dict[tuple[str, str, str], tuple[bool, float | None, float]] = {}  # ``_combination``'s
+        self._sizes: dict[float, float] = {}  # GPU-hours -> size factor
+        self._running: dict[tuple, float] = {}  # (urgency, user tier, department, GPU-seconds) -> score before the bid
 
     def score(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> float:
         """The job's score this cycle; with ``ratios``, as it would be with those use ratios (not cached)."""
@@ -125,20 +128,25 @@ class Scorer:
         return s
 
     def running_score(self, job: RunningJob) -> float:
-        """A running job's score without aging or deadline (for the victim order)."""
-        return job_score(
-            self.policy,
-            self.now,
-            urgency=job.urgency,
-            user_tier=job.user_tier,
-            submitted_at=job.submitted_at,
-            deadline=None,
-            bid=job.bid,
-            use_ratio=self.ratios.get(job.department, 1.0),
-            gpu_hours=job.total_gpus * job.max_runtime_s / 3600.0,
-            aging=False,
-            fair=self.fair(job.department),
-        )
+        """A running job's score without aging or deadline (for the victim order): ``job_score``'s, whose terms
+        but the bid are the same for every running job of an urgency, user tier, department and size."""
+        combo = (job.urgency, job.user_tier, job.department, len(job.placement) * job.gpus_per_pod * job.max_runtime_s)
+        base = self._running.get(combo)
+        if base is None:
+            base = self._running[combo] = job_score(
+                self.policy,
+                self.now,
+                urgency=job.urgency,
+                user_tier=job.user_tier,
+                submitted_at=job.submitted_at,
+                deadline=None,
+                bid=0,
+                use_ratio=self.ratios.get(job.department, 1.0),
+                gpu_hours=job.total_gpus * job.max_runtime_s / 3600.0,
+                aging=False,
+                fair=self.fair(job.department),
+            )
+        return base + self.policy.bid_weight * job.bid
 
     def fair(self, department: str) -> float:
         f = self._fair.get(department)
@@ -216,6 +224,8 @@ class Scorer:
 
     def order_key(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> tuple:
         """The job's key in the pending order; with ``ratios``, as it would be with those use ratios."""
+        if ratios is None:
+            return self.cycle_key(job)
         rank = tier_rank(job.tier)
         band = self.band(job)
         if self.at_risk(job):
@@ -224,3 +234,47 @@ class Scorer:
         if since is not None:
             return (rank, band, 0, since, job.submitted_at, job.id)
         return (rank, band, 1, -self.score(job, ratios), job.submitted_at, job.id)
+
+    def cycle_key(self, job: PendingJob) -> tuple:
+        """``order_key`` with this cycle's use ratios, for every pending job of the sort: the same terms, in the
+        same floating-point operations, with what depends only on (urgency, user tier, department) and on the
+        size looked up once per combination instead of once per job."""
+        combo = (job.urgency, job.user_tier, job.department)
+        terms = self._terms.get(combo)
+        if terms is None:
+            terms = self._terms[combo] = self._combination(job)
+        in_band, delay, weight_fair = terms
+        rank = _RANK.get(job.tier, _LOWEST)
+        now = self.now
+        submitted = job.submitted_at
+        band = 0 if in_band and not now - submitted < self.band_entry else 1
+        if job.deadline is not None and self.policy.deadline_edf_horizon_s > 0 and self.at_risk(job):
+            return (rank, band, -1, job.deadline, submitted, job.id)
+        if delay is not None and rank != REALTIME:
+            since = submitted + delay
+            if since <= now:
+                return (rank, band, 0, since, submitted, job.id)
+        policy = self.policy
+        gpu_hours = job.pods * job.gpus_per_pod * job.max_runtime_s / 3600.0
+        size = self._sizes.get(gpu_hours)
+        if size is None:
+            size = self._sizes[gpu_hours] = size_factor(policy, gpu_hours)
+        # job_score's terms, in its order
+        score = weight_fair * size * (policy.weight_points + policy.aging_per_minute * max(0.0, now - submitted) / 60.0)
+        deadline = job.deadline
+        if deadline is not None and policy.deadline_horizon_s > 0:
+            proximity = 1.0 - (deadline - now) / policy.deadline_horizon_s
+            score += policy.deadline_boost * min(1.0, max(0.0, proximity))
+        score += policy.bid_weight * job.bid
+        return (rank, band, 1, -score, submitted, job.id)
+
+    def _combination(self, job: PendingJob) -> tuple[bool, float | None, float]:
+        """(in the priority band by weight, starvation delay or None, weight x fair factor) of the job's
+        urgency, user tier and department."""
+        policy = self.policy
+        in_band = policy.priority_band_weight > 0 and in_priority_band(policy, job.urgency, job.user_tier)
+        fair = self.fair(job.department)
+        limit = self.starvation_limit
+        delay = None if limit <= 0 else starvation_delay(policy, job.urgency, job.user_tier, fair, limit)
+        weight = policy.weights.get((job.urgency, job.user_tier), policy.default_weight)
+        return in_band, delay, weight * fair

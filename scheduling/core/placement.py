@@ -235,21 +235,41 @@ class Pool:
                 events.extend(self.events[len(events):])
                 events.sort()
             found = None
+            free = self.free
             for end, i, gpus in events:
                 if found is not None and end > found:
                     break  # every pod ending at the same instant is released before placing
                 if i not in indexed:
                     continue
-                old = projected.get(i, self.free[i])
+                old = projected.get(i, free[i])
                 new = old + gpus
-                cap += cut(i, new) // g - cut(i, old) // g
+                # cap += cut(i, new) // g - cut(i, old) // g, inline: this walk visits most running pods
+                left = spare.get(i)
+                if left is None:
+                    cap += (new if new > 0 else 0) // g - (old if old > 0 else 0) // g
+                else:
+                    a = old if old < left else left
+                    b = new if new < left else left
+                    cap += (b if b > 0 else 0) // g - (a if a > 0 else 0) // g
                 projected[i] = new
                 if found is None and cap >= pods:
                     found = end
             if found is None:
                 return None
             when = max(now, found)
-        value = {i: cut(i, projected.get(i, self.free[i])) for i in self.indexed}
+        # Only nodes with g GPUs or more to offer can be chosen: the index's buckets from g up hold the nodes no
+        # pod end changed (its value of a node is cut(i, free[i])), the projection the others. A full pool is
+        # never walked node by node.
+        index = self.long if self.reservations else self.now
+        value = {}
+        val = index.val
+        for f in range(g, index.top + 1):
+            if index.count[f]:
+                for i in index.heaps[f]:
+                    if val[i] == f and i not in projected:
+                        value[i] = f
+        for i, v in projected.items():
+            value[i] = cut(i, v)
         heap = [(v, i) for i, v in value.items() if v >= g]
         heap.sort()
         chosen: list[int] = []

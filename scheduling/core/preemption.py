@@ -209,15 +209,21 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
     best_cost = None  # (work at risk, GPUs) of the best so far: only a cheaper candidate can replace it
     for c in cands:
         job = c.job
-        if best_cost is not None and (c.key[2], job.total_gpus) >= best_cost:
+        if best_cost is not None and (c.key[2], len(c.job.placement) * c.job.gpus_per_pod) >= best_cost:
             continue
         # The physical test first: it is the cheapest, and most candidates alone free too little.
-        cap = base
-        seen: dict[int, int] = {}
-        for i in c.nodes:
-            old = free[i] + seen.get(i, 0)
-            seen[i] = seen.get(i, 0) + job.gpus_per_pod
-            cap += max(0, old + job.gpus_per_pod) // g - max(0, old) // g
+        nodes = c.nodes
+        h = job.gpus_per_pod
+        if len(nodes) == 1:  # (most victims run one pod)
+            old = free[nodes[0]]
+            cap = base + (old + h if old + h > 0 else 0) // g - (old if old > 0 else 0) // g
+        else:
+            cap = base
+            seen: dict[int, int] = {}
+            for i in nodes:
+                old = free[i] + seen.get(i, 0)
+                seen[i] = seen.get(i, 0) + h
+                cap += max(0, old + h) // g - max(0, old) // g
         if cap < pods or not eligible(job, {}):
             continue
         if budget_left is not None and any(job.pods > budget_left.get(b, job.pods) for b in job.disruption_budgets):
@@ -243,26 +249,31 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
         nominal, limit, _ = quota.limits.get((dept, key), (0, 0, 0))
         scopes.append([key, quota.pool_used.get(key, 0), quota.pool_cap.get(key, 0),
                        None if limit is None else nominal + limit, defaultdict(int)])  # fmt: skip
-    counts: dict[tuple[str, str], bool] = {}
+    # (department, scope) -> (whether its use here counts in the scope, its guaranteed GPUs there)
+    counts: dict[tuple[str, str], tuple[bool, int]] = {}
 
-    def apply(c: Candidate, sign: int) -> None:
+    def apply(c: Candidate, sign: int) -> None:  # (quota.over inline: every candidate walked comes here)
         nonlocal cap
         job = c.job
         d = job.department
-        removed[d] += sign * job.total_gpus
+        change = sign * len(job.placement) * job.gpus_per_pod
+        removed[d] += change
         for scope in scopes:
             key, gone = scope[0], scope[4]
-            if (d, key) not in counts:
-                counts[(d, key)] = quota.counts(d, flavor, pool.cluster, key)
-            if not counts[(d, key)]:
+            found = counts.get((d, key))
+            if found is None:
+                found = counts[(d, key)] = (quota.counts(d, flavor, pool.cluster, key), quota.guaranteed(d, key))
+            if not found[0]:
                 continue
             before = usage[(d, key)] - gone[d]
-            gone[d] += sign * job.total_gpus
-            scope[1] += quota.over(d, key, before - sign * job.total_gpus) - quota.over(d, key, before)
+            gone[d] += change
+            gu, after = found[1], before - change  # (max(0, used - guaranteed) before and after)
+            scope[1] += (after - gu if after > gu else 0) - (before - gu if before > gu else 0)
+        h = sign * job.gpus_per_pod
         for i in c.nodes:
             old = free[i] + delta[i]
-            delta[i] += sign * job.gpus_per_pod
-            cap += max(0, old + sign * job.gpus_per_pod) // g - max(0, old) // g
+            delta[i] += h
+            cap += (old + h if old + h > 0 else 0) // g - (old if old > 0 else 0) // g
 
     def fits() -> bool:
         if cap < pods:

@@ -119,6 +119,7 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
         "jobs": len(jobs),
         "finished": len(finished),
         "never_started": len(jobs) - len(started),
+        **_unserved(jobs),
         **_utilisation_figures(res, rho),
         **_wait_figures(jobs, finished, wait_of, groups),
         **_completion_figures(res, finished),
@@ -130,6 +131,27 @@ def compute(res, *, rho: float, alone_waits: dict[str, dict[int, float]] | None 
         by_tier = groups.tier
         out["samples"] = {t: sorted(by_tier[t]) for t in TIERS if by_tier.get(t)}
     return out
+
+
+def _unserved(jobs) -> dict:
+    """The jobs a replay left without a wait or a completion time, counted by the groups the report's target
+    lines average: never started (overall, per tier, per GPU-count class, high and critical non-realtime work)
+    and never finished. The averages leave them out (they have no figure to average), so the report scores a
+    line as missed whenever a job it covers is in these counts."""
+    unstarted = [r for r in jobs if r.first_start is None]
+    tier: dict[str, int] = defaultdict(int)
+    gpus: dict[str, int] = defaultdict(int)
+    for r in unstarted:
+        tier[r.spec.tier] += 1
+        gpus[gpu_class(r.spec.total_gpus)] += 1
+    return {
+        "unstarted_tier": {t: tier[t] for t in TIERS if tier.get(t)},
+        "unstarted_gpus": {c: gpus[c] for c in GPU_CLASSES if gpus.get(c)},
+        "unstarted_urgent_nonrt": sum(
+            1 for r in unstarted if r.spec.tier != "realtime" and r.spec.urgency in ("high", "critical")
+        ),
+        "unfinished": sum(1 for r in jobs if r.finish is None),
+    }
 
 
 @dataclass

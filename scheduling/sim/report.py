@@ -142,6 +142,13 @@ def aggregate(results):
             for s in ("avg", "p95"):
                 a[f"{f}_{s}"] = _avg(m.get(f, {}).get(s) for m in ms)
         a["requeued_jobs"] = _avg(m.get("requeued_jobs") for m in ms)
+        # jobs left without a wait or a completion time, per seed (NaN for replays recorded before they were counted)
+        a["unstarted_tier"] = {t: _avg(m["unstarted_tier"].get(t, 0) for m in ms if "unstarted_tier" in m)
+                               for t in TIERS}
+        a["unstarted_gpus"] = {c: _avg(m["unstarted_gpus"].get(c, 0) for m in ms if "unstarted_gpus" in m)
+                               for c in GPU_CLASSES}
+        a["unstarted_urgent_nonrt"] = _avg(m.get("unstarted_urgent_nonrt") for m in ms)
+        a["unfinished"] = _avg(m.get("unfinished") for m in ms)
         sh = [m["sharing"] for m in ms if "sharing" in m]
         a["safe"] = _avg(x["safe"] / max(x["of"], 1) for x in sh)
         a["safe_worst"] = _avg(x.get("safe_worst", 0) / max(x["of"], 1) for x in sh)
@@ -309,6 +316,21 @@ def _nan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
+def _left(p: dict, field: str, sub: str | None = None) -> float:
+    """How many jobs (per seed) a policy left without a figure in ``field`` (``unstarted_*``, ``unfinished``):
+    a target line about those jobs is missed whatever the average of the others. 0 when none, or when the
+    replays predate the count."""
+    x = p.get(field)
+    if sub is not None:
+        x = (x or {}).get(sub)
+    return 0.0 if _nan(x) else x
+
+
+def _count(x: float) -> str:
+    """A count of jobs averaged over seeds: whole when it is, else with one decimal."""
+    return f"{x:,.0f}" if x == int(x) else f"{x:,.1f}"
+
+
 class _Judge:
     """The target lines of one policy at one (scenario, load), against the baselines replayed in the run."""
 
@@ -380,7 +402,10 @@ def _realtime_targets(j: _Judge, p: dict) -> None:
     add(">= 99% of realtime jobs started within 5 min", None if _nan(rt) else rt >= 0.99,
         "no realtime jobs" if _nan(rt) else _f(rt, 1, True))
     p95 = p["wait_realtime_p95"]
-    if p["min_cycle_interval_s"] >= 60:
+    left = _left(p, "unstarted_tier", "realtime")
+    if left:
+        add("realtime p95 wait < 60 s", False, f"{_count(left)} realtime job(s) never started (the started: {_h(p95)})")
+    elif p["min_cycle_interval_s"] >= 60:
         add("realtime p95 wait < 60 s", None, f"{_h(p95)}; cycles here are at least "
             f"{p['min_cycle_interval_s']:.0f} s apart, so a realtime job can wait a whole interval before "
             "it is even considered")
@@ -391,14 +416,21 @@ def _realtime_targets(j: _Judge, p: dict) -> None:
 def _large_job_targets(j: _Judge, p: dict, a: dict) -> None:
     """The largest GPU-count class's wait, against Tiresias and FCFS."""
     add, need, refs = j.add, j.need, j.refs
-    # (the largest class any policy started: a class the portal never started is a miss, not skipped)
-    classes = [c for c in GPU_CLASSES if any(c in v["wait_gpus"] for v in a.values())]
+    # (the largest class of the replay's jobs, started by any policy or not: a class the policy never started is
+    # a miss, not skipped, and so is one of whose jobs it left some unstarted)
+    classes = [c for c in GPU_CLASSES
+               if any(c in v["wait_gpus"] or _left(v, "unstarted_gpus", c) for v in a.values())]
     why = need("tiresias", "fcfs")
     if not classes or why:
         add("largest GPU class's average wait <= 2x Tiresias's and <= FCFS's", None, why or "no jobs")
     elif classes[-1] not in p["wait_gpus"]:
         add(f"largest GPU class ({classes[-1]} GPU) average wait <= 2x Tiresias's and <= FCFS's", False,
             "the portal's policy started none of them")
+    elif _left(p, "unstarted_gpus", classes[-1]):
+        c = classes[-1]
+        add(f"largest GPU class ({c} GPU) average wait <= 2x Tiresias's and <= FCFS's", False,
+            f"{_count(_left(p, 'unstarted_gpus', c))} of them never started (the started: "
+            f"{_h(p['wait_gpus'][c]['avg'])})")
     else:
         c = classes[-1]
         pw = p["wait_gpus"][c]["avg"]
@@ -415,7 +447,11 @@ def _urgency_fairness_cost_targets(j: _Judge, p: dict) -> None:
     # urgent work
     why = need("fcfs")
     u, fu = p["wait_urgent_nonrt_avg"], refs.get("fcfs", {}).get("wait_urgent_nonrt_avg")
-    if why or _nan(u) or _nan(fu) or not fu:
+    left = _left(p, "unstarted_urgent_nonrt")
+    if left and not why:
+        add("average first wait of high + critical non-realtime jobs <= 0.5x FCFS's", False,
+            f"{_count(left)} of them never started (the started: {_h(u)} vs FCFS {_h(fu)})")
+    elif why or _nan(u) or _nan(fu) or not fu:
         add("average first wait of high + critical non-realtime jobs <= 0.5x FCFS's", None, why or "no such jobs")
     else:
         r = u / fu
@@ -430,8 +466,13 @@ def _urgency_fairness_cost_targets(j: _Judge, p: dict) -> None:
             f"{p['jain']:.3f} vs {refs['volcano-drf']['jain']:.3f}")
     add("GPU-hours lost to preemption <= 3%", p["lost_pct_of_busy"] <= 3.0, f"{p['lost_pct_of_busy']:.1f}%")
     why = need("srtf-oracle")
+    left = _left(p, "unfinished")
     if why:
         add("average JCT <= 1.3x the SRTF oracle's", None, why)
+    elif left:
+        add("average JCT <= 1.3x the SRTF oracle's", False,
+            f"{_count(left)} job(s) never finished (the finished: {_h(p['jct_avg'])} vs "
+            f"{_h(refs['srtf-oracle']['jct_avg'])})")
     else:
         r = p["jct_avg"] / refs["srtf-oracle"]["jct_avg"]
         add("average JCT <= 1.3x the SRTF oracle's", r <= 1.3,

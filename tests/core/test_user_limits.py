@@ -154,3 +154,14 @@ def test_the_pending_jobs_come_out_in_the_engine_s_order(snap):
     by_id = {j.id: j for j in snap.pending}
     keys = [scorer.order_key(by_id[p.job_id]) for p in result.pending]
     assert keys == sorted(keys)
+
+
+def test_a_limited_member_never_takes_a_colleagues_remembered_verdict():
+    # jobs of one shape on a full node, no reservations: bob's wait for capacity, and the cycle remembers that
+    # verdict for the shape; amy is at her limit, so hers must say so instead of reusing bob's
+    r = (Snap().nodes(1, gpus=8).quota("A", 16).limit("A", 2, user="amy").policy(reservation_depth=0)
+         .running(run(50, on=("n0",), gpus=6, user="carl"), run(51, on=("n0",), gpus=2, user="amy"))
+         .pending(job(1, gpus=1, user="bob", urgency="critical"), job(3, gpus=1, user="bob", urgency="high"),
+                  job(2, gpus=1, user="amy")).decide())
+    assert r.code(1) == r.code(3) == reasons.NO_CAPACITY
+    assert r.code(2) == LIMIT

@@ -519,3 +519,104 @@ def test_the_loss_summary_names_a_useful_utilisation_lead_that_lost_work_hides()
                         "jain": 0.5})]
     (line, _) = _losses(rows)
     assert line == "`portal` loses on: useful utilisation vs `fcfs`"
+
+
+# ------------------------------------------------------------------ jobs a policy never starts
+
+
+class NeverStarts:
+    """FIFO that never admits the jobs of ``ids`` (as a policy that cannot place them would)."""
+
+    name = "never-starts"
+    time_dependent = False
+
+    def __init__(self, ids):
+        self.fcfs = policies.make("fcfs")
+        self.ids = set(ids)
+
+    def __call__(self, snap):
+        from dataclasses import replace
+
+        return self.fcfs(replace(snap, pending=tuple(j for j in snap.pending if j.id not in self.ids)))
+
+
+def _unserved_replay(ids=(2, 4)):
+    rs = [TraceRow("rt", 0, 300, 1, "a", tier="realtime"),
+          TraceRow("big", 10, 300, 8, "a", tier="elastic", urgency="high"),
+          TraceRow("small", 20, 300, 2, "b", tier="elastic"),
+          TraceRow("bf", 30, 300, 4, "b", tier="backfill", urgency="critical")]
+    sc, jobs, info = prepare(_one_node(), rows=rs, load=None)
+    return metrics.compute(simulate(scenario=sc, jobs=jobs, policy=NeverStarts(ids)), rho=info["rho"])
+
+
+def test_jobs_a_policy_never_starts_are_counted_by_the_groups_the_targets_average():
+    m = _unserved_replay()
+    assert m["never_started"] == 2 and m["wait"]["n"] == 2  # the waits average the two started jobs only
+    assert m["unstarted_tier"] == {"elastic": 1, "backfill": 1}
+    assert m["unstarted_gpus"] == {"4": 1, "8": 1}
+    assert m["unstarted_urgent_nonrt"] == 2  # high elastic and critical backfill
+    assert m["unfinished"] == 2
+    served = _unserved_replay(ids=())
+    assert (served["never_started"], served["unstarted_tier"], served["unstarted_gpus"],
+            served["unstarted_urgent_nonrt"], served["unfinished"]) == (0, {}, {}, 0, 0)
+
+
+def test_a_policy_that_leaves_jobs_unstarted_misses_the_wait_and_jct_lines_they_belong_to():
+    from scheduling.sim.report import _matrix, targets, targets_by_policy
+
+    refs = {
+        ("lab", 0.9, "fcfs"): _agg_row(utilisation=0.85, wait_urgent_nonrt_avg=100.0, wait_gpus={"8": {"avg": 200.0}}),
+        ("lab", 0.9, "tiresias"): _agg_row(wait_gpus={"8": {"avg": 150.0}}),
+        ("lab", 0.9, "srtf-oracle"): _agg_row(jct_avg=90.0),
+    }
+    # By the averages of the jobs it started, the portal would meet all four lines (20 s p95, 100 s for 8 GPUs,
+    # 10 s for urgent work, a JCT of 100 s): but it left jobs of each unstarted, 1.5 per seed on average.
+    left = {"unstarted_tier": {"realtime": 1.5, "elastic": 2.0}, "unstarted_gpus": {"8": 2.0},
+            "unstarted_urgent_nonrt": 1.0, "unfinished": 3.5}
+    agg = {**refs, ("lab", 0.9, "portal"): _agg_row(**left)}
+    got = {label.split(":")[0]: (st, fig) for st, label, fig in targets(agg)[("lab", 0.9)]}
+    assert got["realtime p95 wait < 60 s"] == ("missed", "1.5 realtime job(s) never started (the started: 20s)")
+    assert got["largest GPU class (8 GPU) average wait <= 2x Tiresias's and <= FCFS's"] == (
+        "missed", "2 of them never started (the started: 100s)")
+    assert got["average first wait of high + critical non-realtime jobs <= 0.5x FCFS's"] == (
+        "missed", "1 of them never started (the started: 10s vs FCFS 100s)")
+    assert got["average JCT <= 1.3x the SRTF oracle's"] == (
+        "missed", "3.5 job(s) never finished (the finished: 100s vs 90s)")
+    assert got[">= 99% of realtime jobs started within 5 min"][0] == "met"  # (its share already counts them)
+    # the same figures with every job started meet the four lines
+    served = {**refs, ("lab", 0.9, "portal"): _agg_row(**{k: ({} if isinstance(v, dict) else 0) for k, v in left.items()})}
+    ok = {label.split(":")[0].split(" (")[0]: st for st, label, _ in targets(served)[("lab", 0.9)]}
+    assert [ok[k] for k in ("realtime p95 wait < 60 s", "largest GPU class", "average JCT <= 1.3x the SRTF oracle's",
+                            "average first wait of high + critical non-realtime jobs <= 0.5x FCFS's")] == ["met"] * 4
+    # the per-policy matrix judges every policy the same way: FCFS left 8-GPU jobs unstarted, so it misses the
+    # largest-class line even against itself
+    agg[("lab", 0.9, "fcfs")] = _agg_row(utilisation=0.85, wait_urgent_nonrt_avg=100.0, wait_gpus={"8": {"avg": 200.0}},
+                                         unstarted_gpus={"8": 1.0}, unfinished=1.0)
+    m = targets_by_policy(agg)[("lab", 0.9)]
+    big = "largest GPU class average wait <= 2x Tiresias's and <= FCFS's"
+    assert m["fcfs"][big] == "missed" and m["tiresias"][big] == "met" and m["portal"][big] == "missed"
+    assert m["fcfs"]["average JCT <= 1.3x the SRTF oracle's"] == "missed"
+    assert f"| {big} | **missed** | met | met | **missed** |" in _matrix(m)
+
+
+def test_a_class_only_unstarted_jobs_have_is_still_the_largest_class():
+    from scheduling.sim.report import targets
+
+    agg = {
+        ("lab", 0.9, "fcfs"): _agg_row(wait_gpus={"1": {"avg": 10.0}}, unstarted_gpus={">8": 2.0}),
+        ("lab", 0.9, "tiresias"): _agg_row(wait_gpus={"1": {"avg": 10.0}}, unstarted_gpus={">8": 2.0}),
+        ("lab", 0.9, "portal"): _agg_row(wait_gpus={"1": {"avg": 10.0}}, unstarted_gpus={">8": 2.0}),
+    }
+    got = {label.split(":")[0]: (st, fig) for st, label, fig in targets(agg)[("lab", 0.9)]}
+    assert got["largest GPU class (>8 GPU) average wait <= 2x Tiresias's and <= FCFS's"] == (
+        "missed", "the portal's policy started none of them")
+
+
+def test_unserved_counts_reach_the_report_through_the_seed_average():
+    from scheduling.sim.report import aggregate
+
+    one = dict(_unserved_replay(), scenario="lab", load=0.9, seed=1)
+    two = dict(_unserved_replay(ids=()), scenario="lab", load=0.9, seed=2)
+    a = aggregate([one, two])[("lab", 0.9, "never-starts")]
+    assert a["unstarted_gpus"]["8"] == 0.5 and a["unstarted_gpus"]["1"] == 0
+    assert a["unstarted_tier"]["elastic"] == 0.5 and a["unstarted_urgent_nonrt"] == 1.0 and a["unfinished"] == 1.0
