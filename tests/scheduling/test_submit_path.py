@@ -28,6 +28,7 @@ def no_pod_tasks(monkeypatch):
     from scheduling import tasks
 
     monkeypatch.setattr(tasks.create_pods, "delay", lambda *a, **k: None)
+    monkeypatch.setattr(tasks.create_pods_many, "delay", lambda *a, **k: None)
 
 
 def test_submit_query_budget(lab, bearer, payload, no_pod_tasks, django_capture_on_commit_callbacks):
