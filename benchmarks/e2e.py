@@ -178,6 +178,8 @@ def _start_stack(args, env: dict[str, str], kube: bool) -> list[subprocess.Popen
     for i in range(args.workers):
         procs.append(subprocess.Popen(
             [*celery, "-Q", "pods,default", "-c", "4", "--pool=threads", "-n", f"pods{i}@%h"], cwd=ROOT, env=env))
+    procs.append(subprocess.Popen(  # delivery apart from the pod work, as docker-compose's notifier
+        [*celery, "-Q", "notifications", "-c", "2", "--pool=threads", "-n", "notifier@%h"], cwd=ROOT, env=env))
     procs.append(subprocess.Popen(
         [*celery, "-B", "-Q", "cycle", "-c", "1", "--pool=solo", "-n", "cycle@%h",
          "-s", str(Path(env["DATA_DIR"]) / "beat")], cwd=ROOT, env=env))
