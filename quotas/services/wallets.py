@@ -296,7 +296,10 @@ def wallet_set_balance(*, department: Department, balance: int, actor, comment: 
 
 def open_holds(*, wallet: Wallet):
     """Hold entries of attempts that have not ended yet (no settle or release)."""
-    ended = LedgerEntry.objects.filter(job_id=OuterRef("job_id"), attempt=OuterRef("attempt"),
+    # An attempt's hold and its end are in the same wallet (the job's department's): saying so lets the end be
+    # looked for among the wallet's ends alone (an index of them), not the whole ledger's.
+    ended = LedgerEntry.objects.filter(wallet_id=OuterRef("wallet_id"), job_id=OuterRef("job_id"),
+                                       attempt=OuterRef("attempt"),
                                        kind__in=(LedgerKind.SETTLE, LedgerKind.RELEASE))
     return (LedgerEntry.objects.filter(wallet=wallet, kind=LedgerKind.HOLD).filter(~Exists(ended))
             .select_related("job", "user", "flavor").order_by("created_at", "id"))
