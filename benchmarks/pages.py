@@ -12,6 +12,7 @@ printed beside it."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -77,6 +78,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="only URLs containing this")
     args = parser.parse_args(argv)
     settings.ALLOWED_HOSTS = ["*"]
+    logging.getLogger("django.request").setLevel(logging.ERROR)  # the 403s and 405s are expected, and printed
     users = _users()
     slug = users["dept-admin"].department.slug
     urls = [*routes(), f"/lab/departments/{slug}/", f"/budgets/{slug}/", f"/api/v1/wallets/{slug}",

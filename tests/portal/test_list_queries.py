@@ -81,3 +81,22 @@ def test_the_jobs_page_counts_every_state(lab, client):
     client.force_login(lab.alice)
     states = {v: n for v, _label, n in client.get("/jobs/").context["states"]}
     assert states[JobState.QUEUED] == 3 and states[JobState.FAILED] == 2 and states[JobState.RUNNING] == 0
+
+
+def test_the_wallets_page_costs_the_same_queries_for_many_wallets_and_shows_each_burn(
+        lab, client, django_assert_max_num_queries):
+    from portal.models import Department
+    from quotas.services.reports import burn_rate
+
+    wallet = Wallet.objects.create(department=lab.vision, balance=10**6)
+    _ledger(wallet, _jobs(lab, 3, JobState.SUCCEEDED))
+    [running] = _jobs(lab, 1, JobState.RUNNING)
+    LedgerEntry.objects.create(wallet=wallet, job=running, attempt=1, kind=LedgerKind.HOLD, held_change=10,
+                               balance_after=10**6, held_after=10, rate=3600, gpus=2, idempotency_key="open")
+    client.force_login(lab.root)
+    few = _count(client, "/budgets/", django_assert_max_num_queries)
+    for i in range(5):
+        Wallet.objects.create(department=Department.objects.create(slug=f"extra{i}", name=f"E{i}"), balance=5)
+    assert _count(client, "/budgets/", django_assert_max_num_queries, limit=few) <= few
+    rows = dict(client.get("/budgets/").context["rows"])
+    assert rows[wallet] == burn_rate(wallet=wallet) and rows[wallet]["running_per_hour"] > 0
