@@ -37,9 +37,12 @@ def test_submit_query_budget(lab, bearer, payload, no_pod_tasks, django_capture_
         r = bearer.post("/api/v1/jobs", payload(), format="json", HTTP_IDEMPOTENCY_KEY="cell-1")
     assert r.status_code == 201, r.content
     sql = [x["sql"] for x in q.captured_queries]
-    # token, membership, flavor with its largest node, approval rule, allowance, job, event, queue position
-    # (+ savepoint/transaction statements). It was 18 before the flavor and read-back queries were folded.
-    assert len(sql) <= 12, "\n".join(sql)
+    # token, membership, flavor with its largest node, approval rule with the allowance (one read), job, event,
+    # queue position (+ savepoint/transaction statements). It was 18 before the flavor and read-back queries
+    # were folded, 10 before the rule and the allowance were.
+    assert len(sql) <= 9, "\n".join(sql)
+    assert sum('"quotas_allowance"' in s for s in sql) == 1 and sum('"quotas_approvalrule"' in s for s in sql) == 1
+    assert sum('FROM "quotas_allowance"' in s and '"quotas_approvalrule"' in s for s in sql) == 1
     assert sum('FROM "quotas_flavor"' in s for s in sql) == 1
     assert sum('FROM "scheduling_node"' in s for s in sql) <= 1
 
