@@ -47,6 +47,9 @@ bench-idle: $(VENV_STAMP)    ## lab8 + lab1node at 0.9/1.1, 12 seeds: where the 
 bench-quick: $(VENV_STAMP)
 	$(PY) -m scheduling.sim report --out reports/sim-quick --quick
 
+bench-pages: $(VENV_STAMP)   ## every list page, API list and the home page: queries and time per role (seed first: manage.py seed_scale; needs DATABASE_URL)
+	$(PY) -m benchmarks.pages
+
 bench-e2e: $(VENV_STAMP)     ## control-plane throughput through Django + PostgreSQL (needs DATABASE_URL)
 	$(PY) -m benchmarks.e2e $(E2E_ARGS)
 
