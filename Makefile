@@ -4,7 +4,7 @@ VENV_STAMP := .venv/.installed
 # the labs' seeded traces the diagnostics replay (the same 12 as make bench)
 BENCH_SEEDS := 1,2,3,4,5,6,7,8,9,10,11,12
 
-.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-idle bench-engine bench-e2e bench-e2e-kube soak-demo ci clean
+.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-idle bench-engine bench-pages bench-e2e bench-e2e-kube soak-demo ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
