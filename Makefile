@@ -4,7 +4,7 @@ VENV_STAMP := .venv/.installed
 # the labs' seeded traces the diagnostics replay (the same 12 as make bench)
 BENCH_SEEDS := 1,2,3,4,5,6,7,8,9,10,11,12
 
-.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-idle bench-engine bench-e2e bench-e2e-kube soak-demo ci clean
+.PHONY: arch demo test lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-idle bench-engine bench-pages bench-e2e bench-e2e-kube soak-demo ci clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -46,6 +46,9 @@ bench-idle: $(VENV_STAMP)    ## lab8 + lab1node at 0.9/1.1, 12 seeds: where the 
 
 bench-quick: $(VENV_STAMP)
 	$(PY) -m scheduling.sim report --out reports/sim-quick --quick
+
+bench-pages: $(VENV_STAMP)   ## every list page, API list and the home page: queries and time per role (seed first: manage.py seed_scale; needs DATABASE_URL)
+	$(PY) -m benchmarks.pages
 
 bench-e2e: $(VENV_STAMP)     ## control-plane throughput through Django + PostgreSQL (needs DATABASE_URL)
 	$(PY) -m benchmarks.e2e $(E2E_ARGS)

@@ -45,6 +45,7 @@ from urllib.parse import urlparse
 
 from django.db import connection
 
+from benchmarks import proc_cpu
 from benchmarks.workers import drain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +86,7 @@ def main() -> None:
     try:
         _wait_http(f"http://127.0.0.1:{args.port}/healthz")
         result = _drive(args, tokens, core=core, namespaces=namespaces)
+        result["cpu"] = {name: proc_cpu.cpu_ms(p.pid) for name, p in zip(_names(args, kube), procs, strict=True)}
     finally:
         _stop(procs)
         if kube:
@@ -178,12 +180,29 @@ def _start_stack(args, env: dict[str, str], kube: bool) -> list[subprocess.Popen
     for i in range(args.workers):
         procs.append(subprocess.Popen(
             [*celery, "-Q", "pods,default", "-c", "4", "--pool=threads", "-n", f"pods{i}@%h"], cwd=ROOT, env=env))
+    procs.append(subprocess.Popen(  # delivery apart from the pod work, as docker-compose's notifier
+        [*celery, "-Q", "notifications", "-c", "2", "--pool=threads", "-n", "notifier@%h"], cwd=ROOT, env=env))
     procs.append(subprocess.Popen(
         [*celery, "-B", "-Q", "cycle", "-c", "1", "--pool=solo", "-n", "cycle@%h",
          "-s", str(Path(env["DATA_DIR"]) / "beat")], cwd=ROOT, env=env))
     if kube:  # pod states come back through the watch, as in production
         procs.append(subprocess.Popen([sys.executable, "manage.py", "watch_pods"], cwd=ROOT, env=env))
     return procs
+
+
+def _names(args, kube: bool) -> list[str]:
+    """The processes of ``_start_stack``, in its order."""
+    return (["web"] + [f"pods{i}" for i in range(args.workers)] + ["notifier", "cycle+beat"]
+            + (["watch_pods"] if kube else []))
+
+
+def _cpu_lines(r) -> list[str]:
+    """CPU ms per admitted job, per process of the stack (PostgreSQL and Redis not counted)."""
+    admitted = max(1, len(r["rows"]))
+    cpu = r.get("cpu") or {}
+    return ["", "| process | CPU s | CPU ms per admitted job |", "|---|---|---|",
+            *[f"| {name} | {ms / 1000:.1f} | {ms / admitted:.1f} |" for name, ms in cpu.items()],
+            f"| all | {sum(cpu.values()) / 1000:.1f} | {sum(cpu.values()) / admitted:.1f} |", ""]
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -471,7 +490,7 @@ def _report(args, r) -> str:
                 f"| {cls} | {len(waits)} | {statistics.median(waits):.1f} | {_pct(waits, 0.9):.1f} | "
                 f"{_pct(waits, 0.99):.1f} | {max(waits):.1f} |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _cpu_lines(r)) + "\n"
 
 
 def _kube_report(args, r, baseline) -> str:

@@ -171,6 +171,9 @@ CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_ROUTES = {
     "scheduling.cycle.*": {"queue": "cycle"},
     "scheduling.pods.*": {"queue": "pods"},
+    # Delivery (e-mail, webhooks: network waits of seconds) on its own queue, so that a burst of notifications
+    # never sits in front of the pod work that starts admitted jobs; run it on its own worker to scale it apart.
+    "notifications.*": {"queue": "notifications"},
 }
 CELERY_BEAT_SCHEDULE = {
     # A cycle or sync still queued after ten intervals is dropped: later ones read the world afresh, and a

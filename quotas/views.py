@@ -47,7 +47,9 @@ def wallets(request):
     if not m.is_platform_admin:
         return redirect("budgets:wallet", slug=m.department.slug)
     wallets = Wallet.objects.restrict(request.user, VIEW).select_related("department").order_by("department__slug")
-    rows = [(w, reports.burn_rate(wallet=w)) for w in wallets]
+    wallets = list(wallets)
+    burns = reports.burn_rates(wallets=wallets)
+    rows = [(w, burns[w.pk]) for w in wallets]
     unmetered = Department.objects.filter(wallet__isnull=True).order_by("slug")
     return render(request, "quotas/wallets.html", {"membership": m, "rows": rows, "unmetered": unmetered,
                                                     "prices": Price.objects.select_related("flavor")})

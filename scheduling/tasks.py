@@ -14,7 +14,17 @@ from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 
 from scheduling.backends.base import BackendError, ClusterUnavailable
-from scheduling.services import cluster_binding, clusters, cycle, logs, pods, sessions, stats, workload
+from scheduling.services import (
+    cluster_binding,
+    clusters,
+    cycle,
+    logs,
+    pods,
+    run_cache,
+    sessions,
+    stats,
+    workload,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,31 @@ def create_pods(job_id: int, attempt: int) -> str:
     return pods.create_pods(job_id=job_id, attempt=attempt)
 
 
+@shared_task(name="scheduling.pods.create_many", time_limit=120, soft_time_limit=110)
+def create_pods_many(pairs: list[list[int]]) -> dict[str, int]:
+    """Create the gated pods of several queued (job id, attempt) pairs: one message for a submission's or a
+    transaction's jobs. A pair that fails is handed to ``create_pods`` on its own, with that task's retries and
+    back-off, so one unreachable cluster never holds up the others."""
+    return _each(pairs, lambda job_id, attempt: pods.create_pods(job_id=job_id, attempt=attempt), create_pods)
+
+
+def _each(pairs: list[list[int]], run, alone) -> dict[str, int]:
+    """Run ``run(job_id, attempt)`` for every pair in one run (rows that change rarely read once, see
+    ``run_cache``); a pair that raises is sent to the single-pair task ``alone``. Returns the outcomes' counts."""
+    counts: dict[str, int] = {}
+    with run_cache.per_run():
+        for job_id, attempt in pairs:
+            try:
+                outcome = run(job_id, attempt)
+            except Exception:  # noqa: BLE001 - retried alone below
+                log.warning("%s for job %s attempt %s failed; retrying it alone", alone.name, job_id, attempt,
+                            exc_info=True)
+                alone.delay(job_id, attempt)
+                outcome = "retrying"
+            counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
 @shared_task(name="scheduling.pods.admit", time_limit=60, soft_time_limit=50, **RETRY)
 def admit_pods(job_id: int, attempt: int) -> str:
     return _admit(job_id, attempt, fresh=False)
@@ -61,16 +96,7 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
     """Ungate the pods of several admitted (job id, attempt) pairs: one message for a cycle's admissions
     instead of one broker round trip each. A pair that fails is handed to ``admit_pods`` on its own, with that
     task's retries and back-off, so one unreachable cluster or bad pod never holds up the others."""
-    counts: dict[str, int] = {}
-    for job_id, attempt in pairs:
-        try:
-            outcome = _admit(job_id, attempt, fresh=True)
-        except Exception:  # noqa: BLE001 - retried alone below
-            log.warning("admitting job %s attempt %s failed; retrying it alone", job_id, attempt, exc_info=True)
-            admit_pods.delay(job_id, attempt)
-            outcome = "retrying"
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
+    return _each(pairs, lambda job_id, attempt: _admit(job_id, attempt, fresh=True), admit_pods)
 
 
 @shared_task(name="scheduling.pods.evict", time_limit=60, soft_time_limit=50, **RETRY)

@@ -20,19 +20,33 @@ from portal.models import Department
 from quotas.models import LedgerEntry, LedgerKind, Wallet
 from quotas.services.pricing import cost_of
 from quotas.services.settlement import attempt_usage
-from quotas.services.wallets import open_holds
+from quotas.services.wallets import open_holds_in
 
 
 def burn_rate(*, wallet: Wallet, now: datetime | None = None, days: int = 7) -> dict[str, int]:
     """Net spend per day over the last ``days`` days, and the rate (mcr/hour) of the attempts running now."""
+    return burn_rates(wallets=[wallet], now=now, days=days)[wallet.pk]
+
+
+def burn_rates(*, wallets: list[Wallet], now: datetime | None = None, days: int = 7) -> dict[int, dict[str, int]]:
+    """``burn_rate`` of several wallets, by wallet id, in two queries however many wallets (the wallets page
+    read two per wallet)."""
     now = now or timezone.now()
-    spent = LedgerEntry.objects.filter(wallet=wallet, created_at__gte=now - timedelta(days=days),
-                                       kind__in=(LedgerKind.SETTLE, LedgerKind.REFUND)).aggregate(
-        s=Sum("amount"))["s"] or 0
-    running = sum(cost_of(rate=h.rate or 0, gpu_seconds=h.gpus * 3600) for h in open_holds(wallet=wallet))
-    per_day = -spent // days if spent < 0 else 0
-    days_left = (wallet.available // per_day) if per_day > 0 else None
-    return {"per_day": per_day, "window_days": days, "running_per_hour": running, "days_left": days_left}
+    ids = [w.pk for w in wallets]
+    spent = dict(LedgerEntry.objects.filter(wallet_id__in=ids, created_at__gte=now - timedelta(days=days),
+                                            kind__in=(LedgerKind.SETTLE, LedgerKind.REFUND))
+                 .order_by().values("wallet_id").annotate(s=Sum("amount")).values_list("wallet_id", "s"))
+    running: dict[int, int] = defaultdict(int)
+    for wallet_id, rate, gpus in open_holds_in(wallet_ids=ids).values_list("wallet_id", "rate", "gpus"):
+        running[wallet_id] += cost_of(rate=rate or 0, gpu_seconds=gpus * 3600)
+    out = {}
+    for wallet in wallets:
+        s = spent.get(wallet.pk) or 0
+        per_day = -s // days if s < 0 else 0
+        days_left = (wallet.available // per_day) if per_day > 0 else None
+        out[wallet.pk] = {"per_day": per_day, "window_days": days, "running_per_hour": running[wallet.pk],
+                          "days_left": days_left}
+    return out
 
 
 def job_cost(*, job, now: datetime | None = None) -> dict[str, Any]:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Subquery
 from django.utils import timezone
 
 from notifications.services import emit
+from portal.models import Department
 from portal.money import format_credits
 from quotas.models import Allowance, ApprovalRule
 from quotas.services.allowances import allowance_used, period_start
@@ -40,11 +42,29 @@ class SubmissionCheckInputs:
     used: int = 0
 
 
+ALLOWANCE_COLUMNS = ("id", "wallet_id", "limit", "period")
+
+
 def submission_check_inputs(*, department_id, owner_id) -> SubmissionCheckInputs:
-    rule = ApprovalRule.objects.filter(department_id=department_id).first()
-    allowance = Allowance.objects.filter(user_id=owner_id).first() if owner_id else None
+    rule, allowance = _rule_and_allowance(department_id=department_id, owner_id=owner_id)
     used = allowance_used(allowance=allowance) if allowance is not None else 0
     return SubmissionCheckInputs(rule=rule, allowance=allowance, used=used)
+
+
+def _rule_and_allowance(*, department_id, owner_id) -> tuple[ApprovalRule | None, Allowance | None]:
+    """The department's approval rule and the owner's allowance in one query (every submission reads both):
+    the rule joined to its department, the allowance's few columns as subqueries on the owner's one row."""
+    mine = Allowance.objects.filter(user_id=owner_id or 0)
+    dept = (Department.objects.filter(pk=department_id).select_related("approval_rule")
+            .annotate(**{f"allowance_{c}": Subquery(mine.values(c)[:1]) for c in ALLOWANCE_COLUMNS}).first())
+    if dept is None:
+        return None, None
+    rule = getattr(dept, "approval_rule", None)  # a missing reverse one-to-one raises an AttributeError
+    allowance = None
+    if owner_id and dept.allowance_id is not None:
+        allowance = Allowance(user_id=owner_id, **{c: getattr(dept, f"allowance_{c}") for c in ALLOWANCE_COLUMNS})
+        allowance._state.adding = False  # the stored row, read here, not a new one
+    return rule, allowance
 
 
 def needs_approval(*, job, inputs: SubmissionCheckInputs | None = None) -> str | None:

@@ -9,11 +9,17 @@ from django.db.models import Q
 
 from portal import dispatch
 from scheduling.models import Cluster, Job
+from scheduling.services import run_cache
 
 log = logging.getLogger(__name__)
 
 
 def default_cluster() -> Cluster:
+    """The default cluster's row (made on first use); read once per pod-worker task run (``run_cache``)."""
+    return run_cache.cached("default_cluster", _default_cluster)
+
+
+def _default_cluster() -> Cluster:
     cluster = Cluster.objects.filter(is_default=True).first()
     if cluster is None:
         cluster, _ = Cluster.objects.get_or_create(

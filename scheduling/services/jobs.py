@@ -25,7 +25,7 @@ from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission
 from scheduling.core import reasons
 from scheduling.models import TRANSITIONS, Cluster, Job, JobEvent, JobState, Node
-from scheduling.services import dependencies, notify
+from scheduling.services import dependencies, notify, run_cache
 from scheduling.services.approvers import deciders
 from workloads.services import secrets as workload_secrets
 from workloads.services.requests import validate_job_workload
@@ -381,7 +381,7 @@ def pods_at_submission() -> bool:
     backend does so (the simulated one). The Kubernetes backend creates them at admission (a gated pod counts
     against its namespace's ResourceQuota), and with several clusters a queued job is bound to none yet: its
     pods are made on the cluster its admission chooses, never anywhere before."""
-    rows = list(Cluster.objects.order_by("pk")[:2])
+    rows = run_cache.cached("first_two_clusters", lambda: list(Cluster.objects.order_by("pk")[:2]))
     if len(rows) > 1:
         return False
     return not creates_pods_at_admission(rows[0] if rows else "default")
@@ -395,8 +395,9 @@ def enqueue_pod_creation(job: Job) -> None:
         return
     job_id, attempt = job.pk, job.attempt
     # The job is committed and accepted whatever the broker does (``send`` logs an unreachable broker), and
-    # the reconciler creates the pods of every queued job that has none.
-    dispatch.after_commit("scheduling.pods.create", job_id, attempt)
+    # the reconciler creates the pods of every queued job that has none. One message per transaction: a batch
+    # of fifty jobs publishes once, not fifty times, and the worker handles them in one run.
+    dispatch.after_commit_batched("scheduling.pods.create_many", [job_id, attempt])
 
 
 def job_cancel(*, user, job: Job, comment: str = "", by_platform: bool = False) -> Job:

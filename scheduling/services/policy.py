@@ -13,6 +13,7 @@ from portal.models import AuditEntry
 from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
 from scheduling.core.types import Policy
 from scheduling.models import PolicyVersion
+from scheduling.services import run_cache
 
 # A saved version is the whole document of the day it was saved, and an upgrade must not change what it does.
 # A field added since is missing from it; where the field's default is not the behaviour the portal had before
@@ -21,7 +22,12 @@ BEFORE_IT_EXISTED: dict[str, object] = {"priority_band_weight": 0.0}
 
 
 def current_policy() -> tuple[Policy, int]:
-    """The policy in force and its version (0 = built-in defaults, never edited)."""
+    """The policy in force and its version (0 = built-in defaults, never edited); read once per pod-worker task
+    run (``run_cache``), every time elsewhere."""
+    return run_cache.cached("policy", _read_policy)
+
+
+def _read_policy() -> tuple[Policy, int]:
     row = PolicyVersion.objects.order_by("-version").first()
     if row is None:
         return Policy(), 0

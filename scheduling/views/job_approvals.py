@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -21,10 +22,13 @@ from scheduling.services import job_approvals
 @login_required
 def approvals(request):
     m = require_role(request.user, APPROVE, "Only department admins have an approvals inbox.")
-    jobs = list(pending_approvals(request.user))
-    for job in jobs:
-        job.estimated_cost = budgets.estimated_cost(job=job)
-    return render(request, "scheduling/job_approvals.html", {"membership": m, "jobs": jobs})
+    # A page at a time, priced from one read of the price list: the whole inbox, each job's price read on its
+    # own, was 1,400 queries and 15 s for a platform admin with 1,500 jobs waiting.
+    page = Paginator(pending_approvals(request.user), 50).get_page(request.GET.get("page"))
+    prices = budgets.read_prices()
+    for job in page.object_list:
+        job.estimated_cost = budgets.estimated_cost(job=job, prices=prices)
+    return render(request, "scheduling/job_approvals.html", {"membership": m, "jobs": page, "page": page})
 
 
 def _decide(request, pk: int, decision: str):

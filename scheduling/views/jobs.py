@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch
 from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
@@ -56,8 +56,10 @@ def jobs(request):
     qs = jobs_for(request.user, request.GET)
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
     counts = {s: 0 for s in JobState.values}
-    for state in Job.objects.restrict(request.user, VIEW).values_list("state", flat=True):
-        counts[state] += 1
+    # one GROUP BY in the database: iterating every job's state in Python took a second at 100,000 jobs
+    for state, n in (Job.objects.restrict(request.user, VIEW).order_by().values("state")
+                     .annotate(n=Count("id")).values_list("state", "n")):
+        counts[state] = n
     return render(request, "scheduling/jobs.html", {
         "page": page, "membership": m, "states": [(v, label, counts[v]) for v, label in JobState.choices],
         "filter_state": request.GET.get("state", ""), "mine": request.GET.get("mine", ""),

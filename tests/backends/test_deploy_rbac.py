@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from django.conf import settings
 
 from scheduling.backends.kube.checkpoints import CleanupPending
 from scheduling.backends.kube.podspec import checkpoint_cleanup_name
@@ -186,7 +187,8 @@ def test_portal_deployments_are_restricted_and_configured():
     assert commands["gpu-portal-watcher"] == ["python", "manage.py", "watch_pods"]
     inits = deployments["gpu-portal-worker"]["spec"]["template"]["spec"]["initContainers"]
     assert inits[0]["command"] == ["python", "manage.py", "ensure_priority_classes"]
-    assert "--queues=default,cycle,pods" in commands["gpu-portal-worker"]  # CELERY_TASK_ROUTES' queues
+    queues = next(a for a in commands["gpu-portal-worker"] if a.startswith("--queues="))[len("--queues="):]
+    assert set(queues.split(",")) == {"default"} | {r["queue"] for r in settings.CELERY_TASK_ROUTES.values()}
     commands_dir = Path(__file__).resolve().parents[2] / "scheduling" / "management" / "commands"
     if commands_dir.is_dir():  # the management commands the manifests run exist
         assert {"watch_pods.py", "ensure_priority_classes.py"} <= {p.name for p in commands_dir.iterdir()}

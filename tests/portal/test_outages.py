@@ -24,7 +24,8 @@ def broker_down(monkeypatch):
     def refuse(*args, **kwargs):
         raise BrokerUnavailable("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    for task in (tasks.create_pods, tasks.admit_pods_many, tasks.delete_pods, tasks.evict_pods):
+    for task in (tasks.create_pods, tasks.create_pods_many, tasks.admit_pods_many, tasks.delete_pods,
+                 tasks.evict_pods):
         monkeypatch.setattr(task, "delay", refuse)
     return monkeypatch
 

@@ -52,7 +52,7 @@ def test_batch_creates_every_job_in_order_with_its_event_and_gated_pods(
         ("queued", "vision", "alice", "standard", 2)}
     ids = [j["id"] for j in jobs]
     assert ids == sorted(ids)
-    assert len(callbacks) == 3  # one pod creation per job, after commit
+    assert len(callbacks) == 1  # one message creates every job's pods, after commit
     for job_id in ids:
         assert SimPod.objects.get(job_id=job_id).gated
         assert list(JobEvent.objects.filter(job_id=job_id).values_list("to_state", "actor__username")) == [
@@ -66,7 +66,7 @@ def test_pods_are_created_only_after_commit(lab, client_for, batch, django_captu
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         r = client_for(lab.alice).post(URL, batch(2), format="json")
         assert SimPod.objects.count() == 0
-    assert r.status_code == 201 and len(callbacks) == 2
+    assert r.status_code == 201 and len(callbacks) == 1  # one message for the batch's pods
 
 
 def test_one_bad_item_refuses_the_whole_batch_with_that_items_field_errors(lab, client_for, batch):
@@ -204,8 +204,8 @@ def test_approval_rules_apply_to_each_job_of_a_batch(lab, client_for, batch, dja
     jobs = r.json()["jobs"]
     assert [j["state"] for j in jobs] == ["queued", "pending_approval", "queued"]
     assert jobs[1]["reason"]["code"] == "awaiting_approval" and "4 GPUs > 2" in jobs[1]["reason"]["message"]
-    # two pod creations (the queued jobs), and one notifications message (the admins hear of the waiting job)
-    assert len(callbacks) == 3 and not SimPod.objects.filter(job_id=jobs[1]["id"]).exists()
+    # one pod message (the queued jobs'), and one notifications message (the admins hear of the waiting job)
+    assert len(callbacks) == 2 and not SimPod.objects.filter(job_id=jobs[1]["id"]).exists()
     event = JobEvent.objects.get(job_id=jobs[1]["id"])
     assert event.to_state == "pending_approval" and "4 GPUs > 2" in event.message
     # the same job submitted alone lands in the same state
@@ -241,6 +241,7 @@ def no_pod_tasks(monkeypatch):
     from scheduling import tasks
 
     monkeypatch.setattr(tasks.create_pods, "delay", lambda *a, **k: None)
+    monkeypatch.setattr(tasks.create_pods_many, "delay", lambda *a, **k: None)
 
 
 @pytest.mark.parametrize("n", [10, 100])
@@ -270,6 +271,20 @@ def test_query_budget_per_job(lab, client_for, batch, no_pod_tasks, settings, n,
 
         per_insert = max(1, 999 // len([f for f in Job._meta.concrete_fields if not f.primary_key]))
         assert 1 <= job_inserts <= -(-n // per_insert)
+
+
+def test_a_batch_publishes_one_pod_message_for_all_its_jobs(lab, client_for, batch, monkeypatch,
+                                                           django_capture_on_commit_callbacks):
+    from scheduling import tasks
+
+    sent = []
+    monkeypatch.setattr(tasks.create_pods_many, "delay", lambda *a: sent.append(("create_many", *a)))
+    monkeypatch.setattr(tasks.create_pods, "delay", lambda *a: sent.append(("create", *a)))
+    with django_capture_on_commit_callbacks(execute=True):
+        r = client_for(lab.alice).post(URL, batch(5), format="json")
+    assert r.status_code == 201, r.content
+    ids = [j["id"] for j in r.json()["jobs"]]
+    assert sent == [("create_many", [[pk, 1] for pk in ids])]
 
 
 def test_openapi_schema_documents_the_batch(client):

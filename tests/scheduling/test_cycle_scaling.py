@@ -91,3 +91,31 @@ def test_a_cycle_ungates_its_admissions_in_few_messages_and_a_failure_is_retried
     outcome = tasks.admit_pods_many([[j.pk, j.attempt] for j in jobs])
     assert outcome == {"admitted": 4, "retrying": 1} and retried == [(jobs[1].pk, 1)]
     assert SimPod.objects.filter(gated=False).count() == 4
+
+
+def test_a_pod_task_run_reads_the_policy_and_the_cluster_once_and_a_failure_is_retried_alone(
+    lab, submit, monkeypatch
+):
+    from scheduling import tasks
+    from scheduling.services import pods
+
+    jobs = [submit(lab.alice, name=f"c{i}", gpus=1) for i in range(5)]
+    SimPod.objects.all().delete()  # made at submission (eagerly in tests): the task makes them again
+    real, retried = pods.create_pods, []
+
+    def flaky(*, job_id, attempt):
+        if job_id == jobs[2].pk:
+            raise tasks.BackendError("apiserver hiccup")
+        return real(job_id=job_id, attempt=attempt)
+
+    monkeypatch.setattr(pods, "create_pods", flaky)
+    monkeypatch.setattr(tasks.create_pods, "delay", lambda j, a: retried.append((j, a)))
+    with CaptureQueriesContext(connection) as q:
+        outcome = tasks.create_pods_many([[j.pk, j.attempt] for j in jobs])
+    assert outcome == {"created": 4, "retrying": 1} and retried == [(jobs[2].pk, 1)]
+    assert SimPod.objects.count() == 4
+    sql = [x["sql"] for x in q.captured_queries]
+    assert sum('FROM "scheduling_policyversion"' in s for s in sql) <= 1, "\n".join(sql)
+    assert sum(s.startswith('SELECT') and 'FROM "scheduling_cluster"' in s for s in sql) <= 2, "\n".join(sql)
+    # outside a task run every read goes to the database: an edit is seen at once
+    assert tasks.create_pods_many([[jobs[0].pk, 1]]) == {"created": 1}

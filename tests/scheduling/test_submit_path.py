@@ -28,6 +28,7 @@ def no_pod_tasks(monkeypatch):
     from scheduling import tasks
 
     monkeypatch.setattr(tasks.create_pods, "delay", lambda *a, **k: None)
+    monkeypatch.setattr(tasks.create_pods_many, "delay", lambda *a, **k: None)
 
 
 def test_submit_query_budget(lab, bearer, payload, no_pod_tasks, django_capture_on_commit_callbacks):
@@ -36,9 +37,14 @@ def test_submit_query_budget(lab, bearer, payload, no_pod_tasks, django_capture_
         r = bearer.post("/api/v1/jobs", payload(), format="json", HTTP_IDEMPOTENCY_KEY="cell-1")
     assert r.status_code == 201, r.content
     sql = [x["sql"] for x in q.captured_queries]
-    # token, membership, flavor with its largest node, approval rule, allowance, job, event, queue position
-    # (+ savepoint/transaction statements). It was 18 before the flavor and read-back queries were folded.
+    # token, membership, flavor with its largest node, the flavor's pools per cluster (a gang that fits no
+    # cluster is refused), the member's waiting-jobs limit, the department's quota ceiling, approval rule with the
+    # allowance (one read), job, event, queue position (+ savepoint/transaction statements). It was 18 before the
+    # flavor and read-back queries were folded, 10 before the rule and the allowance were, 9 before the gang,
+    # ceiling and per-member checks.
     assert len(sql) <= 12, "\n".join(sql)
+    assert sum('"quotas_allowance"' in s for s in sql) == 1 and sum('"quotas_approvalrule"' in s for s in sql) == 1
+    assert sum('FROM "quotas_allowance"' in s and '"quotas_approvalrule"' in s for s in sql) == 1
     assert sum('FROM "quotas_flavor"' in s for s in sql) == 1
     assert sum('FROM "scheduling_node"' in s for s in sql) <= 1
 

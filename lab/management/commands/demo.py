@@ -78,7 +78,7 @@ def background_processes(addrport: str = "127.0.0.1:8000") -> list[Child]:
     # charts fill in within minutes in a demo (production samples every 5 minutes)
     env = {**os.environ, "STATS_INTERVAL_S": os.environ.get("STATS_INTERVAL_S", "30")}
     return [
-        Child("worker", [*celery, "worker", "--pool=threads", "--concurrency=4", "-Q", "default,cycle,pods",
+        Child("worker", [*celery, "worker", "--pool=threads", "--concurrency=4", "-Q", "default,cycle,pods,notifications",
                          "--loglevel=WARNING", "--without-mingle", "--without-gossip"], env=env),
         Child("beat", [*celery, "beat", "--loglevel=WARNING",
                        f"--pidfile={Path(settings.DATA_DIR) / 'celerybeat.pid'}"], env=env),
