@@ -136,6 +136,13 @@ def test_bad_log_tail(lab, submit, client_for):
     assert r.status_code == 400 and "tail" in r.json()["error"]["fields"]
 
 
+@pytest.mark.parametrize("since", ["yesterday", "2026-01-01", "2026-01-01T00:00:00", "2026-13-01T00:00:00Z"])
+def test_bad_log_since_time(lab, submit, client_for, since):
+    job = submit(lab.alice)
+    r = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs", {"since_time": since})
+    assert r.status_code == 400 and r.json()["error"]["fields"]["since_time"][0]["code"] == "invalid"
+
+
 def test_bad_cancel_body(lab, submit, client_for):
     job = submit(lab.alice)
     r = client_for(lab.alice).post(f"/api/v1/jobs/{job.pk}/cancel", {"comment": "x" * 301}, format="json")
