@@ -128,6 +128,21 @@ def test_logs_of_a_finished_job(login, lab, submit):
     assert "Kept when the attempt ended" in page.inner_text("#log-source")
 
 
+def test_a_failed_jobs_page_gives_the_hint_of_its_notification(login, lab, submit):
+    from scheduling.core.failure_hints import failure_hint
+    from scheduling.models import Job
+
+    job = submit(lab.alice, name="crashes", env={"SIM_EXIT_CODE": "1"})
+    _run_and_finish()
+    job = Job.objects.get(pk=job.pk)
+    assert job.state == "failed"
+    page = login("alice")
+    page.goto(page.url.rstrip("/") + f"/jobs/{job.pk}/")
+    hint = page.locator("#hints li[data-hint]")
+    assert hint.count() == 1 and hint.is_visible()
+    assert failure_hint(job.reason_code, job.exit_code).advice in hint.inner_text()
+
+
 def test_token_page(login, lab):
     page = login("alice")
     page.click("nav >> text=Tokens")
