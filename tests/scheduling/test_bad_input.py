@@ -130,6 +130,16 @@ def test_quantities_are_parsed(lab, client_for, payload):
     assert (r.json()["cpu"], r.json()["memory"]) == ("500m", "2048Mi")
 
 
+def test_an_unknown_choice_lists_the_choices_and_an_unknown_flavor_the_flavors(lab, client_for, payload):
+    r = client_for(lab.alice).post("/api/v1/jobs", payload(tier="gold", flavor="h100"), format="json")
+    assert r.status_code == 400
+    fields = r.json()["error"]["fields"]
+    assert fields["tier"][0]["code"] == "invalid_choice"
+    assert fields["tier"][0]["message"].endswith("Choose one of: realtime, elastic, backfill.")
+    assert fields["flavor"][0]["code"] == "does_not_exist"
+    assert fields["flavor"][0]["message"] == "No flavor 'h100'. The flavors are: a100-80gb, a100-mig-3g.40gb."
+
+
 def test_bad_log_tail(lab, submit, client_for):
     job = submit(lab.alice)
     r = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs?tail=abc")
