@@ -466,8 +466,9 @@ class Client:
 def _why(job: dict) -> str:
     reason = job.get("reason") or {}
     text = reason.get("message") or reason.get("code") or job.get("state", "")
-    if job.get("exit_code") not in (None, 0):
-        text += f" (exit code {job['exit_code']})"
+    said = f"exit code {job.get('exit_code')}"
+    if job.get("exit_code") not in (None, 0) and said not in text:  # the portal's reason often says it already
+        text += f" ({said})"
     return text
 
 
