@@ -8,7 +8,27 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from portal import metrics
 from quotas.models import Flavor, Wallet
-from scheduling.models import ACTIVE_STATES, TOTAL_GPUS, Job, JobState, Node
+from scheduling.models import ACTIVE_STATES, TOTAL_GPUS, Job, JobEvent, JobState, Node
+
+# How an attempt ends. A preempted attempt counts though its job is queued again, and so does a failed attempt
+# that is retried (its timeline says "retried" on the way back to the queue): the rate of each beside the rate
+# of successes is what a completion-rate panel is for.
+RETRIED = "retried"  # the reason of a failed attempt's way back to the queue (scheduling.services.lifecycle)
+OUTCOMES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED)
+
+
+def _completions() -> CounterMetricFamily:
+    """Attempts ended, by outcome: the timeline's transitions into each outcome, counted at scrape time. The
+    timeline is append-only, so the count never goes down (a counter); every outcome has its series, at 0
+    before the first."""
+    family = CounterMetricFamily("portal_job_completions", "Job attempts ended, by outcome.", labels=["outcome"])
+    counts = dict(JobEvent.objects.filter(kind="transition", to_state__in=OUTCOMES).values_list("to_state")
+                  .annotate(n=Count("id")).order_by("to_state"))
+    counts[JobState.FAILED] = counts.get(JobState.FAILED, 0) + JobEvent.objects.filter(
+        kind="transition", to_state=JobState.QUEUED, reason_code=RETRIED).count()
+    for outcome in OUTCOMES:
+        family.add_metric([str(outcome)], counts.get(outcome, 0))
+    return family
 
 
 class SchedulerCollector(metrics.ScrapeCollector):
@@ -34,6 +54,8 @@ class SchedulerCollector(metrics.ScrapeCollector):
             for labels, value in stored.get(name, []):
                 family.add_metric([labels.get(label, "")], value)
             yield family
+
+        yield _completions()
 
         pending = GaugeMetricFamily("portal_pending_jobs", "Queued jobs by reason code.", labels=["reason"])
         for reason, n in (Job.objects.filter(state=JobState.QUEUED).values_list("reason_code")
