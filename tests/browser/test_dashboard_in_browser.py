@@ -143,6 +143,23 @@ def test_a_failed_jobs_page_gives_the_hint_of_its_notification(login, lab, submi
     assert failure_hint(job.reason_code, job.exit_code).advice in hint.inner_text()
 
 
+def test_the_job_gpu_chart_spans_its_samples(login, lab, submit):
+    from django.utils import timezone
+
+    from observability.models import AttemptUsage
+
+    job = submit(lab.alice, name="charted")
+    start = timezone.now().timestamp() - 3600
+    series = [[start + 60 * i, 40 + (i % 2) * 20, 1000] for i in range(31)]  # 30 minutes, a sample a minute
+    AttemptUsage.objects.create(job=job, attempt=1, source="simulated", gpus=1, started_at=timezone.now(),
+                                samples=31, mean_util=50, busy_gpus=0.5, series=series, step_s=60)
+    page = login("alice")
+    page.goto(page.url.rstrip("/") + f"/jobs/{job.pk}/")
+    assert "over 30 minutes" in page.inner_text("#gpu-usage")
+    xs = [float(p.split(",")[0]) for p in page.locator("svg.gpu-chart polyline").first.get_attribute("points").split()]
+    assert xs[0] == 0 and xs[-1] == 480 and xs == sorted(xs) and len(set(xs)) == 31  # drawn across the chart
+
+
 def test_token_page(login, lab):
     page = login("alice")
     page.click("nav >> text=Tokens")
