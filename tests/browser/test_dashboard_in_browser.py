@@ -160,6 +160,27 @@ def test_the_job_gpu_chart_spans_its_samples(login, lab, submit):
     assert xs[0] == 0 and xs[-1] == 480 and xs == sorted(xs) and len(set(xs)) == 31  # drawn across the chart
 
 
+def test_home_tables_fit_their_cards_with_mig_names(login, lab, submit):
+    from quotas.models import Quota
+    from scheduling.models import Job, JobState
+
+    Quota.objects.get_or_create(department=lab.vision, flavor=lab.mig, defaults={"nominal": 2})
+    for i in range(3):
+        Job.objects.create(owner=lab.alice, department=lab.vision, flavor=lab.mig, name=f"mig-sweep-member-{i}",
+                           image="img", command=["x"], gpus_per_pod=1, pods=2, state=JobState.QUEUED)
+    for width in (1280, 1024):
+        page = login("alice", viewport={"width": width, "height": 900})
+        for card in ("#my-jobs", "#quota"):
+            box = page.locator(card).bounding_box()
+            for th in page.locator(f"{card} th").all():
+                edge = th.bounding_box()
+                # Every column is inside its card: none clipped ("Lent"), none behind a sideways scroll.
+                assert edge["x"] + edge["width"] <= box["x"] + box["width"] + 0.5, (width, card, th.inner_text())
+        assert page.locator("#quota th", has_text="Lent").is_visible()
+        assert page.locator("#my-jobs th", has_text="Next start").is_visible()
+        page.close()
+
+
 def test_token_page(login, lab):
     page = login("alice")
     page.click("nav >> text=Tokens")
