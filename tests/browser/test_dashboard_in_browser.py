@@ -181,6 +181,21 @@ def test_home_tables_fit_their_cards_with_mig_names(login, lab, submit):
         page.close()
 
 
+def test_the_member_table_puts_role_tier_and_save_side_by_side_and_no_remove_on_ones_own_row(login, lab):
+    page = login("vadmin")
+    page.goto(page.url.rstrip("/") + "/lab/departments/vision/")
+    row = page.locator("tr[data-member=alice]")
+    role, tier, save = (row.locator(x).bounding_box() for x in ("select[name=role]", "select[name=user_tier]",
+                                                               "button:has-text('Save')"))
+    assert abs(role["y"] - tier["y"]) < 4 and abs(tier["y"] - save["y"]) < 8  # one line, not stacked
+    assert role["x"] < tier["x"] < save["x"]
+    assert row.locator("button:has-text('Remove')").is_visible()
+    own = page.locator("tr[data-member=vadmin]")
+    # The portal refuses to let her remove herself or change her own role: the page does not offer it.
+    assert own.locator("button").count() == 0 and own.locator("select").count() == 0
+    assert "Department admin" in own.inner_text()
+
+
 def test_token_page(login, lab):
     page = login("alice")
     page.click("nav >> text=Tokens")
