@@ -74,13 +74,45 @@ def test_a_chart_draws_the_stored_series(login, lab):
     canvas.wait_for()
     page.wait_for_selector("canvas[data-chart=util][data-plotted]")
     plotted = json.loads(canvas.get_attribute("data-plotted"))
-    assert plotted["datasets"][0]["data"] == [round(100 * (i % 9) / 8, 1) for i in reversed(range(6))]
-    assert len(plotted["labels"]) == 6
+    assert [p["y"] for p in plotted["datasets"][0]["data"]] == [round(100 * (i % 9) / 8, 1) for i in reversed(range(6))]
+    assert plotted["x"] == "linear"
     waits = json.loads(page.get_attribute("canvas[data-chart=waits]", "data-plotted"))
     by_tier = {d["label"]: d["data"] for d in waits["datasets"]}
     assert by_tier["elastic"][:2] == [12, 6] and by_tier["backfill"][2] == 6
     box = canvas.bounding_box()
     assert box["width"] > 100 and box["height"] > 100  # drawn, not an empty element
+
+
+def test_charts_have_a_time_axis_and_never_add_gpu_types(login, lab):
+    from django.utils import timezone
+
+    from scheduling.models import ClusterSample, DepartmentSample
+    from scheduling.services.stats import bucket
+
+    now = timezone.now()
+    # A day of samples with a six-hour gap (the portal was down), two GPU types in the department.
+    hours = [h for h in range(24) if not 8 <= h < 14]
+    for h in hours:
+        at = bucket(now - timedelta(hours=h), 300)
+        ClusterSample.objects.create(at=at, flavor=lab.a100, total_gpus=8, busy_gpus=4, free_gpus=4,
+                                     queued={"elastic": 1}, waits={}, preemptions=0)
+        DepartmentSample.objects.create(at=at, department=lab.vision, flavor=lab.a100, nominal=4, busy_gpus=3)
+        DepartmentSample.objects.create(at=at, department=lab.vision, flavor=lab.mig, nominal=7, busy_gpus=1)
+    page = login("root")
+    page.wait_for_selector("canvas[data-chart=util][data-plotted]")
+    util = json.loads(page.get_attribute("canvas[data-chart=util]", "data-plotted"))
+    assert util["x"] == "linear"  # a time axis: the gap is six hours wide, not one step
+    xs = [p["x"] for p in util["datasets"][0]["data"]]
+    steps = sorted(b - a for a, b in zip(xs, xs[1:]))
+    assert steps[-1] == 7 * 3600 * 1000 and steps[0] == 3600 * 1000
+    # Ticks of a day are wall-clock hours, never minute by minute.
+    assert util["ticks"] and len(util["ticks"]) <= 9 and all(t.endswith(":00") for t in util["ticks"])
+    page = login("alice")  # the researcher's quota chart
+    page.wait_for_selector("canvas[data-chart=dept][data-plotted]")
+    dept = json.loads(page.get_attribute("canvas[data-chart=dept]", "data-plotted"))
+    lines = {d["label"]: [p["y"] for p in d["data"]] for d in dept["datasets"]}
+    assert set(lines["held · a100-80gb"]) == {3} and set(lines["held · a100-mig-3g.40gb"]) == {1}
+    assert set(lines["nominal · a100-80gb"]) == {4} and not any(set(v) == {4 + 7} for v in lines.values())
 
 
 def test_the_quote_follows_the_form(login, lab):
