@@ -33,7 +33,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if token is None or not token.user.is_active:
             key_id = parts[1].split("_")[1][:64] if parts[1].count("_") >= 2 else parts[1][:64]
             token_attempt_failed(request, key_id)
-            raise exceptions.AuthenticationFailed("Invalid, expired or revoked API token.")
+            raise exceptions.AuthenticationFailed(ApiToken.refusal(parts[1]))
         now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=5):
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)  # throttled bookkeeping write

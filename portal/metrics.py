@@ -36,6 +36,8 @@ ADMISSIONS = "portal_admissions_total"
 PREEMPTIONS = "portal_preemption_victims_total"
 LEDGER_DRIFTING = "portal_ledger_drifting_wallets"
 LEDGER_DRIFT = "portal_ledger_drift_mcr"
+FAIR_USE_RATIO = "portal_fair_share_use_ratio"
+FAIR_FACTOR = "portal_fair_share_factor"
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -168,15 +170,19 @@ def observe_admissions(waits: list[tuple[Mapping[str, str], float]]) -> None:
             grow=True)
 
 
-def observe_cycle(outcome, *, result, at: float) -> None:
-    """Record one admission cycle (called by the cycle, in whatever process runs it): two statements."""
+def observe_cycle(outcome, *, result, at: float, fair: Mapping[str, tuple[float, float]] | None = None) -> None:
+    """Record one admission cycle (called by the cycle, in whatever process runs it): two statements. ``fair``:
+    each department's (use ratio, fair factor) as the cycle scored it (a department that leaves the cohort
+    keeps its last values)."""
     victims: dict[str, int] = {}
     for pre in result.preemptions:
         victims[pre.reason] = victims.get(pre.reason, 0) + len(pre.victim_ids)
     _upsert(CYCLE_DURATION.rows([({}, outcome.total_ms / 1000)])
             + DECIDE_DURATION.rows([({}, outcome.decide_ms / 1000)])
             + [(PREEMPTIONS, _labels({"reason": r}), float(n)) for r, n in victims.items()], grow=True)
-    _upsert([(CYCLE_LAST_RUN, "", at)], grow=False)
+    standing = [(name, _labels({"department": d}), float(pair[i])) for d, pair in sorted((fair or {}).items())
+                for i, name in enumerate((FAIR_USE_RATIO, FAIR_FACTOR))]
+    _upsert([(CYCLE_LAST_RUN, "", at), *standing], grow=False)
 
 
 @dataclass(frozen=True)

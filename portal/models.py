@@ -231,6 +231,21 @@ class ApiToken(models.Model):
             return None
         return token
 
+    @classmethod
+    def refusal(cls, raw: str) -> str:
+        """Why ``raw`` is refused, for the 401: an expired or revoked token says so (with its secret right only,
+        so a guess learns nothing about a key id), anything else is invalid."""
+        prefix, _, rest = raw.partition("_")
+        key_id, _, secret = rest.partition("_")
+        token = cls.objects.filter(key_id=key_id).first() if prefix == cls.PREFIX and secret else None
+        if token is None or not secrets.compare_digest(token.key_hash, _hash(secret)):
+            return "Invalid API token."
+        if token.revoked_at is not None:
+            return f"This API token was revoked on {token.revoked_at:%Y-%m-%d}: issue a new one on the Tokens page."
+        if token.expires_at <= timezone.now():
+            return f"This API token expired on {token.expires_at:%Y-%m-%d}: issue a new one on the Tokens page."
+        return "Invalid API token."  # its user is not active
+
 
 class AppendOnlyModel(models.Model):
     """Rows that are written once and never changed or deleted (timelines, audit logs, ledgers). The guard

@@ -198,7 +198,7 @@ def cluster_series(*, since: datetime) -> dict:
                 row[i] += n
     times = sorted(points)
     return {
-        "labels": _time_labels(times),
+        "labels": _time_labels(times), "times": _epoch_ms(times),
         "utilisation": [round(100 * points[t]["busy"] / points[t]["total"], 1) if points[t]["total"] else 0
                         for t in times],
         "free": [points[t]["free"] for t in times],
@@ -210,6 +210,11 @@ def cluster_series(*, since: datetime) -> dict:
     }
 
 
+def _epoch_ms(times: list[datetime]) -> list[int]:
+    """Sample times as Unix milliseconds: the charts' x values on a time axis (gaps drawn as gaps)."""
+    return [int(t.timestamp() * 1000) for t in times]
+
+
 def _time_labels(times: list[datetime]) -> list[str]:
     """Sample times as HH:MM, with seconds when samples are closer than a minute (the demo's)."""
     fine = any((b - a).total_seconds() < 60 for a, b in zip(times, times[1:], strict=False))
@@ -217,20 +222,22 @@ def _time_labels(times: list[datetime]) -> list[str]:
 
 
 def department_series(*, user, department_id: int, since: datetime) -> dict:
-    """The department's use over time, summed over flavors (one query, through the tenancy gate): GPUs held,
-    of which borrowed, lent to others, and its nominal quota."""
-    points: dict[datetime, list[int]] = {}
+    """The department's use over time, per flavor (one query, through the tenancy gate): GPUs held, of which
+    borrowed, lent to others, and its nominal quota. GPU types are never added together: a line per flavor."""
+    points: dict[datetime, dict[str, list[int]]] = {}
+    flavors: set[str] = set()
     for s in (DepartmentSample.objects.restrict(user, VIEW).filter(department_id=department_id, at__gte=since)
-              .order_by("at", "flavor_id")):
-        p = points.setdefault(s.at, [0, 0, 0, 0])
+              .select_related("flavor").order_by("at", "flavor_id")):
+        p = points.setdefault(s.at, {}).setdefault(s.flavor.name, [0, 0, 0, 0])
+        flavors.add(s.flavor.name)
         p[0] += s.busy_gpus
         p[1] += s.borrowed_gpus
         p[2] += s.lent_gpus
         p[3] += s.nominal
     times = sorted(points)
-    return {"labels": _time_labels(times), "busy": [points[t][0] for t in times],
-            "borrowed": [points[t][1] for t in times], "lent": [points[t][2] for t in times],
-            "nominal": [points[t][3] for t in times], "samples": len(times)}
+    by_flavor = {f: {key: [points[t].get(f, [None] * 4)[i] for t in times]
+                     for i, key in enumerate(("busy", "borrowed", "lent", "nominal"))} for f in sorted(flavors)}
+    return {"labels": _time_labels(times), "times": _epoch_ms(times), "by_flavor": by_flavor, "samples": len(times)}
 
 
 def cluster_grid(user) -> list[dict]:

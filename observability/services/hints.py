@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from observability.services.series import HIGH_PCT, LOW_PCT
-from scheduling.core import tiers
+from scheduling.core import failure_hints, tiers
 from scheduling.models import JobState
 
-IMAGE_REASONS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
-OOM_REASONS = {"OOMKilled"}
+IMAGE_REASONS = failure_hints.reasons_of("image_pull")
+OOM_REASONS = failure_hints.reasons_of("oom_killed")
 SIGKILL_EXIT = 137  # 128 + SIGKILL
 
 
@@ -69,7 +69,7 @@ def oom_killed(f: Facts) -> Hint | None:
     peak = max(peaks) if peaks else None
     suggest = int(math.ceil(max(limit, peak or 0) * 1.5 / 1024) * 1024)
     seen = f"; the highest use observed was {peak:.0f} MiB" if peak else ""
-    return Hint("oom_killed", "Killed for running out of memory",
+    return Hint("oom_killed", failure_hints.BY_REASON["OOMKilled"].title,
                 f"The container used more than its memory limit of {limit} MiB (OOMKilled){seen}. Ask for "
                 f"memory_mib={suggest}, or lower the batch size or the data loader's prefetch.",
                 {"memory_mib": limit, "observed_peak_mib": peak, "suggested_memory_mib": suggest})
@@ -122,7 +122,7 @@ def image_pull(f: Facts) -> Hint | None:
     found = f.reasons() & IMAGE_REASONS
     if not found:
         return None
-    return Hint("image_pull", "The image could not be pulled",
+    return Hint("image_pull", failure_hints.BY_REASON["ImagePullBackOff"].title,
                 f"{sorted(found)[0]}: check the image name and tag ({f.job.image}), that the registry is "
                 "reachable from the cluster, and that the department's pull secret covers it.",
                 {"reasons": sorted(found), "image": f.job.image})
@@ -140,10 +140,28 @@ def never_fits(f: Facts) -> Hint | None:
                 {"reason_code": f.job.reason_code, **{k: v for k, v in detail.items() if k != "never"}})
 
 
+def failed(f: Facts) -> Hint | None:
+    """A failed job: the advice its failure notification gave (the one table of failure hints), unless a rule
+    above said the same with the job's own numbers (the same code). A reason of its timeline's counts too (an
+    image that could not be pulled, then a plain error)."""
+    if f.job.state != JobState.FAILED:
+        return None
+    own = sorted(r for r in f.reasons() if failure_hints.BY_REASON.get(r, failure_hints.GENERIC)
+                 is not failure_hints.GENERIC)
+    h = failure_hints.failure_hint(own[0] if own else f.job.reason_code, f.job.exit_code)
+    return Hint(h.code, h.title, h.advice, {"reason_code": f.job.reason_code, "exit_code": f.job.exit_code})
+
+
 RULES: tuple[Callable[[Facts], Hint | None], ...] = (
-    never_fits, image_pull, oom_killed, sigkill_after_sigterm, repeated_preemption, sawtooth,
+    never_fits, image_pull, oom_killed, sigkill_after_sigterm, repeated_preemption, sawtooth, failed,
 )
 
 
 def hints(facts: Facts) -> list[Hint]:
-    return [h for rule in RULES if (h := rule(facts)) is not None]
+    """Every rule's hint, in ``RULES`` order; of two with the same code the first (the more precise) is kept."""
+    found: dict[str, Hint] = {}
+    for rule in RULES:
+        h = rule(facts)
+        if h is not None and h.code not in found:
+            found[h.code] = h
+    return list(found.values())

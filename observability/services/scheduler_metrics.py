@@ -8,7 +8,48 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from portal import metrics
 from quotas.models import Flavor, Wallet
-from scheduling.models import ACTIVE_STATES, TOTAL_GPUS, Job, JobState, Node
+from scheduling.models import ACTIVE_STATES, TOTAL_GPUS, Job, JobEvent, JobState, Node
+from scheduling.services.policy import current_policy
+
+# How an attempt ends. A preempted attempt counts though its job is queued again, and so does a failed attempt
+# that is retried (its timeline says "retried" on the way back to the queue): the rate of each beside the rate
+# of successes is what a completion-rate panel is for.
+POLICY_FACTORS = ("weight_points", "default_weight", "bid_weight", "fair_share_weight", "size_weight",
+                  "priority_band_weight")
+RETRIED = "retried"  # the reason of a failed attempt's way back to the queue (scheduling.services.lifecycle)
+OUTCOMES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED)
+
+
+def _queue_weights():
+    """The policy in force: the urgency x user-tier weight matrix and the other weights of the score (what an
+    admin edits at runtime), read at scrape time, so a dashboard shows a change from the next scrape on."""
+    policy, version = current_policy()
+    weight = GaugeMetricFamily("portal_policy_weight", "The scoring policy's weight of each urgency and user "
+                               "tier (a multiple of weight_points score points).", labels=["urgency", "user_tier"])
+    for (urgency, user_tier), value in sorted(policy.weights.items()):
+        weight.add_metric([urgency, user_tier], value)
+    yield weight
+    factors = GaugeMetricFamily("portal_policy_factor_weight", "The scoring policy's other weights, by name.",
+                                labels=["name"])
+    for name in POLICY_FACTORS:
+        factors.add_metric([name], float(getattr(policy, name)))
+    yield factors
+    yield GaugeMetricFamily("portal_policy_version", "The version of the policy in force (0: built-in defaults).",
+                            value=version)
+
+
+def _completions() -> CounterMetricFamily:
+    """Attempts ended, by outcome: the timeline's transitions into each outcome, counted at scrape time. The
+    timeline is append-only, so the count never goes down (a counter); every outcome has its series, at 0
+    before the first."""
+    family = CounterMetricFamily("portal_job_completions", "Job attempts ended, by outcome.", labels=["outcome"])
+    counts = dict(JobEvent.objects.filter(kind="transition", to_state__in=OUTCOMES).values_list("to_state")
+                  .annotate(n=Count("id")).order_by("to_state"))
+    counts[JobState.FAILED] = counts.get(JobState.FAILED, 0) + JobEvent.objects.filter(
+        kind="transition", to_state=JobState.QUEUED, reason_code=RETRIED).count()
+    for outcome in OUTCOMES:
+        family.add_metric([str(outcome)], counts.get(outcome, 0))
+    return family
 
 
 class SchedulerCollector(metrics.ScrapeCollector):
@@ -33,6 +74,17 @@ class SchedulerCollector(metrics.ScrapeCollector):
             family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=[label])
             for labels, value in stored.get(name, []):
                 family.add_metric([labels.get(label, "")], value)
+            yield family
+
+        yield _completions()
+        yield from _queue_weights()
+        for name, doc in ((metrics.FAIR_USE_RATIO, "Each department's use relative to its share of the nominal "
+                           "quotas, as the last cycle scored its jobs (1 = its share; capped at 4)."),
+                          (metrics.FAIR_FACTOR, "How fast each department's jobs gain score for fair share, as the "
+                           "last cycle scored them (1 = normal, under 1 = using more than its share).")):
+            family = GaugeMetricFamily(name, doc, labels=["department"])
+            for labels, value in stored.get(name, []):
+                family.add_metric([labels.get("department", "")], value)
             yield family
 
         pending = GaugeMetricFamily("portal_pending_jobs", "Queued jobs by reason code.", labels=["reason"])

@@ -28,10 +28,13 @@ def my_recommendations(context, limit: int = 5):
 
 
 def _points(series, index: int, top: float) -> str:
+    """The chart's points: x from the first sample's time to the last one's (the series' times are Unix
+    seconds), y from 0 to ``top``."""
     if not series or top <= 0:
         return ""
-    span = max(series[-1][0], 1)
-    return " ".join(f"{p[0] / span * CHART_W:.1f},{CHART_H - min(p[index] or 0, top) / top * CHART_H:.1f}"
+    start = series[0][0]
+    span = max(series[-1][0] - start, 1)
+    return " ".join(f"{(p[0] - start) / span * CHART_W:.1f},{CHART_H - min(p[index] or 0, top) / top * CHART_H:.1f}"
                     for p in series)
 
 
@@ -43,6 +46,13 @@ def util_polyline(usage) -> str:
 @register.filter
 def memory_polyline(usage) -> str:
     return _points(usage.series, 2, usage.memory_total_mib or usage.peak_memory_mib or 0)
+
+
+@register.filter
+def span_minutes(usage) -> str:
+    """How many minutes the attempt's series covers, from its first sample to its last."""
+    series = usage.series or []
+    return minutes(series[-1][0] - series[0][0] if series else 0)
 
 
 @register.filter

@@ -39,6 +39,16 @@ class StrictSerializer(serializers.Serializer):
                 code="unknown_field")]
         return errors
 
+    def with_choices(self, errors: dict) -> dict:
+        """A choice that is not one says which ones there are (DRF's message names only the value)."""
+        for name, details in errors.items():
+            field = self.fields.get(name)
+            if isinstance(field, serializers.ChoiceField) and isinstance(details, list):
+                options = ", ".join(str(choice) for choice in field.choices)
+                errors[name] = [serializers.ErrorDetail(f"{d} Choose one of: {options}.", code=d.code)
+                                if getattr(d, "code", None) == "invalid_choice" else d for d in details]
+        return errors
+
     def to_internal_value(self, data):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": [
@@ -52,7 +62,7 @@ class StrictSerializer(serializers.Serializer):
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
-            errors = dict(exc.detail)
+            errors = self.with_choices(dict(exc.detail))
         for name, details in self.unknown_errors(data).items():
             errors[name] = [*errors.get(name, []), *details]
         if errors:

@@ -151,7 +151,14 @@ class FlavorField(serializers.SlugRelatedField):
     def to_internal_value(self, data):
         if isinstance(data, str) and data in self._seen:
             return self._seen[data]
-        flavor = super().to_internal_value(data)
+        try:
+            flavor = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if getattr(exc.detail[0], "code", None) != "does_not_exist":
+                raise
+            names = ", ".join(Flavor.objects.order_by("name").values_list("name", flat=True)) or "none yet"
+            raise serializers.ValidationError(f"No flavor {data!r}. The flavors are: {names}.",
+                                              code="does_not_exist") from None
         self._seen[flavor.name] = flavor
         return flavor
 

@@ -19,6 +19,7 @@ from portal.api import idempotency_key
 from portal.api.serializers import validated
 from portal.errors import LogsUnavailable, NotFound, ValidationFailed
 from portal.tenancy import CHANGE, VIEW, member
+from portal.timestamps import parse_log_stamp
 from scheduling.api.serializers import (
     CancelSerializer,
     DependenciesSerializer,
@@ -307,7 +308,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                     OpenApiParameter("follow", bool, description="Stream new lines as they come (live attempt)"),
                     OpenApiParameter("attempt", int, description="Which attempt (default: the current one); "
                                      "an ended attempt's log is the tail kept when it ended"),
-                    OpenApiParameter("pod", int, description="Which pod of a gang, by index (default 0)")],
+                    OpenApiParameter("pod", int, description="Which pod of a gang, by index (default 0)"),
+                    OpenApiParameter("timestamps", bool, description="Start each line with the time it was "
+                                     "written (RFC 3339, UTC, up to nanoseconds) and a space"),
+                    OpenApiParameter("since_time", str, description="Only lines written at this time stamp or "
+                                     "later, all of them (tail is not applied): a follower resumes from the "
+                                     "stamp of the last line it has")],
         responses={(200, "text/plain"): OpenApiTypes.STR},
     )
     @action(detail=True, methods=["get"])
@@ -331,11 +337,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 fields["pod"] = [{"code": "invalid", "message": f"This job has pods 0 to {job.pods - 1}."}]
         except ValueError:
             fields["pod"] = [{"code": "invalid", "message": "An integer (the pod's index) is required."}]
+        since = None
+        if "since_time" in request.query_params:
+            since = parse_log_stamp(request.query_params["since_time"])
+            if since is None:
+                fields["since_time"] = [{"code": "invalid", "message": "A time stamp as the lines carry is "
+                                         "required, e.g. 2026-01-31T12:00:00.123456789Z."}]
         if fields:
             raise ValidationFailed(fields=fields)
         follow = request.query_params.get("follow") in ("1", "true", "yes")
+        timestamps = request.query_params.get("timestamps") in ("1", "true", "yes")
         try:
-            lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow, pod=pod)
+            lines, _source = attempt_log_lines(job=job, attempt=attempt, tail=tail, follow=follow, pod=pod,
+                                               timestamps=timestamps, since=since)
         except BackendError as exc:  # no pod yet, not started, kubelet silent, API down: say so, never a 500
             raise LogsUnavailable(f"The job's logs are unavailable right now: {exc}") from exc
         return StreamingHttpResponse((line.rstrip("\n") + "\n" for line in lines),

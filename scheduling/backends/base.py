@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from scheduling.core.types import DisruptionBudget, Node
 from workloads.podsecrets import NO_SECRETS, PodSecrets
@@ -244,10 +245,13 @@ class ClusterBackend(abc.ABC):
         return tuple(p for p in self.inventory().pods if p.job_id == job_id and p.attempt == attempt)
 
     def logs(
-        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int = 200, follow: bool = False,
-        pod: int = 0,
+        self, *, job_id: int, attempt: int, namespace: str, tail_lines: int | None = 200, follow: bool = False,
+        pod: int = 0, timestamps: bool = False, since: datetime | None = None,
     ) -> Iterator[str]:
-        """Lines of the log of the attempt's pod of index ``pod`` (0: the first)."""
+        """Lines of the log of the attempt's pod of index ``pod`` (0: the first): the last ``tail_lines`` (None:
+        all). ``timestamps``: each line starts with the time it was written (``portal.timestamps.log_stamp``'s
+        form, as Kubernetes writes it), never decreasing along the log. ``since``: lines written before it may be
+        left out (a backend may keep a few more: the caller filters by the stamps)."""
         return iter(())
 
     def budget_coverage(self) -> BudgetCoverage | None:

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -28,6 +28,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
 
+from portal.timestamps import log_stamp
 from scheduling.backends.base import (
     BackendError,
     ClusterBackend,
@@ -118,6 +119,7 @@ class SimulatedBackend(ClusterBackend):
                         runtime_s=runtime,
                         exit_code=exit_code or None,
                         log=f"$ {' '.join(podset.command)}\n{_mounts_line(podset)}{_secrets_line(podset)}",
+                        created_at=self.clock.now(),  # the log's first lines are stamped with it
                         mounts=mounts,
                         # the same variables, in the same order, as the Kubernetes pod's container
                         env=dict((*podset.env, *podset.workload.env, *rendezvous_env(podset, i))),
@@ -200,15 +202,36 @@ class SimulatedBackend(ClusterBackend):
         stop_standins(pods)
         pods.delete()
 
-    def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False, pod=0) -> Iterator[str]:
+    def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False, pod=0, timestamps=False,
+             since=None) -> Iterator[str]:
         pod = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=pod).first()
         if pod is None:
             return iter(())
-        lines = pod.log.splitlines()
-        if pod.phase == "Running" and pod.started_at:
-            elapsed = (self.clock.now() - pod.started_at).total_seconds() * self.speedup
-            lines += [f"[sim] step {int(s)}: running" for s in range(0, int(elapsed), 60)][-tail_lines:]
-        return iter(lines[-tail_lines:])
+        stamped = _stamped_lines(pod, self.clock.now(), self.speedup)
+        if since is not None:
+            stamped = [(at, line) for at, line in stamped if at >= since]
+        if tail_lines is not None:
+            stamped = stamped[-tail_lines:] if tail_lines > 0 else []
+        return iter([f"{log_stamp(at)} {line}" if timestamps else line for at, line in stamped])
+
+
+def _stamped_lines(pod, now: datetime, speedup: float) -> list[tuple[datetime, str]]:
+    """The simulated pod's log with the time each line was written: its first lines when the pod was created (on
+    the cluster's clock, as its start), the line its end added at its end, and while it runs a progress line per simulated minute
+    (dropped once the pod has ended: the simulated log keeps no more than its row)."""
+    lines = pod.log.splitlines()
+    start = pod.created_at  # never changes: a line keeps its stamp
+    ended = 1 if pod.finished_at and lines else 0
+    # A microsecond apart, as a real runtime's stamps of lines written together are (nanoseconds apart).
+    stamped = [(start + timedelta(microseconds=i), line) for i, line in enumerate(lines[:len(lines) - ended])]
+    after = timedelta(microseconds=len(stamped))
+    if pod.phase == "Running" and pod.started_at:
+        elapsed = (now - pod.started_at).total_seconds() * speedup
+        stamped += [(pod.started_at + after + timedelta(seconds=s / speedup), f"[sim] step {int(s)}: running")
+                    for s in range(0, int(elapsed), 60)]
+    if ended:
+        stamped.append((max(pod.finished_at, start + after), lines[-1]))
+    return stamped
 
 
 def stop_standins(pods) -> None:

@@ -79,18 +79,32 @@ def starvation_delay(policy: Policy, urgency: str, user_tier: str, fair: float, 
     return limit / min(hi, max(lo, weight))
 
 
+def _use_inputs(snapshot: Snapshot) -> tuple[dict[str, int], dict[str, int]]:
+    """Each department's nominal GPUs and GPUs running now, the inputs of its use ratio with the usage."""
+    nominal: dict[str, int] = defaultdict(int)
+    for q in snapshot.quotas:
+        nominal[q.department] += max(0, q.nominal)
+    running: dict[str, int] = defaultdict(int)
+    for job in snapshot.running:
+        running[job.department] += job.total_gpus
+    return nominal, running
+
+
+def fair_standing(snapshot: Snapshot) -> dict[str, tuple[float, float]]:
+    """Each department's fair-share standing in this snapshot: (use ratio, fair factor), as the cycle scores
+    its jobs with them (1.0 and 1.0: exactly its share). In department-name order."""
+    nominal, running = _use_inputs(snapshot)
+    ratios = use_ratios(nominal=nominal, running=running, usage=snapshot.usage)
+    return {d: (ratios[d], fair_factor(snapshot.policy, ratios[d])) for d in sorted(ratios)}
+
+
 class Scorer:
     """Scores of one cycle: the departments' use ratios are computed once from the snapshot."""
 
     def __init__(self, snapshot: Snapshot):
         self.policy = snapshot.policy
         self.now = snapshot.now
-        nominal: dict[str, int] = defaultdict(int)
-        for q in snapshot.quotas:
-            nominal[q.department] += max(0, q.nominal)
-        running: dict[str, int] = defaultdict(int)
-        for job in snapshot.running:
-            running[job.department] += job.total_gpus
+        nominal, running = _use_inputs(snapshot)
         self.ratios = use_ratios(nominal=nominal, running=running, usage=snapshot.usage)
         self._use = (nominal, running, snapshot.usage)  # to recompute a ratio without one running job
         self._without: dict[int, dict[str, float]] = {}  # running job id -> use ratios once it is evicted

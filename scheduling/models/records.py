@@ -37,6 +37,7 @@ class AttemptLog(models.Model):
     pod = models.PositiveIntegerField(default=0)  # the pod's index in its gang
     text = models.TextField(blank=True)
     truncated = models.BooleanField(default=False)  # the log was longer than what was kept
+    stamped = models.BooleanField(default=False)  # each line starts with its time stamp (logs kept before: not)
     kept_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     objects = AttemptLogQuerySet.as_manager()

@@ -21,6 +21,7 @@ from portal.timestamps import from_epoch
 from quotas import budgets
 from scheduling import core
 from scheduling.core import reasons
+from scheduling.core.ordering import fair_standing
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
 from scheduling.services import notify
 from scheduling.services.jobs import (
@@ -69,6 +70,7 @@ class Decided:
     ctx: SnapshotContext
     result: core.CycleResult
     applied: Applied
+    fair: dict[str, tuple[float, float]]  # department -> (use ratio, fair factor) the decision scored with
     started: float
     snapshot_taken: float
     decided: float
@@ -82,7 +84,7 @@ def decide_and_apply(*, now: datetime | None) -> Decided:
     result = core.schedule(snapshot)
     t2 = time.perf_counter()
     applied = apply_result(result=result, ctx=ctx)
-    return Decided(ctx, result, applied, t0, t1, t2, time.perf_counter())
+    return Decided(ctx, result, applied, fair_standing(snapshot), t0, t1, t2, time.perf_counter())
 
 
 def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
@@ -101,7 +103,7 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
         total_ms=(d.finished - d.started) * 1000,
         policy_version=d.ctx.policy_version,
     )
-    metrics.observe_cycle(outcome, result=d.result, at=time.time())
+    metrics.observe_cycle(outcome, result=d.result, at=time.time(), fair=d.fair)
     return outcome
 
 

@@ -8,13 +8,14 @@ How much and how long: the last ``LOG_KEEP_KB`` KiB of the log of each pod of ea
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from portal.timestamps import from_epoch, split_log_stamp
 from scheduling.backends import get_backend
 from scheduling.backends.base import BackendError
 from scheduling.models import AttemptLog, Job, JobState
@@ -43,11 +44,24 @@ def is_live(job: Job, attempt: int) -> bool:
     return job.attempt == attempt and job.state in LIVE_STATES
 
 
-def _backend_lines(job: Job, attempt: int, *, tail: int, follow: bool = False, pod: int = 0) -> Iterator[str]:
+def _backend_lines(job: Job, attempt: int, *, tail: int | None, follow: bool = False, pod: int = 0,
+                   since: int | None = None) -> Iterator[str]:
+    """The cluster's lines, each with its time stamp."""
     cluster = attempt_cluster(job, attempt)  # a requeued job's earlier attempt may have run elsewhere
     backend = get_backend(cluster if cluster is not None else "default")
     return backend.logs(job_id=job.pk, attempt=attempt, namespace=namespace_for(job.department.slug, cluster),
-                        tail_lines=tail, follow=follow, pod=pod)
+                        tail_lines=tail, follow=follow, pod=pod, timestamps=True,
+                        since=None if since is None else from_epoch(since // 1_000_000_000))
+
+
+def _cut(lines: Iterable[str], *, timestamps: bool, since: int | None) -> Iterator[str]:
+    """Stamped ``lines`` from the stamp ``since`` (nanoseconds, inclusive) on, with their stamps or without. A line
+    without a stamp (a log kept before stamps were) is never left out."""
+    for line in lines:
+        at, text = split_log_stamp(line)
+        if since is not None and at is not None and at < since:
+            continue
+        yield line if timestamps or at is None else text
 
 
 def keep_attempt_log(*, job_id: int, attempt: int) -> AttemptLog | None:
@@ -68,7 +82,7 @@ def keep_attempt_log(*, job_id: int, attempt: int) -> AttemptLog | None:
 
 def _keep_pod_log(job: Job, attempt: int, pod: int) -> AttemptLog | None:
     try:
-        lines = list(_backend_lines(job, attempt, tail=FETCH_LINES, pod=pod))
+        lines = list(_backend_lines(job, attempt, tail=FETCH_LINES, pod=pod))  # stamped: a follower resumes by them
     except BackendError as exc:
         log.info("job %s attempt %s pod %s: no log to keep (%s)", job.pk, attempt, pod, exc)
         return None
@@ -77,26 +91,34 @@ def _keep_pod_log(job: Job, attempt: int, pod: int) -> AttemptLog | None:
     text, truncated = tail_bytes(lines, settings.LOG_KEEP_KB * 1024)
     try:
         with transaction.atomic():
-            return AttemptLog.objects.create(job=job, attempt=attempt, pod=pod, text=text, truncated=truncated)
+            return AttemptLog.objects.create(job=job, attempt=attempt, pod=pod, text=text, truncated=truncated,
+                                             stamped=True)
     except IntegrityError:  # kept meanwhile by another task (the delete and the finish both keep it)
         return AttemptLog.objects.filter(job_id=job.pk, attempt=attempt, pod=pod).first()
 
 
-def attempt_log_lines(*, job: Job, attempt: int, tail: int, follow: bool = False,
-                      pod: int = 0) -> tuple[Iterator[str], str]:
+def attempt_log_lines(*, job: Job, attempt: int, tail: int, follow: bool = False, pod: int = 0,
+                      timestamps: bool = False, since: int | None = None) -> tuple[Iterator[str], str]:
     """The log lines of the attempt's pod ``pod`` and where they come from: ``live`` (the cluster, followed when
     asked), ``kept`` (stored when the attempt ended), ``cluster`` (ended, not kept yet, its pods still there) or
-    ``none``. Raises BackendError only for a live attempt the cluster cannot answer for."""
+    ``none``. ``timestamps``: each line starts with the time it was written. ``since`` (nanoseconds since the
+    epoch): every line written then or later (``tail`` is then not applied), so that a follower who reconnects
+    from the stamp of the last line it has misses none and gets again only those of that very instant, which it
+    counts. Raises BackendError only for a live attempt the cluster cannot answer for."""
+    last = tail if since is None else None
     if is_live(job, attempt):
-        return _backend_lines(job, attempt, tail=tail, follow=follow, pod=pod), "live"
+        lines = _backend_lines(job, attempt, tail=last, follow=follow, pod=pod, since=since)
+        return _cut(lines, timestamps=timestamps, since=since), "live"
     kept = AttemptLog.objects.filter(job=job, attempt=attempt, pod=pod).first()
     if kept is not None:
-        return iter(kept.text.splitlines()[-tail:]), "kept"
+        rows = kept.text.splitlines()
+        rows = rows if last is None else rows[-last:]
+        return _cut(iter(rows), timestamps=timestamps and kept.stamped, since=since), "kept"
     try:
-        lines = list(_backend_lines(job, attempt, tail=tail, pod=pod))
+        found = list(_backend_lines(job, attempt, tail=last, pod=pod, since=since))
     except BackendError:
-        lines = []
-    return iter(lines), ("cluster" if lines else "none")
+        found = []
+    return _cut(iter(found), timestamps=timestamps, since=since), ("cluster" if found else "none")
 
 
 def cleanup_logs(*, now: datetime | None = None) -> int:

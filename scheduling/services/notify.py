@@ -1,4 +1,5 @@
-"""What a job's owner is told when its job moves: the notification of each transition, with a hint for failures.
+"""What a job's owner is told when its job moves: the notification of each transition, with a hint for failures
+(``scheduling.core.failure_hints``, the table the job's page reads too).
 
 Called inside the transaction of the change (``transition``, ``requeue``, approvals, submission), so the
 notification commits or rolls back with it (``notifications.services.emit`` writes an outbox row).
@@ -7,6 +8,7 @@ notification commits or rolls back with it (``notifications.services.emit`` writ
 from __future__ import annotations
 
 from notifications.services import emit
+from scheduling.core.failure_hints import failure_hint
 from scheduling.models import JobState
 
 # The kind a job's arrival in a state is reported as. Preemption is reported by ``requeue``, which knows
@@ -17,33 +19,6 @@ KIND_OF_STATE = {
     JobState.SUCCEEDED: "job.succeeded",
     JobState.FAILED: "job.failed",
 }
-
-# What to try next, by the failure's reason (the pod's, or the portal's own).
-FAILURE_HINTS = {
-    "OOMKilled": "The container ran out of memory: ask for more memory (memory_mib) or lower the batch size.",
-    "ImagePullBackOff": "The image could not be pulled: check its name and tag, and that the registry is "
-                        "reachable and accepts the cluster's credentials.",
-    "ErrImagePull": "The image could not be pulled: check its name and tag and the registry's credentials.",
-    "InvalidImageName": "The image name is not valid: use registry/name:tag.",
-    "ErrImageNeverPull": "The image is not on the node and may not be pulled: use an image the cluster can pull.",
-    "CreateContainerConfigError": "The container could not be configured: check its environment and command.",
-    "InvalidPodSpec": "The cluster refused the job's pods: check the image, the command and the resources.",
-    "DeadlineExceeded": "The job ran past its max_runtime_s: raise it, or checkpoint and resume.",
-    "Error": "The command exited with an error: read the job's logs (gpup logs <id>) for the traceback.",
-}
-EXIT_CODE_HINTS = {
-    137: "Exit code 137 is a kill (SIGKILL): out of memory, or stopped before it finished terminating; raise "
-         "memory or termination_grace_s.",
-    139: "Exit code 139 is a segmentation fault: check native extensions and CUDA/driver versions.",
-    143: "Exit code 143 is a termination (SIGTERM): the job was stopped; checkpoint so it can resume.",
-}
-
-
-def failure_hint(reason: str, exit_code) -> str:
-    if exit_code in EXIT_CODE_HINTS:
-        return EXIT_CODE_HINTS[exit_code]
-    return FAILURE_HINTS.get(reason, FAILURE_HINTS["Error"])
-
 
 def _job_data(job, **extra) -> dict:
     return {"job_id": job.pk, "job_name": job.name, "attempt": job.attempt, "owner": _owner_name(job),
@@ -63,7 +38,7 @@ def job_transitioned(*, job, to: str, reason_code: str, message: str) -> None:
     extra = {"reason": reason_code, "message": message}
     if to == JobState.FAILED:
         extra["exit_code"] = job.exit_code
-        extra["hint"] = failure_hint(reason_code, job.exit_code)
+        extra["hint"] = failure_hint(reason_code, job.exit_code).advice
     emit(kind=kind, department_id=job.department_id, users=[job.owner_id], data=_job_data(job, **extra))
 
 

@@ -66,30 +66,42 @@ def home(request):
     return render(request, "scheduling/home.html", ctx)
 
 
-def _line(labels, series: dict[str, list], **extra) -> dict:
-    return {"type": "line", "labels": labels,
+def _line(series_of: dict, series: dict[str, list], **extra) -> dict:
+    """A line chart over the sample times of ``series_of`` (a time axis: a gap in the samples is a gap)."""
+    return {"type": "line", "labels": series_of["labels"], "times": series_of["times"],
             "datasets": [{"label": name, "data": data} for name, data in series.items()], **extra}
+
+
+def _dept_lines(d: dict) -> dict[str, list]:
+    """The department chart's lines: held and nominal per GPU type, borrowed and lent where there were any."""
+    lines = {}
+    for flavor, s in d["by_flavor"].items():
+        lines[f"held · {flavor}"] = s["busy"]
+        lines[f"nominal · {flavor}"] = s["nominal"]
+        for key in ("borrowed", "lent"):
+            if any(s[key]):
+                lines[f"{key} · {flavor}"] = s[key]
+    return lines
 
 
 def _charts(ctx) -> dict:
     """What each chart plots, as plain data (rendered with json_script, drawn by charts.js)."""
     d = ctx["dept_series"]
-    charts = {"dept": _line(d["labels"], {"GPUs held": d["busy"], "borrowed": d["borrowed"], "lent": d["lent"],
-                                          "nominal quota": d["nominal"]}, samples=d["samples"])}
+    charts = {"dept": _line(d, _dept_lines(d), samples=d["samples"], unit="GPUs")}
     charts["quota"] = {"type": "bar", "labels": [r["flavor"] or "?" for r in ctx["quota"]], "datasets": [
         {"label": name, "data": [r[key] for r in ctx["quota"]]}
         for name, key in (("nominal", "nominal"), ("held", "busy"), ("borrowed", "borrowed"), ("lent", "lent"))],
         "samples": len(ctx["quota"])}
     if "series" in ctx:
         c = ctx["series"]
-        charts["util"] = _line(c["labels"], {"busy GPUs (% of all)": c["utilisation"]}, samples=c["samples"],
+        charts["util"] = _line(c, {"busy GPUs (% of all)": c["utilisation"]}, samples=c["samples"],
                                unit="%")
-        charts["queue"] = _line(c["labels"], {f"{t}": v for t, v in c["queued"].items()}, samples=c["samples"])
+        charts["queue"] = _line(c, {f"{t}": v for t, v in c["queued"].items()}, samples=c["samples"])
         charts["waits"] = {"type": "bar", "labels": c["wait_bins"], "samples": sum(sum(v) for v in c["waits"].values()),
                            "datasets": [{"label": t, "data": v} for t, v in c["waits"].items()]}
-        charts["preempt"] = {"type": "bar", "labels": c["labels"], "samples": c["samples"],
+        charts["preempt"] = {"type": "bar", "labels": c["labels"], "times": c["times"], "samples": c["samples"],
                              "datasets": [{"label": "preempted jobs", "data": c["preemptions"]}]}
-        charts["idle"] = _line(c["labels"], {"idle GPUs": c["free"]}, samples=c["samples"])
+        charts["idle"] = _line(c, {"idle GPUs": c["free"]}, samples=c["samples"])
         charts["spend"] = {"type": "bar", "labels": [r["department"] for r in ctx["spend"]], "unit": "credits",
                            "samples": len(ctx["spend"]), "datasets": [
                                {"label": "spent this month", "data": [r["spent"] / 1000 for r in ctx["spend"]]},

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from portal.timestamps import split_log_stamp
 from scheduling.backends.base import ClusterUnavailable
 from scheduling.backends.kube import FlavorRule, KubernetesBackend, LogsUnavailable, PriorityClassNotOwned
+from scheduling.backends.kube.logs import SINCE_MARGIN_S
 
 NS = "team-a"
 
@@ -192,6 +195,18 @@ def test_logs_tail(kube_backend, kube_fake, running):
     assert list(kube_backend.logs(job_id=42, attempt=1, namespace=NS, tail_lines=3)) == ["step 7", "step 8", "step 9"]
     (req,) = [r for r in kube_fake.requests if r.path.endswith("/log")]
     assert req.query["tailLines"] == "3" and req.query["container"] == "main"
+
+
+def test_logs_with_timestamps_since_a_time(kube_backend, kube_fake, running):
+    kube_fake.append_log(NS, "job-42-a1", "step 1", "step 2")
+    lines = list(kube_backend.logs(job_id=42, attempt=1, namespace=NS, timestamps=True, tail_lines=None,
+                                   since=datetime.now(UTC) - timedelta(minutes=5)))
+    assert [split_log_stamp(x)[1] for x in lines] == ["step 1", "step 2"]
+    assert all(split_log_stamp(x)[0] is not None for x in lines)
+    (req,) = [r for r in kube_fake.requests if r.path.endswith("/log")]
+    # This client has no sinceTime: seconds back, with a margin for the node's clock; no tailLines
+    assert req.query["timestamps"] == "true" and "tailLines" not in req.query
+    assert 300 + SINCE_MARGIN_S <= int(req.query["sinceSeconds"]) <= 302 + SINCE_MARGIN_S
 
 
 def test_logs_follow_streams_until_the_pod_ends(kube_backend, kube_fake, running):

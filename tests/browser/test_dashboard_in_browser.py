@@ -74,13 +74,45 @@ def test_a_chart_draws_the_stored_series(login, lab):
     canvas.wait_for()
     page.wait_for_selector("canvas[data-chart=util][data-plotted]")
     plotted = json.loads(canvas.get_attribute("data-plotted"))
-    assert plotted["datasets"][0]["data"] == [round(100 * (i % 9) / 8, 1) for i in reversed(range(6))]
-    assert len(plotted["labels"]) == 6
+    assert [p["y"] for p in plotted["datasets"][0]["data"]] == [round(100 * (i % 9) / 8, 1) for i in reversed(range(6))]
+    assert plotted["x"] == "linear"
     waits = json.loads(page.get_attribute("canvas[data-chart=waits]", "data-plotted"))
     by_tier = {d["label"]: d["data"] for d in waits["datasets"]}
     assert by_tier["elastic"][:2] == [12, 6] and by_tier["backfill"][2] == 6
     box = canvas.bounding_box()
     assert box["width"] > 100 and box["height"] > 100  # drawn, not an empty element
+
+
+def test_charts_have_a_time_axis_and_never_add_gpu_types(login, lab):
+    from django.utils import timezone
+
+    from scheduling.models import ClusterSample, DepartmentSample
+    from scheduling.services.stats import bucket
+
+    now = timezone.now()
+    # A day of samples with a six-hour gap (the portal was down), two GPU types in the department.
+    hours = [h for h in range(24) if not 8 <= h < 14]
+    for h in hours:
+        at = bucket(now - timedelta(hours=h), 300)
+        ClusterSample.objects.create(at=at, flavor=lab.a100, total_gpus=8, busy_gpus=4, free_gpus=4,
+                                     queued={"elastic": 1}, waits={}, preemptions=0)
+        DepartmentSample.objects.create(at=at, department=lab.vision, flavor=lab.a100, nominal=4, busy_gpus=3)
+        DepartmentSample.objects.create(at=at, department=lab.vision, flavor=lab.mig, nominal=7, busy_gpus=1)
+    page = login("root")
+    page.wait_for_selector("canvas[data-chart=util][data-plotted]")
+    util = json.loads(page.get_attribute("canvas[data-chart=util]", "data-plotted"))
+    assert util["x"] == "linear"  # a time axis: the gap is six hours wide, not one step
+    xs = [p["x"] for p in util["datasets"][0]["data"]]
+    steps = sorted(b - a for a, b in zip(xs, xs[1:], strict=False))
+    assert steps[-1] == 7 * 3600 * 1000 and steps[0] == 3600 * 1000
+    # Ticks of a day are wall-clock hours, never minute by minute.
+    assert util["ticks"] and len(util["ticks"]) <= 9 and all(t.endswith(":00") for t in util["ticks"])
+    page = login("alice")  # the researcher's quota chart
+    page.wait_for_selector("canvas[data-chart=dept][data-plotted]")
+    dept = json.loads(page.get_attribute("canvas[data-chart=dept]", "data-plotted"))
+    lines = {d["label"]: [p["y"] for p in d["data"]] for d in dept["datasets"]}
+    assert set(lines["held · a100-80gb"]) == {3} and set(lines["held · a100-mig-3g.40gb"]) == {1}
+    assert set(lines["nominal · a100-80gb"]) == {4} and not any(set(v) == {4 + 7} for v in lines.values())
 
 
 def test_the_quote_follows_the_form(login, lab):
@@ -126,6 +158,74 @@ def test_logs_of_a_finished_job(login, lab, submit):
     assert "done" in page.inner_text("pre#log") and "$ python train.py" in page.inner_text("pre#log")
     assert page.locator("nav.tabs a[aria-current=page]").inner_text().startswith("Attempt 1")
     assert "Kept when the attempt ended" in page.inner_text("#log-source")
+
+
+def test_a_failed_jobs_page_gives_the_hint_of_its_notification(login, lab, submit):
+    from scheduling.core.failure_hints import failure_hint
+    from scheduling.models import Job
+
+    job = submit(lab.alice, name="crashes", env={"SIM_EXIT_CODE": "1"})
+    _run_and_finish()
+    job = Job.objects.get(pk=job.pk)
+    assert job.state == "failed"
+    page = login("alice")
+    page.goto(page.url.rstrip("/") + f"/jobs/{job.pk}/")
+    hint = page.locator("#hints li[data-hint]")
+    assert hint.count() == 1 and hint.is_visible()
+    assert failure_hint(job.reason_code, job.exit_code).advice in hint.inner_text()
+
+
+def test_the_job_gpu_chart_spans_its_samples(login, lab, submit):
+    from django.utils import timezone
+
+    from observability.models import AttemptUsage
+
+    job = submit(lab.alice, name="charted")
+    start = timezone.now().timestamp() - 3600
+    series = [[start + 60 * i, 40 + (i % 2) * 20, 1000] for i in range(31)]  # 30 minutes, a sample a minute
+    AttemptUsage.objects.create(job=job, attempt=1, source="simulated", gpus=1, started_at=timezone.now(),
+                                samples=31, mean_util=50, busy_gpus=0.5, series=series, step_s=60)
+    page = login("alice")
+    page.goto(page.url.rstrip("/") + f"/jobs/{job.pk}/")
+    assert "over 30 minutes" in page.inner_text("#gpu-usage")
+    xs = [float(p.split(",")[0]) for p in page.locator("svg.gpu-chart polyline").first.get_attribute("points").split()]
+    assert xs[0] == 0 and xs[-1] == 480 and xs == sorted(xs) and len(set(xs)) == 31  # drawn across the chart
+
+
+def test_home_tables_fit_their_cards_with_mig_names(login, lab, submit):
+    from quotas.models import Quota
+    from scheduling.models import Job, JobState
+
+    Quota.objects.get_or_create(department=lab.vision, flavor=lab.mig, defaults={"nominal": 2})
+    for i in range(3):
+        Job.objects.create(owner=lab.alice, department=lab.vision, flavor=lab.mig, name=f"mig-sweep-member-{i}",
+                           image="img", command=["x"], gpus_per_pod=1, pods=2, state=JobState.QUEUED)
+    for width in (1280, 1024):
+        page = login("alice", viewport={"width": width, "height": 900})
+        for card in ("#my-jobs", "#quota"):
+            box = page.locator(card).bounding_box()
+            for th in page.locator(f"{card} th").all():
+                edge = th.bounding_box()
+                # Every column is inside its card: none clipped ("Lent"), none behind a sideways scroll.
+                assert edge["x"] + edge["width"] <= box["x"] + box["width"] + 0.5, (width, card, th.inner_text())
+        assert page.locator("#quota th", has_text="Lent").is_visible()
+        assert page.locator("#my-jobs th", has_text="Next start").is_visible()
+        page.close()
+
+
+def test_the_member_table_puts_role_tier_and_save_side_by_side_and_no_remove_on_ones_own_row(login, lab):
+    page = login("vadmin")
+    page.goto(page.url.rstrip("/") + "/lab/departments/vision/")
+    row = page.locator("tr[data-member=alice]")
+    role, tier, save = (row.locator(x).bounding_box() for x in ("select[name=role]", "select[name=user_tier]",
+                                                               "button:has-text('Save')"))
+    assert abs(role["y"] - tier["y"]) < 4 and abs(tier["y"] - save["y"]) < 8  # one line, not stacked
+    assert role["x"] < tier["x"] < save["x"]
+    assert row.locator("button:has-text('Remove')").is_visible()
+    own = page.locator("tr[data-member=vadmin]")
+    # The portal refuses to let her remove herself or change her own role: the page does not offer it.
+    assert own.locator("button").count() == 0 and own.locator("select").count() == 0
+    assert "Department admin" in own.inner_text()
 
 
 def test_token_page(login, lab):

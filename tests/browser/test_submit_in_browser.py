@@ -123,3 +123,39 @@ def test_admin_tries_a_policy_in_whatif_and_opens_it_in_the_editor(page, live_se
     page.click("#whatif-apply")
     page.wait_for_selector("#from-whatif")
     assert json.loads(page.input_value("textarea[name=policy]"))["aging_per_minute"] == 5.0
+
+
+def _log_in(page, live_server, who="alice"):
+    page.goto(f"{live_server.url}/")
+    page.fill("input[name=username]", who)
+    page.fill("input[name=password]", f"pw-{who}-long-enough")
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1:has-text('Home')")
+
+
+def test_the_form_marks_only_what_was_typed_and_errors_keep_the_grid(page, live_server, lab):
+    from playwright.sync_api import expect
+
+    _log_in(page, live_server)
+    page.goto(f"{live_server.url}/jobs/new")
+    # The live quote answers an empty form with errors on Name and Image: nothing is typed, nothing is red.
+    expect(page.locator("#quote [data-quote-error]").first).to_be_attached()
+    assert page.locator("[aria-invalid=true]").count() == 0
+    page.fill("input[name=image]", "Not An Image")
+    expect(page.locator("input[name=image][aria-invalid=true]")).to_have_count(1)
+    assert page.locator("input[name=name][aria-invalid=true]").count() == 0
+
+    # A bad number comes back as typed, with its error under it, in its own cell of the row.
+    page.fill("input[name=name]", "grid")
+    page.fill("input[name=image]", "nvcr.io/nvidia/pytorch:24.05-py3")
+    page.fill("textarea[name=command]", "python train.py")
+    page.fill("input[name=max_runtime_s]", "10")
+    page.click("button:has-text('Submit')")
+    error = page.locator("[data-error-for=max_runtime_s]")
+    expect(error).to_be_visible()
+    assert page.input_value("input[name=max_runtime_s]") == "10"
+    field = page.locator("input[name=max_runtime_s]").bounding_box()
+    below = error.bounding_box()
+    assert abs(below["x"] - field["x"]) < 2 and below["y"] > field["y"]  # under its input, not in the next cell
+    cpu, memory = (page.locator(f"input[name={n}]").bounding_box() for n in ("cpu", "memory"))
+    assert abs(cpu["y"] - memory["y"]) < 2 and memory["x"] > cpu["x"]  # the row's other fields keep their places

@@ -77,7 +77,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -264,6 +264,7 @@ class FakeKube:
         self.events: list[dict[str, Any]] = []  # core/v1 Events, as the kubelet reports them
         self.clock_offset = 0.0  # seconds the fake's clock (kubelet, deletion deadlines) is ahead of real time
         self.logs: dict[tuple[str, str], list[str]] = {}
+        self.log_stamps: dict[tuple[str, str], list[datetime]] = {}  # when each line was first read
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
         for name, value in (("system-cluster-critical", 2000000000), ("system-node-critical", 2000001000)):
@@ -998,20 +999,35 @@ class FakeKube:
         if (pod.get("status") or {}).get("phase") == "Pending":
             raise ApiFailure(400, "BadRequest",
                              f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
-        lines = self.logs.get((ns, name), [])
+        lines = self._stamped_log(ns, name, query)
         tail = query.get("tailLines")
         start = max(0, len(lines) - int(tail)) if tail else 0
         if query.get("follow") not in ("true", "1"):
             return Response(200, stream=iter([("".join(f"{x}\n" for x in lines[start:])).encode()]),
                             content_type="text/plain")
-        return Response(200, stream=self._follow_log(ns, name, start), content_type="text/plain")
+        return Response(200, stream=self._follow_log(ns, name, query, len(self.logs.get((ns, name), [])) -
+                                                     len(lines) + start), content_type="text/plain")
 
-    def _follow_log(self, ns: str, name: str, start: int) -> Iterator[bytes]:
+    def _stamped_log(self, ns: str, name: str, query: dict[str, str]) -> list[str]:
+        """The kubelet's view of the log: each line keeps the time it was first read (the kubelet stamps lines
+        as the container writes them); ``timestamps`` prefixes it, ``sinceSeconds`` leaves out older lines."""
+        lines = self.logs.get((ns, name), [])
+        stamps = self.log_stamps.setdefault((ns, name), [])
+        now = datetime.fromtimestamp(self.now(), tz=UTC)  # the kubelet's clock
+        stamps.extend([max([now, *stamps[-1:]])] * (len(lines) - len(stamps)))
+        stamped = list(zip(stamps, lines, strict=False))
+        if query.get("sinceSeconds"):
+            stamped = [(at, x) for at, x in stamped if at >= now - timedelta(seconds=int(query["sinceSeconds"]))]
+        if query.get("timestamps") in ("true", "1"):
+            return [f"{at:%Y-%m-%dT%H:%M:%S.%f}000Z {x}" for at, x in stamped]
+        return [x for _, x in stamped]
+
+    def _follow_log(self, ns: str, name: str, query: dict[str, str], start: int) -> Iterator[bytes]:
         sent = start
         while not self.closing.is_set():
             with self.lock:
                 lines = self.logs.get((ns, name), [])
-                fresh = lines[sent:]
+                fresh = self._stamped_log(ns, name, {**query, "sinceSeconds": ""})[sent:]
                 sent = len(lines)
                 pod = self.pods.get((ns, name))
                 done = pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")

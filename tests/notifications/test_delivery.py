@@ -38,7 +38,8 @@ def test_a_failed_job_is_mailed_through_a_real_smtp_server_with_a_hint_and_an_un
     [mail] = smtp_server.messages
     assert mail["to"] == ["alice@x.test"]
     assert mail["subject"] == f"[GPU portal] Job {job.pk} (resnet) failed: OOMKilled"
-    assert "Exit code 137" in mail["body"] and f"/jobs/{job.pk}/" in mail["body"]
+    # The hint of its cause, as its page shows it (an OOMKilled pod also exits 137: the cause wins)
+    assert "ran out of memory" in mail["body"] and f"/jobs/{job.pk}/" in mail["body"]
     assert "/notifications/unsubscribe/" in mail["headers"]["List-Unsubscribe"]
     assert mail["headers"]["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     d = Delivery.objects.get(user=lab.alice)

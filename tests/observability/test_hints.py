@@ -107,8 +107,28 @@ def test_a_pending_job_that_will_never_fit_says_why(lab, client):
     assert _codes(waiting) == []
 
 
+def test_a_failed_job_shows_on_its_page_the_hint_its_mail_gave(lab, client):
+    from django.utils.html import escape
+
+    from scheduling.core.failure_hints import failure_hint
+
+    job = _job(lab, state=JobState.FAILED, reason_code="Error", exit_code=1)
+    assert _codes(job) == ["failed_with_error"]
+    client.force_login(lab.alice)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'data-hint="failed_with_error"' in page and "gpup logs" in page
+    assert escape(failure_hint("Error", 1).advice) in page  # the text the failure's notification carries
+    segfault = _job(lab, state=JobState.FAILED, reason_code="Error", exit_code=139)
+    assert _codes(segfault) == ["segfault"]
+    # One hint per cause: the OOM rule's own numbers win over the table's generic OOM advice and exit code 137.
+    oom = _job(lab, state=JobState.FAILED, reason_code="OOMKilled", exit_code=137)
+    assert _codes(oom) == ["oom_killed"]
+    assert _codes(_job(lab, state=JobState.SUCCEEDED, exit_code=0)) == []
+
+
 def test_every_rule_has_a_test():
-    tested = {"sawtooth", "oom_killed", "sigkill_after_sigterm", "repeated_preemption", "image_pull", "never_fits"}
+    tested = {"sawtooth", "oom_killed", "sigkill_after_sigterm", "repeated_preemption", "image_pull", "never_fits",
+              "failed"}
     assert {rule.__name__ for rule in hints.RULES} == tested
 
 

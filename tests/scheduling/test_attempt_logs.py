@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from portal.timestamps import split_log_stamp
 from scheduling.models import AttemptLog, Job, JobState, SimPod
 from scheduling.services.clusters import requeue, sync_cluster
 from scheduling.services.cycle import run_cycle
@@ -34,7 +35,9 @@ def test_a_finished_attempt_keeps_its_log_after_its_pods_are_gone(lab, submit, g
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED
     kept = AttemptLog.objects.get(job=job, attempt=1)
-    assert kept.text == "$ python train.py\ndone" and not kept.truncated
+    # Kept with each line's time stamp, so that a follower resumes from its last line after the pods are gone.
+    assert [split_log_stamp(x)[1] for x in kept.text.splitlines()] == ["$ python train.py", "done"]
+    assert kept.stamped and not kept.truncated
     SimPod.objects.filter(job_id=job.pk).delete()  # the cluster forgets the pod
     r = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs")
     assert r.status_code == 200 and b"".join(r.streaming_content) == b"$ python train.py\ndone\n"
@@ -49,7 +52,7 @@ def test_a_preempted_attempt_keeps_its_log_and_the_page_selects_attempts(lab, su
     go(requeue, job=job, outcome="preempted", reason="preempted", message="preempted for a test")
     job.refresh_from_db()
     assert job.attempt == 2 and job.state == JobState.QUEUED
-    assert AttemptLog.objects.get(job=job, attempt=1).text.startswith("epoch 1\nepoch 2")
+    assert _unstamped(AttemptLog.objects.get(job=job, attempt=1)).startswith("epoch 1\nepoch 2")
     assert not SimPod.objects.filter(job_id=job.pk, attempt=1).exists()
 
     client.force_login(lab.alice)
@@ -94,7 +97,7 @@ def test_only_the_tail_is_kept(settings, lab, submit, go):
     Job.objects.filter(pk=job.pk).update(state=JobState.FAILED)
     kept = keep_attempt_log(job_id=job.pk, attempt=1)
     assert kept.truncated and len(kept.text.encode()) <= 1024
-    assert "line 0499" in kept.text and "line 0000" not in kept.text and kept.text.startswith("line ")
+    assert "line 0499" in kept.text and "line 0000" not in kept.text and " line " in kept.text.splitlines()[0]
     assert keep_attempt_log(job_id=job.pk, attempt=1).pk == kept.pk  # idempotent
 
 
@@ -113,3 +116,7 @@ def test_a_live_attempt_is_not_kept_and_old_logs_are_cleaned_up(settings, lab, s
     fresh = AttemptLog.objects.create(job=job, attempt=8, text="y")
     assert cleanup_logs() == 1
     assert not AttemptLog.objects.filter(pk=old.pk).exists() and AttemptLog.objects.filter(pk=fresh.pk).exists()
+
+
+def _unstamped(kept: AttemptLog) -> str:
+    return "\n".join(split_log_stamp(line)[1] for line in kept.text.splitlines())

@@ -132,10 +132,27 @@ def test_quantities_are_parsed(lab, client_for, payload):
     assert (r.json()["cpu"], r.json()["memory"]) == ("500m", "2048Mi")
 
 
+def test_an_unknown_choice_lists_the_choices_and_an_unknown_flavor_the_flavors(lab, client_for, payload):
+    r = client_for(lab.alice).post("/api/v1/jobs", payload(tier="gold", flavor="h100"), format="json")
+    assert r.status_code == 400
+    fields = r.json()["error"]["fields"]
+    assert fields["tier"][0]["code"] == "invalid_choice"
+    assert fields["tier"][0]["message"].endswith("Choose one of: realtime, elastic, backfill.")
+    assert fields["flavor"][0]["code"] == "does_not_exist"
+    assert fields["flavor"][0]["message"] == "No flavor 'h100'. The flavors are: a100-80gb, a100-mig-3g.40gb."
+
+
 def test_bad_log_tail(lab, submit, client_for):
     job = submit(lab.alice)
     r = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs?tail=abc")
     assert r.status_code == 400 and "tail" in r.json()["error"]["fields"]
+
+
+@pytest.mark.parametrize("since", ["yesterday", "2026-01-01", "2026-01-01T00:00:00", "2026-13-01T00:00:00Z"])
+def test_bad_log_since_time(lab, submit, client_for, since):
+    job = submit(lab.alice)
+    r = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs", {"since_time": since})
+    assert r.status_code == 400 and r.json()["error"]["fields"]["since_time"][0]["code"] == "invalid"
 
 
 def test_bad_cancel_body(lab, submit, client_for):

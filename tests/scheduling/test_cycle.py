@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from portal.timestamps import split_log_stamp
 from scheduling import core
 from scheduling.backends import get_backend
 from scheduling.models import Job, JobEvent, JobState, Preemption, PreemptionVictim, SimPod
@@ -199,6 +200,21 @@ def test_logs_of_a_running_job(lab, submit, go, client_for):
     go(run_cycle)
     r = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}/logs?tail=5")
     assert r.status_code == 200 and "python train.py --lr 0.1" in b"".join(r.streaming_content).decode()
+
+
+def test_logs_with_timestamps_resume_from_a_stamp(lab, submit, go, client_for):
+    job = go(submit, lab.alice, command=["python", "train.py"])
+    go(run_cycle)
+    api = client_for(lab.alice)
+    stamped = b"".join(api.get(f"/api/v1/jobs/{job.pk}/logs?timestamps=1").streaming_content).decode().splitlines()
+    assert split_log_stamp(stamped[0])[1] == "$ python train.py"
+    first, _ = split_log_stamp(stamped[0])
+    assert first is not None and all(split_log_stamp(x)[0] >= first for x in stamped)
+    # From the first line's stamp on: every line (a since_time takes no tail), the first one included.
+    again = api.get(f"/api/v1/jobs/{job.pk}/logs", {"since_time": stamped[0].split(" ")[0], "tail": 1})
+    assert b"".join(again.streaming_content).decode().splitlines() == [split_log_stamp(x)[1] for x in stamped]
+    later = api.get(f"/api/v1/jobs/{job.pk}/logs", {"since_time": "2999-01-01T00:00:00Z"})
+    assert b"".join(later.streaming_content) == b""
 
 
 def test_backend_is_the_simulated_one_by_default(lab):

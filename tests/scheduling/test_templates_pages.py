@@ -202,3 +202,17 @@ def test_bad_retry_fields_show_their_error_and_submit_nothing(lab, fields, messa
     field = "retry_on_exit_codes" if "retry_on_exit_codes" in fields else "max_retries"
     assert re.search(rf'data-error-for="{field}">[^<]*{message}', r.content.decode())
     assert not Job.objects.exists()
+
+
+def test_an_invalid_number_is_shown_again_as_typed_with_its_error_in_the_fields_box(lab):
+    r = _client(lab.alice).post("/jobs/new", {"name": "n", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                                              "command": "python x.py", "flavor": "a100-80gb", "gpus": "2x",
+                                              "pods": "1", "max_runtime_s": "3600"})
+    html = r.content.decode()
+    assert r.status_code in (200, 400) and _value(html, "gpus") == "2x"
+    tag = re.search(r'<input name="gpus"[^>]*>', html).group(0)
+    # A number input would show nothing for "2x": the browser drops a value that is not a number.
+    assert 'type="number"' not in tag and 'aria-invalid="true"' in tag
+    assert re.search(r'<div class="field"><label>GPUs per pod <input name="gpus"[^>]*></label>\s*'
+                     r'<p class="field-error" id="error-gpus" data-error-for="gpus">', html)
+    assert 'type="number"' in re.search(r'<input name="pods"[^>]*>', html).group(0)  # a valid one stays a number

@@ -8,6 +8,7 @@
   const DELAY_MS = 400;
   let timer = null;
   let seq = 0;
+  const touched = new Set();
   async function refresh() {
     const mine = ++seq;
     const body = new FormData(form);
@@ -25,8 +26,11 @@
       if (!fresh) throw new Error("no quote");
       box.replaceChildren(document.importNode(fresh, true));
       const bad = new Set(Array.from(fresh.querySelectorAll("[data-quote-error]"), (el) => el.dataset.quoteError));
+      // A field is marked only once the user has changed it (or a submission marked it): an empty form is
+      // not wrong before anything is typed.
       form.querySelectorAll("input[name], select[name], textarea[name]").forEach((el) => {
-        if (bad.has(el.name)) el.setAttribute("aria-invalid", "true"); else el.removeAttribute("aria-invalid");
+        if (!bad.has(el.name)) el.removeAttribute("aria-invalid");
+        else if (touched.has(el.name)) el.setAttribute("aria-invalid", "true");
       });
     } catch (e) {
       if (mine === seq) box.textContent = "The quote is unavailable right now.";
@@ -34,7 +38,8 @@
       if (mine === seq) box.removeAttribute("aria-busy");
     }
   }
-  function schedule() {
+  function schedule(event) {
+    if (event && event.target && event.target.name) touched.add(event.target.name);
     clearTimeout(timer);
     timer = setTimeout(refresh, DELAY_MS);
   }

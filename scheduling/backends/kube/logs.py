@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from kubernetes.watch.watch import iter_resp_lines
@@ -13,6 +16,10 @@ from .client import _TRANSPORT_ERRORS, ApiError
 from .connection import KubeConnection
 from .errors import _mapped
 from .podspec import MAIN_CONTAINER
+
+# Seconds asked beyond ``since``: clocks of nodes and of the portal disagree by a little, and a line that the
+# margin brings back again is dropped by its stamp.
+SINCE_MARGIN_S = 120
 
 
 class PodLogs(KubeConnection):
@@ -25,15 +32,19 @@ class PodLogs(KubeConnection):
         job_id: int,
         attempt: int,
         namespace: str,
-        tail_lines: int = 200,
+        tail_lines: int | None = 200,
         follow: bool = False,
         follow_idle_timeout_s: float = 300.0,
         pod: int = 0,
+        timestamps: bool = False,
+        since: datetime | None = None,
     ) -> Iterator[str]:
         """Lines of the main container of the attempt's pod ``pod`` (its index). The request is made now (errors
         raise here: :class:`LogsUnavailable` when there is no such pod or it has not started); lines are read
         lazily. With ``follow`` the iterator ends when the pod ends or after ``follow_idle_timeout_s`` without
-        output."""
+        output. ``since`` is sent as ``sinceSeconds`` (this client has no ``sinceTime``), counted on this
+        machine's clock with SINCE_MARGIN_S more for the node's clock being ahead: the caller filters by the
+        stamps."""
         pods = self._attempt_pods(namespace, job_id, attempt)
         if pod not in pods:
             raise LogsUnavailable(f"job {job_id} attempt {attempt} has no pod {pod} in {namespace}")
@@ -41,6 +52,10 @@ class PodLogs(KubeConnection):
         kwargs: dict[str, Any] = {"container": MAIN_CONTAINER, "follow": follow}
         if tail_lines is not None and tail_lines >= 0:
             kwargs["tail_lines"] = int(tail_lines)
+        if timestamps:
+            kwargs["timestamps"] = True
+        if since is not None:
+            kwargs["since_seconds"] = max(1, math.ceil(time.time() - since.timestamp() + SINCE_MARGIN_S))
         try:
             resp = self.call.raw(self.core.read_namespaced_pod_log, name, namespace,
                                  read_timeout_s=follow_idle_timeout_s if follow else None, **kwargs)

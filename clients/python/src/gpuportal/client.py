@@ -10,9 +10,9 @@ from __future__ import annotations
 import builtins
 import email.utils
 import random
+import re
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -396,24 +396,29 @@ class Client(SweepsMixin):
         Without ``follow``: the last ``tail`` lines, now. With ``follow``: those, then new lines as they come,
         until the job ends (also through a job that is still queued, or requeued after a preemption: a new
         attempt starts a new log). When the portal's stream ends while the job goes on, it reconnects every
-        ``poll_interval`` seconds and skips the lines already given.
+        ``poll_interval`` seconds from the time stamp of the last line given, so no line comes twice.
         """
         jid = _job_id(job)
         if not follow:
-            yield from self._log_lines(jid, tail=tail, follow=False, dedup=None, pod=pod)
+            yield from self._log_lines(jid, {"tail": max(1, min(5000, tail))}, pod=pod)
             return
-        dedup = _Dedup()
+        cursor = _LogCursor()
         attempt = None
         first = True
         while True:
             state = self.get(jid)
             if state.get("attempt") != attempt:
                 attempt = state.get("attempt")
-                dedup = _Dedup()
+                cursor = _LogCursor()  # a new attempt writes a new log
             finished = state["state"] in FINAL_STATES
+            params = {**cursor.params(tail=tail if first else 5000), "timestamps": "1"}
+            if not finished:
+                params["follow"] = "1"
             try:
-                yield from self._log_lines(jid, tail=tail if first else 5000, follow=not finished, dedup=dedup,
-                                           pod=pod)
+                for line in self._log_lines(jid, params, pod=pod):
+                    text = cursor.feed(line)
+                    if text is not None:
+                        yield text
                 first = False
             except errors.Conflict as exc:
                 if exc.code != "logs_unavailable":
@@ -423,23 +428,13 @@ class Client(SweepsMixin):
                 return
             self.sleep(poll_interval)
 
-    def _log_lines(self, jid: int, *, tail: int, follow: bool, dedup: _Dedup | None,
-                   pod: int = 0) -> Iterator[str]:
-        params = {"tail": max(1, min(5000, tail))}
+    def _log_lines(self, jid: int, params: dict, *, pod: int = 0) -> Iterator[str]:
         if pod:
-            params["pod"] = pod
-        if follow:
-            params["follow"] = "1"
+            params = {**params, "pod": pod}
         response = self._send("GET", f"jobs/{jid}/logs", params=params, stream=True,
                               headers={"Accept": "text/plain, application/json"})
         try:
-            if dedup is not None:
-                dedup.start()
-            for line in response.iter_lines():
-                if dedup is None:
-                    yield line
-                else:
-                    yield from dedup.feed(line)
+            yield from response.iter_lines()
         finally:
             response.close()
 
@@ -489,8 +484,9 @@ class Client(SweepsMixin):
 def _why(job: dict) -> str:
     reason = job.get("reason") or {}
     text = reason.get("message") or reason.get("code") or job.get("state", "")
-    if job.get("exit_code") not in (None, 0):
-        text += f" (exit code {job['exit_code']})"
+    said = f"exit code {job.get('exit_code')}"
+    if job.get("exit_code") not in (None, 0) and said not in text:  # the portal's reason often says it already
+        text += f" ({said})"
     return text
 
 
@@ -536,35 +532,41 @@ class _Progress:
         self._bar.close()
 
 
-class _Dedup:
-    """Skips the lines of a reconnected log stream already given.
+class _LogCursor:
+    """Where a follower is in a log, so that a reconnection gives every line once.
 
-    A reconnection sends the log's last lines before new ones. The longest start of the new stream that is a
-    run of lines already given is dropped; from the first line that breaks the run on, every line is new.
-    (A run anywhere in what was given, not only at its end: a log view may drop lines it showed before, as
-    the simulated cluster's progress lines when its pod ends.)
+    The portal stamps each line with the time it was written (``timestamps``), never decreasing along a log,
+    and answers ``since_time=T`` with every line stamped T or later. The cursor is the stamp of the last line
+    given and how many lines given carry it: a reconnection asks from that stamp and skips that many lines of
+    it, which are the ones given (the log's lines of one instant come in the order they were written). So no
+    line is lost (each later line is stamped T or later) and none is given twice. A line without a stamp (a log
+    kept by a portal from before stamps) is given as it comes.
     """
 
-    KEEP = 5000
-
     def __init__(self):
-        self.seen: deque[str] = deque(maxlen=self.KEEP)
-        self.n = 0
-        self.candidates: builtins.list[int] = []
-        self.matching = False
+        self.stamp: str | None = None
+        self.count = 0  # lines given with ``stamp``
+        self.skip = 0  # lines of ``stamp`` still to skip in this stream
 
-    def start(self) -> None:
-        self.n, self.matching = 0, bool(self.seen)
-        self.candidates = builtins.list(range(len(self.seen))) if self.matching else []
+    def params(self, *, tail: int) -> dict:
+        self.skip = self.count
+        if self.stamp is None:
+            return {"tail": max(1, min(5000, tail))}
+        return {"since_time": self.stamp}
 
-    def feed(self, line: str) -> builtins.list[str]:
-        if self.matching:
-            seen, n = self.seen, self.n
-            # Start positions in ``seen`` where this stream's lines so far are a run of lines already given.
-            self.candidates = [j for j in self.candidates if j + n < len(seen) and seen[j + n] == line]
-            self.n += 1
-            if self.candidates:
-                return []
-            self.matching = False  # the run is broken: this line and every later one are new
-        self.seen.append(line)
-        return [line]
+    def feed(self, line: str) -> str | None:
+        """The line without its stamp, or None when it was given before."""
+        stamp, sep, text = line.partition(" ")
+        if not sep or not _STAMP.fullmatch(stamp):
+            return line
+        if stamp == self.stamp:
+            if self.skip:
+                self.skip -= 1
+                return None
+            self.count += 1
+        else:
+            self.stamp, self.count, self.skip = stamp, 1, 0
+        return text
+
+
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
