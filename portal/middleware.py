@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -72,6 +73,7 @@ CSP_API_DOCS = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-sr
                 "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
                 "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'")
 API_DOCS = ("/api/docs/", "/api/redoc/")
+JOB_PAGE = re.compile(r"^/jobs/\d+/$")
 
 
 class ContentSecurityPolicyMiddleware:
@@ -84,8 +86,10 @@ class ContentSecurityPolicyMiddleware:
         response = self.get_response(request)
         policy = CSP_API_DOCS if request.path.startswith(API_DOCS) else CSP
         # Form answers that redirect elsewhere, which form-action governs: Log out to single sign-on's
-        # end-session, and a session's Connect to its route (SESSION_URL, docs/sessions.md).
-        origins = " ".join(o for o in (_logout_origin(), _sessions_origin()) if o)
+        # end-session, and, on a job's page alone (where its Connect form is), a session's Connect to its route
+        # (SESSION_URL, docs/sessions.md): every other page keeps its forms on this origin.
+        sessions = _sessions_origin() if JOB_PAGE.match(request.path) else ""
+        origins = " ".join(o for o in (_logout_origin(), sessions) if o)
         if origins:
             policy = policy.replace("form-action 'self'", f"form-action 'self' {origins}")
         response.setdefault("Content-Security-Policy", policy)

@@ -11,6 +11,8 @@ from scheduling.models import (
     ClusterSample,
     DepartmentSample,
     Job,
+    JobArray,
+    JobDependency,
     JobEvent,
     JobTemplate,
     NamespaceQuotaRefusal,
@@ -18,14 +20,15 @@ from scheduling.models import (
     PolicyVersion,
     Preemption,
     PreemptionVictim,
+    SessionGrant,
     SessionImage,
     SimPod,
 )
 
 
 @admin.register(SessionImage)
-class SessionImageAdmin(admin.ModelAdmin):
-    """The lab's session images (also PUT /api/v1/session-images/<name>, which audits the change)."""
+class SessionImageAdmin(ReadOnlyAdmin):
+    """The lab's session images: declared through PUT /api/v1/session-images/<name>, which audits the change."""
 
     list_display = ("name", "label", "image", "port", "readiness_path")
     search_fields = ("name", "image")
@@ -157,3 +160,28 @@ class JobTemplateAdmin(ReadOnlyAdmin):
     list_filter = ("scope",)
     search_fields = ("name", "department__slug", "owner__username")
     list_select_related = ("department", "owner")
+
+
+@admin.register(SessionGrant)
+class SessionGrantAdmin(ReadOnlyAdmin):
+    """Connections granted to sessions' owners; the code's and the cookie's hashes are left out of every view."""
+
+    list_display = ("job", "user", "created_at", "exchanged_at", "expires_at", "last_seen_at")
+    exclude = ("code_hash", "token_hash")
+    search_fields = ("job__name", "user__username")
+    list_select_related = ("job", "user")
+
+
+@admin.register(JobArray)
+class JobArrayAdmin(ReadOnlyAdmin):
+    list_display = ("id", "name", "department", "owner", "indices", "size", "throttle", "submitted_at")
+    search_fields = ("name", "department__slug", "owner__username")
+    list_select_related = ("department", "owner")
+
+
+@admin.register(JobDependency)
+class JobDependencyAdmin(ReadOnlyAdmin):
+    list_display = ("job", "condition", "on_job", "on_array")
+    list_filter = ("condition",)
+    search_fields = ("job__name",)
+    list_select_related = ("job", "on_job", "on_array")

@@ -36,7 +36,7 @@ from quotas import selectors as quota_selectors
 from quotas.budgets import read_for_cycle
 from scheduling import ports
 from scheduling.backends import get_backend, owns_inventory
-from scheduling.backends.base import BackendError, BudgetCoverage
+from scheduling.backends.base import BackendError, BudgetCoverage, ClusterUnavailable
 from scheduling.core import tiers
 from scheduling.core import types as core
 from scheduling.models import (
@@ -215,10 +215,21 @@ def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.
     ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.available_pairs = {(n.cluster, n.flavor) for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.cluster_labels = {c.name: dict(c.labels or {}) for c in cluster_rows.values()}
-    ctx.speedup = {c.name: float(getattr(get_backend(c), "speedup", 1.0) or 1.0) for c in cluster_rows.values()}
+    ctx.speedup = {c.name: _speedup(c) for c in cluster_rows.values()}
     default = next((c.name for c in cluster_rows.values() if c.is_default), core.DEFAULT_CLUSTER)
     ctx.default_speedup = ctx.speedup.get(default, 1.0)
     return nodes, cluster_infos(cluster_rows.values())
+
+
+def _speedup(cluster) -> float:
+    """How much faster than the wall clock the cluster's own clock runs (the simulated one in the demo); 1 for a
+    real cluster, and for one whose backend cannot be built now (no kubeconfig yet): the cycle goes on without
+    it, as it does for an unreachable cluster, rather than stopping for every cluster."""
+    try:
+        backend = get_backend(cluster)
+    except ClusterUnavailable:
+        return 1.0
+    return float(getattr(backend, "speedup", 1.0) or 1.0)
 
 
 def read_quotas() -> tuple[core.Quota, ...]:

@@ -189,7 +189,8 @@ def test_snapshot_queries_stay_bounded_with_budgets(money, submit, go, django_as
     lab = money
     for i in range(20):
         go(submit, lab.alice if i % 2 else lab.bob, name=f"j{i}")
-    with django_assert_max_num_queries(12):  # + the clusters (states, labels, cost ranks), the quota refusals
+    # + the clusters (states, labels, cost ranks), the quota refusals, members' GPU limits, predicted run times
+    with django_assert_max_num_queries(14):
         snapshot, _ = build_snapshot(now=timezone.now())
     assert snapshot.credits == {"vision": 100_000, "nlp": 10_000}
     assert all(p.hold == 1000 for p in snapshot.pending)

@@ -247,7 +247,9 @@ def test_bad_cluster_labels_on_a_job_are_400_with_field_errors(lab, client_for, 
 def test_the_submit_form_takes_cluster_labels(lab):
     from django.test import Client
 
-    Cluster.objects.create(name="east", labels={"data": "s3"})
+    east = Cluster.objects.create(name="east", labels={"data": "s3"})
+    # a cluster the selector matches must offer the flavor, or the submission is refused as one that never runs
+    Node.objects.create(cluster=east, name="e0", flavor=lab.a100, gpus=8, labels={"gpu-type": "a100"})
     c = Client()
     c.force_login(lab.alice)
     form = {"name": "f", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": "python train.py",

@@ -224,3 +224,13 @@ def test_an_idle_session_without_a_client_is_stopped_and_its_owner_told(lab, cli
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED and "idle-session policy" in job.events.last().message
     assert Event.objects.filter(kind="session.stopped_idle").count() == 1
+
+
+def test_only_a_jobs_page_lets_its_connect_form_go_on_to_the_sessions_address(lab, client_for, jupyter, settings):
+    r = client_for(lab.alice).post("/api/v1/jobs", session_body(), format="json")
+    assert r.status_code == 201, r.content
+    c = browser(lab.alice)
+    origin = settings.SESSION_URL
+    assert f"form-action 'self' {origin};" in c.get(f"/jobs/{r.json()['id']}/")["Content-Security-Policy"]
+    for url in ("/", "/jobs/", "/jobs/new"):
+        assert "form-action 'self';" in c.get(url)["Content-Security-Policy"], url
