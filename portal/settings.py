@@ -402,6 +402,7 @@ SPECTACULAR_SETTINGS = {
         "SecretKindEnum": "workloads.models.SecretKind",
         "SecretPurposeEnum": "workloads.models.SecretPurpose",
         "LedgerKindEnum": "quotas.models.LedgerKind",
+        "JobKindEnum": "scheduling.models.JobKind",
     },
 }
 
