@@ -321,13 +321,16 @@ def test_researchers_read_only_their_own_allowance(money, client_for):
 def _run_some_jobs(lab, submit, capture):
     from datetime import timedelta
 
+    from django.conf import settings
     from django.utils import timezone
 
     with capture(execute=True):
         a = submit(lab.alice, gpus=2, name="a")
         b = submit(lab.bob, gpus=1, name="b")
+    # billing starts at admission, an hour before the simulated cluster's clock (which stands still: the pods
+    # end by it, so the hour is exact however long the test took to get here)
     with capture(execute=True):
-        run_cycle(now=timezone.now() - timedelta(hours=1))  # billing starts at admission, an hour ago
+        run_cycle(now=settings.SIM_CLOCK.now() - timedelta(hours=1))
     with capture(execute=True):
         sync_cluster()
     SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(days=30))
