@@ -36,6 +36,7 @@ from portal.forms import (
 )
 from portal.models import Department, Membership, Role, UserTier
 from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
+from quotas import selectors as quota_selectors
 from quotas.api.views import (
     FlavorInputSerializer,
     QuotaRequestCreateSerializer,
@@ -301,10 +302,12 @@ def quota_requests(request):
     m = require_role(request.user, CHANGE, "Quota requests are for department and platform admins.")
     rows = QuotaChangeRequest.objects.restrict(request.user, VIEW).select_related(
         "department", "flavor", "cluster", "requested_by", "decided_by").order_by("state", "-requested_at", "-id")[:200]
+    rows = list(rows)
+    changes = quota_selectors.quota_request_changes(rows)
     return render(request, "lab/quota_requests.html", {
         "membership": m, "requests": [(r, whatif_link(r.department.slug, r.flavor.name, {
             k: "" if getattr(r, k) is None else getattr(r, k) for k in QUOTA_INPUTS},
-            r.cluster.name if r.cluster else None)) for r in rows]})
+            r.cluster.name if r.cluster else None), changes[r.pk], any(c[3] for c in changes[r.pk])) for r in rows]})
 
 
 def _decide(request, pk: int, decide):

@@ -89,3 +89,26 @@ def department_gpu_ceiling(*, department_id: int) -> int | None:
     if any(v is None for v in per_flavor.values()):
         return None
     return sum(per_flavor.values())
+
+
+def quota_request_changes(requests) -> dict[int, list[tuple[str, str, str, bool]]]:
+    """{request id: [(limit, in force, asked, widens)]}: what approving each request would change of the quota in
+    force for its department, flavor and cluster (one query for all of them). ``widens`` marks a limit that
+    would let the department hold or lend more than now, above all a lending limit that would become "all":
+    a blank field means no limit, and an approver must see that before approving it."""
+    requests = list(requests)
+    current = {(q.department_id, q.flavor_id, q.cluster_id): q for q in Quota.objects.filter(
+        department_id__in={r.department_id for r in requests}, flavor_id__in={r.flavor_id for r in requests})}
+    out: dict[int, list[tuple[str, str, str, bool]]] = {}
+    for r in requests:
+        q = current.get((r.department_id, r.flavor_id, r.cluster_id))
+        rows = []
+        for field, label, unlimited in (("nominal", "nominal", ""), ("borrowing_limit", "borrowing", "unlimited"),
+                                        ("lending_limit", "lending", "all")):
+            before = None if q is None else getattr(q, field)
+            after = getattr(r, field)
+            widens = q is not None and before is not None and (after is None or after > before)
+            rows.append((label, "none" if q is None else (unlimited if before is None else str(before)),
+                         unlimited if after is None else str(after), widens and field != "nominal"))
+        out[r.pk] = rows
+    return out

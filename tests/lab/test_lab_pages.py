@@ -172,3 +172,17 @@ def test_flavor_and_cluster_pages_are_for_platform_admins(lab):
 def test_the_nav_links_the_lab_for_admins_only(lab):
     assert b'href="/lab/"' in _client(lab.vadmin).get("/").content
     assert b'href="/lab/"' not in _client(lab.alice).get("/").content
+
+
+def test_the_quota_inbox_shows_what_a_request_changes_and_flags_a_lending_limit_it_would_remove(lab):
+    quota = Quota.objects.get(department=lab.vision)
+    Quota.objects.filter(pk=quota.pk).update(lending_limit=4)
+    # filed from the general button: the form was not prefilled, so lending stayed blank, which means "all"
+    r = _client(lab.vadmin).post("/lab/departments/vision/quota", {
+        "flavor": "a100-80gb", "nominal": "5", "borrowing_limit": str(quota.borrowing_limit or ""),
+        "lending_limit": "", "reason": "one more GPU"})
+    assert r.status_code == 302
+    page = _client(lab.root).get("/lab/quota-requests/").content.decode()
+    assert "nominal 4 → <strong>5</strong>" in page
+    assert 'class="widens" data-limit="lending">lending 4 → <strong>all</strong> (widens)' in page
+    assert "It widens a limit: lending 4 → all." in page  # in the approval's confirmation too
