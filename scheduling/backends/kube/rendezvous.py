@@ -19,19 +19,25 @@ def ensure_service(backend: Any, podset: PodSet) -> str:
     """Create the attempt's headless Service when it is a gang; returns "created", "adopted" or "" (one pod)."""
     if podset.pods < 2:
         return ""
-    manifest = service_manifest(podset)
+    return create_or_adopt(backend, backend.core.create_namespaced_service, backend.core.read_namespaced_service,
+                           podset, service_manifest(podset), "Service")
+
+
+def create_or_adopt(backend: Any, create, read, podset: PodSet, manifest: dict[str, Any], kind: str) -> str:
+    """Create an object of the attempt (``create``/``read``: the API's calls for its kind); "created", or
+    "adopted" when a retried start finds the one it made before. Another's object of that name is an error."""
     name = manifest["metadata"]["name"]
     try:
-        backend.call.json(backend.core.create_namespaced_service, podset.namespace, manifest)
+        backend.call.json(create, podset.namespace, manifest)
         return "created"
     except ApiError as exc:
         if exc.status == 404:
             raise InvalidPodSpec(f"namespace {podset.namespace!r} not found: {exc.message}") from exc
         if exc.status != 409:
             raise
-    existing = backend.call.json(backend.core.read_namespaced_service, name, podset.namespace)
+    existing = backend.call.json(read, name, podset.namespace)
     if not is_ours(existing, job_id=podset.job_id, attempt=podset.attempt):
-        raise BackendError(f"Service {podset.namespace}/{name} exists and is not this job attempt's")
+        raise BackendError(f"{kind} {podset.namespace}/{name} exists and is not this job attempt's")
     return "adopted"
 
 

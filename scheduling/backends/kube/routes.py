@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from scheduling.backends.base import MANAGED_BY, BackendError, InvalidPodSpec, PodSet
+from scheduling.backends.base import MANAGED_BY, PodSet
 
 from .client import ApiError
-from .podspec import LABEL_ATTEMPT, LABEL_JOB_ID, LABEL_MANAGED_BY, attempt_base_name, is_ours
+from .podspec import LABEL_ATTEMPT, LABEL_JOB_ID, LABEL_MANAGED_BY, attempt_base_name
+from .rendezvous import create_or_adopt
 
 ROUTE_PORT = 80
 ROUTE_PORT_NAME = "http"
@@ -94,34 +95,18 @@ def _is_ip(host: str) -> bool:
     return host.replace(".", "").isdigit() or ":" in host
 
 
-def _create(backend: Any, create, read, podset: PodSet, manifest: dict[str, Any], kind: str) -> str:
-    name = manifest["metadata"]["name"]
-    try:
-        backend.call.json(create, podset.namespace, manifest)
-        return "created"
-    except ApiError as exc:
-        if exc.status == 404:
-            raise InvalidPodSpec(f"namespace {podset.namespace!r} not found: {exc.message}") from exc
-        if exc.status != 409:
-            raise
-    existing = backend.call.json(read, name, podset.namespace)
-    if not is_ours(existing, job_id=podset.job_id, attempt=podset.attempt):
-        raise BackendError(f"{kind} {podset.namespace}/{name} exists and is not this job attempt's")
-    return "adopted"
-
-
 def ensure_route(backend: Any, podset: PodSet) -> dict[str, str]:
     """Create the attempt's Service (and Ingress, with an IngressClass configured); {} for a batch job."""
     if not podset.has_route:
         return {}
     config: RouteConfig = backend.routes
-    done = {"service": _create(backend, backend.core.create_namespaced_service,
-                               backend.core.read_namespaced_service, podset, route_service_manifest(podset),
-                               "Service")}
+    done = {"service": create_or_adopt(backend, backend.core.create_namespaced_service,
+                                       backend.core.read_namespaced_service, podset,
+                                       route_service_manifest(podset), "Service")}
     if config.ingress_class:
-        done["ingress"] = _create(backend, backend.networking.create_namespaced_ingress,
-                                  backend.networking.read_namespaced_ingress, podset,
-                                  ingress_manifest(podset, config), "Ingress")
+        done["ingress"] = create_or_adopt(backend, backend.networking.create_namespaced_ingress,
+                                          backend.networking.read_namespaced_ingress, podset,
+                                          ingress_manifest(podset, config), "Ingress")
     return done
 
 
