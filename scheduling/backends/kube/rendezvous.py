@@ -43,18 +43,19 @@ def create_or_adopt(backend: Any, create, read, podset: PodSet, manifest: dict[s
 
 def delete_service(backend: Any, *, job_id: int, attempt: int, namespace: str) -> None:
     """Delete the attempt's headless Service, if it has one."""
-    try:
-        backend.call.json(backend.core.delete_namespaced_service, attempt_base_name(job_id, attempt), namespace)
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
+    delete_if_present(backend, backend.core.delete_namespaced_service, attempt_base_name(job_id, attempt), namespace)
 
 
 def delete_own_budget(backend: Any, *, job_id: int, attempt: int, namespace: str) -> None:
     """Delete the attempt's own PodDisruptionBudget (``pdb_min_available``), if it has one."""
+    delete_if_present(backend, backend.policy.delete_namespaced_pod_disruption_budget,
+                      attempt_base_name(job_id, attempt), namespace)
+
+
+def delete_if_present(backend: Any, delete, name: str, namespace: str) -> None:
+    """``delete`` (the API's call for the object's kind) the named object; one already gone is no error."""
     try:
-        backend.call.json(backend.policy.delete_namespaced_pod_disruption_budget, attempt_base_name(job_id, attempt),
-                          namespace)
+        backend.call.json(delete, name, namespace)
     except ApiError as exc:
         if exc.status != 404:
             raise

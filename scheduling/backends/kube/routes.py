@@ -12,9 +12,8 @@ from urllib.parse import urlsplit
 
 from scheduling.backends.base import MANAGED_BY, PodSet
 
-from .client import ApiError
 from .podspec import LABEL_ATTEMPT, LABEL_JOB_ID, LABEL_MANAGED_BY, attempt_base_name
-from .rendezvous import create_or_adopt
+from .rendezvous import create_or_adopt, delete_if_present
 
 ROUTE_PORT = 80
 ROUTE_PORT_NAME = "http"
@@ -114,9 +113,5 @@ def delete_route(backend: Any, *, job_id: int, attempt: int, namespace: str) -> 
     """Delete the attempt's Ingress, if it has one (its Service goes with the gang's, by the same name)."""
     if not backend.routes.ingress_class:
         return
-    try:
-        backend.call.json(backend.networking.delete_namespaced_ingress, attempt_base_name(job_id, attempt),
-                          namespace)
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
+    delete_if_present(backend, backend.networking.delete_namespaced_ingress, attempt_base_name(job_id, attempt),
+                      namespace)
