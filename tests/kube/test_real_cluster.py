@@ -26,6 +26,8 @@ from dataclasses import replace
 
 import pytest
 
+from tests.kube.waiting import wait_for
+
 pytestmark = [
     pytest.mark.kube,
     pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG"),
@@ -46,16 +48,6 @@ RUN = uuid.uuid4().hex[:6]
 NS = f"gpu-portal-test-{RUN}"
 CLASSES = {f"gpt-{RUN}-realtime": 1000000, f"gpt-{RUN}-elastic": 100000, f"gpt-{RUN}-backfill": 1000}
 ELASTIC = f"gpt-{RUN}-elastic"
-
-
-def wait_for(predicate, timeout=120.0, step=1.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")

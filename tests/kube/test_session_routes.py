@@ -13,10 +13,11 @@ Skipped unless ``KUBECONFIG`` is set; creates a namespace ``gpu-portal-routes-<r
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 import pytest
+
+from tests.kube.waiting import wait_for
 
 pytestmark = [
     pytest.mark.kube,
@@ -37,16 +38,6 @@ NS = f"gpu-portal-routes-{RUN}"
 CLASS = f"gpr-{RUN}-realtime"
 # busybox's httpd: an app with a port and a path that answers once it serves
 SERVE = ("sh", "-c", "mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www")
-
-
-def wait_for(predicate, timeout=120.0, step=1.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
