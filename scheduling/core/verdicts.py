@@ -35,7 +35,7 @@ MEMO_CODES = frozenset(
 
 class Verdicts:
     """Why a job waits, remembered by its shape: a later job of the same department, flavor, tier, size, run
-    time and cluster constraints waits for the same reason with the same detail as long as nothing changed in
+    time and cluster constraints (and the same member, where the member has a GPU limit) waits for the same reason with the same detail as long as nothing changed in
     between (no admission, reservation or eviction: the count of them is the mark), because the checks read
     nothing else of the job once its credits are enough (credits change only with admissions and evictions). In a deep queue most jobs are such repeats, so they
     cost a lookup instead of the quota, capacity and reservation checks. Only the plain path is remembered:
