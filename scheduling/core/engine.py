@@ -21,7 +21,7 @@ name, so the decision is the same for any order of the snapshot's tuples.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from operator import itemgetter
 from types import MappingProxyType
 
 from . import reasons
@@ -31,7 +31,7 @@ from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, d
 from .ordering import REALTIME, Scorer, tier_rank
 from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
-from .pricing import critical_bid
+from .pricing import critical_bid, fork, price_from, wins_in_full
 from .quota import QuotaBook
 from .sweeps import Gates, dependency_ready
 from .topology import Topology
@@ -57,7 +57,7 @@ class Cycle:
     quota and capacity checks, placement, reservations and each pending job's reason; evictions, prices,
     estimates and figures are delegated to their modules."""
 
-    def __init__(self, snapshot: Snapshot, *, memo: bool = True):
+    def __init__(self, snapshot: Snapshot, *, memo: bool = True, fork_prices: bool = True):
         self.snap = snapshot
         self.now = snapshot.now
         self.policy = snapshot.policy
@@ -103,12 +103,26 @@ class Cycle:
         self.late_realtime = 0  # pending realtime jobs already past their start target
         # Verdicts of waiting jobs, reused by the next job of the same shape while nothing changed (``Verdicts``).
         self.verdicts = Verdicts() if memo else None
+        # Prices: a fork of the cycle taken just before a priced winner is admitted (``pricing.price_from``);
+        # without ``fork_prices`` each price is found by full replays instead (the reference the tests compare).
+        self.fork_prices = fork_prices
+        self.before: Cycle | None = None
+        self.order: list[PendingJob] = []
+        self.keys: list[tuple] = []
 
     # ------------------------------------------------------------ the cycle
 
     def run(self) -> CycleResult:
-        order = sorted(self.snap.pending, key=self.scorer.order_key)
-        self.outcomes: dict[int, Outcome] = {job.id: self.consider(job) for job in order}
+        keyed = sorted(((self.scorer.order_key(job), job) for job in self.snap.pending), key=itemgetter(0))
+        self.keys = [key for key, _ in keyed]
+        self.order = order = [job for _, job in keyed]
+        self.outcomes: dict[int, Outcome] = {}
+        prices: dict[int, int] = {}
+        for place, job in enumerate(order):
+            self.outcomes[job.id] = self.consider(job)
+            if self.before is not None:  # a priced winner was admitted: its price, from the state before it
+                prices[job.id] = price_from(self, self.before, job, place)
+                self.before = None
 
         clearing: dict[str, int] = {}  # per flavor, the highest price a winner pays
         admissions = []
@@ -116,7 +130,7 @@ class Cycle:
             adm = self.admissions.get(job.id)
             if adm is not None:
                 if adm.borrowed:
-                    price = self.price_of(job)
+                    price = prices[job.id] if job.id in prices else self.price_of(job)
                     if price:
                         clearing[job.flavor] = max(price, clearing.get(job.flavor, 0))
                     adm = Admission(adm.job_id, adm.placement, adm.cluster, True, price or None)
@@ -191,27 +205,17 @@ class Cycle:
         likely = job.likely_end
         return max(self.now, job.expected_end if likely < self.now else likely)
 
-    def price_of(self, job: PendingJob) -> int:
-        """A borrowed winner's price: its critical bid (``pricing``). A starving job's place in the order does not
-        depend on its bid, so it would have won at any bid and pays no more than the base price."""
-        if job.bid <= 0 or self.starving(job):
-            return 0
-        return critical_bid(job.bid, lambda bid: self.wins_at(job, bid))
+    def priced(self, job: PendingJob) -> bool:
+        """Whether a borrowed winner's price is at stake: its critical bid (``pricing``). A starving job's place
+        in the order does not depend on its bid, so it would have won at any bid and pays no more than the base
+        price; neither does a job that bid nothing."""
+        return job.bid > 0 and not self.starving(job)
 
-    def wins_at(self, job: PendingJob, bid: int) -> bool:
-        """Whether ``job`` would be admitted by this cycle had it bid ``bid``: the cycle replayed on the same
-        snapshot, without estimates, up to the job's new place in the order (what follows it cannot change
-        its outcome). Its credit hold is kept as it is (the adapter reckoned it at the job's own bid)."""
-        changed = replace(job, bid=bid)
-        snap = replace(
-            self.snap, pending=tuple(changed if j.id == job.id else j for j in self.snap.pending), estimates=False
-        )
-        replay = Cycle(snap)
-        for other in sorted(snap.pending, key=replay.scorer.order_key):
-            replay.consider(other)
-            if other.id == job.id:
-                return job.id in replay.admissions
-        return False
+    def price_of(self, job: PendingJob) -> int:
+        """A borrowed winner's price found by full replays (``pricing.wins_in_full``), where no fork was taken."""
+        if not self.priced(job):
+            return 0
+        return critical_bid(job.bid, lambda bid: wins_in_full(self, job, bid))
 
     def starving(self, job: PendingJob) -> bool:
         return self.scorer.starving_since(job) is not None
@@ -431,6 +435,8 @@ class Cycle:
         # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
         _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
         borrows = self.quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster)
+        if borrows and self.fork_prices and self.priced(job):
+            self.before = fork(self, job.id)
         placed = pool.place(g, n, end)
         likely = self.now + job.likely_runtime_s
         for i in placed:

@@ -11,6 +11,7 @@ job's credits and its pending reason); nothing here changes the pools or the quo
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -98,6 +99,16 @@ class Evictions:
         self.taken: set[int] = set()  # victim ids
         self.preemptions: list[Preemption] = []
         self.fail_cache: dict[tuple, tuple[str | None, dict]] = {}
+
+    def fork(self, quota: QuotaBook, scorer: Scorer) -> Evictions:
+        """A copy whose spent budgets and chosen victims change apart from these, over another cycle's quota
+        book and scorer (the candidates, fixed for the snapshot, are shared)."""
+        other = copy.copy(self)
+        other.quota, other.scorer = quota, scorer
+        other.taken, other.preemptions = set(self.taken), list(self.preemptions)
+        other.budget_left = dict(self.budget_left)
+        other.fail_cache = {key: (code, dict(detail)) for key, (code, detail) in self.fail_cache.items()}
+        return other
 
     def may_evict_soon(self, key: tuple[str, str]) -> bool:
         """Whether a realtime job arriving now in this pool would find a victim within half its target, or

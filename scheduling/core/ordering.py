@@ -11,6 +11,7 @@ term is documented in ``policy.job_score``, ``starving_since`` and ``band``.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -119,6 +120,13 @@ class Scorer:
         self._terms: dict[tuple[str, str, str], tuple[bool, float | None, float]] = {}  # ``_combination``'s
         self._sizes: dict[float, float] = {}  # GPU-hours -> size factor
         self._running: dict[tuple, float] = {}  # (urgency, user tier, department, GPU-seconds) -> score before the bid
+
+    def fork(self) -> Scorer:
+        """A scorer for a replay in which one job bids otherwise: the caches that hold a pending job's score
+        start empty; the rest depends on no bid and is shared."""
+        other = copy.copy(self)
+        other._scores, other._first = {}, {}
+        return other
 
     def score(self, job: PendingJob, ratios: Mapping[str, float] | None = None) -> float:
         """The job's score this cycle; with ``ratios``, as it would be with those use ratios (not cached)."""

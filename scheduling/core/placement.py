@@ -77,6 +77,13 @@ class BucketIndex:
     def free_total(self) -> int:
         return self.total
 
+    def copy(self) -> BucketIndex:
+        other = BucketIndex.__new__(BucketIndex)
+        other.top, other.total = self.top, self.total
+        other.val, other.count, other.caps = list(self.val), list(self.count), dict(self.caps)
+        other.heaps = [list(heap) for heap in self.heaps]
+        return other
+
 
 class Pool:
     """The schedulable nodes of one (cluster, flavor) and their free GPUs during a cycle."""
@@ -134,6 +141,24 @@ class Pool:
         self.untils: list[float] = []  # their reserved starts, in that order
         self.reserved_gpus = 0  # GPUs of the reserved heads
         self.prefix: dict[int, BucketIndex] = {}  # m -> free GPUs usable by jobs running past the first m
+
+    def fork(self) -> Pool:
+        """A copy whose free GPUs, reservations and events change apart from this pool's (the node facts and the
+        cycle-start indexes, never changed, are shared; the cut indexes are caches, rebuilt when asked)."""
+        other = Pool.__new__(Pool)
+        for name in ("cluster", "flavor", "names", "pos", "size", "taints", "indexed", "gpus_total", "_indexed_set",
+                     "initial_count", "initial_caps", "empty", "reserved_gpus", "untils"):
+            setattr(other, name, getattr(self, name))
+        other.free = list(self.free)
+        other.now = self.now.copy()
+        other.long = None if self.long is None else self.long.copy()
+        other.spare = dict(self.spare)
+        other.events = list(self.events)
+        other._events_sorted = list(self._events_sorted)
+        other.reservations = [Reservation(r.job_id, r.until, dict(r.spare)) for r in self.reservations]
+        other.reservation = other.reservations[0] if other.reservations else None
+        other.prefix = {}
+        return other
 
     @property
     def top(self) -> int:

@@ -63,6 +63,11 @@ class Gates:
         self.ended = snapshot.ended
         self.array_active: Counter[int] = Counter(j.array_id for j in snapshot.running if j.array_id is not None)
 
+    def clone(self) -> Gates:
+        other = Gates.__new__(Gates)
+        other.ended, other.array_active = self.ended, Counter(self.array_active)
+        return other
+
     def check(self, job: PendingJob) -> tuple[str, dict, str] | None:
         """(reason code, detail, note) of the first gate closed to ``job``, or None when every one is open."""
         if job.held:

@@ -5,6 +5,7 @@ The pools start with every GPU free; the cycle subtracts what its running jobs h
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 
 from .placement import Pool
@@ -37,6 +38,17 @@ class Topology:
         for node in snapshot.nodes:
             self.flavor_clusters[node.flavor].add(node.cluster)
         self._pool_cache: dict[tuple, tuple[list[Pool], dict[str, str]]] = {}
+
+    def fork(self, pools: dict[tuple[str, str], Pool]) -> Topology:
+        """The same clusters and labels over ``pools``, another cycle's copies of these pools."""
+        other = copy.copy(self)
+        other.pools = pools
+        other.pools_by_flavor = defaultdict(list)
+        for flavor, own in self.pools_by_flavor.items():
+            other.pools_by_flavor[flavor] = [pools[(p.cluster, p.flavor)] for p in own]
+        other._pool_cache = {key: ([pools[(p.cluster, p.flavor)] for p in found], closed)
+                             for key, (found, closed) in self._pool_cache.items()}
+        return other
 
     def selects(self, job: PendingJob, cluster: str) -> bool:
         """Whether the job's pin and every label of its selector allow ``cluster``."""

@@ -41,6 +41,11 @@ class UserBook:
                 if job.user:
                     self.held[(job.department, job.user)] += job.total_gpus
 
+    def clone(self) -> UserBook:
+        other = UserBook.__new__(UserBook)
+        other.own, other.default, other.held = self.own, self.default, defaultdict(int, self.held)
+        return other
+
     @property
     def active(self) -> bool:
         return bool(self.own or self.default)

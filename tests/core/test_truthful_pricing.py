@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scheduling.core import schedule
-from scheduling.core.pricing import critical_bid
+from scheduling.core.engine import Cycle
+from scheduling.core.pricing import critical_bid, fork
 from tests.core.core_builders import Snap, job
 from tests.core.test_properties import snapshots
 
@@ -122,3 +124,36 @@ def test_no_winner_pays_more_than_it_bid_nor_a_price_its_bid_did_not_buy(snap):
         assert a.price is None or 0 < a.price <= bid
         if a.price is not None:  # one milli-credit less and it would not have been admitted
             assert _outcome(snap, a.job_id, a.price - 1)[0] is False
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(contested(), st.booleans())
+def test_prices_from_a_fork_equal_prices_from_full_replays(snap, memo):
+    """The cycle prices a winner by replaying from a copy of its state just before the admission, judging only
+    the jobs a lower bid would let ahead; full replays from the start are the reference, and every field of
+    the result (admissions, prices, reasons, estimates) must be the same."""
+    assert Cycle(snap, memo=memo).run() == Cycle(snap, memo=memo, fork_prices=False).run()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(federated=True), st.data())
+def test_prices_from_a_fork_equal_full_replays_across_clusters(snap, data):
+    snap = replace(snap, pending=tuple(replace(j, bid=data.draw(st.integers(0, 5_000))) for j in snap.pending))
+    assert Cycle(snap).run() == Cycle(snap, fork_prices=False).run()
+
+
+def test_a_deep_queue_of_bidders_prices_each_winner_from_its_own_place():
+    # Three departments borrow from an idle one; every job bids, so every borrowed winner is priced, and the
+    # first losers' bids set the prices: the fork must see the jobs between a winner's place and its new one.
+    snap = (Snap().nodes(4, gpus=8).quota("A", 4).quota("B", 4).quota("C", 4).quota("D", 20)
+            .pending(*[job(i, dept="ABC"[i % 3], gpus=2, bid=100 * i) for i in range(1, 25)]).build())
+    fast, slow = Cycle(snap).run(), Cycle(snap, fork_prices=False).run()
+    assert fast == slow
+    assert sum(1 for a in fast.admissions if a.price) >= 3
+
+
+def test_a_fork_refuses_working_state_it_does_not_know():
+    cycle = Cycle(Snap().nodes(1, gpus=8).pending(job(1)).build())
+    cycle.something_new = {}
+    with pytest.raises(TypeError, match="something_new"):
+        fork(cycle)
