@@ -13,7 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connections
 
 from scheduling.backends.base import BackendError, ClusterUnavailable
 from scheduling.services import (
@@ -114,7 +114,7 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
             if isinstance(admission, str):
                 _count(counts, admission)
             elif admission.overlaps:
-                running[pool.submit(admission.run)] = admission
+                running[pool.submit(_off_thread, admission)] = admission
             else:  # a backend that writes the database as it starts (the simulated one): on this thread
                 _count(counts, _settle(admission, _run_here(admission)))
         while running:
@@ -137,6 +137,16 @@ def _claim(job_id: int, attempt: int) -> pods.Admission | str:
         return pods.claim_admission(job_id=job_id, attempt=attempt, fresh=True)
     except Exception:  # noqa: BLE001 - retried alone
         return _alone(job_id, attempt)
+
+
+def _off_thread(admission: pods.Admission) -> None:
+    """An admission's API calls, on a pool thread. They touch no database; should anything on the way open a
+    connection all the same, it is this thread's own (Django keeps one per thread) and is closed here rather
+    than left open on a thread that is about to end."""
+    try:
+        admission.run()
+    finally:
+        connections.close_all()
 
 
 def _run_here(admission: pods.Admission) -> BaseException | None:

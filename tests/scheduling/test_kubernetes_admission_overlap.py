@@ -159,3 +159,24 @@ def test_each_admission_is_checked_right_before_its_creates(
     assert (late.state, late.attempt) == (JobState.QUEUED, 2)
     for job in (first, second):
         assert_started_once(kube, job)
+
+
+@pytest.mark.postgres  # SQLite's in-memory test database ignores closing (it would be lost)
+def test_a_pool_thread_closes_a_database_connection_it_opened(
+        kube, lab, submit, go, slow_ok, retried, django_capture_on_commit_callbacks, monkeypatch):
+    from django.db import connections
+
+    jobs = [go(submit, lab.alice, gpus=1, name=f"c{i}") for i in range(2)]
+    pairs = admitted_unstarted(django_capture_on_commit_callbacks, *jobs)
+    real, opened = pods.Admission.run, []
+
+    def run(admission):  # something on the way that reads the database, on the pool's thread
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+        opened.append(connections["default"])
+        return real(admission)
+
+    monkeypatch.setattr(pods.Admission, "run", run)
+    assert tasks.admit_pods_many(pairs) == {"admitted": 2}
+    assert len(opened) == 2 and all(c is not connections["default"] for c in opened)
+    assert all(c.connection is None for c in opened)  # closed when its run ended, not left to the thread
