@@ -66,8 +66,14 @@ SETTINGS: tuple[Setting, ...] = (
             "float"),
     Setting("KUBECONFIG", "", "Path to a kubeconfig; empty: in-cluster configuration."),
     Setting("KUBE_NAMESPACE_TEMPLATE", "gpu-{department}", "Namespace of a department's pods."),
-    Setting("KUBE_QPS", "20", "Kubernetes client requests per second.", "float"),
-    Setting("KUBE_BURST", "40", "Kubernetes client burst.", "int"),
+    Setting("KUBE_QPS", "50", "Kubernetes client requests per second, per process and cluster (kube-scheduler's "
+            "own default; the API server's priority and fairness still throttles with 429).", "float"),
+    Setting("KUBE_BURST", "100", "Kubernetes client burst, per process and cluster.", "int"),
+    Setting("KUBE_CONNECTIONS", "32", "HTTP connections to each cluster's API server a process keeps open: at least "
+            "ADMIT_CONCURRENCY x the pod worker's threads, or the extra ones are opened and closed per request.",
+            "int"),
+    Setting("ADMIT_CONCURRENCY", "8", "Pod workers: how many admissions of one message create their pods at once "
+            "(Kubernetes; 1: one after another).", "int"),
     Setting("API_TOKEN_TTL_DAYS", "90", "Default lifetime of API tokens, in days.", "int"),
     Setting("WHATIF_MAX_JOBS", "1000", "What-if page and command: replay at most this many of the most recent "
             "jobs.", "int"),
@@ -221,6 +227,8 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
         if min(int(values["CHECKPOINT_RETENTION_DAYS"]), int(values["SHM_DEFAULT_MB"]),
                int(values["SHM_MAX_MB"])) <= 0:
             problems.append("CHECKPOINT_RETENTION_DAYS, SHM_DEFAULT_MB and SHM_MAX_MB must be positive.")
+        if int(values["ADMIT_CONCURRENCY"]) <= 0 or int(values["KUBE_CONNECTIONS"]) <= 0:
+            problems.append("ADMIT_CONCURRENCY and KUBE_CONNECTIONS must be positive.")
         if int(values["WHATIF_MAX_JOBS"]) <= 0 or float(values["WHATIF_TIME_LIMIT_S"]) <= 0:
             problems.append("WHATIF_MAX_JOBS and WHATIF_TIME_LIMIT_S must be positive.")
         if (float(values["PROMETHEUS_TIMEOUT_S"]) <= 0 or float(values["GPU_USAGE_INTERVAL_S"]) <= 0

@@ -8,10 +8,12 @@ harmless. Cluster outages back off exponentially instead of hot-looping.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.db import InterfaceError, OperationalError
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connections
 
 from scheduling.backends.base import BackendError, ClusterUnavailable
 from scheduling.services import (
@@ -93,10 +95,84 @@ def _admit(job_id: int, attempt: int, *, fresh: bool) -> str:
 
 @shared_task(name="scheduling.pods.admit_many", time_limit=120, soft_time_limit=110)
 def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
-    """Ungate the pods of several admitted (job id, attempt) pairs: one message for a cycle's admissions
+    """Start the pods of several admitted (job id, attempt) pairs: one message for a cycle's admissions
     instead of one broker round trip each. A pair that fails is handed to ``admit_pods`` on its own, with that
-    task's retries and back-off, so one unreachable cluster or bad pod never holds up the others."""
-    return _each(pairs, lambda job_id, attempt: _admit(job_id, attempt, fresh=True), admit_pods)
+    task's retries and back-off, so one unreachable cluster or bad pod never holds up the others.
+
+    On a backend whose starts may overlap (Kubernetes) up to ``ADMIT_CONCURRENCY`` admissions' API calls are in
+    flight at once, on a pool of threads that never touch the database: each pair is re-read and its quota try
+    claimed on this thread when a slot is free, right before its calls start, and its outcome is settled here
+    too (docs/kubernetes.md, "Admission: creating the pods")."""
+    counts: dict[str, int] = {}
+    slots = settings.ADMIT_CONCURRENCY
+    with run_cache.per_run(), ThreadPoolExecutor(max_workers=slots, thread_name_prefix="admit") as pool:
+        running: dict[Future, pods.Admission] = {}
+        for job_id, attempt in pairs:
+            while len(running) >= slots:
+                _settle_first(running, counts)
+            admission = _claim(job_id, attempt)
+            if isinstance(admission, str):
+                _count(counts, admission)
+            elif admission.overlaps:
+                running[pool.submit(_off_thread, admission)] = admission
+            else:  # a backend that writes the database as it starts (the simulated one): on this thread
+                _count(counts, _settle(admission, _run_here(admission)))
+        while running:
+            _settle_first(running, counts)
+    return counts
+
+
+def _count(counts: dict[str, int], outcome: str) -> None:
+    counts[outcome] = counts.get(outcome, 0) + 1
+
+
+def _alone(job_id: int, attempt: int) -> str:
+    log.warning("admission of job %s attempt %s failed; retrying it alone", job_id, attempt, exc_info=True)
+    admit_pods.delay(job_id, attempt)
+    return "retrying"
+
+
+def _claim(job_id: int, attempt: int) -> pods.Admission | str:
+    try:
+        return pods.claim_admission(job_id=job_id, attempt=attempt, fresh=True)
+    except Exception:  # noqa: BLE001 - retried alone
+        return _alone(job_id, attempt)
+
+
+def _off_thread(admission: pods.Admission) -> None:
+    """An admission's API calls, on a pool thread. They touch no database; should anything on the way open a
+    connection all the same, it is this thread's own (Django keeps one per thread) and is closed here rather
+    than left open on a thread that is about to end."""
+    try:
+        admission.run()
+    finally:
+        connections.close_all()
+
+
+def _run_here(admission: pods.Admission) -> BaseException | None:
+    try:
+        admission.run()
+    except Exception as exc:  # noqa: BLE001 - settled (and retried alone) like an overlapped run's error
+        return exc
+    return None
+
+
+def _settle_first(running: dict[Future, pods.Admission], counts: dict[str, int]) -> None:
+    """Wait for at least one overlapped run to end and settle every one that has."""
+    done, _ = wait(running, return_when=FIRST_COMPLETED)
+    for future in done:
+        _count(counts, _settle(running.pop(future), future.exception()))
+
+
+def _settle(admission: pods.Admission, error: BaseException | None) -> str:
+    job_id, attempt = admission.job.pk, admission.job.attempt
+    try:
+        outcome, retry_in = pods.settle_admission(admission, error)
+    except Exception:  # noqa: BLE001 - retried alone
+        return _alone(job_id, attempt)
+    if retry_in is not None:
+        admit_pods.apply_async((job_id, attempt), countdown=retry_in)  # the chain's next step
+    return outcome
 
 
 @shared_task(name="scheduling.pods.evict", time_limit=60, soft_time_limit=50, **RETRY)

@@ -194,6 +194,9 @@ class ClusterBackend(abc.ABC):
     # True when a job's pods are created only when it is admitted (``start``), not when it is queued: gated
     # pods of queued jobs would count against namespace ResourceQuotas (see docs/kubernetes.md).
     creates_pods_at_admission: bool = False
+    # True when ``start`` touches no database and may run on several threads at once (a worker overlaps the
+    # API calls of a message's admissions); False runs each start on the calling thread, one after another.
+    overlapping_starts: bool = False
     # Seconds of a job's runtime that pass per wall-clock second on this cluster: 1 on a real cluster, the
     # simulated cluster's SIM_SPEEDUP in the demo. Estimates in runtime seconds are shown divided by it.
     speedup: float = 1.0

@@ -77,6 +77,7 @@ def kubernetes_backend(cluster="default", **overrides):
         "flavors": flavor_rules(),
         "qps": settings.KUBE_QPS,
         "burst": settings.KUBE_BURST,
+        "connections": settings.KUBE_CONNECTIONS,
         "routes": RouteConfig(url=settings.SESSION_URL, auth_url=settings.SESSION_AUTH_URL or settings.PORTAL_URL,
                               portal_url=settings.PORTAL_URL, ingress_class=settings.SESSION_INGRESS_CLASS),
     }

@@ -8,11 +8,20 @@ cancelled job), so running it twice is harmless. Cluster errors are raised for t
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from django.utils import timezone
 
 from scheduling.backends import get_backend
-from scheduling.backends.base import ClusterUnavailable, EvictionOutcome, InvalidPodSpec, QuotaExceeded
+from scheduling.backends.base import (
+    BackendError,
+    ClusterBackend,
+    ClusterUnavailable,
+    EvictionOutcome,
+    InvalidPodSpec,
+    PodSet,
+    QuotaExceeded,
+)
 from scheduling.core import reasons
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, PreemptionVictim
 from scheduling.services import clusters, logs, namespace_quotas
@@ -57,6 +66,28 @@ def create_pods(*, job_id: int, attempt: int) -> str:
     return "created"
 
 
+@dataclass
+class Admission:
+    """One admitted attempt's start, checked and claimed on the caller's thread: the job as re-read, its
+    cluster's backend, the quota try it holds and the pod set to create. ``run`` makes the API calls and touches
+    no database, so a worker may overlap several admissions' runs on other threads (``overlaps``) while every
+    check, claim and state change stays on its own thread and connection."""
+
+    job: Job
+    cluster: Cluster
+    backend: ClusterBackend
+    claim: namespace_quotas.QuotaTry
+    podset: PodSet
+    fresh: bool
+
+    @property
+    def overlaps(self) -> bool:
+        return self.backend.overlapping_starts
+
+    def run(self) -> None:
+        self.backend.start(self.podset, tuple(self.job.placement), fresh=self.fresh)
+
+
 def admit_pods(*, job_id: int, attempt: int, fresh: bool) -> tuple[str, float | None]:
     """Start the admitted attempt's pods on its placement (create what is missing, ungate). ``fresh``: the
     cycle's own first try, when the backend may create without reading first; retries and the reconciler
@@ -64,31 +95,55 @@ def admit_pods(*, job_id: int, attempt: int, fresh: bool) -> tuple[str, float | 
 
     Returns the outcome and, when a namespace quota refused the pods, the seconds until the attempt's one
     retry chain tries again (the caller schedules that try)."""
+    admission = claim_admission(job_id=job_id, attempt=attempt, fresh=fresh)
+    if isinstance(admission, str):
+        return admission, None
+    try:
+        admission.run()
+    except BackendError as exc:
+        return settle_admission(admission, exc)
+    return settle_admission(admission, None)
+
+
+def claim_admission(*, job_id: int, attempt: int, fresh: bool) -> Admission | str:
+    """Check that the attempt is still admitted (not requeued because its node or cluster went, not cancelled)
+    and take its quota try: the :class:`Admission` to run, or the outcome when there is nothing to start
+    ("stale", or "backing_off" when this attempt's one retry chain has its next try later: no second chain)."""
     job = _job(job_id, attempt, (JobState.ADMITTED,))
     if job is None:
-        return "stale", None
+        return "stale"
     cluster = clusters.cluster_of(job)  # the cluster the admission bound this attempt to
     backend = get_backend(cluster)
     claim = namespace_quotas.quota_try(job=job, now=timezone.now())
     if claim is None:
-        return "backing_off", None  # this attempt's one retry chain has its next try later: no second chain
-    try:
-        backend.start(clusters.podset_for(job), tuple(job.placement), fresh=fresh)
-    except ClusterUnavailable:
-        namespace_quotas.quota_try_unanswered(claim=claim)
-        raise
-    except QuotaExceeded as exc:
-        _quota_refused(job, exc)
-        return "quota_backoff", namespace_quotas.quota_refused(job=job, cluster=cluster, exc=exc, now=timezone.now())
-    except InvalidPodSpec as exc:
+        return "backing_off"
+    return Admission(job=job, cluster=cluster, backend=backend, claim=claim, podset=clusters.podset_for(job),
+                     fresh=fresh)
+
+
+def settle_admission(admission: Admission, error: BaseException | None) -> tuple[str, float | None]:
+    """What the admission's run came to (``error`` None: it started), on the claiming thread: the outcome and,
+    after a namespace quota refusal, the seconds until the retry chain's next try. An error to retry (the
+    cluster unreachable, any other backend error) is raised again, its quota try given back first when the
+    cluster never answered."""
+    job = admission.job
+    if error is None:
+        namespace_quotas.quota_admitted(job=job)
+        return "admitted", None
+    if isinstance(error, ClusterUnavailable):
+        namespace_quotas.quota_try_unanswered(claim=admission.claim)
+    elif isinstance(error, QuotaExceeded):
+        _quota_refused(job, error)
+        return "quota_backoff", namespace_quotas.quota_refused(job=job, cluster=admission.cluster, exc=error,
+                                                               now=timezone.now())
+    elif isinstance(error, InvalidPodSpec):
         # The cluster refuses these pods as they are (a missing namespace, a stricter PodSecurity level):
         # retrying cannot help, so the job fails with the API server's reason and gives its GPUs back. Any pod
         # of a gang created before the refusal is an orphan the reconciler deletes.
         finish(job=job, state=JobState.FAILED, exit_code=None, reason="InvalidPodSpec",
-               message=f"the cluster refused the job's pods: {exc}"[:500], finished_at=None)
+               message=f"the cluster refused the job's pods: {error}"[:500], finished_at=None)
         return "refused", None
-    namespace_quotas.quota_admitted(job=job)
-    return "admitted", None
+    raise error
 
 
 def _quota_refused(job: Job, exc: Exception) -> None:

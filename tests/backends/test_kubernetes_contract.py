@@ -442,3 +442,35 @@ def test_client_side_rate_limit_spaces_out_requests(kube_fake, sleeps, make_pods
     backend = KubernetesBackend(host=kube_fake.url, qps=5, burst=2, sleep=sleeps)
     backend.ensure_pods(make_podset(pods=3))  # 4 POSTs (the gang's Service, 3 pods) with a burst of 2 at 5 qps
     assert len(sleeps) >= 1 and sum(sleeps) == pytest.approx(0.6, abs=0.25)
+
+
+def test_the_client_keeps_as_many_connections_as_it_is_told(kube_fake):
+    # Overlapping admissions need one kept connection each: beyond urllib3's pool size (5 per CPU by default)
+    # every request would open and close a connection of its own (a TLS handshake each on a real cluster).
+    backend = KubernetesBackend(host=kube_fake.url, qps=0, connections=48)
+    try:
+        assert backend.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] == 48
+    finally:
+        backend.close()
+
+
+def test_the_rate_limit_paces_concurrent_callers_without_holding_them_in_line():
+    import threading
+
+    from scheduling.backends.kube.client import TokenBucket
+
+    met = threading.Barrier(3, timeout=10)
+    clock = [0.0]
+
+    def sleep(seconds):  # each caller waits for its own token: all three wait at the same time (else: broken)
+        met.wait()
+
+    bucket = TokenBucket(qps=10, burst=1, clock=lambda: clock[0], sleep=sleep)
+    bucket.acquire()  # the burst is spent
+    waits = []
+    threads = [threading.Thread(target=lambda: waits.append(bucket.acquire())) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(waits) == 3 and -bucket._tokens == pytest.approx(3.0)  # 0.1, 0.2 and 0.3 s: paced at 10/s

@@ -60,8 +60,9 @@ own rules (gates, affinity, cordons, taints, capacity).
 
 Fault injection: :meth:`FakeKube.fail_next` (N requests answer e.g. 500), :meth:`FakeKube.hang_next` (N
 requests hang past the client's timeout, then are dropped or applied), :meth:`FakeKube.race_next` (run a
-concurrent write just before N requests, e.g. to make a read stale). Every request is recorded in
-``FakeKube.requests``.
+concurrent write just before N requests, e.g. to make a read stale), :meth:`FakeKube.meet_next` (N requests
+held until all N are in flight at once: a client that does not overlap them gets 503s). Every request is
+recorded in ``FakeKube.requests``.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ class SchedulingError(AssertionError):
 
 @dataclass
 class Fault:
-    kind: str  # "status" | "hang" | "race"
+    kind: str  # "status" | "hang" | "race" | "meet"
     remaining: int
     method: str | None = None
     path: str | None = None  # regex searched in the path
@@ -185,6 +186,7 @@ class Fault:
     then: str = "drop"  # for hangs: "drop" (never applied) or "apply" (applied after the hang)
     action: Callable[[FakeKube], None] | None = None
     skip: int = 0  # let this many matching requests through first
+    barrier: threading.Barrier | None = None  # for "meet": the requests wait for each other on it
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or self.method == method) and (self.path is None or re.search(self.path, path))
@@ -344,6 +346,14 @@ class FakeKube:
         with self.lock:
             self.faults.append(Fault("race", n, method, path, action=action))
 
+    def meet_next(self, n: int, *, seconds: float = 10.0, method: str | None = None,
+                  path: str | None = None) -> None:
+        """The next N matching requests are held until all N are in flight at once, then answered as usual:
+        proof that a client overlaps them. A client that sends them one after another fails instead of hanging:
+        after ``seconds`` the waiting request, and every later one of the N, answers 503."""
+        with self.lock:
+            self.faults.append(Fault("meet", n, method, path, seconds=seconds, barrier=threading.Barrier(n)))
+
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self.lock:
             for fault in self.faults:
@@ -439,6 +449,13 @@ class FakeKube:
                 return Response(504, drop=True)
             if fault.kind == "race" and fault.action is not None:
                 fault.action(self)
+            if fault.kind == "meet" and fault.barrier is not None:
+                try:
+                    fault.barrier.wait(fault.seconds)
+                except threading.BrokenBarrierError:
+                    return Response(503, ApiFailure(503, "ServiceUnavailable", (
+                        f"injected fault: {fault.barrier.parties} requests were to be in flight at once; they "
+                        f"did not all arrive within {fault.seconds} s")).status())
         response = self._route(method, path, query, payload, content_type)
         if fault is not None and fault.kind == "hang":  # applied, but the answer never arrives
             self.closing.wait(fault.seconds)

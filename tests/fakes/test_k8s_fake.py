@@ -488,6 +488,19 @@ def test_fault_injection_hooks(kube_fake, core, created):
     assert kube_fake.count("GET", "/pods/p$") == 6
 
 
+def test_meet_next_answers_requests_in_flight_together_and_fails_one_alone(kube_fake, core, created):
+    from concurrent.futures import ThreadPoolExecutor
+
+    kube_fake.meet_next(3, method="GET", path="/pods/p$")
+    with ThreadPoolExecutor(3) as pool:  # the client's pool keeps one connection per thread in flight
+        assert list(pool.map(lambda _: call(core.read_namespaced_pod, "p", NS)[0], range(3))) == [200] * 3
+    kube_fake.meet_next(2, seconds=0.2, method="GET", path="/pods/p$")
+    status, body = call(core.read_namespaced_pod, "p", NS)  # alone: the other never comes
+    assert status == 503 and "in flight at once" in body["message"]
+    assert call(core.read_namespaced_pod, "p", NS)[0] == 503  # the meeting is off: no second wait
+    assert call(core.read_namespaced_pod, "p", NS)[0] == 200
+
+
 def test_logs_need_a_started_container(kube_fake, core, created):
     assert call(core.read_namespaced_pod_log, "p", NS)[0] == 400
 

@@ -295,6 +295,30 @@ def test_a_job_starts_with_one_call_per_pod_and_binds_to_its_placement(backend, 
         wait_for(lambda i=i: read(core, gang.pod_name(i)).spec.node_name == node, timeout=60, what="gang bound")
 
 
+def test_starts_overlapped_through_one_backend_create_each_pod_once_and_adopt_on_a_second_run(backend, core, node):
+    """What a pod worker does with a message's admissions: several starts at once on threads sharing one client
+    (its connection pool and rate limit), then the same starts again at once, as when the message is delivered
+    a second time after a worker died: the second run adopts what exists (409 AlreadyExists), no duplicate."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sets = [podset() for _ in range(6)] + [podset(pods=2)]
+
+    def start_all():
+        with ThreadPoolExecutor(len(sets)) as pool:
+            return list(pool.map(lambda ps: backend.start(ps, (node,) * ps.pods), sets))
+
+    assert [set(r.values()) for r in start_all()] == [{"created"}] * len(sets)
+    assert [set(r.values()) <= {"adopted", "running"} for r in start_all()] == [True] * len(sets)
+    ids = ",".join(str(ps.job_id) for ps in sets)
+    names = sorted(p.metadata.name for p in core.list_namespaced_pod(
+        NS, label_selector=f"gpu-portal.io/job-id in ({ids})").items)
+    assert names == sorted(ps.pod_name(i) for ps in sets for i in range(ps.pods))
+    for ps in sets:
+        for i in range(ps.pods):
+            wait_for(lambda ps=ps, i=i: read(core, ps.pod_name(i)).spec.node_name == node, timeout=60,
+                     what="bound")
+
+
 def test_quota_admission_comes_before_already_exists_and_start_reads_then_decides(backend, core, node):
     """A real API server answers a duplicate create 403 (not 409) once the namespace quota is full: the
     backend must not learn about existence by POSTing, and must adopt the pod all the same."""

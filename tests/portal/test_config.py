@@ -31,6 +31,12 @@ def test_cross_checks():
     assert any("WHATIF_MAX_JOBS" in p for p in exc.value.problems)
 
 
+def test_admissions_need_at_least_one_at_a_time_and_one_connection():
+    with pytest.raises(config.ConfigError) as exc:
+        config.load({"ADMIT_CONCURRENCY": "0", "KUBE_CONNECTIONS": "-1"})
+    assert exc.value.problems == ["ADMIT_CONCURRENCY and KUBE_CONNECTIONS must be positive."]
+
+
 def test_secrets_are_masked():
     rows = dict((n, v) for n, v, _ in config.describe(config.load({"DATABASE_URL": "postgres://u:pw@h/db"})))
     assert rows["DATABASE_URL"] == "***"

@@ -70,7 +70,7 @@ def test_a_cycle_ungates_its_admissions_in_few_messages_and_a_failure_is_retried
     lab, submit, monkeypatch, django_capture_on_commit_callbacks
 ):
     from scheduling import tasks
-    from scheduling.services import cycle
+    from scheduling.services import cycle, pods
 
     jobs = [submit(lab.alice, name=f"a{i}", gpus=1) for i in range(5)]
     monkeypatch.setattr(cycle, "ADMIT_BATCH", 2)
@@ -78,15 +78,15 @@ def test_a_cycle_ungates_its_admissions_in_few_messages_and_a_failure_is_retried
         assert run_cycle().admitted == 5
     # 2 + 2 + 1 admissions, not one message per admitted job; and one message for all their notifications
     assert len(callbacks) == 3 + 1
-    real, retried = tasks._admit, []
+    real, retried = pods.Admission.run, []
 
-    def flaky(job_id, attempt, *, fresh):
-        assert fresh  # the cycle's own first try: create without reading first
-        if job_id == jobs[1].pk:
+    def flaky(admission):
+        assert admission.fresh  # the cycle's own first try: create without reading first
+        if admission.job.pk == jobs[1].pk:
             raise tasks.BackendError("apiserver hiccup")
-        return real(job_id, attempt, fresh=fresh)
+        return real(admission)
 
-    monkeypatch.setattr(tasks, "_admit", flaky)
+    monkeypatch.setattr(pods.Admission, "run", flaky)
     monkeypatch.setattr(tasks.admit_pods, "delay", lambda j, a: retried.append((j, a)))
     outcome = tasks.admit_pods_many([[j.pk, j.attempt] for j in jobs])
     assert outcome == {"admitted": 4, "retrying": 1} and retried == [(jobs[1].pk, 1)]

@@ -43,3 +43,4 @@ class KubernetesBackend(PodCreation, PodEviction, InventoryReader, PodLogs, Prio
     """
 
     creates_pods_at_admission = True
+    overlapping_starts = True  # HTTP only, through one thread-safe client and rate limit per process

@@ -97,12 +97,16 @@ def build_api_client(
     context: str | None = None,
     in_cluster: bool | None = None,
     host: str | None = None,
+    connections: int | None = None,
 ) -> k8s.ApiClient:
     """An ``ApiClient`` from (first match): an explicit client; ``host`` (tests, the fake API, no auth); an
     explicit kubeconfig path; a kubeconfig already parsed (read from an environment variable); in-cluster
     service-account config; the default kubeconfig (``$KUBECONFIG``).
 
     Clients built here do not retry silently (urllib3 ``retries=False``): a dead API server surfaces at once.
+    ``connections``: how many HTTP connections the client keeps open (urllib3's pool size; the library's default
+    is 5 per CPU): requests beyond it still go out at once, but each on a connection opened and closed for it
+    (a TLS handshake each), so it should cover the calls a process makes at once (overlapping admissions).
     """
     if api_client is not None:
         return api_client
@@ -118,6 +122,8 @@ def build_api_client(
     else:
         k8s_config.load_kube_config(context=context, client_configuration=cfg)
     cfg.retries = False
+    if connections is not None:
+        cfg.connection_pool_maxsize = max(1, int(connections))
     return k8s.ApiClient(cfg)
 
 

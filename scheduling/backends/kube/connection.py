@@ -49,8 +49,9 @@ class KubeConnection:
         context: str | None = None,
         in_cluster: bool | None = None,
         flavors: Sequence[FlavorRule] = (),
-        qps: float = 20.0,
-        burst: int = 40,
+        qps: float = 50.0,
+        burst: int = 100,
+        connections: int = 32,
         timeout_s: float = 10.0,
         connect_timeout_s: float = 3.0,
         watch_timeout_s: int = 300,
@@ -65,7 +66,7 @@ class KubeConnection:
         self.name = name
         self.api_client = build_api_client(
             api_client=api_client, host=host, kubeconfig=kubeconfig, kubeconfig_dict=kubeconfig_dict,
-            context=context, in_cluster=in_cluster,
+            context=context, in_cluster=in_cluster, connections=connections,
         )
         self.core = k8s.CoreV1Api(self.api_client)
         self.policy = k8s.PolicyV1Api(self.api_client)
@@ -82,7 +83,6 @@ class KubeConnection:
         self.sleep = sleep
         self.call = KubeCaller(TokenBucket(qps, burst, sleep=sleep), connect_timeout_s=connect_timeout_s,
                                timeout_s=timeout_s)
-
 
     def close(self) -> None:
         self.api_client.close()
