@@ -49,6 +49,15 @@ def _may_grant(actor, role: str) -> None:
         raise Forbidden("Only platform admins can grant or change the platform-admin role.")
 
 
+def _admin_site_access(user, role: str | None) -> None:
+    """Platform admins may open the Django admin (read-only lookups, break-glass user accounts); the access
+    follows the role both ways, so a demoted or removed platform admin loses it with the role."""
+    allowed = role == Role.PLATFORM_ADMIN
+    if (user.is_staff, user.is_superuser) != (allowed, allowed):
+        user.is_staff = user.is_superuser = allowed
+        user.save(update_fields=["is_staff", "is_superuser"])
+
+
 def member_add(*, department: Department, actor, username: str, role: str = Role.RESEARCHER,
                user_tier: str = UserTier.STANDARD, email: str = "", comment: str = "") -> Membership:
     _check_choices(role, user_tier)
@@ -86,6 +95,8 @@ def member_add(*, department: Department, actor, username: str, role: str = Role
                 m = Membership.objects.create(user=user, department=department, role=role, user_tier=user_tier)
         except IntegrityError:
             raise Conflict(f"{username} was added at the same moment by someone else.")
+        if role == Role.PLATFORM_ADMIN:
+            _admin_site_access(user, role)
         audit(actor=actor, action="membership.add", obj=m, department=department, new=_values(m),
               comment=(comment + (" (new account)" if created else "")).strip())
     return m
@@ -119,6 +130,8 @@ def member_change(*, membership: Membership, actor, role: str | None = None, use
             m.user_tier = user_tier
         if _values(m) != old:
             m.save(update_fields=["role", "user_tier"])
+            if m.role != old["role"]:
+                _admin_site_access(m.user, m.role)
             audit(actor=actor, action="membership.change", obj=m, department=m.department, old=old,
                   new=_values(m), comment=comment)
     return m
@@ -144,3 +157,4 @@ def member_remove(*, membership: Membership, actor, comment: str = "") -> None:
             limit.delete()
         audit(actor=actor, action="membership.remove", obj=m, department=m.department, old=old, comment=comment)
         m.delete()
+        _admin_site_access(m.user, None)
