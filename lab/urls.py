@@ -11,6 +11,7 @@ urlpatterns = [
     path("departments/<slug:slug>/", views.department, name="department"),
     path("departments/<slug:slug>/members/<str:username>", views.member_change, name="member_change"),
     path("departments/<slug:slug>/members/<str:username>/remove", views.member_remove, name="member_remove"),
+    path("departments/<slug:slug>/members/<str:username>/invite", views.member_invite, name="member_invite"),
     path("departments/<slug:slug>/archive", views.archive, name="archive"),
     path("departments/<slug:slug>/restore", views.restore, name="restore"),
     path("departments/<slug:slug>/quota", quota_pages.quota, name="quota"),

@@ -21,7 +21,7 @@ from lab.api.serializers import (
 )
 from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from lab.quota_pages import QUOTA_INPUTS, whatif_link
-from lab.services import departments, members
+from lab.services import departments, invitations, members
 from portal.errors import Forbidden, NotFound, PortalError
 from portal.forms import (
     act_and_flash,
@@ -80,10 +80,13 @@ def home(request):
 
 
 def _department_context(request, dept: Department, m) -> dict:
+    rows = list(Membership.objects.restrict(request.user, VIEW).filter(department=dept).select_related("user")
+                .order_by("user__username"))
+    invited = invitations.invited_at(dept)
+    for row in rows:
+        row.invited_at = invited.get(row.user.username)
     return {
-        "membership": m, "department": dept,
-        "members": Membership.objects.restrict(request.user, VIEW).filter(department=dept)
-        .select_related("user").order_by("user__username"),
+        "membership": m, "department": dept, "members": rows,
         "quotas": Quota.objects.restrict(request.user, VIEW).filter(department=dept).select_related("flavor",
                                                                                                   "cluster"),
         "requests": QuotaChangeRequest.objects.restrict(request.user, VIEW).filter(department=dept)
@@ -91,6 +94,7 @@ def _department_context(request, dept: Department, m) -> dict:
         "can_change": Department.objects.permits(request.user, dept, CHANGE),
         "roles": [(v, label) for v, label in Role.choices if m.is_platform_admin or v != Role.PLATFORM_ADMIN],
         "tiers": UserTier.choices,
+        "invitations": invitations.needed(),
     }
 
 
@@ -119,8 +123,10 @@ def department(request, slug: str):
                                                  message="Only the department's admins add members.")
 
             def apply(data):
-                added = members.member_add(department=dept, actor=request.user, **data)
-                messages.success(request, f"{added.user.username} added to {slug} as {added.get_role_display()}.")
+                added = members.member_add(department=dept, actor=request.user, invite=True, **data)
+                invited = f" and invited by e-mail ({added.user.email})" if added.invited else ""
+                messages.success(request, f"{added.user.username} added to {slug} as {added.get_role_display()}"
+                                          f"{invited}.")
 
             errors = submit_form(MemberCreateSerializer, form_payload(
                 request.POST, ("username", "email", "role", "user_tier", "comment")), apply)
@@ -157,6 +163,19 @@ def member_change(request, slug: str, username: str):
 
     return _member_post(request, slug, submit_form(MemberUpdateSerializer,
                                                form_payload(request.POST, ("role", "user_tier", "comment")), apply))
+
+
+@login_required
+@require_POST
+def member_invite(request, slug: str, username: str):
+    """Send a member who never signed in their invitation to choose a password again."""
+    target = _membership(request, slug, username)
+    try:
+        members.member_invite_again(membership=target, actor=request.user)
+    except PortalError as exc:
+        return _member_post(request, slug, service_errors(exc))
+    messages.success(request, f"Invitation sent again to {username} ({target.user.email}).")
+    return redirect("lab:department", slug=slug)
 
 
 @login_required

@@ -46,8 +46,8 @@ def test_department_admin_adds_changes_and_removes_members(lab):
     page = c.get("/lab/departments/vision/")
     assert page.status_code == 200 and b"Add a member" in page.content
     assert b'value="platform_admin"' not in page.content  # not a role a department admin can give
-    r = c.post("/lab/departments/vision/", {"action": "add", "username": "newbie", "role": "researcher",
-                                            "user_tier": "pi"})
+    r = c.post("/lab/departments/vision/", {"action": "add", "username": "newbie", "email": "newbie@x.test",
+                                            "role": "researcher", "user_tier": "pi"})
     assert r.status_code == 302 and Membership.objects.get(user__username="newbie").user_tier == "pi"
     r = c.post("/lab/departments/vision/members/newbie", {"role": "department_admin", "user_tier": "senior"})
     assert r.status_code == 302
