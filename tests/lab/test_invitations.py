@@ -163,3 +163,19 @@ def test_the_api_invites_too(lab, client_for, django_capture_on_commit_callbacks
         r = c.post("/api/v1/departments/vision/members", {"username": "zoe", "email": "zoe@uni.example"},
                    format="json")
     assert r.status_code == 201 and len(mail.outbox) == 1 and _link(mail.outbox[0])
+
+
+def test_the_link_is_never_stored_and_no_webhook_or_preference_can_take_the_invitation(
+        lab, client_for, django_capture_on_commit_callbacks):
+    from notifications.models import Event
+
+    _add(_client(lab.vadmin), django_capture_on_commit_callbacks, username="zoe", email="zoe@uni.example")
+    token = _link(mail.outbox[0]).rstrip("/").rsplit("/", 1)[1]
+    event = Event.objects.get(kind="account.invited")
+    assert token not in str(event.data) and "token" not in event.data
+    c = client_for(lab.vadmin)
+    r = c.post("/api/v1/notifications/webhooks", {"url": "https://hooks.example.org/x", "scope": "department",
+                                                  "kinds": ["account.invited"]}, format="json")
+    assert r.status_code == 400 and "kinds.0" in r.json()["error"]["fields"]
+    kinds = {p["kind"] for p in c.get("/api/v1/notifications/preferences").json()["preferences"]}
+    assert "account.invited" not in kinds and "job.failed" in kinds
