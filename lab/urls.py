@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from lab import limit_pages, views, workload_pages
+from lab import limit_pages, quota_pages, views, workload_pages
 
 app_name = "lab"
 
@@ -11,9 +11,10 @@ urlpatterns = [
     path("departments/<slug:slug>/", views.department, name="department"),
     path("departments/<slug:slug>/members/<str:username>", views.member_change, name="member_change"),
     path("departments/<slug:slug>/members/<str:username>/remove", views.member_remove, name="member_remove"),
+    path("departments/<slug:slug>/members/<str:username>/invite", views.member_invite, name="member_invite"),
     path("departments/<slug:slug>/archive", views.archive, name="archive"),
     path("departments/<slug:slug>/restore", views.restore, name="restore"),
-    path("departments/<slug:slug>/quota", views.quota, name="quota"),
+    path("departments/<slug:slug>/quota", quota_pages.quota, name="quota"),
     path("departments/<slug:slug>/limits", limit_pages.limits, name="limits"),
     path("quota-requests/", views.quota_requests, name="quota_requests"),
     path("quota-requests/<int:pk>/approve", views.quota_request_approve, name="quota_request_approve"),

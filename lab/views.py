@@ -9,12 +9,9 @@ tenancy gate: another department is a 404, a missing role a 403.
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from lab.api.serializers import (
@@ -23,7 +20,8 @@ from lab.api.serializers import (
     MemberUpdateSerializer,
 )
 from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
-from lab.services import departments, members
+from lab.quota_pages import QUOTA_INPUTS, whatif_link
+from lab.services import departments, invitations, members
 from portal.errors import Forbidden, NotFound, PortalError
 from portal.forms import (
     act_and_flash,
@@ -39,9 +37,7 @@ from portal.tenancy import ADMIN, CHANGE, VIEW, member, require_role
 from quotas import selectors as quota_selectors
 from quotas.api.views import (
     FlavorInputSerializer,
-    QuotaRequestCreateSerializer,
     QuotaRequestDecisionSerializer,
-    QuotaUpdateSerializer,
 )
 from quotas.models import Flavor, Quota, QuotaChangeRequest
 from quotas.services import flavors as flavor_services
@@ -51,7 +47,6 @@ from scheduling.api.clusters import ClusterCreateSerializer, ClusterUpdateSerial
 from scheduling.models import Cluster
 from scheduling.services import cluster_config
 
-QUOTA_INPUTS = ("nominal", "borrowing_limit", "lending_limit")
 CLUSTER_FORM_FIELDS = ("name", "backend", "is_default", "state", "cost_rank", "kubeconfig", "kubeconfig_env",
                        "context", "in_cluster", "namespace_template")
 
@@ -85,10 +80,13 @@ def home(request):
 
 
 def _department_context(request, dept: Department, m) -> dict:
+    rows = list(Membership.objects.restrict(request.user, VIEW).filter(department=dept).select_related("user")
+                .order_by("user__username"))
+    invited = invitations.invited_at(dept)
+    for row in rows:
+        row.invited_at = invited.get(row.user.username)
     return {
-        "membership": m, "department": dept,
-        "members": Membership.objects.restrict(request.user, VIEW).filter(department=dept)
-        .select_related("user").order_by("user__username"),
+        "membership": m, "department": dept, "members": rows,
         "quotas": Quota.objects.restrict(request.user, VIEW).filter(department=dept).select_related("flavor",
                                                                                                   "cluster"),
         "requests": QuotaChangeRequest.objects.restrict(request.user, VIEW).filter(department=dept)
@@ -96,6 +94,7 @@ def _department_context(request, dept: Department, m) -> dict:
         "can_change": Department.objects.permits(request.user, dept, CHANGE),
         "roles": [(v, label) for v, label in Role.choices if m.is_platform_admin or v != Role.PLATFORM_ADMIN],
         "tiers": UserTier.choices,
+        "invitations": invitations.needed(),
     }
 
 
@@ -124,8 +123,10 @@ def department(request, slug: str):
                                                  message="Only the department's admins add members.")
 
             def apply(data):
-                added = members.member_add(department=dept, actor=request.user, **data)
-                messages.success(request, f"{added.user.username} added to {slug} as {added.get_role_display()}.")
+                added = members.member_add(department=dept, actor=request.user, invite=True, **data)
+                invited = f" and invited by e-mail ({added.user.email})" if added.invited else ""
+                messages.success(request, f"{added.user.username} added to {slug} as {added.get_role_display()}"
+                                          f"{invited}.")
 
             errors = submit_form(MemberCreateSerializer, form_payload(
                 request.POST, ("username", "email", "role", "user_tier", "comment")), apply)
@@ -162,6 +163,19 @@ def member_change(request, slug: str, username: str):
 
     return _member_post(request, slug, submit_form(MemberUpdateSerializer,
                                                form_payload(request.POST, ("role", "user_tier", "comment")), apply))
+
+
+@login_required
+@require_POST
+def member_invite(request, slug: str, username: str):
+    """Send a member who never signed in their invitation to choose a password again."""
+    target = _membership(request, slug, username)
+    try:
+        members.member_invite_again(membership=target, actor=request.user)
+    except PortalError as exc:
+        return _member_post(request, slug, service_errors(exc))
+    messages.success(request, f"Invitation sent again to {username} ({target.user.email}).")
+    return redirect("lab:department", slug=slug)
 
 
 @login_required
@@ -211,90 +225,6 @@ def restore(request, slug: str):
 
 
 # ------------------------------------------------------------------------------------------ quotas
-
-
-def whatif_link(slug: str, flavor: str, values: dict, cluster: str | None = None) -> str:
-    """The What-if page with this quota change prefilled (it reads ``quota:<dept>:<scope>:<field>``, the scope
-    being the flavor, or ``flavor@cluster`` for a per-cluster quota)."""
-    scope = f"{flavor}@{cluster}" if cluster else flavor
-    query = {f"quota:{slug}:{scope}:{k}": values.get(k, "") for k in QUOTA_INPUTS if k in values}
-    return f"{reverse('dashboard:whatif')}?{urlencode(query)}"
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def quota(request, slug: str):
-    """A quota change for one department: its global quota of a flavor (all clusters) or its quota on one
-    cluster. Platform admins apply it (validated against the installed GPUs, of that cluster for a
-    per-cluster quota; ``oversubscribe`` accepts more, with a warning); department admins file it as a
-    request with a reason."""
-    dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
-                                         message="Only the department's admins can change or request quotas.")
-    m = member(request.user)
-    flavors = list(Flavor.objects.order_by("name"))
-    clusters = list(Cluster.objects.order_by("name"))
-    current = {(q.flavor.name, q.cluster.name if q.cluster else ""): q
-               for q in Quota.objects.filter(department=dept).select_related("flavor", "cluster")}
-    values = request.GET.dict()
-    scope = (values.get("flavor", ""), values.get("cluster", ""))
-    if scope in current and "nominal" not in values:
-        q = current[scope]
-        values.update({k: "" if getattr(q, k) is None else str(getattr(q, k)) for k in QUOTA_INPUTS})
-    errors: dict = {}
-    fields = ("flavor", "cluster", *QUOTA_INPUTS, "oversubscribe")
-    if request.method == "POST":
-        values = request.POST.dict()
-        payload = form_payload(request.POST, fields, integers=QUOTA_INPUTS, nullable=("borrowing_limit",
-                                                                                      "lending_limit"),
-                               checkboxes=("oversubscribe",))
-        cluster_name = payload.pop("cluster", "") or None
-        cluster = next((c for c in clusters if c.name == cluster_name), None)
-        pre = {} if cluster_name is None or cluster else {"cluster": ["Choose a cluster, or all clusters."]}
-        flavor = next((f for f in flavors if f.name == payload.get("flavor")), None)
-        if flavor is None:
-            pre["flavor"] = ["Choose a flavor."]
-        reason = request.POST.get("reason", "").strip()
-        where = f"{slug}/{flavor.name if flavor else ''}" + (f" on {cluster.name}" if cluster else "")
-        if m.is_platform_admin:
-            def apply(data):
-                data = {k: v for k, v in data.items() if k not in ("flavor", "comment")}
-                q = current.get((flavor.name, cluster.name if cluster else ""))
-                if q is None:
-                    q = rules.quota_create(department=dept, flavor=flavor, cluster=cluster, actor=request.user,
-                                           comment=reason, **data)
-                else:
-                    q = rules.quota_set(quota=q, actor=request.user, comment=reason, **data)
-                for w in q.warnings:
-                    messages.warning(request, w)
-                messages.success(request, f"Quota of {where} set: nominal {q.nominal}.")
-
-            payload.pop("flavor", None)
-            errors = submit_form(QuotaUpdateSerializer, payload, apply, pre)
-        else:
-            def apply(data):
-                req = quota_requests_service.quota_request_create(
-                    department=dept, actor=request.user, flavor=flavor, cluster=cluster,
-                    **{k: v for k, v in data.items() if k not in ("department", "flavor", "cluster")})
-                messages.success(request, f"Quota request {req.pk} ({where}) filed: a platform admin decides it.")
-
-            payload.update(department=slug, reason=reason)
-            errors = submit_form(QuotaRequestCreateSerializer, payload, apply, pre)
-        if not errors:
-            return redirect("lab:department", slug=slug)
-    link = None
-    if values.get("flavor") and values.get("nominal"):
-        link = whatif_link(slug, values["flavor"], values, values.get("cluster") or None)
-    capacity = {f.name: rules.flavor_capacity(f) for f in flavors}
-    # each flavor's global quota (all clusters), then the department's quotas of it on one cluster
-    per_cluster = sorted((key, q) for key, q in current.items() if key[1])  # keys are unique: q never compared
-    rows = []
-    for f in flavors:
-        rows.append((f, "", current.get((f.name, "")), capacity[f.name]))
-        rows += [(f, c, q, rules.flavor_capacity(f, q.cluster)) for (name, c), q in per_cluster if name == f.name]
-    return render_form(request, "lab/quota.html", {
-        "membership": m, "department": dept, "flavors": flavors, "clusters": clusters, "current": current,
-        "values": values, "capacity": capacity, "whatif": link, "rows": rows,
-        "several_clusters": len(clusters) > 1}, errors)
 
 
 @login_required

@@ -22,6 +22,10 @@ class Kind:
     webhook: bool  # on by default for the user's own webhook
     link: str = "/jobs/{job_id}/"  # the page it points to, below PORTAL_URL
     department_webhook: bool = False  # a department's webhook receives it by default
+    # An account's own mail (an invitation to set a password): e-mailed to its user whatever the preferences,
+    # never to a webhook, not among the preferences, and without an unsubscribe link. Its link may name
+    # ``{uidb64}`` and ``{token}``: a set-password token made when the e-mail is sent, never stored.
+    essential: bool = False
 
 
 _JOB = "Job {job_id} ({job_name})"
@@ -78,5 +82,15 @@ KINDS: tuple[Kind, ...] = (
          email=True, webhook=True, link="/budgets/approvals/", department_webhook=True),
 )
 
-BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
-NAMES: tuple[str, ...] = tuple(BY_NAME)
+# Essential kinds: not in KINDS, which lists what users and department webhooks choose among.
+ESSENTIAL: tuple[Kind, ...] = (
+    Kind("account.invited", "Invitation to the portal", "a member added without single sign-on",
+         "You are invited to the GPU portal ({department})",
+         "{actor} added you to {department_name} ({department}) as {role}. Your user name is {username}.\n\n"
+         "Choose your password with the link below; it works once, within {valid_days} day(s). If it has expired, "
+         "ask a department admin to send the invitation again.",
+         email=True, webhook=False, link="/accounts/set-password/{uidb64}/{token}/", essential=True),
+)
+
+BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS + ESSENTIAL}
+NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)

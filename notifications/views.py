@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods
 
 from notifications import selectors
 from notifications.api.serializers import PreferencesInputSerializer
-from notifications.kinds import BY_NAME
+from notifications.kinds import BY_NAME, NAMES
 from notifications.models import Webhook
 from notifications.services import preferences
 from portal.errors import ValidationFailed
@@ -27,7 +27,7 @@ def preferences_page(request):
     status = 200
     if request.method == "POST":
         payload = {"preferences": [{"kind": kind, **{c: f"{c}:{kind}" in request.POST for c in CHANNELS}}
-                                   for kind in BY_NAME]}
+                                   for kind in NAMES]}
         s = PreferencesInputSerializer(data=payload)
         if s.is_valid():
             preferences.preferences_set(user=request.user, items=s.validated_data["preferences"])

@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from portal import metrics as portal_metrics
 from portal import sso
 from portal import views as portal_views
+from portal.accounts import SetPasswordView
 
 # Each app's API under /api/v1/ (one namespace, "v1"), each app's pages under its own namespace.
 api_v1 = [
@@ -26,7 +27,8 @@ api_v1 = [
 PUBLIC_URL_NAMES = {"healthz", "readyz", "login", "schema", "swagger-ui", "redoc",
                     "prometheus-django-metrics", "favicon", "oidc_authentication_init",
                     "oidc_authentication_callback",
-                    "unsubscribe"}  # an e-mail's unsubscribe link: its signed token is the credential
+                    "unsubscribe",  # an e-mail's unsubscribe link: its signed token is the credential
+                    "set_password"}  # an invitation's link: Django's one-time password-reset token is the credential
 
 urlpatterns = [
     path("healthz", portal_views.healthz, name="healthz"),
@@ -34,6 +36,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("portal/favicon.svg"), permanent=True), name="favicon"),
     path("readyz", portal_views.readyz, name="readyz"),
     path("login/", auth_views.LoginView.as_view(template_name="portal/login.html"), name="login"),
+    path("accounts/set-password/<uidb64>/<token>/", SetPasswordView.as_view(), name="set_password"),
     path("logout/", sso.logout, name="logout"),  # and out of the identity provider (portal/sso.py)
     # Single sign-on (portal/sso.py): 404 unless configured.
     path("oidc/authenticate/", sso.start, name="oidc_authentication_init"),

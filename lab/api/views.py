@@ -84,7 +84,7 @@ class MemberListView(APIView):
         dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
                                              message="Only the department's admins can add members.")
         body = validated(MemberCreateSerializer, request.data)
-        m = members.member_add(department=dept, actor=request.user, **body)
+        m = members.member_add(department=dept, actor=request.user, invite=True, **body)
         return Response(MemberSerializer(m).data, status=status.HTTP_201_CREATED)
 
 

@@ -28,7 +28,7 @@ from lab.services import members as member_services
 from lab.services.export import dump, export_lab
 from lab.services.labfile_workloads import WorkloadSections, _diff, _flat_diff, _fmt
 from lab.services.shape import LabError, LabFileInvalid, check_shape, decode, line_of, load
-from portal.errors import PortalError
+from portal.errors import PortalError, ValidationFailed
 from portal.models import Department, Membership, Role, SsoGroupMapping, UserTier
 from portal.services import sso as sso_services
 from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, UserLimit, Wallet
@@ -452,10 +452,19 @@ def _set_email(user, email: str) -> None:
 
 
 def _add(dept, actor, want, m):
+    env = m.get("password_env")
+    if env and not os.environ.get(env):
+        user = get_user_model().objects.filter(username=m["user"]).first()
+        if user is None or not user.has_usable_password():
+            # The file asked for a local password and none can be set: the account could not sign in (without
+            # single sign-on), which nobody would notice until its owner tried. An account that has a password
+            # already keeps it, so an exported file applies without the variable, as secrets do.
+            raise ValidationFailed(fields={"password_env": [{
+                "code": "unset", "message": f"environment variable {env} is not set (or empty): the password of "
+                                           "an account without one is read from it"}]})
     membership = member_services.member_add(department=dept, actor=actor, username=m["user"],
                                             email=m.get("email") or "", role=want["role"],
                                             user_tier=want["user_tier"], comment="lab file")
-    env = m.get("password_env")
     user = membership.user
     if env and os.environ.get(env) and not user.has_usable_password():
         user.set_password(os.environ[env])  # given by the environment, never written in the file

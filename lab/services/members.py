@@ -8,8 +8,9 @@ Who may do what (the caller has already passed the tenancy gate for the departme
   not lose its last admin by a slip; another admin or a platform admin does it).
 
 A new account gets an unusable password: it signs in through single sign-on (linked by its ``email`` when
-the provider verifies that address, never by the user name: portal/sso.py), or a platform admin sets a
-password (``manage.py changepassword``). A user belongs to one department at a time.
+the provider verifies that address, never by the user name: portal/sso.py), or, without single sign-on, it is
+invited to choose one by e-mail (the pages and the API: lab/services/invitations.py), or the lab file's
+``password_env`` gives it one. A user belongs to one department at a time.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 
+from lab.services import invitations
 from portal.audit import audit
 from portal.errors import Conflict, Forbidden, ValidationFailed
 from portal.models import Department, Membership, Role, UserTier
@@ -43,14 +45,30 @@ def _check_choices(role: str | None, user_tier: str | None) -> None:
         raise ValidationFailed(fields=errors)
 
 
+def _exists(username: str) -> bool:
+    return get_user_model().objects.filter(username=username).exists()
+
+
 def _may_grant(actor, role: str) -> None:
     m = membership_of(actor) if actor is not None else None
     if role == Role.PLATFORM_ADMIN and actor is not None and not (m and m.is_platform_admin):
         raise Forbidden("Only platform admins can grant or change the platform-admin role.")
 
 
+def _admin_site_access(user, role: str | None) -> None:
+    """Platform admins may open the Django admin (read-only lookups, break-glass user accounts); the access
+    follows the role both ways, so a demoted or removed platform admin loses it with the role."""
+    allowed = role == Role.PLATFORM_ADMIN
+    if (user.is_staff, user.is_superuser) != (allowed, allowed):
+        user.is_staff = user.is_superuser = allowed
+        user.save(update_fields=["is_staff", "is_superuser"])
+
+
 def member_add(*, department: Department, actor, username: str, role: str = Role.RESEARCHER,
-               user_tier: str = UserTier.STANDARD, email: str = "", comment: str = "") -> Membership:
+               user_tier: str = UserTier.STANDARD, email: str = "", comment: str = "",
+               invite: bool = False) -> Membership:
+    """``invite``: a new account is sent an invitation to choose its password (lab/services/invitations.py),
+    so without single sign-on it needs an e-mail address. An existing account is never invited."""
     _check_choices(role, user_tier)
     _may_grant(actor, role)
     username = username.strip()
@@ -66,6 +84,8 @@ def member_add(*, department: Department, actor, username: str, role: str = Role
         raise ValidationFailed(fields=errors)
     if department.is_archived:
         raise Conflict(f"{department.slug} is archived: it takes no new members.")
+    if invite and not email and invitations.needed() and not _exists(username):
+        raise invitations.email_required()
     User = get_user_model()
     with transaction.atomic():
         user = User.objects.filter(username=username).first()
@@ -86,8 +106,13 @@ def member_add(*, department: Department, actor, username: str, role: str = Role
                 m = Membership.objects.create(user=user, department=department, role=role, user_tier=user_tier)
         except IntegrityError:
             raise Conflict(f"{username} was added at the same moment by someone else.")
+        if role == Role.PLATFORM_ADMIN:
+            _admin_site_access(user, role)
         audit(actor=actor, action="membership.add", obj=m, department=department, new=_values(m),
               comment=(comment + (" (new account)" if created else "")).strip())
+        m.invited = invite and created and invitations.needed()
+        if m.invited:
+            invitations.invite(membership=m, actor=actor)
     return m
 
 
@@ -96,6 +121,13 @@ def add_on_first_sign_in(*, sender, user, department: Department, role: str, use
     """The membership a first single sign-on asks for (``portal.sso.membership_requested``)."""
     return member_add(department=department, actor=None, username=user.username, role=role, user_tier=user_tier,
                       comment=comment)
+
+
+def member_invite_again(*, membership: Membership, actor) -> None:
+    """Send the invitation to choose a password again (the last one expired, or went astray)."""
+    if membership.role == Role.PLATFORM_ADMIN:
+        _may_grant(actor, Role.PLATFORM_ADMIN)
+    invitations.invite(membership=membership, actor=actor, again=True)
 
 
 def member_change(*, membership: Membership, actor, role: str | None = None, user_tier: str | None = None,
@@ -119,6 +151,8 @@ def member_change(*, membership: Membership, actor, role: str | None = None, use
             m.user_tier = user_tier
         if _values(m) != old:
             m.save(update_fields=["role", "user_tier"])
+            if m.role != old["role"]:
+                _admin_site_access(m.user, m.role)
             audit(actor=actor, action="membership.change", obj=m, department=m.department, old=old,
                   new=_values(m), comment=comment)
     return m
@@ -144,3 +178,4 @@ def member_remove(*, membership: Membership, actor, comment: str = "") -> None:
             limit.delete()
         audit(actor=actor, action="membership.remove", obj=m, department=m.department, old=old, comment=comment)
         m.delete()
+        _admin_site_access(m.user, None)

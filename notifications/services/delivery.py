@@ -24,9 +24,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import default_token_generator
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from notifications.kinds import BY_NAME
 from notifications.models import Channel, Delivery, Event, Webhook
@@ -74,6 +77,13 @@ def _recipients(event: Event) -> list[int]:
 def _expand(event: Event) -> None:
     user_ids = _recipients(event)
     users = {u.pk: u for u in get_user_model().objects.filter(pk__in=user_ids, is_active=True)}
+    kind = BY_NAME.get(event.kind)
+    if kind is not None and kind.essential:  # e-mail only, whatever the preferences
+        Delivery.objects.bulk_create([
+            Delivery(event=event, department_id=event.department_id, channel=Channel.EMAIL, user_id=uid,
+                     key=f"{event.pk}:{Channel.EMAIL}:u{uid}", next_attempt_at=event.created_at)
+            for uid, user in users.items() if user.email], ignore_conflicts=True)
+        return
     wanted = preferences.effective(user_ids=list(users), kind=event.kind)
     hooks = list(Webhook.objects.filter(active=True).filter(
         Q(user_id__in=list(users)) | Q(user__isnull=True, department_id=event.department_id)))
@@ -144,12 +154,29 @@ def _failed(d: Delivery, error: str, *, retry: bool, now: datetime | None) -> st
     return Delivery.Status.FAILED
 
 
+def _account_link(user) -> dict:
+    """A set-password link's parts, made now: Django's password-reset token, which a new password or a
+    sign-in spends and PASSWORD_RESET_TIMEOUT expires. The event never holds it."""
+    return {"uidb64": urlsafe_base64_encode(force_bytes(user.pk)), "token": default_token_generator.make_token(user),
+            "valid_days": max(1, settings.PASSWORD_RESET_TIMEOUT // 86400)}
+
+
+def _send_essential(d: Delivery) -> None:
+    msg = message_for(d.event, _account_link(d.user))
+    channels.send_email(to=d.user.email, subject=f"[GPU portal] {msg.subject}", body=f"{msg.body}\n\n{msg.url}\n",
+                        headers={"X-Portal-Event": d.event.kind, "X-Portal-Delivery": d.key})
+
+
 def _send(d: Delivery) -> None:
     event = d.event
-    msg = message_for(event)
     if d.channel == Channel.EMAIL:
         if d.user is None or not d.user.email:
             raise channels.SendError("the recipient has no e-mail address", retry=False)
+        if event.kind in BY_NAME and BY_NAME[event.kind].essential:
+            _send_essential(d)
+            return
+    msg = message_for(event)
+    if d.channel == Channel.EMAIL:
         token = preferences.unsubscribe_token(user_id=d.user_id, kind=event.kind)
         unsubscribe = f"{settings.PORTAL_URL}/notifications/unsubscribe/{token}/"
         title = BY_NAME[event.kind].title if event.kind in BY_NAME else event.kind

@@ -38,11 +38,12 @@ def fill(template: str, data: dict) -> str:
         return template
 
 
-def message_for(event) -> Message:
+def message_for(event, extra: dict | None = None) -> Message:
+    """``extra``: values made at sending that the event must not keep (an essential kind's link token)."""
     kind = BY_NAME.get(event.kind)
     if kind is None:  # a kind removed since the event was written
         return Message(subject=event.kind, body=str(event.data), url=settings.PORTAL_URL + "/")
-    data = {**event.data}
+    data = {**event.data, **(extra or {})}
     # Events keep amounts in mcr, as the API does; what a person reads is in credits.
     for key in MONEY_KEYS:
         if isinstance(data.get(key), int):

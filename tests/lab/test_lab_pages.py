@@ -46,8 +46,8 @@ def test_department_admin_adds_changes_and_removes_members(lab):
     page = c.get("/lab/departments/vision/")
     assert page.status_code == 200 and b"Add a member" in page.content
     assert b'value="platform_admin"' not in page.content  # not a role a department admin can give
-    r = c.post("/lab/departments/vision/", {"action": "add", "username": "newbie", "role": "researcher",
-                                            "user_tier": "pi"})
+    r = c.post("/lab/departments/vision/", {"action": "add", "username": "newbie", "email": "newbie@x.test",
+                                            "role": "researcher", "user_tier": "pi"})
     assert r.status_code == 302 and Membership.objects.get(user__username="newbie").user_tier == "pi"
     r = c.post("/lab/departments/vision/members/newbie", {"role": "department_admin", "user_tier": "senior"})
     assert r.status_code == 302
@@ -102,13 +102,13 @@ def test_archive_page_shows_the_impact_and_needs_the_checkbox(lab, submit):
 
 def test_platform_admin_sets_a_quota_with_a_visible_oversubscription_warning(lab):
     c = _client(lab.root)
-    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "6", "borrowing_limit": "",
-                                                 "lending_limit": "", "reason": "burst"})
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "6", "borrowing_unlimited": "on",
+                                                 "lending_all": "on", "reason": "burst"})
     assert r.status_code == 400 and b"oversubscribe" in r.content
     assert b'id="whatif-link"' in r.content  # the change can be replayed before it is forced
     assert Quota.objects.get(department=lab.vision).nominal == 4
-    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "6", "borrowing_limit": "",
-                                                 "lending_limit": "", "reason": "burst", "oversubscribe": "on"},
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "6", "borrowing_unlimited": "on",
+                                                 "lending_all": "on", "reason": "burst", "oversubscribe": "on"},
                follow=True)
     assert r.status_code == 200 and b"oversubscribed" in r.content
     assert Quota.objects.get(department=lab.vision).nominal == 6
@@ -123,7 +123,7 @@ def test_department_admin_files_a_request_and_the_platform_admin_approves_it(lab
     whatif = c.get(link)
     assert whatif.status_code == 200 and b'name="quota:vision:a100-80gb:nominal" value="3"' in whatif.content
     r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "3", "borrowing_limit": "2",
-                                                 "lending_limit": "", "reason": "fewer jobs"})
+                                                 "lending_all": "on", "reason": "fewer jobs"})
     assert r.status_code == 302
     req = QuotaChangeRequest.objects.get()
     assert Quota.objects.get(department=lab.vision).nominal == 4  # not applied by asking
@@ -174,13 +174,43 @@ def test_the_nav_links_the_lab_for_admins_only(lab):
     assert b'href="/lab/"' not in _client(lab.alice).get("/").content
 
 
+def test_the_quota_form_opens_with_the_quota_in_force_and_a_blank_lending_limit_is_refused(lab):
+    quota = Quota.objects.get(department=lab.vision)
+    Quota.objects.filter(pk=quota.pk).update(nominal=4, borrowing_limit=2, lending_limit=4)
+    c = _client(lab.vadmin)
+    # the general "Request a quota change" button: no flavor in the query, yet the form shows what is in force
+    values = c.get("/lab/departments/vision/quota").context["values"]
+    assert {k: values[k] for k in ("flavor", "nominal", "borrowing_limit", "lending_limit")} == {
+        "flavor": "a100-80gb", "nominal": "4", "borrowing_limit": "2", "lending_limit": "4"}
+    assert "lending_all" not in values
+    # a blank lending limit was "all": asking for one more GPU removed a lending limit of 4 on approval
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "5", "borrowing_limit": "2",
+                                                 "lending_limit": "", "reason": "one more GPU"})
+    assert r.status_code == 400 and not QuotaChangeRequest.objects.exists()
+    assert 'data-error-for="lending_limit">Give a lending limit, or tick &quot;lend all&quot;' in r.content.decode()
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "5", "borrowing_limit": "2",
+                                                 "lending_limit": "3", "lending_all": "on", "reason": "x"})
+    assert r.status_code == 400 and "not both" in r.context["errors"]["lending_limit"][0]
+    # the prefilled form, one number changed: lending stays 4
+    assert c.post("/lab/departments/vision/quota", {**values, "nominal": "5", "reason": "one more GPU"}
+                  ).status_code == 302
+    assert QuotaChangeRequest.objects.get().lending_limit == 4
+    page = _client(lab.root).get("/lab/quota-requests/").content.decode()
+    assert 'data-limit="lending">lending 4 → <strong>4</strong></div>' in page
+
+
+def test_a_quota_without_limits_opens_with_no_limit_ticked(lab):
+    Quota.objects.filter(department=lab.vision).update(borrowing_limit=None, lending_limit=None)
+    values = _client(lab.root).get("/lab/departments/vision/quota?flavor=a100-80gb").context["values"]
+    assert (values["borrowing_unlimited"], values["lending_all"], values["lending_limit"]) == ("on", "on", "")
+
+
 def test_the_quota_inbox_shows_what_a_request_changes_and_flags_a_lending_limit_it_would_remove(lab):
     quota = Quota.objects.get(department=lab.vision)
-    Quota.objects.filter(pk=quota.pk).update(lending_limit=4)
-    # filed from the general button: the form was not prefilled, so lending stayed blank, which means "all"
+    Quota.objects.filter(pk=quota.pk).update(borrowing_limit=2, lending_limit=4)
+    # "lend all" is a choice the requester ticks; the approver still sees that it widens the limit
     r = _client(lab.vadmin).post("/lab/departments/vision/quota", {
-        "flavor": "a100-80gb", "nominal": "5", "borrowing_limit": str(quota.borrowing_limit or ""),
-        "lending_limit": "", "reason": "one more GPU"})
+        "flavor": "a100-80gb", "nominal": "5", "borrowing_limit": "2", "lending_all": "on", "reason": "one more GPU"})
     assert r.status_code == 302
     page = _client(lab.root).get("/lab/quota-requests/").content.decode()
     assert "nominal 4 → <strong>5</strong>" in page

@@ -78,7 +78,7 @@ FORM_BODIES = [{}, {"comment": "x"}, {"direction": "credit", "amount": "1", "com
 # (a flavor, a price) belongs to no department.
 FOREIGN_PARAMS = {"pk", "slug", "username"}
 GLOBAL_PK_ROUTES = {"price-detail", "price_delete"}
-KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token", "group", "verb"}
+KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token", "group", "verb", "uidb64"}
 
 
 @pytest.fixture(autouse=True)
@@ -202,7 +202,7 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
     query = (f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
              f"&template={seeded['templates'][1].pk}&clone={seeded['jobs']['running'].pk}")
     values = {"slug": "vision", "username": "alice", "name": "a100-80gb", "token": "not-a-signed-token", "group": "g",
-              "verb": "cancel"}
+              "verb": "cancel", "uidb64": "MQ"}  # an account's id in an invitation's link, with a token of no one
     return [(_fill(route, {"pk": str(pk), **values}) + query,
              names_foreign) for pk in pks]
 

@@ -210,8 +210,8 @@ def test_the_department_page_shows_each_quotas_cluster_and_the_form_changes_the_
     assert '<tr data-quota="a100-80gb"><td>a100-80gb</td><td>all clusters</td><td>4</td>' in page
     assert '<tr data-quota="a100-80gb@east"><td>a100-80gb</td><td>east</td><td>2</td>' in page
     c.force_login(lab.root)
-    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "3", "borrowing_limit": "",
-                                                 "lending_limit": "", "reason": "less"})
+    r = c.post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "3", "borrowing_unlimited": "on",
+                                                 "lending_all": "on", "reason": "less"})
     assert r.status_code == 302
     assert Quota.objects.get(department=lab.vision, cluster=None).nominal == 3
     assert Quota.objects.get(pk=per.pk).nominal == 2
@@ -240,7 +240,7 @@ def test_a_platform_admin_sets_a_per_cluster_quota_on_the_form(lab, east):
     c = _page_client(lab.root)
     form = c.get("/lab/departments/vision/quota").content.decode()
     assert '<option value="east" >east only</option>' in form  # several clusters: the form offers them
-    body = {"flavor": "a100-80gb", "cluster": "east", "nominal": "2", "borrowing_limit": "0", "lending_limit": "",
+    body = {"flavor": "a100-80gb", "cluster": "east", "nominal": "2", "borrowing_limit": "0", "lending_all": "on",
             "reason": "east is for vision's inference"}
     r = c.post("/lab/departments/vision/quota", body)
     assert r.status_code == 302, r.content.decode()
@@ -264,7 +264,7 @@ def test_a_platform_admin_sets_a_per_cluster_quota_on_the_form(lab, east):
 ])
 def test_a_bad_per_cluster_quota_on_the_form_is_a_field_error_and_saves_nothing(lab, east, body, field):
     r = _page_client(lab.root).post("/lab/departments/vision/quota", {
-        "flavor": "a100-80gb", "borrowing_limit": "", "lending_limit": "", "reason": "", **body})
+        "flavor": "a100-80gb", "borrowing_unlimited": "on", "lending_all": "on", "reason": "", **body})
     assert r.status_code == 400
     assert f'data-error-for="{field}"' in r.content.decode() or field in r.context["errors"]
     assert not Quota.objects.filter(cluster__isnull=False).exists()
@@ -272,7 +272,7 @@ def test_a_bad_per_cluster_quota_on_the_form_is_a_field_error_and_saves_nothing(
 
 def test_a_department_admin_requests_a_per_cluster_quota_and_its_approval_sets_that_one(lab, east):
     r = _page_client(lab.vadmin).post("/lab/departments/vision/quota", {
-        "flavor": "a100-80gb", "cluster": "east", "nominal": "2", "borrowing_limit": "", "lending_limit": "",
+        "flavor": "a100-80gb", "cluster": "east", "nominal": "2", "borrowing_unlimited": "on", "lending_all": "on",
         "reason": "latency tests need the east site"})
     assert r.status_code == 302
     from quotas.models import QuotaChangeRequest

@@ -1,0 +1,161 @@
+"""The quota form of a department (``lab:quota``): platform admins set a quota, department admins request one.
+
+The form always opens with the quota in force for the flavor (and cluster) it shows, and switching the flavor
+fills in that flavor's quota, so a change of one number keeps the others. A limit is either a number or an
+explicit "no limit" (borrow without limit, lend all of the unused nominal): a blank limit is an error, never
+"no limit", because approving a request whose lending was left blank used to lift a department's lending
+limit without anyone choosing it.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from portal.forms import form_payload, render_form, submit_form
+from portal.models import Department
+from portal.tenancy import CHANGE, member
+from quotas.api.views import QuotaRequestCreateSerializer, QuotaUpdateSerializer
+from quotas.models import Flavor, Quota
+from quotas.services import quota_requests as quota_requests_service
+from quotas.services import rules
+from scheduling.models import Cluster
+
+QUOTA_INPUTS = ("nominal", "borrowing_limit", "lending_limit")
+# Each limit's "no limit" checkbox, and the words of the error when neither a number nor it is given.
+NO_LIMIT = {
+    "borrowing_limit": ("borrowing_unlimited", "Give a borrowing limit, or tick \"no borrowing limit\"."),
+    "lending_limit": ("lending_all", "Give a lending limit, or tick \"lend all\" (no lending limit)."),
+}
+
+
+def whatif_link(slug: str, flavor: str, values: dict, cluster: str | None = None) -> str:
+    """The What-if page with this quota change prefilled (it reads ``quota:<dept>:<scope>:<field>``, the scope
+    being the flavor, or ``flavor@cluster`` for a per-cluster quota)."""
+    scope = f"{flavor}@{cluster}" if cluster else flavor
+    query = {f"quota:{slug}:{scope}:{k}": values.get(k, "") for k in QUOTA_INPUTS if k in values}
+    return f"{reverse('dashboard:whatif')}?{urlencode(query)}"
+
+
+def quota_values(q: Quota | None) -> dict:
+    """The form's values for a quota in force: its numbers, and each "no limit" ticked where it has none. A
+    scope without a quota gives blanks and nothing ticked: the admin chooses every limit."""
+    if q is None:
+        return dict.fromkeys(QUOTA_INPUTS, "")
+    values = {k: "" if getattr(q, k) is None else str(getattr(q, k)) for k in QUOTA_INPUTS}
+    for field, (box, _) in NO_LIMIT.items():
+        if getattr(q, field) is None:
+            values[box] = "on"
+    return values
+
+
+def _initial(request, current: dict, flavors: list) -> dict:
+    """GET: the scope asked for (``?flavor=&cluster=``), else the first flavor the department has a global
+    quota of, else the first flavor; with the quota in force unless the query gives the numbers itself."""
+    values = request.GET.dict()
+    if not values.get("flavor"):
+        held = [f.name for f in flavors if (f.name, "") in current]
+        values["flavor"] = held[0] if held else (flavors[0].name if flavors else "")
+    if "nominal" not in values:
+        values.update(quota_values(current.get((values["flavor"], values.get("cluster", "")))))
+    return values
+
+
+def limits_payload(post, payload: dict, pre: dict) -> None:
+    """Each limit from its number or its "no limit" box, into ``payload``; a blank number without the box, or
+    both, is a field error in ``pre``."""
+    for field, (box, message) in NO_LIMIT.items():
+        given = post.get(field, "").strip() != ""
+        if box in post and given:
+            pre[field] = ["Give a number or tick \"no limit\", not both."]
+        elif box in post:
+            payload[field] = None
+        elif not given:
+            pre[field] = [message]
+
+
+def _apply(request, *, m, dept, flavor, cluster, current, reason: str):
+    where = f"{dept.slug}/{flavor.name if flavor else ''}" + (f" on {cluster.name}" if cluster else "")
+
+    def set_quota(data):
+        data = {k: v for k, v in data.items() if k not in ("flavor", "comment")}
+        q = current.get((flavor.name, cluster.name if cluster else ""))
+        if q is None:
+            q = rules.quota_create(department=dept, flavor=flavor, cluster=cluster, actor=request.user,
+                                   comment=reason, **data)
+        else:
+            q = rules.quota_set(quota=q, actor=request.user, comment=reason, **data)
+        for w in q.warnings:
+            messages.warning(request, w)
+        messages.success(request, f"Quota of {where} set: nominal {q.nominal}.")
+
+    def file_request(data):
+        req = quota_requests_service.quota_request_create(
+            department=dept, actor=request.user, flavor=flavor, cluster=cluster,
+            **{k: v for k, v in data.items() if k not in ("department", "flavor", "cluster")})
+        messages.success(request, f"Quota request {req.pk} ({where}) filed: a platform admin decides it.")
+
+    return set_quota if m.is_platform_admin else file_request
+
+
+def _submit(request, *, m, dept, flavors, clusters, current) -> dict:
+    payload = form_payload(request.POST, ("flavor", "cluster", "nominal", "oversubscribe"), integers=("nominal",),
+                           checkboxes=("oversubscribe",))
+    payload.update(form_payload(request.POST, ("borrowing_limit", "lending_limit"),
+                                integers=("borrowing_limit", "lending_limit")))
+    cluster_name = payload.pop("cluster", "") or None
+    cluster = next((c for c in clusters if c.name == cluster_name), None)
+    pre = {} if cluster_name is None or cluster else {"cluster": ["Choose a cluster, or all clusters."]}
+    limits_payload(request.POST, payload, pre)
+    flavor = next((f for f in flavors if f.name == payload.get("flavor")), None)
+    if flavor is None:
+        pre["flavor"] = ["Choose a flavor."]
+    reason = request.POST.get("reason", "").strip()
+    apply = _apply(request, m=m, dept=dept, flavor=flavor, cluster=cluster, current=current, reason=reason)
+    if m.is_platform_admin:
+        payload.pop("flavor", None)
+        return submit_form(QuotaUpdateSerializer, payload, apply, pre)
+    payload.update(department=dept.slug, reason=reason)
+    return submit_form(QuotaRequestCreateSerializer, payload, apply, pre)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def quota(request, slug: str):
+    """A quota change for one department: its global quota of a flavor (all clusters) or its quota on one
+    cluster. Platform admins apply it (validated against the installed GPUs, of that cluster for a
+    per-cluster quota; ``oversubscribe`` accepts more, with a warning); department admins file it as a
+    request with a reason."""
+    dept = Department.objects.get_or_404(request.user, CHANGE, slug=slug,
+                                         message="Only the department's admins can change or request quotas.")
+    m = member(request.user)
+    flavors = list(Flavor.objects.order_by("name"))
+    clusters = list(Cluster.objects.order_by("name"))
+    current = {(q.flavor.name, q.cluster.name if q.cluster else ""): q
+               for q in Quota.objects.filter(department=dept).select_related("flavor", "cluster")}
+    values, errors = _initial(request, current, flavors), {}
+    if request.method == "POST":
+        values = request.POST.dict()
+        errors = _submit(request, m=m, dept=dept, flavors=flavors, clusters=clusters, current=current)
+        if not errors:
+            return redirect("lab:department", slug=slug)
+    link = None
+    if values.get("flavor") and values.get("nominal"):
+        link = whatif_link(slug, values["flavor"], values, values.get("cluster") or None)
+    capacity = {f.name: rules.flavor_capacity(f) for f in flavors}
+    # each flavor's global quota (all clusters), then the department's quotas of it on one cluster
+    per_cluster = sorted((key, q) for key, q in current.items() if key[1])  # keys are unique: q never compared
+    rows = []
+    for f in flavors:
+        rows.append((f, "", current.get((f.name, "")), capacity[f.name]))
+        rows += [(f, c, q, rules.flavor_capacity(f, q.cluster)) for (name, c), q in per_cluster if name == f.name]
+    in_force = {f"{name}@{c}" if c else name: quota_values(q) for (name, c), q in current.items()}
+    return render_form(request, "lab/quota.html", {
+        "membership": m, "department": dept, "flavors": flavors, "clusters": clusters, "current": current,
+        "values": values, "capacity": capacity, "whatif": link, "rows": rows, "in_force": in_force,
+        "several_clusters": len(clusters) > 1}, errors)
