@@ -95,7 +95,7 @@ def quota_request_changes(requests) -> dict[int, list[tuple[str, str, str, bool]
     """{request id: [(limit, in force, asked, widens)]}: what approving each request would change of the quota in
     force for its department, flavor and cluster (one query for all of them). ``widens`` marks a limit that
     would let the department hold or lend more than now, above all a lending limit that would become "all":
-    a blank field means no limit, and an approver must see that before approving it."""
+    an explicit null means no limit, and an approver must see that before approving it."""
     requests = list(requests)
     current = {(q.department_id, q.flavor_id, q.cluster_id): q for q in Quota.objects.filter(
         department_id__in={r.department_id for r in requests}, flavor_id__in={r.flavor_id for r in requests})}

@@ -243,11 +243,15 @@ class QuotaRequestCreateSerializer(StrictSerializer):
     cluster = serializers.CharField(max_length=40, required=False, allow_null=True, default=None,
                                     help_text="a cluster's name to change the quota on that cluster only; null: the "
                                               "global quota (all clusters)")
-    nominal = serializers.IntegerField(min_value=0, max_value=100_000)
-    borrowing_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True,
-                                               default=None)
-    lending_limit = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True,
-                                             default=None)
+    # No defaults: a field left out is the quota in force's (the service fills it in), never "no limit".
+    nominal = serializers.IntegerField(min_value=0, max_value=100_000, required=False,
+                                       help_text="GPUs guaranteed; omitted: the quota in force's")
+    borrowing_limit = serializers.IntegerField(
+        min_value=0, max_value=100_000, required=False, allow_null=True,
+        help_text="GPUs above nominal it may borrow; null: no limit; omitted: the quota in force's")
+    lending_limit = serializers.IntegerField(
+        min_value=0, max_value=100_000, required=False, allow_null=True,
+        help_text="GPUs of its unused nominal it lends; null: all of it; omitted: the quota in force's")
     oversubscribe = serializers.BooleanField(required=False, default=False)
     reason = serializers.CharField(max_length=2000)
 
@@ -258,7 +262,8 @@ class QuotaRequestDecisionSerializer(StrictSerializer):
 
 class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Quota change requests: a department admin files one for their department; a platform admin approves
-    it (applied, validated and audited like a direct change) or rejects it."""
+    it (applied, validated and audited like a direct change) or rejects it. A number left out of the body is
+    the quota in force's (stored in the request as such); ``null`` is no limit (lend all, for lending)."""
 
     serializer_class = QuotaRequestSerializer
 

@@ -2,7 +2,10 @@
 
 Invariants: only a pending request is decided, once (a compare-and-set on its state); approving applies the
 quota through ``rules.quota_set``/``rules.quota_create`` (the same validation, the same audit) in the same
-transaction as the decision, so a refused change leaves the request pending and nothing changed.
+transaction as the decision, so a refused change leaves the request pending and nothing changed. A request
+stores every number it would set: a field the requester leaves out is taken from the quota in force when it is
+filed (never "no limit"), so what is stored, and shown to the approver against the quota in force, is exactly
+what approving applies.
 """
 
 from __future__ import annotations
@@ -19,21 +22,52 @@ from quotas.services.base import field_error
 FIELDS = ("nominal", "borrowing_limit", "lending_limit")
 
 
-def quota_request_create(*, department, flavor, actor, reason: str, nominal: int, borrowing_limit=None,
-                         lending_limit=None, oversubscribe: bool = False, cluster=None) -> QuotaChangeRequest:
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+# A field left out of a request: keep the quota in force's value. None is an answer of its own ("no limit").
+KEEP = _Keep()
+NULL_MEANS = {"nominal": None, "borrowing_limit": "null: no borrowing limit",
+             "lending_limit": "null: lend all of the nominal quota"}
+
+
+def _asked(department, flavor, cluster, given: dict) -> dict:
+    """The request's numbers: those ``given``, the rest from the quota in force for the department, flavor and
+    cluster. Without a quota in force there is nothing to keep (a department without one cannot use the
+    flavor there), so each number must be given: leaving a limit out must not make it unlimited."""
+    quota = Quota.objects.filter(department=department, flavor=flavor, cluster=cluster).first()
+    if quota is not None:
+        return {f: given[f] if f in given else getattr(quota, f) for f in FIELDS}
+    where = flavor.name if cluster is None else f"{flavor.name} on {cluster.name}"
+    errors = {f: [{"code": "required", "message": f"{department.slug} has no quota of {where} to keep: give "
+                                                  f"{f}" + (f" ({NULL_MEANS[f]})." if NULL_MEANS[f] else ".")}]
+              for f in FIELDS if f not in given}
+    if errors:
+        raise ValidationFailed(fields=errors)
+    return dict(given)
+
+
+def quota_request_create(*, department, flavor, actor, reason: str, nominal=KEEP, borrowing_limit=KEEP,
+                         lending_limit=KEEP, oversubscribe: bool = False, cluster=None) -> QuotaChangeRequest:
     """File a request for the department's global quota of ``flavor`` or, with ``cluster``, for its quota on
-    that cluster only. The simple rules are checked now (a request that could never be applied is refused);
-    capacity is checked again when a platform admin decides, against the quotas of that moment."""
+    that cluster only. A number left as ``KEEP`` is the quota in force's; None is no limit. The simple rules
+    are checked now (a request that could never be applied is refused); capacity is checked again when a
+    platform admin decides, against the quotas of that moment."""
     if department.is_archived:
         raise field_error("department", f"{department.slug} is archived: it takes no quota changes.", "archived")
     if not reason.strip():
         raise field_error("reason", "Say why the department needs this quota.", "required")
-    if errors := rules.quota_limit_errors(nominal=nominal, borrowing=borrowing_limit, lending=lending_limit):
+    given = {f: v for f, v in zip(FIELDS, (nominal, borrowing_limit, lending_limit), strict=True) if v is not KEEP}
+    values = _asked(department, flavor, cluster, given)
+    if errors := rules.quota_limit_errors(nominal=values["nominal"], borrowing=values["borrowing_limit"],
+                                          lending=values["lending_limit"]):
         raise ValidationFailed(fields=errors)
     with transaction.atomic():
         req = QuotaChangeRequest.objects.create(
-            department=department, flavor=flavor, cluster=cluster, nominal=nominal, borrowing_limit=borrowing_limit,
-            lending_limit=lending_limit, oversubscribe=oversubscribe, reason=reason.strip(), requested_by=actor)
+            department=department, flavor=flavor, cluster=cluster, **values, oversubscribe=oversubscribe,
+            reason=reason.strip(), requested_by=actor)
         audit(actor=actor, action="quota_request.create", obj=req, department=department,
               new={"flavor": flavor.name, "cluster": cluster.name if cluster else None,
                    **{f: getattr(req, f) for f in FIELDS}, "oversubscribe": oversubscribe}, comment=req.reason)

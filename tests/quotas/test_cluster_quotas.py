@@ -290,6 +290,11 @@ def test_a_department_admin_requests_a_per_cluster_quota_and_its_approval_sets_t
 def test_the_api_files_per_cluster_requests_with_field_errors_for_unknown_clusters(lab, east, client_for):
     c = client_for(lab.vadmin)
     body = {"department": "vision", "flavor": "a100-80gb", "cluster": "east", "nominal": 1, "reason": "tests"}
+    # vision has no quota on east to keep: a limit left out is not "no limit", it must be given
+    r = c.post("/api/v1/quota-requests", body, format="json")
+    assert r.status_code == 400 and set(_fields(r)) == {"borrowing_limit", "lending_limit"}
+    assert "no quota of a100-80gb on east" in _fields(r)["borrowing_limit"][0]["message"]
+    body.update(borrowing_limit=0, lending_limit=None)
     r = c.post("/api/v1/quota-requests", body, format="json")
     assert r.status_code == 201, r.json()
     assert r.json()["cluster"] == "east"
@@ -304,7 +309,8 @@ def test_a_cluster_with_pending_quota_requests_is_not_deleted(lab, east):
     from quotas.services import quota_requests
 
     req = quota_requests.quota_request_create(department=lab.vision, flavor=lab.a100, cluster=east,
-                                              actor=lab.vadmin, nominal=1, reason="tests")
+                                              actor=lab.vadmin, nominal=1, borrowing_limit=0, lending_limit=None,
+                                              reason="tests")
     with pytest.raises(Conflict, match=f"pending \\({req.pk}\\)"):
         cluster_delete(cluster=east, actor=lab.root)
     quota_requests.quota_request_reject(req=req, actor=lab.root, comment="no")
