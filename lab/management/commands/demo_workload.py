@@ -3,6 +3,7 @@ SIGTERM or Ctrl-C ends it between two steps."""
 
 from __future__ import annotations
 
+import random
 import signal
 import sys
 import threading
@@ -28,8 +29,6 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable mix")
 
     def handle(self, *args, rate, max_queued, poll_s, seed, **opts):
-        import random
-
         if rate <= 0 or max_queued < 1 or poll_s <= 0:
             raise CommandError("--rate and --poll-s must be positive and --max-queued at least 1.")
         workload = DemoWorkload(rate_per_min=rate, max_queued=max_queued, rng=random.Random(seed))
