@@ -1,5 +1,6 @@
-"""Run the whole portal on embedded defaults: SQLite, filesystem broker, simulated 8 x A100 cluster; the worker
-and beat are supervised children (portal/supervisor.py)."""
+"""Run the whole portal on embedded defaults: SQLite, filesystem broker, simulated 8 x A100 cluster; the worker,
+beat, session proxy and the background workload (lab/demo_workload.py) are supervised children
+(portal/supervisor.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from portal.supervisor import Child, Supervisor
 
 
 class Command(BaseCommand):
-    help = ("Migrate, seed demo data, start a supervised Celery worker and beat, and serve the portal on ADDRPORT "
+    help = ("Migrate, seed demo data, start a supervised Celery worker and beat and a gentle background workload, "
+            "and serve the portal on ADDRPORT "
             "(default 127.0.0.1:8000; e.g. `manage.py demo 0.0.0.0:8080` to serve other machines, which then "
             "also need ALLOWED_HOSTS).")
 
