@@ -9,10 +9,11 @@ occasional failure) through the same validation and service as ``POST /api/v1/jo
 approval rules apply to it exactly as to a person. It submits nothing while the lab already has
 ``max_queued`` jobs waiting (queued or awaiting approval), so the queue stays short whatever the cluster does.
 
-Credits are spent in simulated time (SIM_SPEEDUP 60: an hour's GPU time a minute), so the demo's budgets would
-run dry within the hour and every job would then wait for credits; when a department's available credits fall
-under ``TOP_UP_BELOW`` the platform admin grants it ``TOP_UP`` through the wallet service (an audited
-adjustment in its ledger, as an admin would from the Budgets page).
+A demo left running for hours spends its small budgets (robotics starts with 15 credits and a weekly refill),
+and a department with no credits left would fill the capped queue with jobs that never start, stalling the
+workload for every department; so when a department's available credits fall under ``TOP_UP_BELOW`` the
+platform admin grants it ``TOP_UP`` through the wallet service (an audited adjustment in its ledger, as an
+admin would make from the Budgets page).
 
 Time comes from the simulated cluster's clock (``scheduling.backends.clock.sim_clock``), so a test drives the
 workload by advancing that clock and calling ``step()``; nothing here sleeps.
@@ -45,8 +46,8 @@ log = logging.getLogger(__name__)
 DEFAULT_RATE_PER_MIN = 4.0
 DEFAULT_MAX_QUEUED = 6
 FAILURE_SHARE = 0.06  # of jobs exit with an error part-way (SIM_EXIT_CODE), as real work sometimes does
-TOP_UP_BELOW = 20_000  # mcr: 20 credits, about twenty A100-hours of elastic work
-TOP_UP = 100_000
+TOP_UP_BELOW = 5_000  # mcr: 5 credits, under every seeded balance, so a fresh demo starts with none
+TOP_UP = 50_000
 IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
 
 

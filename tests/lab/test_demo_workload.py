@@ -115,8 +115,10 @@ def test_an_archived_department_or_a_removed_user_is_skipped_not_fatal(demo_lab,
 
 def test_a_department_running_low_on_credits_is_topped_up_by_the_platform_admin(demo_lab, sim_clock):
     robotics = Department.objects.get(slug="robotics")
-    wallet_set_balance(department=robotics, balance=1000, actor=None)
     wl = _workload(sim_clock, mix=(Spec(1, "erin", "policy-sweep", (1,), tier="backfill"),))
+    assert wl.step() == "submitted" and wl.counts["topped_up"] == 0  # the seeded 15 credits: nothing to grant
+    wallet_set_balance(department=robotics, balance=1000, actor=None)
+    sim_clock.advance(60)
     assert wl.step() == "submitted"
     entry = LedgerEntry.objects.filter(kind=LedgerKind.ADJUSTMENT).latest("pk")
     assert (entry.amount, entry.actor.username, entry.wallet.department) == (TOP_UP, "admin", robotics)
