@@ -9,6 +9,8 @@ take turns submitting 1-2 GPU jobs of 1-20 simulated minutes (SIM_SPEEDUP 60: 1-
 jobs per final state, worker/beat exits from the demo's supervisor (DATA_DIR/demo-processes.json),
 "Unrecoverable error" lines in the demo's log, and readiness answers that were not 200. Exits 1 when a
 process died, a job did not finish, or the demo stopped answering. Nothing here is a test: it prints figures.
+The demo's own background submitter is off (``--no-workload``), so the load is this stream alone and the
+figures stay comparable between runs; ``--demo-workload`` keeps it on as well.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load-cores", type=int, default=0, help="busy loops to run meanwhile (default 0)")
     p.add_argument("--drain-minutes", type=float, default=10.0, help="then wait this long for the jobs to end")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--demo-workload", action="store_true",
+                   help="keep the demo's own background submitter running too (off by default)")
     args = p.parse_args(argv)
     if args.minutes <= 0 or args.every_s <= 0 or args.load_cores < 0 or args.drain_minutes < 0:
         p.error("--minutes and --every-s must be positive, --load-cores and --drain-minutes not negative")
@@ -83,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     base = f"http://127.0.0.1:{port}"
     log_path = data / "demo.log"
     print(f"soak: DATA_DIR={data}, demo log {log_path}", flush=True)
-    demo = subprocess.Popen([sys.executable, "manage.py", "demo", f"127.0.0.1:{port}"], cwd=ROOT, env=env,
+    demo_argv = [sys.executable, "manage.py", "demo", f"127.0.0.1:{port}",
+                 *([] if args.demo_workload else ["--no-workload"])]
+    demo = subprocess.Popen(demo_argv, cwd=ROOT, env=env,
                             stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     burners: list[multiprocessing.Process] = []
     submitted: list[int] = []

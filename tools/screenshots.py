@@ -95,7 +95,9 @@ def main() -> None:
                 page.wait_for_selector("h1")
                 if path in ("job", "logs"):
                     page.goto(url + "/jobs/?mine=1")
-                    page.click("table.jobs tbody tr[data-job] a")
+                    # the newest job that has run, so its page has a timeline and logs: the demo's background
+                    # workload keeps adding queued jobs that would come first
+                    page.click("table.jobs tbody tr[data-job]:has(.state-running, .state-succeeded) a")
                     page.wait_for_selector("#job-state")
                     if path == "logs":
                         page.click("text=Logs")

@@ -164,7 +164,9 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_demo_stops_its_worker_and_beat(tmp_path, sig):
-    """They were orphaned: still working on the same database, so a restarted demo ran two beats."""
+    """They were orphaned: still working on the same database, so a restarted demo ran two beats. The
+    background submitter (lab/demo_workload.py) goes with them: it would keep submitting to a demo that
+    is gone."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL",
                                                             "CELERY_TASK_ALWAYS_EAGER")}
     env.update(DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings")
@@ -176,7 +178,7 @@ def test_a_signal_to_the_demo_stops_its_worker_and_beat(tmp_path, sig):
         while not status.exists() and time.monotonic() < deadline and demo.poll() is None:
             time.sleep(0.2)
         pids = {name: s["pid"] for name, s in json.loads(status.read_text()).items()}
-        assert set(pids) == {"worker", "beat", "session-proxy"} and all(pids.values())
+        assert set(pids) == {"worker", "beat", "session-proxy", "workload"} and all(pids.values())
         assert all(_alive(pid) for pid in pids.values())
         demo.send_signal(sig)
         assert _wait_exit(demo, timeout=240) == 0  # a generous bound: warm shutdown on a busy machine

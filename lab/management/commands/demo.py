@@ -1,5 +1,6 @@
-"""Run the whole portal on embedded defaults: SQLite, filesystem broker, simulated 8 x A100 cluster; the worker
-and beat are supervised children (portal/supervisor.py)."""
+"""Run the whole portal on embedded defaults: SQLite, filesystem broker, simulated 8 x A100 cluster; the worker,
+beat, session proxy and the background workload (lab/demo_workload.py) are supervised children
+(portal/supervisor.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from lab.demo import USERS, seed
+from lab.demo_workload import DEFAULT_MAX_QUEUED, DEFAULT_RATE_PER_MIN
 from portal.supervisor import Child, Supervisor
 
 
 class Command(BaseCommand):
-    help = ("Migrate, seed demo data, start a supervised Celery worker and beat, and serve the portal on ADDRPORT "
+    help = ("Migrate, seed demo data, start a supervised Celery worker and beat and a gentle background workload, "
+            "and serve the portal on ADDRPORT "
             "(default 127.0.0.1:8000; e.g. `manage.py demo 0.0.0.0:8080` to serve other machines, which then "
             "also need ALLOWED_HOSTS).")
 
@@ -28,8 +31,20 @@ class Command(BaseCommand):
                                  "exactly as runserver takes it.")
         parser.add_argument("--no-worker", action="store_true", help="Do not start the Celery worker/beat.")
         parser.add_argument("--seed-only", action="store_true", help="Seed and exit.")
+        parser.add_argument("--no-workload", action="store_true",
+                            help="Do not run the background submitter that keeps the demo busy once its seeded "
+                                 "jobs are done (lab/demo_workload.py).")
+        parser.add_argument("--workload-rate", type=float, default=DEFAULT_RATE_PER_MIN, metavar="JOBS_PER_MIN",
+                            help=f"The background submitter's jobs a minute, on average (default "
+                                 f"{DEFAULT_RATE_PER_MIN:g}).")
+        parser.add_argument("--workload-max-queued", type=int, default=DEFAULT_MAX_QUEUED, metavar="N",
+                            help="It submits nothing while this many jobs wait, queued or awaiting approval "
+                                 f"(default {DEFAULT_MAX_QUEUED}).")
 
-    def handle(self, *args, addrport, no_worker, seed_only, **opts):
+    def handle(self, *args, addrport, no_worker, seed_only, no_workload, workload_rate, workload_max_queued,
+               **opts):
+        if workload_rate <= 0 or workload_max_queued < 1:
+            raise CommandError("--workload-rate must be positive and --workload-max-queued at least 1.")
         call_command("migrate", interactive=False, verbosity=0)
         creds = seed()
         self.stdout.write(self.style.SUCCESS("Demo data ready: 3 departments, an 8 x A100 simulated cluster."))
@@ -48,7 +63,9 @@ class Command(BaseCommand):
         supervisor = None
         try:
             if not no_worker:
-                supervisor = Supervisor(background_processes(addrport), status_path=Path(settings.DATA_DIR) / STATUS_FILE)
+                workload = None if no_workload else (workload_rate, workload_max_queued)
+                supervisor = Supervisor(background_processes(addrport, workload=workload),
+                                        status_path=Path(settings.DATA_DIR) / STATUS_FILE)
                 supervisor.start()
             self.stdout.write(self.style.SUCCESS(
                 f"\nOpen http://{addrport}/ (API docs at http://{addrport}/api/docs/; sessions at "
@@ -69,11 +86,15 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def background_processes(addrport: str = "127.0.0.1:8000") -> list[Child]:
+def background_processes(addrport: str = "127.0.0.1:8000",
+                         workload: tuple[float, int] | None = (DEFAULT_RATE_PER_MIN, DEFAULT_MAX_QUEUED)
+                         ) -> list[Child]:
     """The worker and beat as two processes, so either is started again alone and beat never outlives a
     worker it was embedded in. Beat holds a pid file: a second demo on the same DATA_DIR cannot run a second
     beat (it exits, is logged, and is tried again after its back-off). The session proxy carries sessions'
-    HTTP and WebSocket traffic at SESSION_URL (docs/sessions.md), asking the portal at ``addrport``."""
+    HTTP and WebSocket traffic at SESSION_URL (docs/sessions.md), asking the portal at ``addrport``.
+    ``workload`` (jobs a minute, most jobs waiting), unless None, adds the background submitter
+    (lab/demo_workload.py), so the demo keeps moving after its seeded jobs end."""
     celery = [sys.executable, "-m", "celery", "-A", "portal"]
     # charts fill in within minutes in a demo (production samples every 5 minutes)
     env = {**os.environ, "STATS_INTERVAL_S": os.environ.get("STATS_INTERVAL_S", "30")}
@@ -84,7 +105,14 @@ def background_processes(addrport: str = "127.0.0.1:8000") -> list[Child]:
                        f"--pidfile={Path(settings.DATA_DIR) / 'celerybeat.pid'}"], env=env),
         Child("session-proxy", [sys.executable, "-m", "portal.session_proxy", "--listen", proxy_listen(),
                                 "--portal", f"http://{_local(addrport)}"], env=env),
+        *([] if workload is None else [Child("workload", [
+            sys.executable, "-m", "django", "demo_workload", f"--rate={workload[0]:g}",
+            f"--max-queued={workload[1]}"], env={**env, "DJANGO_SETTINGS_MODULE": _settings_module()})]),
     ]
+
+
+def _settings_module() -> str:
+    return os.environ.get("DJANGO_SETTINGS_MODULE") or "portal.settings"
 
 
 def proxy_listen() -> str:
