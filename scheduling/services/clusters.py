@@ -460,14 +460,6 @@ def _scheduler_may_still_bind(job: Job, pod: PodState, now: datetime) -> bool:
     return placement <= known
 
 
-
-
-
-
-
-
-
-
 # ------------------------------------------------------------------------------------------ reconcile
 
 
