@@ -24,7 +24,7 @@ from __future__ import annotations
 from operator import itemgetter
 from types import MappingProxyType
 
-from . import reasons
+from . import reasons, tiers
 from .estimate import EstimateView, estimate_pending
 from .eviction import Chosen, Evictions
 from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, duration_text, quota_note
@@ -50,6 +50,7 @@ from .verdicts import Verdicts
 # a second reservation would close the last GPUs that small jobs backfill into, while on a large one several
 # reservations keep the large jobs behind the head from being overtaken by every small job that fits a hole.
 MAX_RESERVED_SHARE = 0.5
+REALTIME_TIER = tiers.REALTIME.name
 
 
 class Cycle:
@@ -157,7 +158,8 @@ class Cycle:
             # what a dependency waits for ends when it likely ends, as the estimates replay it
             ends = {j.id: self.likely_end(j) for j in self.running}
             ends.update((job.id, self.now + job.likely_runtime_s) for job in order if job.id in self.admissions)
-            ready = dependency_ready({j.id: j for j in still}, estimates, ends, self.snap.ended, self.now)
+            waits = any(job.after for job in still)
+            ready = dependency_ready({j.id: j for j in still}, estimates, ends, self.snap.ended, self.now) if waits else {}
         else:
             estimates, ready = dict(self.heads), {}
         pending_out = []
@@ -169,9 +171,14 @@ class Cycle:
             elif code == reasons.WAITING_FOR_DEPENDENCY:  # never before what it waits for ends (unknown: None)
                 when = ready.get(job.id)
                 est = None if est is None or when is None else max(est, when)
+            realtime = job.tier == REALTIME_TIER
+            if realtime or job.deadline is not None:
+                # A remembered verdict's (or a failed victim search's) detail is shared by every job that took
+                # it: what is this job's own is written into a copy.
+                detail = dict(detail)
             if job.deadline is not None:
                 message = self.deadline_check(job, est, message, detail)
-            if tier_rank(job.tier) == REALTIME:
+            if realtime:
                 target = job.submitted_at + self.policy.realtime_start_target_s
                 detail["start_target"] = target
                 self.late_realtime += self.now > target

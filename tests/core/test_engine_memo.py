@@ -108,3 +108,17 @@ def test_the_cycle_s_order_key_is_the_general_one_with_this_cycle_s_ratios(snap,
     scorer = Scorer(snap)
     for job in snap.pending:
         assert scorer.order_key(job) == scorer.order_key(job, scorer.ratios)
+
+
+def test_a_deadline_miss_is_told_only_to_the_job_whose_deadline_it_is():
+    # Five jobs of one shape wait on the same full node; one has a deadline an hour's run cannot meet. The others
+    # take the first one's remembered verdict, and with it its detail: the miss must be written into the
+    # deadline job's own copy, not into the detail they share (its owner is told; theirs must not be).
+    jobs = [PendingJob(i, "A", "a100", pods=1, gpus_per_pod=8, submitted_at=NOW - 100 + i, max_runtime_s=3600)
+            for i in range(1, 6)]
+    jobs[3] = replace(jobs[3], deadline=NOW + 60)
+    snap = Snapshot(now=NOW, nodes=(Node("n1", "a100", 8, used_by_others=8),), pending=tuple(jobs))
+    result = Cycle(snap).run()
+    missed = sorted(p.job_id for p in result.pending if "deadline_miss" in p.detail)
+    assert missed == [4]
+    assert result == Cycle(snap, memo=False).run()
