@@ -21,7 +21,6 @@ name, so the decision is the same for any order of the snapshot's tuples.
 
 from __future__ import annotations
 
-from operator import itemgetter
 from types import MappingProxyType
 
 from . import reasons, tiers
@@ -109,14 +108,12 @@ class Cycle:
         self.fork_prices = fork_prices
         self.before: Cycle | None = None
         self.order: list[PendingJob] = []
-        self.keys: list[tuple] = []
+        self.keys: list[tuple] | None = None  # the order's keys, once a price needs them
 
     # ------------------------------------------------------------ the cycle
 
     def run(self) -> CycleResult:
-        keyed = sorted(((self.scorer.order_key(job), job) for job in self.snap.pending), key=itemgetter(0))
-        self.keys = [key for key, _ in keyed]
-        self.order = order = [job for _, job in keyed]
+        self.order = order = sorted(self.snap.pending, key=self.scorer.order_key)
         self.outcomes: dict[int, Outcome] = {}
         prices: dict[int, int] = {}
         for place, job in enumerate(order):
@@ -171,16 +168,15 @@ class Cycle:
             elif code == reasons.WAITING_FOR_DEPENDENCY:  # never before what it waits for ends (unknown: None)
                 when = ready.get(job.id)
                 est = None if est is None or when is None else max(est, when)
-            realtime = job.tier == REALTIME_TIER
-            if realtime or job.deadline is not None:
-                # A remembered verdict's (or a failed victim search's) detail is shared by every job that took
-                # it: what is this job's own is written into a copy.
-                detail = dict(detail)
+            # A remembered verdict's (or a failed victim search's) detail is shared by every job that took it:
+            # what is this job's own goes into a copy.
             if job.deadline is not None:
-                message = self.deadline_check(job, est, message, detail)
-            if realtime:
+                message, miss = self.deadline_check(job, est, message)
+                if miss is not None:
+                    detail = {**detail, "deadline_miss": miss}
+            if job.tier == REALTIME_TIER:
                 target = job.submitted_at + self.policy.realtime_start_target_s
-                detail["start_target"] = target
+                detail = {**detail, "start_target": target}
                 self.late_realtime += self.now > target
             pending_out.append(PendingReason(job.id, code, message, MappingProxyType(detail), est))
         return CycleResult(
@@ -191,20 +187,20 @@ class Cycle:
             figures=MappingProxyType(self.figures(admissions, pending_out)),
         )
 
-    def deadline_check(self, job: PendingJob, est: float | None, message: str, detail: dict) -> str:
+    def deadline_check(self, job: PendingJob, est: float | None, message: str) -> tuple[str, dict | None]:
         """The feasibility check of a waiting job's deadline: its estimated end (estimated start + likely run
-        time) set against the deadline. A job that will miss it says so in its message and in
-        ``detail["deadline_miss"]`` (the adapter tells its owner once). With no estimate it is judged as if it
-        started now (the best case): only a deadline that even that misses is reported."""
+        time) set against the deadline. A job that will miss it says so in its message and gets the miss for
+        its ``detail["deadline_miss"]`` (the adapter tells its owner once); else (message, None). With no
+        estimate it is judged as if it started now (the best case): only a deadline that even that misses is
+        reported."""
         start = self.now if est is None else max(self.now, est)
         end = start + job.likely_runtime_s
         if end <= job.deadline:
-            return message
+            return message, None
         late = end - job.deadline
-        detail["deadline_miss"] = {"deadline": job.deadline, "estimated_end": end, "late_s": late,
-                                   "estimated": est is not None}
+        miss = {"deadline": job.deadline, "estimated_end": end, "late_s": late, "estimated": est is not None}
         how = "at its estimated start" if est is not None else "even if it started now"
-        return f"{message[:-1]}; {how} it would end {duration_text(late)} after its deadline."
+        return f"{message[:-1]}; {how} it would end {duration_text(late)} after its deadline.", miss
 
     def likely_end(self, job) -> float:
         """When the estimates expect a running job to end: its likely end (``RunningJob.likely_end``), or its
