@@ -91,7 +91,10 @@ def test_an_admission_the_namespace_quota_refuses_backs_off_visibly_then_gives_t
     from scheduling.models import NamespaceQuotaRefusal
 
     kube.add_resource_quota("gpu-vision", "gpu-portal-ceiling", {"requests.nvidia.com/gpu": "2"})
+    # a's pod first, in a cycle of its own: a message's creates overlap, so two admissions of one cycle would
+    # race for the namespace's last GPUs, and this is about the one that comes second.
     a = go(submit, lab.alice, gpus=2, name="a")
+    go(run_cycle)
     b = go(submit, lab.alice, gpus=2, name="b")
     chained = []
     monkeypatch.setattr(tasks.admit_pods, "apply_async", lambda args, countdown: chained.append((args, countdown)))
@@ -146,6 +149,7 @@ def refused_by_the_namespace_quota(kube, lab, submit, go, monkeypatch):
 
     kube.add_resource_quota("gpu-vision", "gpu-portal-ceiling", {"requests.nvidia.com/gpu": "2"})
     go(submit, lab.alice, gpus=2, name="a")
+    go(run_cycle)  # (a's pod first: a message's creates overlap)
     b = go(submit, lab.alice, gpus=2, name="b")
     chained = []
     monkeypatch.setattr(tasks.admit_pods, "apply_async", lambda args, countdown: chained.append((args, countdown)))
