@@ -139,3 +139,22 @@ def test_a_sync_that_finishes_many_jobs_sends_one_message_per_task(lab, submit, 
     assert sorted(pairs) == sorted([j.pk, j.attempt] for j in jobs)
     assert len(dict(sent)["notifications.deliver"][0]) == 4  # the four job.succeeded events
     assert AttemptLog.objects.filter(job__in=jobs).count() == 4  # the one message kept every log
+
+
+def test_a_cycle_writes_two_statements_per_admission_and_the_same_timeline(lab, submit, go):
+    """The admission's timeline event and notification are inserted together at the end of the loop; the
+    compare-and-set UPDATE and the wallet check stay per job."""
+    from notifications.models import Event
+
+    def admit(n: int) -> int:
+        Job.objects.filter(state__in=(JobState.QUEUED, JobState.ADMITTED)).update(state=JobState.CANCELLED)
+        jobs = [go(submit, lab.alice if i % 2 else lab.bob, name=f"j{i}", gpus=1) for i in range(n)]
+        with CaptureQueriesContext(connection) as q:
+            assert run_cycle().admitted == n  # the cycle's own statements: its messages are not sent here
+        for job in jobs:
+            assert [(e.from_state, e.to_state) for e in job.events.filter(kind="transition")] == [
+                ("", "queued"), ("queued", "admitted")]
+            assert Event.objects.filter(kind="job.admitted", data__job_id=job.pk).count() == 1
+        return len(q.captured_queries)
+
+    assert admit(6) - admit(2) == 2 * 4
