@@ -128,8 +128,11 @@ def keep_log(job_id: int, attempt: int) -> bool:
 def keep_logs(pairs: list[list[int]]) -> dict[str, int]:
     """Keep the tails of several ended (job id, attempt) pairs' logs: one message for a sync's finished jobs. A
     pair that fails is handed to ``keep_log`` on its own."""
-    return _each(pairs, lambda job_id, attempt: "kept" if logs.keep_attempt_log(job_id=job_id, attempt=attempt)
-                 else "none", keep_log)
+    with run_cache.per_run():
+        failed = logs.keep_attempt_logs(pairs=pairs)
+    for job_id, attempt in failed:
+        keep_log.delay(job_id, attempt)
+    return {"done": len(pairs) - len(failed), "retrying": len(failed)}
 
 
 @shared_task(name="scheduling.logs.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)
