@@ -4,6 +4,7 @@ which does not depend on what else the machine runs."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -32,3 +33,46 @@ def cpu_ms(pid: int) -> float:
         total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
         todo += children.get(p, [])
     return total * 1000 / TICK
+
+
+class DatabaseBackends:
+    """The CPU of the PostgreSQL backends serving one database on this machine (their command line names it),
+    sampled every ``interval`` seconds from a thread while the block runs: a backend's last reading counts
+    after it exits, so a connection closed between two samples loses at most one interval. Zero when the
+    server's processes cannot be read (another machine, another user)."""
+
+    def __init__(self, database: str, interval: float = 1.0):
+        self.marker = f" {database} "
+        self.interval = interval
+        self.seen: dict[int, float] = {}  # pid -> its latest CPU ms
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DatabaseBackends:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if cmdline.startswith("postgres:") and self.marker in cmdline:
+                fields = _stat(int(entry.name))
+                if fields is not None:
+                    self.seen[int(entry.name)] = sum(int(f) for f in fields[11:13]) * 1000 / TICK
+
+    def cpu_ms(self) -> float:
+        return sum(self.seen.values())

@@ -12,17 +12,27 @@ Django loads the app (``AppConfig.ready``).
   next run tries again).
 * ``after_commit_batched(name, item)``: like ``after_commit``, but one message per transaction carrying the
   list of every item added in it (a cycle admitting a hundred jobs sends one message, not a hundred).
+* ``coalesced()``: a block of many short transactions (the pod sync commits each job on its own) whose
+  batched items are kept as each transaction commits and sent together when the block ends: one message per
+  task name for the whole block, not one per transaction.
 
 An unknown name fails at the call, inside the caller's transaction, not later after commit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from celery import Task
 from django.db import transaction
 
 from portal import broker
 from portal.celery import app
+
+# The items of committed transactions that ``coalesced`` holds back until its block ends, by task name.
+_held: ContextVar[dict[str, list] | None] = ContextVar("portal_dispatch_held", default=None)
 
 
 def task(name: str) -> Task:
@@ -52,7 +62,7 @@ def after_commit_batched(name: str, item) -> None:
     found = task(name)
     connection = transaction.get_connection()
     if not connection.in_atomic_block:
-        broker.send(found, [item])
+        _send_batch(found, [item])
         return
     batches = connection.__dict__.setdefault("_portal_dispatch_batches", {})
     batch = batches.get(name)
@@ -63,8 +73,37 @@ def after_commit_batched(name: str, item) -> None:
 
     def send():
         batch["sent"] = True
-        broker.send(found, batch["items"])
+        _send_batch(found, batch["items"])
 
     batch["send"] = send
     batches[name] = batch
     transaction.on_commit(send)
+
+
+def _send_batch(found: Task, items: list) -> None:
+    """Send a committed batch now, or keep it for the end of the enclosing ``coalesced`` block."""
+    held = _held.get()
+    if held is None:
+        broker.send(found, items)
+    else:
+        held.setdefault(found.name, []).extend(items)
+
+
+@contextmanager
+def coalesced() -> Iterator[None]:
+    """Keep the batches (``after_commit_batched``) of every transaction that commits inside the block and send
+    them when it ends, one message per task name. For loops of short transactions, such as a sync that
+    commits each job on its own: a message per transaction was a broker round trip for the loop and a task run
+    for a worker, per job. What committed is sent even when the block raises; what rolled back never is. A
+    nested block belongs to its outer one."""
+    if _held.get() is not None:
+        yield
+        return
+    held: dict[str, list] = {}
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+        for name, items in held.items():
+            broker.send(task(name), items)

@@ -200,6 +200,17 @@ def keep_log(job_id: int, attempt: int) -> bool:
     return logs.keep_attempt_log(job_id=job_id, attempt=attempt) is not None
 
 
+@shared_task(name="scheduling.pods.keep_logs", time_limit=300, soft_time_limit=280, ignore_result=True)
+def keep_logs(pairs: list[list[int]]) -> dict[str, int]:
+    """Keep the tails of several ended (job id, attempt) pairs' logs: one message for a sync's finished jobs. A
+    pair that fails is handed to ``keep_log`` on its own."""
+    with run_cache.per_run():
+        failed = logs.keep_attempt_logs(pairs=pairs)
+    for job_id, attempt in failed:
+        keep_log.delay(job_id, attempt)
+    return {"done": len(pairs) - len(failed), "retrying": len(failed)}
+
+
 @shared_task(name="scheduling.logs.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)
 def cleanup_logs() -> int:
     """Delete kept logs past LOG_RETENTION_DAYS."""

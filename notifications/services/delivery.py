@@ -57,37 +57,49 @@ def expand_pending(*, event_ids: list[int] | None = None, limit: int = 200) -> i
             if event_ids is not None:
                 qs = qs.filter(pk__in=event_ids)
             events = list(qs.select_for_update(skip_locked=True)[:BATCH])
-            for event in events:
-                _expand(event)
             if events:
+                _expand(events)
                 Event.objects.filter(pk__in=[e.pk for e in events]).update(expanded_at=timezone.now())
         done += len(events)
         if len(events) < BATCH or done >= limit:
             return done
 
 
-def _recipients(event: Event) -> list[int]:
-    ids = set(event.user_ids)
-    if event.to_admins:
-        ids |= set(Membership.objects.filter(department_id=event.department_id, role=Role.DEPARTMENT_ADMIN)
-                   .values_list("user_id", flat=True))
-    return sorted(ids)
+class _Audience:
+    """Who may receive a batch of events, read in a fixed number of queries whatever the batch's size (a cycle
+    reports hundreds of events at once): the departments' admins, the active recipients, their preferences
+    for the batch's kinds, the webhooks of the recipients and of the departments."""
+
+    def __init__(self, events: list[Event]):
+        departments = {e.department_id for e in events}
+        self.admins: dict[int, set[int]] = {}
+        admin_departments = {e.department_id for e in events if e.to_admins}
+        for department_id, user_id in Membership.objects.filter(
+                department_id__in=admin_departments, role=Role.DEPARTMENT_ADMIN).values_list("department_id",
+                                                                                            "user_id"):
+            self.admins.setdefault(department_id, set()).add(user_id)
+        named = set().union(*(self.admins.values()), *(e.user_ids for e in events))
+        self.users = {u.pk: u for u in get_user_model().objects.filter(pk__in=named, is_active=True)}
+        self.wants = preferences.effective(user_ids=list(self.users), kinds={e.kind for e in events})
+        self.hooks = list(Webhook.objects.filter(active=True).filter(
+            Q(user_id__in=list(self.users)) | Q(user__isnull=True, department_id__in=departments)))
+        self.user_hooks = {h.user_id: h for h in self.hooks if h.user_id}
+
+    def recipients(self, event: Event) -> list[int]:
+        ids = set(event.user_ids) | (self.admins.get(event.department_id, set()) if event.to_admins else set())
+        return [uid for uid in sorted(ids) if uid in self.users]
 
 
-def _expand(event: Event) -> None:
-    user_ids = _recipients(event)
-    users = {u.pk: u for u in get_user_model().objects.filter(pk__in=user_ids, is_active=True)}
-    kind = BY_NAME.get(event.kind)
-    if kind is not None and kind.essential:  # e-mail only, whatever the preferences
-        Delivery.objects.bulk_create([
-            Delivery(event=event, department_id=event.department_id, channel=Channel.EMAIL, user_id=uid,
-                     key=f"{event.pk}:{Channel.EMAIL}:u{uid}", next_attempt_at=event.created_at)
-            for uid, user in users.items() if user.email], ignore_conflicts=True)
-        return
-    wanted = preferences.effective(user_ids=list(users), kind=event.kind)
-    hooks = list(Webhook.objects.filter(active=True).filter(
-        Q(user_id__in=list(users)) | Q(user__isnull=True, department_id=event.department_id)))
-    user_hooks = {h.user_id: h for h in hooks if h.user_id}
+def _expand(events: list[Event]) -> None:
+    audience = _Audience(events)
+    rows = [row for event in events for row in _deliveries(event, audience)]
+    if rows:
+        Delivery.objects.bulk_create(rows, ignore_conflicts=True)  # the unique key: once per recipient
+
+
+def _deliveries(event: Event, audience: _Audience) -> list[Delivery]:
+    """One event's deliveries: per recipient the channels they want (a webhook only if they have one), and
+    the department's webhook when it takes the event's kind."""
     rows = []
 
     def add(channel: str, recipient: str, user_id=None, webhook=None):
@@ -95,16 +107,22 @@ def _expand(event: Event) -> None:
                              webhook=webhook, key=f"{event.pk}:{channel}:{recipient}",
                              next_attempt_at=event.created_at))
 
-    for uid, user in users.items():
-        if wanted[uid]["email"] and user.email:
+    kind = BY_NAME.get(event.kind)
+    if kind is not None and kind.essential:  # e-mail only, whatever the preferences
+        for uid in audience.recipients(event):
+            if audience.users[uid].email:
+                add(Channel.EMAIL, f"u{uid}", user_id=uid)
+        return rows
+    for uid in audience.recipients(event):
+        user, wanted, hook = audience.users[uid], audience.wants[uid, event.kind], audience.user_hooks.get(uid)
+        if wanted["email"] and user.email:
             add(Channel.EMAIL, f"u{uid}", user_id=uid)
-        if wanted[uid]["webhook"] and uid in user_hooks:
-            add(Channel.WEBHOOK, f"w{user_hooks[uid].pk}", user_id=uid, webhook=user_hooks[uid])
-    for hook in hooks:
-        if hook.user_id is None and event.kind in (hook.kinds or []):
+        if wanted["webhook"] and hook is not None:
+            add(Channel.WEBHOOK, f"w{hook.pk}", user_id=uid, webhook=hook)
+    for hook in audience.hooks:
+        if hook.user_id is None and hook.department_id == event.department_id and event.kind in (hook.kinds or []):
             add(Channel.WEBHOOK, f"w{hook.pk}", webhook=hook)
-    if rows:
-        Delivery.objects.bulk_create(rows, ignore_conflicts=True)  # the unique key: once per recipient
+    return rows
 
 
 # ------------------------------------------------------------------------------------------ send

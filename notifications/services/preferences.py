@@ -23,11 +23,13 @@ def defaults(kind: str) -> dict[str, bool]:
     return {"email": k.email, "webhook": k.webhook}
 
 
-def effective(*, user_ids, kind: str) -> dict[int, dict[str, bool]]:
-    """Each user's channels for ``kind``: their row, or the kind's defaults (one query for all users)."""
-    rows = {p.user_id: {"email": p.email, "webhook": p.webhook}
-            for p in Preference.objects.filter(user_id__in=list(user_ids), kind=kind)}
-    return {uid: rows.get(uid, defaults(kind)) for uid in user_ids}
+def effective(*, user_ids, kinds) -> dict[tuple[int, str], dict[str, bool]]:
+    """Each user's channels for each of ``kinds``, keyed (user id, kind): their row, or the kind's defaults
+    (one query for all users and kinds)."""
+    kinds = set(kinds)
+    rows = {(p.user_id, p.kind): {"email": p.email, "webhook": p.webhook}
+            for p in Preference.objects.filter(user_id__in=list(user_ids), kind__in=kinds)}
+    return {(uid, kind): rows.get((uid, kind), defaults(kind)) for uid in user_ids for kind in kinds}
 
 
 def preferences_of(user) -> list[dict]:

@@ -577,7 +577,8 @@ def _under_cluster_lock(cluster_id: int | None, lock: str, run: Callable[..., di
     cluster = cluster_row(cluster_id)
     if cluster is None:
         return {"gone": 1}
-    with exclusive(f"{lock}-{cluster.name}") as acquired:
+    # One message per task for the run's per-job transactions (a notification, a log to keep), not one each.
+    with dispatch.coalesced(), exclusive(f"{lock}-{cluster.name}") as acquired:
         if not acquired:
             return {"skipped": 1}
         return run(cluster=cluster)

@@ -30,6 +30,7 @@ from scheduling.services.jobs import (
     namespace_for,
     record_event,
     transition,
+    written_together,
 )
 from scheduling.services.locks import exclusive
 from scheduling.services.queue_ranks import reranked
@@ -125,34 +126,35 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
         # Held since the snapshot was read (the rows are locked now): not admitted, the next cycle says why.
         held = set(Job.objects.filter(pk__in=[a.job_id for a in result.admissions], held_at__isnull=False)
                    .values_list("pk", flat=True)) if result.admissions else set()
-        for adm in result.admissions:
-            job = ctx.jobs.get(adm.job_id)
-            if job is None or job.pk in held:
-                continue
-            ok = transition(
-                job=job,
-                to=JobState.ADMITTED,
-                allowed_from=[JobState.QUEUED],
-                attempt=job.attempt,
-                reason_code="admitted",
-                message=_admission_message(adm),
-                data={"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
-                      "cluster": adm.cluster, "policy_version": ctx.policy_version},
-                placement=list(adm.placement),
-                cluster=clusters.get(adm.cluster),
-                borrowed=adm.borrowed,
-                price=adm.price,
-                admitted_at=ctx.now,
-                estimated_start=None,
-                reason_detail={},
-                queue_rank=None,
-            )
-            if ok:
-                admitted += 1
-                budget_admitted(job)
-                to_ungate.append([job.pk, job.attempt])
-                waits.append(({"tier": job.tier, "department": job.department.slug, "flavor": job.flavor.name},
-                              _queue_wait(job, ctx.now)))
+        with written_together():  # two rows per admitted job: inserted together, not one by one
+            for adm in result.admissions:
+                job = ctx.jobs.get(adm.job_id)
+                if job is None or job.pk in held:
+                    continue
+                ok = transition(
+                    job=job,
+                    to=JobState.ADMITTED,
+                    allowed_from=[JobState.QUEUED],
+                    attempt=job.attempt,
+                    reason_code="admitted",
+                    message=_admission_message(adm),
+                    data={"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
+                          "cluster": adm.cluster, "policy_version": ctx.policy_version},
+                    placement=list(adm.placement),
+                    cluster=clusters.get(adm.cluster),
+                    borrowed=adm.borrowed,
+                    price=adm.price,
+                    admitted_at=ctx.now,
+                    estimated_start=None,
+                    reason_detail={},
+                    queue_rank=None,
+                )
+                if ok:
+                    admitted += 1
+                    budget_admitted(job)
+                    to_ungate.append([job.pk, job.attempt])
+                    waits.append(({"tier": job.tier, "department": job.department.slug, "flavor": job.flavor.name},
+                                  _queue_wait(job, ctx.now)))
         metrics.observe_admissions(waits)  # in this transaction: an apply rolled back counts nothing
         for i in range(0, len(to_ungate), ADMIT_BATCH):  # a few messages per cycle, not one per admission
             chunk = to_ungate[i:i + ADMIT_BATCH]

@@ -122,8 +122,8 @@ def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finish
         if ok:
             budget_attempt_ended(job=job, attempt=job.attempt,
                                  outcome="succeeded" if state == JobState.SUCCEEDED else "failed")
-            # while the finished pods are still there to read it from
-            dispatch.after_commit("scheduling.pods.keep_log", job.pk, job.attempt)
+            # while the finished pods are still there to read it from; one message for a sync's finished jobs
+            dispatch.after_commit_batched("scheduling.pods.keep_logs", [job.pk, job.attempt])
     return ok
 
 

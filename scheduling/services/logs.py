@@ -72,12 +72,40 @@ def keep_attempt_log(*, job_id: int, attempt: int) -> AttemptLog | None:
     if job is None or is_live(job, attempt):
         return None
     kept = {row.pod: row for row in AttemptLog.objects.filter(job_id=job_id, attempt=attempt)}
-    for pod in range(job.pods):
-        if pod not in kept:
-            row = _keep_pod_log(job, attempt, pod)
-            if row is not None:
-                kept[pod] = row
+    kept.update(_keep_missing(job, attempt, set(kept)))
     return kept.get(0)
+
+
+def keep_attempt_logs(*, pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``keep_attempt_log`` for several (job id, attempt) pairs, a sync's finished jobs: the jobs and the logs
+    kept already are read once for all of them, not twice per pair. Returns the pairs that raised, which the
+    caller retries one by one (one bad pod must not keep the others' logs from being kept)."""
+    pairs = [(int(job_id), int(attempt)) for job_id, attempt in pairs]
+    ids = {job_id for job_id, _ in pairs}
+    jobs = Job.objects.select_related("department", "cluster").in_bulk(ids)
+    kept: dict[tuple[int, int], set[int]] = {}
+    for job_id, attempt, pod in AttemptLog.objects.filter(job_id__in=ids).values_list("job_id", "attempt", "pod"):
+        kept.setdefault((job_id, attempt), set()).add(pod)
+    failed = []
+    for job_id, attempt in pairs:
+        job = jobs.get(job_id)
+        if job is None or is_live(job, attempt):
+            continue
+        try:
+            _keep_missing(job, attempt, kept.get((job_id, attempt), set()))
+        except Exception:  # noqa: BLE001 - retried alone by the caller
+            log.warning("keeping the log of job %s attempt %s failed", job_id, attempt, exc_info=True)
+            failed.append((job_id, attempt))
+    return failed
+
+
+def _keep_missing(job: Job, attempt: int, kept: set[int]) -> dict[int, AttemptLog]:
+    """Keep the log of every pod of the ended attempt not in ``kept``; the rows made, by pod."""
+    made = {}
+    for pod in range(job.pods):
+        if pod not in kept and (row := _keep_pod_log(job, attempt, pod)) is not None:
+            made[pod] = row
+    return made
 
 
 def _keep_pod_log(job: Job, attempt: int, pod: int) -> AttemptLog | None:

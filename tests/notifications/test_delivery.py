@@ -283,3 +283,40 @@ def test_the_events_of_one_transaction_leave_in_one_message(lab, monkeypatch, dj
     with django_capture_on_commit_callbacks() as later:  # the next transaction sends its own message
         emit(kind="job.failed", department_id=lab.vision.pk, users=[lab.alice.pk], data={"job_id": 4})
     assert len(later) == 1
+
+
+def test_a_batch_of_events_is_expanded_in_the_same_queries_whatever_its_size(lab, monkeypatch):
+    """A cycle reports hundreds of events in one transaction: expanding them reads recipients, preferences and
+    webhooks once per batch, not once per event, and gives each event the deliveries it gave alone."""
+    from django.test.utils import CaptureQueriesContext
+
+    from notifications import tasks
+    from notifications.models import Preference, Webhook
+
+    monkeypatch.setattr(tasks.deliver, "delay", lambda *a: None)
+    Preference.objects.create(user=lab.amy, kind="job.failed", email=False, webhook=True)
+    hook = Webhook.objects.create(department=lab.vision, user=lab.amy, url="https://hooks.x.test/amy", secret="s" * 20)
+    dept_hook = Webhook.objects.create(department=lab.nlp, url="https://hooks.x.test/nlp", secret="s" * 20,
+                                       kinds=["job.succeeded"])
+
+    def expand(n: int) -> tuple[int, set[str]]:
+        events = []
+        for _ in range(n):
+            events += [
+                emit(kind="job.failed", department_id=lab.vision.pk, users=[lab.alice.pk, lab.amy.pk], data={}),
+                emit(kind="budget.low", department_id=lab.vision.pk, admins=True, data={}),
+                emit(kind="job.succeeded", department_id=lab.nlp.pk, users=[lab.bob.pk], data={}),
+                emit(kind="job.admitted", department_id=lab.nlp.pk, users=[lab.bob.pk], data={}),
+            ]
+        with CaptureQueriesContext(connection) as q:
+            assert delivery.expand_pending() == 4 * n
+        first = events[:4]
+        keys = set(Delivery.objects.filter(event__in=first).values_list("key", flat=True))
+        return len(q.captured_queries), {k.split(":", 1)[1] + f"@{[e.pk for e in first].index(int(k.split(':')[0]))}"
+                                         for k in keys}
+
+    small, wanted = expand(1)
+    assert wanted == {f"email:u{lab.alice.pk}@0", f"webhook:w{hook.pk}@0",  # amy: webhook only, as she chose
+                      f"email:u{lab.vadmin.pk}@1", f"webhook:w{dept_hook.pk}@2"}  # job.admitted: off by default
+    large, again = expand(10)
+    assert again == wanted and large == small

@@ -120,3 +120,36 @@ def test_a_live_attempt_is_not_kept_and_old_logs_are_cleaned_up(settings, lab, s
 
 def _unstamped(kept: AttemptLog) -> str:
     return "\n".join(split_log_stamp(line)[1] for line in kept.text.splitlines())
+
+
+def test_the_logs_of_many_ended_attempts_are_kept_with_two_reads_for_all_and_a_failure_is_retried_alone(
+        lab, submit, go, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling import tasks
+    from scheduling.services import logs
+
+    jobs = [submit(lab.alice if i % 2 else lab.bob, name=f"k{i}", command=["echo", str(i)]) for i in range(6)]
+    live = submit(lab.alice, name="live")
+    Job.objects.filter(pk=live.pk).update(state=JobState.CANCELLED)  # out of the cycle's way
+    _run(go)
+    Job.objects.filter(pk=live.pk).update(state=JobState.QUEUED)  # still live: never kept
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(state=JobState.SUCCEEDED)
+
+    def keep(some) -> int:
+        with CaptureQueriesContext(connection) as q:
+            assert logs.keep_attempt_logs(pairs=[(j.pk, 1) for j in some]) == []
+        return len(q.captured_queries)
+
+    one, three = keep(jobs[:1]), keep(jobs[1:4])
+    per_pod = (three - one) // 2  # reading the pod's log and storing it: the rest is read once for all pairs
+    assert three - one == 2 * per_pod and one == 2 + per_pod
+    assert keep(jobs[:4]) == 2  # all kept already: nothing read again
+    real, retried = logs._keep_pod_log, []
+    monkeypatch.setattr(logs, "_keep_pod_log", lambda job, *a: 1 / 0 if job.pk == jobs[4].pk else real(job, *a))
+    monkeypatch.setattr(tasks.keep_log, "delay", lambda *args: retried.append(args))
+    assert tasks.keep_logs([[j.pk, 1] for j in jobs] + [[live.pk, 1]]) == {"done": 6, "retrying": 1}
+    assert retried == [(jobs[4].pk, 1)]
+    assert set(AttemptLog.objects.values_list("job_id", flat=True)) == {j.pk for j in jobs} - {jobs[4].pk}
+    assert split_log_stamp(AttemptLog.objects.get(job=jobs[5]).text.splitlines()[0])[1] == "$ echo 5"

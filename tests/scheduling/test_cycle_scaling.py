@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling import core
-from scheduling.models import Job, JobEvent, JobState, SimPod
+from scheduling.models import AttemptLog, Job, JobEvent, JobState, SimPod
 from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import apply_result, run_cycle
 from scheduling.services.snapshot import build_snapshot
@@ -119,3 +119,42 @@ def test_a_pod_task_run_reads_the_policy_and_the_cluster_once_and_a_failure_is_r
     assert sum(s.startswith('SELECT') and 'FROM "scheduling_cluster"' in s for s in sql) <= 2, "\n".join(sql)
     # outside a task run every read goes to the database: an edit is seen at once
     assert tasks.create_pods_many([[jobs[0].pk, 1]]) == {"created": 1}
+
+
+@pytest.mark.django_db(transaction=True)  # real commits: each job's transaction runs its callbacks as a worker's
+def test_a_sync_that_finishes_many_jobs_sends_one_message_per_task(lab, submit, monkeypatch):
+    from portal import broker
+    from scheduling.services.clusters import sync_one
+
+    jobs = [submit(lab.alice, name=f"s{i}", gpus=1) for i in range(4)]
+    assert run_cycle().admitted == 4
+    sync_one(cluster_id=None)  # running
+    SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(days=30))
+    sent, send = [], broker.send
+    monkeypatch.setattr(broker, "send", lambda task, *args: sent.append((task.name, args)) or send(task, *args))
+    sync_one(cluster_id=None)  # each job ends in a transaction of its own
+    assert all(j.state == JobState.SUCCEEDED for j in Job.objects.filter(pk__in=[j.pk for j in jobs]))
+    assert sorted(name for name, _ in sent) == ["notifications.deliver", "scheduling.pods.keep_logs"]
+    [(pairs,)] = [args for name, args in sent if name == "scheduling.pods.keep_logs"]
+    assert sorted(pairs) == sorted([j.pk, j.attempt] for j in jobs)
+    assert len(dict(sent)["notifications.deliver"][0]) == 4  # the four job.succeeded events
+    assert AttemptLog.objects.filter(job__in=jobs).count() == 4  # the one message kept every log
+
+
+def test_a_cycle_writes_two_statements_per_admission_and_the_same_timeline(lab, submit, go):
+    """The admission's timeline event and notification are inserted together at the end of the loop; the
+    compare-and-set UPDATE and the wallet check stay per job."""
+    from notifications.models import Event
+
+    def admit(n: int) -> int:
+        Job.objects.filter(state__in=(JobState.QUEUED, JobState.ADMITTED)).update(state=JobState.CANCELLED)
+        jobs = [go(submit, lab.alice if i % 2 else lab.bob, name=f"j{i}", gpus=1) for i in range(n)]
+        with CaptureQueriesContext(connection) as q:
+            assert run_cycle().admitted == n  # the cycle's own statements: its messages are not sent here
+        for job in jobs:
+            assert [(e.from_state, e.to_state) for e in job.events.filter(kind="transition")] == [
+                ("", "queued"), ("queued", "admitted")]
+            assert Event.objects.filter(kind="job.admitted", data__job_id=job.pk).count() == 1
+        return len(q.captured_queries)
+
+    assert admit(6) - admit(2) == 2 * 4
