@@ -1,5 +1,5 @@
 """Notifications' use cases. Other apps' services call ``emit`` (outbox.py) inside their own transactions."""
 
-from notifications.services.outbox import emit, together
+from notifications.services.outbox import emit
 
-__all__ = ["emit", "together"]
+__all__ = ["emit"]

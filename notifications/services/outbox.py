@@ -10,16 +10,12 @@ event costs its emitter one INSERT.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable
 
 from notifications.kinds import BY_NAME
 from notifications.models import Event
 from portal import dispatch
-
-# The events ``together`` inserts at the end of its block.
-_together: ContextVar[list[Event] | None] = ContextVar("notifications_emit_together", default=None)
+from portal.db import insert_later
 
 
 def emit(*, kind: str, department_id: int, users: Iterable[int] = (), admins: bool = False,
@@ -33,8 +29,7 @@ def emit(*, kind: str, department_id: int, users: Iterable[int] = (), admins: bo
     event = Event(kind=kind, department_id=department_id, user_ids=sorted({int(u) for u in users if u}),
                   to_admins=admins, data=data or {}, dedupe_key=dedupe_key)
     if dedupe_key is None:
-        if (pending := _together.get()) is not None:
-            pending.append(event)  # inserted, and announced, when the block ends
+        if insert_later(event, then=_announce):  # inside ``portal.db.inserted_together``: at its end
             return event
         event.save(force_insert=True)
     else:
@@ -44,25 +39,9 @@ def emit(*, kind: str, department_id: int, users: Iterable[int] = (), admins: bo
         event = Event.objects.filter(dedupe_key=dedupe_key).first()
         if event is None:
             return None
-    dispatch.after_commit_batched("notifications.deliver", event.pk)  # one message per transaction
+    _announce(event)
     return event
 
 
-@contextmanager
-def together() -> Iterator[None]:
-    """Inside one transaction: the events emitted in the block are inserted by one statement (per 500) when it
-    ends, in the order emitted, and announced by the transaction's one message, as ``emit`` does. For a cycle
-    that admits hundreds of jobs, an INSERT each was a round trip each. An event with a ``dedupe_key`` is
-    inserted at once (its caller learns whether it was a duplicate); a block that raises inserts nothing."""
-    if _together.get() is not None:
-        yield
-        return
-    events: list[Event] = []
-    token = _together.set(events)
-    try:
-        yield
-    finally:
-        _together.reset(token)
-    Event.objects.bulk_create(events, batch_size=500)
-    for event in events:
-        dispatch.after_commit_batched("notifications.deliver", event.pk)
+def _announce(event: Event) -> None:
+    dispatch.after_commit_batched("notifications.deliver", event.pk)  # one message per transaction

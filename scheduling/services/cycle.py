@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal import dispatch, metrics
-from portal.db import retry_on_conflict
+from portal.db import inserted_together, retry_on_conflict
 from portal.money import format_credits
 from portal.timestamps import from_epoch
 from quotas import budgets
@@ -30,7 +30,6 @@ from scheduling.services.jobs import (
     namespace_for,
     record_event,
     transition,
-    written_together,
 )
 from scheduling.services.locks import exclusive
 from scheduling.services.queue_ranks import reranked
@@ -126,7 +125,7 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
         # Held since the snapshot was read (the rows are locked now): not admitted, the next cycle says why.
         held = set(Job.objects.filter(pk__in=[a.job_id for a in result.admissions], held_at__isnull=False)
                    .values_list("pk", flat=True)) if result.admissions else set()
-        with written_together():  # two rows per admitted job: inserted together, not one by one
+        with inserted_together():  # two rows per admitted job: inserted together, not one by one
             for adm in result.admissions:
                 job = ctx.jobs.get(adm.job_id)
                 if job is None or job.pk in held:

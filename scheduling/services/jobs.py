@@ -5,9 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -16,9 +14,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from notifications.services import together as notifications_together
 from portal import dispatch
-from portal.db import retry_on_conflict
+from portal.db import insert_later, retry_on_conflict
 from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, LimitReached, ValidationFailed
 from portal.models import Membership
 from portal.tenancy import can_manage_job, member
@@ -37,36 +34,12 @@ from workloads.services.resolve import create_checkpoint_dirs
 log = logging.getLogger(__name__)
 
 
-# The timeline events ``written_together`` inserts at the end of its block.
-_together: ContextVar[list[JobEvent] | None] = ContextVar("scheduling_events_together", default=None)
-
-
 def record_event(*, job: Job, kind: str, **details: Any) -> JobEvent:
     """Append one event to the job's timeline; ``details`` are ``new_event``'s."""
     event = new_event(job=job, kind=kind, **details)
-    if (pending := _together.get()) is not None:
-        pending.append(event)  # inserted when the block ends
-        return event
-    event.save(force_insert=True)
+    if not insert_later(event):  # inside ``portal.db.inserted_together``: at its end
+        event.save(force_insert=True)
     return event
-
-
-@contextmanager
-def written_together() -> Iterator[None]:
-    """Inside one transaction: the timeline events and the notifications recorded in the block are inserted
-    together when it ends, in the order recorded (one statement per 500 of each), not one INSERT each. For the
-    cycle's admissions, which record two rows per admitted job. A block that raises inserts nothing."""
-    if _together.get() is not None:
-        yield
-        return
-    events: list[JobEvent] = []
-    token = _together.set(events)
-    try:
-        with notifications_together():
-            yield
-    finally:
-        _together.reset(token)
-    JobEvent.objects.bulk_create(events, batch_size=500)
 
 
 def new_event(
