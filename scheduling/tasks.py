@@ -58,8 +58,22 @@ def create_pods(job_id: int, attempt: int) -> str:
 def create_pods_many(pairs: list[list[int]]) -> dict[str, int]:
     """Create the gated pods of several queued (job id, attempt) pairs: one message for a submission's or a
     transaction's jobs. A pair that fails is handed to ``create_pods`` on its own, with that task's retries and
-    back-off, so one unreachable cluster never holds up the others."""
-    return _each(pairs, lambda job_id, attempt: pods.create_pods(job_id=job_id, attempt=attempt), create_pods)
+    back-off, so one unreachable cluster never holds up the others. The message's jobs are read together."""
+    with run_cache.per_run():
+        read = _read_jobs(pairs)
+        return _each(pairs, lambda job_id, attempt: pods.create_pods(job_id=job_id, attempt=attempt, read=read),
+                     create_pods)
+
+
+def _read_jobs(pairs: list[list[int]]) -> dict | None:
+    """The message's jobs in one read (``pods.read_jobs``); None when that read fails: each pair then reads its
+    own job, and one that fails is retried alone, as before."""
+    try:
+        return pods.read_jobs(pairs)
+    except Exception:  # noqa: BLE001 - every pair reads for itself instead
+        log.warning("reading the jobs of %d pairs together failed; each is read on its own", len(pairs),
+                    exc_info=True)
+        return None
 
 
 def _each(pairs: list[list[int]], run, alone) -> dict[str, int]:
@@ -102,15 +116,17 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
     On a backend whose starts may overlap (Kubernetes) up to ``ADMIT_CONCURRENCY`` admissions' API calls are in
     flight at once, on a pool of threads that never touch the database: each pair is re-read and its quota try
     claimed on this thread when a slot is free, right before its calls start, and its outcome is settled here
-    too (docs/kubernetes.md, "Admission: creating the pods")."""
+    too (docs/kubernetes.md, "Admission: creating the pods"). On a backend whose starts run here one after
+    another (the simulated one) the message's jobs are read together at its start instead."""
     counts: dict[str, int] = {}
     slots = settings.ADMIT_CONCURRENCY
     with run_cache.per_run(), ThreadPoolExecutor(max_workers=slots, thread_name_prefix="admit") as pool:
         running: dict[Future, pods.Admission] = {}
+        read = _read_jobs(pairs)
         for job_id, attempt in pairs:
             while len(running) >= slots:
                 _settle_first(running, counts)
-            admission = _claim(job_id, attempt)
+            admission = _claim(job_id, attempt, read)
             if isinstance(admission, str):
                 _count(counts, admission)
             elif admission.overlaps:
@@ -132,9 +148,9 @@ def _alone(job_id: int, attempt: int) -> str:
     return "retrying"
 
 
-def _claim(job_id: int, attempt: int) -> pods.Admission | str:
+def _claim(job_id: int, attempt: int, read: dict | None) -> pods.Admission | str:
     try:
-        return pods.claim_admission(job_id=job_id, attempt=attempt, fresh=True)
+        return pods.claim_admission(job_id=job_id, attempt=attempt, fresh=True, read=read)
     except Exception:  # noqa: BLE001 - retried alone
         return _alone(job_id, attempt)
 

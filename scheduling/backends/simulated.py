@@ -24,8 +24,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, Value
+from django.db import transaction
+from django.db.models import Case, F, Value, When
 from django.db.models.functions import Concat
 
 from portal.timestamps import log_stamp
@@ -106,26 +106,49 @@ class SimulatedBackend(ClusterBackend):
             runtime *= self.speedup  # people work in it and call it: its lifetime passes in wall-clock time
         exit_code = _number(env.get("SIM_EXIT_CODE"), int, default=0, low=0, high=255)
         mounts = self.make_mounts(podset)
-        for i, name in enumerate(podset.pod_names):
-            try:
-                with transaction.atomic():
-                    SimPod.objects.create(
-                        cluster=self.name,
-                        namespace=podset.namespace,
-                        name=name,
-                        job_id=podset.job_id,
-                        attempt=podset.attempt,
-                        index=i,
-                        runtime_s=runtime,
-                        exit_code=exit_code or None,
-                        log=f"$ {' '.join(podset.command)}\n{_mounts_line(podset)}{_secrets_line(podset)}",
-                        created_at=self.clock.now(),  # the log's first lines are stamped with it
-                        mounts=mounts,
-                        # the same variables, in the same order, as the Kubernetes pod's container
-                        env=dict((*podset.env, *podset.workload.env, *rendezvous_env(podset, i))),
-                    )
-            except IntegrityError:
-                pass  # AlreadyExists: a retried create adopts the pod
+        created_at = self.clock.now()  # the log's first lines are stamped with it
+        # One INSERT for the gang; a pod that exists already (a retried create) is adopted, as AlreadyExists is
+        SimPod.objects.bulk_create([
+            SimPod(
+                cluster=self.name,
+                namespace=podset.namespace,
+                name=name,
+                job_id=podset.job_id,
+                attempt=podset.attempt,
+                index=i,
+                runtime_s=runtime,
+                exit_code=exit_code or None,
+                log=f"$ {' '.join(podset.command)}\n{_mounts_line(podset)}{_secrets_line(podset)}",
+                created_at=created_at,
+                mounts=mounts,
+                # the same variables, in the same order, as the Kubernetes pod's container
+                env=dict((*podset.env, *podset.workload.env, *rendezvous_env(podset, i))),
+            )
+            for i, name in enumerate(podset.pod_names)
+        ], ignore_conflicts=True)
+
+    def start(self, podset: PodSet, placement: tuple[str, ...], *, fresh: bool = True) -> None:
+        """Ungate the attempt's pods in one UPDATE when they were all made at submission and are all still
+        gated (the usual case); otherwise create what is missing and ungate as ``admit`` does, which also
+        counts a pod already ungated as done. A session's pods start their stand-ins through ``admit``."""
+        if not (podset.has_route and settings.SIM_SESSION_STANDIN) and self._ungate_all(podset, placement):
+            return
+        super().start(podset, placement, fresh=fresh)
+
+    def _ungate_all(self, podset: PodSet, placement: tuple[str, ...]) -> bool:
+        """Ungate every pod of the attempt on its node, all or none: True when every one was gated and now
+        runs; False (nothing changed) when any is missing or was ungated already."""
+        names = podset.pod_names
+        gated = SimPod.objects.filter(cluster=self.name, namespace=podset.namespace, name__in=names, gated=True)
+        if len(names) == 1:  # one statement, all or nothing by itself
+            return gated.update(gated=False, node=placement[0], phase="Running", started_at=self.clock.now()) == 1
+        node = Case(*[When(name=name, then=Value(placement[i])) for i, name in enumerate(names)],
+                    output_field=SimPod._meta.get_field("node"))
+        with transaction.atomic():
+            if gated.update(gated=False, node=node, phase="Running", started_at=self.clock.now()) == len(names):
+                return True
+            transaction.set_rollback(True)  # a gang is started whole or not at all
+        return False
 
     def make_mounts(self, podset: PodSet) -> list[dict]:
         """The simulated kubelet's volumes: one real directory per source under DATA_DIR (the same for every

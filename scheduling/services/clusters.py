@@ -33,6 +33,7 @@ from scheduling.models import (
     Node,
     PreemptionVictim,
 )
+from scheduling.services import run_cache
 from scheduling.services.cluster_binding import bound_to, cluster_of, cluster_row, default_cluster, federated
 from scheduling.services.jobs import namespace_for, record_event
 from scheduling.services.lifecycle import (
@@ -99,7 +100,8 @@ def podset_for(job: Job) -> PodSet:
         pdb_min_available=job.pdb_min_available,
         cluster=cluster.name,
         workload=job_workload(job, cluster.name),
-        secrets=workload_secrets.resolve(department_id=job.department_id, uses=job.secrets or []),
+        secrets=workload_secrets.resolve(department_id=job.department_id, uses=job.secrets or [],
+                                         department_rows=run_cache.peek(department_secrets_key(job.department_id))),
         kind=job.kind,
         port=job.port,
         readiness_path=job.readiness_path or "/",
@@ -107,6 +109,11 @@ def podset_for(job: Job) -> PodSet:
         array_index=job.array_index,
         array_count=job.array.size if job.array_id else None,
     )
+
+
+def department_secrets_key(department_id: int) -> str:
+    """Where a pod-worker run keeps every secret of a department, read once for all of a message's jobs."""
+    return f"department_secrets:{department_id}"
 
 
 def ensure_priority_classes() -> list[str]:

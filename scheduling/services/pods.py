@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from scheduling.backends import get_backend
@@ -23,8 +24,8 @@ from scheduling.backends.base import (
     QuotaExceeded,
 )
 from scheduling.core import reasons
-from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, PreemptionVictim
-from scheduling.services import clusters, logs, namespace_quotas
+from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, NamespaceQuotaRefusal, PreemptionVictim
+from scheduling.services import clusters, logs, namespace_quotas, run_cache
 from scheduling.services.jobs import namespace_for, pods_at_submission, record_event
 from scheduling.services.lifecycle import finish
 from workloads.models import DepartmentSecret
@@ -32,8 +33,33 @@ from workloads.models import DepartmentSecret
 log = logging.getLogger(__name__)
 
 
-def _job(job_id: int, attempt: int, states) -> Job | None:
-    job = Job.objects.select_related("department", "flavor", "owner", "cluster").filter(pk=job_id).first()
+def _jobs():
+    """Jobs as the pod side reads them: with the rows their pod set needs, and whether a namespace quota refusal
+    of the current attempt is in force (``quota_refused``: without one, claiming the start reads nothing more)."""
+    refused = NamespaceQuotaRefusal.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"),
+                                                   cleared_at__isnull=True)
+    return Job.objects.select_related("department", "flavor", "owner", "cluster").annotate(
+        quota_refused=Exists(refused))
+
+
+def read_jobs(pairs) -> dict[int, Job]:
+    """The jobs of a message's (job id, attempt) pairs, in one query, and every secret of their departments in
+    one more (kept for the run, see ``run_cache``): what each pair's pods are built from. Each pair's state
+    and attempt are still checked on their own before anything is made."""
+    jobs = _jobs().in_bulk({int(job_id) for job_id, _ in pairs})
+    departments = {job.department_id for job in jobs.values()}
+    rows: dict[int, list] = {d: [] for d in departments}
+    for secret in DepartmentSecret.objects.filter(department_id__in=departments):
+        rows[secret.department_id].append(secret)
+    for department_id, secrets in rows.items():
+        run_cache.prime(clusters.department_secrets_key(department_id), secrets)
+    return jobs
+
+
+def _job(job_id: int, attempt: int, states, read: dict[int, Job] | None = None) -> Job | None:
+    """The job if its current attempt is ``attempt`` in one of ``states``; from ``read`` (``read_jobs``) when
+    given, else read now."""
+    job = read.get(job_id) if read is not None else _jobs().filter(pk=job_id).first()
     if job is None or job.attempt != attempt or job.state not in states:
         return None
     return job
@@ -47,9 +73,10 @@ def _mark_unreachable(job: Job, exc: Exception) -> None:
         )
 
 
-def create_pods(*, job_id: int, attempt: int) -> str:
-    """Create a queued attempt's gated pods where they are made at submission (the simulated cluster)."""
-    job = _job(job_id, attempt, (JobState.QUEUED, JobState.ADMITTED))
+def create_pods(*, job_id: int, attempt: int, read: dict[int, Job] | None = None) -> str:
+    """Create a queued attempt's gated pods where they are made at submission (the simulated cluster).
+    ``read``: the message's jobs as ``read_jobs`` read them."""
+    job = _job(job_id, attempt, (JobState.QUEUED, JobState.ADMITTED), read)
     if job is None:
         return "stale"
     if job.state == JobState.QUEUED and not pods_at_submission():
@@ -105,16 +132,30 @@ def admit_pods(*, job_id: int, attempt: int, fresh: bool) -> tuple[str, float | 
     return settle_admission(admission, None)
 
 
-def claim_admission(*, job_id: int, attempt: int, fresh: bool) -> Admission | str:
+def claim_admission(*, job_id: int, attempt: int, fresh: bool, read: dict[int, Job] | None = None
+                    ) -> Admission | str:
     """Check that the attempt is still admitted (not requeued because its node or cluster went, not cancelled)
     and take its quota try: the :class:`Admission` to run, or the outcome when there is nothing to start
-    ("stale", or "backing_off" when this attempt's one retry chain has its next try later: no second chain)."""
-    job = _job(job_id, attempt, (JobState.ADMITTED,))
+    ("stale", or "backing_off" when this attempt's one retry chain has its next try later: no second chain).
+
+    ``read``: the message's jobs as ``read_jobs`` read them at its start. A backend whose starts overlap (API
+    calls on other threads, a whole message in flight) has its job re-read here, right before its calls
+    start; one whose starts run here one after another, within milliseconds of that read, uses it."""
+    job = _job(job_id, attempt, (JobState.ADMITTED,), read)
     if job is None:
         return "stale"
     cluster = clusters.cluster_of(job)  # the cluster the admission bound this attempt to
     backend = get_backend(cluster)
-    claim = namespace_quotas.quota_try(job=job, now=timezone.now())
+    if read is not None and backend.overlapping_starts:
+        job = _job(job_id, attempt, (JobState.ADMITTED,))
+        if job is None:
+            return "stale"
+        cluster = clusters.cluster_of(job)
+        backend = get_backend(cluster)
+    # No refusal in force when the job was read: nothing to claim (a chain started since by a duplicate run
+    # clears its own refusal on its next try, which finds the pods there)
+    claim = namespace_quotas.quota_try(job=job, now=timezone.now()) if job.quota_refused else \
+        namespace_quotas.QuotaTry()
     if claim is None:
         return "backing_off"
     return Admission(job=job, cluster=cluster, backend=backend, claim=claim, podset=clusters.podset_for(job),
@@ -128,7 +169,8 @@ def settle_admission(admission: Admission, error: BaseException | None) -> tuple
     cluster never answered."""
     job = admission.job
     if error is None:
-        namespace_quotas.quota_admitted(job=job)
+        if admission.claim.refusal is not None:  # a start refused before is let in now: its refusal is over
+            namespace_quotas.quota_admitted(job=job)
         return "admitted", None
     if isinstance(error, ClusterUnavailable):
         namespace_quotas.quota_try_unanswered(claim=admission.claim)

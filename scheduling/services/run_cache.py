@@ -40,3 +40,17 @@ def cached(key: str, load: Callable[[], T]) -> T:
     if key not in store:
         store[key] = load()
     return store[key]
+
+
+def prime(key: str, value) -> None:
+    """Keep ``value`` under ``key`` for the rest of the run (read together with other rows, for a whole
+    message); nothing outside a run."""
+    store = _run.get()
+    if store is not None:
+        store[key] = value
+
+
+def peek(key: str, default=None):
+    """What the run keeps under ``key`` (primed or cached), else ``default``: the caller then reads for itself."""
+    store = _run.get()
+    return default if store is None else store.get(key, default)

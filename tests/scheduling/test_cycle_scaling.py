@@ -103,10 +103,10 @@ def test_a_pod_task_run_reads_the_policy_and_the_cluster_once_and_a_failure_is_r
     SimPod.objects.all().delete()  # made at submission (eagerly in tests): the task makes them again
     real, retried = pods.create_pods, []
 
-    def flaky(*, job_id, attempt):
+    def flaky(*, job_id, attempt, read=None):
         if job_id == jobs[2].pk:
             raise tasks.BackendError("apiserver hiccup")
-        return real(job_id=job_id, attempt=attempt)
+        return real(job_id=job_id, attempt=attempt, read=read)
 
     monkeypatch.setattr(pods, "create_pods", flaky)
     monkeypatch.setattr(tasks.create_pods, "delay", lambda j, a: retried.append((j, a)))

@@ -219,15 +219,22 @@ def check_job_uses(*, department_id: int, uses: list[dict], env: Mapping[str, st
     return problems
 
 
-def resolve(*, department_id: int, uses: list[dict]) -> PodSecrets:
+def resolve(*, department_id: int, uses: list[dict], department_rows: list[DepartmentSecret] | None = None
+            ) -> PodSecrets:
     """A job's secrets as the backends need them, in one query: its uses, and every image pull secret of its
     department. A use whose secret was deleted since the job was submitted still names the Secret (the pod
     then waits with "secret not found", and the job fails with that reason) rather than silently dropping it.
+    ``department_rows``: every secret of the department, read already (no query here): a pod worker reads
+    them once for all the jobs of a message.
     """
     uses = uses or []
     names = {u.get("secret") for u in uses}
-    rows = list(DepartmentSecret.objects.filter(
-        Q(name__in=names) | Q(purpose=SecretPurpose.IMAGE_PULL), department_id=department_id).order_by("name"))
+    if department_rows is None:
+        rows = list(DepartmentSecret.objects.filter(
+            Q(name__in=names) | Q(purpose=SecretPurpose.IMAGE_PULL), department_id=department_id).order_by("name"))
+    else:  # the same rows, picked from all of the department's
+        rows = sorted((s for s in department_rows if s.name in names or s.purpose == SecretPurpose.IMAGE_PULL),
+                      key=lambda s: s.name)
     if not rows and not uses:
         return NO_SECRETS
     by_name = {s.name: s for s in rows if s.purpose == SecretPurpose.ENV}
