@@ -86,16 +86,25 @@ def keep_attempt_logs(*, pairs: Iterable[tuple[int, int]]) -> list[tuple[int, in
     kept: dict[tuple[int, int], set[int]] = {}
     for job_id, attempt, pod in AttemptLog.objects.filter(job_id__in=ids).values_list("job_id", "attempt", "pod"):
         kept.setdefault((job_id, attempt), set()).add(pod)
-    failed = []
+    failed, rows, written = [], [], []
     for job_id, attempt in pairs:
         job = jobs.get(job_id)
         if job is None or is_live(job, attempt):
             continue
         try:
-            _keep_missing(job, attempt, kept.get((job_id, attempt), set()))
+            made = [row for pod in range(job.pods) if pod not in kept.get((job_id, attempt), set())
+                    and (row := _pod_log_row(job, attempt, pod)) is not None]
         except Exception:  # noqa: BLE001 - retried alone by the caller
             log.warning("keeping the log of job %s attempt %s failed", job_id, attempt, exc_info=True)
             failed.append((job_id, attempt))
+            continue
+        rows += made
+        written += [(job_id, attempt)] if made else []
+    try:  # one INSERT for them all; a log kept meanwhile by another task (a delete, a retry) stays as it is
+        AttemptLog.objects.bulk_create(rows, ignore_conflicts=True)
+    except Exception:  # noqa: BLE001 - retried alone by the caller
+        log.warning("keeping the logs of %d attempts together failed", len(written), exc_info=True)
+        failed += written
     return failed
 
 
@@ -108,7 +117,8 @@ def _keep_missing(job: Job, attempt: int, kept: set[int]) -> dict[int, AttemptLo
     return made
 
 
-def _keep_pod_log(job: Job, attempt: int, pod: int) -> AttemptLog | None:
+def _pod_log_row(job: Job, attempt: int, pod: int) -> AttemptLog | None:
+    """The row that keeps the tail of the pod's log, not saved yet; None when the cluster has no log for it."""
     try:
         lines = list(_backend_lines(job, attempt, tail=FETCH_LINES, pod=pod))  # stamped: a follower resumes by them
     except BackendError as exc:
@@ -117,10 +127,17 @@ def _keep_pod_log(job: Job, attempt: int, pod: int) -> AttemptLog | None:
     if not lines:
         return None
     text, truncated = tail_bytes(lines, settings.LOG_KEEP_KB * 1024)
+    return AttemptLog(job=job, attempt=attempt, pod=pod, text=text, truncated=truncated, stamped=True)
+
+
+def _keep_pod_log(job: Job, attempt: int, pod: int) -> AttemptLog | None:
+    row = _pod_log_row(job, attempt, pod)
+    if row is None:
+        return None
     try:
         with transaction.atomic():
-            return AttemptLog.objects.create(job=job, attempt=attempt, pod=pod, text=text, truncated=truncated,
-                                             stamped=True)
+            row.save(force_insert=True)
+            return row
     except IntegrityError:  # kept meanwhile by another task (the delete and the finish both keep it)
         return AttemptLog.objects.filter(job_id=job.pk, attempt=attempt, pod=pod).first()
 

@@ -143,13 +143,33 @@ def test_the_logs_of_many_ended_attempts_are_kept_with_two_reads_for_all_and_a_f
         return len(q.captured_queries)
 
     one, three = keep(jobs[:1]), keep(jobs[1:4])
-    per_pod = (three - one) // 2  # reading the pod's log and storing it: the rest is read once for all pairs
-    assert three - one == 2 * per_pod and one == 2 + per_pod
+    per_pod = (three - one) // 2  # reading the pod's log: the rest is read, and stored, once for all pairs
+    assert per_pod == 1 and three - one == 2 * per_pod and one == 3 + per_pod
     assert keep(jobs[:4]) == 2  # all kept already: nothing read again
-    real, retried = logs._keep_pod_log, []
-    monkeypatch.setattr(logs, "_keep_pod_log", lambda job, *a: 1 / 0 if job.pk == jobs[4].pk else real(job, *a))
+    real, retried = logs._pod_log_row, []
+    monkeypatch.setattr(logs, "_pod_log_row", lambda job, *a: 1 / 0 if job.pk == jobs[4].pk else real(job, *a))
     monkeypatch.setattr(tasks.keep_log, "delay", lambda *args: retried.append(args))
     assert tasks.keep_logs([[j.pk, 1] for j in jobs] + [[live.pk, 1]]) == {"done": 6, "retrying": 1}
     assert retried == [(jobs[4].pk, 1)]
     assert set(AttemptLog.objects.values_list("job_id", flat=True)) == {j.pk for j in jobs} - {jobs[4].pk}
     assert split_log_stamp(AttemptLog.objects.get(job=jobs[5]).text.splitlines()[0])[1] == "$ echo 5"
+
+
+def test_a_log_kept_meanwhile_by_another_task_stays_and_the_others_are_kept_together(lab, submit, go, monkeypatch):
+    from scheduling.services import logs
+
+    jobs = [submit(lab.alice, name=f"m{i}", command=["echo", str(i)]) for i in range(3)]
+    _run(go)
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(state=JobState.SUCCEEDED)
+    real = logs._pod_log_row
+
+    def raced(job, attempt, pod):
+        row = real(job, attempt, pod)
+        if job.pk == jobs[1].pk:  # a cancel's delete kept it between this task's read and its insert
+            AttemptLog.objects.create(job=job, attempt=attempt, pod=pod, text="kept by the delete")
+        return row
+
+    monkeypatch.setattr(logs, "_pod_log_row", raced)
+    assert logs.keep_attempt_logs(pairs=[(j.pk, 1) for j in jobs]) == []
+    assert AttemptLog.objects.get(job=jobs[1]).text == "kept by the delete"
+    assert AttemptLog.objects.filter(job__in=jobs).count() == 3
