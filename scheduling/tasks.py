@@ -60,16 +60,16 @@ def create_pods_many(pairs: list[list[int]]) -> dict[str, int]:
     transaction's jobs. A pair that fails is handed to ``create_pods`` on its own, with that task's retries and
     back-off, so one unreachable cluster never holds up the others. The message's jobs are read together."""
     with run_cache.per_run():
-        read = _read_jobs(pairs)
+        read = _read_jobs(pairs, starting=False)
         return _each(pairs, lambda job_id, attempt: pods.create_pods(job_id=job_id, attempt=attempt, read=read),
                      create_pods)
 
 
-def _read_jobs(pairs: list[list[int]]) -> dict | None:
+def _read_jobs(pairs: list[list[int]], *, starting: bool = True) -> dict | None:
     """The message's jobs in one read (``pods.read_jobs``); None when that read fails: each pair then reads its
     own job, and one that fails is retried alone, as before."""
     try:
-        return pods.read_jobs(pairs)
+        return pods.read_jobs(pairs, starting=starting)
     except Exception:  # noqa: BLE001 - every pair reads for itself instead
         log.warning("reading the jobs of %d pairs together failed; each is read on its own", len(pairs),
                     exc_info=True)

@@ -7,7 +7,6 @@ The same code serves the simulated and the Kubernetes backend (and the Kubernete
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -48,6 +47,7 @@ from scheduling.services.locks import exclusive
 from scheduling.services.namespace_quotas import ADMIT_RETRY, _quota_chain_pending, recheck_quota_refusals
 from scheduling.services.policy import current_policy
 from scheduling.services.sessions import note_readiness
+from scheduling.services.sync_batches import apply_batched
 from scheduling.services.workload import job_workload
 from workloads.services import secrets as workload_secrets
 
@@ -283,10 +283,10 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
     )
     if len(by_job) <= 1000:  # a watcher's few events; a full inventory also lists every finished job's pods,
         jobs = jobs.filter(pk__in=list(by_job))  # and the active jobs (bounded by capacity) are the fewer rows
-    # One transaction per job, in primary-key order: nothing ties two jobs' changes together, and a batch-wide
-    # transaction held one job's row while it waited for another department's wallet (a deadlock with the
-    # cycle and with cancels). A job that changes nothing issues no write, so its transaction costs nothing.
-    # One bad pod or job is logged and skipped: it must not stop the sync of every other job.
+    # In primary-key order, many jobs per transaction with the wallets they may settle against locked first
+    # (``sync_batches``: the portal's one lock order). A job that changes nothing issues no write. One bad pod
+    # or job is logged and skipped: it must not stop the sync of every other job.
+    work: list[tuple[Job, list[PodState]]] = []
     for job in jobs.order_by("pk"):
         if job.pk not in by_job:
             continue
@@ -303,15 +303,8 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
             except ClusterUnavailable as exc:
                 log.warning("job %s: the attempt's other pods could not be read (%s); left to the sync", job.pk, exc)
                 continue
-        try:
-            outcome = retry_on_conflict(lambda j=job, p=pods: _apply_job_atomically(j, p),
-                                        what=f"pod sync of job {job.pk}")
-        except Exception:  # noqa: BLE001 - isolated on purpose, see above
-            log.exception("pod sync of job %s failed; the other jobs go on", job.pk)
-            counts["errors"] += 1
-            continue
-        if outcome:
-            counts[outcome] += 1
+        work.append((job, pods))
+    apply_batched(work, _apply_job, settles=_may_settle, counts=counts)
     if complete:  # evicting jobs (or broken gangs) none of whose pods is listed any more: their eviction is over
         broken = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING),
                                              reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)), cluster)
@@ -332,10 +325,9 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
     return dict(counts)
 
 
-def _apply_job_atomically(job: Job, pods: list[PodState]) -> str | None:
-    snapshot = copy.copy(job)  # a retry starts from the job as read, not as a rolled-back attempt left it
-    with transaction.atomic():
-        return _apply_job(snapshot, pods)
+def _may_settle(pods: list[PodState]) -> bool:
+    """These pods may end their attempt (and settle its budget): anything but pods that run or wait quietly."""
+    return any(_disrupted(p) or p.reason in FATAL_WAITING or p.phase == "Succeeded" for p in pods)
 
 
 

@@ -33,20 +33,24 @@ from workloads.models import DepartmentSecret
 log = logging.getLogger(__name__)
 
 
-def _jobs():
-    """Jobs as the pod side reads them: with the rows their pod set needs, and whether a namespace quota refusal
-    of the current attempt is in force (``quota_refused``: without one, claiming the start reads nothing more)."""
+def _jobs(*, starting: bool = True):
+    """Jobs as the pod side reads them: with the rows their pod set needs and, to start them (``starting``),
+    whether a namespace quota refusal of the current attempt is in force (``quota_refused``: without one,
+    claiming the start reads nothing more). Building this query costs more CPU than running it, the
+    subquery a third of it: a create leaves it out."""
+    jobs = Job.objects.select_related("department", "flavor", "owner", "cluster")
+    if not starting:
+        return jobs
     refused = NamespaceQuotaRefusal.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"),
                                                    cleared_at__isnull=True)
-    return Job.objects.select_related("department", "flavor", "owner", "cluster").annotate(
-        quota_refused=Exists(refused))
+    return jobs.annotate(quota_refused=Exists(refused))
 
 
-def read_jobs(pairs) -> dict[int, Job]:
+def read_jobs(pairs, *, starting: bool = True) -> dict[int, Job]:
     """The jobs of a message's (job id, attempt) pairs, in one query, and every secret of their departments in
     one more (kept for the run, see ``run_cache``): what each pair's pods are built from. Each pair's state
-    and attempt are still checked on their own before anything is made."""
-    jobs = _jobs().in_bulk({int(job_id) for job_id, _ in pairs})
+    and attempt are still checked on their own before anything is made. ``starting``: see ``_jobs``."""
+    jobs = _jobs(starting=starting).in_bulk({int(job_id) for job_id, _ in pairs})
     departments = {job.department_id for job in jobs.values()}
     rows: dict[int, list] = {d: [] for d in departments}
     for secret in DepartmentSecret.objects.filter(department_id__in=departments):
@@ -56,10 +60,11 @@ def read_jobs(pairs) -> dict[int, Job]:
     return jobs
 
 
-def _job(job_id: int, attempt: int, states, read: dict[int, Job] | None = None) -> Job | None:
+def _job(job_id: int, attempt: int, states, read: dict[int, Job] | None = None, *, starting: bool = True
+         ) -> Job | None:
     """The job if its current attempt is ``attempt`` in one of ``states``; from ``read`` (``read_jobs``) when
     given, else read now."""
-    job = read.get(job_id) if read is not None else _jobs().filter(pk=job_id).first()
+    job = read.get(job_id) if read is not None else _jobs(starting=starting).filter(pk=job_id).first()
     if job is None or job.attempt != attempt or job.state not in states:
         return None
     return job
@@ -76,7 +81,7 @@ def _mark_unreachable(job: Job, exc: Exception) -> None:
 def create_pods(*, job_id: int, attempt: int, read: dict[int, Job] | None = None) -> str:
     """Create a queued attempt's gated pods where they are made at submission (the simulated cluster).
     ``read``: the message's jobs as ``read_jobs`` read them."""
-    job = _job(job_id, attempt, (JobState.QUEUED, JobState.ADMITTED), read)
+    job = _job(job_id, attempt, (JobState.QUEUED, JobState.ADMITTED), read, starting=False)
     if job is None:
         return "stale"
     if job.state == JobState.QUEUED and not pods_at_submission():
