@@ -92,9 +92,9 @@ def _send_batch(found: Task, items: list) -> None:
 @contextmanager
 def coalesced() -> Iterator[None]:
     """Keep the batches (``after_commit_batched``) of every transaction that commits inside the block and send
-    them when it ends, one message per task name. For loops of short transactions, such as a sync that
-    commits each job on its own: a message per transaction was a broker round trip for the loop and a task run
-    for a worker, per job. What committed is sent even when the block raises; what rolled back never is. A
+    them when it ends, one message per task name. For loops of short transactions, such as the reconciler's
+    (a job each) or the sync's (a batch of jobs each): a message per transaction was a broker round trip for
+    the loop and a task run for a worker, per transaction. What committed is sent even when the block raises; what rolled back never is. A
     nested block belongs to its outer one."""
     if _held.get() is not None:
         yield
