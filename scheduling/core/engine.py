@@ -108,12 +108,17 @@ class Cycle:
         self.fork_prices = fork_prices
         self.before: Cycle | None = None
         self.order: list[PendingJob] = []
-        self.keys: list[tuple] | None = None  # the order's keys, once a price needs them
+        self.keys: list[tuple] = []  # the order's keys (the prices' replays find a job's new place by them)
 
     # ------------------------------------------------------------ the cycle
 
     def run(self) -> CycleResult:
-        self.order = order = sorted(self.snap.pending, key=self.scorer.order_key)
+        # Each key is computed once: the sort and the prices' replays read the same list.
+        pending = self.snap.pending
+        keys = [self.scorer.cycle_key(job) for job in pending]
+        ranked = sorted(range(len(keys)), key=keys.__getitem__)
+        self.order = order = [pending[i] for i in ranked]
+        self.keys = [keys[i] for i in ranked]
         self.outcomes: dict[int, Outcome] = {}
         prices: dict[int, int] = {}
         for place, job in enumerate(order):

@@ -98,9 +98,6 @@ def fork(cycle: Cycle, job_id: int | None = None) -> Cycle:
 def price_from(cycle: Cycle, before: Cycle, job: PendingJob, place: int) -> int:
     """The critical bid of ``job``, admitted at ``place`` of ``cycle.order``, from ``before``, the fork taken
     just before its admission."""
-    if cycle.keys is None:
-        cycle.keys = [cycle.scorer.order_key(other) for other in cycle.order]
-
     def wins(bid: int) -> bool:
         changed = replace(job, bid=bid)
         key = cycle.scorer.order_key(changed)
