@@ -21,6 +21,7 @@ name, so the decision is the same for any order of the snapshot's tuples.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from types import MappingProxyType
 
 from . import reasons, tiers
@@ -50,6 +51,7 @@ from .verdicts import Verdicts
 # reservations keep the large jobs behind the head from being overtaken by every small job that fits a hole.
 MAX_RESERVED_SHARE = 0.5
 REALTIME_TIER = tiers.REALTIME.name
+_WAITING = {code: Waiting(code) for code in reasons.CODES}  # outcomes are immutable: one per code will do
 
 
 class Cycle:
@@ -68,27 +70,17 @@ class Cycle:
 
         # The running jobs' pods hold their GPUs until their declared end. The start estimates read the same
         # events at each job's likely end instead (its predicted run time; ``likely_events``).
-        self.running = sorted(snapshot.running, key=lambda j: j.id)
+        self.running = sorted(snapshot.running, key=attrgetter("id"))
         self.likely_events: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
-        for job in self.running:
-            pool = self.pools.get((job.cluster, job.flavor))
-            if pool is None:
-                continue
-            end = max(self.now, job.expected_end)
-            likely = self.likely_end(job)
-            for name in job.placement:
-                i = pool.pos.get(name)
-                if i is not None:
-                    pool.free[i] -= job.gpus_per_pod
-                    pool.events.append((end, i, job.gpus_per_pod))
-                    self.likely_events.setdefault((job.cluster, job.flavor), []).append((likely, i, job.gpus_per_pod))
+        nodes_of = self.hold_running()
         for pool in self.pools.values():
             pool.build()
 
         self.scorer = Scorer(snapshot)
         self.quota = QuotaBook(snapshot.quotas, self.running)
         self.users = UserBook(snapshot.user_limits, self.running)
-        self.evictions = Evictions(snapshot, self.running, self.pools, self.scorer, self.quota)
+        self.user_limits = self.users.active  # (fixed for the snapshot: asked by every job judged)
+        self.evictions = Evictions(snapshot, self.running, self.pools, self.scorer, self.quota, nodes_of)
         self.headroom_held: set[int] = set()
         self.credits = None if snapshot.credits is None else dict(snapshot.credits)
         self.admissions: dict[int, Admission] = {}
@@ -109,6 +101,30 @@ class Cycle:
         self.before: Cycle | None = None
         self.order: list[PendingJob] = []
         self.keys: list[tuple] = []  # the order's keys (the prices' replays find a job's new place by them)
+
+    def hold_running(self) -> dict[int, list[int]]:
+        """Subtract the running jobs' pods from the pools, each with its end (``Pool.events``, at the declared
+        end; ``likely_events``, at its likely end); returns each running job's node indices in its pool."""
+        now, pools, likely_events = self.now, self.pools, self.likely_events
+        nodes_of: dict[int, list[int]] = {}
+        for job in self.running:
+            key = (job.cluster, job.flavor)
+            pool = pools.get(key)
+            if pool is None:
+                continue
+            end = job.expected_end
+            end = end if end > now else now
+            likely = self.likely_end(job)
+            g = job.gpus_per_pod
+            pos, free, events = pool.pos, pool.free, pool.events
+            nodes = nodes_of[job.id] = [i for i in map(pos.get, job.placement) if i is not None]
+            if nodes:
+                own = likely_events.setdefault(key, [])
+                for i in nodes:
+                    free[i] -= g
+                    events.append((end, i, g))
+                    own.append((likely, i, g))
+        return nodes_of
 
     # ------------------------------------------------------------ the cycle
 
@@ -141,6 +157,7 @@ class Cycle:
         clearing = dict(sorted(clearing.items()))
         still = [job for job in order if job.id in self.reasons]
         if self.snap.estimates:
+            running_end = {job.id: self.likely_end(job) for job in self.running}
             view = EstimateView(
                 now=self.now,
                 codes={job_id: r[0] for job_id, r in self.reasons.items()},
@@ -149,7 +166,7 @@ class Cycle:
                 running=self.running,
                 admitted_end=self.admitted_end,
                 events=self.likely_events,
-                running_end={job.id: self.likely_end(job) for job in self.running},
+                running_end=running_end,
                 heads=self.heads,
                 allowed=self.topology.open_to,
                 rank=self.topology.cluster_rank,
@@ -158,7 +175,7 @@ class Cycle:
             )
             estimates = estimate_pending(view, still)
             # what a dependency waits for ends when it likely ends, as the estimates replay it
-            ends = {j.id: self.likely_end(j) for j in self.running}
+            ends = dict(running_end)
             ends.update((job.id, self.now + job.likely_runtime_s) for job in order if job.id in self.admissions)
             waits = any(job.after for job in still)
             ready = dependency_ready({j.id: j for j in still}, estimates, ends, self.snap.ended, self.now) if waits else {}
@@ -262,17 +279,16 @@ class Cycle:
         """Admit, preempt for, or explain ``job``: first the sweeps' gates (held, dependencies, its array's
         throttle), then, for a job that would wait for the same reason as the last job of its shape with nothing
         changed since, that verdict (``Verdicts``); else it is judged in full."""
-        gate = self.gates.check(job)
-        if gate is not None:
-            code, detail, note = gate
-            return self.pend(job, code, detail, note or None)
+        if job.held or job.after or job.array_id is not None:  # (the gates of a plain job are open)
+            gate = self.gates.check(job)
+            if gate is not None:
+                code, detail, note = gate
+                return self.pend(job, code, detail, note or None)
         if job.not_before is not None and self.now < job.not_before:
             return self.pend(job, reasons.RETRY_BACKOFF, {"not_before": job.not_before, "attempt": job.attempt},
                              f"attempt {job.attempt} may start in {duration_text(job.not_before - self.now)}")
         memo = self.verdicts
-        if memo is None or not memo.applies(self, job):
-            return self.judge(job)
-        return memo.judge(self, job)
+        return self.judge(job) if memo is None else memo.judge(self, job)
 
     def judge(self, job: PendingJob) -> Outcome:
         """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
@@ -283,7 +299,7 @@ class Cycle:
         pools = self.outside_refused_namespaces(job, found)
         if isinstance(pools, Waiting):
             return pools
-        over = self.users.blocked(job) if self.users.active else None
+        over = self.users.blocked(job) if self.user_limits else None
         if over is not None:
             return self.pend(job, reasons.USER_GPU_LIMIT, over, limit_note(over))
         if self.credits is not None and job.hold > 0:
@@ -307,6 +323,8 @@ class Cycle:
     def outside_refused_namespaces(self, job: PendingJob, pools: list[Pool]) -> list[Pool] | Waiting:
         """``pools`` without the clusters whose namespace quota refused a request this large for the job's
         department and flavor (no admission there until that quota changes), or why none is left."""
+        if not self.snap.namespace_quotas:
+            return pools
         k = job.total_gpus
         refused = {q.cluster for q in self.snap.namespace_quotas
                    if q.department == job.department and q.flavor == job.flavor and k >= q.total_gpus and self.now < q.until}
@@ -429,40 +447,47 @@ class Cycle:
         cluster (asked only of the jobs that start: most jobs of a busy cycle wait)."""
         g, n = job.gpus_per_pod, job.pods
         end = self.now + job.max_runtime_s
-        options = []
-        for pool in pools:
-            index = pool.index_for(end)
-            if index.capacity(g) >= n:
-                if not self.leaves_headroom(job, pool):
-                    self.headroom_held.add(job.id)
-                    continue
-                total = index.free_total() if len(pools) > 1 else 0
-                options.append((self.topology.cluster_rank(job, pool.cluster), total, pool.cluster, pool))
-        if not options:
-            return False
-        # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
-        _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
-        borrows = self.quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster)
+        if len(pools) == 1:  # (the common case: nothing to rank)
+            pool = pools[0]
+            if pool.index_for(end).capacity(g) < n:
+                return False
+            if not self.leaves_headroom(job, pool):
+                self.headroom_held.add(job.id)
+                return False
+        else:
+            options = []
+            for pool in pools:
+                index = pool.index_for(end)
+                if index.capacity(g) >= n:
+                    if not self.leaves_headroom(job, pool):
+                        self.headroom_held.add(job.id)
+                        continue
+                    options.append((self.topology.cluster_rank(job, pool.cluster), index.free_total(), pool.cluster, pool))
+            if not options:
+                return False
+            # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
+            _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
+        dept, k = job.department, job.pods * g
+        borrows = self.quota.borrows(dept, job.flavor, k, pool.cluster)
         if borrows and self.fork_prices and self.priced(job):
             self.before = fork(self, job.id)
         placed = pool.place(g, n, end)
         likely = self.now + job.likely_runtime_s
+        events = pool.events
+        likely_events = self.likely_events.setdefault((pool.cluster, pool.flavor), [])
         for i in placed:
-            pool.events.append((end, i, g))
-            self.likely_events.setdefault((pool.cluster, pool.flavor), []).append((likely, i, g))
-        self.quota.add(job.department, job.flavor, job.total_gpus, pool.cluster)
-        self.users.add(job.department, job.user, job.total_gpus)
+            events.append((end, i, g))
+            likely_events.append((likely, i, g))
+        self.quota.add(dept, job.flavor, k, pool.cluster)
+        if self.user_limits:
+            self.users.add(dept, job.user, k)
         if self.credits is not None and job.hold > 0:
-            self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        self.admitted_end.append((likely, job.department, job.flavor, job.total_gpus, pool.cluster, job.user,
-                                  job.array_id))
-        self.gates.admitted(job)
-        self.admissions[job.id] = Admission(
-            job_id=job.id,
-            placement=tuple(pool.names[i] for i in placed),
-            cluster=pool.cluster,
-            borrowed=borrows,
-        )
+            self.credits[dept] = self.credits.get(dept, 0) - job.hold
+        self.admitted_end.append((likely, dept, job.flavor, k, pool.cluster, job.user, job.array_id))
+        if job.array_id is not None:
+            self.gates.admitted(job)
+        names = pool.names
+        self.admissions[job.id] = Admission(job.id, tuple([names[i] for i in placed]), pool.cluster, borrows)
         return True
 
     def leaves_headroom(self, job: PendingJob, pool: Pool) -> bool:
@@ -580,7 +605,8 @@ class Cycle:
         if note:
             message = f"{message[:-1]}: {note}."
         self.reasons[job.id] = (code, message, detail)
-        return Waiting(code)
+        outcome = _WAITING.get(code)
+        return Waiting(code) if outcome is None else outcome
 
     def figures(self, admissions: list[Admission], pending: list[PendingReason]) -> dict[str, float]:
         ev = self.evictions

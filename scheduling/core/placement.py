@@ -214,17 +214,24 @@ class Pool:
     def take(self, i: int, g: int, m: int) -> None:
         """Place ``g`` GPUs on node ``i`` for a job that runs past the first ``m`` reservations: those heads
         have that many GPUs fewer to spare there."""
-        self.free[i] -= g
-        for r in self.reservations[:m]:
-            if i in r.spare:
-                r.spare[i] -= g
-        if i in self.spare:
+        free = self.free[i] = self.free[i] - g
+        if i in self.spare:  # a reserved node: the heads' spares and the cut values depend on them
+            for r in self.reservations[:m]:
+                if i in r.spare:
+                    r.spare[i] -= g
             self.spare[i] = min(r.spare[i] for r in self.reservations if i in r.spare)
-        self.now.set(i, self.free[i])
+            self.now.set(i, free)
+            if self.long is not None:
+                self.long.set(i, self.eff(i))
+            for mm, index in self.prefix.items():
+                index.set(i, self.cut(i, mm))
+            return
+        # a node no head holds: every index sees its free GPUs
+        self.now.set(i, free)
         if self.long is not None:
-            self.long.set(i, self.eff(i))
-        for mm, index in self.prefix.items():
-            index.set(i, self.cut(i, mm))
+            self.long.set(i, free)
+        for index in self.prefix.values():
+            index.set(i, free)
 
     def place(self, g: int, pods: int, end: float) -> list[int] | None:
         """Best-fit ``pods`` pods of ``g`` GPUs on indexed nodes, all or nothing. A job ending at ``end`` only

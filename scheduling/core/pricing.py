@@ -56,7 +56,7 @@ def critical_bid(bid: int, wins: Callable[[int], bool]) -> int:
 # Cycle attributes a fork shares with the cycle it was taken from: fixed for the snapshot, or caches whose
 # values depend on nothing a replay changes. Every other attribute is copied or replaced in ``fork``, and an
 # attribute that is in neither list stops the fork, so that new working state is never shared by mistake.
-SHARED = frozenset({"snap", "now", "policy", "running", "order", "keys", "fork_prices"})
+SHARED = frozenset({"snap", "now", "policy", "running", "order", "keys", "fork_prices", "user_limits"})
 REPLACED = frozenset({
     "topology", "pools", "pools_by_flavor", "closed_for", "likely_events", "scorer", "quota", "users",
     "evictions", "headroom_held", "credits", "admissions", "reasons", "gates", "admitted_end", "heads",
@@ -87,7 +87,9 @@ def fork(cycle: Cycle, job_id: int | None = None) -> Cycle:
     new.users = cycle.users.clone()
     new.evictions = cycle.evictions.fork(new.quota, new.scorer)
     new.credits = None if cycle.credits is None else dict(cycle.credits)
-    new.admissions = dict(cycle.admissions)
+    # A replay asks only whether its job is admitted, and counts its own admissions (the verdicts' mark): the
+    # admissions made before the fork are not copied.
+    new.admissions = {}
     new.gates = cycle.gates.clone()
     new.heads = dict(cycle.heads)
     new.heads_full = {new.pools[(p.cluster, p.flavor)] for p in cycle.heads_full}
