@@ -31,7 +31,7 @@ from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, d
 from .ordering import REALTIME, Scorer, tier_rank
 from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
-from .pricing import critical_bid, fork, price_from, wins_in_full
+from .pricing import critical_bid, fork, price_from, wins_bidding_nothing, wins_in_full
 from .quota import QuotaBook
 from .sweeps import Gates, dependency_ready
 from .topology import Topology
@@ -99,6 +99,8 @@ class Cycle:
         # without ``fork_prices`` each price is found by full replays instead (the reference the tests compare).
         self.fork_prices = fork_prices
         self.before: Cycle | None = None
+        self.place = 0  # the place in the order of the job being judged
+        self.prices: dict[int, int] = {}  # priced winners' critical bids, as found
         self.order: list[PendingJob] = []
         self.keys: list[tuple] = []  # the order's keys (the prices' replays find a job's new place by them)
 
@@ -136,8 +138,9 @@ class Cycle:
         self.order = order = [pending[i] for i in ranked]
         self.keys = [keys[i] for i in ranked]
         self.outcomes: dict[int, Outcome] = {}
-        prices: dict[int, int] = {}
+        prices = self.prices
         for place, job in enumerate(order):
+            self.place = place
             self.outcomes[job.id] = self.consider(job)
             if self.before is not None:  # a priced winner was admitted: its price, from the state before it
                 prices[job.id] = price_from(self, self.before, job, place)
@@ -470,7 +473,10 @@ class Cycle:
         dept, k = job.department, job.pods * g
         borrows = self.quota.borrows(dept, job.flavor, k, pool.cluster)
         if borrows and self.fork_prices and self.priced(job):
-            self.before = fork(self, job.id)
+            if wins_bidding_nothing(self, job, self.place):
+                self.prices[job.id] = 0  # (its critical bid, with no replay)
+            else:
+                self.before = fork(self, job.id)
         placed = pool.place(g, n, end)
         likely = self.now + job.likely_runtime_s
         events = pool.events
