@@ -24,16 +24,16 @@ from __future__ import annotations
 from operator import attrgetter
 from types import MappingProxyType
 
-from . import reasons, tiers
-from .estimate import EstimateView, estimate_pending
+from . import reasons
 from .eviction import Chosen, Evictions
-from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, duration_text, quota_note
+from .explain import CAPACITY_RANK, capacity_code, cycle_figures, duration_text, quota_note
 from .ordering import REALTIME, Scorer, tier_rank
 from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
 from .pricing import critical_bid, fork, price_from, wins_bidding_nothing, wins_in_full
 from .quota import QuotaBook
-from .sweeps import Gates, dependency_ready
+from .results import pending_reasons, priced_admissions
+from .sweeps import Gates
 from .topology import Topology
 from .types import (
     Admission,
@@ -50,7 +50,6 @@ from .verdicts import Verdicts
 # a second reservation would close the last GPUs that small jobs backfill into, while on a large one several
 # reservations keep the large jobs behind the head from being overtaken by every small job that fits a hole.
 MAX_RESERVED_SHARE = 0.5
-REALTIME_TIER = tiers.REALTIME.name
 _WAITING = {code: Waiting(code) for code in reasons.CODES}  # outcomes are immutable: one per code will do
 
 
@@ -146,64 +145,8 @@ class Cycle:
                 prices[job.id] = price_from(self, self.before, job, place)
                 self.before = None
 
-        clearing: dict[str, int] = {}  # per flavor, the highest price a winner pays
-        admissions = []
-        for job in order:
-            adm = self.admissions.get(job.id)
-            if adm is not None:
-                if adm.borrowed:
-                    price = prices[job.id] if job.id in prices else self.price_of(job)
-                    if price:
-                        clearing[job.flavor] = max(price, clearing.get(job.flavor, 0))
-                    adm = Admission(adm.job_id, adm.placement, adm.cluster, True, price or None)
-                admissions.append(adm)
-        clearing = dict(sorted(clearing.items()))
-        still = [job for job in order if job.id in self.reasons]
-        if self.snap.estimates:
-            running_end = {job.id: self.likely_end(job) for job in self.running}
-            view = EstimateView(
-                now=self.now,
-                codes={job_id: r[0] for job_id, r in self.reasons.items()},
-                pools_by_flavor=self.pools_by_flavor,
-                quota=self.quota,
-                running=self.running,
-                admitted_end=self.admitted_end,
-                events=self.likely_events,
-                running_end=running_end,
-                heads=self.heads,
-                allowed=self.topology.open_to,
-                rank=self.topology.cluster_rank,
-                users=self.users,
-                late=frozenset({reasons.WAITING_FOR_DEPENDENCY}),
-            )
-            estimates = estimate_pending(view, still)
-            # what a dependency waits for ends when it likely ends, as the estimates replay it
-            ends = dict(running_end)
-            ends.update((job.id, self.now + job.likely_runtime_s) for job in order if job.id in self.admissions)
-            waits = any(job.after for job in still)
-            ready = dependency_ready({j.id: j for j in still}, estimates, ends, self.snap.ended, self.now) if waits else {}
-        else:
-            estimates, ready = dict(self.heads), {}
-        pending_out = []
-        for job in still:
-            code, message, detail = self.reasons[job.id]
-            est = None if code in NO_ESTIMATE else estimates.get(job.id)
-            if code == reasons.RETRY_BACKOFF:  # never before the back-off ends, later if capacity says so
-                est = job.not_before if est is None else max(est, job.not_before)
-            elif code == reasons.WAITING_FOR_DEPENDENCY:  # never before what it waits for ends (unknown: None)
-                when = ready.get(job.id)
-                est = None if est is None or when is None else max(est, when)
-            # A remembered verdict's (or a failed victim search's) detail is shared by every job that took it:
-            # what is this job's own goes into a copy.
-            if job.deadline is not None:
-                message, miss = self.deadline_check(job, est, message)
-                if miss is not None:
-                    detail = {**detail, "deadline_miss": miss}
-            if job.tier == REALTIME_TIER:
-                target = job.submitted_at + self.policy.realtime_start_target_s
-                detail = {**detail, "start_target": target}
-                self.late_realtime += self.now > target
-            pending_out.append(PendingReason(job.id, code, message, MappingProxyType(detail), est))
+        admissions, clearing = priced_admissions(self)
+        pending_out = pending_reasons(self, [job for job in order if job.id in self.reasons])
         return CycleResult(
             admissions=tuple(admissions),
             preemptions=tuple(self.evictions.preemptions),
@@ -211,21 +154,6 @@ class Cycle:
             clearing_prices=MappingProxyType(clearing),
             figures=MappingProxyType(self.figures(admissions, pending_out)),
         )
-
-    def deadline_check(self, job: PendingJob, est: float | None, message: str) -> tuple[str, dict | None]:
-        """The feasibility check of a waiting job's deadline: its estimated end (estimated start + likely run
-        time) set against the deadline. A job that will miss it says so in its message and gets the miss for
-        its ``detail["deadline_miss"]`` (the adapter tells its owner once); else (message, None). With no
-        estimate it is judged as if it started now (the best case): only a deadline that even that misses is
-        reported."""
-        start = self.now if est is None else max(self.now, est)
-        end = start + job.likely_runtime_s
-        if end <= job.deadline:
-            return message, None
-        late = end - job.deadline
-        miss = {"deadline": job.deadline, "estimated_end": end, "late_s": late, "estimated": est is not None}
-        how = "at its estimated start" if est is not None else "even if it started now"
-        return f"{message[:-1]}; {how} it would end {duration_text(late)} after its deadline.", miss
 
     def likely_end(self, job) -> float:
         """When the estimates expect a running job to end: its likely end (``RunningJob.likely_end``), or its
