@@ -132,7 +132,7 @@ class Cycle:
     def run(self) -> CycleResult:
         # Each key is computed once: the sort and the prices' replays read the same list.
         pending = self.snap.pending
-        keys = [self.scorer.cycle_key(job) for job in pending]
+        keys = self.scorer.cycle_keys(pending)
         ranked = sorted(range(len(keys)), key=keys.__getitem__)
         self.order = order = [pending[i] for i in ranked]
         self.keys = [keys[i] for i in ranked]

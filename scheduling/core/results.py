@@ -72,13 +72,15 @@ def pending_reasons(cycle: Cycle, still: list[PendingJob]) -> list[PendingReason
     cycle counts the realtime jobs already past their start target."""
     estimates, ready = start_estimates(cycle, still)
     now, target_s = cycle.now, cycle.policy.realtime_start_target_s
+    why, backoff, dependency = cycle.reasons, reasons.RETRY_BACKOFF, reasons.WAITING_FOR_DEPENDENCY
     out = []
+    append = out.append
     for job in still:
-        code, message, detail = cycle.reasons[job.id]
+        code, message, detail = why[job.id]
         est = None if code in NO_ESTIMATE else estimates.get(job.id)
-        if code == reasons.RETRY_BACKOFF:  # never before the back-off ends, later if capacity says so
+        if code == backoff:  # never before the back-off ends, later if capacity says so
             est = job.not_before if est is None else max(est, job.not_before)
-        elif code == reasons.WAITING_FOR_DEPENDENCY:  # never before what it waits for ends (unknown: None)
+        elif code == dependency:  # never before what it waits for ends (unknown: None)
             when = ready.get(job.id)
             est = None if est is None or when is None else max(est, when)
         # A remembered verdict's (or a failed victim search's) detail is shared by every job that took it:
@@ -91,7 +93,7 @@ def pending_reasons(cycle: Cycle, still: list[PendingJob]) -> list[PendingReason
             target = job.submitted_at + target_s
             detail = {**detail, "start_target": target}
             cycle.late_realtime += now > target
-        out.append(PendingReason(job.id, code, message, MappingProxyType(detail), est))
+        append(PendingReason(job.id, code, message, MappingProxyType(detail), est))
     return out
 
 

@@ -62,7 +62,12 @@ class Verdicts:
     def judge(self, cycle: Cycle, job: PendingJob) -> Outcome:
         """``cycle.judge(job)``, or the verdict of the last job of its shape while nothing changed since (for a
         job that takes the plain path, ``applies``; any other is judged in full)."""
-        if not self.applies(cycle, job):
+        if not (  # (``applies``, inline: every job of the cycle comes here)
+            job.tier != REALTIME_TIER
+            and (job.hold <= 0 or cycle.credits is None or job.hold <= cycle.credits.get(job.department, 0))
+            and job.id not in cycle.evictions.inflight
+            and (not cycle.quota.scoped or (job.department, job.flavor) not in cycle.quota.scoped)
+        ):
             return cycle.judge(job)
         key = (
             job.department, job.flavor, job.tier, job.pods, job.gpus_per_pod, job.max_runtime_s, job.cluster,
