@@ -21,6 +21,7 @@ name, so the decision is the same for any order of the snapshot's tuples.
 
 from __future__ import annotations
 
+import gc
 from operator import attrgetter
 from types import MappingProxyType
 
@@ -560,4 +561,15 @@ class Cycle:
 
 
 def engine_schedule(snapshot: Snapshot) -> CycleResult:
-    return Cycle(snapshot).run()
+    # A cycle allocates a few objects per pending job, node and running pod and frees almost none of them
+    # before it returns, so the cyclic collector would walk them (and the snapshot) again and again meanwhile
+    # for nothing: 10-20% of a deep cycle's CPU. It is paused for the cycle and left as it was found; what the
+    # cycle drops is freed by reference counting, the rest at the collector's next pass.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return Cycle(snapshot).run()
+    finally:
+        if paused:
+            gc.enable()
