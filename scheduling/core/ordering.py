@@ -51,7 +51,8 @@ def starvation_limit(policy: Policy, now: float, pending) -> float:
     limit = policy.starvation_s
     if limit <= 0 or policy.starvation_queue_factor <= 0:
         return limit
-    waits = sorted(now - job.submitted_at for job in pending if tier_rank(job.tier) != REALTIME)
+    waits = [now - job.submitted_at for job in pending if _RANK.get(job.tier, _LOWEST) != REALTIME]  # (tier_rank)
+    waits.sort()
     if not waits:
         return limit
     return max(limit, policy.starvation_queue_factor * waits[(len(waits) - 1) // 2])

@@ -46,7 +46,10 @@ class BucketIndex:
         old = self.val[i]
         if old < 0:
             return  # not a member (tainted node)
-        value = min(self.top, max(0, value))
+        if value < 0:
+            value = 0
+        elif value > self.top:
+            value = self.top
         if old == value:
             return
         self.count[old] -= 1

@@ -219,7 +219,13 @@ class QuotaBook:
         return max(0, used - self.guaranteed(dept, key))
 
     def add(self, dept: str, flavor: str, k: int, cluster: str | None = None) -> None:
-        for key in (flavor,) if not self.scoped else self.keys(dept, flavor, cluster):
+        if not self.scoped:  # (the common case: one scope, the flavor's)
+            g = self.limits.get((dept, flavor), (0, 0, 0))[2]
+            before = self.usage[(dept, flavor)]
+            after = self.usage[(dept, flavor)] = before + k
+            self.pool_used[flavor] += max(0, after - g) - max(0, before - g)
+            return
+        for key in self.keys(dept, flavor, cluster):
             g = self.guaranteed(dept, key)
             before = self.usage[(dept, key)]
             self.usage[(dept, key)] = before + k
