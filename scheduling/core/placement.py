@@ -20,7 +20,7 @@ not in the index: the adapter reports only taints the portal's pods do not toler
 from __future__ import annotations
 
 from bisect import bisect_left
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from .types import Node
 
@@ -306,7 +306,7 @@ class Pool:
         for i, v in projected.items():
             value[i] = cut(i, v)
         heap = [(v, i) for i, v in value.items() if v >= g]
-        heap.sort()
+        heapify(heap)  # (the pairs are distinct: the pops come in sorted order all the same)
         chosen: list[int] = []
         while len(chosen) < pods:
             v, i = heappop(heap)
