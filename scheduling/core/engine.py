@@ -72,6 +72,7 @@ class Cycle:
         # events at each job's likely end instead (its predicted run time; ``likely_events``).
         self.running = sorted(snapshot.running, key=attrgetter("id"))
         self.likely_events: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
+        self.running_end: dict[int, float] = {}  # running job -> its likely end (``likely_end``)
         nodes_of = self.hold_running()
         for pool in self.pools.values():
             pool.build()
@@ -109,14 +110,15 @@ class Cycle:
         end; ``likely_events``, at its likely end); returns each running job's node indices in its pool."""
         now, pools, likely_events = self.now, self.pools, self.likely_events
         nodes_of: dict[int, list[int]] = {}
+        ends = self.running_end = {}
         for job in self.running:
+            likely = ends[job.id] = self.likely_end(job)
             key = (job.cluster, job.flavor)
             pool = pools.get(key)
             if pool is None:
                 continue
             end = job.expected_end
             end = end if end > now else now
-            likely = self.likely_end(job)
             g = job.gpus_per_pod
             pos, free, events = pool.pos, pool.free, pool.events
             nodes = nodes_of[job.id] = [i for i in map(pos.get, job.placement) if i is not None]

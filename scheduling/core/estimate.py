@@ -215,4 +215,5 @@ def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) 
 
 def _likely_end(view: EstimateView, job: RunningJob) -> float:
     """When a running job likely ends: its predicted end where the view has one, else its max runtime's."""
-    return job.expected_end if view.running_end is None else view.running_end.get(job.id, job.expected_end)
+    found = None if view.running_end is None else view.running_end.get(job.id)
+    return job.expected_end if found is None else found

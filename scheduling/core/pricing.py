@@ -57,7 +57,7 @@ def critical_bid(bid: int, wins: Callable[[int], bool]) -> int:
 # Cycle attributes a fork shares with the cycle it was taken from: fixed for the snapshot, or caches whose
 # values depend on nothing a replay changes. Every other attribute is copied or replaced in ``fork``, and an
 # attribute that is in neither list stops the fork, so that new working state is never shared by mistake.
-SHARED = frozenset({"snap", "now", "policy", "running", "order", "keys", "fork_prices", "user_limits"})
+SHARED = frozenset({"snap", "now", "policy", "running", "running_end", "order", "keys", "fork_prices", "user_limits"})
 REPLACED = frozenset({
     "topology", "pools", "pools_by_flavor", "closed_for", "likely_events", "scorer", "quota", "users",
     "evictions", "headroom_held", "credits", "admissions", "reasons", "gates", "admitted_end", "heads",

@@ -42,7 +42,7 @@ def start_estimates(cycle: Cycle, still: list[PendingJob]) -> tuple[dict[int, fl
     """(estimated start per pending job, the instant a job's dependencies are likely to have ended)."""
     if not cycle.snap.estimates:
         return dict(cycle.heads), {}
-    running_end = {job.id: cycle.likely_end(job) for job in cycle.running}
+    running_end = cycle.running_end
     view = EstimateView(
         now=cycle.now,
         codes={job_id: r[0] for job_id, r in cycle.reasons.items()},
