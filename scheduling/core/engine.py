@@ -110,7 +110,7 @@ class Cycle:
         end; ``likely_events``, at its likely end); returns each running job's node indices in its pool."""
         now, pools, likely_events = self.now, self.pools, self.likely_events
         nodes_of: dict[int, list[int]] = {}
-        ends = self.running_end = {}
+        ends = self.running_end
         for job in self.running:
             likely = ends[job.id] = self.likely_end(job)
             key = (job.cluster, job.flavor)
