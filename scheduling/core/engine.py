@@ -21,18 +21,20 @@ name, so the decision is the same for any order of the snapshot's tuples.
 
 from __future__ import annotations
 
+import gc
+from operator import attrgetter
 from types import MappingProxyType
 
-from . import reasons, tiers
-from .estimate import EstimateView, estimate_pending
+from . import reasons
 from .eviction import Chosen, Evictions
-from .explain import CAPACITY_RANK, NO_ESTIMATE, capacity_code, cycle_figures, duration_text, quota_note
+from .explain import CAPACITY_RANK, capacity_code, cycle_figures, duration_text, quota_note
 from .ordering import REALTIME, Scorer, tier_rank
 from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
-from .pricing import critical_bid, fork, price_from, wins_in_full
+from .pricing import critical_bid, fork, price_from, wins_bidding_nothing, wins_in_full
 from .quota import QuotaBook
-from .sweeps import Gates, dependency_ready
+from .results import pending_reasons, priced_admissions
+from .sweeps import Gates
 from .topology import Topology
 from .types import (
     Admission,
@@ -49,7 +51,7 @@ from .verdicts import Verdicts
 # a second reservation would close the last GPUs that small jobs backfill into, while on a large one several
 # reservations keep the large jobs behind the head from being overtaken by every small job that fits a hole.
 MAX_RESERVED_SHARE = 0.5
-REALTIME_TIER = tiers.REALTIME.name
+_WAITING = {code: Waiting(code) for code in reasons.CODES}  # outcomes are immutable: one per code will do
 
 
 class Cycle:
@@ -68,27 +70,18 @@ class Cycle:
 
         # The running jobs' pods hold their GPUs until their declared end. The start estimates read the same
         # events at each job's likely end instead (its predicted run time; ``likely_events``).
-        self.running = sorted(snapshot.running, key=lambda j: j.id)
+        self.running = sorted(snapshot.running, key=attrgetter("id"))
         self.likely_events: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
-        for job in self.running:
-            pool = self.pools.get((job.cluster, job.flavor))
-            if pool is None:
-                continue
-            end = max(self.now, job.expected_end)
-            likely = self.likely_end(job)
-            for name in job.placement:
-                i = pool.pos.get(name)
-                if i is not None:
-                    pool.free[i] -= job.gpus_per_pod
-                    pool.events.append((end, i, job.gpus_per_pod))
-                    self.likely_events.setdefault((job.cluster, job.flavor), []).append((likely, i, job.gpus_per_pod))
+        self.running_end: dict[int, float] = {}  # running job -> its likely end (``likely_end``)
+        nodes_of = self.hold_running()
         for pool in self.pools.values():
             pool.build()
 
         self.scorer = Scorer(snapshot)
         self.quota = QuotaBook(snapshot.quotas, self.running)
         self.users = UserBook(snapshot.user_limits, self.running)
-        self.evictions = Evictions(snapshot, self.running, self.pools, self.scorer, self.quota)
+        self.user_limits = self.users.active  # (fixed for the snapshot: asked by every job judged)
+        self.evictions = Evictions(snapshot, self.running, self.pools, self.scorer, self.quota, nodes_of)
         self.headroom_held: set[int] = set()
         self.credits = None if snapshot.credits is None else dict(snapshot.credits)
         self.admissions: dict[int, Admission] = {}
@@ -107,78 +100,56 @@ class Cycle:
         # without ``fork_prices`` each price is found by full replays instead (the reference the tests compare).
         self.fork_prices = fork_prices
         self.before: Cycle | None = None
+        self.place = 0  # the place in the order of the job being judged
+        self.prices: dict[int, int] = {}  # priced winners' critical bids, as found
         self.order: list[PendingJob] = []
-        self.keys: list[tuple] | None = None  # the order's keys, once a price needs them
+        self.keys: list[tuple] = []  # the order's keys (the prices' replays find a job's new place by them)
+
+    def hold_running(self) -> dict[int, list[int]]:
+        """Subtract the running jobs' pods from the pools, each with its end (``Pool.events``, at the declared
+        end; ``likely_events``, at its likely end); returns each running job's node indices in its pool."""
+        now, pools, likely_events = self.now, self.pools, self.likely_events
+        nodes_of: dict[int, list[int]] = {}
+        ends = self.running_end
+        for job in self.running:
+            likely = ends[job.id] = self.likely_end(job)
+            key = (job.cluster, job.flavor)
+            pool = pools.get(key)
+            if pool is None:
+                continue
+            end = job.expected_end
+            end = end if end > now else now
+            g = job.gpus_per_pod
+            pos, free, events = pool.pos, pool.free, pool.events
+            nodes = nodes_of[job.id] = [i for i in map(pos.get, job.placement) if i is not None]
+            if nodes:
+                own = likely_events.setdefault(key, [])
+                for i in nodes:
+                    free[i] -= g
+                    events.append((end, i, g))
+                    own.append((likely, i, g))
+        return nodes_of
 
     # ------------------------------------------------------------ the cycle
 
     def run(self) -> CycleResult:
-        self.order = order = sorted(self.snap.pending, key=self.scorer.order_key)
+        # Each key is computed once: the sort and the prices' replays read the same list.
+        pending = self.snap.pending
+        keys = self.scorer.cycle_keys(pending)
+        ranked = sorted(range(len(keys)), key=keys.__getitem__)
+        self.order = order = [pending[i] for i in ranked]
+        self.keys = [keys[i] for i in ranked]
         self.outcomes: dict[int, Outcome] = {}
-        prices: dict[int, int] = {}
+        prices = self.prices
         for place, job in enumerate(order):
+            self.place = place
             self.outcomes[job.id] = self.consider(job)
             if self.before is not None:  # a priced winner was admitted: its price, from the state before it
                 prices[job.id] = price_from(self, self.before, job, place)
                 self.before = None
 
-        clearing: dict[str, int] = {}  # per flavor, the highest price a winner pays
-        admissions = []
-        for job in order:
-            adm = self.admissions.get(job.id)
-            if adm is not None:
-                if adm.borrowed:
-                    price = prices[job.id] if job.id in prices else self.price_of(job)
-                    if price:
-                        clearing[job.flavor] = max(price, clearing.get(job.flavor, 0))
-                    adm = Admission(adm.job_id, adm.placement, adm.cluster, True, price or None)
-                admissions.append(adm)
-        clearing = dict(sorted(clearing.items()))
-        still = [job for job in order if job.id in self.reasons]
-        if self.snap.estimates:
-            view = EstimateView(
-                now=self.now,
-                codes={job_id: r[0] for job_id, r in self.reasons.items()},
-                pools_by_flavor=self.pools_by_flavor,
-                quota=self.quota,
-                running=self.running,
-                admitted_end=self.admitted_end,
-                events=self.likely_events,
-                running_end={job.id: self.likely_end(job) for job in self.running},
-                heads=self.heads,
-                allowed=self.topology.open_to,
-                rank=self.topology.cluster_rank,
-                users=self.users,
-                late=frozenset({reasons.WAITING_FOR_DEPENDENCY}),
-            )
-            estimates = estimate_pending(view, still)
-            # what a dependency waits for ends when it likely ends, as the estimates replay it
-            ends = {j.id: self.likely_end(j) for j in self.running}
-            ends.update((job.id, self.now + job.likely_runtime_s) for job in order if job.id in self.admissions)
-            waits = any(job.after for job in still)
-            ready = dependency_ready({j.id: j for j in still}, estimates, ends, self.snap.ended, self.now) if waits else {}
-        else:
-            estimates, ready = dict(self.heads), {}
-        pending_out = []
-        for job in still:
-            code, message, detail = self.reasons[job.id]
-            est = None if code in NO_ESTIMATE else estimates.get(job.id)
-            if code == reasons.RETRY_BACKOFF:  # never before the back-off ends, later if capacity says so
-                est = job.not_before if est is None else max(est, job.not_before)
-            elif code == reasons.WAITING_FOR_DEPENDENCY:  # never before what it waits for ends (unknown: None)
-                when = ready.get(job.id)
-                est = None if est is None or when is None else max(est, when)
-            # A remembered verdict's (or a failed victim search's) detail is shared by every job that took it:
-            # what is this job's own goes into a copy.
-            if job.deadline is not None:
-                message, miss = self.deadline_check(job, est, message)
-                if miss is not None:
-                    detail = {**detail, "deadline_miss": miss}
-            if job.tier == REALTIME_TIER:
-                target = job.submitted_at + self.policy.realtime_start_target_s
-                detail = {**detail, "start_target": target}
-                self.late_realtime += self.now > target
-            pending_out.append(PendingReason(job.id, code, message, MappingProxyType(detail), est))
+        admissions, clearing = priced_admissions(self)
+        pending_out = pending_reasons(self, [job for job in order if job.id in self.reasons])
         return CycleResult(
             admissions=tuple(admissions),
             preemptions=tuple(self.evictions.preemptions),
@@ -186,21 +157,6 @@ class Cycle:
             clearing_prices=MappingProxyType(clearing),
             figures=MappingProxyType(self.figures(admissions, pending_out)),
         )
-
-    def deadline_check(self, job: PendingJob, est: float | None, message: str) -> tuple[str, dict | None]:
-        """The feasibility check of a waiting job's deadline: its estimated end (estimated start + likely run
-        time) set against the deadline. A job that will miss it says so in its message and gets the miss for
-        its ``detail["deadline_miss"]`` (the adapter tells its owner once); else (message, None). With no
-        estimate it is judged as if it started now (the best case): only a deadline that even that misses is
-        reported."""
-        start = self.now if est is None else max(self.now, est)
-        end = start + job.likely_runtime_s
-        if end <= job.deadline:
-            return message, None
-        late = end - job.deadline
-        miss = {"deadline": job.deadline, "estimated_end": end, "late_s": late, "estimated": est is not None}
-        how = "at its estimated start" if est is not None else "even if it started now"
-        return f"{message[:-1]}; {how} it would end {duration_text(late)} after its deadline.", miss
 
     def likely_end(self, job) -> float:
         """When the estimates expect a running job to end: its likely end (``RunningJob.likely_end``), or its
@@ -257,17 +213,16 @@ class Cycle:
         """Admit, preempt for, or explain ``job``: first the sweeps' gates (held, dependencies, its array's
         throttle), then, for a job that would wait for the same reason as the last job of its shape with nothing
         changed since, that verdict (``Verdicts``); else it is judged in full."""
-        gate = self.gates.check(job)
-        if gate is not None:
-            code, detail, note = gate
-            return self.pend(job, code, detail, note or None)
+        if job.held or job.after or job.array_id is not None:  # (the gates of a plain job are open)
+            gate = self.gates.check(job)
+            if gate is not None:
+                code, detail, note = gate
+                return self.pend(job, code, detail, note or None)
         if job.not_before is not None and self.now < job.not_before:
             return self.pend(job, reasons.RETRY_BACKOFF, {"not_before": job.not_before, "attempt": job.attempt},
                              f"attempt {job.attempt} may start in {duration_text(job.not_before - self.now)}")
         memo = self.verdicts
-        if memo is None or not memo.applies(self, job):
-            return self.judge(job)
-        return memo.judge(self, job)
+        return self.judge(job) if memo is None else memo.judge(self, job)
 
     def judge(self, job: PendingJob) -> Outcome:
         """Admit, preempt for, or explain ``job``: first where it could run at all, then its credits, then its
@@ -278,7 +233,7 @@ class Cycle:
         pools = self.outside_refused_namespaces(job, found)
         if isinstance(pools, Waiting):
             return pools
-        over = self.users.blocked(job) if self.users.active else None
+        over = self.users.blocked(job) if self.user_limits else None
         if over is not None:
             return self.pend(job, reasons.USER_GPU_LIMIT, over, limit_note(over))
         if self.credits is not None and job.hold > 0:
@@ -302,6 +257,8 @@ class Cycle:
     def outside_refused_namespaces(self, job: PendingJob, pools: list[Pool]) -> list[Pool] | Waiting:
         """``pools`` without the clusters whose namespace quota refused a request this large for the job's
         department and flavor (no admission there until that quota changes), or why none is left."""
+        if not self.snap.namespace_quotas:
+            return pools
         k = job.total_gpus
         refused = {q.cluster for q in self.snap.namespace_quotas
                    if q.department == job.department and q.flavor == job.flavor and k >= q.total_gpus and self.now < q.until}
@@ -424,40 +381,50 @@ class Cycle:
         cluster (asked only of the jobs that start: most jobs of a busy cycle wait)."""
         g, n = job.gpus_per_pod, job.pods
         end = self.now + job.max_runtime_s
-        options = []
-        for pool in pools:
-            index = pool.index_for(end)
-            if index.capacity(g) >= n:
-                if not self.leaves_headroom(job, pool):
-                    self.headroom_held.add(job.id)
-                    continue
-                total = index.free_total() if len(pools) > 1 else 0
-                options.append((self.topology.cluster_rank(job, pool.cluster), total, pool.cluster, pool))
-        if not options:
-            return False
-        # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
-        _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
-        borrows = self.quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster)
+        if len(pools) == 1:  # (the common case: nothing to rank)
+            pool = pools[0]
+            if pool.index_for(end).capacity(g) < n:
+                return False
+            if not self.leaves_headroom(job, pool):
+                self.headroom_held.add(job.id)
+                return False
+        else:
+            options = []
+            for pool in pools:
+                index = pool.index_for(end)
+                if index.capacity(g) >= n:
+                    if not self.leaves_headroom(job, pool):
+                        self.headroom_held.add(job.id)
+                        continue
+                    options.append((self.topology.cluster_rank(job, pool.cluster), index.free_total(), pool.cluster, pool))
+            if not options:
+                return False
+            # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
+            _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
+        dept, k = job.department, job.pods * g
+        borrows = self.quota.borrows(dept, job.flavor, k, pool.cluster)
         if borrows and self.fork_prices and self.priced(job):
-            self.before = fork(self, job.id)
+            if wins_bidding_nothing(self, job, self.place):
+                self.prices[job.id] = 0  # (its critical bid, with no replay)
+            else:
+                self.before = fork(self, job.id)
         placed = pool.place(g, n, end)
         likely = self.now + job.likely_runtime_s
+        events = pool.events
+        likely_events = self.likely_events.setdefault((pool.cluster, pool.flavor), [])
         for i in placed:
-            pool.events.append((end, i, g))
-            self.likely_events.setdefault((pool.cluster, pool.flavor), []).append((likely, i, g))
-        self.quota.add(job.department, job.flavor, job.total_gpus, pool.cluster)
-        self.users.add(job.department, job.user, job.total_gpus)
+            events.append((end, i, g))
+            likely_events.append((likely, i, g))
+        self.quota.add(dept, job.flavor, k, pool.cluster)
+        if self.user_limits:
+            self.users.add(dept, job.user, k)
         if self.credits is not None and job.hold > 0:
-            self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-        self.admitted_end.append((likely, job.department, job.flavor, job.total_gpus, pool.cluster, job.user,
-                                  job.array_id))
-        self.gates.admitted(job)
-        self.admissions[job.id] = Admission(
-            job_id=job.id,
-            placement=tuple(pool.names[i] for i in placed),
-            cluster=pool.cluster,
-            borrowed=borrows,
-        )
+            self.credits[dept] = self.credits.get(dept, 0) - job.hold
+        self.admitted_end.append((likely, dept, job.flavor, k, pool.cluster, job.user, job.array_id))
+        if job.array_id is not None:
+            self.gates.admitted(job)
+        names = pool.names
+        self.admissions[job.id] = Admission(job.id, tuple([names[i] for i in placed]), pool.cluster, borrows)
         return True
 
     def leaves_headroom(self, job: PendingJob, pool: Pool) -> bool:
@@ -575,7 +542,8 @@ class Cycle:
         if note:
             message = f"{message[:-1]}: {note}."
         self.reasons[job.id] = (code, message, detail)
-        return Waiting(code)
+        outcome = _WAITING.get(code)
+        return Waiting(code) if outcome is None else outcome
 
     def figures(self, admissions: list[Admission], pending: list[PendingReason]) -> dict[str, float]:
         ev = self.evictions
@@ -595,4 +563,15 @@ class Cycle:
 
 
 def engine_schedule(snapshot: Snapshot) -> CycleResult:
-    return Cycle(snapshot).run()
+    # A cycle allocates a few objects per pending job, node and running pod and frees almost none of them
+    # before it returns, so the cyclic collector would walk them (and the snapshot) again and again meanwhile
+    # for nothing: 10-20% of a deep cycle's CPU. It is paused for the cycle and left as it was found; what the
+    # cycle drops is freed by reference counting, the rest at the collector's next pass.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return Cycle(snapshot).run()
+    finally:
+        if paused:
+            gc.enable()

@@ -173,17 +173,19 @@ def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> t
     seq = 0
     for pi, pool in enumerate(pools):
         events = pool.events if view.events is None else view.events.get((pool.cluster, pool.flavor), ())
-        for end, i, g in events:
-            heap.append((end, seq, pi, i, g, None))
-            seq += 1
+        heap += [(end, s, pi, i, g, None) for s, (end, i, g) in enumerate(events, seq)]
+        seq += len(events)
     arrays: dict[int, int] = defaultdict(int)  # array id -> its tasks running in the replay
-    for job in view.running:
-        if job.flavor == flavor:
-            heap.append((max(view.now, _likely_end(view, job)), seq, -1, 0, job.total_gpus,
-                         (job.department, job.cluster, job.array_id)))
-            seq += 1
-            if job.array_id is not None:
-                arrays[job.array_id] += 1
+    now = view.now
+    running = [job for job in view.running if job.flavor == flavor]
+    ends = [_likely_end(view, job) for job in running]
+    heap += [(end if end > now else now, s, -1, 0, len(job.placement) * job.gpus_per_pod,
+              (job.department, job.cluster, job.array_id))
+             for s, (end, job) in enumerate(zip(ends, running, strict=True), seq)]  # fmt: skip
+    seq += len(running)
+    for job in running:
+        if job.array_id is not None:
+            arrays[job.array_id] += 1
     for end, dept, fl, gpus, cluster, _, array in view.admitted_end:
         if fl == flavor:
             heap.append((end, seq, -1, 0, gpus, (dept, cluster, array)))
@@ -213,4 +215,5 @@ def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) 
 
 def _likely_end(view: EstimateView, job: RunningJob) -> float:
     """When a running job likely ends: its predicted end where the view has one, else its max runtime's."""
-    return job.expected_end if view.running_end is None else view.running_end.get(job.id, job.expected_end)
+    found = None if view.running_end is None else view.running_end.get(job.id)
+    return job.expected_end if found is None else found

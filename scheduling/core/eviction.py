@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import attrgetter
 
 from . import reasons, tiers
 from .ordering import REALTIME, Scorer, tier_rank
@@ -59,6 +60,7 @@ class Evictions:
         pools: dict[tuple[str, str], Pool],
         scorer: Scorer,
         quota: QuotaBook,
+        nodes_of: dict[int, list[int]] | None = None,
     ):
         self.now = snapshot.now
         self.policy = snapshot.policy
@@ -70,23 +72,27 @@ class Evictions:
             if job.evicting_for is not None:
                 self.inflight[job.evicting_for].append(job.id)
         self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+        now, running_score = self.now, scorer.running_score
         for job in running:
-            pool = pools.get((job.cluster, job.flavor))
-            if not (tiers.preemptible(job.tier) and job.preemptible) or pool is None:
+            key = (job.cluster, job.flavor)
+            pool = pools.get(key)
+            if not (job.preemptible and tiers.preemptible(job.tier)) or pool is None:
                 continue
-            nodes = [
-                i for i in (pool.pos.get(name) for name in job.placement) if i is not None and not pool.taints[i]
-            ]
-            key = (
+            taints = pool.taints
+            if nodes_of is None:
+                nodes = [i for i in map(pool.pos.get, job.placement) if i is not None and not taints[i]]
+            else:  # (the cycle's indices of the job's nodes)
+                nodes = [i for i in nodes_of[job.id] if not taints[i]]
+            order = (
                 0 if job.borrowed else 1,
                 -tier_rank(job.tier),
-                job.total_gpus * at_risk_s(job, self.now),
-                scorer.running_score(job),
+                len(job.placement) * job.gpus_per_pod * at_risk_s(job, now),
+                running_score(job),
                 job.id,
             )
-            self.cands[(job.cluster, job.flavor)].append(Candidate(job, nodes, key))
+            self.cands[key].append(Candidate(job, nodes, order))
         for cands in self.cands.values():
-            cands.sort(key=lambda c: c.key)
+            cands.sort(key=attrgetter("key"))
         # Running jobs a realtime arrival could preempt within half its start target (realtime headroom).
         soon = self.now + self.policy.realtime_start_target_s / 2 - self.policy.min_runtime_s
         self.evictable_soon: dict[tuple[str, str], int] = {

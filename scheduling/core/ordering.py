@@ -51,7 +51,8 @@ def starvation_limit(policy: Policy, now: float, pending) -> float:
     limit = policy.starvation_s
     if limit <= 0 or policy.starvation_queue_factor <= 0:
         return limit
-    waits = sorted(now - job.submitted_at for job in pending if tier_rank(job.tier) != REALTIME)
+    waits = [now - job.submitted_at for job in pending if _RANK.get(job.tier, _LOWEST) != REALTIME]  # (tier_rank)
+    waits.sort()
     if not waits:
         return limit
     return max(limit, policy.starvation_queue_factor * waits[(len(waits) - 1) // 2])
@@ -258,37 +259,50 @@ class Scorer:
         return (rank, band, 1, -self.score(job, ratios), job.submitted_at, job.id)
 
     def cycle_key(self, job: PendingJob) -> tuple:
+        """``order_key`` with this cycle's use ratios (``cycle_keys`` of one job)."""
+        return self.cycle_keys((job,))[0]
+
+    def cycle_keys(self, jobs) -> list[tuple]:
         """``order_key`` with this cycle's use ratios, for every pending job of the sort: the same terms, in the
         same floating-point operations, with what depends only on (urgency, user tier, department) and on the
-        size looked up once per combination instead of once per job."""
-        combo = (job.urgency, job.user_tier, job.department)
-        terms = self._terms.get(combo)
-        if terms is None:
-            terms = self._terms[combo] = self._combination(job)
-        in_band, delay, weight_fair = terms
-        rank = _RANK.get(job.tier, _LOWEST)
-        now = self.now
-        submitted = job.submitted_at
-        band = 0 if in_band and not now - submitted < self.band_entry else 1
-        if job.deadline is not None and self.policy.deadline_edf_horizon_s > 0 and self.at_risk(job):
-            return (rank, band, -1, job.deadline, submitted, job.id)
-        if delay is not None and rank != REALTIME:
-            since = submitted + delay
-            if since <= now:
-                return (rank, band, 0, since, submitted, job.id)
-        policy = self.policy
-        gpu_hours = job.pods * job.gpus_per_pod * job.max_runtime_s / 3600.0
-        size = self._sizes.get(gpu_hours)
-        if size is None:
-            size = self._sizes[gpu_hours] = size_factor(policy, gpu_hours)
-        # job_score's terms, in its order
-        score = weight_fair * size * (policy.weight_points + policy.aging_per_minute * max(0.0, now - submitted) / 60.0)
-        deadline = job.deadline
-        if deadline is not None and policy.deadline_horizon_s > 0:
-            proximity = 1.0 - (deadline - now) / policy.deadline_horizon_s
-            score += policy.deadline_boost * min(1.0, max(0.0, proximity))
-        score += policy.bid_weight * job.bid
-        return (rank, band, 1, -score, submitted, job.id)
+        size looked up once per combination instead of once per job (and the policy's terms read once)."""
+        policy, now, band_entry = self.policy, self.now, self.band_entry
+        terms_of, sizes = self._terms, self._sizes
+        edf = policy.deadline_edf_horizon_s > 0
+        points, aging = policy.weight_points, policy.aging_per_minute
+        horizon, boost, bid_weight = policy.deadline_horizon_s, policy.deadline_boost, policy.bid_weight
+        keys = []
+        append = keys.append
+        for job in jobs:
+            combo = (job.urgency, job.user_tier, job.department)
+            terms = terms_of.get(combo)
+            if terms is None:
+                terms = terms_of[combo] = self._combination(job)
+            in_band, delay, weight_fair = terms
+            rank = _RANK.get(job.tier, _LOWEST)
+            submitted = job.submitted_at
+            band = 0 if in_band and not now - submitted < band_entry else 1
+            deadline = job.deadline
+            if deadline is not None and edf and self.at_risk(job):
+                append((rank, band, -1, deadline, submitted, job.id))
+                continue
+            if delay is not None and rank != REALTIME:
+                since = submitted + delay
+                if since <= now:
+                    append((rank, band, 0, since, submitted, job.id))
+                    continue
+            gpu_hours = job.pods * job.gpus_per_pod * job.max_runtime_s / 3600.0
+            size = sizes.get(gpu_hours)
+            if size is None:
+                size = sizes[gpu_hours] = size_factor(policy, gpu_hours)
+            # job_score's terms, in its order
+            score = weight_fair * size * (points + aging * max(0.0, now - submitted) / 60.0)
+            if deadline is not None and horizon > 0:
+                proximity = 1.0 - (deadline - now) / horizon
+                score += boost * min(1.0, max(0.0, proximity))
+            score += bid_weight * job.bid
+            append((rank, band, 1, -score, submitted, job.id))
+        return keys
 
     def _combination(self, job: PendingJob) -> tuple[bool, float | None, float]:
         """(in the priority band by weight, starvation delay or None, weight x fair factor) of the job's

@@ -20,7 +20,7 @@ not in the index: the adapter reports only taints the portal's pods do not toler
 from __future__ import annotations
 
 from bisect import bisect_left
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from .types import Node
 
@@ -46,7 +46,10 @@ class BucketIndex:
         old = self.val[i]
         if old < 0:
             return  # not a member (tainted node)
-        value = min(self.top, max(0, value))
+        if value < 0:
+            value = 0
+        elif value > self.top:
+            value = self.top
         if old == value:
             return
         self.count[old] -= 1
@@ -214,17 +217,24 @@ class Pool:
     def take(self, i: int, g: int, m: int) -> None:
         """Place ``g`` GPUs on node ``i`` for a job that runs past the first ``m`` reservations: those heads
         have that many GPUs fewer to spare there."""
-        self.free[i] -= g
-        for r in self.reservations[:m]:
-            if i in r.spare:
-                r.spare[i] -= g
-        if i in self.spare:
+        free = self.free[i] = self.free[i] - g
+        if i in self.spare:  # a reserved node: the heads' spares and the cut values depend on them
+            for r in self.reservations[:m]:
+                if i in r.spare:
+                    r.spare[i] -= g
             self.spare[i] = min(r.spare[i] for r in self.reservations if i in r.spare)
-        self.now.set(i, self.free[i])
+            self.now.set(i, free)
+            if self.long is not None:
+                self.long.set(i, self.eff(i))
+            for mm, index in self.prefix.items():
+                index.set(i, self.cut(i, mm))
+            return
+        # a node no head holds: every index sees its free GPUs
+        self.now.set(i, free)
         if self.long is not None:
-            self.long.set(i, self.eff(i))
-        for mm, index in self.prefix.items():
-            index.set(i, self.cut(i, mm))
+            self.long.set(i, free)
+        for index in self.prefix.values():
+            index.set(i, free)
 
     def place(self, g: int, pods: int, end: float) -> list[int] | None:
         """Best-fit ``pods`` pods of ``g`` GPUs on indexed nodes, all or nothing. A job ending at ``end`` only
@@ -296,7 +306,7 @@ class Pool:
         for i, v in projected.items():
             value[i] = cut(i, v)
         heap = [(v, i) for i, v in value.items() if v >= g]
-        heap.sort()
+        heapify(heap)  # (the pairs are distinct: the pops come in sorted order all the same)
         chosen: list[int] = []
         while len(chosen) < pods:
             v, i = heappop(heap)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from .ordering import REALTIME, tier_rank
 from .types import PendingJob
 
 # The cycle (``engine.Cycle``) calls in here; it is typed ``Cycle`` by its role only, since importing it would
@@ -56,11 +57,11 @@ def critical_bid(bid: int, wins: Callable[[int], bool]) -> int:
 # Cycle attributes a fork shares with the cycle it was taken from: fixed for the snapshot, or caches whose
 # values depend on nothing a replay changes. Every other attribute is copied or replaced in ``fork``, and an
 # attribute that is in neither list stops the fork, so that new working state is never shared by mistake.
-SHARED = frozenset({"snap", "now", "policy", "running", "order", "keys", "fork_prices"})
+SHARED = frozenset({"snap", "now", "policy", "running", "running_end", "order", "keys", "fork_prices", "user_limits"})
 REPLACED = frozenset({
     "topology", "pools", "pools_by_flavor", "closed_for", "likely_events", "scorer", "quota", "users",
     "evictions", "headroom_held", "credits", "admissions", "reasons", "gates", "admitted_end", "heads",
-    "heads_full", "late_realtime", "verdicts", "before", "outcomes",
+    "heads_full", "late_realtime", "verdicts", "before", "outcomes", "place", "prices",
 })  # fmt: skip
 
 
@@ -75,7 +76,7 @@ def fork(cycle: Cycle, job_id: int | None = None) -> Cycle:
     new = object.__new__(type(cycle))
     for name in SHARED & set(vars(cycle)):
         setattr(new, name, getattr(cycle, name))
-    new.fork_prices, new.before, new.outcomes = False, None, {}
+    new.fork_prices, new.before, new.outcomes, new.place, new.prices = False, None, {}, 0, {}
     new.pools = {key: pool.fork() for key, pool in cycle.pools.items()}
     new.topology = cycle.topology.fork(new.pools)
     new.pools_by_flavor = new.topology.pools_by_flavor
@@ -87,7 +88,9 @@ def fork(cycle: Cycle, job_id: int | None = None) -> Cycle:
     new.users = cycle.users.clone()
     new.evictions = cycle.evictions.fork(new.quota, new.scorer)
     new.credits = None if cycle.credits is None else dict(cycle.credits)
-    new.admissions = dict(cycle.admissions)
+    # A replay asks only whether its job is admitted, and counts its own admissions (the verdicts' mark): the
+    # admissions made before the fork are not copied.
+    new.admissions = {}
     new.gates = cycle.gates.clone()
     new.heads = dict(cycle.heads)
     new.heads_full = {new.pools[(p.cluster, p.flavor)] for p in cycle.heads_full}
@@ -98,21 +101,115 @@ def fork(cycle: Cycle, job_id: int | None = None) -> Cycle:
 def price_from(cycle: Cycle, before: Cycle, job: PendingJob, place: int) -> int:
     """The critical bid of ``job``, admitted at ``place`` of ``cycle.order``, from ``before``, the fork taken
     just before its admission."""
-    if cycle.keys is None:
-        cycle.keys = [cycle.scorer.order_key(other) for other in cycle.order]
-
     def wins(bid: int) -> bool:
         changed = replace(job, bid=bid)
         key = cycle.scorer.order_key(changed)
         if key < cycle.keys[place]:  # (a lower bid never moves a job earlier; kept exact if it ever did)
             return wins_in_full(cycle, job, bid)
+        between = cycle.order[place + 1 : bisect_left(cycle.keys, key)]
+        if surely_wins(before, changed, between):
+            return True
         replay = fork(before)
-        for other in cycle.order[place + 1 : bisect_left(cycle.keys, key)]:
+        for other in between:
             replay.consider(other)
         replay.consider(changed)
         return job.id in replay.admissions
 
     return critical_bid(job.bid, wins)
+
+
+def wins_bidding_nothing(cycle: Cycle, job: PendingJob, place: int) -> bool:
+    """Whether ``job``, about to be admitted at ``place`` of ``cycle.order``, would have been admitted had it bid
+    nothing, as ``surely_wins`` shows from the cycle's state before the admission: then its critical bid is 0
+    and no fork need be taken."""
+    changed = replace(job, bid=0)
+    key = cycle.scorer.order_key(changed)
+    if key < cycle.keys[place]:
+        return False
+    return surely_wins(cycle, changed, cycle.order[place + 1 : bisect_left(cycle.keys, key)])
+
+
+def surely_wins(before: Cycle, job: PendingJob, between: list[PendingJob]) -> bool:
+    """True when ``job`` is admitted if judged after the jobs ``between`` from ``before`` (the state just before
+    its admission), whatever they do, as a bound shows; False when only the replay can tell.
+
+    Within a cycle nothing comes back: free GPUs, a head's spare GPUs and the quota's room only shrink, and
+    the pools that take no more heads stay so. So a job of ``between`` that does not fit, or that its quota
+    stops, at ``before`` is never admitted by the replay, and one whose pools take no more heads never
+    reserves; evictions change no pool and no quota. Each of the others may at most take its GPUs and
+    quota (if it fits) and leave its pods, or reserve them, on nodes of its flavor: a pod of ``h`` GPUs costs
+    a pod of ``g`` at most ``ceil(h / g)`` of its room on its node, and a reservation leaves a later job no
+    more than each node's free GPUs then, cut by every reservation there, minus the head's. Any of them may
+    spend its credit hold and its owner's GPUs. When ``job`` still passes its credits, its owner's limit, its
+    quota and a pool's capacity and realtime headroom after all of that, the replay admits it: nothing else
+    it is judged on changes within a cycle (and a remembered verdict is what a full judgement gives). A job
+    under per-cluster quotas, or throttled by its array, is left to the replay."""
+    quota = before.quota
+    if quota.scoped or (job.array_id is not None and job.array_throttle):
+        return False
+    dept, flavor, user, g, n, k = job.department, job.flavor, job.user, job.gpus_per_pod, job.pods, job.total_gpus
+    if before.credits is not None and job.hold > 0:
+        holds = sum(x.hold for x in between if x.department == dept and x.hold > 0)
+        if job.hold > before.credits.get(dept, 0) - holds:
+            return False
+    limit = before.users.limit(dept, user) if before.user_limits else None
+    if limit is not None:
+        mates = sum(x.total_gpus for x in between if x.department == dept and x.user == user)
+        if before.users.held.get((dept, user), 0) + mates + k > limit:
+            return False
+    taken = mine = lost = 0  # GPUs the others may take (of them, the department's), pods of g they may cost
+    live: dict[tuple, tuple[bool, bool]] = {}
+    for x in between:
+        if x.flavor != flavor:
+            continue  # (another flavor's pools and quota: only its credits and owner counted above)
+        shape = (x.department, x.pods, x.gpus_per_pod, x.max_runtime_s, x.cluster, x.cluster_selector, x.data_sources)
+        found = live.get(shape)
+        if found is None:
+            found = live[shape] = _may_start_or_reserve(before, x)
+        admits, reserves = found
+        if admits:
+            taken += x.total_gpus
+            mine += x.total_gpus if x.department == dept else 0
+        if admits or reserves:
+            lost += x.pods * -(-x.gpus_per_pod // g)
+    nominal, borrowing, _ = quota.limits.get((dept, flavor), (0, 0, 0))
+    if quota.never(dept, flavor, k) is not None:
+        return False
+    if borrowing is not None and quota.usage.get((dept, flavor), 0) + mine + k > nominal + borrowing:
+        return False
+    if quota.pool_used.get(flavor, 0) + taken + k > quota.pool_cap.get(flavor, 0):
+        return False  # (an admission draws at most its GPUs on the cohort's pool)
+    # its pools: the clusters it may start on (it was admitted from ``before``: its request is valid)
+    refused = {q.cluster for q in before.snap.namespace_quotas
+               if q.department == dept and q.flavor == flavor and k >= q.total_gpus and before.now < q.until}
+    headroom = before.policy.realtime_headroom_gpus
+    for pool in before.topology.job_pools(job)[0]:
+        if pool.cluster in refused:
+            continue
+        index = pool.long if pool.reservations else pool.now  # free GPUs cut by every reservation
+        if index.capacity(g) - lost < n:
+            continue
+        if (
+            headroom <= 0
+            or tier_rank(job.tier) == REALTIME
+            or before.evictions.may_evict_soon((pool.cluster, pool.flavor))
+            or pool.now.free_total() - taken - k >= headroom
+        ):
+            return True
+    return False
+
+
+def _may_start_or_reserve(before: Cycle, job: PendingJob) -> tuple[bool, bool]:
+    """Whether ``job`` may still be admitted (it fits and its quota has room at ``before``) and whether it may
+    still reserve (one of its pools takes more heads), in any cycle that goes on from ``before``."""
+    if job.pods < 1 or job.gpus_per_pod < 1:
+        return False, False
+    pools = before.topology.job_pools(job)[0]
+    end = before.now + job.max_runtime_s
+    fits = any(pool.index_for(end).capacity(job.gpus_per_pod) >= job.pods for pool in pools)
+    admits = fits and before.quota.check(job.department, job.flavor, job.total_gpus)[0] is None
+    reserves = before.policy.reservation_depth > 0 and any(pool not in before.heads_full for pool in pools)
+    return admits, reserves
 
 
 def wins_in_full(cycle: Cycle, job: PendingJob, bid: int) -> bool:

@@ -54,6 +54,9 @@ class QuotaBook:
                 self.scoped.add((q.department, q.flavor))
         self.usage: dict[Key, int] = defaultdict(int)
         for job in running:
+            if not self.scoped:  # (one scope per flavor: the flavor's)
+                self.usage[(job.department, job.flavor)] += len(job.placement) * job.gpus_per_pod
+                continue
             for key in self.keys(job.department, job.flavor, job.cluster):
                 self.usage[(job.department, key)] += job.total_gpus
         self.running_usage: dict[Key, int] = dict(self.usage)  # before this cycle's admissions
@@ -123,6 +126,11 @@ class QuotaBook:
     def limit_code(self, dept: str, flavor: str, k: int, cluster: str | None = None) -> str | None:
         """The reason code when ``k`` more GPUs would take the department beyond nominal + borrowing limit
         now (its own running jobs hold what it may use), else None."""
+        if not self.scoped:  # (the common case: one scope, no loop)
+            nominal, limit, _ = self.limits.get((dept, flavor), (0, 0, 0))
+            if limit is not None and self.usage[(dept, flavor)] + k > nominal + limit:
+                return reasons.QUOTA_EXHAUSTED if limit == 0 else reasons.BORROW_LIMIT
+            return None
         for key in (flavor,) if not self.scoped else self.keys(dept, flavor, cluster):
             nominal, limit, _ = self.limits.get((dept, key), (0, 0, 0))
             if limit is not None and self.usage[(dept, key)] + k > nominal + limit:
@@ -219,7 +227,13 @@ class QuotaBook:
         return max(0, used - self.guaranteed(dept, key))
 
     def add(self, dept: str, flavor: str, k: int, cluster: str | None = None) -> None:
-        for key in (flavor,) if not self.scoped else self.keys(dept, flavor, cluster):
+        if not self.scoped:  # (the common case: one scope, the flavor's)
+            g = self.limits.get((dept, flavor), (0, 0, 0))[2]
+            before = self.usage[(dept, flavor)]
+            after = self.usage[(dept, flavor)] = before + k
+            self.pool_used[flavor] += max(0, after - g) - max(0, before - g)
+            return
+        for key in self.keys(dept, flavor, cluster):
             g = self.guaranteed(dept, key)
             before = self.usage[(dept, key)]
             self.usage[(dept, key)] = before + k

@@ -56,16 +56,24 @@ class Verdicts:
             job.tier != REALTIME_TIER
             and (job.hold <= 0 or cycle.credits is None or job.hold <= cycle.credits.get(job.department, 0))
             and job.id not in cycle.evictions.inflight
-            and (job.department, job.flavor) not in cycle.quota.scoped
+            and (not cycle.quota.scoped or (job.department, job.flavor) not in cycle.quota.scoped)
         )
 
     def judge(self, cycle: Cycle, job: PendingJob) -> Outcome:
-        """``cycle.judge(job)``, or the verdict of the last job of its shape while nothing changed since."""
+        """``cycle.judge(job)``, or the verdict of the last job of its shape while nothing changed since (for a
+        job that takes the plain path, ``applies``; any other is judged in full)."""
+        if not (  # (``applies``, inline: every job of the cycle comes here)
+            job.tier != REALTIME_TIER
+            and (job.hold <= 0 or cycle.credits is None or job.hold <= cycle.credits.get(job.department, 0))
+            and job.id not in cycle.evictions.inflight
+            and (not cycle.quota.scoped or (job.department, job.flavor) not in cycle.quota.scoped)
+        ):
+            return cycle.judge(job)
         key = (
             job.department, job.flavor, job.tier, job.pods, job.gpus_per_pod, job.max_runtime_s, job.cluster,
             job.cluster_selector, job.cluster_preference, job.data_sources,
             # a member with a GPU limit is judged as themselves: their holdings differ from a colleague's
-            job.user if cycle.users.active and cycle.users.limit(job.department, job.user) is not None else None,
+            job.user if cycle.user_limits and cycle.users.limit(job.department, job.user) is not None else None,
         )  # fmt: skip
         mark = len(cycle.admissions) + len(cycle.heads) + len(cycle.evictions.preemptions)
         seen = self.seen.get(key)

@@ -42,3 +42,21 @@ def test_fifo_baseline_is_still_available():
                  quotas=(Quota("A", "a100", 8),))
     )  # fmt: skip
     assert [a.job_id for a in res.admissions] == [1]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_cycle_leaves_the_garbage_collector_as_it_found_it(enabled):
+    import gc
+
+    from scheduling.core import schedule
+    from scheduling.core.types import Node, PendingJob, Quota, Snapshot
+
+    snap = Snapshot(now=0.0, nodes=(Node("n0", "a100", 8),), pending=(PendingJob(1, "A", "a100"),),
+                    quotas=(Quota("A", "a100", 8),))  # fmt: skip
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        assert [a.job_id for a in schedule(snap).admissions] == [1]
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
