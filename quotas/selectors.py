@@ -29,7 +29,7 @@ def gpu_ceiling(*, department_id: int, flavor_id: int) -> int | None:
     """The most GPUs of a flavor one job of the department could ever hold (the engine's ``never`` rule):
     nominal + borrowing limit of its global quota; with per-cluster quotas only, the largest of theirs (a job
     runs on one cluster); 0 without any quota of the flavor; None when a borrowing limit is unlimited."""
-    rows = list(Quota.objects.filter(department_id=department_id, flavor_id=flavor_id)
+    rows = list(Quota.objects.filter(department_id=department_id, flavor_id=flavor_id).order_by()  # no joins
                 .values_list("cluster_id", "nominal", "borrowing_limit"))
     scoped = [r for r in rows if r[0] is None] or rows
     if not scoped:
