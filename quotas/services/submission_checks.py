@@ -25,6 +25,7 @@ from django.utils import timezone
 from notifications.services import emit
 from portal.models import Department
 from portal.money import format_credits
+from quotas import policy_cache
 from quotas.models import Allowance, ApprovalRule
 from quotas.services.allowances import allowance_used, period_start
 from quotas.services.pricing import estimated_cost
@@ -43,7 +44,8 @@ class SubmissionCheckInputs:
 
 
 def submission_check_inputs(*, department_id, owner_id) -> SubmissionCheckInputs:
-    rule, allowance = _rule_and_allowance(department_id=department_id, owner_id=owner_id)
+    rule, allowance = policy_cache.cached("rule and allowance", (department_id, owner_id),
+                                          lambda: _rule_and_allowance(department_id=department_id, owner_id=owner_id))
     used = allowance_used(allowance=allowance) if allowance is not None else 0
     return SubmissionCheckInputs(rule=rule, allowance=allowance, used=used)
 
