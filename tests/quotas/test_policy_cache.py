@@ -56,8 +56,9 @@ def test_a_second_submission_reads_no_rule_limit_or_quota(kept, post):
     assert _kept_rows_read(sql) == [], "\n".join(sql)
 
 
-def test_without_a_shared_cache_every_submission_reads_them(lab, post):
-    assert not policy_cache.enabled()  # the tests' local-memory cache: one process's only
+def test_without_a_shared_cache_every_submission_reads_them(lab, post, settings):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    assert not policy_cache.enabled()  # one process's memory: another's change would never reach it
     assert post().status_code == 201
     with CaptureQueriesContext(connection) as q:
         assert post().status_code == 201
