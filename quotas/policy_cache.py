@@ -121,9 +121,8 @@ def _new_token() -> None:
 
 
 def connect() -> None:
-    """Listen to every save and delete of the kept models (once, from the app's ``ready``)."""
-    from quotas.models import Allowance, ApprovalRule, Quota, UserLimit
-
-    for model in (ApprovalRule, UserLimit, Quota, Allowance):
-        post_save.connect(changed, sender=model, dispatch_uid=f"policy_cache.save.{model.__name__}")
-        post_delete.connect(changed, sender=model, dispatch_uid=f"policy_cache.delete.{model.__name__}")
+    """Listen to every save and delete of the kept models (once, from the app's ``ready``; the models named,
+    not imported, so that the app's config can import this module before the models are loaded)."""
+    for model in ("quotas.ApprovalRule", "quotas.UserLimit", "quotas.Quota", "quotas.Allowance"):
+        post_save.connect(changed, sender=model, dispatch_uid=f"policy_cache.save.{model}")
+        post_delete.connect(changed, sender=model, dispatch_uid=f"policy_cache.delete.{model}")
