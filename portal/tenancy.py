@@ -59,6 +59,12 @@ def membership_of(user):
     return m
 
 
+def remember_membership(user, membership) -> None:
+    """What ``membership_of`` answers for this user object from now on: a read that joined the membership
+    already (the API token's) spares the request its own."""
+    user._portal_membership = membership
+
+
 def member(user):
     """The one member lookup for views and pages: the user's membership, or a 403 for a signed-in user who
     belongs to no department (there is nothing of theirs a page could show)."""

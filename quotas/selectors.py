@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.db.models import F, Q
 
+from quotas import policy_cache
 from quotas.models import Quota, QuotaChangeRequest, UserLimit
 
 
@@ -28,9 +29,11 @@ def quotas_by_department_flavor() -> dict[tuple[int, int], Quota]:
 def gpu_ceiling(*, department_id: int, flavor_id: int) -> int | None:
     """The most GPUs of a flavor one job of the department could ever hold (the engine's ``never`` rule):
     nominal + borrowing limit of its global quota; with per-cluster quotas only, the largest of theirs (a job
-    runs on one cluster); 0 without any quota of the flavor; None when a borrowing limit is unlimited."""
-    rows = list(Quota.objects.filter(department_id=department_id, flavor_id=flavor_id)
-                .values_list("cluster_id", "nominal", "borrowing_limit"))
+    runs on one cluster); 0 without any quota of the flavor; None when a borrowing limit is unlimited. One query,
+    none while ``policy_cache`` keeps the rows (every submission reads them)."""
+    rows = policy_cache.cached("quota rows", (department_id, flavor_id), lambda: list(
+        Quota.objects.filter(department_id=department_id, flavor_id=flavor_id).order_by()  # no joins
+        .values_list("cluster_id", "nominal", "borrowing_limit")))
     scoped = [r for r in rows if r[0] is None] or rows
     if not scoped:
         return 0
@@ -65,9 +68,10 @@ def user_limits_in_force() -> list[tuple[str, str | None, int]]:
 
 def queued_jobs_limit(*, department_id: int, user_id: int) -> int | None:
     """How many jobs the member may have queued at once in the department (their own row, else the
-    department's), None for no limit (one query)."""
-    rows = dict(UserLimit.objects.filter(department_id=department_id).filter(
-        Q(user_id=user_id) | Q(user__isnull=True)).values_list("user_id", "max_queued"))
+    department's), None for no limit (one query, none while ``policy_cache`` keeps the rows)."""
+    rows = policy_cache.cached("queued limits", (department_id, user_id), lambda: dict(
+        UserLimit.objects.filter(department_id=department_id).filter(Q(user_id=user_id) | Q(user__isnull=True))
+        .order_by().values_list("user_id", "max_queued")))
     return rows[user_id] if user_id in rows else rows.get(None)
 
 

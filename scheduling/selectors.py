@@ -130,11 +130,14 @@ def cluster_summary() -> dict:
 
 def flavor_pools(*, flavor_id: int) -> list[tuple[str, dict, list[int]]]:
     """Each cluster's nodes of a flavor, as (cluster name, cluster labels, every node's GPUs), by cluster name:
-    what a job of the flavor could ever occupy there (nodes cordoned for now included: they come back)."""
+    what a job of the flavor could ever occupy there (nodes cordoned for now included: they come back). Nodes
+    are counted per cluster and size in the database: every submission reads this, and a row per node (with
+    its cluster's labels to decode) cost more than the rest of the submission's checks."""
     pools: dict[str, tuple[str, dict, list[int]]] = {}
-    for name, labels, gpus in (Node.objects.filter(flavor_id=flavor_id).order_by("cluster__name", "name")
-                               .values_list("cluster__name", "cluster__labels", "gpus")):
-        pools.setdefault(name, (name, labels or {}, []))[2].append(gpus)
+    for name, labels, gpus, count in (Node.objects.filter(flavor_id=flavor_id)
+                                      .values_list("cluster__name", "cluster__labels", "gpus")
+                                      .annotate(count=Count("id")).order_by("cluster__name", "gpus")):
+        pools.setdefault(name, (name, labels or {}, []))[2].extend([gpus] * count)
     return list(pools.values())
 
 

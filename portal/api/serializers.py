@@ -14,6 +14,40 @@ MAX_BODY_FIELDS = 100
 UNKNOWN_FIELDS_LISTED = 20
 
 
+class FieldsBuiltOnce:
+    """A serializer whose fields are built once per class, then copied for each instance.
+
+    DRF builds every serializer instance's fields anew: a plain serializer deep-copies its declared fields (each
+    copy runs the field's ``__init__`` again), a model serializer maps every model field again. For a job's
+    body and its answer that was about a tenth of a submission's CPU. Here the first instance of a class keeps
+    its unbound fields as a prototype and every instance binds shallow copies of them; per-instance state (a
+    field's parent and name, set when bound) lives on the copy only. A field that keeps state while it
+    validates must create it lazily on itself, never in ``__init__`` (``FlavorField``'s flavors seen).
+    Only for serializers whose fields do not depend on the instance's arguments or context."""
+
+    def get_fields(self):
+        prototype = type(self).__dict__.get("_fields_prototype")
+        if prototype is None:  # built once per class (a subclass has its own)
+            prototype = super().get_fields()
+            type(self)._fields_prototype = prototype
+        return {name: _field_copy(field) for name, field in prototype.items()}
+
+
+def _field_copy(field):
+    """An unbound copy of a prototype field: its attributes shared (its validators' list copied), an item
+    field (a list's or dict's ``child``, a many serializer's item) copied and re-parented to the copy."""
+    copy = object.__new__(type(field))
+    copy.__dict__.update(field.__dict__)
+    copy.__dict__.pop("fields", None)  # a nested serializer's bound fields are its own (built on first use)
+    if "_validators" in copy.__dict__:
+        copy._validators = list(copy._validators)
+    child = field.__dict__.get("child")
+    if child is not None:
+        copy.child = _field_copy(child)
+        copy.child.parent = copy
+    return copy
+
+
 # The base of every input serializer: a body that is not a JSON object, or that carries a field the serializer
 # does not know, is a 400 with an ``unknown_field`` error for each unknown field (the first
 # UNKNOWN_FIELDS_LISTED by name, then how many more), reported together with the other fields' errors

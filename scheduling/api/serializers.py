@@ -13,7 +13,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api.serializers import StrictSerializer
+from portal.api.serializers import FieldsBuiltOnce, StrictSerializer
 from quotas.models import Flavor
 from scheduling.api.fields import AfterField
 from scheduling.api.kinds import READINESS_PATH_RE, kind_problems
@@ -146,11 +146,16 @@ class FlavorField(serializers.SlugRelatedField):
         kwargs.setdefault("slug_field", "name")
         kwargs.setdefault("queryset", Flavor.objects.annotate(largest_node_gpus=Max("nodes__gpus")))
         super().__init__(**kwargs)
-        self._seen: dict[str, Flavor] = {}
+
+    @property
+    def seen(self) -> dict[str, Flavor]:
+        """The flavors this instance read, by name (made on first use: copies of a field share what its
+        ``__init__`` made, ``FieldsBuiltOnce``)."""
+        return self.__dict__.setdefault("_seen", {})
 
     def to_internal_value(self, data):
-        if isinstance(data, str) and data in self._seen:
-            return self._seen[data]
+        if isinstance(data, str) and data in self.seen:
+            return self.seen[data]
         try:
             flavor = super().to_internal_value(data)
         except serializers.ValidationError as exc:
@@ -159,11 +164,11 @@ class FlavorField(serializers.SlugRelatedField):
             names = ", ".join(Flavor.objects.order_by("name").values_list("name", flat=True)) or "none yet"
             raise serializers.ValidationError(f"No flavor {data!r}. The flavors are: {names}.",
                                               code="does_not_exist") from None
-        self._seen[flavor.name] = flavor
+        self.seen[flavor.name] = flavor
         return flavor
 
 
-class JobSubmitSerializer(StrictSerializer):
+class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
     name = serializers.CharField(max_length=63)
     kind = serializers.ChoiceField(choices=JobKind.choices, required=False, default=JobKind.BATCH,
                                    help_text="batch (runs to its end), session (opened in the browser) or service "
@@ -340,7 +345,7 @@ class JobSubmitSerializer(StrictSerializer):
 
     def validate_gpus(self, value):
         # ``flavor`` is declared before ``gpus``, so the item's flavor (if valid) was read already.
-        flavor = self.fields["flavor"]._seen.get(self._item_flavor) if isinstance(self._item_flavor, str) else None
+        flavor = self.fields["flavor"].seen.get(self._item_flavor) if isinstance(self._item_flavor, str) else None
         largest = None if flavor is None else flavor.largest_node_gpus
         if largest is not None and value > largest:
             raise serializers.ValidationError(
@@ -440,7 +445,7 @@ class JobBatchSubmitSerializer(StrictSerializer):
         return super().to_internal_value(data)
 
 
-class JobEventSerializer(serializers.ModelSerializer):
+class JobEventSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
@@ -448,7 +453,7 @@ class JobEventSerializer(serializers.ModelSerializer):
         fields = ["at", "attempt", "kind", "from_state", "to_state", "reason_code", "message", "data", "actor"]
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)

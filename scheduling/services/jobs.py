@@ -19,7 +19,7 @@ from portal.db import insert_later, retry_on_conflict
 from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, LimitReached, ValidationFailed
 from portal.models import Membership
 from portal.tenancy import can_manage_job, member
-from quotas import budgets
+from quotas import budgets, policy_cache
 from quotas import selectors as quota_selectors
 from quotas.models import Flavor
 from scheduling.backends import creates_pods_at_admission
@@ -174,7 +174,7 @@ def job_submit(*, user, data: dict, idempotency_key: str | None = None) -> tuple
     # No look-up of the idempotency key first: the unique (owner, idempotency_key) constraint decides, and a
     # retry (rare) pays for the rolled-back insert instead of every first submission paying for a SELECT.
     try:
-        with transaction.atomic():
+        with policy_cache.pinned(), transaction.atomic():
             [job] = _create_jobs(user=user, membership=membership, items=[data],
                                  keys=[idempotency_key or None], digest=digest)
     except IntegrityError:
@@ -208,7 +208,7 @@ def job_submit_batch(*, user, items: list[dict], idempotency_key: str | None = N
     keys = [batch_item_key(idempotency_key, i) for i in range(len(items))] if idempotency_key else [None] * len(
         items)
     try:
-        with transaction.atomic():
+        with policy_cache.pinned(), transaction.atomic():
             jobs = _create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest, batch=True)
     except (IntegrityError, LimitReached):  # a race on the keys, or a retry refused by a limit: a replay?
         if not idempotency_key:
