@@ -36,12 +36,15 @@ class BucketIndex:
         self.heaps: list[list[int]] = [[] for _ in range(top + 1)]
         self.count = [0] * (top + 1)
         self.total = 0
+        val, heaps, count, total = self.val, self.heaps, self.count, 0
         for i in members:  # increasing i: every bucket list is already a valid heap
-            v = min(top, max(0, values[i]))
-            self.val[i] = v
-            self.heaps[v].append(i)
-            self.count[v] += 1
-            self.total += v
+            v = values[i]
+            v = 0 if v < 0 else top if v > top else v
+            val[i] = v
+            heaps[v].append(i)
+            count[v] += 1
+            total += v
+        self.total = total
         self.caps: dict[int, int] = {}  # g -> capacity(g), until the next change
 
     def set(self, i: int, value: int) -> None:
