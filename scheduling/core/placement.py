@@ -6,9 +6,9 @@ A ``Pool`` holds the schedulable nodes of one (cluster, flavor). Node ``i`` is t
 
 * ``best(g)``: the node with the fewest free GPUs that still fits ``g`` (best fit), ties by node name, in
   O(max node size + log nodes). Best fit fills partly used nodes first and so keeps whole nodes free.
-* ``capacity(g)``: how many pods of ``g`` GPUs fit in total (sum of floor(free / g)), in O(max node size),
-  remembered per ``g`` until a node's value changes: every job a cycle leaves waiting asks again, while the
-  index changes only when a job is placed. Identical pods placed one by one by best fit always succeed when
+* ``capacity(g)``: how many pods of ``g`` GPUs fit in total (sum of floor(free / g)), in O(max node size)
+  once per ``g``, then kept up to date as nodes change (by the changed node's pods of ``g``): every job a
+  cycle judges asks. Identical pods placed one by one by best fit always succeed when
   ``capacity(g) >= pods`` (each pod lowers the capacity by exactly one), so a gang is checked before anything
   is taken: all or nothing.
 * ``free_total()``: the sum of the (clamped) free GPUs, kept up to date on every change.
@@ -62,8 +62,10 @@ class BucketIndex:
         self.total += value - old
         self.val[i] = value
         heappush(self.heaps[value], i)
-        if self.caps:
-            self.caps.clear()
+        caps = self.caps
+        if caps:  # each remembered capacity moves by the node's pods of g, rather than being summed again
+            for g in caps:
+                caps[g] += value // g - old // g
 
     def best(self, g: int) -> int | None:
         val, heaps, count = self.val, self.heaps, self.count
