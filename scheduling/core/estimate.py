@@ -99,12 +99,7 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
     limit = now + HORIZON_S
     for job in jobs:
         g, n = job.gpus_per_pod, job.pods
-        if view.allowed is None:
-            cand = [pi for pi, p in enumerate(pools) if job.cluster in (None, p.cluster)]
-        else:
-            cand = [pi for pi, p in enumerate(pools) if view.allowed(job, p.cluster)]
-        if view.rank is not None and len(cand) > 1:
-            cand.sort(key=lambda pi: (view.rank(job, pools[pi].cluster), pools[pi].cluster))
+        cand = _candidates(view, pools, job)
         if not any(pools[pi].empty.capacity(g) >= n for pi in cand):
             continue
         cap = None if users is None else users.limit(job.department, job.user)
@@ -168,6 +163,17 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             held[member] = held.get(member, 0) + job.total_gpus
             heappush(heap, (end, seq, (end, -2, 0, job.total_gpus, member)))
             seq += 1
+
+
+def _candidates(view: EstimateView, pools, job: PendingJob) -> list[int]:
+    """The indices of the pools ``job`` may start in, in the order it prefers them."""
+    if view.allowed is None:
+        cand = [pi for pi, p in enumerate(pools) if job.cluster in (None, p.cluster)]
+    else:
+        cand = [pi for pi, p in enumerate(pools) if view.allowed(job, p.cluster)]
+    if view.rank is not None and len(cand) > 1:
+        cand.sort(key=lambda pi: (view.rank(job, pools[pi].cluster), pools[pi].cluster))
+    return cand
 
 
 def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> tuple[list, dict, dict]:
