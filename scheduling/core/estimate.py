@@ -64,18 +64,21 @@ class EstimateView:
 
 def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, float | None]:
     out: dict[int, float | None] = {}
-    by_flavor: dict[str, list[PendingJob]] = defaultdict(list)
+    # Per flavor, its first DEPTH jobs in order with the late ones after the others (the rest get no estimate).
+    early: dict[str, list[PendingJob]] = defaultdict(list)
+    later: dict[str, list[PendingJob]] = defaultdict(list)
+    codes, late = view.codes, view.late
     for job in still:
-        if view.codes[job.id] in NO_ESTIMATE:
+        code = codes[job.id]
+        if code in NO_ESTIMATE:
             continue
-        by_flavor[job.flavor].append(job)
-    for flavor, jobs in sorted(by_flavor.items()):
-        if view.late:
-            jobs = [j for j in jobs if view.codes[j.id] not in view.late] + [
-                j for j in jobs if view.codes[j.id] in view.late]
+        jobs = later[job.flavor] if code in late else early[job.flavor]
+        if len(jobs) < DEPTH:
+            jobs.append(job)
+    for flavor in sorted(early.keys() | later.keys()):
         pools = view.pools_by_flavor.get(flavor)
         if pools:
-            _simulate(view, flavor, pools, jobs[:DEPTH], out)
+            _simulate(view, flavor, pools, (early.get(flavor, []) + later.get(flavor, []))[:DEPTH], out)
     for job_id, when in view.heads.items():
         # The reservation is a promise; a head whose per-cluster quota lets it start earlier on another cluster
         # than the one it reserved on gets that earlier time.
