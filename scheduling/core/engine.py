@@ -72,7 +72,7 @@ class Cycle:
         # events at each job's likely end instead (its predicted run time; ``likely_events``).
         self.running = sorted(snapshot.running, key=attrgetter("id"))
         self.likely_events: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
-        self.running_end: dict[int, float] = {}  # running job -> its likely end (``likely_end``)
+        self.running_end: dict[int, float] = {}  # running job -> its likely end (``hold_running``)
         nodes_of = self.hold_running()
         for pool in self.pools.values():
             pool.build()
@@ -104,6 +104,8 @@ class Cycle:
         self.prices: dict[int, int] = {}  # priced winners' critical bids, as found
         self.order: list[PendingJob] = []
         self.keys: list[tuple] = []  # the order's keys (the prices' replays find a job's new place by them)
+        # Shapes of jobs that can neither start nor reserve any more in this cycle (``pricing.surely_wins``).
+        self.spent_shapes: set[tuple] = set()
 
     def hold_running(self) -> dict[int, list[int]]:
         """Subtract the running jobs' pods from the pools, each with its end (``Pool.events``, at the declared
@@ -112,12 +114,18 @@ class Cycle:
         nodes_of: dict[int, list[int]] = {}
         ends = self.running_end
         for job in self.running:
-            likely = ends[job.id] = self.likely_end(job)
+            # Its likely end (``RunningJob.likely_end``), or its max runtime once it has run past its prediction
+            # (it is still running: the prediction was short), never before now; inline: every job passes here.
+            started, max_s, predicted = job.started_at, job.max_runtime_s, job.predicted_runtime_s
+            end = started + max_s
+            likely = end if predicted is None or predicted >= max_s else started + predicted
+            if likely < now:
+                likely = end if end > now else now
+            ends[job.id] = likely
             key = (job.cluster, job.flavor)
             pool = pools.get(key)
             if pool is None:
                 continue
-            end = job.expected_end
             end = end if end > now else now
             g = job.gpus_per_pod
             pos, free, events = pool.pos, pool.free, pool.events
@@ -157,12 +165,6 @@ class Cycle:
             clearing_prices=MappingProxyType(clearing),
             figures=MappingProxyType(self.figures(admissions, pending_out)),
         )
-
-    def likely_end(self, job) -> float:
-        """When the estimates expect a running job to end: its likely end (``RunningJob.likely_end``), or its
-        max runtime once it has run past its prediction (it is still running: the prediction was short)."""
-        likely = job.likely_end
-        return max(self.now, job.expected_end if likely < self.now else likely)
 
     def priced(self, job: PendingJob) -> bool:
         """Whether a borrowed winner's price is at stake: its critical bid (``pricing``). A starving job's place

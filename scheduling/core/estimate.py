@@ -21,10 +21,12 @@ or when it needs more GPUs than its owner may ever hold.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
+from operator import itemgetter
 
 from .explain import NO_ESTIMATE
 from .placement import BucketIndex, Pool
@@ -62,18 +64,21 @@ class EstimateView:
 
 def estimate_pending(view: EstimateView, still: list[PendingJob]) -> dict[int, float | None]:
     out: dict[int, float | None] = {}
-    by_flavor: dict[str, list[PendingJob]] = defaultdict(list)
+    # Per flavor, its first DEPTH jobs in order with the late ones after the others (the rest get no estimate).
+    early: dict[str, list[PendingJob]] = defaultdict(list)
+    later: dict[str, list[PendingJob]] = defaultdict(list)
+    codes, late = view.codes, view.late
     for job in still:
-        if view.codes[job.id] in NO_ESTIMATE:
+        code = codes[job.id]
+        if code in NO_ESTIMATE:
             continue
-        by_flavor[job.flavor].append(job)
-    for flavor, jobs in sorted(by_flavor.items()):
-        if view.late:
-            jobs = [j for j in jobs if view.codes[j.id] not in view.late] + [
-                j for j in jobs if view.codes[j.id] in view.late]
+        jobs = later[job.flavor] if code in late else early[job.flavor]
+        if len(jobs) < DEPTH:
+            jobs.append(job)
+    for flavor in sorted(early.keys() | later.keys()):
         pools = view.pools_by_flavor.get(flavor)
         if pools:
-            _simulate(view, flavor, pools, jobs[:DEPTH], out)
+            _simulate(view, flavor, pools, (early.get(flavor, []) + later.get(flavor, []))[:DEPTH], out)
     for job_id, when in view.heads.items():
         # The reservation is a promise; a head whose per-cluster quota lets it start earlier on another cluster
         # than the one it reserved on gets that earlier time.
@@ -88,17 +93,16 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
     free = [list(p.free) for p in pools]
     index = [BucketIndex(p.free, p.indexed, p.top) for p in pools]
     users = view.users if view.users is not None and view.users.active else None
-    heap, seq, held, arrays = _events(view, flavor, pools, users)
+    base, held, arrays = _events(view, flavor, pools, users)
+    seq = 0
+    ends = [ev[0] for ev in base]  # (sorted)
+    nb, bi = len(base), 0
+    heap: list[tuple] = []  # (time, seq, event) of the jobs this replay starts
     t = now
     limit = now + HORIZON_S
     for job in jobs:
         g, n = job.gpus_per_pod, job.pods
-        if view.allowed is None:
-            cand = [pi for pi, p in enumerate(pools) if job.cluster in (None, p.cluster)]
-        else:
-            cand = [pi for pi, p in enumerate(pools) if view.allowed(job, p.cluster)]
-        if view.rank is not None and len(cand) > 1:
-            cand.sort(key=lambda pi: (view.rank(job, pools[pi].cluster), pools[pi].cluster))
+        cand = _candidates(view, pools, job)
         if not any(pools[pi].empty.capacity(g) >= n for pi in cand):
             continue
         cap = None if users is None else users.limit(job.department, job.user)
@@ -126,22 +130,22 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
                 )
                 if chosen is not None:
                     break
-            if not heap:
+            nxt = ends[bi] if bi < nb else None
+            if heap and (nxt is None or heap[0][0] < nxt):
+                nxt = heap[0][0]
+            if nxt is None:
                 break
-            t = max(t, heap[0][0])
+            t = max(t, nxt)
             if t > limit:
                 return
+            # Everything ending by t is given back before the next check, so the order within that instant is
+            # immaterial: the sorted ends first, then what this replay's starts pushed.
+            upto = bisect_right(ends, t, bi)
+            batch = base[bi:upto]
+            bi = upto
             while heap and heap[0][0] <= t:
-                _, _, pi, i, gpus, owner = heappop(heap)
-                if pi >= 0:
-                    free[pi][i] += gpus
-                    index[pi].set(i, free[pi][i])
-                elif pi == -2:
-                    held[owner] -= gpus
-                else:
-                    book.add(owner[0], flavor, -gpus, owner[1])
-                    if owner[2] is not None:
-                        arrays[owner[2]] -= 1
+                batch.append(heappop(heap)[2])
+            _release(batch, free, index, book, held, arrays, flavor)
         if chosen is None:
             continue
         out[job.id] = t
@@ -151,55 +155,62 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             i = idx.best(g)
             free[chosen][i] -= g
             idx.set(i, free[chosen][i])
-            heappush(heap, (end, seq, chosen, i, g, None))
+            heappush(heap, (end, seq, (end, chosen, i, g, None)))
             seq += 1
-        heappush(heap, (end, seq, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster, job.array_id)))
+        heappush(heap, (end, seq, (end, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster, job.array_id))))
         seq += 1
         if job.array_id is not None:
             arrays[job.array_id] += 1
         book.add(job.department, flavor, job.total_gpus, pools[chosen].cluster)
         if cap is not None:
             held[member] = held.get(member, 0) + job.total_gpus
-            heappush(heap, (end, seq, -2, 0, job.total_gpus, member))
+            heappush(heap, (end, seq, (end, -2, 0, job.total_gpus, member)))
             seq += 1
 
 
-def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> tuple[list, int, dict, dict]:
-    """The future as a heap of (time, seq, pool, node, GPUs, owner): the pools' GPUs coming free (pool index),
-    the flavor's quota and its array's task count given back (pool -1, owner (department, cluster, array id or
-    None)) and, for members with a limit, their GPUs given back (pool -2); the next sequence number; what each
-    limited member holds now; how many tasks of each array run now."""
-    heap: list[tuple] = []
-    seq = 0
+def _candidates(view: EstimateView, pools, job: PendingJob) -> list[int]:
+    """The indices of the pools ``job`` may start in, in the order it prefers them."""
+    if view.allowed is None:
+        cand = [pi for pi, p in enumerate(pools) if job.cluster in (None, p.cluster)]
+    else:
+        cand = [pi for pi, p in enumerate(pools) if view.allowed(job, p.cluster)]
+    if view.rank is not None and len(cand) > 1:
+        cand.sort(key=lambda pi: (view.rank(job, pools[pi].cluster), pools[pi].cluster))
+    return cand
+
+
+def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> tuple[list, dict, dict]:
+    """The future as a list of (time, pool, node, GPUs, owner) sorted by time: the pools' GPUs coming free (pool
+    index), the flavor's quota and its array's task count given back (pool -1, owner (department, cluster, array
+    id or None)) and, for members with a limit, their GPUs given back (pool -2); what each limited member holds
+    now; how many tasks of each array run now."""
+    base: list[tuple] = []
     for pi, pool in enumerate(pools):
         events = pool.events if view.events is None else view.events.get((pool.cluster, pool.flavor), ())
-        heap += [(end, s, pi, i, g, None) for s, (end, i, g) in enumerate(events, seq)]
-        seq += len(events)
+        base += [(end, pi, i, g, None) for end, i, g in events]
     arrays: dict[int, int] = defaultdict(int)  # array id -> its tasks running in the replay
     now = view.now
     running = [job for job in view.running if job.flavor == flavor]
     ends = [_likely_end(view, job) for job in running]
-    heap += [(end if end > now else now, s, -1, 0, len(job.placement) * job.gpus_per_pod,
+    base += [(end if end > now else now, -1, 0, len(job.placement) * job.gpus_per_pod,
               (job.department, job.cluster, job.array_id))
-             for s, (end, job) in enumerate(zip(ends, running, strict=True), seq)]  # fmt: skip
-    seq += len(running)
+             for end, job in zip(ends, running, strict=True)]  # fmt: skip
     for job in running:
         if job.array_id is not None:
             arrays[job.array_id] += 1
     for end, dept, fl, gpus, cluster, _, array in view.admitted_end:
         if fl == flavor:
-            heap.append((end, seq, -1, 0, gpus, (dept, cluster, array)))
-            seq += 1
+            base.append((end, -1, 0, gpus, (dept, cluster, array)))
             if array is not None:
                 arrays[array] += 1
     held: dict[tuple[str, str], int] = {}
     if users is not None:
-        held, seq = _members_holding(view, users, heap, seq)
-    heapify(heap)
-    return heap, seq, held, arrays
+        held = _members_holding(view, users, base)
+    base.sort(key=itemgetter(0))
+    return base, held, arrays
 
 
-def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) -> tuple[dict, int]:
+def _members_holding(view: EstimateView, users: UserBook, base: list) -> dict:
     """What each limited member holds after the cycle's admissions (every flavor), and the events (pool -2: no
     node, no quota) that give it back as their jobs end."""
     held: dict[tuple[str, str], int] = defaultdict(int)
@@ -208,9 +219,23 @@ def _members_holding(view: EstimateView, users: UserBook, heap: list, seq: int) 
     for end, dept, user, gpus in ends:
         if users.limit(dept, user) is not None:
             held[(dept, user)] += gpus
-            heap.append((max(view.now, end), seq, -2, 0, gpus, (dept, user)))
-            seq += 1
-    return held, seq
+            base.append((max(view.now, end), -2, 0, gpus, (dept, user)))
+    return held
+
+
+def _release(batch: list[tuple], free, index, book: QuotaBook, held: dict, arrays: dict, flavor: str) -> None:
+    """Give back what the events of ``batch`` (time, pool, node, GPUs, owner) hold: pods' GPUs, quota and array
+    tasks, members' GPUs."""
+    for _, pi, i, gpus, owner in batch:
+        if pi >= 0:
+            value = free[pi][i] = free[pi][i] + gpus
+            index[pi].set(i, value)
+        elif pi == -2:
+            held[owner] -= gpus
+        else:
+            book.add(owner[0], flavor, -gpus, owner[1])
+            if owner[2] is not None:
+                arrays[owner[2]] -= 1
 
 
 def _likely_end(view: EstimateView, job: RunningJob) -> float:

@@ -73,20 +73,30 @@ class Evictions:
                 self.inflight[job.evicting_for].append(job.id)
         self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
         now, running_score = self.now, scorer.running_score
+        by_tier: dict[str, tuple[bool, int]] = {}  # tier -> (whether it may be evicted, minus its rank)
         for job in running:
+            if not job.preemptible:
+                continue
+            facts = by_tier.get(job.tier)
+            if facts is None:
+                facts = by_tier[job.tier] = (tiers.preemptible(job.tier), -tier_rank(job.tier))
             key = (job.cluster, job.flavor)
             pool = pools.get(key)
-            if not (job.preemptible and tiers.preemptible(job.tier)) or pool is None:
+            if not facts[0] or pool is None:
                 continue
             taints = pool.taints
             if nodes_of is None:
                 nodes = [i for i in map(pool.pos.get, job.placement) if i is not None and not taints[i]]
             else:  # (the cycle's indices of the job's nodes)
                 nodes = [i for i in nodes_of[job.id] if not taints[i]]
+            # (at_risk_s, inline: every candidate passes here)
+            ran = now - job.started_at
+            ran = ran if ran > 0.0 else 0.0
+            interval = job.checkpoint_interval_s
             order = (
                 0 if job.borrowed else 1,
-                -tier_rank(job.tier),
-                len(job.placement) * job.gpus_per_pod * at_risk_s(job, now),
+                facts[1],
+                len(job.placement) * job.gpus_per_pod * (ran if interval is None or interval <= 0 else ran % interval),
                 running_score(job),
                 job.id,
             )

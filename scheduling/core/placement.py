@@ -6,9 +6,9 @@ A ``Pool`` holds the schedulable nodes of one (cluster, flavor). Node ``i`` is t
 
 * ``best(g)``: the node with the fewest free GPUs that still fits ``g`` (best fit), ties by node name, in
   O(max node size + log nodes). Best fit fills partly used nodes first and so keeps whole nodes free.
-* ``capacity(g)``: how many pods of ``g`` GPUs fit in total (sum of floor(free / g)), in O(max node size),
-  remembered per ``g`` until a node's value changes: every job a cycle leaves waiting asks again, while the
-  index changes only when a job is placed. Identical pods placed one by one by best fit always succeed when
+* ``capacity(g)``: how many pods of ``g`` GPUs fit in total (sum of floor(free / g)), in O(max node size)
+  once per ``g``, then kept up to date as nodes change (by the changed node's pods of ``g``): every job a
+  cycle judges asks. Identical pods placed one by one by best fit always succeed when
   ``capacity(g) >= pods`` (each pod lowers the capacity by exactly one), so a gang is checked before anything
   is taken: all or nothing.
 * ``free_total()``: the sum of the (clamped) free GPUs, kept up to date on every change.
@@ -19,8 +19,10 @@ not in the index: the adapter reports only taints the portal's pods do not toler
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from heapq import heapify, heappop, heappush
+from itertools import islice
+from operator import itemgetter
 
 from .types import Node
 
@@ -34,12 +36,15 @@ class BucketIndex:
         self.heaps: list[list[int]] = [[] for _ in range(top + 1)]
         self.count = [0] * (top + 1)
         self.total = 0
+        val, heaps, count, total = self.val, self.heaps, self.count, 0
         for i in members:  # increasing i: every bucket list is already a valid heap
-            v = min(top, max(0, values[i]))
-            self.val[i] = v
-            self.heaps[v].append(i)
-            self.count[v] += 1
-            self.total += v
+            v = values[i]
+            v = 0 if v < 0 else top if v > top else v
+            val[i] = v
+            heaps[v].append(i)
+            count[v] += 1
+            total += v
+        self.total = total
         self.caps: dict[int, int] = {}  # g -> capacity(g), until the next change
 
     def set(self, i: int, value: int) -> None:
@@ -57,8 +62,10 @@ class BucketIndex:
         self.total += value - old
         self.val[i] = value
         heappush(self.heaps[value], i)
-        if self.caps:
-            self.caps.clear()
+        caps = self.caps
+        if caps:  # each remembered capacity moves by the node's pods of g, rather than being summed again
+            for g in caps:
+                caps[g] += value // g - old // g
 
     def best(self, g: int) -> int | None:
         val, heaps, count = self.val, self.heaps, self.count
@@ -115,6 +122,8 @@ class Pool:
         "prefix",
         "reserved_gpus",
         "gpus_total",
+        "due",
+        "soon",
     )
 
     def __init__(self, cluster: str, flavor: str, nodes: list[Node]):
@@ -144,6 +153,11 @@ class Pool:
         self.untils: list[float] = []  # their reserved starts, in that order
         self.reserved_gpus = 0  # GPUs of the reserved heads
         self.prefix: dict[int, BucketIndex] = {}  # m -> free GPUs usable by jobs running past the first m
+        # For the reserved heads' earliest fits, built at the first: per node, the GPUs of its pods that end at
+        # the cycle's start (each head's walk would release them all first), and the index of what a later head
+        # may use once they have (``cut`` of free + due), kept up to date as pods are placed and heads reserve.
+        self.due: list[int] | None = None
+        self.soon: BucketIndex | None = None
 
     def fork(self) -> Pool:
         """A copy whose free GPUs, reservations and events change apart from this pool's (the node facts and the
@@ -161,6 +175,8 @@ class Pool:
         other.reservations = [Reservation(r.job_id, r.until, dict(r.spare)) for r in self.reservations]
         other.reservation = other.reservations[0] if other.reservations else None
         other.prefix = {}
+        other.due = None if self.due is None else list(self.due)
+        other.soon = None if self.soon is None else self.soon.copy()
         return other
 
     @property
@@ -228,6 +244,8 @@ class Pool:
                 self.long.set(i, self.eff(i))
             for mm, index in self.prefix.items():
                 index.set(i, self.cut(i, mm))
+            if self.soon is not None:
+                self.soon.set(i, min(free + self.due[i], self.spare[i]))
             return
         # a node no head holds: every index sees its free GPUs
         self.now.set(i, free)
@@ -235,6 +253,8 @@ class Pool:
             self.long.set(i, free)
         for index in self.prefix.values():
             index.set(i, free)
+        if self.soon is not None:
+            self.soon.set(i, free + self.due[i])
 
     def place(self, g: int, pods: int, end: float) -> list[int] | None:
         """Best-fit ``pods`` pods of ``g`` GPUs on indexed nodes, all or nothing. A job ending at ``end`` only
@@ -263,20 +283,22 @@ class Pool:
         cap = self.long.capacity(g) if self.reservations else self.now.capacity(g)
         projected: dict[int, int] = {}
         when = now
+        index = self.long if self.reservations else self.now
         if cap < pods:
             indexed = self._indexed_set
-            events = self._events_sorted
-            if len(events) != len(self.events):
-                events.extend(self.events[len(events):])
-                events.sort()
-            found = None
-            free = self.free
-            for end, i, gpus in events:
+            events = self.sorted_events(now)
+            start, base = 0, self.free
+            if self.soon is not None:  # every pod ending at the start is released: resume after them
+                index, base = self.soon, [f + d for f, d in zip(self.free, self.due, strict=True)]
+                cap = index.capacity(g)
+                start = bisect_right(events, now, key=itemgetter(0))
+            found = now if cap >= pods else None
+            for end, i, gpus in islice(events, start, None):
                 if found is not None and end > found:
                     break  # every pod ending at the same instant is released before placing
                 if i not in indexed:
                     continue
-                old = projected.get(i, free[i])
+                old = projected.get(i, base[i])
                 new = old + gpus
                 # cap += cut(i, new) // g - cut(i, old) // g, inline: this walk visits most running pods
                 left = spare.get(i)
@@ -295,7 +317,6 @@ class Pool:
         # Only nodes with g GPUs or more to offer can be chosen: the index's buckets from g up hold the nodes no
         # pod end changed (its value of a node is cut(i, free[i])), the projection the others. A full pool is
         # never walked node by node.
-        index = self.long if self.reservations else self.now
         value = {}
         val = index.val
         for f in range(g, index.top + 1):
@@ -318,6 +339,39 @@ class Pool:
                 heappush(heap, (value[i], i))
         return when, [(i, value[i]) for i in chosen]
 
+    def sorted_events(self, now: float) -> list[tuple[float, int, int]]:
+        """The running and admitted pods' (end, node, GPUs) in order, and at the first call the pods due at
+        ``now`` and the index of free + due (``soon``); None of that when a pod ended before ``now`` (its
+        instant would come first: the walk then starts from the beginning)."""
+        events = self._events_sorted
+        if len(events) != len(self.events):
+            tail = self.events[len(events):]
+            events.extend(tail)
+            events.sort()
+            if self.due is not None:
+                self.add_due(tail, now)
+        if self.due is None and (not events or events[0][0] >= now):
+            self.due = [0] * len(self.free)
+            self.add_due(events[:bisect_right(events, now, key=itemgetter(0))], now)
+            spare = self.spare
+            self.soon = BucketIndex([f + d if i not in spare else min(f + d, spare[i])
+                                     for i, (f, d) in enumerate(zip(self.free, self.due, strict=True))],
+                                    self.indexed, self.top)
+        return events
+
+    def add_due(self, events: list[tuple[float, int, int]], now: float) -> None:
+        """Count the pods of ``events`` that end at ``now`` as due there; one that ended before drops ``soon``."""
+        due, soon, spare, free = self.due, self.soon, self.spare, self.free
+        for end, i, g in events:
+            if end < now:
+                self.soon = soon = None
+                return
+            if end == now:
+                due[i] += g
+                if soon is not None:
+                    v = free[i] + due[i]
+                    soon.set(i, v if i not in spare else min(v, spare[i]))
+
     def reserve(self, job_id: int, when: float, spare_after: list[tuple[int, int]], gpus: int = 0) -> None:
         """Hold capacity for a blocked head: until ``when``, jobs ending later keep off its GPUs (EASY). Several
         heads may hold reservations: each later one is placed on what the earlier ones leave (conservative
@@ -336,6 +390,9 @@ class Pool:
         else:  # only the new head's nodes have less to spare
             for i, _ in spare_after:
                 self.long.set(i, self.eff(i))
+        if self.soon is not None:
+            for i, _ in spare_after:
+                self.soon.set(i, min(self.free[i] + self.due[i], self.spare[i]))
 
 
 class Reservation:

@@ -61,7 +61,7 @@ SHARED = frozenset({"snap", "now", "policy", "running", "running_end", "order", 
 REPLACED = frozenset({
     "topology", "pools", "pools_by_flavor", "closed_for", "likely_events", "scorer", "quota", "users",
     "evictions", "headroom_held", "credits", "admissions", "reasons", "gates", "admitted_end", "heads",
-    "heads_full", "late_realtime", "verdicts", "before", "outcomes", "place", "prices",
+    "heads_full", "late_realtime", "verdicts", "before", "outcomes", "place", "prices", "spent_shapes",
 })  # fmt: skip
 
 
@@ -95,6 +95,7 @@ def fork(cycle: Cycle, job_id: int | None = None) -> Cycle:
     new.heads = dict(cycle.heads)
     new.heads_full = {new.pools[(p.cluster, p.flavor)] for p in cycle.heads_full}
     new.verdicts = None if cycle.verdicts is None else type(cycle.verdicts)()
+    new.spent_shapes = set(cycle.spent_shapes)  # (true of the copy as of the cycle: it goes on from the same state)
     return new
 
 
@@ -159,13 +160,22 @@ def surely_wins(before: Cycle, job: PendingJob, between: list[PendingJob]) -> bo
             return False
     taken = mine = lost = 0  # GPUs the others may take (of them, the department's), pods of g they may cost
     live: dict[tuple, tuple[bool, bool]] = {}
+    spent = before.spent_shapes
     for x in between:
         if x.flavor != flavor:
             continue  # (another flavor's pools and quota: only its credits and owner counted above)
         shape = (x.department, x.pods, x.gpus_per_pod, x.max_runtime_s, x.cluster, x.cluster_selector, x.data_sources)
         found = live.get(shape)
         if found is None:
-            found = live[shape] = _may_start_or_reserve(before, x)
+            # A shape that can neither start nor reserve any more never can again in this cycle (nothing comes
+            # back): the later bounds of the same cycle need not ask again.
+            if shape in spent:
+                found = (False, False)
+            else:
+                found = _may_start_or_reserve(before, x)
+                if not (found[0] or found[1]):
+                    spent.add(shape)
+            live[shape] = found
         admits, reserves = found
         if admits:
             taken += x.total_gpus

@@ -115,7 +115,15 @@ class QuotaBook:
 
     def never(self, dept: str, flavor: str, k: int, cluster: str | None = None) -> str | None:
         """The reason code when ``k`` GPUs exceed what the department could ever hold, else None."""
-        for key in (flavor,) if not self.scoped else self.keys(dept, flavor, cluster):
+        if not self.scoped:  # (the common case: one scope, no loop)
+            nominal, limit, guaranteed = self.limits.get((dept, flavor), (0, 0, 0))
+            if limit is not None and k > nominal + limit:
+                return reasons.QUOTA_EXHAUSTED if limit == 0 else reasons.BORROW_LIMIT
+            over = k - guaranteed
+            if (over if over > 0 else 0) > self.pool_cap.get(flavor, 0):
+                return reasons.QUOTA_EXHAUSTED
+            return None
+        for key in self.keys(dept, flavor, cluster):
             nominal, limit, guaranteed = self.limits.get((dept, key), (0, 0, 0))
             if limit is not None and k > nominal + limit:
                 return reasons.QUOTA_EXHAUSTED if limit == 0 else reasons.BORROW_LIMIT
