@@ -24,6 +24,7 @@ from scheduling.core import reasons
 from scheduling.core.ordering import fair_standing
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
 from scheduling.services import notify
+from scheduling.services.job_rows import JobRows
 from scheduling.services.jobs import (
     budget_admitted,
     end_unsatisfiable,
@@ -60,6 +61,8 @@ class Applied(NamedTuple):
     admitted: int
     preempted: int
     reasons_changed: int
+    # the jobs it may have written or changed in memory (a kept row of them is stale)
+    touched: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -77,13 +80,22 @@ class Decided:
     finished: float
 
 
+# This process's job rows, kept from one cycle to the next (``job_rows``: only what changed is read again).
+ROWS = JobRows()
+
+
 def decide_and_apply(*, now: datetime | None) -> Decided:
     t0 = time.perf_counter()
-    snapshot, ctx = build_snapshot(now=now or timezone.now())
+    snapshot, ctx = build_snapshot(now=now or timezone.now(), rows=ROWS)
     t1 = time.perf_counter()
     result = core.schedule(snapshot)
     t2 = time.perf_counter()
-    applied = apply_result(result=result, ctx=ctx)
+    try:
+        applied = apply_result(result=result, ctx=ctx)
+    except BaseException:
+        ROWS.clear()  # rolled back: rows may have been changed in memory and not in the database
+        raise
+    ROWS.forget(applied.touched)  # changed in memory by the apply: read again next cycle
     return Decided(ctx, result, applied, fair_standing(snapshot), t0, t1, t2, time.perf_counter())
 
 
@@ -166,7 +178,10 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
         changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
         for pr in unsatisfiable:
             changed += end_unsatisfiable(job=ctx.jobs[pr.job_id], message=pr.message, detail=_jsonable(pr.detail))
-    return Applied(admitted, preempted, changed)
+    touched = {a.job_id for a in result.admissions} | set(pending) | set(ranks) | {pr.job_id for pr in unsatisfiable}
+    for pre in result.preemptions:
+        touched |= {pre.preemptor_id, *pre.victim_ids}
+    return Applied(admitted, preempted, changed, frozenset(touched))
 
 
 def _queue_wait(job: Job, now: datetime) -> float:

@@ -28,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from portal.timestamps import to_epoch
@@ -51,6 +51,7 @@ from scheduling.models import (
     Node,
     PreemptionVictim,
 )
+from scheduling.services.job_rows import JobRows, read_uncached
 from scheduling.services.policy import current_policy
 from workloads.services.resolve import source_clusters
 
@@ -95,28 +96,15 @@ class SnapshotContext:
         return float(seconds) / speedup
 
 
-# What a cycle never reads of a job (its pod spec and stored explanation): not loaded for every waiting and
-# running job every cycle.
-UNUSED_FIELDS = ("command", "env", "reason_detail", "idempotency_key", "request_hash")
-
-
-def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
-    """The world as the engine sees it, in a fixed number of queries, and the rows it came from."""
+def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.Snapshot, SnapshotContext]:
+    """The world as the engine sees it, in a fixed number of queries, and the rows it came from. ``rows``: the
+    cycle worker's kept job rows (``job_rows``), else every job is read in full."""
     policy, version = current_policy()
     ctx = SnapshotContext(now=now, policy_version=version)
     nodes, clusters = read_nodes(ctx)
     quotas = read_quotas()
-    active = list(
-        Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
-            "department", "flavor", "owner", "cluster"
-        ).defer(*UNUSED_FIELDS)
-    )
+    active, queued = rows.read() if rows is not None else read_uncached()
     mark_evicting(ctx, active)
-    queued = list(
-        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner", "array")
-        .annotate(has_dependencies=Exists(JobDependency.objects.filter(job=OuterRef("pk"))))
-        .defer(*UNUSED_FIELDS).order_by("id")
-    )
     # right-sizing's predicted run times, for the start estimates (one query; none without right-sizing)
     ctx.predicted = ports.sizing().predicted_runtimes((j.pk, j.owner_id, j.name, j.image) for j in (*active, *queued))
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))

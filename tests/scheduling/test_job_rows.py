@@ -1,0 +1,96 @@
+"""The cycle worker's kept job rows (``scheduling.services.job_rows``): a cycle over an unchanged queue reads no
+job's row in full, and whatever changed since, by any writer, is read again: the snapshot is the one a full read
+gives. PostgreSQL only (the row version is its ``xmin``), with real commits (inside a test's transaction
+every row is read in full)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduling.core.sweeps import CONDITIONS
+from scheduling.models import Cluster, Job, JobDependency, JobState
+from scheduling.services import cycle
+from scheduling.services.job_rows import JobRows
+from scheduling.services.snapshot import build_snapshot
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+# A column only a full read of a job selects (the listing of versions selects ids and versions only).
+FULL_ROW = '"scheduling_job"."image"'
+
+
+@pytest.fixture(autouse=True)
+def fresh_rows(monkeypatch):
+    monkeypatch.setattr(cycle, "ROWS", JobRows())  # nothing kept from another test's database
+    return cycle.ROWS
+
+
+def _waiting(lab, submit, n):
+    """n gangs of 2 x 4 GPUs (the whole pool each): one runs, the others wait."""
+    return [submit(lab.alice if i % 2 else lab.bob, name=f"w{i}", gpus=4, pods=2) for i in range(n)]
+
+
+def test_a_cycle_over_an_unchanged_queue_reads_no_job_row_in_full(lab, submit, fresh_rows):
+    _waiting(lab, submit, 6)
+    assert cycle.run_cycle().admitted == 1
+    cycle.run_cycle()  # the order moves once the first runs (fair share): new ranks
+    cycle.run_cycle()  # reads again the rows the two before wrote
+    with CaptureQueriesContext(connection) as q:
+        outcome = cycle.run_cycle()
+    assert outcome.admitted == 0 and outcome.pending == 5
+    full = [x["sql"] for x in q.captured_queries if FULL_ROW in x["sql"]]
+    assert full == [] and fresh_rows.fetched == 0, "\n".join(full)
+    assert len(fresh_rows.rows) == 6
+
+
+def test_whatever_changed_since_the_last_read_is_read_again(lab, submit):
+    rows = JobRows()
+    jobs = _waiting(lab, submit, 6)
+    assert cycle.run_cycle().admitted == 1
+    now = timezone.now()
+    build_snapshot(now=now, rows=rows)
+    assert build_snapshot(now=now, rows=rows)[0] == build_snapshot(now=now)[0] and rows.fetched == 0
+    # writes that no model's save announces, and rows of the jobs' relations
+    Job.objects.filter(pk=jobs[1].pk).update(pods=1)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE scheduling_job SET urgency = 'high' WHERE id = %s", [jobs[2].pk])
+    Job.objects.filter(pk=jobs[3].pk).update(state=JobState.CANCELLED)
+    JobDependency.objects.create(job=jobs[4], condition=sorted(CONDITIONS)[0], on_job=jobs[5])
+    lab.bob.username = "robert"
+    lab.bob.save()
+    lab.nlp.slug = "language"
+    lab.nlp.save()
+    Cluster.objects.update(reachable=False, last_error="down for the test")
+    added = submit(lab.alice, name="late", gpus=1)
+    snapshot, ctx = build_snapshot(now=now, rows=rows)
+    full, full_ctx = build_snapshot(now=now)
+    assert snapshot == full
+    assert ctx.jobs.keys() == full_ctx.jobs.keys() and jobs[3].pk not in ctx.jobs
+    assert rows.fetched == 3  # the two rewritten rows and the new job
+    assert {p.id for p in snapshot.pending if p.after} == {jobs[4].pk}
+    assert {p.user for p in snapshot.pending} == {"alice", "robert"} and added.pk in ctx.jobs
+    assert all(not n.schedulable for n in snapshot.nodes)
+
+
+def test_an_apply_that_fails_keeps_nothing_it_may_have_changed(lab, submit, monkeypatch, fresh_rows):
+    job = submit(lab.alice, gpus=1)
+    cycle.run_cycle()  # admitted (rows kept: none changed in memory since)
+    queued = submit(lab.alice, name="next", gpus=1)
+    cycle.run_cycle()
+    assert fresh_rows.rows
+
+    def broken(job):
+        raise RuntimeError("the wallet's database went away")
+
+    monkeypatch.setattr(cycle, "budget_admitted", broken)
+    another = submit(lab.bob, name="third", gpus=1)
+    with pytest.raises(RuntimeError):
+        cycle.run_cycle()  # the admission had changed ``another`` in memory, then rolled back
+    assert fresh_rows.rows == {}
+    assert Job.objects.get(pk=another.pk).state == JobState.QUEUED
+    now = timezone.now()
+    assert build_snapshot(now=now, rows=fresh_rows)[0] == build_snapshot(now=now)[0]
+    assert {job.pk, queued.pk} <= build_snapshot(now=now, rows=fresh_rows)[1].jobs.keys()
