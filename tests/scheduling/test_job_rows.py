@@ -82,10 +82,10 @@ def test_an_apply_that_fails_keeps_nothing_it_may_have_changed(lab, submit, monk
     cycle.run_cycle()
     assert fresh_rows.rows
 
-    def broken(job):
-        raise RuntimeError("the wallet's database went away")
+    def broken(**_):
+        raise RuntimeError("the outbox went away")
 
-    monkeypatch.setattr(cycle, "budget_admitted", broken)
+    monkeypatch.setattr(cycle.notify, "job_transitioned", broken)
     another = submit(lab.bob, name="third", gpus=1)
     with pytest.raises(RuntimeError):
         cycle.run_cycle()  # the admission had changed ``another`` in memory, then rolled back
