@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from portal import dispatch, metrics
@@ -24,7 +24,7 @@ from scheduling.core import reasons
 from scheduling.core.ordering import fair_standing
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
 from scheduling.services import notify
-from scheduling.services.job_rows import JobRows
+from scheduling.services.job_rows import VERSION, JobRows
 from scheduling.services.jobs import (
     budget_admitted,
     end_unsatisfiable,
@@ -62,6 +62,10 @@ class Applied(NamedTuple):
     reasons_changed: int
     # the jobs it may have written or changed in memory (a kept row of them is stale)
     touched: frozenset[int] = frozenset()
+    # the jobs whose reason, estimate or rank alone it wrote, on the rows the decision read, and the version
+    # (transaction id) it wrote them in: the rows in memory are those rows now
+    rewritten: frozenset[int] = frozenset()
+    version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ def decide_and_apply(*, now: datetime | None) -> Decided:
         ROWS.clear()  # rolled back: rows may have been changed in memory and not in the database
         raise
     ROWS.forget(applied.touched)  # changed in memory by the apply: read again next cycle
+    ROWS.renew(applied.rewritten, applied.version)
     return Decided(ctx, result, applied, fair_standing(snapshot), t0, t1, t2, time.perf_counter())
 
 
@@ -130,7 +135,8 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
     pending = _pending_changes(kept, ctx)
     ranks = _rank_changes(kept, ctx)
     with transaction.atomic():
-        metered = _lock_in_order(result, ctx, set(pending) | set(ranks), [ctx.jobs[pr.job_id] for pr in unsatisfiable])
+        metered, locked = _lock_in_order(result, ctx, set(pending) | set(ranks),
+                                         [ctx.jobs[pr.job_id] for pr in unsatisfiable])
         # Held since the snapshot was read (the rows are locked now): not admitted, the next cycle says why.
         held = set(Job.objects.filter(pk__in=[a.job_id for a in result.admissions], held_at__isnull=False)
                    .values_list("pk", flat=True)) if result.admissions else set()
@@ -148,13 +154,27 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
         for pre in result.preemptions:
             preempted += _record_preemption(pre, ctx, explained)
 
-        changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
+        changed, written = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
         for pr in unsatisfiable:
             changed += end_unsatisfiable(job=ctx.jobs[pr.job_id], message=pr.message, detail=_jsonable(pr.detail))
-    touched = {a.job_id for a in result.admissions} | set(pending) | set(ranks) | {pr.job_id for pr in unsatisfiable}
-    for pre in result.preemptions:
-        touched |= {pre.preemptor_id, *pre.victim_ids}
-    return Applied(admitted, preempted, changed, frozenset(touched))
+        # Rows the reasons and ranks alone wrote, still at the version the decision read when they were locked
+        # (no one else wrote them in between, no one can until the commit): what they hold now is the kept row
+        # with the values written, as in memory.
+        others = {a.job_id for a in result.admissions} | {pr.job_id for pr in unsatisfiable}
+        for pre in result.preemptions:
+            others |= {pre.preemptor_id, *pre.victim_ids}
+        rewritten = {pk for pk in written - others if locked.get(pk) is not None
+                     and getattr(ctx.jobs[pk], "v", None) == locked[pk]}
+        version = _transaction_version() if rewritten else None
+    touched = others | set(pending) | set(ranks)
+    return Applied(admitted, preempted, changed, frozenset(touched - rewritten), frozenset(rewritten), version)
+
+
+def _transaction_version() -> int:
+    """The id of this transaction as the rows it writes carry it (``xmin``: 32 bits of the 64-bit id)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT mod(txid_current(), 4294967296)")
+        return int(cur.fetchone()[0])
 
 
 def _queue_wait(job: Job, now: datetime) -> float:
@@ -162,20 +182,24 @@ def _queue_wait(job: Job, now: datetime) -> float:
     return max(0.0, (now - (job.queued_at or job.submitted_at)).total_seconds())
 
 
-def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[int], ended: list[Job]) -> set[int]:
+def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[int],
+                   ended: list[Job]) -> tuple[set[int], dict[int, int | None]]:
     """Take every row lock the apply needs up front, in the portal's one order: the wallets of the admitted
     jobs' departments (holds are placed on them) in primary-key order, then every job the apply writes in
     primary-key order. Without this the apply locked job, wallet, job, wallet... in decision order, and a
     cancel or a pod sync locking the same rows the other way round deadlocked with it. Answers the
-    departments that have a wallet (locked now: none of them can go away before the commit)."""
+    departments that have a wallet (locked now: none of them can go away before the commit) and, on
+    PostgreSQL, the version (``xmin``) of each job row as locked."""
     admitted = [ctx.jobs[a.job_id] for a in result.admissions if a.job_id in ctx.jobs]
     metered = set(budgets.lock_department_wallets([j.department_id for j in admitted + ended]))
     ids = {j.pk for j in admitted + ended} | set(pending)
     ids |= {p.preemptor_id for p in result.preemptions if p.preemptor_id in ctx.jobs}
-    if ids:
-        list(Job.objects.select_for_update(no_key=True).filter(pk__in=sorted(ids)).order_by("pk")
-             .values_list("pk", flat=True))
-    return metered
+    if not ids:
+        return metered, {}
+    rows = Job.objects.select_for_update(no_key=True).filter(pk__in=sorted(ids)).order_by("pk")
+    if connection.vendor != "postgresql":
+        return metered, dict.fromkeys(rows.values_list("pk", flat=True))
+    return metered, dict(rows.annotate(v=VERSION).values_list("pk", "v"))
 
 
 # What admitting a job writes on its row besides its own placement, cluster, price and message.
@@ -245,15 +269,15 @@ def _rank_changes(pending, ctx: SnapshotContext) -> dict[int, int]:
 
 
 def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ctx: SnapshotContext,
-                   ranks: dict[int, int]) -> int:
+                   ranks: dict[int, int]) -> tuple[int, set[int]]:
     """Store the reasons, estimated starts and queue ranks that changed, in a constant number of statements.
 
     The estimates of a long queue move every cycle, so this can be most of the queue: one UPDATE per job made
     the cycle's cost grow with the backlog. Compare-and-set as before: only the rows still queued in the
     attempt the decision saw (locked by ``_lock_in_order``) are written. A changed reason code is recorded on
-    the job's timeline."""
+    the job's timeline. Answers how many codes changed and the jobs written."""
     if not wanted and not ranks:
-        return 0
+        return 0, set()
     current = dict(Job.objects.filter(pk__in=list(set(wanted) | set(ranks)), state=JobState.QUEUED)
                    .values_list("pk", "attempt"))
     rows, events = [], []
@@ -275,8 +299,8 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
                 data={"detail": detail, "estimated_start": est.isoformat() if est else None},
             ))
     fields = ["reason_code", "reason_message", "reason_detail", "estimated_start"]
-    update_each(Job, [{"pk": job.pk, **{f: getattr(job, f) for f in fields}} for job in rows], fields=fields,
-                where={"state": JobState.QUEUED})
+    written = set(update_each(Job, [{"pk": job.pk, **{f: getattr(job, f) for f in fields}} for job in rows],
+                              fields=fields, where={"state": JobState.QUEUED}))
     JobEvent.objects.bulk_create(events, batch_size=500)
     # The ranks on their own rows, only them: a preemptor's reason written by _record_preemption stays.
     ranked = []
@@ -285,8 +309,8 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
         if current.get(pk) == job.attempt:
             job.queue_rank = rank
             ranked.append({"pk": pk, "queue_rank": rank})
-    update_each(Job, ranked, fields=["queue_rank"], where={"state": JobState.QUEUED})
-    return len(events)
+    written |= set(update_each(Job, ranked, fields=["queue_rank"], where={"state": JobState.QUEUED}))
+    return len(events), written
 
 
 # What the engine's feasibility check adds to a waiting job's message when it would miss its deadline.

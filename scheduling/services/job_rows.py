@@ -20,7 +20,9 @@ does). Elsewhere, SQLite included, every row is read in full each time, as witho
 What is not the job's own row is read each cycle, never kept: its department, flavor, owner, cluster and
 array (a slug, a throttle, a cluster's reachability change without the job's row changing), and whether it
 has dependencies (they are rows of their own). A row the cycle's apply may have changed in memory is
-forgotten after the apply (``forget``); an apply that fails drops everything (``clear``).
+forgotten after the apply (``forget``), but for the rows whose reasons and ranks alone it wrote, still at the
+version the decision read when the apply locked them: those rows in memory are what it wrote, and they are
+kept at its transaction's id (``renew``); an apply that fails drops everything (``clear``).
 """
 
 from __future__ import annotations
@@ -81,6 +83,15 @@ class JobRows:
     def forget(self, ids) -> None:
         for pk in ids:
             self.rows.pop(pk, None)
+
+    def renew(self, ids, version: int | None) -> None:
+        """These kept rows were written in memory as the committed transaction ``version`` wrote them in the
+        database (the cycle's own reasons and ranks): they are current at that version."""
+        for pk in ids:
+            if pk in self.rows:
+                job = self.rows[pk][1]
+                job.v = version
+                self.rows[pk] = (version, job)
 
     def read(self) -> tuple[list[Job], list[Job]]:
         """What ``read_uncached`` returns, from the kept rows that are still current and a read of the rest."""

@@ -33,17 +33,30 @@ def _waiting(lab, submit, n):
     return [submit(lab.alice if i % 2 else lab.bob, name=f"w{i}", gpus=4, pods=2) for i in range(n)]
 
 
-def test_a_cycle_over_an_unchanged_queue_reads_no_job_row_in_full(lab, submit, fresh_rows):
+def test_a_cycle_reads_in_full_only_the_rows_others_changed(lab, submit, fresh_rows):
+    """The first cycle writes every waiting job's reason and rank and admits one: the next reads in full only
+    the admitted job's row (its pods' task wrote it); the reasons and ranks the cycle wrote itself are kept
+    as written. After that, cycles over an unchanged queue read no job's row in full."""
     _waiting(lab, submit, 6)
-    assert cycle.run_cycle().admitted == 1
-    cycle.run_cycle()  # the order moves once the first runs (fair share): new ranks
-    cycle.run_cycle()  # reads again the rows the two before wrote
-    with CaptureQueriesContext(connection) as q:
-        outcome = cycle.run_cycle()
-    assert outcome.admitted == 0 and outcome.pending == 5
+    outcome = cycle.run_cycle()
+    assert outcome.admitted == 1 and outcome.reasons_changed == 5
+    for _ in range(3):
+        with CaptureQueriesContext(connection) as q:
+            outcome = cycle.run_cycle()
+        assert outcome.admitted == 0 and outcome.pending == 5
+        now = timezone.now()
+        assert build_snapshot(now=now, rows=JobRows())[0] == build_snapshot(now=now)[0]
+        assert build_snapshot(now=now, rows=fresh_rows)[0] == build_snapshot(now=now)[0]
     full = [x["sql"] for x in q.captured_queries if FULL_ROW in x["sql"]]
     assert full == [] and fresh_rows.fetched == 0, "\n".join(full)
     assert len(fresh_rows.rows) == 6
+
+
+def test_the_cycles_own_reasons_are_kept_as_written(lab, submit, fresh_rows):
+    _waiting(lab, submit, 6)
+    assert cycle.run_cycle().admitted == 1
+    cycle.run_cycle()
+    assert fresh_rows.fetched == 1  # the admitted job only
 
 
 def test_whatever_changed_since_the_last_read_is_read_again(lab, submit):
@@ -94,3 +107,25 @@ def test_an_apply_that_fails_keeps_nothing_it_may_have_changed(lab, submit, monk
     now = timezone.now()
     assert build_snapshot(now=now, rows=fresh_rows)[0] == build_snapshot(now=now)[0]
     assert {job.pk, queued.pk} <= build_snapshot(now=now, rows=fresh_rows)[1].jobs.keys()
+
+
+def test_a_row_written_by_another_between_the_read_and_the_apply_is_read_again(lab, submit, monkeypatch,
+                                                                              fresh_rows):
+    jobs = _waiting(lab, submit, 6)
+    cycle.run_cycle()
+    cycle.run_cycle()
+    real = cycle.core.schedule
+
+    def meanwhile(snapshot):  # after the snapshot, before the apply: another process writes a waiting job
+        Job.objects.filter(pk=jobs[4].pk).update(urgency="high")
+        fresh_rows.rows[jobs[4].pk][1].reason_message = "as read"  # so that the apply rewrites its reason
+        return real(snapshot)
+
+    monkeypatch.setattr(cycle.core, "schedule", meanwhile)
+    assert cycle.run_cycle().reasons_changed == 0  # it rewrote jobs[4]'s message, on top of the other write
+    assert Job.objects.get(pk=jobs[4].pk).reason_message != "as read"
+    monkeypatch.setattr(cycle.core, "schedule", real)
+    now = timezone.now()
+    snapshot, ctx = build_snapshot(now=now, rows=fresh_rows)
+    assert snapshot == build_snapshot(now=now)[0] and ctx.jobs[jobs[4].pk].urgency == "high"
+    assert fresh_rows.fetched >= 1
