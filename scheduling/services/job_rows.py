@@ -69,6 +69,8 @@ class JobRows:
 
     def __init__(self, *, clock=time.monotonic):
         self.rows: dict[int, tuple[int, Job]] = {}
+        # each kept queued job's core.PendingJob by what it was made of (``snapshot.pending_jobs``)
+        self.pending: dict[int, tuple] = {}
         self.clock = clock
         self.filled_at = clock()
         self.fetched = 0  # rows read in full by the last ``read`` (what the tests pin)
@@ -77,7 +79,7 @@ class JobRows:
         return connection.vendor == "postgresql" and not connection.in_atomic_block
 
     def clear(self) -> None:
-        self.rows = {}
+        self.rows, self.pending = {}, {}
         self.filled_at = self.clock()
 
     def forget(self, ids) -> None:

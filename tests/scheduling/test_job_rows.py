@@ -64,8 +64,11 @@ def test_whatever_changed_since_the_last_read_is_read_again(lab, submit):
     jobs = _waiting(lab, submit, 6)
     assert cycle.run_cycle().admitted == 1
     now = timezone.now()
-    build_snapshot(now=now, rows=rows)
-    assert build_snapshot(now=now, rows=rows)[0] == build_snapshot(now=now)[0] and rows.fetched == 0
+    first = build_snapshot(now=now, rows=rows)[0]
+    again = build_snapshot(now=now, rows=rows)[0]
+    assert again == build_snapshot(now=now)[0] and rows.fetched == 0
+    # nothing changed: each waiting job's core.PendingJob is the one made before, not made again
+    assert len(again.pending) == 5 and all(a is b for a, b in zip(first.pending, again.pending, strict=True))
     # writes that no model's save announces, and rows of the jobs' relations
     Job.objects.filter(pk=jobs[1].pk).update(pods=1)
     with connection.cursor() as cur:
