@@ -48,12 +48,18 @@ def family(name: str) -> str:
 
 
 def keys_for(*, name: str = "", image: str = "") -> list[str]:
+    return list(key_tuple(name, image))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the cycle asks for every waiting job's, every cycle
+def key_tuple(name: str, image: str) -> tuple[str, ...]:
+    """``keys_for`` as a tuple (shared between calls: never changed)."""
     keys = []
     if name.strip():
         keys.append("name:" + family(name))
     if image.strip():
         keys.append("image:" + image.strip())
-    return keys
+    return tuple(keys)
 
 
 def ewma(old: float | None, new: float | None) -> float | None:

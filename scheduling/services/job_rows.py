@@ -71,6 +71,8 @@ class JobRows:
         self.rows: dict[int, tuple[int, Job]] = {}
         # each kept queued job's core.PendingJob by what it was made of (``snapshot.pending_jobs``)
         self.pending: dict[int, tuple] = {}
+        # each relation's rows as last read, by relation and id (``_attach_related``)
+        self.related: dict[str, dict] = {}
         self.clock = clock
         self.filled_at = clock()
         self.fetched = 0  # rows read in full by the last ``read`` (what the tests pin)
@@ -79,7 +81,7 @@ class JobRows:
         return connection.vendor == "postgresql" and not connection.in_atomic_block
 
     def clear(self) -> None:
-        self.rows, self.pending = {}, {}
+        self.rows, self.pending, self.related = {}, {}, {}
         self.filled_at = self.clock()
 
     def forget(self, ids) -> None:
@@ -118,10 +120,34 @@ class JobRows:
             kept[pk] = row
         self.rows, self.fetched = kept, len(fresh)
         jobs = [job for _, job in kept.values()]
-        _attach_related(jobs)
+        self._attach_related(jobs, [job for _, job in fresh.values()])
         active = sorted((j for j in jobs if j.state in ACTIVE), key=lambda j: (j.submitted_at, j.pk), reverse=True)
         queued = sorted((j for j in jobs if j.state == JobState.QUEUED), key=lambda j: j.pk)
         return active, queued
+
+    def _attach_related(self, jobs: list[Job], fresh: list[Job]) -> None:
+        """Give every job its department, flavor, owner, cluster and array as they are now (one query each).
+
+        A related row equal to the instance the jobs already hold (every column, as read now against that
+        instance as it is now) stays that instance, so only the rows read in full this cycle are given theirs,
+        unless one of a relation's rows changed: then every job is given that relation's afresh. The id
+        columns come straight from the instances' dicts, and the relations go into the instances' caches as
+        select_related fills them: no descriptor call per job and relation."""
+        fields = [Job._meta.get_field(name) for name in RELATED]
+        ids: dict[str, set] = {f.name: set() for f in fields}
+        for j in jobs:
+            d = j.__dict__
+            for f in fields:
+                ids[f.name].add(d[f.attname])
+        for f in fields:
+            wanted = ids[f.name] - {None}
+            found = f.related_model._base_manager.in_bulk(wanted) if wanted else {}
+            before = self.related.get(f.name, {})
+            current = {pk: before[pk] if pk in before and _same(before[pk], row) else row for pk, row in found.items()}
+            self.related[f.name] = current
+            changed = any(current[pk] is not before.get(pk) for pk in current)
+            for j in jobs if changed else fresh:
+                j._state.fields_cache[f.name] = current.get(j.__dict__[f.attname])
 
     def _fetch(self, ids: list[int], *, everything: bool) -> dict[int, tuple[int, Job]]:
         """The full rows of ``ids`` (still in the cycle's states) with their versions; every such row when
@@ -134,14 +160,6 @@ class JobRows:
         return {j.pk: (j.v, j) for j in rows}
 
 
-def _attach_related(jobs: list[Job]) -> None:
-    """Give every job its department, flavor, owner, cluster and array as they are now (one query each)."""
-    for name in RELATED:
-        field = Job._meta.get_field(name)
-        attname = field.attname
-        # the id columns straight from the instances' dicts, and the instances' caches of their relations
-        # as select_related fills them: no descriptor call per job and relation
-        ids = {j.__dict__[attname] for j in jobs} - {None}
-        found = field.related_model._base_manager.in_bulk(ids) if ids else {}
-        for j in jobs:
-            j._state.fields_cache[name] = found.get(j.__dict__[attname])
+def _same(kept, row) -> bool:
+    """Whether a kept related instance holds what its row holds now, column by column."""
+    return all(getattr(kept, f.attname) == getattr(row, f.attname) for f in row._meta.concrete_fields)

@@ -64,8 +64,10 @@ def test_whatever_changed_since_the_last_read_is_read_again(lab, submit):
     jobs = _waiting(lab, submit, 6)
     assert cycle.run_cycle().admitted == 1
     now = timezone.now()
-    first = build_snapshot(now=now, rows=rows)[0]
-    again = build_snapshot(now=now, rows=rows)[0]
+    first, first_ctx = build_snapshot(now=now, rows=rows)
+    again, again_ctx = build_snapshot(now=now, rows=rows)
+    # the relations read again are the instances the jobs hold when their rows did not change
+    assert all(again_ctx.jobs[pk].owner is first_ctx.jobs[pk].owner for pk in again_ctx.jobs)
     assert again == build_snapshot(now=now)[0] and rows.fetched == 0
     # nothing changed: each waiting job's core.PendingJob is the one made before, not made again
     assert len(again.pending) == 5 and all(a is b for a, b in zip(first.pending, again.pending, strict=True))
