@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
 from observability.services import hints as hint_rules
 from observability.services import idle
-from observability.services.rightsizing import HEADROOM, Recommendation, keys_for, recommendation_from
+from observability.services.rightsizing import (
+    HEADROOM,
+    Recommendation,
+    key_tuple,
+    keys_for,
+    recommendation_from,
+)
 from portal.tenancy import ADMIN, VIEW
 from scheduling.models import JobEvent, PreemptionVictim
 
@@ -67,7 +73,7 @@ class RightSizing:
         """{job id: its owner's smoothed run time of similar jobs x 1.2} for (job id, owner id, name, image),
         the family's history before the image's (as the recommendation); jobs without a run time are left
         out. One query."""
-        wanted = [(pk, owner, keys_for(name=name, image=image)) for pk, owner, name, image in jobs]
+        wanted = [(pk, owner, key_tuple(name, image)) for pk, owner, name, image in jobs]
         if not wanted:
             return {}
         rows = UsageHistory.objects.filter(owner_id__in={owner for _, owner, _ in wanted},

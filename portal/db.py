@@ -98,3 +98,50 @@ def inserted_together() -> Iterator[None]:
     for obj, then in pending:
         if then is not None:
             then(obj)
+
+
+def update_each(model, rows: list[dict[str, Any]], *, fields: list[str], same: dict[str, Any] | None = None,
+                where: dict[str, Any] | None = None, where_each: tuple[str, ...] = (),
+                batch_size: int = 500) -> list[Any]:
+    """Give each row its own values in one UPDATE per ``batch_size`` rows (``WITH v AS (VALUES ...) UPDATE ...
+    FROM v``), and answer the primary keys of the rows it changed.
+
+    ``rows``: dicts with the primary key (``"pk"``), a value for each of ``fields`` (set) and for each of
+    ``where_each`` (compared: the row changes only where its column still holds that value); ``same``: values
+    set on every row; ``where``: columns every changed row must still hold (a compare-and-set, as a filtered
+    ``update`` is). Values are prepared as a model's ``save`` prepares them. Unlike ``bulk_update`` it tells
+    which rows it changed, and it builds no ``CASE`` per row and column. PostgreSQL and SQLite (3.35 and
+    later: ``UPDATE ... FROM`` and ``RETURNING``)."""
+    if not rows:
+        return []
+    same, where = same or {}, where or {}
+    meta, qn, pg = model._meta, connection.ops.quote_name, connection.vendor == "postgresql"
+    table, pk = qn(meta.db_table), meta.pk
+    keys = (*fields, *where_each)  # field names or attnames (``cluster_id``: the row gives the id)
+    each = [meta.get_field(k) for k in keys]
+
+    def cast(field, expr: str) -> str:  # PostgreSQL types a VALUES column from its values: say which it is
+        return f"CAST({expr} AS {field.db_type(connection)})" if pg else expr
+
+    names = ["pk", *(f"c{i}" for i in range(len(each)))]
+    sets = [f"{qn(f.column)} = {cast(f, f'v.c{i}')}" for i, f in enumerate(each[:len(fields)])]
+    sets += [f"{qn(meta.get_field(name).column)} = %s" for name in same]
+    conds = [f"{table}.{qn(pk.column)} = {cast(pk, 'v.pk')}"]
+    conds += [f"{table}.{qn(f.column)} = {cast(f, f'v.c{len(fields) + i}')}"
+              for i, f in enumerate(each[len(fields):])]
+    conds += [f"{table}.{qn(meta.get_field(name).column)} = %s" for name in where]
+    fixed = [meta.get_field(n).get_db_prep_save(v, connection) for n, v in (*same.items(), *where.items())]
+    changed: list[Any] = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        values = ", ".join(["(" + ", ".join(["%s"] * len(names)) + ")"] * len(chunk))
+        params = [p for row in chunk for p in (
+            pk.get_db_prep_save(row["pk"], connection),
+            *(f.get_db_prep_save(row[k], connection) for k, f in zip(keys, each, strict=True)))]
+        # the names are the model's, quoted; every value is a parameter
+        sql = (f"WITH v ({', '.join(names)}) AS (VALUES {values}) UPDATE {table} SET {', '.join(sets)} "  # noqa: S608
+               f"FROM v WHERE {' AND '.join(conds)} RETURNING {table}.{qn(pk.column)}")
+        with connection.cursor() as cur:
+            cur.execute(sql, [*params, *fixed])
+            changed += [r[0] for r in cur.fetchall()]
+    return changed

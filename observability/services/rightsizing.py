@@ -16,6 +16,7 @@ all of them busy is told to keep them).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ WHOLE_GPU_TOLERANCE = 0.05
 _SPLIT = re.compile(r"[-_.]")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the cycle asks for every waiting job's, every cycle
 def family(name: str) -> str:
     """Leading words of a job name up to the first one with a digit: ``resnet-50-lr3`` -> ``resnet-*``."""
     words = _SPLIT.split(name.strip().lower())
@@ -46,12 +48,18 @@ def family(name: str) -> str:
 
 
 def keys_for(*, name: str = "", image: str = "") -> list[str]:
+    return list(key_tuple(name, image))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the cycle asks for every waiting job's, every cycle
+def key_tuple(name: str, image: str) -> tuple[str, ...]:
+    """``keys_for`` as a tuple (shared between calls: never changed)."""
     keys = []
     if name.strip():
         keys.append("name:" + family(name))
     if image.strip():
         keys.append("image:" + image.strip())
-    return keys
+    return tuple(keys)
 
 
 def ewma(old: float | None, new: float | None) -> float | None:

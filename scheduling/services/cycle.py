@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from portal import dispatch, metrics
-from portal.db import inserted_together, retry_on_conflict
+from portal.db import inserted_together, retry_on_conflict, update_each
 from portal.money import format_credits
 from portal.timestamps import from_epoch
 from quotas import budgets
@@ -24,12 +24,12 @@ from scheduling.core import reasons
 from scheduling.core.ordering import fair_standing
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
 from scheduling.services import notify
+from scheduling.services.job_rows import VERSION, JobRows
 from scheduling.services.jobs import (
     budget_admitted,
     end_unsatisfiable,
     namespace_for,
     record_event,
-    transition,
 )
 from scheduling.services.locks import exclusive
 from scheduling.services.queue_ranks import reranked
@@ -60,6 +60,12 @@ class Applied(NamedTuple):
     admitted: int
     preempted: int
     reasons_changed: int
+    # the jobs it may have written or changed in memory (a kept row of them is stale)
+    touched: frozenset[int] = frozenset()
+    # the jobs whose reason, estimate or rank alone it wrote, on the rows the decision read, and the version
+    # (transaction id) it wrote them in: the rows in memory are those rows now
+    rewritten: frozenset[int] = frozenset()
+    version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,13 +83,23 @@ class Decided:
     finished: float
 
 
+# This process's job rows, kept from one cycle to the next (``job_rows``: only what changed is read again).
+ROWS = JobRows()
+
+
 def decide_and_apply(*, now: datetime | None) -> Decided:
     t0 = time.perf_counter()
-    snapshot, ctx = build_snapshot(now=now or timezone.now())
+    snapshot, ctx = build_snapshot(now=now or timezone.now(), rows=ROWS)
     t1 = time.perf_counter()
     result = core.schedule(snapshot)
     t2 = time.perf_counter()
-    applied = apply_result(result=result, ctx=ctx)
+    try:
+        applied = apply_result(result=result, ctx=ctx)
+    except BaseException:
+        ROWS.clear()  # rolled back: rows may have been changed in memory and not in the database
+        raise
+    ROWS.forget(applied.touched)  # changed in memory by the apply: read again next cycle
+    ROWS.renew(applied.rewritten, applied.version)
     return Decided(ctx, result, applied, fair_standing(snapshot), t0, t1, t2, time.perf_counter())
 
 
@@ -110,9 +126,7 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
 def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
     """Apply a decision in one transaction. Every state change is compare-and-set against the state the
     decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit."""
-    admitted = preempted = changed = 0
-    to_ungate: list[list[int]] = []
-    waits: list[tuple[dict[str, str], float]] = []
+    preempted = changed = 0
     clusters = {c.name: c for c in Cluster.objects.all()}
     # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
     unsatisfiable = [pr for pr in result.pending if pr.code == reasons.DEPENDENCY_NEVER_SATISFIED
@@ -121,39 +135,16 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
     pending = _pending_changes(kept, ctx)
     ranks = _rank_changes(kept, ctx)
     with transaction.atomic():
-        _lock_in_order(result, ctx, set(pending) | set(ranks), [ctx.jobs[pr.job_id] for pr in unsatisfiable])
+        metered, locked = _lock_in_order(result, ctx, set(pending) | set(ranks),
+                                         [ctx.jobs[pr.job_id] for pr in unsatisfiable])
         # Held since the snapshot was read (the rows are locked now): not admitted, the next cycle says why.
         held = set(Job.objects.filter(pk__in=[a.job_id for a in result.admissions], held_at__isnull=False)
                    .values_list("pk", flat=True)) if result.admissions else set()
-        with inserted_together():  # two rows per admitted job: inserted together, not one by one
-            for adm in result.admissions:
-                job = ctx.jobs.get(adm.job_id)
-                if job is None or job.pk in held:
-                    continue
-                ok = transition(
-                    job=job,
-                    to=JobState.ADMITTED,
-                    allowed_from=[JobState.QUEUED],
-                    attempt=job.attempt,
-                    reason_code="admitted",
-                    message=_admission_message(adm),
-                    data={"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
-                          "cluster": adm.cluster, "policy_version": ctx.policy_version},
-                    placement=list(adm.placement),
-                    cluster=clusters.get(adm.cluster),
-                    borrowed=adm.borrowed,
-                    price=adm.price,
-                    admitted_at=ctx.now,
-                    estimated_start=None,
-                    reason_detail={},
-                    queue_rank=None,
-                )
-                if ok:
-                    admitted += 1
-                    budget_admitted(job)
-                    to_ungate.append([job.pk, job.attempt])
-                    waits.append(({"tier": job.tier, "department": job.department.slug, "flavor": job.flavor.name},
-                                  _queue_wait(job, ctx.now)))
+        admitted_jobs = _admit(result, ctx, clusters, held, metered)
+        admitted = len(admitted_jobs)
+        to_ungate = [[job.pk, job.attempt] for job in admitted_jobs]
+        waits = [({"tier": job.tier, "department": job.department.slug, "flavor": job.flavor.name},
+                  _queue_wait(job, ctx.now)) for job in admitted_jobs]
         metrics.observe_admissions(waits)  # in this transaction: an apply rolled back counts nothing
         for i in range(0, len(to_ungate), ADMIT_BATCH):  # a few messages per cycle, not one per admission
             chunk = to_ungate[i:i + ADMIT_BATCH]
@@ -163,10 +154,27 @@ def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
         for pre in result.preemptions:
             preempted += _record_preemption(pre, ctx, explained)
 
-        changed = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
+        changed, written = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
         for pr in unsatisfiable:
             changed += end_unsatisfiable(job=ctx.jobs[pr.job_id], message=pr.message, detail=_jsonable(pr.detail))
-    return Applied(admitted, preempted, changed)
+        # Rows the reasons and ranks alone wrote, still at the version the decision read when they were locked
+        # (no one else wrote them in between, no one can until the commit): what they hold now is the kept row
+        # with the values written, as in memory.
+        others = {a.job_id for a in result.admissions} | {pr.job_id for pr in unsatisfiable}
+        for pre in result.preemptions:
+            others |= {pre.preemptor_id, *pre.victim_ids}
+        rewritten = {pk for pk in written - others if locked.get(pk) is not None
+                     and getattr(ctx.jobs[pk], "v", None) == locked[pk]}
+        version = _transaction_version() if rewritten else None
+    touched = others | set(pending) | set(ranks)
+    return Applied(admitted, preempted, changed, frozenset(touched - rewritten), frozenset(rewritten), version)
+
+
+def _transaction_version() -> int:
+    """The id of this transaction as the rows it writes carry it (``xmin``: 32 bits of the 64-bit id)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT mod(txid_current(), 4294967296)")
+        return int(cur.fetchone()[0])
 
 
 def _queue_wait(job: Job, now: datetime) -> float:
@@ -174,18 +182,65 @@ def _queue_wait(job: Job, now: datetime) -> float:
     return max(0.0, (now - (job.queued_at or job.submitted_at)).total_seconds())
 
 
-def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[int], ended: list[Job]) -> None:
+def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[int],
+                   ended: list[Job]) -> tuple[set[int], dict[int, int | None]]:
     """Take every row lock the apply needs up front, in the portal's one order: the wallets of the admitted
     jobs' departments (holds are placed on them) in primary-key order, then every job the apply writes in
     primary-key order. Without this the apply locked job, wallet, job, wallet... in decision order, and a
-    cancel or a pod sync locking the same rows the other way round deadlocked with it."""
+    cancel or a pod sync locking the same rows the other way round deadlocked with it. Answers the
+    departments that have a wallet (locked now: none of them can go away before the commit) and, on
+    PostgreSQL, the version (``xmin``) of each job row as locked."""
     admitted = [ctx.jobs[a.job_id] for a in result.admissions if a.job_id in ctx.jobs]
-    budgets.lock_department_wallets([j.department_id for j in admitted + ended])
+    metered = set(budgets.lock_department_wallets([j.department_id for j in admitted + ended]))
     ids = {j.pk for j in admitted + ended} | set(pending)
     ids |= {p.preemptor_id for p in result.preemptions if p.preemptor_id in ctx.jobs}
-    if ids:
-        list(Job.objects.select_for_update(no_key=True).filter(pk__in=sorted(ids)).order_by("pk")
-             .values_list("pk", flat=True))
+    if not ids:
+        return metered, {}
+    rows = Job.objects.select_for_update(no_key=True).filter(pk__in=sorted(ids)).order_by("pk")
+    if connection.vendor != "postgresql":
+        return metered, dict.fromkeys(rows.values_list("pk", flat=True))
+    return metered, dict(rows.annotate(v=VERSION).values_list("pk", "v"))
+
+
+# What admitting a job writes on its row besides its own placement, cluster, price and message.
+_ADMITTED = {"state": JobState.ADMITTED, "reason_code": "admitted", "estimated_start": None, "reason_detail": {},
+             "queue_rank": None}
+
+
+def _admit(result: core.CycleResult, ctx: SnapshotContext, clusters: dict[str, Cluster], held: set[int],
+           metered: set[int]) -> list[Job]:
+    """Admit the decided jobs that are still queued in the attempt the decision saw (their rows are locked):
+    one compare-and-set UPDATE for all of them, then each one's timeline event, notification and, in a
+    department with a wallet, its hold, in decision order. An UPDATE per job cost a round trip and a query
+    compiled per admission; a department without a wallet (read when its wallets were locked) has no hold
+    to place, so it is not asked again per job. Answers the jobs admitted."""
+    chosen = [(ctx.jobs[a.job_id], a) for a in result.admissions if a.job_id in ctx.jobs and a.job_id not in held]
+    now = timezone.now()
+    rows = [{"pk": job.pk, "attempt": job.attempt, "reason_message": _admission_message(adm)[:300],
+             "placement": list(adm.placement), "cluster_id": c.pk if (c := clusters.get(adm.cluster)) else None,
+             "borrowed": adm.borrowed, "price": adm.price} for job, adm in chosen]
+    done = set(update_each(Job, rows, fields=["reason_message", "placement", "cluster_id", "borrowed", "price"],
+                           same={**_ADMITTED, "updated_at": now, "admitted_at": ctx.now},
+                           where={"state": JobState.QUEUED}, where_each=("attempt",)))
+    admitted = []
+    with inserted_together():  # two rows per admitted job: inserted together, not one by one
+        for job, adm in chosen:
+            if job.pk not in done:
+                continue  # cancelled, admitted or requeued since the decision
+            message = _admission_message(adm)
+            for name, value in {**_ADMITTED, "updated_at": now, "admitted_at": ctx.now, "reason_message": message[:300],
+                                "placement": list(adm.placement), "cluster": clusters.get(adm.cluster),
+                                "borrowed": adm.borrowed, "price": adm.price}.items():
+                setattr(job, name, value)
+            record_event(job=job, kind="transition", from_state=JobState.QUEUED, to_state=JobState.ADMITTED,
+                         reason_code="admitted", message=message, at=now,
+                         data={"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
+                               "cluster": adm.cluster, "policy_version": ctx.policy_version})
+            notify.job_transitioned(job=job, to=JobState.ADMITTED, reason_code="admitted", message=message)
+            if job.department_id in metered:
+                budget_admitted(job)
+            admitted.append(job)
+    return admitted
 
 
 def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any, datetime | None, bool]]:
@@ -214,15 +269,15 @@ def _rank_changes(pending, ctx: SnapshotContext) -> dict[int, int]:
 
 
 def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ctx: SnapshotContext,
-                   ranks: dict[int, int]) -> int:
+                   ranks: dict[int, int]) -> tuple[int, set[int]]:
     """Store the reasons, estimated starts and queue ranks that changed, in a constant number of statements.
 
     The estimates of a long queue move every cycle, so this can be most of the queue: one UPDATE per job made
     the cycle's cost grow with the backlog. Compare-and-set as before: only the rows still queued in the
     attempt the decision saw (locked by ``_lock_in_order``) are written. A changed reason code is recorded on
-    the job's timeline."""
+    the job's timeline. Answers how many codes changed and the jobs written."""
     if not wanted and not ranks:
-        return 0
+        return 0, set()
     current = dict(Job.objects.filter(pk__in=list(set(wanted) | set(ranks)), state=JobState.QUEUED)
                    .values_list("pk", "attempt"))
     rows, events = [], []
@@ -243,8 +298,9 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
                 at=timezone.now(),
                 data={"detail": detail, "estimated_start": est.isoformat() if est else None},
             ))
-    Job.objects.filter(state=JobState.QUEUED).bulk_update(
-        rows, ["reason_code", "reason_message", "reason_detail", "estimated_start"], batch_size=500)
+    fields = ["reason_code", "reason_message", "reason_detail", "estimated_start"]
+    written = set(update_each(Job, [{"pk": job.pk, **{f: getattr(job, f) for f in fields}} for job in rows],
+                              fields=fields, where={"state": JobState.QUEUED}))
     JobEvent.objects.bulk_create(events, batch_size=500)
     # The ranks on their own rows, only them: a preemptor's reason written by _record_preemption stays.
     ranked = []
@@ -252,9 +308,9 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
         job = ctx.jobs[pk]
         if current.get(pk) == job.attempt:
             job.queue_rank = rank
-            ranked.append(job)
-    Job.objects.filter(state=JobState.QUEUED).bulk_update(ranked, ["queue_rank"], batch_size=500)
-    return len(events)
+            ranked.append({"pk": pk, "queue_rank": rank})
+    written |= set(update_each(Job, ranked, fields=["queue_rank"], where={"state": JobState.QUEUED}))
+    return len(events), written
 
 
 # What the engine's feasibility check adds to a waiting job's message when it would miss its deadline.

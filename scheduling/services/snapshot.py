@@ -28,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from portal.timestamps import to_epoch
@@ -51,6 +51,7 @@ from scheduling.models import (
     Node,
     PreemptionVictim,
 )
+from scheduling.services.job_rows import JobRows, read_uncached
 from scheduling.services.policy import current_policy
 from workloads.services.resolve import source_clusters
 
@@ -95,28 +96,15 @@ class SnapshotContext:
         return float(seconds) / speedup
 
 
-# What a cycle never reads of a job (its pod spec and stored explanation): not loaded for every waiting and
-# running job every cycle.
-UNUSED_FIELDS = ("command", "env", "reason_detail", "idempotency_key", "request_hash")
-
-
-def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
-    """The world as the engine sees it, in a fixed number of queries, and the rows it came from."""
+def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.Snapshot, SnapshotContext]:
+    """The world as the engine sees it, in a fixed number of queries, and the rows it came from. ``rows``: the
+    cycle worker's kept job rows (``job_rows``), else every job is read in full."""
     policy, version = current_policy()
     ctx = SnapshotContext(now=now, policy_version=version)
     nodes, clusters = read_nodes(ctx)
     quotas = read_quotas()
-    active = list(
-        Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)).select_related(
-            "department", "flavor", "owner", "cluster"
-        ).defer(*UNUSED_FIELDS)
-    )
+    active, queued = rows.read() if rows is not None else read_uncached()
     mark_evicting(ctx, active)
-    queued = list(
-        Job.objects.filter(state=JobState.QUEUED).select_related("department", "flavor", "owner", "array")
-        .annotate(has_dependencies=Exists(JobDependency.objects.filter(job=OuterRef("pk"))))
-        .defer(*UNUSED_FIELDS).order_by("id")
-    )
     # right-sizing's predicted run times, for the start estimates (one query; none without right-sizing)
     ctx.predicted = ports.sizing().predicted_runtimes((j.pk, j.owner_id, j.name, j.image) for j in (*active, *queued))
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
@@ -125,11 +113,8 @@ def build_snapshot(*, now: datetime) -> tuple[core.Snapshot, SnapshotContext]:
     # Where each queued job's data sources are (one read for all of them; none when no job mounts any).
     sources = source_clusters((j.pk, j.department_id, j.mounts or [], j.checkpoint or {}) for j in queued)
     after, ended = read_dependencies([j.pk for j in queued if j.has_dependencies])
-    pending = []
-    for j in queued:
-        ctx.jobs[j.pk] = j
-        pending.append(pending_job(j, hold=budget.hold_for(j), data_sources=sources.get(j.pk, ()), ctx=ctx,
-                                   after=after.get(j.pk, ())))
+    pending = pending_jobs(queued, budget=budget, sources=sources, after=after, ctx=ctx,
+                           memo=rows.pending if rows is not None else None)
 
     window_start = now - timedelta(seconds=policy.preemption_window_s)
     recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
@@ -314,6 +299,31 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         array_id=j.array_id,
         predicted_runtime_s=ctx.predicted_wall(j.pk, cluster),
     )
+
+
+def pending_jobs(queued: list[Job], *, budget, sources: dict, after: dict, ctx: SnapshotContext,
+                 memo: dict | None) -> list[core.PendingJob]:
+    """The queued jobs as the engine's pending jobs. ``memo`` (the kept rows' own): each kept job's pending
+    job by everything it is made of, its row's version and what is not its row (hold, data sources,
+    dependencies, predicted run time, speed-up, names, throttle): one that none of them changed since the
+    last cycle is the one made then, not made again for every waiting job every cycle."""
+    out, made = [], {}
+    for j in queued:
+        ctx.jobs[j.pk] = j
+        hold, data_sources, deps = budget.hold_for(j), sources.get(j.pk, ()), after.get(j.pk, ())
+        version = getattr(j, "v", None)  # a kept row's version (none: read in full, nothing to compare)
+        key = (version, hold, data_sources, deps, ctx.predicted.get(j.pk), ctx.default_speedup, j.department.slug,
+               j.flavor.name, j.owner.username, j.array.throttle if j.array_id else None)
+        last = memo.get(j.pk) if memo is not None and version is not None else None
+        p = last[1] if last is not None and last[0] == key else pending_job(
+            j, hold=hold, data_sources=data_sources, ctx=ctx, after=deps)
+        if version is not None:
+            made[j.pk] = (key, p)
+        out.append(p)
+    if memo is not None:
+        memo.clear()
+        memo.update(made)
+    return out
 
 
 def pending_job(j: Job, *, hold: int, ctx: SnapshotContext, data_sources: tuple = (),

@@ -31,9 +31,29 @@ def test_a_new_job_or_one_that_overtakes_is_the_only_write():
     assert reranked([7, 3, 5, 9], current) == {9: 4 * GAP}
 
 
-def test_no_room_between_neighbours_numbers_everything_again():
-    assert reranked([1, 3, 2], {1: 10, 2: 11}) == {1: GAP, 3: 2 * GAP, 2: 3 * GAP}
+def test_no_room_between_neighbours_spreads_the_ranks_around_them_only():
+    assert reranked([1, 3, 2], {1: 10, 2: 11}) == {3: 10 + GAP, 2: 10 + 2 * GAP}
+    current = {j: j * GAP for j in range(1, 8)}
+    current[9] = 4 * GAP + 1  # right after 4: no room for a job between them
+    assert reranked([1, 2, 3, 4, 8, 9, 5, 6, 7], current) == {8: 4 * GAP + GAP // 3, 9: 4 * GAP + 2 * GAP // 3}
+    # only when the whole queue has no room is everything numbered again
     assert reranked([1, 2], {1: BOUND - 1}) == {1: GAP, 2: 2 * GAP}
+
+
+def test_a_job_that_keeps_moving_between_the_same_neighbours_rewrites_a_few_ranks_each_time():
+    """A department's job overtaking its neighbour and falling back, cycle after cycle, in a long queue:
+    the room between them halves each time, and running out of it must not rewrite the whole queue."""
+    order = list(range(1000))
+    current = reranked(order, {})
+    most = 0
+    for cycle in range(200):
+        order[500], order[501] = order[501], order[500]
+        changed = reranked(order, current)
+        current.update(changed)
+        most = max(most, len(changed))
+        ranks = [current[j] for j in order]
+        assert all(a < b for a, b in zip(ranks, ranks[1:], strict=False)), cycle
+    assert most <= 8
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,0 +1,136 @@
+"""The cycle worker's kept job rows (``scheduling.services.job_rows``): a cycle over an unchanged queue reads no
+job's row in full, and whatever changed since, by any writer, is read again: the snapshot is the one a full read
+gives. PostgreSQL only (the row version is its ``xmin``), with real commits (inside a test's transaction
+every row is read in full)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduling.core.sweeps import CONDITIONS
+from scheduling.models import Cluster, Job, JobDependency, JobState
+from scheduling.services import cycle
+from scheduling.services.job_rows import JobRows
+from scheduling.services.snapshot import build_snapshot
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+# A column only a full read of a job selects (the listing of versions selects ids and versions only).
+FULL_ROW = '"scheduling_job"."image"'
+
+
+@pytest.fixture(autouse=True)
+def fresh_rows(monkeypatch):
+    monkeypatch.setattr(cycle, "ROWS", JobRows())  # nothing kept from another test's database
+    return cycle.ROWS
+
+
+def _waiting(lab, submit, n):
+    """n gangs of 2 x 4 GPUs (the whole pool each): one runs, the others wait."""
+    return [submit(lab.alice if i % 2 else lab.bob, name=f"w{i}", gpus=4, pods=2) for i in range(n)]
+
+
+def test_a_cycle_reads_in_full_only_the_rows_others_changed(lab, submit, fresh_rows):
+    """The first cycle writes every waiting job's reason and rank and admits one: the next reads in full only
+    the admitted job's row (its pods' task wrote it); the reasons and ranks the cycle wrote itself are kept
+    as written. After that, cycles over an unchanged queue read no job's row in full."""
+    _waiting(lab, submit, 6)
+    outcome = cycle.run_cycle()
+    assert outcome.admitted == 1 and outcome.reasons_changed == 5
+    for _ in range(3):
+        with CaptureQueriesContext(connection) as q:
+            outcome = cycle.run_cycle()
+        assert outcome.admitted == 0 and outcome.pending == 5
+        now = timezone.now()
+        assert build_snapshot(now=now, rows=JobRows())[0] == build_snapshot(now=now)[0]
+        assert build_snapshot(now=now, rows=fresh_rows)[0] == build_snapshot(now=now)[0]
+    full = [x["sql"] for x in q.captured_queries if FULL_ROW in x["sql"]]
+    assert full == [] and fresh_rows.fetched == 0, "\n".join(full)
+    assert len(fresh_rows.rows) == 6
+
+
+def test_the_cycles_own_reasons_are_kept_as_written(lab, submit, fresh_rows):
+    _waiting(lab, submit, 6)
+    assert cycle.run_cycle().admitted == 1
+    cycle.run_cycle()
+    assert fresh_rows.fetched == 1  # the admitted job only
+
+
+def test_whatever_changed_since_the_last_read_is_read_again(lab, submit):
+    rows = JobRows()
+    jobs = _waiting(lab, submit, 6)
+    assert cycle.run_cycle().admitted == 1
+    now = timezone.now()
+    first, first_ctx = build_snapshot(now=now, rows=rows)
+    again, again_ctx = build_snapshot(now=now, rows=rows)
+    # the relations read again are the instances the jobs hold when their rows did not change
+    assert all(again_ctx.jobs[pk].owner is first_ctx.jobs[pk].owner for pk in again_ctx.jobs)
+    assert again == build_snapshot(now=now)[0] and rows.fetched == 0
+    # nothing changed: each waiting job's core.PendingJob is the one made before, not made again
+    assert len(again.pending) == 5 and all(a is b for a, b in zip(first.pending, again.pending, strict=True))
+    # writes that no model's save announces, and rows of the jobs' relations
+    Job.objects.filter(pk=jobs[1].pk).update(pods=1)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE scheduling_job SET urgency = 'high' WHERE id = %s", [jobs[2].pk])
+    Job.objects.filter(pk=jobs[3].pk).update(state=JobState.CANCELLED)
+    JobDependency.objects.create(job=jobs[4], condition=sorted(CONDITIONS)[0], on_job=jobs[5])
+    lab.bob.username = "robert"
+    lab.bob.save()
+    lab.nlp.slug = "language"
+    lab.nlp.save()
+    Cluster.objects.update(reachable=False, last_error="down for the test")
+    added = submit(lab.alice, name="late", gpus=1)
+    snapshot, ctx = build_snapshot(now=now, rows=rows)
+    full, full_ctx = build_snapshot(now=now)
+    assert snapshot == full
+    assert ctx.jobs.keys() == full_ctx.jobs.keys() and jobs[3].pk not in ctx.jobs
+    assert rows.fetched == 3  # the two rewritten rows and the new job
+    assert {p.id for p in snapshot.pending if p.after} == {jobs[4].pk}
+    assert {p.user for p in snapshot.pending} == {"alice", "robert"} and added.pk in ctx.jobs
+    assert all(not n.schedulable for n in snapshot.nodes)
+
+
+def test_an_apply_that_fails_keeps_nothing_it_may_have_changed(lab, submit, monkeypatch, fresh_rows):
+    job = submit(lab.alice, gpus=1)
+    cycle.run_cycle()  # admitted (rows kept: none changed in memory since)
+    queued = submit(lab.alice, name="next", gpus=1)
+    cycle.run_cycle()
+    assert fresh_rows.rows
+
+    def broken(**_):
+        raise RuntimeError("the outbox went away")
+
+    monkeypatch.setattr(cycle.notify, "job_transitioned", broken)
+    another = submit(lab.bob, name="third", gpus=1)
+    with pytest.raises(RuntimeError):
+        cycle.run_cycle()  # the admission had changed ``another`` in memory, then rolled back
+    assert fresh_rows.rows == {}
+    assert Job.objects.get(pk=another.pk).state == JobState.QUEUED
+    now = timezone.now()
+    assert build_snapshot(now=now, rows=fresh_rows)[0] == build_snapshot(now=now)[0]
+    assert {job.pk, queued.pk} <= build_snapshot(now=now, rows=fresh_rows)[1].jobs.keys()
+
+
+def test_a_row_written_by_another_between_the_read_and_the_apply_is_read_again(lab, submit, monkeypatch,
+                                                                              fresh_rows):
+    jobs = _waiting(lab, submit, 6)
+    cycle.run_cycle()
+    cycle.run_cycle()
+    real = cycle.core.schedule
+
+    def meanwhile(snapshot):  # after the snapshot, before the apply: another process writes a waiting job
+        Job.objects.filter(pk=jobs[4].pk).update(urgency="high")
+        fresh_rows.rows[jobs[4].pk][1].reason_message = "as read"  # so that the apply rewrites its reason
+        return real(snapshot)
+
+    monkeypatch.setattr(cycle.core, "schedule", meanwhile)
+    assert cycle.run_cycle().reasons_changed == 0  # it rewrote jobs[4]'s message, on top of the other write
+    assert Job.objects.get(pk=jobs[4].pk).reason_message != "as read"
+    monkeypatch.setattr(cycle.core, "schedule", real)
+    now = timezone.now()
+    snapshot, ctx = build_snapshot(now=now, rows=fresh_rows)
+    assert snapshot == build_snapshot(now=now)[0] and ctx.jobs[jobs[4].pk].urgency == "high"
+    assert fresh_rows.fetched >= 1
