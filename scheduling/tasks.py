@@ -210,6 +210,25 @@ def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None =
     return pods.remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster, failed=failed)
 
 
+@shared_task(name="scheduling.pods.remove_many", time_limit=300, soft_time_limit=280)
+def remove_pods_many(items: list[list]) -> dict[str, int]:
+    """Clear the pods of several ended attempts, each ``[job id, attempt, namespace, cluster]``: the
+    reconciler's orphans, one message per chunk. An attempt that fails is handed to ``remove_pods`` on its own,
+    with that task's retries and back-off, so one refused or unreachable clears nothing less of the others."""
+    counts: dict[str, int] = {}
+    with run_cache.per_run():
+        for job_id, attempt, namespace, cluster in items:
+            try:
+                outcome = pods.remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster)
+            except Exception:  # noqa: BLE001 - retried alone below
+                log.warning("removing the pods of job %s attempt %s failed; retrying it alone", job_id, attempt,
+                            exc_info=True)
+                remove_pods.delay(job_id, attempt, namespace, cluster)
+                outcome = "retrying"
+            _count(counts, outcome)
+    return counts
+
+
 @shared_task(name="scheduling.pods.keep_log", time_limit=120, soft_time_limit=100, ignore_result=True)
 def keep_log(job_id: int, attempt: int) -> bool:
     """Keep the tail of an ended attempt's log (idempotent)."""
