@@ -115,6 +115,8 @@ def update_each(model, rows: list[dict[str, Any]], *, fields: list[str], same: d
     if not rows:
         return []
     same, where = same or {}, where or {}
+    if not _update_from_supported():
+        return _update_one_by_one(model, rows, fields=fields, same=same, where=where, where_each=where_each)
     meta, qn, pg = model._meta, connection.ops.quote_name, connection.vendor == "postgresql"
     table, pk = qn(meta.db_table), meta.pk
     keys = (*fields, *where_each)  # field names or attnames (``cluster_id``: the row gives the id)
@@ -144,4 +146,25 @@ def update_each(model, rows: list[dict[str, Any]], *, fields: list[str], same: d
         with connection.cursor() as cur:
             cur.execute(sql, [*params, *fixed])
             changed += [r[0] for r in cur.fetchall()]
+    return changed
+
+
+def _update_from_supported() -> bool:
+    """Whether the database takes ``UPDATE ... FROM ... RETURNING``: PostgreSQL, and SQLite from 3.35 (a
+    Python on an older distribution links an older SQLite, and the embedded default must run there too)."""
+    if connection.vendor != "sqlite":
+        return True
+    import sqlite3
+
+    return sqlite3.sqlite_version_info >= (3, 35)
+
+
+def _update_one_by_one(model, rows: list[dict[str, Any]], *, fields: list[str], same: dict[str, Any],
+                       where: dict[str, Any], where_each: tuple[str, ...]) -> list[Any]:
+    """``update_each`` as one filtered UPDATE per row: the same compare-and-set, the same answer."""
+    changed = []
+    for row in rows:
+        match = {**where, **{k: row[k] for k in where_each}}
+        if model._default_manager.filter(pk=row["pk"], **match).update(**{f: row[f] for f in fields}, **same):
+            changed.append(row["pk"])
     return changed
