@@ -114,7 +114,10 @@ def _parse_args() -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=1,
                     help="jobs per request: 1 = one POST /api/v1/jobs per job (default); N > 1 = POST "
                          "/api/v1/jobs/batch with N jobs of one department each")
-    ap.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    ap.add_argument("--workers", type=int, default=2, help="Celery pod worker processes")
+    ap.add_argument("--cycle-workers", type=int, default=2,
+                    help="processes on the cycle queue (the admission cycle, the sync and the reconcile), the "
+                         "first with beat: one per cluster plus one, as docs/operations.md says to run it")
     ap.add_argument("--web", choices=("gunicorn", "runserver"), default=None,
                     help="web server (default: gunicorn when installed, as in production; else runserver)")
     ap.add_argument("--web-workers", type=int, default=3, help="gunicorn worker processes (as deploy/base)")
@@ -193,6 +196,9 @@ def _start_stack(args, env: dict[str, str], kube: bool) -> list[subprocess.Popen
     procs.append(subprocess.Popen(
         [*celery, "-B", "-Q", "cycle", "-c", "1", "--pool=solo", "-n", "cycle@%h",
          "-s", str(Path(env["DATA_DIR"]) / "beat")], cwd=ROOT, env=env))
+    for i in range(1, args.cycle_workers):  # the cycle queue's other processes, as docs/operations.md says to run it
+        procs.append(subprocess.Popen(
+            [*celery, "-Q", "cycle", "-c", "1", "--pool=solo", "-n", f"cycle{i}@%h"], cwd=ROOT, env=env))
     if kube:  # pod states come back through the watch, as in production
         procs.append(subprocess.Popen([sys.executable, "manage.py", "watch_pods"], cwd=ROOT, env=env))
     return procs
@@ -201,7 +207,7 @@ def _start_stack(args, env: dict[str, str], kube: bool) -> list[subprocess.Popen
 def _names(args, kube: bool) -> list[str]:
     """The processes of ``_start_stack``, in its order."""
     return (["web"] + [f"pods{i}" for i in range(args.workers)] + ["notifier", "cycle+beat"]
-            + (["watch_pods"] if kube else []))
+            + [f"cycle{i}" for i in range(1, args.cycle_workers)] + (["watch_pods"] if kube else []))
 
 
 def _cpu_lines(r) -> list[str]:
@@ -494,8 +500,8 @@ def _report(args, r) -> str:
         f"{args.departments} departments, "
         + ("the Kubernetes backend on the cluster in KUBECONFIG (its nodes; plus the pod watcher)"
            if args.backend == "kubernetes" else f"{args.nodes} simulated nodes x 8 A100")
-        + f", PostgreSQL + Redis + Celery ({args.workers} pod workers x 4 threads, one cycle worker with beat "
-        "every 1 s)" + (", simulated backend at 120x" if args.backend != "kubernetes" else "") + ". "
+        + f", PostgreSQL + Redis + Celery ({args.workers} pod workers x 4 threads, {args.cycle_workers} processes on "
+        "the cycle queue, the first with beat every 1 s)" + (", simulated backend at 120x" if args.backend != "kubernetes" else "") + ". "
         + ("Every job 1 pod x 1 GPU." if args.shape == "single"
            else "Classes: small 1x1 GPU (60%), medium 1x4 GPUs (30%), large 2x8 GPUs gang (10%)."),
         "",
