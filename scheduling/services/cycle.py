@@ -30,6 +30,7 @@ from scheduling.services.jobs import (
     end_unsatisfiable,
     namespace_for,
     record_event,
+    transition_each,
 )
 from scheduling.services.locks import exclusive
 from scheduling.services.queue_ranks import reranked
@@ -202,44 +203,28 @@ def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[
     return metered, dict(rows.annotate(v=VERSION).values_list("pk", "v"))
 
 
-# What admitting a job writes on its row besides its own placement, cluster, price and message.
-_ADMITTED = {"state": JobState.ADMITTED, "reason_code": "admitted", "estimated_start": None, "reason_detail": {},
-             "queue_rank": None}
-
-
 def _admit(result: core.CycleResult, ctx: SnapshotContext, clusters: dict[str, Cluster], held: set[int],
            metered: set[int]) -> list[Job]:
-    """Admit the decided jobs that are still queued in the attempt the decision saw (their rows are locked):
-    one compare-and-set UPDATE for all of them, then each one's timeline event, notification and, in a
-    department with a wallet, its hold, in decision order. An UPDATE per job cost a round trip and a query
-    compiled per admission; a department without a wallet (read when its wallets were locked) has no hold
-    to place, so it is not asked again per job. Answers the jobs admitted."""
-    chosen = [(ctx.jobs[a.job_id], a) for a in result.admissions if a.job_id in ctx.jobs and a.job_id not in held]
-    now = timezone.now()
-    rows = [{"pk": job.pk, "attempt": job.attempt, "reason_message": _admission_message(adm)[:300],
-             "placement": list(adm.placement), "cluster_id": c.pk if (c := clusters.get(adm.cluster)) else None,
-             "borrowed": adm.borrowed, "price": adm.price} for job, adm in chosen]
-    done = set(update_each(Job, rows, fields=["reason_message", "placement", "cluster_id", "borrowed", "price"],
-                           same={**_ADMITTED, "updated_at": now, "admitted_at": ctx.now},
-                           where={"state": JobState.QUEUED}, where_each=("attempt",)))
-    admitted = []
+    """Admit the decided jobs that are still queued in the attempt the decision saw (their rows are locked),
+    all in one compare-and-set UPDATE (``transition_each``), then place each one's hold in a department with a
+    wallet (read when its wallets were locked; a department without one is not asked again per job). Answers
+    the jobs admitted, in decision order."""
+    moves = []
+    for adm in result.admissions:
+        job = ctx.jobs.get(adm.job_id)
+        if job is None or job.pk in held:
+            continue
+        own = {"placement": list(adm.placement), "cluster": clusters.get(adm.cluster), "borrowed": adm.borrowed,
+               "price": adm.price}
+        data = {"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
+                "cluster": adm.cluster, "policy_version": ctx.policy_version}
+        moves.append((job, own, _admission_message(adm), data))
     with inserted_together():  # two rows per admitted job: inserted together, not one by one
-        for job, adm in chosen:
-            if job.pk not in done:
-                continue  # cancelled, admitted or requeued since the decision
-            message = _admission_message(adm)
-            for name, value in {**_ADMITTED, "updated_at": now, "admitted_at": ctx.now, "reason_message": message[:300],
-                                "placement": list(adm.placement), "cluster": clusters.get(adm.cluster),
-                                "borrowed": adm.borrowed, "price": adm.price}.items():
-                setattr(job, name, value)
-            record_event(job=job, kind="transition", from_state=JobState.QUEUED, to_state=JobState.ADMITTED,
-                         reason_code="admitted", message=message, at=now,
-                         data={"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
-                               "cluster": adm.cluster, "policy_version": ctx.policy_version})
-            notify.job_transitioned(job=job, to=JobState.ADMITTED, reason_code="admitted", message=message)
+        admitted = transition_each(moves, to=JobState.ADMITTED, from_state=JobState.QUEUED, reason_code="admitted",
+                                   admitted_at=ctx.now, estimated_start=None, reason_detail={}, queue_rank=None)
+        for job in admitted:
             if job.department_id in metered:
                 budget_admitted(job)
-            admitted.append(job)
     return admitted
 
 
