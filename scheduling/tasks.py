@@ -76,20 +76,21 @@ def _read_jobs(pairs: list[list[int]], *, starting: bool = True) -> dict | None:
         return None
 
 
-def _each(pairs: list[list[int]], run, alone) -> dict[str, int]:
-    """Run ``run(job_id, attempt)`` for every pair in one run (rows that change rarely read once, see
-    ``run_cache``); a pair that raises is sent to the single-pair task ``alone``. Returns the outcomes' counts."""
+def _each(items: list[list], run, alone) -> dict[str, int]:
+    """Run ``run(*item)`` for every item, each a (job id, attempt, ...) list, in one run (rows that change
+    rarely read once, see ``run_cache``); an item that raises is sent to the single-item task ``alone`` with
+    the same arguments. Returns the outcomes' counts."""
     counts: dict[str, int] = {}
     with run_cache.per_run():
-        for job_id, attempt in pairs:
+        for item in items:
             try:
-                outcome = run(job_id, attempt)
+                outcome = run(*item)
             except Exception:  # noqa: BLE001 - retried alone below
-                log.warning("%s for job %s attempt %s failed; retrying it alone", alone.name, job_id, attempt,
+                log.warning("%s for job %s attempt %s failed; retrying it alone", alone.name, item[0], item[1],
                             exc_info=True)
-                alone.delay(job_id, attempt)
+                alone.delay(*item)
                 outcome = "retrying"
-            counts[outcome] = counts.get(outcome, 0) + 1
+            _count(counts, outcome)
     return counts
 
 
@@ -215,18 +216,8 @@ def remove_pods_many(items: list[list]) -> dict[str, int]:
     """Clear the pods of several ended attempts, each ``[job id, attempt, namespace, cluster]``: the
     reconciler's orphans, one message per chunk. An attempt that fails is handed to ``remove_pods`` on its own,
     with that task's retries and back-off, so one refused or unreachable clears nothing less of the others."""
-    counts: dict[str, int] = {}
-    with run_cache.per_run():
-        for job_id, attempt, namespace, cluster in items:
-            try:
-                outcome = pods.remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster)
-            except Exception:  # noqa: BLE001 - retried alone below
-                log.warning("removing the pods of job %s attempt %s failed; retrying it alone", job_id, attempt,
-                            exc_info=True)
-                remove_pods.delay(job_id, attempt, namespace, cluster)
-                outcome = "retrying"
-            _count(counts, outcome)
-    return counts
+    return _each(items, lambda job_id, attempt, namespace, cluster: pods.remove_pods(
+        job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster), remove_pods)
 
 
 @shared_task(name="scheduling.pods.keep_log", time_limit=120, soft_time_limit=100, ignore_result=True)
