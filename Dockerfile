@@ -1,6 +1,7 @@
 # The portal image: one image, four roles (web, worker, beat, watcher) chosen by the command.
 FROM python:3.11-slim AS base
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DATA_DIR=/var/lib/portal
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DATA_DIR=/var/lib/portal \
+    GUNICORN_BIND=0.0.0.0:8000
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY portal ./portal
@@ -10,6 +11,10 @@ COPY lab ./lab
 COPY notifications ./notifications
 COPY observability ./observability
 COPY workloads ./workloads
+COPY engine ./engine
+COPY simulator ./simulator
+COPY billing ./billing
+COPY csvsafe ./csvsafe
 COPY templates ./templates
 COPY manage.py ./
 RUN pip install --no-cache-dir . \

@@ -7,8 +7,13 @@ Everything here talks to the cluster named by ``KUBECONFIG`` with the official c
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from datetime import datetime
+from pathlib import Path
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -23,6 +28,22 @@ def api(kubeconfig: str) -> k8s.CoreV1Api:
     cfg = k8s.Configuration()
     k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     return k8s.CoreV1Api(k8s.ApiClient(cfg))
+
+
+def start_fake(root: Path, *, port: int, nodes: int, gpu_resource: str, node_label: str) -> subprocess.Popen:
+    """The fake API server as a process (``tests.fakes.serve``), with ``KUBECONFIG`` of this process (and so of
+    every process of the stack) pointing at it once it listens."""
+    kubeconfig = Path(tempfile.mkdtemp(prefix="fake-kube-")) / "kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.serve", "--port", str(port), "--nodes", str(nodes), "--gpu-resource",
+         gpu_resource, "--node-label", node_label, "--kubeconfig", str(kubeconfig)],
+        cwd=root, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith("ready "):
+        proc.kill()
+        raise SystemExit(f"the fake API server did not start (port {port} taken?): {line!r}")
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    return proc
 
 
 def create_namespaces(core: k8s.CoreV1Api, names: list[str]) -> None:

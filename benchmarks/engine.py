@@ -20,9 +20,9 @@ import sys
 import time
 import tracemalloc
 
-from scheduling.core import schedule
-from scheduling.core.policy import DEFAULT_POLICY
-from scheduling.core.types import TIERS, URGENCIES, USER_TIERS, Node, PendingJob, Quota, RunningJob, Snapshot
+from engine import schedule
+from engine.policy import DEFAULT_POLICY
+from engine.types import TIERS, URGENCIES, USER_TIERS, Node, PendingJob, Quota, RunningJob, Snapshot
 
 NOW = 1_000_000.0
 DEPTS = tuple(f"dept{i}" for i in range(10))

@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduling.core import schedule  # noqa: E402 - after the path set-up above
-from scheduling.sim import policies  # noqa: E402
-from scheduling.sim.runner import _prepared  # noqa: E402
-from scheduling.sim.simulator import simulate  # noqa: E402
+from engine import schedule  # noqa: E402 - after the path set-up above
+from simulator import policies  # noqa: E402
+from simulator.runner import prepared_scenario  # noqa: E402
+from simulator.simulator import simulate  # noqa: E402
 
 ALPHA, HEADROOM = 0.3, 1.2  # right-sizing's smoothing and headroom
 
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=600)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
-    sc, jobs, info = _prepared(str(Path(args.scenario).resolve()), args.seed, None, None, args.limit)
+    sc, jobs, info = prepared_scenario(str(Path(args.scenario).resolve()), args.seed, None, None, args.limit)
     measuring = Measuring(policies.make("portal"))
     res = simulate(scenario=sc, jobs=jobs, policy=measuring, name="portal")
     starts = {r.spec.id: r.first_start for r in res.jobs if r.first_start is not None}

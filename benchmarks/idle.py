@@ -19,6 +19,11 @@ class that applies, for their flavor:
 The shares are of the whole GPU-time of the arrival window (the window utilisation is measured on), so they
 add up with the utilisation to about 1 (work that runs on past the window is not idle). Slurm-EASY's idle
 share is printed beside them: the gap to the best baseline is what the classes have to explain.
+
+A second table follows each job larger than its department's nominal quota for its flavor through its waits:
+the share of its waiting time (cycle to cycle) spent on quota reasons, on capacity and reservation reasons, and
+holding a reservation of its own (``reserved_from`` in its detail), beside its average wait and Slurm-EASY's for
+the same jobs.
 """
 
 from __future__ import annotations
@@ -32,11 +37,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduling.core import reasons  # noqa: E402
-from scheduling.sim import metrics, policies  # noqa: E402
-from scheduling.sim.jobs import prepare  # noqa: E402
-from scheduling.sim.scenario import load_scenario  # noqa: E402
-from scheduling.sim.simulator import simulate  # noqa: E402
+from engine import reasons  # noqa: E402
+from simulator import metrics, policies  # noqa: E402
+from simulator.jobs import prepare  # noqa: E402
+from simulator.scenario import load_scenario  # noqa: E402
+from simulator.simulator import simulate  # noqa: E402
+from simulator.tuner import free_gpus_after  # noqa: E402
 
 CLASSES = (
     "nothing pending",
@@ -50,24 +56,7 @@ RESERVATION = {reasons.RESERVED_FOR_HEAD, reasons.WAITING_FOR_HIGHER_PRIORITY}
 QUOTA = {reasons.QUOTA_EXHAUSTED, reasons.QUOTA_LENT_OUT, reasons.BORROW_LIMIT}
 
 
-def free_after(snap, result) -> dict[str, list[int]]:
-    """Free GPUs per node after the cycle's admissions, by flavor (schedulable, untainted nodes only)."""
-    free = {n.name: n.gpus - n.used_by_others for n in snap.nodes if n.schedulable and not n.taints}
-    for job in snap.running:
-        for name in job.placement:
-            if name in free:
-                free[name] -= job.gpus_per_pod
-    pending = {j.id: j for j in snap.pending}
-    for adm in result.admissions:
-        g = pending[adm.job_id].gpus_per_pod
-        for name in adm.placement:
-            if name in free:
-                free[name] -= g
-    out: dict[str, list[int]] = defaultdict(list)
-    for n in snap.nodes:
-        if n.name in free:
-            out[n.flavor].append(max(0, free[n.name]))
-    return out
+free_after = free_gpus_after  # the tuner's idle meter counts the same free GPUs
 
 
 def fits(job, nodes: list[int]) -> bool:
@@ -103,16 +92,59 @@ def classify(snap, result) -> dict[str, int]:
     return out
 
 
+def large_jobs(snap) -> dict[int, object]:
+    """The pending jobs larger than their department's nominal quota of their flavor (global quotas)."""
+    nominal: dict[tuple[str, str], int] = defaultdict(int)
+    for q in snap.quotas:
+        if q.cluster is None:
+            nominal[(q.department, q.flavor)] += q.nominal
+    return {j.id: j for j in snap.pending if j.total_gpus > nominal[(j.department, j.flavor)]}
+
+
+def large_waits(snap, result) -> dict[int, tuple[str, bool]]:
+    """Each waiting large job's (reason code, whether it holds a reservation) after one cycle."""
+    large = large_jobs(snap)
+    return {r.job_id: (r.code, "reserved_from" in r.detail) for r in result.pending if r.job_id in large}
+
+
 class Recording(policies.Portal):
-    """The portal's engine, recording each cycle's idle GPUs per class."""
+    """The portal's engine, recording each cycle's idle GPUs per class and the large jobs' reasons."""
 
     def __init__(self):
         self.cycles: list[tuple[float, dict[str, int]]] = []
+        self.waits: list[tuple[float, dict[int, tuple[str, bool]]]] = []
 
     def __call__(self, snap):
         result = super().__call__(snap)
         self.cycles.append((snap.now, classify(snap, result)))
+        self.waits.append((snap.now, large_waits(snap, result)))
         return result
+
+
+WAIT_CLASSES = ("quota", "capacity or reservation", "other", "holds a reservation")
+
+
+def wait_shares(waits) -> dict[str, float]:
+    """Shares of the large jobs' waiting time (each cycle's reason held until the next cycle) per class; a
+    reservation is held under a quota reason as well as under a capacity one, so that line is apart."""
+    total = defaultdict(float)
+    whole = 0.0
+    for (t, rows), (t_next, _) in zip(waits, waits[1:], strict=False):
+        span = t_next - t
+        for code, reserved in rows.values():
+            whole += span
+            if code in QUOTA:
+                total["quota"] += span
+            elif code in CAPACITY:
+                total["capacity or reservation"] += span
+            else:
+                total["other"] += span
+            if reserved:
+                total["holds a reservation"] += span
+    return {c: total[c] / whole if whole > 0 else 0.0 for c in WAIT_CLASSES}
+
+
+CAPACITY = RESERVATION | {reasons.NO_CAPACITY, reasons.NO_FITTING_NODE}
 
 
 def idle_shares(cycles, capacity: int, window: tuple[float, float]) -> dict[str, float]:
@@ -139,7 +171,20 @@ def _one(args):
     easy = simulate(scenario=sc, jobs=jobs, policy=policies.make("slurm-easy"), name="slurm-easy")
     util = metrics.utilisation(res.busy_gpu_s, res.capacity, res.window)
     easy_util = metrics.utilisation(easy.busy_gpu_s, easy.capacity, easy.window)
-    return sc.name, load, seed, util, easy_util, shares
+    nominal: dict[tuple[str, str], int] = defaultdict(int)
+    for name, dept in sc.departments.items():
+        for flavor, q in dept.quotas.items():
+            nominal[(name, flavor)] += q.nominal
+    large = {s.id for s in jobs if s.total_gpus > nominal[(s.department, s.flavor)]}
+    return sc.name, load, seed, util, easy_util, shares, (
+        wait_shares(rec.waits), _first_wait(res, large), _first_wait(easy, large)
+    )
+
+
+def _first_wait(res, ids: set[int]) -> float:
+    """The average first wait (submission to first start) of the jobs ``ids`` that started."""
+    waits = [r.first_start - r.spec.submit for r in res.jobs if r.spec.id in ids and r.first_start is not None]
+    return sum(waits) / len(waits) if waits else float("nan")
 
 
 def main(argv=None) -> int:
@@ -164,8 +209,8 @@ def main(argv=None) -> int:
     with multiprocessing.Pool(max(1, args.workers)) as pool:
         rows = pool.map(_one, tasks)
     groups: dict[tuple[str, float], list] = defaultdict(list)
-    for name, load, _seed, util, easy_util, shares in rows:
-        groups[(name, load)].append((util, easy_util, shares))
+    for name, load, _seed, util, easy_util, shares, large in rows:
+        groups[(name, load)].append((util, easy_util, shares, large))
     header = ["scenario", "load", "util", "Slurm-EASY util", *CLASSES]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -175,7 +220,17 @@ def main(argv=None) -> int:
         easy = sum(v[1] for v in vals) / n
         cells = [f"{100 * sum(v[2][c] for v in vals) / n:.1f}%" for c in CLASSES]
         print(f"| {name} | {load} | {util:.3f} | {easy:.3f} | " + " | ".join(cells) + " |")
-    print(f"\n(seed averages of {len(seeds)}; shares of the arrival window's GPU-time)")
+    print(f"\n(seed averages of {len(seeds)}; shares of the arrival window's GPU-time)\n")
+    header = ["scenario", "load", *(f"{c}" for c in WAIT_CLASSES), "wait (portal)", "wait (Slurm-EASY)"]
+    print("Jobs larger than their department's nominal quota: shares of their waiting time\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for (name, load), vals in sorted(groups.items()):
+        n = len(vals)
+        cells = [f"{100 * sum(v[3][0][c] for v in vals) / n:.0f}%" for c in WAIT_CLASSES]
+        portal = sum(v[3][1] for v in vals) / n / 3600
+        easy = sum(v[3][2] for v in vals) / n / 3600
+        print(f"| {name} | {load} | " + " | ".join(cells) + f" | {portal:.1f} h | {easy:.1f} h |")
     return 0
 
 

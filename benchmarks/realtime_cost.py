@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduling.sim import metrics, policies  # noqa: E402
-from scheduling.sim.jobs import prepare  # noqa: E402
-from scheduling.sim.scenario import load_scenario  # noqa: E402
-from scheduling.sim.simulator import simulate  # noqa: E402
+from simulator import metrics, policies  # noqa: E402
+from simulator.jobs import prepare  # noqa: E402
+from simulator.scenario import load_scenario  # noqa: E402
+from simulator.simulator import simulate  # noqa: E402
 
 POLICIES = ("portal", "slurm-easy", "fcfs")
 

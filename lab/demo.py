@@ -5,28 +5,32 @@ The lab itself (departments, members, flavors, the cluster, quotas, prices, budg
 walk-through template of docs/workloads.md) comes from the shipped lab file ``lab/fixtures/demo-lab.yaml``,
 applied like ``manage.py lab apply``; the second cluster and the W&B secret (whose value a lab file never
 holds) are added through the same services the API and the lab pages call (``add_cloud_cluster``,
-``add_wandb_secret``), and the passwords and the sample jobs are the demo's own."""
+``add_wandb_secret``), and the passwords, the sample jobs and the week of finished jobs before them (for the
+policy tuner to replay, ``_demo_history``) are the demo's own."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from lab.services.labfile import apply_lab
 from portal.models import Department, Role
 from quotas.models import Flavor
 from quotas.services import flavors, pricing
 from quotas.services.rules import quota_create
-from scheduling.models import Cluster, Job
+from scheduling.models import Cluster, Job, JobRole, JobState
 from scheduling.services import cluster_config
-from scheduling.services.jobs import job_submit
+from scheduling.services.jobs import job_roles, job_submit
 from scheduling.services.session_images import session_image_set
 from workloads.services import secrets as secret_services
 
@@ -56,15 +60,62 @@ def seed(*, jobs: bool = True) -> dict[str, str]:
         if not Department.objects.exists():
             apply_lab(LAB_FILE.read_text())
             add_cloud_cluster()
+            add_cpu_pool()
+            add_shared_gpus()
             add_wandb_secret()
             add_session_images()
         creds = _passwords()
         a100 = Flavor.objects.get(name="a100-80gb")
         h100 = Flavor.objects.filter(name="h100").first()
     if jobs and not Job.objects.exists():
+        _demo_history(a100)
         _demo_session()  # first: realtime, it starts at the first cycle
         _demo_jobs(a100, h100)
     return creds
+
+
+HISTORY_PREFIX = "week-"
+HISTORY_JOBS = 180
+# (tier, urgency, weight), (GPUs per pod, pods, weight): a week of the demo lab's A100 work, about 0.6 of the
+# campus cluster's 8 GPUs offered
+HISTORY_KINDS = [("elastic", "normal", 50), ("elastic", "high", 10), ("elastic", "critical", 3),
+                 ("backfill", "low", 17), ("realtime", "normal", 12), ("realtime", "critical", 8)]
+HISTORY_SHAPES = [(1, 1, 40), (2, 1, 30), (4, 1, 20), (4, 2, 10)]
+
+
+def _demo_history(a100: Flavor) -> None:
+    """The week before the demo started, finished jobs of every member on the A100s: what the policy tuner
+    replays (docs/policy-tuning.md) and the usage pages read. Deterministic (a seeded generator); waits as a
+    lab at that load sees them (realtime work within minutes, most of it; the rest from minutes to hours). Rows
+    are written in one go, with their one role each, like ``seed_scale``'s: a record of the past, not jobs the
+    portal ran (no attempts, no ledger)."""
+    rng = random.Random(48)
+    User = get_user_model()
+    members = [(User.objects.get(username=u), Department.objects.get(slug=d), tier) for u, d, _, tier in USERS
+               if d != "platform"]
+    now = timezone.now()
+    jobs = []
+    for i in range(HISTORY_JOBS):
+        owner, dept, user_tier = rng.choice(members)
+        tier, urgency = _weighted(rng, HISTORY_KINDS)
+        gpus, pods = _weighted(rng, HISTORY_SHAPES)
+        runtime = min(6 * 3600, max(300, int(rng.expovariate(1 / (1800 if tier == "realtime" else 5400)))))
+        submitted = now - timedelta(days=7) + timedelta(seconds=rng.randint(0, 7 * 86400 - 8 * 3600))
+        mean_wait = {"realtime": 90, "elastic": 1800 if urgency == "normal" else 600}.get(tier, 5400)
+        started = submitted + timedelta(seconds=min(7200, int(rng.expovariate(1 / mean_wait))))
+        jobs.append(Job(
+            owner=owner, department=dept, name=f"{HISTORY_PREFIX}{i:03d}", image="nvcr.io/nvidia/pytorch:24.05-py3",
+            command=["python", "train.py"], flavor=a100, gpus_per_pod=gpus, pods=pods, tier=tier, urgency=urgency,
+            user_tier=user_tier, max_runtime_s=int(runtime * 1.5 // 600 + 1) * 600, state=JobState.SUCCEEDED,
+            submitted_at=submitted, queued_at=submitted, admitted_at=started, started_at=started,
+            finished_at=started + timedelta(seconds=runtime), exit_code=0))
+    Job.objects.bulk_create(jobs)
+    JobRole.objects.bulk_create([r for j in jobs for r in job_roles(j, None)])
+
+
+def _weighted(rng, table):
+    *values, _ = rng.choices(table, weights=[row[-1] for row in table])[0]
+    return values
 
 
 def _passwords() -> dict[str, str]:
@@ -104,6 +155,37 @@ def add_cloud_cluster() -> None:
                      borrowing_limit=2)
     for tier, rate in (("realtime", 6000), ("elastic", 2000), ("backfill", 800)):
         pricing.price_set(flavor=h100, tier=tier, per_gpu_hour=rate, actor=None)
+
+
+def add_cpu_pool() -> None:
+    """The campus cluster's CPU pool (docs/workloads.md, "Shapes"): flavor ``cpu``, two nodes of 32 cores and
+    128 GiB, for CPU-only steps and data workers; vision and nlp may use 24 cores each (up to 40 borrowing) and
+    96 GiB each. Declared here rather than in the lab file, which does not describe CPU pools yet."""
+    cpu = flavors.flavor_create(actor=None, name="cpu", kind="cpu", resource_name="cpu", node_labels={"pool": "cpu"},
+                                description="CPU pool: preprocessing, evaluation, data workers")
+    cluster_config.node_group_set(cluster=Cluster.objects.get(is_default=True), actor=None, name="sim-cpu",
+                                  flavor=cpu, nodes=2, gpus_per_node=0, cpu_millicores=32_000, memory_mib=128 * 1024)
+    for slug in ("vision", "nlp"):
+        dept = Department.objects.get(slug=slug)
+        quota_create(department=dept, flavor=cpu, actor=None, resource="cpu", nominal=24, borrowing_limit=16)
+        quota_create(department=dept, flavor=cpu, actor=None, resource="memory", nominal=96, borrowing_limit=64)
+
+
+def add_shared_gpus() -> None:
+    """A flavor whose GPUs notebooks share (docs/fractions.md): ``a100-shared``, one simulated node of two A100s
+    shared through HAMi (memory and compute shares), with prices as the whole A100's; vision and nlp may use one
+    GPU's worth of fractions each (two borrowing). Declared here, as the CPU pool, so that the lab file's own
+    examples keep one GPU flavor."""
+    shared = flavors.flavor_create(actor=None, name="a100-shared", resource_name="nvidia.com/gpu",
+                                   node_labels={"gpu-type": "a100-shared"}, gpu_memory_gib=80, sharing="hami",
+                                   description="A100 80GB shared between notebooks (HAMi)")
+    cluster_config.node_group_set(cluster=Cluster.objects.get(is_default=True), actor=None, name="sim-shared",
+                                  flavor=shared, nodes=1, gpus_per_node=2)
+    for slug in ("vision", "nlp"):
+        quota_create(department=Department.objects.get(slug=slug), flavor=shared, actor=None, nominal=1,
+                     borrowing_limit=1)
+    for tier, price in (("realtime", 3000), ("elastic", 1000), ("backfill", 400)):
+        pricing.price_set(flavor=shared, tier=tier, per_gpu_hour=price, actor=None)
 
 
 # A harmless stand-in that no W&B server accepts; export DEMO_WANDB_API_KEY before ``manage.py demo`` to use

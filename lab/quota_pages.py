@@ -147,15 +147,29 @@ def quota(request, slug: str):
     link = None
     if values.get("flavor") and values.get("nominal"):
         link = whatif_link(slug, values["flavor"], values, values.get("cluster") or None)
-    capacity = {f.name: rules.flavor_capacity(f) for f in flavors}
+    room = quota_room(dept, [f for f in flavors if not f.is_cpu], clusters)
     # each flavor's global quota (all clusters), then the department's quotas of it on one cluster
     per_cluster = sorted((key, q) for key, q in current.items() if key[1])  # keys are unique: q never compared
     rows = []
     for f in flavors:
-        rows.append((f, "", current.get((f.name, "")), capacity[f.name]))
-        rows += [(f, c, q, rules.flavor_capacity(f, q.cluster)) for (name, c), q in per_cluster if name == f.name]
+        rows.append((f, "", current.get((f.name, "")), room.get(f.name)))
+        rows += [(f, c, q, room.get(f"{name}@{c}")) for (name, c), q in per_cluster if name == f.name]
     in_force = {f"{name}@{c}" if c else name: quota_values(q) for (name, c), q in current.items()}
+    scope = values.get("flavor", "") + (f"@{values['cluster']}" if values.get("cluster") else "")
     return render_form(request, "lab/quota.html", {
         "membership": m, "department": dept, "flavors": flavors, "clusters": clusters, "current": current,
-        "values": values, "capacity": capacity, "whatif": link, "rows": rows, "in_force": in_force,
-        "several_clusters": len(clusters) > 1}, errors)
+        "values": values, "whatif": link, "rows": rows, "in_force": in_force, "room": room,
+        "chosen_room": room.get(scope), "several_clusters": len(clusters) > 1}, errors)
+
+
+def quota_room(dept: Department, flavors: list, clusters: list) -> dict[str, dict]:
+    """For each scope (``flavor``, ``flavor@cluster``): its installed GPUs, the nominal quotas the other
+    departments hold there, and what is left for ``dept``'s nominal quota, which a request above it is refused
+    for (unless it asks to oversubscribe)."""
+    room = {}
+    for f in flavors:
+        for c in [None, *clusters]:
+            capacity, others = rules.nominal_room(flavor=f, cluster=c, department=dept)
+            room[f.name + (f"@{c.name}" if c else "")] = {"capacity": capacity, "others": others,
+                                                          "left": max(capacity - others, 0)}
+    return room

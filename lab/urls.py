@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from lab import limit_pages, quota_pages, views, workload_pages
+from lab import limit_pages, quota_pages, team_pages, views, workload_pages
 
 app_name = "lab"
 
@@ -16,6 +16,7 @@ urlpatterns = [
     path("departments/<slug:slug>/restore", views.restore, name="restore"),
     path("departments/<slug:slug>/quota", quota_pages.quota, name="quota"),
     path("departments/<slug:slug>/limits", limit_pages.limits, name="limits"),
+    path("departments/<slug:slug>/teams", team_pages.teams, name="teams"),
     path("quota-requests/", views.quota_requests, name="quota_requests"),
     path("quota-requests/<int:pk>/approve", views.quota_request_approve, name="quota_request_approve"),
     path("quota-requests/<int:pk>/reject", views.quota_request_reject, name="quota_request_reject"),

@@ -349,6 +349,17 @@ def clusters(request):
                 messages.success(request, f"Cluster {c.name} created.")
 
             errors = submit_form(ClusterCreateSerializer, payload, apply, pre)
+        elif request.POST.get("action") == "topology":  # the node label keys of its network levels
+            cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
+            if cluster is None:
+                raise NotFound("No such cluster.")
+            levels = [k.strip() for k in request.POST.get("topology_levels", "").split(",") if k.strip()]
+
+            def apply(data):
+                cluster_config.cluster_update(cluster=cluster, actor=request.user, **data)
+                messages.success(request, f"Cluster {cluster.name}'s topology levels saved.")
+
+            errors = submit_form(ClusterUpdateSerializer, {"topology_levels": levels}, apply)
         elif request.POST.get("action") == "state":  # drain, cordon or reopen a cluster
             cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
             if cluster is None:

@@ -176,7 +176,12 @@ def data_sources(request):
             return redirect("lab:data_sources")
     rows = data_sources_for(request.user)
     changeable = set(DataSource.objects.restrict(request.user, CHANGE).values_list("pk", flat=True))
-    clusters = Cluster.objects.order_by("name").values_list("name", flat=True) if may_declare else []
+    # The lab's default cluster comes first and is chosen unless the form says otherwise: every job that mounts
+    # a source runs on the source's cluster, so the alphabetically first one would pin them there unasked.
+    clusters = list(Cluster.objects.order_by("-is_default", "name").values_list("name", "is_default")) \
+        if may_declare else []
+    if may_declare and not values.get("cluster"):
+        values["cluster"] = next((name for name, default in clusters if default), "")
     return render_form(request, "lab/data_sources.html",
                        {"membership": m, "rows": rows, "changeable": changeable, "values": values,
                         "may_declare": may_declare, "clusters": clusters}, errors)

@@ -57,6 +57,17 @@ KINDS: tuple[Kind, ...] = (
          email=True, webhook=True, link="/budgets/approvals/", department_webhook=True),
     Kind("approval.decided", "Approval decided", "the job's owner", _JOB + " was {decision}",
          "{actor} {decision} job {job_id} ({job_name}). {comment}", email=True, webhook=True),
+    # The calendar (scheduling.services.calendar): a maintenance window ahead of a running job, a booking begun.
+    Kind("maintenance.affects_job", "Maintenance affects a running job", "the job's owner",
+         "Job {job_id} ({job_name}) runs on nodes going into maintenance at {start}",
+         "Job {job_id} ({job_name}) runs on {cluster} nodes that go into maintenance ({reason}) from {start} to {end}. "
+         "Its time limit would take it past the start: it is stopped when the nodes are drained then and queued "
+         "again; save a checkpoint before.", email=True, webhook=True),
+    Kind("booking.started", "Booking begun", "a booking's owners (its department's admins for a department's)",
+         "Your booking of {gpus} {flavor} GPUs ({purpose}) has begun",
+         "The {gpus} {flavor} GPUs on {cluster} booked for {purpose} are yours until {end}: your jobs start on "
+         "them first, outside the department's quota, when their time limit ends by then.",
+         email=True, webhook=False, link="/calendar/"),
     Kind("budget.low", "Budget low", "the department's admins",
          "Budget of {department} is low: {balance_credits} left",
          "The balance of {department} fell to {balance_credits}, below the alert threshold of {threshold_credits}. "

@@ -21,3 +21,7 @@ class ObservabilityConfig(AppConfig):
         # Right-sizing answers scheduling's quote and start estimates through its port (scheduling never
         # imports observability).
         ports.register(selectors.RightSizing())
+        # The measured use of each attempt answers the ledger's usage report (its efficiency column) the same way.
+        from quotas import ports as quota_ports
+
+        quota_ports.register_measured(selectors.MeasuredUse())

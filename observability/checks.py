@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, register
 
+from engine.types import TIERS
 from observability.services.idle import unknown_tiers
-from scheduling.core.types import TIERS
 
 PER_TIER_SETTINGS = ("IDLE_GPU_THRESHOLD_PCT", "IDLE_GPU_MINUTES", "IDLE_STOP_GRACE_MINUTES")
 

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
 
 from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
+from observability.services import efficiency, idle
 from observability.services import hints as hint_rules
-from observability.services import idle
 from observability.services.rightsizing import (
     HEADROOM,
     Recommendation,
+    fraction_advice,
+    fraction_fit,
     key_tuple,
     keys_for,
     recommendation_from,
 )
 from portal.tenancy import ADMIN, VIEW
-from scheduling.models import JobEvent, PreemptionVictim
+from scheduling.models import Job, JobEvent, PreemptionVictim
+
+# The tier a recommendation is priced at when the caller names none: a job's default tier.
+DEFAULT_TIER = Job._meta.get_field("tier").default
 
 
 @dataclass
@@ -62,12 +70,13 @@ class RightSizing:
     """Scheduling's ``ports.Sizing``: the recommendation the quote shows, and the predicted run times its
     start estimates use (registered in ``ObservabilityConfig.ready``)."""
 
-    def recommendation(self, *, user, name: str, image: str) -> dict | None:
+    def recommendation(self, *, user, name: str, image: str, flavor=None, tier: str = "") -> dict | None:
         rec = recommendation_for(user=user, name=name, image=image)
         if rec is None:
             return None
         return {"key": rec.key, "runs": rec.runs, "busy_gpus": rec.busy_gpus, "gpus": rec.gpus,
-                "memory_gib": rec.memory_gib, "max_runtime_s": rec.max_runtime_s, "text": rec.text}
+                "memory_gib": rec.memory_gib, "max_runtime_s": rec.max_runtime_s, "text": rec.text,
+                "fraction": recommended_fraction(rec, flavor=flavor, tier=tier)}
 
     def predicted_runtimes(self, jobs) -> dict[int, float]:
         """{job id: its owner's smoothed run time of similar jobs x 1.2} for (job id, owner id, name, image),
@@ -88,5 +97,44 @@ class RightSizing:
         return out
 
 
+def recommended_fraction(rec: Recommendation, *, flavor, tier: str, what: str = "") -> dict | None:
+    """``fraction_advice`` for an owner's history on ``flavor`` (None: no fraction fits, or no shareable flavor)."""
+    fit = fraction_fit(peak_memory_mib=rec.peak_memory_mib, busy_gpus=rec.busy_gpus,
+                       gpus_held=rec.gpus_requested, flavor=flavor)
+    if fit is None:
+        return None
+    return fraction_advice(fit, flavor=flavor, tier=tier or DEFAULT_TIER,
+                           whole_gpus=max(1, round(rec.gpus_requested or 1)), what=what or rec.label)
+
+
 def prediction_outcomes(*, user, limit: int = 200) -> list[PredictionOutcome]:
     return list(PredictionOutcome.objects.restrict(user, ADMIN).select_related("owner", "job")[:limit])
+
+
+def efficiency_rows(*, user, group_by: str = "user", weeks: int = 8, department: str | None = None,
+                    now: datetime | None = None) -> list[dict]:
+    """The efficiency report (``services.efficiency``) of the last ``weeks`` ISO weeks, of the attempts ``user``
+    may see: their department's members' (a platform admin's: every department's)."""
+    now = now or timezone.now()
+    monday = datetime.fromisoformat(efficiency.week_of(now)).replace(tzinfo=UTC)
+    return efficiency.efficiency_report(usages=AttemptUsage.objects.restrict(user, VIEW), group_by=group_by,
+                                        since=monday - timedelta(weeks=weeks - 1), department=department)
+
+
+class MeasuredUse:
+    """quotas' ``MeasuredUse`` port: (held, used) GPU-hours of measured attempts, as the efficiency report
+    counts them (``efficiency.attempt_figures``). One query."""
+
+    def held_and_used(self, attempts) -> dict[tuple[int, int], tuple[float, float]]:
+        wanted = set(attempts)
+        if not wanted:
+            return {}
+        out = {}
+        for job_id, attempt, gpus, samples, step_s, busy, idle_min in AttemptUsage.objects.filter(
+                job_id__in={j for j, _ in wanted}, samples__gt=0).order_by().values_list(
+                "job_id", "attempt", "gpus", "samples", "step_s", "busy_gpus", "idle_minutes"):
+            if (job_id, attempt) in wanted:
+                f = efficiency.attempt_figures(gpus=gpus, samples=samples, step_s=step_s, busy_gpus=busy,
+                                               idle_minutes=idle_min)
+                out[(job_id, attempt)] = (f["held"], f["used"])
+        return out

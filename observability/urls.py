@@ -7,5 +7,6 @@ from observability import views
 app_name = "observability"
 
 urlpatterns = [
+    path("efficiency/", views.efficiency_page, name="efficiency"),
     path("predictions/", views.predictions, name="predictions"),
 ]

@@ -14,9 +14,11 @@ from portal.models import (
     AuditEntry,
     Department,
     ExternalIdentity,
+    Installation,
     Membership,
     MetricValue,
     SsoGroupMapping,
+    Team,
 )
 
 
@@ -51,9 +53,17 @@ class DepartmentAdmin(ReadOnlyAdmin):
     search_fields = ("slug", "name")
 
 
+@admin.register(Team)
+class TeamAdmin(ReadOnlyAdmin):
+    list_display = ("slug", "department", "name", "budget_share_pct", "created_at")
+    list_filter = ("department",)
+    search_fields = ("slug", "name", "department__slug")
+    list_select_related = ("department",)
+
+
 @admin.register(Membership)
 class MembershipAdmin(ReadOnlyAdmin):
-    list_display = ("user", "department", "role", "user_tier")
+    list_display = ("user", "department", "role", "user_tier", "team", "team_admin")
     list_filter = ("role", "user_tier", "department")
     search_fields = ("user__username", "user__email", "department__slug")
     list_select_related = ("user", "department")
@@ -96,3 +106,9 @@ class ExternalIdentityAdmin(ReadOnlyAdmin):
     list_display = ("user", "preferred_username", "issuer", "subject", "last_login_at")
     search_fields = ("user__username", "preferred_username", "subject")
     list_select_related = ("user",)
+
+
+@admin.register(Installation)
+class InstallationAdmin(ReadOnlyAdmin):
+    list_display = ("key", "created_at")
+    search_fields = ("key",)

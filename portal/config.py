@@ -14,9 +14,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A Kubernetes label value (what an installation's identity is written as on the cluster's objects).
+INSTALLATION_ID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
 
 
 class ConfigError(SystemExit):
@@ -66,6 +68,10 @@ SETTINGS: tuple[Setting, ...] = (
             "float"),
     Setting("KUBECONFIG", "", "Path to a kubeconfig; empty: in-cluster configuration."),
     Setting("KUBE_NAMESPACE_TEMPLATE", "gpu-{department}", "Namespace of a department's pods."),
+    Setting("PORTAL_INSTALLATION_ID", "", "This installation's identity on its clusters: every object it writes "
+            "carries it as the label gpu-portal.io/installation, and only its own are taken for its jobs (a "
+            "label value: letters, digits, '-', '_', '.', at most 63). Empty: generated once and kept in the "
+            "database. Two installations sharing a cluster need different ones."),
     Setting("KUBE_QPS", "50", "Kubernetes client requests per second, per process and cluster (kube-scheduler's "
             "own default; the API server's priority and fairness still throttles with 429).", "float"),
     Setting("KUBE_BURST", "100", "Kubernetes client burst, per process and cluster.", "int"),
@@ -79,6 +85,11 @@ SETTINGS: tuple[Setting, ...] = (
             "jobs.", "int"),
     Setting("WHATIF_TIME_LIMIT_S", "20", "What-if: give up after this many seconds for both replays (keep it "
             "under the web server's request timeout).", "float"),
+    Setting("POLICY_TUNER_INTERVAL_S", "86400", "Seconds between runs of the policy tuner (Celery beat), which "
+            "replays the last week under policy changes and proposes the best one to the platform admins "
+            "(docs/policy-tuning.md); 0: only on demand.", "float"),
+    Setting("POLICY_TUNER_TIME_LIMIT_S", "600", "Policy tuner: give up a run after this many seconds of replays "
+            "(the run is kept as failed, with the reason).", "float"),
     Setting("LAB_FILE_MAX_KB", "1024", "manage.py lab apply: refuse a lab file larger than this many KiB.", "int"),
     Setting("QUOTE_ESTIMATE_MAX_JOBS", "20000", "Quote: skip the start estimate (one engine run over a copy of the "
             "queue) when more jobs than this are active or waiting.", "int"),
@@ -86,6 +97,11 @@ SETTINGS: tuple[Setting, ...] = (
             "int"),
     Setting("LOG_RETENTION_DAYS", "30", "Job logs: delete kept logs this many days after their attempt ended.",
             "int"),
+    Setting("POD_RESTART_LIMIT", "5", "Roles with failure_policy restart-pod: how many times an attempt's failed "
+            "pods are replaced alone; one more failure ends the attempt as any pod's would.", "int"),
+    Setting("POD_RESTART_BACKOFF_S", "10", "Roles with failure_policy restart-pod: seconds before a pod that "
+            "failed again after its replacement is replaced again, doubled each time, at most 5 minutes; the "
+            "first failure is replaced at once.", "int"),
     Setting("CHECKPOINT_RETENTION_DAYS", "14", "Checkpoints: delete a job's checkpoint directory this many days "
             "after the job ended.", "int"),
     Setting("CHECKPOINT_CLEANUP_IMAGE", "busybox:1.36", "Checkpoints: the image of the restricted pod that "
@@ -132,10 +148,27 @@ SETTINGS: tuple[Setting, ...] = (
             "on the page) this many minutes before the lifetime ends.", "float"),
     Setting("SESSION_IDLE_MINUTES", "60", "Sessions: stop a session whose GPUs stayed idle and that no client "
             "reached for this many minutes (0: never).", "float"),
-    Setting("SESSION_URL", "http://127.0.0.1:8001", "Sessions and services: the address (scheme://host[:port]) "
-            "their routes are served under, /s/<job id>/ (the demo's session proxy, or the ingress's host)."),
+    Setting("SESSION_DEFAULT_GPU_FRACTION", "", "Sessions: a new session on a GPU type that shares its GPUs, asking "
+            "for no fraction of its own and at most one GPU, gets this share of a GPU (a number above 0 and below "
+            "1, e.g. 0.25: HAMi memory = share x the GPU's memory, rounded to a whole GiB; replicas: those that "
+            "cover the share). Empty: sessions take whole GPUs unless they ask for a fraction."),
+    Setting("SESSION_DOMAIN", "sessions.localhost", "Sessions and services: the wildcard domain their hosts are "
+            "made under, one origin each: job 42's route is s42.<SESSION_DOMAIN>. A DNS name (not an address), "
+            "neither the portal's host nor one above it; its wildcard record and certificate are the operator's "
+            "(docs/operations.md). Browsers resolve *.localhost to loopback, so the default needs no DNS."),
+    Setting("SESSION_PORT", "8001", "Sessions and services: the port in their routes' URLs (the demo's session "
+            "proxy); empty behind an ingress on the scheme's own port (80, or 443 with SECURE_SSL)."),
     Setting("SESSION_INGRESS_CLASS", "", "Kubernetes: the IngressClass of the sessions' and services' Ingresses "
             "(nginx-ingress forward-auth annotations). Empty: no Ingress, only the Service."),
+    Setting("SESSION_TLS_SECRET", "", "Kubernetes: the Secret (type kubernetes.io/tls, in every department's "
+            "namespace) of the wildcard certificate for *.<SESSION_DOMAIN>, named in each route's Ingress. Empty: "
+            "no tls section (the ingress controller's default certificate, or plain HTTP)."),
+    Setting("SESSION_PORTAL_SERVICE", "", "Kubernetes: a Service in every department's namespace that reaches the "
+            "portal (e.g. ExternalName portal-web.gpu-portal.svc.cluster.local, port named http), for each route's "
+            "/s/<id>/_portal/ path. Empty: the operator routes those paths to the portal."),
+    Setting("SESSION_INGRESS_STRIP", "true", "Kubernetes: each route's Ingress carries a configuration-snippet "
+            "that removes the route's cookie and the Authorization header before the app (ingress-nginx must "
+            "allow snippet annotations). false: the app receives them (each good for its own route only).", "bool"),
     Setting("SESSION_AUTH_URL", "", "Kubernetes: the portal's forward-auth address as the ingress controller "
             "reaches it, e.g. http://portal-web.gpu-portal.svc:8000 (empty: PORTAL_URL)."),
     Setting("LOG_LEVEL", "INFO", "Log level.", "choice", ("DEBUG", "INFO", "WARNING", "ERROR")),
@@ -224,6 +257,8 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("LOG_KEEP_KB and LOG_RETENTION_DAYS must be positive.")
         if int(values["LAB_FILE_MAX_KB"]) <= 0:
             problems.append("LAB_FILE_MAX_KB must be positive.")
+        if int(values["POD_RESTART_LIMIT"]) < 0 or int(values["POD_RESTART_BACKOFF_S"]) < 0:
+            problems.append("POD_RESTART_LIMIT and POD_RESTART_BACKOFF_S must be 0 or more.")
         if min(int(values["CHECKPOINT_RETENTION_DAYS"]), int(values["SHM_DEFAULT_MB"]),
                int(values["SHM_MAX_MB"])) <= 0:
             problems.append("CHECKPOINT_RETENTION_DAYS, SHM_DEFAULT_MB and SHM_MAX_MB must be positive.")
@@ -231,6 +266,9 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
             problems.append("ADMIT_CONCURRENCY and KUBE_CONNECTIONS must be positive.")
         if int(values["WHATIF_MAX_JOBS"]) <= 0 or float(values["WHATIF_TIME_LIMIT_S"]) <= 0:
             problems.append("WHATIF_MAX_JOBS and WHATIF_TIME_LIMIT_S must be positive.")
+        if float(values["POLICY_TUNER_INTERVAL_S"]) < 0 or float(values["POLICY_TUNER_TIME_LIMIT_S"]) <= 0:
+            problems.append("POLICY_TUNER_INTERVAL_S must not be negative and POLICY_TUNER_TIME_LIMIT_S must be "
+                            "positive.")
         if (float(values["PROMETHEUS_TIMEOUT_S"]) <= 0 or float(values["GPU_USAGE_INTERVAL_S"]) <= 0
                 or int(values["GPU_USAGE_STEP_S"]) <= 0):
             problems.append("PROMETHEUS_TIMEOUT_S, GPU_USAGE_INTERVAL_S and GPU_USAGE_STEP_S must be positive.")
@@ -246,8 +284,14 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
                             "remembered for the whole month, so it is not reported twice.")
         if urlparse(str(values["PORTAL_URL"])).scheme not in {"http", "https"}:
             problems.append("PORTAL_URL must be an http:// or https:// URL.")
+        problems.extend(session_domain_problems(str(values["SESSION_DOMAIN"]), str(values["SESSION_PORT"]),
+                                                str(values["PORTAL_URL"]), bool(values["SECURE_SSL"])))
+        problems.extend(session_fraction_problems(str(values["SESSION_DEFAULT_GPU_FRACTION"])))
         if "{department}" not in str(values["KUBE_NAMESPACE_TEMPLATE"]):
             problems.append("KUBE_NAMESPACE_TEMPLATE must contain {department}.")
+        if values["PORTAL_INSTALLATION_ID"] and not INSTALLATION_ID.fullmatch(str(values["PORTAL_INSTALLATION_ID"])):
+            problems.append("PORTAL_INSTALLATION_ID must be a Kubernetes label value: 1-63 letters, digits, '-', "
+                            "'_' or '.', beginning and ending with a letter or digit.")
         if values["OIDC_RP_CLIENT_ID"]:
             missing = [n for n in ("OIDC_OP_AUTHORIZATION_ENDPOINT", "OIDC_OP_TOKEN_ENDPOINT",
                                    "OIDC_OP_USER_ENDPOINT", "OIDC_OP_ISSUER") if not values[n]]
@@ -261,6 +305,48 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
     if problems:
         raise ConfigError(problems)
     return values
+
+
+_DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+
+
+def session_domain_problems(domain: str, port: str, portal_url: str, secure: bool) -> list[str]:
+    """What is wrong with the sessions' wildcard domain: each session's host must be an origin of its own,
+    whose cookies never reach the portal and whose pages cannot plant one there."""
+    labels = domain.lower().split(".")
+    if not domain or domain != domain.lower() or not all(_DNS_LABEL.match(label) for label in labels) \
+            or labels[-1].isdigit():
+        return [f"SESSION_DOMAIN must be a lower-case DNS name such as sessions.lab.example, got {domain!r}."]
+    problems = []
+    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        problems.append(f"SESSION_PORT must be a port number (1-65535) or empty, got {port!r}.")
+    portal_host = (urlparse(portal_url).hostname or "").lower()
+    if portal_host == domain or portal_host.endswith("." + domain):
+        problems.append(f"SESSION_DOMAIN ({domain}) must not hold the portal's host ({portal_host}): a session "
+                        "would share its cookies.")
+    elif domain.endswith("." + portal_host) and not secure:
+        problems.append(f"SESSION_DOMAIN ({domain}) lies below the portal's host ({portal_host}): without TLS "
+                        "(SECURE_SSL, whose __Host- cookies a sub-domain cannot overwrite) a session's page could "
+                        "plant cookies in the portal. Use a domain apart from the portal's, or TLS.")
+    return problems
+
+
+def session_fraction(raw: str) -> float | None:
+    """SESSION_DEFAULT_GPU_FRACTION as a share of a GPU (None: off); assumes it passed the checks."""
+    return float(raw) if raw.strip() else None
+
+
+def session_fraction_problems(raw: str) -> list[str]:
+    if not raw.strip():
+        return []
+    try:
+        share = float(raw)
+    except ValueError:
+        share = float("nan")
+    if not 0 < share < 1:  # also refuses nan and inf
+        return [f"SESSION_DEFAULT_GPU_FRACTION={raw!r} must be a share of one GPU above 0 and below 1 "
+                "(e.g. 0.25), or empty (off)."]
+    return []
 
 
 def group_map(raw: str) -> list[dict]:
@@ -384,12 +470,46 @@ def webhook_allow(raw: str) -> EgressAllow:
 _HOST_NAME = re.compile(r"(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*")
 
 
+MASK = "***"
+# A URL's query parameters that carry a credential (``?password=``, ``?token=``, ``?access_key=`` ...).
+_SECRET_PARAM = re.compile(r"pass|secret|token|key|auth|credential|signature", re.I)
+
+
+def mask_url(value: str) -> str:
+    """A URL as an operator may read it: its password (``user:***@host``) and any credential in its query
+    masked, the rest as it is (which server, which database, which port), so a wrong host shows."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - a malformed port raises here, and then nothing of it is shown
+    except ValueError:
+        return MASK
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, host = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:{MASK}@{host}"
+    query = "&".join(f"{k}={MASK}" if _SECRET_PARAM.search(k) else f"{k}={v}" if v or "=" in pair else k
+                     for pair in parts.query.split("&") if pair
+                     for k, _, v in [pair.partition("=")])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def shown_value(setting: Setting, value: str) -> str:
+    """How ``manage.py config`` shows a setting: a URL with its credentials masked (a broker's or a database's
+    host is worth seeing, its password never), any other secret (keys, client secrets, passwords) masked whole."""
+    if not value:
+        return value
+    if setting.kind == "url" or (not setting.secret and "://" in value):
+        # every URL, flagged secret or not: a Prometheus or an auth URL may carry a password too
+        return mask_url(value)
+    return MASK if setting.secret else value  # (a key that happens to hold "://" stays masked whole)
+
+
 def describe(values: dict[str, object]) -> list[tuple[str, str, str]]:
     rows = []
     for s in SETTINGS:
         v = values.get(s.name, "")
         if isinstance(v, dict):
             v = ",".join(f"{k}={n:g}" if k != "*" else f"{n:g}" for k, n in v.items())
-        shown = "***" if s.secret and v else str(v)
-        rows.append((s.name, shown, s.help))
+        rows.append((s.name, shown_value(s, str(v)), s.help))
     return rows

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 
-bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000")
+# Loopback by default: a host's portal is reached through its TLS proxy, never on every interface before one
+# exists. The container image sets 0.0.0.0:8000 (the pod's network is its own).
+bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("GUNICORN_WORKERS", "3"))
 accesslog = "-"
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", "/tmp/portal-metrics")  # noqa: S108 - per-container tmpfs

@@ -38,6 +38,11 @@ LEDGER_DRIFTING = "portal_ledger_drifting_wallets"
 LEDGER_DRIFT = "portal_ledger_drift_mcr"
 FAIR_USE_RATIO = "portal_fair_share_use_ratio"
 FAIR_FACTOR = "portal_fair_share_factor"
+# The same, of each team's account inside its department (``engine.teams``): labels department and team
+# (bounded: teams are made by department admins, a handful per department). Series of their own, so that the
+# departments' series (and what is computed from them) stay the departments' alone.
+TEAM_FAIR_USE_RATIO = "portal_team_fair_share_use_ratio"
+TEAM_FAIR_FACTOR = "portal_team_fair_share_factor"
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -180,8 +185,12 @@ def observe_cycle(outcome, *, result, at: float, fair: Mapping[str, tuple[float,
     _upsert(CYCLE_DURATION.rows([({}, outcome.total_ms / 1000)])
             + DECIDE_DURATION.rows([({}, outcome.decide_ms / 1000)])
             + [(PREEMPTIONS, _labels({"reason": r}), float(n)) for r, n in victims.items()], grow=True)
-    standing = [(name, _labels({"department": d}), float(pair[i])) for d, pair in sorted((fair or {}).items())
-                for i, name in enumerate((FAIR_USE_RATIO, FAIR_FACTOR))]
+    standing = []
+    for account, pair in sorted((fair or {}).items()):
+        department, _, team = account.partition("/")
+        names = (TEAM_FAIR_USE_RATIO, TEAM_FAIR_FACTOR) if team else (FAIR_USE_RATIO, FAIR_FACTOR)
+        labels = _labels({"department": department, "team": team} if team else {"department": department})
+        standing += [(name, labels, float(pair[i])) for i, name in enumerate(names)]
     _upsert([(CYCLE_LAST_RUN, "", at), *standing], grow=False)
 
 

@@ -7,8 +7,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import JsonResponse
+from django.http import HttpResponseNotFound, JsonResponse
 
+from portal import session_hosts
 from portal.errors import error_body
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -63,6 +64,30 @@ class HostileInputMiddleware:
         return self.get_response(request)
 
 
+ROUTE_PORTAL_PATH = re.compile(r"^/s/(?P<id>[0-9]{1,18})/_portal/")
+
+
+class SessionHosts:
+    """A request on a session's host (``s<id>.<SESSION_DOMAIN>``) reaches the portal for that route's own
+    ``/s/<id>/_portal/`` paths alone (the connect code's exchange, which sets the route's cookie on that host):
+    no page, form or API of the portal answers on a session's origin, where an app's scripts run."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        host = request.META.get("HTTP_HOST", "")
+        domain = settings.SESSION_DOMAIN
+        if session_hosts.on_session_domain(host, domain):
+            match = ROUTE_PORTAL_PATH.match(request.path_info)
+            if match is None or session_hosts.job_of_host(host, domain) != int(match["id"]):
+                return HttpResponseNotFound("No such session.\n", content_type="text/plain")
+        elif ROUTE_PORTAL_PATH.match(request.path_info):
+            # the route's cookie belongs on the route's host: set on the portal's, it would serve nothing
+            return HttpResponseNotFound("No such session.\n", content_type="text/plain")
+        return self.get_response(request)
+
+
 # No page of the portal loads anything from another origin (no CDN: labs are often air-gapped) or runs inline
 # code, so the policy can be strict: an injected <script> or inline handler does not run, and a page cannot
 # be framed. The API docs are the one exception: Redoc starts from an inline script and both UIs set inline
@@ -87,7 +112,7 @@ class ContentSecurityPolicyMiddleware:
         policy = CSP_API_DOCS if request.path.startswith(API_DOCS) else CSP
         # Form answers that redirect elsewhere, which form-action governs: Log out to single sign-on's
         # end-session, and, on a job's page alone (where its Connect form is), a session's Connect to its route
-        # (SESSION_URL, docs/sessions.md): every other page keeps its forms on this origin.
+        # (a host under SESSION_DOMAIN, docs/sessions.md): every other page keeps its forms on this origin.
         sessions = _sessions_origin() if JOB_PAGE.match(request.path) else ""
         origins = " ".join(o for o in (_logout_origin(), sessions) if o)
         if origins:
@@ -97,8 +122,9 @@ class ContentSecurityPolicyMiddleware:
 
 
 def _sessions_origin() -> str:
-    parts = urlsplit(settings.SESSION_URL)
-    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
+    scheme = "https" if settings.SESSION_COOKIE_SECURE else "http"
+    port = f":{settings.SESSION_PORT}" if settings.SESSION_PORT else ""
+    return f"{scheme}://*.{settings.SESSION_DOMAIN}{port}"
 
 
 def _logout_origin() -> str:

@@ -75,6 +75,37 @@ class Department(models.Model):
         return self.archived_at is not None
 
 
+class TeamQuerySet(TenantQuerySet):
+    """Members see their department's teams (pages show a researcher their own); its admins create and change
+    them (a team's admins change only its quota limits, ``quotas.services.teams``)."""
+
+
+class Team(models.Model):
+    """A group inside a department (a professor's group, a project): one level, no teams of teams. Its members
+    draw on its split of the department's quota (``quotas.TeamQuota``); members of no team on the department's
+    unassigned share. ``budget_share_pct``: the share of the department's credits its jobs may hold at once
+    (null: no share of its own, the department's budget alone)."""
+
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="teams")
+    slug = models.CharField(max_length=40, validators=[SLUG])
+    name = models.CharField(max_length=120, blank=True)
+    budget_share_pct = models.PositiveSmallIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TeamQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["department__slug", "slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["department", "slug"], name="team_unique_department_slug"),
+            models.CheckConstraint(condition=models.Q(budget_share_pct__isnull=True)
+                                   | models.Q(budget_share_pct__lte=100), name="team_budget_share_percent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.department.slug}/{self.slug}"
+
+
 class Role(models.TextChoices):
     RESEARCHER = "researcher", "Researcher"
     DEPARTMENT_ADMIN = "department_admin", "Department admin"
@@ -100,11 +131,21 @@ class Membership(models.Model):
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="members")
     role = models.CharField(max_length=20, choices=Role.choices, default=Role.RESEARCHER)
     user_tier = models.CharField(max_length=20, choices=UserTier.choices, default=UserTier.STANDARD)
+    # The member's team inside their department (null: none; their jobs draw on the unassigned share), and
+    # whether they are one of its admins (its borrowing and lending limits and its jobs' approvals, nothing else).
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="members")
+    # db_default too: rows written without the column (code of an earlier release during a rolling update, a
+    # migration test's historical models) still read as no team admin
+    team_admin = models.BooleanField(default=False, db_default=False)
 
     objects = MembershipQuerySet.as_manager()
 
     class Meta:
         ordering = ["department__slug", "user__username"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(team_admin=False) | models.Q(team__isnull=False),
+                                   name="membership_team_admin_has_team"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.department} ({self.role})"
@@ -320,3 +361,15 @@ class MetricValue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}{{{self.labels}}} {self.value}"
+
+
+class Installation(models.Model):
+    """This installation's identity on the clusters it shares (one row, generated on first use when the operator
+    sets none): every object the portal writes there carries it, and only objects that carry it are its own
+    (``portal.installation``)."""
+
+    key = models.CharField(max_length=63, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.key

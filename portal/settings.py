@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "portal.middleware.ProbeMiddleware",  # /healthz, /readyz: answered whatever the Host header says
     "portal.middleware.HostileInputMiddleware",  # NUL characters, oversized bodies: a JSON 400 at the door
+    "portal.middleware.SessionHosts",  # a session's host reaches its route's /_portal/ paths, nothing else
     "django.middleware.security.SecurityMiddleware",
     "portal.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -72,6 +73,7 @@ MIDDLEWARE = [
     "portal.sso.SessionRefresh",  # single sign-on sessions re-checked at the provider (off without SSO)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "portal.lockout.DeviceCookieMiddleware",  # a browser that has just signed in gets its device cookie
     "axes.middleware.AxesMiddleware",  # turns a lockout into the response of portal.lockout
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
@@ -170,6 +172,13 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_ROUTES = {
     "scheduling.cycle.*": {"queue": "cycle"},
+    # Starting admitted jobs' pods has a queue of its own, which every pod worker reads first: an admitted job
+    # holds its GPUs and its department's quota until its pods start, and behind the clean-up of ended attempts
+    # (a remove and a copy of the log per attempt, thousands after a busy hour) starts waited minutes in one
+    # first-in first-out queue while the queue behind them could not use the GPUs. Exact names are matched
+    # before the pattern below.
+    "scheduling.pods.admit": {"queue": "starts"},
+    "scheduling.pods.admit_many": {"queue": "starts"},
     "scheduling.pods.*": {"queue": "pods"},
     # Delivery (e-mail, webhooks: network waits of seconds) on its own queue, so that a burst of notifications
     # never sits in front of the pod work that starts admitted jobs; run it on its own worker to scale it apart.
@@ -204,7 +213,14 @@ CELERY_BEAT_SCHEDULE = {
     "notifications-cleanup": {"task": "notifications.cleanup", "schedule": 3600.0},
     # sessions and services about to reach their lifetime: warned once, SESSION_END_WARNING_MINUTES ahead
     "scheduling-sessions-warn": {"task": "scheduling.sessions.warn_ending", "schedule": 60.0},
+    # the calendar's notices: running jobs a maintenance window ahead affects, bookings that began (once each)
+    "scheduling-calendar-notify": {"task": "scheduling.calendar.notify", "schedule": 60.0},
 }
+# the policy tuner (scheduling.services.tuning): daily by default, off at 0 (on demand only)
+if float(ENV["POLICY_TUNER_INTERVAL_S"]) > 0:
+    CELERY_BEAT_SCHEDULE["scheduling-policy-tuner"] = {
+        "task": "scheduling.tuning.run", "schedule": float(ENV["POLICY_TUNER_INTERVAL_S"]),
+        "options": {"expires": float(ENV["POLICY_TUNER_INTERVAL_S"])}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Beat writes its schedule file after every task it sends: the file's age is beat's liveness (portal.heartbeat).
 CELERY_BEAT_SYNC_EVERY = 1
@@ -218,6 +234,7 @@ SIM_SPEEDUP = float(ENV["SIM_SPEEDUP"])
 SIM_CLOCK = None
 KUBECONFIG = str(ENV["KUBECONFIG"])
 KUBE_NAMESPACE_TEMPLATE = str(ENV["KUBE_NAMESPACE_TEMPLATE"])
+PORTAL_INSTALLATION_ID = str(ENV["PORTAL_INSTALLATION_ID"])
 KUBE_QPS = float(ENV["KUBE_QPS"])
 KUBE_BURST = int(ENV["KUBE_BURST"])
 KUBE_CONNECTIONS = int(ENV["KUBE_CONNECTIONS"])
@@ -225,10 +242,14 @@ ADMIT_CONCURRENCY = int(ENV["ADMIT_CONCURRENCY"])
 API_TOKEN_TTL_DAYS = int(ENV["API_TOKEN_TTL_DAYS"])
 WHATIF_MAX_JOBS = int(ENV["WHATIF_MAX_JOBS"])
 WHATIF_TIME_LIMIT_S = float(ENV["WHATIF_TIME_LIMIT_S"])
+POLICY_TUNER_TIME_LIMIT_S = float(ENV["POLICY_TUNER_TIME_LIMIT_S"])
+POLICY_TUNER_INTERVAL_S = float(ENV["POLICY_TUNER_INTERVAL_S"])
 LAB_FILE_MAX_KB = int(ENV["LAB_FILE_MAX_KB"])
 QUOTE_ESTIMATE_MAX_JOBS = int(ENV["QUOTE_ESTIMATE_MAX_JOBS"])
 LOG_KEEP_KB = int(ENV["LOG_KEEP_KB"])
 LOG_RETENTION_DAYS = int(ENV["LOG_RETENTION_DAYS"])
+POD_RESTART_LIMIT = int(ENV["POD_RESTART_LIMIT"])
+POD_RESTART_BACKOFF_S = int(ENV["POD_RESTART_BACKOFF_S"])
 CHECKPOINT_RETENTION_DAYS = int(ENV["CHECKPOINT_RETENTION_DAYS"])
 CHECKPOINT_CLEANUP_IMAGE = str(ENV["CHECKPOINT_CLEANUP_IMAGE"])
 ARRAY_MAX_TASKS = int(ENV["ARRAY_MAX_TASKS"])
@@ -267,9 +288,14 @@ IDLE_STOP_GRACE_MINUTES = _per_tier("IDLE_STOP_GRACE_MINUTES")  # a tier not nam
 SESSION_MAX_LIFETIME_S = int(ENV["SESSION_MAX_LIFETIME_S"])
 SESSION_END_WARNING_MINUTES = float(ENV["SESSION_END_WARNING_MINUTES"])
 SESSION_IDLE_MINUTES = float(ENV["SESSION_IDLE_MINUTES"])
-SESSION_URL = str(ENV["SESSION_URL"]).rstrip("/")
+SESSION_DEFAULT_GPU_FRACTION = config.session_fraction(str(ENV["SESSION_DEFAULT_GPU_FRACTION"]))
+SESSION_DOMAIN = str(ENV["SESSION_DOMAIN"])
+SESSION_PORT = str(ENV["SESSION_PORT"])
 SESSION_INGRESS_CLASS = str(ENV["SESSION_INGRESS_CLASS"])
 SESSION_AUTH_URL = str(ENV["SESSION_AUTH_URL"]).rstrip("/")
+SESSION_TLS_SECRET = str(ENV["SESSION_TLS_SECRET"])
+SESSION_PORTAL_SERVICE = str(ENV["SESSION_PORTAL_SERVICE"])
+SESSION_INGRESS_STRIP = bool(ENV["SESSION_INGRESS_STRIP"])
 # The simulated cluster runs a small HTTP + WebSocket stand-in process for each running session or service pod
 # (scheduling/backends/standin.py). Off in the tests unless a test turns it on: they need no processes.
 SIM_SESSION_STANDIN = True
@@ -302,11 +328,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Brute-force protection (django-axes, see portal/lockout.py): counted per account name and per client IP,
-# in the database (so it works with Redis down), locked for the cool-off after the limit, reset on success.
-# The credential is checked first (portal.lockout.VerifyFirstAxesBackend): a lockout refuses wrong attempts
-# only, never a right password because someone else failed with that name or from that address.
-AUTHENTICATION_BACKENDS = ["portal.lockout.VerifyFirstAxesBackend", "django.contrib.auth.backends.ModelBackend"]
+# Log-in throttling (portal/lockout.py, docs/operations.md): django-axes counts failures in the database (so it
+# works with Redis down); portal.lockout.LoginThrottleBackend refuses a paused sign-in before the password is
+# checked: from an unknown device once the account name or the address is over the limit, from a browser with
+# a device cookie only once that cookie is.
+AUTHENTICATION_BACKENDS = ["portal.lockout.LoginThrottleBackend", "django.contrib.auth.backends.ModelBackend"]
 
 # Single sign-on with OpenID Connect (mozilla-django-oidc, portal/sso.py): off unless a client id is configured.
 # Local accounts keep working beside it (the demo, break-glass admins), and so do API tokens.
@@ -336,8 +362,16 @@ if SSO_ENABLED:
     AUTHENTICATION_BACKENDS.append("portal.sso.PortalOIDCBackend")
 AXES_FAILURE_LIMIT = 10
 AXES_COOLOFF_TIME = timedelta(minutes=15)
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_RESET_ON_SUCCESS = False  # portal.lockout resets the account's own failures, not the address's
+# A device's failures count against the device alone; an account name's (from unknown devices) and a token's
+# key id's against themselves and the client's address.
+AXES_LOCKOUT_PARAMETERS = "portal.lockout.lockout_parameters"
+AXES_USERNAME_CALLABLE = "portal.lockout.counted_key"
+AXES_RESET_ON_SUCCESS = False  # portal.lockout resets the count a success was judged by, never the address's
+# A refused attempt is not counted: the lock ends a cool-off after the last failure that was checked.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+# The device cookie a successful sign-in leaves in the browser (OWASP's device cookies, portal.lockout).
+LOGIN_DEVICE_COOKIE_AGE = timedelta(days=90)
+LOGIN_DEVICE_COOKIE_NAME = "portal_device"
 AXES_LOCKOUT_CALLABLE = "portal.lockout.lockout_response"
 AXES_SENSITIVE_PARAMETERS = ["password", "token"]
 AXES_VERBOSE = False
@@ -416,7 +450,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"  # collectstatic target (production images)
 STATIC_ROOT.mkdir(exist_ok=True)
-STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
+# No STATICFILES_DIRS: portal/static is the portal app's own folder, which the app finder already serves;
+# naming it again made collectstatic find every file twice and warn of each (Chart.js's licence among them).
 WHITENOISE_USE_FINDERS = True  # serve straight from the apps in the embedded mode, no collectstatic needed
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -426,12 +461,23 @@ STORAGES = {
 # ------------------------------------------------------------------------------------------ security
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
+# The portal's cookies are host-only (no Domain attribute), so a browser never sends them to a session's host;
+# behind TLS their names carry the __Host- prefix, which a browser accepts only host-only, Secure and on Path=/,
+# so no page of another host (a session's under SESSION_DOMAIN included) can set one the portal reads.
+SESSION_COOKIE_DOMAIN = None
+CSRF_COOKIE_DOMAIN = None
+# A request on a session's host reaches the portal only for the route's own /s/<id>/_portal/ paths
+# (portal.middleware.SessionHosts), so the domain is allowed as a whole.
+ALLOWED_HOSTS.append(f".{SESSION_DOMAIN}")
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if ENV["SECURE_SSL"]:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    SESSION_COOKIE_NAME = "__Host-sessionid"
+    CSRF_COOKIE_NAME = "__Host-csrftoken"
+    LOGIN_DEVICE_COOKIE_NAME = "__Host-portal_device"
     SECURE_SSL_REDIRECT = True
     SECURE_HSTS_SECONDS = 31536000
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True

@@ -8,11 +8,13 @@ from quotas.models import (
     ApprovalRule,
     Flavor,
     LedgerEntry,
+    PreemptionLimit,
     Price,
     Quota,
     QuotaChangeRequest,
     RefillRecord,
     RefillRule,
+    TeamQuota,
     UserLimit,
     Wallet,
 )
@@ -34,6 +36,14 @@ class QuotaAdmin(ReadOnlyAdmin):
     list_filter = ("flavor", "department", "cluster")
     search_fields = ("department__slug", "flavor__name", "cluster__name")
     list_select_related = ("department", "flavor", "cluster")
+
+
+@admin.register(TeamQuota)
+class TeamQuotaAdmin(ReadOnlyAdmin):
+    list_display = ("team", "flavor", "nominal", "borrowing_limit", "lending_limit")
+    list_filter = ("flavor", "team__department")
+    search_fields = ("team__slug", "team__department__slug", "flavor__name")
+    list_select_related = ("team__department", "flavor")
 
 
 @admin.register(QuotaChangeRequest)
@@ -97,6 +107,14 @@ class RefillRecordAdmin(ReadOnlyAdmin):
     list_display = ("department", "period", "amount", "created_at")
     list_filter = ("department",)
     search_fields = ("department__slug", "period")
+
+
+@admin.register(PreemptionLimit)
+class PreemptionLimitAdmin(ReadOnlyAdmin):
+    list_display = ("department", "tier", "non_preemptible", "user_tiers", "max_runtime_s", "surcharge_pct",
+                    "sessions_preemptible", "updated_at")
+    list_filter = ("tier", "non_preemptible", "sessions_preemptible")
+    search_fields = ("department__slug",)
 
 
 @admin.register(ApprovalRule)

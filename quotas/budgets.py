@@ -17,6 +17,8 @@ pyproject.toml checks it), and quotas never imports scheduling's services or tas
   the base price it starts from, and ``cost_of(rate=..., gpu_seconds=...)`` the one cost function (a quote
   prices the engine's clearing price with it); ``read_prices()`` every base price at once (the approvals
   inbox quotes a page of jobs with it).
+* ``preemption_terms(...)`` (submission): whether a job may be preemptible or not apart from its tier under the
+  lab's limits, and the surcharge a non-preemptible one pays (a field error when the limits refuse it).
 * ``job_cost(job=...)`` (a job's cost endpoint): its hold, cost to date and final charge, from the ledger.
 * ``burn_rate(wallet=...)`` / ``spend_by_department(since=...)`` (the home page): a department's spend per
   day and running rate; every department's net spend since a date, in one query.
@@ -28,6 +30,7 @@ job's timeline. Budgets never write a job or its events.
 from __future__ import annotations
 
 from quotas.services.hooks import BudgetNote, BudgetView, on_attempt_ended, on_job_admitted, read_for_cycle
+from quotas.services.preemption_limits import PreemptionTerms, preemption_terms
 from quotas.services.pricing import cost_of, estimated_cost, price_for, read_prices
 from quotas.services.reports import burn_rate, job_cost, spend_by_department
 from quotas.services.submission_checks import SubmissionCheckInputs, needs_approval, submission_check_inputs
@@ -36,6 +39,7 @@ from quotas.services.wallets import lock_department_wallets
 __all__ = [
     "BudgetNote",
     "BudgetView",
+    "PreemptionTerms",
     "SubmissionCheckInputs",
     "burn_rate",
     "cost_of",
@@ -43,6 +47,7 @@ __all__ = [
     "job_cost",
     "lock_department_wallets",
     "needs_approval",
+    "preemption_terms",
     "on_attempt_ended",
     "on_job_admitted",
     "price_for",

@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from engine.types import TIERS as TIER_NAMES
 from portal.models import AppendOnlyModel, Department
 from portal.tenancy import (
     ADMIN,
@@ -19,7 +20,6 @@ from portal.tenancy import (
     VIEW,
     TenantQuerySet,
 )
-from scheduling.core.types import TIERS as TIER_NAMES
 
 RESOURCE_NAME = RegexValidator(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?$",
@@ -28,16 +28,50 @@ RESOURCE_NAME = RegexValidator(
 FLAVOR_NAME = RegexValidator(r"^[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?$", "Lower-case letters, digits, . and -.")
 
 
+class FlavorKind(models.TextChoices):
+    """What a flavor's nodes offer: GPUs of one kind, or CPU and memory only (a CPU pool, for CPU-only work)."""
+
+    GPU = "gpu", "GPU"
+    CPU = "cpu", "CPU pool"
+
+
+class GpuSharing(models.TextChoices):
+    """How a flavor's GPUs are shared between pods (``engine.fractions``): not at all (blank), HAMi's
+    memory-isolated sharing, or the NVIDIA device plugin's time-slicing / MPS replicas."""
+
+    NONE = "", "not shared"
+    HAMI = "hami", "HAMi (GPU memory and compute share)"
+    REPLICAS = "replicas", "time-slicing / MPS replicas"
+
+
+class QuotaResource(models.TextChoices):
+    """What a quota row counts: GPUs of a GPU flavor, or cores / GiB of memory of a CPU pool."""
+
+    GPUS = "gpus", "GPUs"
+    CPU = "cpu", "CPU cores"
+    MEMORY = "memory", "memory (GiB)"
+
+
 class Flavor(models.Model):
-    """A schedulable GPU kind: the Kubernetes resource it is requested as plus the node labels it runs on.
+    """A schedulable GPU kind (the Kubernetes resource it is requested as plus the node labels it runs on), or a
+    CPU pool (``kind`` cpu: nodes without GPUs, for the roles and jobs that use none).
 
     MIG profiles are flavors of their own (resource ``nvidia.com/mig-3g.40gb``)."""
 
     name = models.CharField(max_length=40, unique=True, validators=[FLAVOR_NAME])
+    kind = models.CharField(max_length=3, choices=FlavorKind.choices, default=FlavorKind.GPU)
     resource_name = models.CharField(max_length=120, validators=[RESOURCE_NAME], default="nvidia.com/gpu")
     node_labels = models.JSONField(default=dict, blank=True, help_text='e.g. {"gpu-type": "a100"}')
     gpu_memory_gib = models.PositiveIntegerField(default=0)
     description = models.CharField(max_length=200, blank=True)
+    # Whether its GPUs may be shared between pods, and how the cluster enforces it (docs/fractions.md): blank,
+    # not shared; ``hami``, HAMi's memory-isolated sharing (a pod asks ``nvidia.com/gpu: 1`` with
+    # ``nvidia.com/gpumem`` MiB and optionally ``nvidia.com/gpucores`` %; needs ``gpu_memory_gib``);
+    # ``replicas``, the NVIDIA device plugin's time-slicing or MPS replicas: each GPU is advertised as
+    # ``replicas_per_gpu`` units of ``shared_resource_name`` and every GPU of the flavor's nodes is shared.
+    sharing = models.CharField(max_length=8, choices=GpuSharing.choices, blank=True, default="")
+    shared_resource_name = models.CharField(max_length=120, blank=True, default="", validators=[RESOURCE_NAME])
+    replicas_per_gpu = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["name"]
@@ -48,6 +82,23 @@ class Flavor(models.Model):
     @property
     def is_mig(self) -> bool:
         return "/mig-" in self.resource_name
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.kind == FlavorKind.CPU
+
+    @property
+    def shareable(self) -> bool:
+        return self.kind == FlavorKind.GPU and bool(self.sharing)
+
+    @property
+    def share_capacity(self) -> int:
+        """What one GPU holds in a fraction's first unit: MiB of memory (HAMi) or replicas (0: not shared)."""
+        if self.sharing == GpuSharing.HAMI:
+            return self.gpu_memory_gib * 1024
+        if self.sharing == GpuSharing.REPLICAS:
+            return self.replicas_per_gpu
+        return 0
 
 
 class QuotaQuerySet(TenantQuerySet):
@@ -60,7 +111,8 @@ class QuotaQuerySet(TenantQuerySet):
         with per-cluster quotas only, their sum (what it is guaranteed of the flavor in all)."""
         out: dict[tuple[int, int], int] = {}
         scoped: dict[tuple[int, int], int] = {}
-        for dept, flavor, cluster, nominal in self.values_list("department_id", "flavor_id", "cluster_id",
+        rows = self.filter(resource=QuotaResource.GPUS)  # cores and GiB of CPU pools are not GPUs
+        for dept, flavor, cluster, nominal in rows.values_list("department_id", "flavor_id", "cluster_id",
                                                                "nominal").order_by():
             if cluster is None:
                 out[(dept, flavor)] = nominal
@@ -76,6 +128,8 @@ class Quota(models.Model):
     unlimited). lending_limit: GPUs of its unused nominal it lends to others (null = all of it).
     cluster: null = a global quota (the flavor's GPUs on every cluster); a cluster = that cluster's GPUs of the
     flavor only. A job must fit every quota it counts in (the global one and its cluster's).
+    resource: what the numbers count: GPUs of a GPU flavor, or cores or GiB of memory of a CPU pool (one row
+    each, with the same nominal / borrowing / lending meaning).
     """
 
     department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quotas")
@@ -86,6 +140,7 @@ class Quota(models.Model):
     nominal = models.PositiveIntegerField(default=0)
     borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     lending_limit = models.PositiveIntegerField(null=True, blank=True)
+    resource = models.CharField(max_length=6, choices=QuotaResource.choices, default=QuotaResource.GPUS)
 
     objects = QuotaQuerySet.as_manager()
 
@@ -93,10 +148,12 @@ class Quota(models.Model):
         # The global quota first, then the per-cluster ones (the same on every database).
         ordering = ["department__slug", "flavor__name", F("cluster__name").asc(nulls_first=True)]
         constraints = [
-            models.UniqueConstraint(fields=["department", "flavor"], condition=Q(cluster__isnull=True),
-                                    name="quota_unique_department_flavor"),
-            models.UniqueConstraint(fields=["department", "flavor", "cluster"], condition=Q(cluster__isnull=False),
-                                    name="quota_unique_department_flavor_cluster"),
+            models.UniqueConstraint(fields=["department", "flavor", "resource"], condition=Q(cluster__isnull=True),
+                                    name="quota_unique_department_flavor_resource"),
+            models.UniqueConstraint(fields=["department", "flavor", "resource", "cluster"],
+                                    condition=Q(cluster__isnull=False),
+                                    name="quota_unique_department_flavor_resource_cluster"),
+            models.CheckConstraint(condition=Q(resource__in=QuotaResource.values), name="quota_resource_valid"),
             models.CheckConstraint(
                 condition=Q(lending_limit__isnull=True) | Q(lending_limit__lte=F("nominal")),
                 name="quota_lending_within_nominal",
@@ -115,6 +172,39 @@ class Quota(models.Model):
     def scope(self) -> str:
         """Where the quota counts, for pages: the cluster's name or "all clusters"."""
         return "all clusters" if self.cluster_id is None else self.cluster.name
+
+
+class TeamQuotaQuerySet(TenantQuerySet):
+    """A department's members read its teams' splits; its admins set them (a team's admins its limits only,
+    ``quotas.services.teams``)."""
+
+    department_path = "team__department"
+    rules = {VIEW: DEPARTMENT, CHANGE: DEPARTMENT_ADMIN, ADMIN: PLATFORM}
+
+
+class TeamQuota(models.Model):
+    """A team's split of its department's quota of one GPU flavor (every cluster together): nominal, borrowing
+    and lending limits as a department's, lent and borrowed among the department's teams first (engine.teams).
+    The teams' nominals of a flavor never add up to more than the department's."""
+
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="quotas")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="team_quotas")
+    nominal = models.PositiveIntegerField(default=0)
+    borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+    lending_limit = models.PositiveIntegerField(null=True, blank=True)
+
+    objects = TeamQuotaQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team__department__slug", "team__slug", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "flavor"], name="team_quota_unique_team_flavor"),
+            models.CheckConstraint(condition=Q(lending_limit__isnull=True) | Q(lending_limit__lte=F("nominal")),
+                                   name="team_quota_lending_within_nominal"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.flavor.name}: {self.nominal}"
 
 
 class QuotaChangeRequestQuerySet(TenantQuerySet):
@@ -322,7 +412,8 @@ class LedgerEntry(AppendOnlyModel):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                               related_name="+", help_text="who caused it (None = the platform)")
     rate = models.BigIntegerField(null=True, blank=True, help_text="mcr per GPU-hour")
-    gpus = models.PositiveIntegerField(default=0)
+    gpus = models.PositiveIntegerField(default=0, help_text="the job's GPUs over all its pods (total_gpus) the entry is "
+                                       "about; 0 for entries about no job (refills, adjustments)")
     gpu_seconds = models.BigIntegerField(default=0, help_text="GPU-seconds charged (settle entries)")
     outcome = models.CharField(max_length=20, blank=True)
     memo = models.CharField(max_length=300, blank=True)
@@ -368,6 +459,9 @@ class Price(models.Model):
     flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="prices")
     tier = models.CharField(max_length=10, choices=TIERS)
     per_gpu_hour = models.PositiveBigIntegerField()
+    # A CPU pool's prices (what its roles and CPU-only jobs pay): per core-hour and per GiB-hour of memory.
+    per_core_hour = models.PositiveBigIntegerField(default=0)
+    per_gib_hour = models.PositiveBigIntegerField(default=0)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -450,7 +544,52 @@ class ApprovalRule(models.Model):
         return f"approval rule {self.department_id}"
 
 
+# The notice bound where the lab sets no limit: within realtime's 5-minute start target with room for the
+# victim's grace period.
+DEFAULT_MAX_NOTICE_S = 240
+
+
+class PreemptionLimit(models.Model):
+    """What a tier's jobs may ask of preemptibility apart from their tier, set by the lab per tier, for one
+    department or (``department`` null) for every department without its own limit of that tier.
+
+    A preemptible tier (elastic, backfill): whether its jobs may ask not to be preemptible at all, which user
+    tiers may (none listed: every member), for how long at most (their ``max_runtime_s``), and at what surcharge
+    on the base price (a protected job's GPUs are not the lab's to take back). The realtime tier: whether the
+    department's interactive sessions run preemptible (an idle notebook may yield). Any job of a non-preemptible
+    tier may always ask to be preemptible: giving up protection needs no permission."""
+
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="preemption_limits")
+    tier = models.CharField(max_length=10, choices=TIERS)
+    non_preemptible = models.BooleanField(default=False, help_text="its jobs may ask not to be preemptible")
+    user_tiers = models.JSONField(default=list, blank=True, help_text="who may ask (empty: every member)")
+    max_runtime_s = models.PositiveIntegerField(null=True, blank=True,
+                                                help_text="the longest non-preemptible job (null: no limit)")
+    surcharge_pct = models.PositiveIntegerField(default=0, help_text="added to the base price of a "
+                                                "non-preemptible job, in percent")
+    sessions_preemptible = models.BooleanField(default=False, help_text="realtime: sessions run preemptible")
+    # The longest notice before preemption a job of the tier may declare (and the notice a session the lab made
+    # preemptible gets): the preemptor waits that long at most, so a realtime preemptor's start target bounds it.
+    max_notice_s = models.PositiveIntegerField(default=DEFAULT_MAX_NOTICE_S,
+                                               help_text="the longest notice before preemption a job may ask for")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["department__slug", "tier"]
+        constraints = [
+            models.UniqueConstraint(fields=["department", "tier"], name="preemption_limit_once_per_tier"),
+            models.UniqueConstraint(fields=["tier"], condition=Q(department__isnull=True),
+                                    name="preemption_limit_lab_wide_once_per_tier"),
+            models.CheckConstraint(condition=Q(surcharge_pct__lte=1000), name="preemption_surcharge_bounded"),
+            models.CheckConstraint(condition=Q(max_notice_s__lte=3600), name="preemption_notice_bounded"),
+        ]
+
+    def __str__(self) -> str:
+        return f"preemption limit {self.department_id or 'lab'}/{self.tier}"
+
+
 __all__ = [
     "Allowance", "ApprovalRule", "Flavor", "LedgerEntry", "LedgerKind", "MinValueValidator",
-    "Price", "Quota", "QuotaChangeRequest", "RefillRecord", "RefillRule", "Wallet",
+    "PreemptionLimit", "Price", "Quota", "QuotaChangeRequest", "RefillRecord", "RefillRule", "Wallet",
 ]

@@ -25,7 +25,8 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class CostInputs:
-    """What a quote of one attempt reads (``pricing.estimated_cost``): flavor, tier, size, runtime, bid."""
+    """What a quote of one attempt reads (``pricing.estimated_cost``): flavor, tier, size, runtime, bid, and
+    the surcharge a job pays for asking not to be preempted."""
 
     flavor_id: int
     tier: str
@@ -33,10 +34,16 @@ class CostInputs:
     pods: int
     max_runtime_s: int
     bid: int | None = None
+    price_surcharge_pct: int = 0
+    share_milli: int = 0  # a fraction of a GPU per pod (0: whole GPUs)
 
     @property
     def total_gpus(self) -> int:
         return self.gpus_per_pod * self.pods
+
+    @property
+    def gpu_share(self) -> float:
+        return self.pods * self.share_milli / 1000 if self.share_milli else float(self.total_gpus)
 
 
 @dataclass(frozen=True)
@@ -95,3 +102,34 @@ def register(facts: SchedulingFacts) -> None:
 
 def facts() -> SchedulingFacts:
     return _facts
+
+
+# ---------------------------------------------------------------- measured GPU use (observability, above)
+
+
+class MeasuredUse(Protocol):
+    def held_and_used(self, attempts) -> dict[tuple[int, int], tuple[float, float]]:
+        """(GPU-hours held, GPU-hours used) of each measured (job id, attempt) of ``attempts``; an attempt
+        without a measurement is left out (its efficiency is unknown, never zero)."""
+        ...
+
+
+class NotMeasured:
+    """The default, until observability registers: nothing is measured."""
+
+    def held_and_used(self, attempts) -> dict[tuple[int, int], tuple[float, float]]:
+        return {}
+
+
+_measured: MeasuredUse = NotMeasured()
+
+
+def register_measured(measured: MeasuredUse) -> None:
+    """Install observability's measurements (from its AppConfig.ready): the usage report reads them for its
+    efficiency, and quotas never imports observability."""
+    global _measured
+    _measured = measured
+
+
+def measured() -> MeasuredUse:
+    return _measured

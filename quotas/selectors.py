@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from django.db.models import F, Q
 
+from portal.models import Team
+from portal.tenancy import VIEW, membership_of
 from quotas import policy_cache
-from quotas.models import Quota, QuotaChangeRequest, UserLimit
+from quotas.models import PreemptionLimit, Quota, QuotaChangeRequest, TeamQuota, UserLimit
 
 
 def quotas_in_force() -> list[Quota]:
@@ -26,13 +28,14 @@ def quotas_by_department_flavor() -> dict[tuple[int, int], Quota]:
     return out
 
 
-def gpu_ceiling(*, department_id: int, flavor_id: int) -> int | None:
+def gpu_ceiling(*, department_id: int, flavor_id: int, resource: str = "gpus") -> int | None:
     """The most GPUs of a flavor one job of the department could ever hold (the engine's ``never`` rule):
     nominal + borrowing limit of its global quota; with per-cluster quotas only, the largest of theirs (a job
     runs on one cluster); 0 without any quota of the flavor; None when a borrowing limit is unlimited. One query,
-    none while ``policy_cache`` keeps the rows (every submission reads them)."""
-    rows = policy_cache.cached("quota rows", (department_id, flavor_id), lambda: list(
-        Quota.objects.filter(department_id=department_id, flavor_id=flavor_id).order_by()  # no joins
+    none while ``policy_cache`` keeps the rows (every submission reads them).
+    (``resource``: ``cpu`` in cores or ``memory`` in GiB for a CPU pool's rows.)"""
+    rows = policy_cache.cached("quota rows", (department_id, flavor_id, resource), lambda: list(
+        Quota.objects.filter(department_id=department_id, flavor_id=flavor_id, resource=resource).order_by()
         .values_list("cluster_id", "nominal", "borrowing_limit")))
     scoped = [r for r in rows if r[0] is None] or rows
     if not scoped:
@@ -64,6 +67,14 @@ def user_limits_in_force() -> list[tuple[str, str | None, int]]:
     decides with (one query)."""
     return list(UserLimit.objects.order_by("department__slug", F("user__username").asc(nulls_first=True), "id")
                 .values_list("department__slug", "user__username", "max_gpus"))
+
+
+def team_quotas_in_force() -> list[tuple[int, str, str, str, int, int | None, int | None]]:
+    """(team id, department slug, team slug, flavor, nominal, borrowing limit, lending limit) of every team's
+    quota split of a GPU flavor: what a cycle decides with (one query)."""
+    return list(TeamQuota.objects.order_by("team__department__slug", "team__slug", "flavor__name")
+                .values_list("team_id", "team__department__slug", "team__slug", "flavor__name", "nominal",
+                             "borrowing_limit", "lending_limit"))
 
 
 def queued_jobs_limit(*, department_id: int, user_id: int) -> int | None:
@@ -116,3 +127,21 @@ def quota_request_changes(requests) -> dict[int, list[tuple[str, str, str, bool]
                          unlimited if after is None else str(after), widens and field != "nominal"))
         out[r.pk] = rows
     return out
+
+
+def preemption_limits() -> list[PreemptionLimit]:
+    """Every preemption limit with its department: the lab-wide ones (no department) first, then by department
+    and tier (the API's and the policy page's order)."""
+    return list(PreemptionLimit.objects.select_related("department").order_by(
+        F("department__slug").asc(nulls_first=True), "tier", "id"))
+
+
+def visible_teams(user):
+    """The teams ``user`` sees: every team for platform admins, their department's for its admins, their own
+    team for anyone else (a member of no team sees none). Through the tenancy gate first, so another
+    department's team is never among them."""
+    qs = Team.objects.restrict(user, VIEW).select_related("department")
+    m = membership_of(user)
+    if m is None or m.is_department_admin:
+        return qs
+    return qs.filter(pk=m.team_id) if m.team_id else qs.none()

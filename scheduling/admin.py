@@ -7,6 +7,7 @@ from portal.admin import ReadOnlyAdmin, ReadOnlyInline
 from scheduling.models import (
     Approval,
     AttemptLog,
+    Booking,
     Cluster,
     ClusterSample,
     DepartmentSample,
@@ -14,15 +15,19 @@ from scheduling.models import (
     JobArray,
     JobDependency,
     JobEvent,
+    JobRole,
     JobTemplate,
+    MaintenanceWindow,
     NamespaceQuotaRefusal,
     Node,
+    PolicyProposal,
     PolicyVersion,
     Preemption,
     PreemptionVictim,
     SessionGrant,
     SessionImage,
     SimPod,
+    TunerSettings,
 )
 
 
@@ -78,6 +83,37 @@ class JobEventAdmin(ReadOnlyAdmin):
 class PolicyVersionAdmin(ReadOnlyAdmin):
     list_display = ("version", "author", "created_at", "comment")
     search_fields = ("comment", "author__username")
+
+
+@admin.register(PolicyProposal)
+class PolicyProposalAdmin(ReadOnlyAdmin):
+    """The policy tuner's runs: applied or dismissed on the policy page or through the API, which audits it."""
+
+    list_display = ("id", "created_at", "trigger", "status", "base_version", "applied_version", "replays")
+    list_filter = ("status", "trigger")
+    search_fields = ("reason",)
+
+
+@admin.register(Booking)
+class BookingAdmin(ReadOnlyAdmin):
+    """GPUs booked ahead: created, edited and cancelled on the calendar or through the API, which check each
+    against the capacity and the other windows and audit it."""
+
+    list_display = ("id", "department", "cluster", "flavor", "gpus", "start", "end", "purpose", "cancelled_at")
+    list_filter = ("cluster", "flavor")
+    search_fields = ("purpose", "department__slug")
+
+
+@admin.register(MaintenanceWindow)
+class MaintenanceWindowAdmin(ReadOnlyAdmin):
+    list_display = ("id", "cluster", "start", "end", "reason", "cancelled_at")
+    list_filter = ("cluster",)
+    search_fields = ("reason",)
+
+
+@admin.register(TunerSettings)
+class TunerSettingsAdmin(ReadOnlyAdmin):
+    list_display = ("id", "updated_at", "updated_by")
 
 
 class VictimInline(ReadOnlyInline):
@@ -185,3 +221,12 @@ class JobDependencyAdmin(ReadOnlyAdmin):
     list_filter = ("condition",)
     search_fields = ("job__name",)
     list_select_related = ("job", "on_job", "on_array")
+
+
+@admin.register(JobRole)
+class JobRoleAdmin(ReadOnlyAdmin):
+    list_display = ("job", "index", "name", "pods", "gpus_per_pod", "cpu_millicores", "memory_mib", "flavor",
+                    "failure_policy")
+    list_filter = ("failure_policy", "flavor")
+    search_fields = ("job__name", "name", "image")
+    list_select_related = ("job", "flavor")

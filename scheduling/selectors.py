@@ -8,19 +8,25 @@ from datetime import datetime
 
 from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum, Window
 from django.db.models.functions import RowNumber
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 
-from portal.tenancy import APPROVE, VIEW
+from engine.types import TIERS
+from portal.errors import Forbidden, ValidationFailed
+from portal.tenancy import APPROVE, VIEW, membership_of
 from quotas import selectors as quota_selectors
-from scheduling.core.types import TIERS
 from scheduling.models import (
     ACTIVE_STATES,
     TOTAL_GPUS,
     WAIT_BIN_LABELS,
+    Booking,
+    Cluster,
     ClusterSample,
     ClusterState,
     DepartmentSample,
     Job,
     JobState,
+    MaintenanceWindow,
     Node,
     SessionGrant,
 )
@@ -47,7 +53,7 @@ def queue_position(*, job: Job) -> int | None:
 
 # What the whole queue reads of a job: its place and size for everyone, its name and owner for its own
 # department. Nothing else is loaded (no image, command or environment), so nothing else can be shown.
-QUEUE_FIELDS = ("id", "department__slug", "flavor__name", "owner__username", "name", "tier", "gpus_per_pod", "pods",
+QUEUE_FIELDS = ("id", "department__slug", "team__slug", "flavor__name", "owner__username", "name", "tier", "gpus_per_pod", "pods",
                 "submitted_at", "estimated_start", "reason_code", "reason_message", "queue_rank", "state")
 
 
@@ -58,14 +64,14 @@ def whole_queue(*, flavor: str | None = None) -> QuerySet[Job]:
     qs = Job.objects.filter(state=JobState.QUEUED)
     if flavor:
         qs = qs.filter(flavor__name=flavor)
-    return (qs.select_related("department", "flavor", "owner").only(*QUEUE_FIELDS)
+    return (qs.select_related("department", "team", "flavor", "owner").only(*QUEUE_FIELDS)
             .annotate(position=Window(RowNumber(), partition_by=[F("flavor_id")], order_by=list(QUEUE_ORDER)))
             .order_by("flavor__name", *QUEUE_ORDER))
 
 
 def jobs_for(user, params) -> QuerySet[Job]:
     """The jobs ``user`` may see, filtered by the list's query parameters, newest first."""
-    qs = (Job.objects.restrict(user, VIEW).select_related("owner", "department", "flavor", "cluster")
+    qs = (Job.objects.restrict(user, VIEW).select_related("owner", "department", "team", "flavor", "cluster")
           .prefetch_related("dependencies"))
     if state := params.get("state"):
         qs = qs.filter(state__in=state.split(","))
@@ -77,6 +83,8 @@ def jobs_for(user, params) -> QuerySet[Job]:
         qs = qs.filter(owner=user)
     if dept := params.get("department"):
         qs = qs.filter(department__slug=dept)
+    if team := params.get("team"):
+        qs = qs.filter(team__slug=team)
     if q := params.get("q"):
         qs = qs.filter(name__icontains=q)
     if (array := params.get("array")) and str(array).isdigit() and int(array) < 2**63:
@@ -85,11 +93,35 @@ def jobs_for(user, params) -> QuerySet[Job]:
     return qs.order_by("-submitted_at", "-id")
 
 
+def approving_team(user) -> int | None:
+    """The team whose jobs ``user`` approves as its team admin (docs/teams.md), None for anyone else (department
+    and platform admins approve through the tenancy rule; researchers approve nothing)."""
+    m = membership_of(user)
+    return m.team_id if m is not None and m.team_admin and not m.is_department_admin else None
+
+
+def approvable(user):
+    """The jobs ``user`` may approve or reject: their department's for its admins, every one for platform admins,
+    their team's for a team admin (through the tenancy gate: never another department's)."""
+    team = approving_team(user)
+    if team is not None:
+        return Job.objects.restrict(user, VIEW).filter(team_id=team)
+    return Job.objects.restrict(user, APPROVE)
+
+
+def approvable_job(user, pk, *, message: str) -> Job:
+    """The job the URL names, for a decision: a 404 unless ``user`` sees it, a 403 unless they may decide it."""
+    job = Job.objects.select_related("department", "owner").get_or_404(user, VIEW, pk=pk)
+    if not approvable(user).filter(pk=job.pk).exists():
+        raise Forbidden(message)
+    return job
+
+
 def pending_approvals(user) -> QuerySet[Job]:
     """The approvals inbox: jobs waiting for approval that ``user`` may approve (their department's, for its
-    admins; every department's, for platform admins), oldest first."""
-    return (Job.objects.restrict(user, APPROVE).filter(state=JobState.PENDING_APPROVAL)
-            .select_related("owner", "department", "flavor").order_by("submitted_at", "id"))
+    admins; every department's, for platform admins; their team's, for a team admin), oldest first."""
+    return (approvable(user).filter(state=JobState.PENDING_APPROVAL)
+            .select_related("owner", "department", "team", "flavor").order_by("submitted_at", "id"))
 
 
 def cluster_summary() -> dict:
@@ -128,6 +160,28 @@ def cluster_summary() -> dict:
     return {"flavors": sorted(flavors.values(), key=lambda x: x["flavor"]), "nodes": nodes}
 
 
+def topology_overview(summary: dict) -> list[dict]:
+    """The network domains of every cluster that declares topology levels, from ``cluster_summary``'s nodes: per
+    level (hosts left out: the node table shows them), per flavor and domain, its GPUs, the free ones, its
+    whole free nodes and the largest gang of whole nodes it could take now (what a job that requires one
+    such domain waits for). Ordered by cluster, level (outermost first), flavor and domain."""
+    levels = dict(Cluster.objects.exclude(topology_levels=[]).values_list("name", "topology_levels"))
+    rows: dict[tuple, dict] = {}
+    for n in summary["nodes"]:
+        for depth, level in enumerate(levels.get(n["cluster"]) or []):
+            if level == "kubernetes.io/hostname" or level not in (n["labels"] or {}):
+                continue
+            key = (n["cluster"], depth, n["flavor"], n["labels"][level])
+            row = rows.setdefault(key, {"cluster": n["cluster"], "level": level, "name": level.rsplit("/", 1)[-1],
+                                        "flavor": n["flavor"], "domain": n["labels"][level], "nodes": 0, "gpus": 0,
+                                        "free": 0, "whole_nodes": 0})
+            row["nodes"] += 1
+            row["gpus"] += n["gpus"]
+            row["free"] += n["free"]
+            row["whole_nodes"] += int(n["free"] == n["gpus"])
+    return [rows[k] for k in sorted(rows)]
+
+
 def flavor_pools(*, flavor_id: int) -> list[tuple[str, dict, list[int]]]:
     """Each cluster's nodes of a flavor, as (cluster name, cluster labels, every node's GPUs), by cluster name:
     what a job of the flavor could ever occupy there (nodes cordoned for now included: they come back). Nodes
@@ -139,6 +193,28 @@ def flavor_pools(*, flavor_id: int) -> list[tuple[str, dict, list[int]]]:
                                       .annotate(count=Count("id")).order_by("cluster__name", "gpus")):
         pools.setdefault(name, (name, labels or {}, []))[2].extend([gpus] * count)
     return list(pools.values())
+
+
+def topology_domains(*, flavor_id: int, clusters: list[str]) -> dict[str, dict[str, dict[str, list[int]]]]:
+    """Per cluster (of ``clusters``), per topology level it declares, per domain (the level's label value) the
+    GPUs of each of its nodes of a flavor: how large a gang that requires one domain of a level can ever be.
+    A node is its own host (``kubernetes.io/hostname``) even where nothing labels it so (as the engine sees it)."""
+    levels = dict(Cluster.objects.filter(name__in=clusters).values_list("name", "topology_levels"))
+    out: dict[str, dict[str, dict[str, list[int]]]] = {c: {k: {} for k in (levels.get(c) or [])} for c in clusters}
+    rows = Node.objects.filter(flavor_id=flavor_id, cluster__name__in=[c for c in clusters if levels.get(c)])
+    for cluster, name, labels, gpus in rows.values_list("cluster__name", "name", "labels", "gpus"):
+        labels = labels or {}
+        for level, domains in out[cluster].items():
+            value = labels.get(level, name if level == "kubernetes.io/hostname" else None)
+            if value is not None:
+                domains.setdefault(value, []).append(gpus)
+    return out
+
+
+def cpu_pool_nodes(*, flavor_id: int) -> list[tuple[int, int]]:
+    """The (millicores, MiB) of every node size of a CPU pool, across clusters (one query): a CPU role whose
+    pod is larger than every node could never start."""
+    return list(Node.objects.filter(flavor_id=flavor_id).values_list("cpu_millicores", "memory_mib").distinct())
 
 
 def lent_shares(keys, quotas, busy, borrowed) -> dict[tuple[int, int], int]:
@@ -245,14 +321,22 @@ def department_series(*, user, department_id: int, since: datetime) -> dict:
 
 def cluster_grid(user) -> list[dict]:
     """Every node as a row of GPU cells: which department's job holds each GPU, what pods outside the portal
-    use, what is free. A job's name and link only for jobs ``user`` may see (``restrict``); for the others,
-    only the department. Three queries whatever the size."""
+    use, what is free, and each GPU shared by fractions (docs/fractions.md) as one ``shared`` cell with what it
+    holds (each fraction's department, job and share) and how much of it is used. A job's name and link only
+    for jobs ``user`` may see (``restrict``); for the others, only the department. Three queries whatever the
+    size."""
     visible = set(Job.objects.restrict(user, VIEW).filter(state__in=ACTIVE_STATES).values_list("id", flat=True))
     on_node: dict[str, list[tuple]] = defaultdict(list)
-    for pk, name, dept, owner, gpus, placement, state in (
+    shared: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))  # node -> device -> holders
+    for pk, name, dept, owner, gpus, placement, state, milli, devices in (
             Job.objects.filter(state__in=ACTIVE_STATES).order_by("id")
             .values_list("id", "name", "department__slug", "owner__username", "gpus_per_pod", "placement",
-                         "state")):
+                         "state", "share_milli", "gpu_devices")):
+        job = {"id": pk, "name": name, "owner": owner, "state": state} if pk in visible else None
+        if milli:
+            for node, device in zip(placement or (), devices or (), strict=False):
+                shared[node][device].append({"department": dept, "job": job, "share": milli / 1000})
+            continue
         for node in placement or ():
             on_node[node].append((pk, name, dept, owner, gpus, state))
     rows = []
@@ -261,12 +345,17 @@ def cluster_grid(user) -> list[dict]:
         for pk, name, dept, owner, gpus, state in on_node.get(n.name, ()):
             job = {"id": pk, "name": name, "owner": owner, "state": state} if pk in visible else None
             cells += [{"kind": "job", "department": dept, "job": job} for _ in range(gpus)]
+        for device, holders in sorted(shared.get(n.name, {}).items()):
+            used = round(sum(h["share"] for h in holders), 3)
+            cells.append({"kind": "shared", "device": device, "holders": holders, "used": used,
+                          "quarters": min(4, round(used * 4))})  # the cell's fill (no inline style: the CSP)
         cells = cells[:n.gpus]
         free_kind = "free" if n.schedulable and n.cluster.state == ClusterState.ACTIVE else "cordoned"
         cells += [{"kind": free_kind} for _ in range(n.gpus - len(cells))]
         rows.append({"cluster": n.cluster.name, "name": n.name, "flavor": n.flavor.name, "gpus": n.gpus,
                      "schedulable": n.schedulable, "cells": cells,
-                     "free": sum(1 for c in cells if c["kind"] == "free")})
+                     "free": sum(1 for c in cells if c["kind"] == "free"),
+                     "shared": sum(1 for c in cells if c["kind"] == "shared")})
     return rows
 
 
@@ -295,3 +384,77 @@ def sessions_overview() -> list[Job]:
             .select_related("owner", "department").annotate(gpu_idle_minutes=idle, client_seen_at=seen)
             .order_by("submitted_at", "id"))
     return list(rows)
+
+
+# ------------------------------------------------------------------------------------------- the calendar
+
+
+def calendar_entries(user, start: datetime, end: datetime) -> dict:
+    """The bookings and maintenance windows overlapping [start, end), as everyone may read them: a booking of
+    the reader's department (any, for platform admins) with its purpose and owners, anyone else's as capacity
+    booked by "another department" (its size and window only); every maintenance window."""
+    m = membership_of(user)
+    everything = m is not None and m.is_platform_admin
+    own = None if m is None else m.department_id
+    bookings = []
+    for b in (Booking.objects.overlapping(start, end).select_related("department", "cluster", "flavor")
+              .prefetch_related("users")):
+        row = {"kind": "booking", "id": b.pk, "cluster": b.cluster.name, "flavor": b.flavor.name, "gpus": b.gpus,
+               "start": b.start, "end": b.end}
+        if everything or b.department_id == own:
+            row.update(own=True, department=b.department.slug, purpose=b.purpose,
+                       users=sorted(u.username for u in b.users.all()))
+        else:
+            row.update(own=False, department="another department", purpose="booked by another department", users=[])
+        bookings.append(row)
+    windows = [{"kind": "maintenance", "id": w.pk, "cluster": w.cluster.name, "nodes": list(w.nodes or []),
+                "selector": dict(w.selector or {}), "start": w.start, "end": w.end, "reason": w.reason}
+               for w in MaintenanceWindow.objects.overlapping(start, end).select_related("cluster")]
+    return {"start": start, "end": end, "bookings": bookings, "maintenance": windows}
+
+
+def pods_by_role(*, job: Job) -> list[dict]:
+    """A job of several roles' pods, role by role (its pods are numbered role by role): per role its name,
+    shape, failure policy and pods, each with its index, rank in the role, name in the current attempt, node
+    and how many times it was replaced alone in this attempt (``pod_restarted`` events). Empty for a job of
+    one role (its pods are the job's)."""
+    if job.role_count < 2:
+        return []
+    restarts: dict[int, int] = defaultdict(int)
+    for data in job.events.filter(attempt=job.attempt, reason_code="pod_restarted").values_list("data", flat=True):
+        restarts[int((data or {}).get("index", -1))] += 1
+    placement = list(job.placement or ())
+    base = f"job-{job.pk}-a{job.attempt}"
+    out, at = [], 0
+    for role in job.roles.order_by("index"):
+        pods = [{"index": at + rank, "rank": rank, "name": f"{base}-{at + rank}",
+                 "node": placement[at + rank] if at + rank < len(placement) else "",
+                 "restarts": restarts.get(at + rank, 0)} for rank in range(role.pods)]
+        size = (f"{role.gpus_per_pod} GPU(s), " if role.gpus_per_pod else "") + \
+            f"{role.cpu_millicores / 1000:g} cores, {role.memory_mib / 1024:g} GiB"
+        out.append({"name": role.name, "size": size, "failure_policy": role.failure_policy, "pods": pods})
+        at += role.pods
+    return out
+
+
+def calendar_window(params) -> tuple:
+    """The calendar's window from ``start`` (a date or a time; default today's 00:00 UTC) and ``days`` (1-31)."""
+    raw = params.get("start")
+    days_raw = params.get("days", "7")
+    if not str(days_raw).isdigit() or not 1 <= int(days_raw) <= 31:
+        raise ValidationFailed("days is a whole number from 1 to 31.",
+                               fields={"days": [{"code": "invalid", "message": "A whole number from 1 to 31."}]})
+    now = timezone.now()
+    if raw:
+        when = parse_datetime(raw)
+        if when is None:
+            d = parse_date(raw)
+            if d is None:
+                raise ValidationFailed("start is an ISO date or time.",
+                                       fields={"start": [{"code": "invalid", "message": "An ISO date or time."}]})
+            when = now.replace(year=d.year, month=d.month, day=d.day, hour=0, minute=0, second=0, microsecond=0)
+        elif timezone.is_naive(when):
+            when = timezone.make_aware(when, timezone.get_fixed_timezone(0))
+    else:
+        when = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    return when, int(days_raw)

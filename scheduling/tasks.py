@@ -17,16 +17,22 @@ from django.db import InterfaceError, OperationalError, connections
 
 from scheduling.backends.base import BackendError, ClusterUnavailable
 from scheduling.services import (
+    calendar,
     cluster_binding,
-    clusters,
     cycle,
+    inventory,
+    locks,
     logs,
+    notice,
     pods,
+    podsets,
     run_cache,
     sessions,
     stats,
+    tuning,
     workload,
 )
+from scheduling.services import reconcile as reconciler
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +50,7 @@ RETRY = {
 def _prepare_cluster(**_kwargs):  # pragma: no cover - exercised by running a worker
     """Make sure the tier PriorityClasses exist before the worker creates any pod."""
     try:
-        clusters.ensure_priority_classes()
+        podsets.ensure_priority_classes()
     except Exception:  # noqa: BLE001 - a worker must start even when the cluster is briefly down
         log.exception("could not ensure PriorityClasses at worker start")
 
@@ -192,6 +198,13 @@ def _settle(admission: pods.Admission, error: BaseException | None) -> str:
     return outcome
 
 
+@shared_task(name="scheduling.pods.notify", time_limit=60, soft_time_limit=50, **RETRY)
+def notify_pods(job_id: int, attempt: int, namespace: str, preemption_id: int) -> str:
+    """Tell a victim that asked for notice (its pods' annotation); its eviction waits for its answer or the
+    notice's end."""
+    return notice.send_notice(job_id=job_id, attempt=attempt, namespace=namespace, preemption_id=preemption_id)
+
+
 @shared_task(name="scheduling.pods.evict", time_limit=60, soft_time_limit=50, **RETRY)
 def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | None) -> str:
     """Ask the Eviction API to evict the attempt's pods (never DELETE: PodDisruptionBudgets decide)."""
@@ -202,6 +215,12 @@ def evict_pods(job_id: int, attempt: int, namespace: str, preemption_id: int | N
 def delete_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
     """Delete an attempt's pods on ``cluster`` (never a live attempt's)."""
     return pods.delete_pods(job_id=job_id, attempt=attempt, namespace=namespace, cluster=cluster)
+
+
+@shared_task(name="scheduling.pods.replace", time_limit=60, soft_time_limit=50, **RETRY)
+def replace_pod(job_id: int, attempt: int, index: int) -> str:
+    """Make a failed pod of a ``restart-pod`` role again, alone (the attempt goes on)."""
+    return pods.replace_pod(job_id=job_id, attempt=attempt, index=index)
 
 
 @shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)
@@ -249,6 +268,12 @@ def warn_ending_sessions() -> int:
     return sessions.warn_ending()
 
 
+@shared_task(name="scheduling.calendar.notify", time_limit=120, soft_time_limit=100, ignore_result=True)
+def notify_calendar() -> dict[str, int]:
+    """Tell the owners of running jobs a maintenance window ahead affects, and a booking's owners that it began."""
+    return calendar.notify_due()
+
+
 @shared_task(name="scheduling.checkpoints.cleanup", time_limit=600, soft_time_limit=550, ignore_result=True)
 def cleanup_checkpoints() -> int:
     """Delete checkpoint directories past CHECKPOINT_RETENTION_DAYS after their job ended."""
@@ -277,7 +302,7 @@ def sync_cluster() -> dict:
 
 @shared_task(name="scheduling.cycle.sync_one", time_limit=120, soft_time_limit=100, ignore_result=True)
 def sync_one(cluster_id: int | None = None) -> dict:
-    return clusters.sync_one(cluster_id=cluster_id)
+    return inventory.sync_one(cluster_id=cluster_id)
 
 
 @shared_task(name="scheduling.cycle.reconcile", time_limit=60, soft_time_limit=50, ignore_result=True)
@@ -288,7 +313,7 @@ def reconcile() -> dict:
 
 @shared_task(name="scheduling.cycle.reconcile_one", time_limit=300, soft_time_limit=280, ignore_result=True)
 def reconcile_one(cluster_id: int | None = None) -> dict:
-    return clusters.reconcile_one(cluster_id=cluster_id)
+    return reconciler.reconcile_one(cluster_id=cluster_id)
 
 
 @shared_task(name="scheduling.pods.delete_secret", time_limit=120, soft_time_limit=100, **RETRY)
@@ -296,3 +321,18 @@ def delete_department_secret(department_slug: str, secret_name: str, kube_name: 
     """Delete the portal's copy of a department secret that was deleted, on every cluster."""
     return pods.delete_department_secret(department_slug=department_slug, secret_name=secret_name,
                                          kube_name=kube_name)
+
+
+@shared_task(name="scheduling.tuning.run", time_limit=int(settings.POLICY_TUNER_TIME_LIMIT_S) + 120,
+             soft_time_limit=int(settings.POLICY_TUNER_TIME_LIMIT_S) + 60, ignore_result=True)
+def run_tuner(trigger: str = "schedule", user_id: int | None = None) -> int | None:
+    """The policy tuner over the last week (beat: every POLICY_TUNER_INTERVAL_S; an admin: on demand); returns
+    the PolicyProposal's id (None when another run holds the tuner's lock). Its replays stop at
+    POLICY_TUNER_TIME_LIMIT_S (the run is then kept as failed)."""
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
+    with locks.exclusive("policy-tuner") as mine:
+        if not mine:  # another run (a second beat, an admin's click) is replaying the same week
+            return None
+        return tuning.run_tuner(trigger=trigger, user=user).pk

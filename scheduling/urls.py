@@ -2,7 +2,18 @@
 
 from django.urls import path, re_path
 
-from scheduling.views import home, jobs, policy, queue, sessions, sweeps, templates, whatif
+from scheduling.views import (
+    calendar,
+    fair_share,
+    home,
+    jobs,
+    policy,
+    queue,
+    sessions,
+    sweeps,
+    templates,
+    whatif,
+)
 
 app_name = "dashboard"
 
@@ -14,6 +25,8 @@ urlpatterns = [
     path("jobs/new/quote", jobs.submit_quote, name="submit-quote"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),
     path("queue/", queue.queue, name="queue"),
+    path("fair-share/", fair_share.fair_share, name="fair-share"),
+    path("calendar/", calendar.calendar, name="calendar-page"),
     path("jobs/<int:pk>/cancel", jobs.cancel, name="cancel"),
     path("jobs/<int:pk>/connect", sessions.connect, name="connect"),
     path("s/<int:pk>/_portal/connect", sessions.exchange, name="session-exchange"),
@@ -30,5 +43,9 @@ urlpatterns = [
     path("templates/<int:pk>/delete", templates.template_delete_view, name="template-delete"),
     path("cluster/", policy.cluster, name="cluster"),
     path("policy/", policy.policy, name="policy"),
+    path("policy/tuner/run", policy.tuner_run, name="tuner-run"),
+    path("policy/tuner/config", policy.tuner_config, name="tuner-config"),
+    re_path(r"^policy/proposals/(?P<pk>[0-9]+)/(?P<verb>apply|dismiss)$", policy.proposal_decide,
+            name="proposal-decide"),
     path("whatif/", whatif.whatif, name="whatif"),
 ]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 
-os.environ.setdefault("DATA_DIR", tempfile.mkdtemp(prefix="portal-test-"))
-os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "true")
+from tests.workers import prepare_environment
+
+prepare_environment()  # done already by tests/settings.py, except in the pure suites run without Django
 
 import pytest  # noqa: E402
 
@@ -40,10 +40,14 @@ def pytest_collection_modifyitems(config, items):
     except Exception:  # noqa: BLE001
         redis_ok = False
     for item in items:
+        if "ci_only" in item.keywords and not IN_CI:
+            why = item.get_closest_marker("ci_only").kwargs.get("reason", "")
+            item.add_marker(pytest.mark.skip(reason=f"runs in CI only (CI=true): {why}".rstrip(": ")))
         if "postgres" in item.keywords and not settings.IS_POSTGRES:
             if IN_CI:
                 raise pytest.UsageError(f"{item.nodeid} needs PostgreSQL and CI has none")
-            item.add_marker(pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL)"))
+            item.add_marker(pytest.mark.skip(
+                reason="needs PostgreSQL: set DATABASE_URL=postgres://... (SQLite runs the rest)"))
         if "redis" in item.keywords and not redis_ok:
             if IN_CI:
                 raise pytest.UsageError(f"{item.nodeid} needs Redis at {url} and it is unreachable")

@@ -10,7 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 DEMO = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/python manage.py demo"
-TESTS = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/python -m pytest"
+TESTS = ("python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/python -m pytest -n auto "
+         "--dist loadfile")
 
 
 def _links(path: Path) -> list[Path]:
@@ -27,7 +28,9 @@ def test_the_quick_start_gives_the_demo_and_test_commands_and_ci_runs_that_test_
     quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)\n```", quick, flags=re.S)
     assert blocks[:2] == [DEMO, TESTS]
-    assert "python -m pytest" in (ROOT / ".ci" / "run").read_text()
+    pytest = TESTS.split(".venv/bin/", 2)[-1]  # "python -m pytest" and its options: CI runs the same
+    assert pytest.startswith("python -m pytest -n ")
+    assert pytest in (ROOT / ".ci" / "run").read_text()
 
 
 def test_every_link_of_the_readme_leads_somewhere():

@@ -7,11 +7,24 @@ import re
 import yaml
 from django.db.models import F
 
+from engine.policy import policy_to_dict
+from lab.services.labfile_calendar import calendar_sections
 from lab.services.shape import VERSION
-from portal.models import Department, Membership, SsoGroupMapping
-from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, UserLimit, Wallet
+from portal.models import Department, Membership, SsoGroupMapping, Team
+from quotas.models import (
+    ApprovalRule,
+    Flavor,
+    PreemptionLimit,
+    Price,
+    Quota,
+    QuotaResource,
+    RefillRule,
+    TeamQuota,
+    UserLimit,
+    Wallet,
+)
 from quotas.services import rules
-from scheduling.core.policy import policy_to_dict
+from quotas.services.preemption_limits import limit_values
 from scheduling.models import Cluster, JobTemplate, PolicyVersion, TemplateScope
 from scheduling.services import cluster_config
 from scheduling.services.policy import current_policy
@@ -22,8 +35,12 @@ def export_lab() -> dict:
     """The current lab as a lab file's data (see ``dump``)."""
     out: dict = {"version": VERSION}
     out["flavors"] = [
-        {"name": f.name, "resource_name": f.resource_name, "node_labels": dict(f.node_labels or {}),
-         "gpu_memory_gib": f.gpu_memory_gib, **({"description": f.description} if f.description else {})}
+        {"name": f.name, **({"kind": f.kind} if f.is_cpu else {}), "resource_name": f.resource_name,
+         "node_labels": dict(f.node_labels or {}),
+         "gpu_memory_gib": f.gpu_memory_gib, **({"description": f.description} if f.description else {}),
+         **({"sharing": f.sharing} if f.sharing else {}),
+         **({"shared_resource_name": f.shared_resource_name, "replicas_per_gpu": f.replicas_per_gpu}
+            if f.shared_resource_name or f.replicas_per_gpu else {})}
         for f in Flavor.objects.order_by("name")]
     clusters = []
     for c in Cluster.objects.order_by("name"):
@@ -35,13 +52,13 @@ def export_lab() -> dict:
         entry.update({f: getattr(c, f) for f in cluster_config.CLUSTER_SETTINGS if getattr(c, f) != getattr(fresh, f)})
         groups = cluster_config.node_groups(c)
         if groups and not cluster_config.inventory_owned(c):
-            entry["node_groups"] = [{"name": n, **g} for n, g in sorted(groups.items())]
+            entry["node_groups"] = [_group_entry(n, g) for n, g in sorted(groups.items())]
         clusters.append(entry)
     out["clusters"] = clusters
     # Oversubscription is judged per scope: global quotas against all clusters' GPUs, a cluster's quotas
     # against its own.
     nominal: dict = {}
-    for q in Quota.objects.select_related("flavor", "cluster"):
+    for q in Quota.objects.filter(resource=QuotaResource.GPUS).select_related("flavor", "cluster"):
         scope = (q.flavor, q.cluster)
         nominal[scope] = nominal.get(scope, 0) + q.nominal
     over = {(f.pk, c.pk if c else None) for (f, c), n in nominal.items() if n > rules.flavor_capacity(f, c)}
@@ -55,10 +72,14 @@ def export_lab() -> dict:
              "tier": m.user_tier}
             for m in Membership.objects.filter(department=d).select_related("user").order_by("user__username")]
         quotas = {}
-        for q in Quota.objects.filter(department=d).select_related("flavor", "cluster"):
-            quotas[q.key] = {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit,
-                             "lending_limit": q.lending_limit,
-                             **({"oversubscribe": True} if (q.flavor_id, q.cluster_id) in over else {})}
+        for q in Quota.objects.filter(department=d).select_related("flavor", "cluster").order_by("id"):
+            row = {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit,
+                   **({"oversubscribe": True} if q.resource == QuotaResource.GPUS
+                      and (q.flavor_id, q.cluster_id) in over else {})}
+            if q.resource == QuotaResource.GPUS:
+                quotas[q.key] = row
+            else:  # a CPU pool's cores and GiB, side by side under the pool's key
+                quotas.setdefault(q.key, {})[CPU_QUOTA_KEY[q.resource]] = row
         if quotas:
             entry["quotas"] = quotas
         wallet = Wallet.objects.filter(department=d).first()
@@ -79,22 +100,61 @@ def export_lab() -> dict:
                       F("user__username").asc(nulls_first=True))]
         if limits:
             entry["user_limits"] = limits
+        teams = [_team_entry(t) for t in Team.objects.filter(department=d).order_by("slug")]
+        if teams:
+            entry["teams"] = teams
         depts.append(entry)
     out["departments"] = depts
     prices: dict = {}
     for p in Price.objects.select_related("flavor").order_by("flavor__name", "tier"):
-        prices.setdefault(p.flavor.name, {})[p.tier] = p.per_gpu_hour
+        prices.setdefault(p.flavor.name, {})[p.tier] = (
+            {"per_core_hour": p.per_core_hour, "per_gib_hour": p.per_gib_hour} if p.flavor.is_cpu else p.per_gpu_hour)
     out["prices"] = prices
+    limits = [_limit_entry(x) for x in PreemptionLimit.objects.select_related("department").order_by(
+        F("department__slug").asc(nulls_first=True), "tier")]
+    if limits:
+        out["preemption_limits"] = limits
     mappings = [{"group": m.group, "department": m.department.slug, "role": m.role, "tier": m.user_tier}
                 for m in SsoGroupMapping.objects.select_related("department").order_by("id")]
     if mappings:
         out["sso"] = {"groups": mappings}
     out.update(_workload_sections())
+    out.update(calendar_sections())
     if PolicyVersion.objects.exists():
         doc = policy_to_dict(current_policy()[0])
         doc.pop("version", None)
         out["policy"] = doc
     return out
+
+
+# A CPU pool's quota rows under its key in the file (the file counts cores and GiB, the rows cpu and memory).
+CPU_QUOTA_KEY = {QuotaResource.CPU: "cores", QuotaResource.MEMORY: "memory_gib"}
+
+
+def _team_entry(team: Team) -> dict:
+    entry: dict = {"slug": team.slug}
+    if team.name and team.name != team.slug:
+        entry["name"] = team.name
+    if team.budget_share_pct is not None:
+        entry["budget_share_pct"] = team.budget_share_pct
+    quotas = {q.flavor.name: {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit,
+                              "lending_limit": q.lending_limit}
+              for q in TeamQuota.objects.filter(team=team).select_related("flavor").order_by("flavor__name")}
+    if quotas:
+        entry["quotas"] = quotas
+    members = [{"user": m.user.username, **({"admin": True} if m.team_admin else {})}
+               for m in team.members.select_related("user").order_by("user__username")]
+    if members:
+        entry["members"] = members
+    return entry
+
+
+def _group_entry(name: str, g: dict) -> dict:
+    """A node group as the file declares it: a CPU pool's sized in whole cores and GiB, without GPUs."""
+    if "cpu_millicores" not in g:
+        return {"name": name, **g}
+    return {"name": name, "flavor": g["flavor"], "nodes": g["nodes"], "cores": g["cpu_millicores"] // 1000,
+            "memory_gib": g["memory_mib"] // 1024, "labels": g["labels"]}
 
 
 def _workload_sections() -> dict:
@@ -116,6 +176,13 @@ def _workload_sections() -> dict:
     if sources:
         out["data_sources"] = sources
     return out
+
+
+def _limit_entry(limit: PreemptionLimit) -> dict:
+    """A preemption limit as the file declares it: its department (none: lab-wide), its tier, every value (a
+    value left out of the file is the default, so writing them all keeps a re-apply exact)."""
+    return {**({"department": limit.department.slug} if limit.department_id else {}), "tier": limit.tier,
+            **limit_values(limit)}
 
 
 def secret_env_name(department: str, name: str, key: str) -> str:

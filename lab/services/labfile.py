@@ -23,19 +23,43 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from engine import tiers as tier_table
+from engine.policy import policy_from_dict, policy_to_dict
 from lab.services import departments as dept_services
 from lab.services import members as member_services
-from lab.services.export import dump, export_lab
-from lab.services.labfile_workloads import WorkloadSections, _diff, _flat_diff, _fmt
-from lab.services.shape import LabError, LabFileInvalid, check_shape, decode, line_of, load
+from lab.services.diffs import field_changes, flat_changes, shown
+from lab.services.export import CPU_QUOTA_KEY, dump, export_lab
+from lab.services.labfile_calendar import CalendarSections
+from lab.services.labfile_workloads import WorkloadSections
+from lab.services.shape import (
+    CPU_PRICE_KEYS,
+    CPU_QUOTA_KEYS,
+    LabError,
+    LabFileInvalid,
+    check_shape,
+    decode,
+    line_of,
+    load,
+)
 from portal.errors import PortalError, ValidationFailed
-from portal.models import Department, Membership, Role, SsoGroupMapping, UserTier
+from portal.models import Department, Membership, Role, SsoGroupMapping, Team, UserTier
 from portal.services import sso as sso_services
-from quotas.models import ApprovalRule, Flavor, Price, Quota, RefillRule, UserLimit, Wallet
+from quotas.models import (
+    ApprovalRule,
+    Flavor,
+    PreemptionLimit,
+    Price,
+    Quota,
+    QuotaResource,
+    RefillRule,
+    TeamQuota,
+    UserLimit,
+    Wallet,
+)
 from quotas.services import flavors as flavor_services
+from quotas.services import preemption_limits as limit_services
 from quotas.services import pricing, rules, user_limits, wallets
-from scheduling.core import tiers as tier_table
-from scheduling.core.policy import policy_from_dict, policy_to_dict
+from quotas.services import teams as team_services
 from scheduling.models import Cluster
 from scheduling.services import cluster_config
 from scheduling.services.policy import current_policy, policy_update
@@ -58,7 +82,7 @@ class Result:
         return not (self.created or self.changed or self.removed)
 
 
-class _Applier(WorkloadSections):
+class _Applier(WorkloadSections, CalendarSections):
     def __init__(self, data: dict, lines: dict, *, actor, prune: bool):
         self.data, self.lines, self.actor, self.prune = data, lines, actor, prune
         self.r = Result()
@@ -104,15 +128,25 @@ class _Applier(WorkloadSections):
             path = ("flavors", i)
             want = {"resource_name": f.get("resource_name", "nvidia.com/gpu"),
                     "node_labels": {str(k): str(v) for k, v in (f.get("node_labels") or {}).items()},
-                    "gpu_memory_gib": f.get("gpu_memory_gib", 0), "description": f.get("description", "")}
+                    "gpu_memory_gib": f.get("gpu_memory_gib", 0), "description": f.get("description", ""),
+                    "sharing": f.get("sharing", ""), "shared_resource_name": f.get("shared_resource_name", ""),
+                    "replicas_per_gpu": f.get("replicas_per_gpu", 0)}
+            kind = f.get("kind", "gpu")
             cur = Flavor.objects.filter(name=f["name"]).first()
             if cur is None:
-                self.run(path, "+", f"flavor {f['name']}", [f"resource: {want['resource_name']}"],
-                         lambda f=f, w=want: flavor_services.flavor_create(actor=self.actor, name=f["name"], **w))
+                self.run(path, "+", f"flavor {f['name']}",
+                         [f"resource: {want['resource_name']}"] + (["kind: cpu"] if kind == "cpu" else []),
+                         lambda f=f, w=want, k=kind: flavor_services.flavor_create(actor=self.actor, name=f["name"],
+                                                                                   kind=k, **w))
             else:
+                if cur.kind != kind:
+                    # Its quotas, prices and jobs count GPUs or cores: a flavor keeps the kind it was made with.
+                    self.fail((*path, "kind"), f"{f['name']} is a {cur.kind} flavor: a flavor's kind does not "
+                                               "change (declare a new flavor)")
+                    continue
                 old = {k: getattr(cur, k) for k in want}
                 if old != want:
-                    self.run(path, "~", f"flavor {f['name']}", _diff(old, want),
+                    self.run(path, "~", f"flavor {f['name']}", field_changes(old, want),
                              lambda c=cur, w=want: flavor_services.flavor_update(flavor=c, actor=self.actor, **w))
 
     # ---------------------------------------------------------------- clusters
@@ -125,13 +159,13 @@ class _Applier(WorkloadSections):
             want.update({f: c[f] for f in cluster_config.CLUSTER_SETTINGS if f in c})
             cur = Cluster.objects.filter(name=c["name"]).first()
             if cur is None:
-                self.run(path, "+", f"cluster {c['name']}", _diff({}, want),
+                self.run(path, "+", f"cluster {c['name']}", field_changes({}, want),
                          lambda c=c, w=want: cluster_config.cluster_create(actor=self.actor, name=c["name"], **w))
             else:
                 old = {k: getattr(cur, k) for k in want}
                 if old != want and (any(old[k] != want[k] for k in want if k != "is_default") or want["is_default"]):
                     w = {k: v for k, v in want.items() if old[k] != v}
-                    self.run(path, "~", f"cluster {c['name']}", _diff(old, want),
+                    self.run(path, "~", f"cluster {c['name']}", field_changes(old, want),
                              lambda cur=cur, w=w: cluster_config.cluster_update(cluster=cur, actor=self.actor, **w))
             cluster = Cluster.objects.filter(name=c["name"]).first()
             if cluster is None:
@@ -146,16 +180,19 @@ class _Applier(WorkloadSections):
                     self.fail((*gpath, "flavor"), f"no flavor {g['flavor']} (declare it under flavors:)")
                     continue
                 labels = {str(k): str(v) for k, v in (g.get("labels") or flavor.node_labels or {}).items()}
-                want_g = {"flavor": flavor.name, "nodes": g["nodes"], "gpus_per_node": g["gpus_per_node"],
+                want_g = {"flavor": flavor.name, "nodes": g["nodes"], "gpus_per_node": g.get("gpus_per_node", 0),
                           "labels": labels}
+                if flavor.is_cpu:  # a CPU pool's nodes are sized in cores and memory
+                    want_g.update(cpu_millicores=g.get("cores", 0) * 1000, memory_mib=g.get("memory_gib", 0) * 1024)
                 old_g = current.get(g["name"])
                 if old_g == want_g:
                     continue
                 self.run(gpath, "+" if old_g is None else "~", f"node group {c['name']}/{g['name']}",
-                         _diff(old_g or {}, want_g),
-                         lambda cl=cluster, g=g, fl=flavor, lb=labels: cluster_config.node_group_set(
+                         field_changes(old_g or {}, want_g),
+                         lambda cl=cluster, g=g, fl=flavor, lb=labels, w=want_g: cluster_config.node_group_set(
                              cluster=cl, actor=self.actor, name=g["name"], flavor=fl, nodes=g["nodes"],
-                             gpus_per_node=g["gpus_per_node"], labels=lb))
+                             gpus_per_node=w["gpus_per_node"], labels=lb, cpu_millicores=w.get("cpu_millicores", 0),
+                             memory_mib=w.get("memory_mib", 0)))
             if self.prune and not cluster_config.inventory_owned(cluster):
                 for name in sorted(set(current) - declared):
                     self.run(path, "-", f"node group {c['name']}/{name}", [],
@@ -177,7 +214,7 @@ class _Applier(WorkloadSections):
                 cur = Department.objects.get(slug=d["slug"])
             else:
                 if cur.name != d["name"]:
-                    self.run(path, "~", f"department {d['slug']}", _diff({"name": cur.name}, {"name": d["name"]}),
+                    self.run(path, "~", f"department {d['slug']}", field_changes({"name": cur.name}, {"name": d["name"]}),
                              lambda c=cur, d=d: dept_services.department_rename(department=c, actor=self.actor,
                                                                                 name=d["name"]))
                 if cur.is_archived and not d.get("archived", False):
@@ -195,12 +232,12 @@ class _Applier(WorkloadSections):
                     user__username=username).first()
                 user = User.objects.filter(username=username).first()
                 if user is not None and m.get("email") is not None and user.email != m["email"]:
-                    self.run(mpath, "~", f"user {username}", _diff({"email": user.email}, {"email": m["email"]}),
+                    self.run(mpath, "~", f"user {username}", field_changes({"email": user.email}, {"email": m["email"]}),
                              lambda u=user, e=m["email"]: _set_email(u, e))
                 if existing is not None and existing.department_id == cur.pk:
                     old = {"role": existing.role, "user_tier": existing.user_tier}
                     if old != want:
-                        self.run(mpath, "~", f"member {d['slug']}/{username}", _diff(old, want),
+                        self.run(mpath, "~", f"member {d['slug']}/{username}", field_changes(old, want),
                                  lambda e=existing, w=want: member_services.member_change(
                                      membership=e, actor=self.actor, **w))
                     continue
@@ -227,9 +264,8 @@ class _Applier(WorkloadSections):
             if dept is None:
                 continue
             declared = set()
-            for key, q in (d.get("quotas") or {}).items():
-                path = ("departments", i, "quotas", key)
-                declared.add(key)
+            for key, q, resource, path in _quota_rows(i, d.get("quotas") or {}):
+                declared.add((key, resource))
                 # ``flavor@cluster``: a quota on that cluster only; ``flavor``: on all clusters.
                 fname, at, cname = key.partition("@")
                 flavor = Flavor.objects.filter(name=fname).first()
@@ -240,33 +276,122 @@ class _Applier(WorkloadSections):
                 if at and cluster is None:
                     self.fail(path, f"no cluster {cname!r} (declare it under clusters:)")
                     continue
+                if (resource == QuotaResource.GPUS) == flavor.is_cpu:
+                    self.fail(path, f"{fname} is a CPU pool: its quota is {{cores: {{nominal: ...}}, memory_gib: "
+                                    "{nominal: ...}}" if flavor.is_cpu else f"{fname} is a GPU flavor: its quota "
+                                    "counts GPUs ({nominal: ...}), not cores or memory_gib")
+                    continue
                 want = {"nominal": q["nominal"], "borrowing_limit": q.get("borrowing_limit"),
                         "lending_limit": q.get("lending_limit")}
-                cur = Quota.objects.filter(department=dept, flavor=flavor, cluster=cluster).first()
+                cur = Quota.objects.filter(department=dept, flavor=flavor, cluster=cluster, resource=resource).first()
                 over = bool(q.get("oversubscribe", False))
+                what = f"quota {d['slug']}/{key}" + ("" if resource == QuotaResource.GPUS else f" {path[-1]}")
                 if cur is None:
-                    changes.append((want["nominal"], path, "+", f"quota {d['slug']}/{key}", _diff({}, want),
-                                    lambda dp=dept, fl=flavor, cl=cluster, w=want, o=over: rules.quota_create(
-                                        department=dp, flavor=fl, cluster=cl, actor=self.actor, oversubscribe=o,
-                                        comment="lab file", **w)))
+                    changes.append((want["nominal"], path, "+", what, field_changes({}, want),
+                                    lambda dp=dept, fl=flavor, cl=cluster, w=want, o=over, r=resource:
+                                    rules.quota_create(department=dp, flavor=fl, cluster=cl, actor=self.actor,
+                                                       oversubscribe=o, comment="lab file", resource=r, **w)))
                 else:
                     old = {k: getattr(cur, k) for k in want}
                     if old != want:
-                        changes.append((want["nominal"] - cur.nominal, path, "~", f"quota {d['slug']}/{key}",
-                                        _diff(old, want),
+                        changes.append((want["nominal"] - cur.nominal, path, "~", what,
+                                        field_changes(old, want),
                                         lambda c=cur, w=want, o=over: rules.quota_set(
                                             quota=c, actor=self.actor, oversubscribe=o, comment="lab file", **w)))
             if self.prune:
                 for q in Quota.objects.filter(department=dept).select_related("flavor", "cluster", "department"):
-                    if q.key in declared:
+                    if (q.key, q.resource) in declared:
                         continue
                     changes.append((-q.nominal, ("departments", i, "quotas"), "-",
-                                    f"quota {d['slug']}/{q.key}", [],
+                                    f"quota {d['slug']}/{q.key}" + (
+                                        "" if q.resource == QuotaResource.GPUS else f" {CPU_QUOTA_KEY[q.resource]}"), [],
                                     lambda q=q: rules.quota_delete(quota=q, actor=self.actor,
                                                                    comment="pruned by the lab file")))
         # Decreases first: GPUs moved from one department to another never count twice on the way.
         for _, path, sign, what, details, fn in sorted(changes, key=lambda c: c[0]):
             self.run(path, sign, what, details, fn)
+
+    # ---------------------------------------------------------------- teams
+    def teams(self):
+        """Each department's ``teams:``, after its members and quotas (a split is checked against the
+        department's quota): the teams, their quota splits (decreases first, so GPUs moved from one team to
+        another never count twice on the way) and their members. With ``prune`` the teams, splits and team
+        memberships the file leaves out go."""
+        changes, placed = [], []
+        for i, d in enumerate(self.data.get("departments") or []):
+            dept = Department.objects.filter(slug=d["slug"]).first()
+            if dept is None or (d.get("teams") is None and not self.prune):
+                continue
+            declared = set()
+            for j, t in enumerate(d.get("teams") or []):
+                path = ("departments", i, "teams", j)
+                declared.add(t["slug"])
+                want = {"name": t.get("name") or t["slug"], "budget_share_pct": t.get("budget_share_pct")}
+                team = Team.objects.filter(department=dept, slug=t["slug"]).first()
+                what = f"team {d['slug']}/{t['slug']}"
+                if team is None:
+                    if not self.run(path, "+", what, field_changes({}, want),
+                                    lambda dp=dept, t=t, w=want: team_services.team_create(
+                                        department=dp, slug=t["slug"], actor=self.actor, **w)):
+                        continue
+                    team = Team.objects.get(department=dept, slug=t["slug"])
+                else:
+                    old = {"name": team.name, "budget_share_pct": team.budget_share_pct}
+                    if old != want:
+                        self.run(path, "~", what, field_changes(old, want),
+                                 lambda tm=team, w=want: team_services.team_update(team=tm, actor=self.actor, **w))
+                split = set()
+                for fname, q in (t.get("quotas") or {}).items():
+                    qpath = (*path, "quotas", fname)
+                    flavor = Flavor.objects.filter(name=fname).first()
+                    if flavor is None:
+                        self.fail(qpath, f"no flavor {fname} (declare it under flavors:)")
+                        continue
+                    split.add(flavor.pk)
+                    wq = {"nominal": q["nominal"], "borrowing_limit": q.get("borrowing_limit"),
+                          "lending_limit": q.get("lending_limit")}
+                    cur = TeamQuota.objects.filter(team=team, flavor=flavor).first()
+                    oq = None if cur is None else {k: getattr(cur, k) for k in wq}
+                    if oq != wq:
+                        changes.append((wq["nominal"] - (cur.nominal if cur else 0), qpath, "+" if cur is None else "~",
+                                        f"team quota {d['slug']}/{t['slug']}/{fname}", field_changes(oq or {}, wq),
+                                        lambda tm=team, fl=flavor, w=wq: team_services.team_quota_set(
+                                            team=tm, flavor=fl, actor=self.actor, check_role=False, **w)))
+                if self.prune:
+                    for cur in TeamQuota.objects.filter(team=team).exclude(flavor_id__in=split).select_related("flavor"):
+                        changes.append((-cur.nominal, (*path, "quotas"), "-",
+                                        f"team quota {d['slug']}/{t['slug']}/{cur.flavor.name}", [],
+                                        lambda tm=team, fl=cur.flavor: team_services.team_quota_delete(
+                                            team=tm, flavor=fl, actor=self.actor)))
+                placed.append((dept, team, d, path, t.get("members")))
+            if self.prune:
+                for extra in Team.objects.filter(department=dept).exclude(slug__in=declared):
+                    self.run(("departments", i, "teams"), "-", f"team {d['slug']}/{extra.slug}", [],
+                             lambda tm=extra: team_services.team_delete(team=tm, actor=self.actor))
+        for _, path, sign, what, details, fn in sorted(changes, key=lambda c: c[0]):
+            self.run(path, sign, what, details, fn)
+        for dept, team, d, path, members in placed:
+            listed = set()
+            for k, m in enumerate(members or []):
+                mpath = (*path, "members", k)
+                listed.add(m["user"])
+                cur = Membership.objects.select_related("user", "department", "team").filter(
+                    user__username=m["user"], department=dept).first()
+                if cur is None:
+                    self.fail((*mpath, "user"), f"{m['user']} is not a member of {d['slug']} (declare them under "
+                                                "its members:)")
+                    continue
+                want = {"team": team.slug, "team_admin": bool(m.get("admin", False))}
+                old = {"team": cur.team.slug if cur.team_id else None, "team_admin": cur.team_admin}
+                if old != want:
+                    self.run(mpath, "+" if cur.team_id is None else "~", f"team member {d['slug']}/{team.slug}/{m['user']}",
+                             field_changes(old, want), lambda c=cur, tm=team, w=want: team_services.member_set_team(
+                                 membership=c, team=tm, team_admin=w["team_admin"], actor=self.actor))
+            if self.prune:
+                for extra in Membership.objects.filter(team=team).exclude(user__username__in=listed).select_related(
+                        "user", "department", "team"):
+                    self.run((*path, "members"), "-", f"team member {d['slug']}/{team.slug}/{extra.user.username}", [],
+                             lambda c=extra: team_services.member_set_team(membership=c, team=None, actor=self.actor))
 
     # ---------------------------------------------------------------- per-user limits
     def user_limits(self):
@@ -296,7 +421,7 @@ class _Applier(WorkloadSections):
                     self.fail((*path, "user"), f"{name} is not a member of {d['slug']} (declare them under members:)")
                     continue
                 self.run(path, "+" if cur is None else "~", f"user limit {d['slug']}/{name or '(every member)'}",
-                         _diff(old or {}, want), lambda dp=dept, u=user, w=want: user_limits.user_limit_set(
+                         field_changes(old or {}, want), lambda dp=dept, u=user, w=want: user_limits.user_limit_set(
                              department=dp, user=u, actor=self.actor, **w))
             for name, cur in sorted(current.items(), key=lambda kv: kv[0] or "") if self.prune else ():
                 if name not in declared:
@@ -312,6 +437,14 @@ class _Applier(WorkloadSections):
             if flavor is None:
                 self.fail(("prices", fname), f"no flavor {fname} (declare it under flavors:)")
                 continue
+            if any(isinstance(p, dict) != flavor.is_cpu for p in tiers.values()):
+                self.fail(("prices", fname), f"{fname} is a CPU pool: {{tier: {{per_core_hour: ..., per_gib_hour: "
+                                             "...}}}" if flavor.is_cpu else f"{fname} is a GPU flavor: {{tier: mcr "
+                                             "per GPU-hour}")
+                continue
+            if flavor.is_cpu:
+                self.cpu_prices(fname, flavor, tiers, declared)
+                continue
             current = dict(Price.objects.filter(flavor=flavor).values_list("tier", "per_gpu_hour"))
             steps = []
             for tier, price in tiers.items():
@@ -326,7 +459,7 @@ class _Applier(WorkloadSections):
                 steps.append((0 if first else 1, 0 if premium else 1, tier, price, old))
             for _, _, tier, price, old in sorted(steps):
                 self.run(("prices", fname, tier), "+" if old is None else "~", f"price {fname}/{tier}",
-                         [f"per_gpu_hour: {_fmt(old)} -> {price}"] if old is not None else [f"{price} mcr/GPU-h"],
+                         [f"per_gpu_hour: {shown(old)} -> {price}"] if old is not None else [f"{price} mcr/GPU-h"],
                          lambda fl=flavor, t=tier, p=price: pricing.price_set(flavor=fl, tier=t, per_gpu_hour=p,
                                                                              actor=self.actor))
         if self.prune:
@@ -334,6 +467,20 @@ class _Applier(WorkloadSections):
                 if (p.flavor.name, p.tier) not in declared:
                     self.run(("prices",), "-", f"price {p.flavor.name}/{p.tier}", [],
                              lambda p=p: pricing.price_delete(price=p, actor=self.actor))
+
+    def cpu_prices(self, fname: str, flavor, tiers: dict, declared: set) -> None:
+        """A CPU pool's prices per core-hour and GiB-hour (its ``per_gpu_hour`` stays 0, so the realtime-dearer
+        rule, which reads GPU prices, does not apply to them)."""
+        current = {p.tier: {k: getattr(p, k) for k in CPU_PRICE_KEYS} for p in Price.objects.filter(flavor=flavor)}
+        for tier, want in tiers.items():
+            declared.add((fname, tier))
+            old = current.get(tier)
+            if old == want:
+                continue
+            self.run(("prices", fname, tier), "+" if old is None else "~", f"price {fname}/{tier}",
+                     field_changes(old or {}, want),
+                     lambda fl=flavor, t=tier, w=want: pricing.price_set(flavor=fl, tier=t, per_gpu_hour=0,
+                                                                        actor=self.actor, **w))
 
     def budgets(self):
         for i, d in enumerate(self.data.get("departments") or []):
@@ -357,7 +504,7 @@ class _Applier(WorkloadSections):
                     old = {k: getattr(cur, k) for k in want} if cur else None
                     if old != want:
                         self.run((*path, "budget", "refill"), "+" if cur is None else "~", f"refill rule {d['slug']}",
-                                 _diff(old or {}, want),
+                                 field_changes(old or {}, want),
                                  lambda dp=dept, w=want: rules.refill_rule_set(department=dp, actor=self.actor, **w))
                 elif cur is not None and self.prune:
                     self.run(path, "-", f"refill rule {d['slug']}", [],
@@ -371,7 +518,7 @@ class _Applier(WorkloadSections):
                 if old != want and not (old is None and want == {"gpus_above": None, "cost_above": None,
                                                                   "realtime": False}):
                     self.run((*path, "approval_rule"), "+" if cur_rule is None else "~",
-                             f"approval rule {d['slug']}", _diff(old or {}, want),
+                             f"approval rule {d['slug']}", field_changes(old or {}, want),
                              lambda dp=dept, w=want: rules.approval_rule_set(department=dp, actor=self.actor, **w))
 
     # ---------------------------------------------------------------- policy, archives, prune
@@ -385,8 +532,39 @@ class _Applier(WorkloadSections):
         want.pop("version", None)
         old.pop("version", None)
         if want != old:
-            self.run(("policy",), "~", "policy", [f"v{version} -> v{version + 1}"] + _flat_diff(old, want),
+            self.run(("policy",), "~", "policy", [f"v{version} -> v{version + 1}"] + flat_changes(old, want),
                      lambda: policy_update(user=self.actor, data=want, comment="lab file"))
+
+    def preemption_limits(self):
+        """The ``preemption_limits:`` rows by (department, tier) (no department: the lab-wide one), after the
+        departments they name; a field left out takes its default, as a new row would. With ``prune`` the rows
+        the file leaves out go (the section left out: all of them)."""
+        rows = self.data.get("preemption_limits")
+        if rows is None and not self.prune:
+            return
+        current = {(x.department.slug if x.department_id else None, x.tier): x
+                   for x in PreemptionLimit.objects.select_related("department")}
+        declared: set = set()
+        for i, row in enumerate(rows or []):
+            path, slug = ("preemption_limits", i), row.get("department")
+            dept = Department.objects.filter(slug=slug).first() if slug else None
+            if slug and dept is None:
+                continue  # its department failed to be created: that error is reported already
+            key = (slug, row["tier"])
+            declared.add(key)
+            want = {f: row.get(f, default) for f, default in limit_services.limit_defaults().items()}
+            old = limit_services.limit_values(current.get(key))
+            if old == want:
+                continue
+            self.run(path, "+" if old is None else "~", f"preemption limit {slug or '(lab-wide)'}/{row['tier']}",
+                     field_changes(old or {}, want), lambda dp=dept, t=row["tier"], w=want: limit_services.preemption_limit_set(
+                         department=dp, tier=t, actor=self.actor, **w))
+        for key, cur in sorted(current.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])) if self.prune else ():
+            if key not in declared:
+                self.run(("preemption_limits",), "-", f"preemption limit {key[0] or '(lab-wide)'}/{key[1]}", [],
+                         lambda c=cur: limit_services.preemption_limit_delete(
+                             department=c.department, tier=c.tier, actor=self.actor,
+                             comment="pruned by the lab file"))
 
     def sso(self):
         groups = (self.data.get("sso") or {}).get("groups")
@@ -404,7 +582,7 @@ class _Applier(WorkloadSections):
             old = {"role": cur.role, "user_tier": cur.user_tier} if cur else None
             if old != want:
                 self.run(path, "+" if cur is None else "~", f"sso group {g['group']} -> {dept.slug}",
-                         _diff(old or {}, want),
+                         field_changes(old or {}, want),
                          lambda gr=g["group"], dp=dept, w=want: sso_services.sso_mapping_set(
                              actor=self.actor, group=gr, department=dp, **w))
         if self.prune:
@@ -444,6 +622,19 @@ class _Applier(WorkloadSections):
             self.run(("flavors",), "-", f"flavor {f.name}", [],
                      lambda f=f: flavor_services.flavor_delete(flavor=f, actor=self.actor,
                                                                comment="pruned by the lab file"))
+
+
+def _quota_rows(i: int, quotas: dict):
+    """(key, q, resource, path) for each quota row a department's ``quotas:`` declares: a GPU flavor's is one
+    row of GPUs, a CPU pool's ``{cores: ..., memory_gib: ...}`` one row each."""
+    for key, q in quotas.items():
+        path = ("departments", i, "quotas", key)
+        if set(q) & set(CPU_QUOTA_KEYS):
+            for resource, name in CPU_QUOTA_KEY.items():
+                if name in q:
+                    yield key, q[name], resource, (*path, name)
+        else:
+            yield key, q, QuotaResource.GPUS, path
 
 
 def _set_email(user, email: str) -> None:
@@ -492,14 +683,17 @@ def apply_lab(source: str | bytes, *, actor=None, dry_run: bool = False, prune: 
         a.clusters()
         a.departments()
         a.quotas()
+        a.teams()
         a.user_limits()
         a.prices()
         a.budgets()
         a.policy()
+        a.preemption_limits()
         a.data_sources()
         a.templates()
         a.sso()
         a.secrets()
+        a.calendar()
         a.archives()
         a.prune_rest()
         if a.r.errors or dry_run:

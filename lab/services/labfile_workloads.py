@@ -1,6 +1,6 @@
 """The lab file's sections for what jobs run with: department templates, department secrets and data sources,
 applied like every section (``lab.services.labfile``: each change through the service that owns the row, in its
-own savepoint, every error with its line), and the small diff helpers all sections share."""
+own savepoint, every error with its line)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 
 from rest_framework.exceptions import ValidationError as DRFValidationError
 
+from lab.services.diffs import field_changes, flat_changes
 from portal.models import Department
 from scheduling.api.serializers import validate_job_spec
 from scheduling.models import Cluster, JobTemplate, TemplateScope
@@ -15,28 +16,6 @@ from scheduling.services import templates as template_services
 from workloads.models import DataSource, DepartmentSecret
 from workloads.services import secrets as secret_services
 from workloads.services import sources as source_services
-
-
-def _fmt(v) -> str:
-    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
-
-
-def _diff(old: dict, new: dict) -> list[str]:
-    """``field: old -> new`` for each changed field; for something new (``old`` empty), ``field: value``."""
-    if not old:
-        return [f"{k}: {_fmt(v)}" for k, v in new.items() if v is not None]
-    return [f"{k}: {_fmt(old.get(k))} -> {_fmt(new.get(k))}" for k in new if old.get(k) != new.get(k)]
-
-
-def _flat_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _flat_diff(a, b, f"{prefix}{k}.")
-        elif a != b:
-            out.append(f"{prefix}{k}: {_fmt(a)} -> {_fmt(b)}")
-    return out
 
 
 def _secret_values(d: dict) -> tuple[dict[str, str], list[str]]:
@@ -83,7 +62,7 @@ class WorkloadSections:
                              user=self.actor, name=t["name"], scope=TemplateScope.DEPARTMENT, department=d, **w))
             elif {"description": cur.description, "spec": cur.spec} != want:
                 self.run(path, "~", f"template {dept.slug}/{t['name']}",
-                         _flat_diff({"description": cur.description, "spec": cur.spec}, want),
+                         flat_changes({"description": cur.description, "spec": cur.spec}, want),
                          lambda c=cur, w=want: template_services.template_update(user=self.actor, template=c, **w))
         if self.prune:
             for cur in JobTemplate.objects.filter(scope=TemplateScope.DEPARTMENT).select_related("department"):
@@ -131,7 +110,7 @@ class WorkloadSections:
             for k in ("reference_name", "registry", "username") + (("keys",) if kind == "reference" else ()):
                 if getattr(cur, k) != want[k]:
                     changes[k] = want[k]
-                    details += _diff({k: getattr(cur, k)}, {k: want[k]})
+                    details += field_changes({k: getattr(cur, k)}, {k: want[k]})
             if kind == "value" and not missing and values != cur.values:
                 changes["values"] = values
                 details.append(f"values of {', '.join(sorted(values))}: rotated")
@@ -179,7 +158,7 @@ class WorkloadSections:
             old = {k: getattr(cur, k) for k in want}
             old_shared = sorted(cur.shared_with.values_list("slug", flat=True))
             if old != want or old_shared != want_shared:
-                self.run(path, "~", what, _diff({**old, "shared_with": ", ".join(old_shared)},
+                self.run(path, "~", what, field_changes({**old, "shared_with": ", ".join(old_shared)},
                                                 {**want, "shared_with": ", ".join(want_shared)}),
                          lambda c=cur, sh=shared, w=want: source_services.data_source_update(
                              actor=self.actor, source=c, shared_with=sh, **w))

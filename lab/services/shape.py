@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import yaml
 from django.conf import settings
@@ -13,6 +14,8 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+from engine.policy import PolicyError, policy_from_dict
+from engine.types import TIERS
 from lab.inputs import DepartmentCreateSerializer, MemberCreateSerializer
 from portal.errors import ValidationFailed
 from portal.models import Department, Role, UserTier
@@ -22,14 +25,15 @@ from quotas.api.budgets import (
     RefillRuleSerializer,
     WalletBudgetSerializer,
 )
+from quotas.api.preemption_limits import PreemptionLimitSerializer
+from quotas.api.teams import TeamMemberSerializer, TeamQuotaSerializer, TeamSerializer
 from quotas.api.user_limits import UserLimitSerializer
 from quotas.api.views import FlavorInputSerializer, QuotaCreateSerializer
 from quotas.models import Flavor
 from quotas.services import rules
+from scheduling.api.calendar import BookingCreateSerializer, MaintenanceCreateSerializer
 from scheduling.api.clusters import ClusterCreateSerializer, NodeGroupInputSerializer
 from scheduling.api.serializers import JobTemplateWriteSerializer
-from scheduling.core.policy import PolicyError, policy_from_dict
-from scheduling.core.types import TIERS
 from scheduling.models import Cluster
 from scheduling.services import cluster_config
 from workloads.api.serializers import SecretCreateSerializer
@@ -220,11 +224,22 @@ class Section:
     required_extra: tuple = ()
 
 
-FLAVOR = Section(FlavorInputSerializer)
+# ``kind: cpu`` declares a CPU pool (nodes without GPUs); a flavor's kind is set when it is created.
+FLAVOR = Section(FlavorInputSerializer, extra=("kind",))
+FLAVOR_KINDS = ("gpu", "cpu")
 CLUSTER = Section(ClusterCreateSerializer, names={"default": "is_default"}, extra=("node_groups",))
-NODE_GROUP = Section(NodeGroupInputSerializer, drop=("comment",), extra=("name",), required_extra=("name",))
+# A CPU pool's group says its nodes' size in whole cores and GiB instead of GPUs per node.
+NODE_GROUP = Section(NodeGroupInputSerializer, drop=("comment",), optional=("gpus_per_node",),
+                     extra=("name", "cores", "memory_gib"), required_extra=("name",))
+CPU_QUOTA_KEYS = ("cores", "memory_gib")  # a CPU pool's quota: one row of each, as a GPU flavor's has one
+CPU_PRICE_KEYS = ("per_core_hour", "per_gib_hour")
 DEPARTMENT = Section(DepartmentCreateSerializer, drop=("comment",),
-                     extra=("archived", "members", "quotas", "budget", "approval_rule", "user_limits"))
+                     extra=("archived", "members", "quotas", "budget", "approval_rule", "user_limits", "teams"))
+# A team under its department: its split of the department's GPU quotas, and its members (``admin``: a team
+# admin), each a member of the department.
+TEAM = Section(TeamSerializer, drop=("department",), extra=("quotas", "members"))
+TEAM_QUOTA = Section(TeamQuotaSerializer)
+TEAM_MEMBER = Section(TeamMemberSerializer, names={"admin": "team_admin"}, extra=("user",), required_extra=("user",))
 MEMBER = Section(MemberCreateSerializer, names={"user": "username", "tier": "user_tier"}, drop=("comment",),
                  extra=("password_env",))
 QUOTA = Section(QuotaCreateSerializer, drop=("department", "flavor", "cluster", "comment"))
@@ -244,6 +259,13 @@ SECRET = Section(SecretCreateSerializer, drop=("values", "department"),
 # A data source names its cluster, its owning department (none: the platform's) and the departments it is
 # shared with; the references are checked against what the database or the file declares.
 DATA_SOURCE = Section(DataSourceInputSerializer)
+# A preemption limit is the lab's (no department) or one department's, for one tier.
+PREEMPTION_LIMIT = Section(PreemptionLimitSerializer, extra=("department",))
+# The calendar: a booking names its department and cluster (no "your own", no default cluster: the file says
+# whose and where); a maintenance window its cluster. Each is known by its place and start (see ``calendar_key``).
+BOOKING = Section(BookingCreateSerializer, drop=("department", "cluster"), extra=("department", "cluster"),
+                  required_extra=("department", "cluster"))
+MAINTENANCE = Section(MaintenanceCreateSerializer, drop=("cluster",), extra=("cluster",), required_extra=("cluster",))
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # The file's words for the serializers' type errors (and no echo of the value: it may be a secret's).
@@ -379,11 +401,20 @@ class _LabShape(_Shape):
         self.declared_ref(v, p, "department", self.departments)
 
     def flavor(self, v, p):
-        self.read(v, p, FLAVOR)
+        self.read(v, p, FLAVOR, {"kind": lambda x, q: self.string(x, q, choices=FLAVOR_KINDS)})
+
+    def count(self, v, p, *, low: int = 0, high: int = 10**12):
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            self.err(p, f"must be a whole number from {low} to {high}")
 
     def node_group(self, v, p):
-        self.read(v, p, NODE_GROUP)
+        self.read(v, p, NODE_GROUP, {"cores": lambda x, q: self.count(x, q, low=1, high=4096),
+                                     "memory_gib": lambda x, q: self.count(x, q, low=1, high=65536)})
         if isinstance(v, dict):
+            if "gpus_per_node" not in v and not {"cores", "memory_gib"} <= set(v):
+                self.err(p, "gpus_per_node is required (a CPU pool's group: cores and memory_gib)")
+            elif "gpus_per_node" in v and ({"cores", "memory_gib"} & set(v)):
+                self.err(p, "a group has gpus_per_node (GPU nodes) or cores and memory_gib (a CPU pool), not both")
             if isinstance(v.get("name"), str):
                 try:
                     cluster_config.validate_group_name(v["name"])
@@ -415,7 +446,13 @@ class _LabShape(_Shape):
             if at and cname not in self.clusters:
                 self.err((*p, k), f"no cluster {cname!r} (declare it under clusters:); a per-cluster quota is "
                                   "flavor@cluster")
-            self.quota(q, (*p, k))
+            if isinstance(q, dict) and set(q) & set(CPU_QUOTA_KEYS):
+                self.unknown(q, (*p, k), CPU_QUOTA_KEYS)  # a CPU pool's cores and GiB, each a quota of its own
+                for r in CPU_QUOTA_KEYS:
+                    if r in q:
+                        self.quota(q[r], (*p, k, r))
+            else:
+                self.quota(q, (*p, k))
 
     def budget(self, v, p):
         self.read(v, p, BUDGET, {"refill": lambda x, q: self.read(x, q, REFILL)})
@@ -425,7 +462,39 @@ class _LabShape(_Shape):
             "archived": self.boolean, "members": lambda x, q: self.items(x, q, self.member, "user"),
             "quotas": self.quotas, "budget": self.budget, "approval_rule": lambda x, q: self.read(x, q, APPROVAL),
             "user_limits": lambda x, q: self.items(x, q, lambda y, r: self.read(y, r, USER_LIMIT, {
-                "user": self.string}), "user")})
+                "user": self.string}), "user"),
+            "teams": lambda x, q: self.items(x, q, self.team, "slug")})
+        if isinstance(v, dict) and isinstance(v.get("teams"), list):
+            self.one_team_a_member(v, p)
+
+    def team(self, v, p):
+        self.read(v, p, TEAM, {"quotas": self.team_quotas,
+                               "members": lambda x, q: self.items(x, q, lambda y, r: self.read(y, r, TEAM_MEMBER, {
+                                   "user": self.string}), "user")})
+
+    def team_quotas(self, v, p):
+        if not self.mapping(v, p, "a mapping of GPU flavor: {nominal: ...} (a team's split counts every cluster)"):
+            return
+        for k, q in v.items():
+            self.flavor_ref(k, (*p, k))
+            self.read(q, (*p, k), TEAM_QUOTA)
+
+    def one_team_a_member(self, d: dict, p: tuple) -> None:
+        """A member of the department is in at most one of its teams, and only a member of it is in one."""
+        members = {m.get("user") for m in d.get("members") or [] if isinstance(m, dict)}
+        seen: dict = {}
+        for i, t in enumerate(d["teams"]):
+            for j, m in enumerate((t or {}).get("members") or [] if isinstance(t, dict) else []):
+                u = m.get("user") if isinstance(m, dict) else None
+                if not isinstance(u, str):
+                    continue
+                if u in seen:
+                    self.err((*p, "teams", i, "members", j, "user"),
+                             f"{u} is in team {seen[u]} already: a member belongs to at most one team")
+                elif d.get("members") is not None and u not in members:
+                    self.err((*p, "teams", i, "members", j, "user"),
+                             f"{u} is not a member of {d.get('slug')} (declare them under its members:)")
+                seen.setdefault(u, t.get("slug"))
 
     def prices(self, v, p):
         if not self.mapping(v, p, "a mapping of flavor: {tier: mcr per GPU-hour}"):
@@ -435,6 +504,16 @@ class _LabShape(_Shape):
             if not self.mapping(tiers, (*p, fl), f"a mapping of tier ({', '.join(TIERS)}): mcr per GPU-hour"):
                 continue
             for t, price in tiers.items():
+                if isinstance(price, dict):  # a CPU pool's: per core-hour and per GiB-hour
+                    if self.mapping(price, (*p, fl, t)):
+                        self.unknown(price, (*p, fl, t), CPU_PRICE_KEYS)
+                        self.string(t, (*p, fl, t), choices=TIERS)
+                        for key in CPU_PRICE_KEYS:
+                            if key not in price:
+                                self.err((*p, fl, t), f"{key} is required")
+                            else:
+                                self.count(price[key], (*p, fl, t, key))
+                    continue
                 body = {"tier": t, "per_gpu_hour": price}
                 shape = _Shape(self.lines)  # both fields' errors are the tier's line
                 if shape.read(body, (*p, fl, t), PRICE):
@@ -546,8 +625,46 @@ class _LabShape(_Shape):
                     self.err((*p, i, "name"), f"{twice(key)} (also item {seen[key] + 1})")
                 seen.setdefault(key, i)
 
-    SECTIONS = ("version", "flavors", "clusters", "departments", "prices", "policy", "sso", "templates", "secrets",
-                "data_sources")
+    def preemption_limit(self, v, p):
+        self.read(v, p, PREEMPTION_LIMIT, {"department": self.department_ref})
+
+    def preemption_limits(self, v, p):
+        self.items(v, p, self.preemption_limit, None)
+        seen: dict = {}
+        for i, item in enumerate(v if isinstance(v, list) else []):
+            key = (item.get("department"), item.get("tier")) if isinstance(item, dict) else None
+            if key and isinstance(key[1], str):
+                if key in seen:
+                    whose = f"{key[0]}'s" if key[0] else "the lab-wide"
+                    self.err((*p, i, "tier"), f"{whose} {key[1]} limit is declared twice (also item {seen[key] + 1})")
+                seen.setdefault(key, i)
+
+    def booking(self, v, p):
+        self.read(v, p, BOOKING, {"department": self.department_ref, "cluster": self.cluster_ref,
+                                  "flavor": self.flavor_ref})
+
+    def maintenance_window(self, v, p):
+        self.read(v, p, MAINTENANCE, {"cluster": self.cluster_ref})
+
+    def calendar(self, v, p, check, kind: str):
+        """A list of bookings or maintenance windows, each at most once (by ``calendar_key``)."""
+        self.items(v, p, check, None)
+        seen: dict = {}
+        for i, item in enumerate(v if isinstance(v, list) else []):
+            key = calendar_key(kind, item) if isinstance(item, dict) else None
+            if key is not None:
+                if key in seen:
+                    self.err((*p, i, "start"), f"the same {kind} is declared twice (also item {seen[key] + 1})")
+                seen.setdefault(key, i)
+
+    def bookings(self, v, p):
+        self.calendar(v, p, self.booking, "booking")
+
+    def maintenance(self, v, p):
+        self.calendar(v, p, self.maintenance_window, "maintenance window")
+
+    SECTIONS = ("version", "flavors", "clusters", "departments", "prices", "policy", "preemption_limits", "sso",
+                "templates", "secrets", "data_sources", "maintenance", "bookings")
     LISTS = {"flavors": ("flavor", "name"), "clusters": ("cluster", "name"), "departments": ("department", "slug"),
              "templates": ("template", None)}
 
@@ -559,7 +676,8 @@ class _LabShape(_Shape):
         for key, (check, name) in self.LISTS.items():
             if key in data:
                 self.items(data[key], (key,), getattr(self, check), name)
-        for key in ("prices", "policy", "sso", "secrets", "data_sources"):
+        for key in ("prices", "policy", "preemption_limits", "sso", "secrets", "data_sources", "maintenance",
+                    "bookings"):
             if key in data:
                 getattr(self, key)(data[key], (key,))
         self.one_default_cluster()
@@ -583,6 +701,19 @@ class _LabShape(_Shape):
                         self.err(("departments", i, "members", j, "user"),
                                  f"{u} is a member of {users[u]} already: a user belongs to one department")
                     users.setdefault(u, d.get("slug"))
+
+
+def calendar_key(kind: str, item: dict) -> tuple | None:
+    """What a booking (department, cluster, flavor, start, purpose) or a maintenance window (cluster, start,
+    reason) is known by between the file and the database: the rest (GPUs, end, users, nodes, selector) is
+    changed in place. None while a part of it is not read yet (an error is reported for it)."""
+    names = ("department", "cluster", "flavor", "start", "purpose") if kind == "booking" else (
+        "cluster", "start", "reason")
+    key = tuple(item.get(n) for n in names)
+    if not all(isinstance(k, str) for k in key[:-2]) or not isinstance(key[-1], str) or \
+            not isinstance(key[-2], datetime):
+        return None
+    return key
 
 
 def check_shape(data: dict, lines: dict) -> list[LabError]:

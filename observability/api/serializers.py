@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from engine.types import TIERS
 from portal.api.serializers import StrictSerializer
+from quotas.models import Flavor
 
 
 class AttemptUsageSerializer(serializers.Serializer):
@@ -57,11 +59,30 @@ class GpuUsageSerializer(serializers.Serializer):
 class RecommendationQuerySerializer(StrictSerializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=63, default="")
     image = serializers.CharField(required=False, allow_blank=True, max_length=512, default="")
+    flavor = serializers.SlugRelatedField(
+        slug_field="name", queryset=Flavor.objects.all(), required=False, allow_null=True, default=None,
+        help_text="a flavor that shares its GPUs: the recommendation then says which fraction of one fits")
+    tier = serializers.ChoiceField(choices=TIERS, required=False, default="",
+                                   help_text="the tier the fraction is priced at (default: a job's default)")
 
     def validate(self, attrs):
         if not attrs.get("name", "").strip() and not attrs.get("image", "").strip():
             raise serializers.ValidationError({"name": ["Give a job name or an image (or both)."]})
         return attrs
+
+
+class FractionAdviceSerializer(serializers.Serializer):
+    source = serializers.CharField(help_text="where the measured use came from: dcgm, sharing or tensorboard")
+    mechanism = serializers.CharField(help_text="hami or replicas")
+    share = serializers.FloatField(help_text="the part of one GPU, as quotas and prices count it")
+    gpu_memory_gib = serializers.IntegerField(allow_null=True, help_text="HAMi: peak x 1.2, rounded up")
+    gpu_cores = serializers.IntegerField(allow_null=True)
+    gpu_replicas = serializers.IntegerField(allow_null=True)
+    flavor = serializers.CharField()
+    tier = serializers.CharField()
+    credits_per_hour = serializers.FloatField()
+    whole_credits_per_hour = serializers.FloatField()
+    text = serializers.CharField()
 
 
 class RecommendationSerializer(serializers.Serializer):
@@ -76,3 +97,30 @@ class RecommendationSerializer(serializers.Serializer):
     memory_gib = serializers.FloatField(allow_null=True, help_text="recommended GPU memory (peak x 1.2)")
     max_runtime_s = serializers.IntegerField(allow_null=True, help_text="recommended max_runtime_s (x 1.2)")
     text = serializers.CharField()
+    fraction = FractionAdviceSerializer(allow_null=True, required=False,
+                                        help_text="the fraction of a GPU of ``flavor`` the job fits in, priced")
+
+
+class EfficiencyQuerySerializer(StrictSerializer):
+    group_by = serializers.ChoiceField(choices=("user", "department"), default="user")
+    weeks = serializers.IntegerField(min_value=1, max_value=104, default=8)
+    department = serializers.SlugField(required=False)
+    format = serializers.ChoiceField(choices=("json", "csv"), required=False)
+
+
+class EfficiencyRowSerializer(serializers.Serializer):
+    week = serializers.CharField(help_text="the ISO week's Monday (UTC)")
+    department = serializers.CharField()
+    user = serializers.CharField(allow_null=True, help_text="null when grouped by department")
+    attempts = serializers.IntegerField()
+    held_gpu_hours = serializers.FloatField()
+    used_gpu_hours = serializers.FloatField(help_text="mean busy GPUs x the time held (DCGM utilisation)")
+    efficiency = serializers.FloatField(allow_null=True, help_text="used / held")
+    idle_gpu_hours = serializers.FloatField(help_text="GPU-hours while every GPU of the attempt was idle")
+    savings_gpu_hours = serializers.FloatField(help_text="GPU-hours right-sizing's GPU count would have freed")
+
+
+class EfficiencyReportSerializer(serializers.Serializer):
+    group_by = serializers.CharField()
+    weeks = serializers.IntegerField()
+    rows = EfficiencyRowSerializer(many=True)

@@ -9,8 +9,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine import tiers
+from observability.services import rightsizing
 from observability.services.series import HIGH_PCT, LOW_PCT
-from scheduling.core import failure_hints, tiers
+from scheduling import failure_hints
 from scheduling.models import JobState
 
 IMAGE_REASONS = failure_hints.reasons_of("image_pull")
@@ -57,7 +59,9 @@ def sawtooth(f: Facts) -> Hint | None:
                 f"Utilisation swings between under {LOW_PCT:g}% ({shape['low']:.0%} of the time) and over "
                 f"{HIGH_PCT:g}% ({shape['high']:.0%}), {shape['swings']} times: the input pipeline is the "
                 "bottleneck. Use more data-loader workers, pin memory and prefetch, or copy the dataset to local "
-                "disk first.", dict(shape))
+                f"disk first; or run the clone with CPU data workers beside the trainers: gpup clone {f.job.pk} "
+                "--add-data-workers 4 (docs/workloads.md, \"Add data workers\").",
+                {**shape, "add_data_workers": f"/api/v1/jobs/{f.job.pk}/spec?add_data_workers=4"})
 
 
 def oom_killed(f: Facts) -> Hint | None:
@@ -152,8 +156,27 @@ def failed(f: Facts) -> Hint | None:
     return Hint(h.code, h.title, h.advice, {"reason_code": f.job.reason_code, "exit_code": f.job.exit_code})
 
 
+def fits_fraction(f: Facts) -> Hint | None:
+    """A whole-GPU job on a flavor that shares its GPUs whose measured use fits in a fraction of one: say which
+    fraction, and what it would cost an hour against the whole GPUs."""
+    u, job = f.latest_usage, f.job
+    if u is None or u.samples < rightsizing.MIN_SAMPLES or job.share_milli:
+        return None
+    fit = rightsizing.fraction_fit(peak_memory_mib=u.peak_memory_mib, busy_gpus=u.busy_gpus, gpus_held=u.gpus,
+                                   flavor=job.flavor)
+    if fit is None:
+        return None
+    what = "this notebook" if job.kind == "session" else "this job"
+    advice = rightsizing.fraction_advice(fit, flavor=job.flavor, tier=job.tier, whole_gpus=job.total_gpus,
+                                         what=what, source="dcgm")
+    return Hint("fits_fraction", "A fraction of a GPU would do",
+                advice["text"][0].upper() + advice["text"][1:] + ". Ask for it next time (docs/fractions.md).",
+                advice)
+
+
 RULES: tuple[Callable[[Facts], Hint | None], ...] = (
     never_fits, image_pull, oom_killed, sigkill_after_sigterm, repeated_preemption, sawtooth, failed,
+    fits_fraction,
 )
 
 

@@ -11,11 +11,11 @@ from datetime import datetime
 
 from django.conf import settings
 
+from engine.types import TIERS
 from notifications.services.outbox import emit
 from observability.models import AttemptUsage
 from portal import metrics
 from portal.audit import audit
-from scheduling.core.types import TIERS
 from scheduling.models import Job, JobState
 from scheduling.services.jobs import job_stop, record_event
 

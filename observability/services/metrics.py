@@ -4,9 +4,10 @@ rules in deploy/monitoring."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import timedelta
 
-from django.db.models import F, Sum
+from django.db.models import F, Min, Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -14,7 +15,7 @@ from observability.models import AttemptUsage
 from observability.services.collect import READ_FAILURES
 from observability.services.idle import FLAGGED, STOPPED
 from portal.metrics import ScrapeCollector, stored
-from scheduling.models import TOTAL_GPUS, Job, JobState, PreemptionVictim
+from scheduling.models import ACTIVE_STATES, TOTAL_GPUS, Job, JobState, PreemptionVictim
 
 WAIT_WINDOW = timedelta(hours=1)
 
@@ -94,7 +95,7 @@ class GpuUseCollector(ScrapeCollector):
                 firsts[tier] = since
         for tier, since in sorted(firsts.items()):
             oldest.add_metric([tier], max(0.0, (now - since).total_seconds()))
-        yield oldest
+        yield from (oldest, _not_started(now))
         victims = GaugeMetricFamily("portal_preemption_victims_recent", "Preemption victims decided in the last "
                                     "hour, by status (blocked: a PodDisruptionBudget refused the eviction).",
                                     labels=["status"])
@@ -102,3 +103,40 @@ class GpuUseCollector(ScrapeCollector):
             victims.add_metric([status], PreemptionVictim.objects.filter(
                 status=status, preemption__decided_at__gte=now - WAIT_WINDOW).count())
         yield victims
+        yield from _shared_gpus()
+
+
+def _shared_gpus() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    """GPUs shared by fractions (docs/fractions.md), per flavor: how many GPUs hold fractions, the share of
+    them in use (GPUs' worth, from the fractions' shares) and how many fractional pods run on them."""
+    shared = GaugeMetricFamily("portal_gpus_shared", "GPUs holding fractions of admitted and running jobs, per "
+                               "flavor (not free to whole-GPU jobs).", labels=["flavor"])
+    used = GaugeMetricFamily("portal_gpus_shared_used", "GPUs' worth of the shared GPUs in use by fractions, per "
+                             "flavor (the fractions' shares added up).", labels=["flavor"])
+    pods = GaugeMetricFamily("portal_fractional_pods", "Pods of admitted and running jobs holding a fraction of a "
+                             "GPU, per flavor.", labels=["flavor"])
+    gpus: dict[str, set] = defaultdict(set)
+    use: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for flavor, cluster, placement, devices, milli in Job.objects.filter(
+            state__in=ACTIVE_STATES, share_milli__gt=0).values_list(
+            "flavor__name", "cluster_id", "placement", "gpu_devices", "share_milli"):
+        for node, device in zip(placement or (), devices or (), strict=False):
+            gpus[flavor].add((cluster, node, device))
+            use[flavor] += milli / 1000
+            count[flavor] += 1
+    for flavor in sorted(gpus):
+        shared.add_metric([flavor], len(gpus[flavor]))
+        used.add_metric([flavor], round(use[flavor], 3))
+        pods.add_metric([flavor], count[flavor])
+    return shared, used, pods
+
+
+def _not_started(now) -> GaugeMetricFamily:
+    """An admitted job holds its GPUs and quota until its pods start: the longest such wait, for the
+    PortalAdmittedJobNotStarted alert (0 when every admitted job has started)."""
+    admitted = Job.objects.filter(state=JobState.ADMITTED).aggregate(m=Min("admitted_at"))["m"]
+    family = GaugeMetricFamily("portal_admitted_not_started_oldest_seconds", "How long the job admitted longest "
+                               "ago whose pods have not started has waited since its admission.")
+    family.add_metric([], max(0.0, (now - admitted).total_seconds()) if admitted else 0.0)
+    return family

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
+from engine.fractions import FULL_CORES, HAMI, MILLI, REPLICAS, fraction_of
 from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
+from quotas import budgets
 
 ALPHA = 0.3
 HEADROOM = 1.2
@@ -163,3 +165,72 @@ def prediction_errors(outcomes) -> dict:
                          "bias": round(sum(p - a for p, a in pairs) / len(pairs), 2),
                          "under": round(sum(p * HEADROOM < a for p, a in pairs) / len(pairs), 3)}
     return out
+
+
+# A job that needs more than this part of a GPU keeps a whole one: the saving is small, and a neighbour on the
+# same GPU would squeeze its compute.
+FRACTION_MAX = 0.5
+GIB = 1024
+
+
+@dataclass(frozen=True)
+class FractionFit:
+    """The fraction of one GPU of a shareable flavor that holds a job's measured use, headroom included."""
+
+    mechanism: str  # "hami" or "replicas" (engine.fractions)
+    share: float  # the part of a GPU it is (engine.fractions.fraction), what quotas and prices count
+    gpu_memory_gib: int | None  # HAMi: the memory to ask for (the peak x HEADROOM, rounded up to a GiB)
+    gpu_cores: int | None  # HAMi: a compute share, only where the busy share outgrows the memory share
+    gpu_replicas: int | None  # replicas: the replicas to ask for
+    peak_memory_mib: float
+    busy_gpus: float
+
+    @property
+    def request_text(self) -> str:
+        if self.gpu_replicas:
+            return f"{self.gpu_replicas} replica{'s' if self.gpu_replicas != 1 else ''}"
+        return f"{self.gpu_memory_gib} GiB" + (f", {self.gpu_cores}% compute" if self.gpu_cores else "")
+
+
+def fraction_fit(*, peak_memory_mib: float | None, busy_gpus: float | None, gpus_held: float | None,
+                 flavor) -> FractionFit | None:
+    """The fraction of one GPU of ``flavor`` a job that used ``busy_gpus`` GPUs and ``peak_memory_mib`` MiB at
+    most (of one GPU) fits in, with ``HEADROOM`` on both; None where the flavor does not share its GPUs, the
+    use is unmeasured, the job held several GPUs and kept more than one busy, or the fraction would be more than
+    ``FRACTION_MAX`` of a GPU."""
+    if flavor is None or not getattr(flavor, "shareable", False) or peak_memory_mib is None or busy_gpus is None:
+        return None
+    if whole_gpus(busy_gpus, gpus_held) > 1:
+        return None
+    memory_gib = max(1, math.ceil(peak_memory_mib * HEADROOM / GIB))
+    busy_share = min(1.0, busy_gpus * HEADROOM)
+    total_gib = flavor.gpu_memory_gib
+    if flavor.sharing == HAMI:
+        if memory_gib >= total_gib:
+            return None
+        cores = math.ceil(busy_share * FULL_CORES)
+        cores = cores if cores > memory_gib * FULL_CORES / total_gib else 0
+        milli = fraction_of(HAMI, flavor.share_capacity, memory_mib=memory_gib * GIB, cores=cores)
+        fit = FractionFit(HAMI, milli / MILLI, memory_gib, cores or None, None, peak_memory_mib, busy_gpus)
+    else:
+        per_gpu = flavor.replicas_per_gpu
+        needed = max(busy_share, memory_gib / total_gib if total_gib else 0.0)
+        replicas = max(1, math.ceil(needed * per_gpu - 1e-9))
+        milli = fraction_of(REPLICAS, per_gpu, replicas=replicas)
+        fit = FractionFit(REPLICAS, milli / MILLI, None, None, replicas, peak_memory_mib, busy_gpus)
+    return fit if fit.share <= FRACTION_MAX else None
+
+
+def fraction_advice(fit: FractionFit, *, flavor, tier: str, whole_gpus: float, what: str = "this job",
+                    source: str = "dcgm") -> dict:
+    """A fraction the right-sizer recommends, priced: what it would cost an hour at ``flavor``'s ``tier`` price
+    against the ``whole_gpus`` it holds (or would hold), and the sentence the quote, the job page and gpup show."""
+    rate = budgets.price_for(flavor_id=flavor.pk, tier=tier)
+    # mcr an hour, in whole numbers (the share in milli-GPUs), rounded up as the ledger rounds a charge
+    fraction_cost = -(-rate * round(fit.share * MILLI) // MILLI) / 1000
+    whole_cost = budgets.cost_of(rate=rate, gpu_seconds=3600 * whole_gpus) / 1000
+    text = (f"{what} used {fit.peak_memory_mib / 1024:.0f} GB at most: {fit.share:g} GPU ({fit.request_text}) "
+            f"would cost {fraction_cost:.1f} credits an hour instead of {whole_cost:.1f}")
+    return {"source": source, "mechanism": fit.mechanism, "share": fit.share, "gpu_memory_gib": fit.gpu_memory_gib,
+            "gpu_cores": fit.gpu_cores, "gpu_replicas": fit.gpu_replicas, "flavor": flavor.name, "tier": tier,
+            "credits_per_hour": fraction_cost, "whole_credits_per_hour": whole_cost, "text": text}

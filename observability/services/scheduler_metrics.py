@@ -86,6 +86,14 @@ class SchedulerCollector(metrics.ScrapeCollector):
             for labels, value in stored.get(name, []):
                 family.add_metric([labels.get("department", "")], value)
             yield family
+        for name, doc in ((metrics.TEAM_FAIR_USE_RATIO, "Each team's use ratio as its jobs were scored: its "
+                           "department's combined with the team's inside it (docs/teams.md)."),
+                          (metrics.TEAM_FAIR_FACTOR, "How fast each team's jobs gain score: its department's fair "
+                           "factor times the team's own.")):
+            family = GaugeMetricFamily(name, doc, labels=["department", "team"])
+            for labels, value in stored.get(name, []):
+                family.add_metric([labels.get("department", ""), labels.get("team", "")], value)
+            yield family
 
         pending = GaugeMetricFamily("portal_pending_jobs", "Queued jobs by reason code.", labels=["reason"])
         for reason, n in (Job.objects.filter(state=JobState.QUEUED).values_list("reason_code")

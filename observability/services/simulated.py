@@ -2,9 +2,11 @@
 memory-bound jobs without a GPU or Prometheus.
 
 The shape comes from the job's env ``SIM_GPU_PROFILE`` (busy, idle, sawtooth, memory), else from its name
-(notebooks idle), else from its id. Time is the simulated cluster's: ``SIM_SPEEDUP`` simulated seconds pass per
-real second, so a job that runs an hour of simulated time shows an hour of samples (and idle minutes are
-simulated minutes). The noise is seeded by job, attempt and GPU: the same attempt always draws the same series.
+(notebooks idle), else from its id. Time is the job's own, as the simulated cluster runs it: a batch job's
+``SIM_SPEEDUP`` simulated seconds pass per real second, so a job that runs an hour of simulated time shows an
+hour of samples (and idle minutes are simulated minutes), while a session or service lives on the wall's
+clock (people work in it), so a notebook one real minute old shows one minute of samples, as the idle-session
+cull reads them. The noise is seeded by job, attempt and GPU: the same attempt always draws the same series.
 """
 
 from __future__ import annotations
@@ -51,10 +53,18 @@ class SimulatedSource:
     name = "simulated"
 
     def read(self, *, job, attempt: int, namespace: str, start: datetime, end: datetime) -> GpuSeries:
-        speedup = float(settings.SIM_SPEEDUP)
+        # the job's own clock: a batch job's runs SIM_SPEEDUP times the wall's, a session's is the wall's
+        speedup = 1.0 if job.has_route else float(settings.SIM_SPEEDUP)
         sim_duration = max(0.0, (end - start).total_seconds() * speedup)
         step = step_for(sim_duration)
         total_mib = float(job.flavor.gpu_memory_gib or 80) * 1024
+        # A fractional pod sees its part of the GPU, as the sharing layer reports it per container: HAMi's memory
+        # limit (``gpumem``) as the GPU's memory and its compute share as the most it can be busy; a replica
+        # its share of the memory (time-slicing limits none, but a fair neighbour keeps to it).
+        cap = 100.0
+        if job.share_milli:
+            total_mib = float(job.gpu_memory_mib) if job.gpu_memory_mib else total_mib * job.share_milli / 1000
+            cap = float(job.gpu_cores or 100)
         profile = profile_of(job)
         out = GpuSeries(step_s=step)
         base = f"job-{job.pk}-a{attempt}"
@@ -68,6 +78,7 @@ class SimulatedSource:
                 util, used, free = {}, {}, {}
                 for t in range(0, int(sim_duration) + 1, step):
                     u, m = sample("idle" if lazy else profile, rng, t, total_mib)
+                    u = min(u, cap)
                     util[t], used[t], free[t] = round(u, 1), round(m), round(total_mib - m)
                 out.util[key], out.fb_used[key], out.fb_free[key] = util, used, free
         return out

@@ -15,3 +15,13 @@ class Router(DefaultRouter):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.trailing_slash = "/?"
+
+    def get_lookup_regex(self, viewset, lookup_prefix=""):
+        """A viewset looked up by its primary key takes digits only, so ``/jobs/abc/connect`` is the resolver's
+        404 before any view runs, whatever that view then does with the id (rows with other keys, such as a
+        department's slug, say so with ``lookup_field`` / ``lookup_value_regex``)."""
+        lookup_field = getattr(viewset, "lookup_field", "pk")
+        if lookup_field in ("pk", "id") and not hasattr(viewset, "lookup_value_regex"):
+            lookup_url_kwarg = getattr(viewset, "lookup_url_kwarg", None) or lookup_field
+            return f"{lookup_prefix}(?P<{lookup_url_kwarg}>[0-9]+)"
+        return super().get_lookup_regex(viewset, lookup_prefix)

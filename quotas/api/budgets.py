@@ -8,19 +8,18 @@ integer milli-credits (mcr) everywhere.
 
 from __future__ import annotations
 
-import csv
-import io
 from datetime import datetime, time
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api import idempotency_key
+from portal.api.csv import CsvRowsRenderer
 from portal.api.serializers import StrictSerializer, validated
 from portal.errors import NotFound, ValidationFailed
 from portal.models import Department, Membership
@@ -37,7 +36,6 @@ from quotas.models import (
     Wallet,
 )
 from quotas.services import allowances, periodic, pricing, reports, rules, wallets
-from scheduling.core.csvcells import safe_row
 
 # ------------------------------------------------------------------------------------------ plumbing
 
@@ -404,18 +402,8 @@ class LedgerListView(GenericAPIView):
 # ------------------------------------------------------------------------------------------ reports
 
 
-class CSVRenderer(BaseRenderer):
-    media_type = "text/csv"
-    format = "csv"
-    charset = "utf-8"
-
-    def render(self, data, accepted_media_type=None, renderer_context=None):
-        out = io.StringIO()
-        w = csv.writer(out)
-        w.writerow(reports.REPORT_COLUMNS)
-        for row in data or []:  # names are users' own text: neutralised so no spreadsheet runs them
-            w.writerow(safe_row("" if row.get(c) is None else row.get(c) for c in reports.REPORT_COLUMNS))
-        return out.getvalue().encode()
+class CSVRenderer(CsvRowsRenderer):
+    columns = reports.REPORT_COLUMNS
 
 
 class ReportFilterSerializer(StrictSerializer):
@@ -443,6 +431,8 @@ class ReportFilterSerializer(StrictSerializer):
 class UsageRowSerializer(serializers.Serializer):
     period = serializers.CharField()
     department = serializers.CharField(allow_null=True)
+    team = serializers.CharField(allow_null=True, help_text="with group_by=team: the team its jobs were "
+                                 "submitted in (null: no team)")
     user = serializers.CharField(allow_null=True)
     flavor = serializers.CharField(allow_null=True)
     gpu_hours = serializers.FloatField()
@@ -451,6 +441,9 @@ class UsageRowSerializer(serializers.Serializer):
     net_mcr = serializers.IntegerField()
     attempts = serializers.IntegerField()
     preemptions = serializers.IntegerField()
+    measured_gpu_hours = serializers.FloatField(help_text="GPU-hours of the settled attempts whose GPU use was measured")
+    used_gpu_hours = serializers.FloatField(help_text="their mean busy GPUs (DCGM utilisation) x the time held")
+    efficiency = serializers.FloatField(allow_null=True, help_text="used / measured; null when nothing was measured")
 
 
 class UsageReportSerializer(serializers.Serializer):
@@ -460,7 +453,7 @@ class UsageReportSerializer(serializers.Serializer):
 
 
 class UsageReportView(APIView):
-    """GET /reports/usage?group_by=department,user,flavor&period=day|month&since=&until=&department=
+    """GET /reports/usage?group_by=department,team,user,flavor&period=day|month&since=&until=&department=
     &format=csv: GPU-hours, credits charged, refunds, preemptions; scoped by tenancy."""
 
     serializer_class = ReportFilterSerializer

@@ -6,7 +6,7 @@ from django.urls import include, path, re_path
 
 from portal.api.routers import Router
 from quotas.api import budgets as v
-from quotas.api import user_limits, views
+from quotas.api import preemption_limits, teams, user_limits, views
 
 router = Router()
 router.register("flavors", views.FlavorViewSet, basename="flavor")
@@ -29,6 +29,14 @@ urlpatterns = [
             name="user-limit-detail"),
     re_path(rf"^departments/{SLUG}/user-limit/?$", user_limits.DepartmentLimitView.as_view(),
             name="department-user-limit"),
+    re_path(r"^teams/?$", teams.TeamListView.as_view(), name="team-list"),
+    re_path(rf"^teams/{teams.TEAM}/?$", teams.TeamDetailView.as_view(), name="team-detail"),
+    re_path(rf"^teams/{teams.TEAM}/quotas/(?P<flavor>[a-z0-9.-]+)/?$", teams.TeamQuotaView.as_view(),
+            name="team-quota"),
+    re_path(rf"^teams/{teams.TEAM}/members/(?P<username>[\w.@+-]+)/?$", teams.TeamMemberView.as_view(),
+            name="team-member"),
+    re_path(r"^preemption-limits/?$", preemption_limits.PreemptionLimitListView.as_view(),
+            name="preemption-limit-list"),
     re_path(r"^prices/?$", v.PriceListView.as_view(), name="price-list"),
     re_path(r"^prices/(?P<pk>[0-9]+)/?$", v.PriceDetailView.as_view(), name="price-detail"),
     re_path(r"^ledger/?$", v.LedgerListView.as_view(), name="ledger-list"),

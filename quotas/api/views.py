@@ -17,7 +17,7 @@ from portal.errors import NotFound, ValidationFailed
 from portal.models import Department
 from portal.tenancy import ADMIN, CHANGE, VIEW, membership_of, require_role
 from quotas import ports
-from quotas.models import Flavor, Quota, QuotaChangeRequest
+from quotas.models import Flavor, GpuSharing, Quota, QuotaChangeRequest
 from quotas.services import flavors as flavor_services
 from quotas.services import quota_requests, rules
 
@@ -30,7 +30,7 @@ class FlavorSerializer(serializers.ModelSerializer):
     class Meta:
         model = Flavor
         fields = ["name", "resource_name", "node_labels", "gpu_memory_gib", "description", "total_gpus", "nodes",
-                  "is_mig"]
+                  "is_mig", "sharing", "shared_resource_name", "replicas_per_gpu"]
 
 
 class FlavorInputSerializer(StrictSerializer):
@@ -44,6 +44,15 @@ class FlavorInputSerializer(StrictSerializer):
     node_labels = serializers.DictField(child=serializers.CharField(max_length=63), required=False, default=dict)
     gpu_memory_gib = serializers.IntegerField(min_value=0, max_value=10_000, required=False, default=0)
     description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    sharing = serializers.ChoiceField(
+        choices=GpuSharing.choices, required=False, allow_blank=True, default="",
+        help_text="whether its GPUs may be shared between pods, and how: hami (GPU memory and a compute share) or "
+        "replicas (time-slicing / MPS); blank: whole GPUs only (docs/fractions.md)")
+    shared_resource_name = serializers.CharField(
+        max_length=120, required=False, allow_blank=True, default="",
+        help_text="replicas: the resource the device plugin advertises them as, e.g. nvidia.com/gpu.shared")
+    replicas_per_gpu = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0,
+                                                help_text="replicas: how many each GPU is advertised as")
 
 
 class FlavorUpdateSerializer(FlavorInputSerializer):

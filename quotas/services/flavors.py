@@ -9,10 +9,11 @@ from django.db.models import ProtectedError
 
 from portal.audit import audit
 from portal.errors import Conflict, ValidationFailed
-from quotas.models import FLAVOR_NAME, RESOURCE_NAME, Flavor
+from quotas.models import FLAVOR_NAME, RESOURCE_NAME, Flavor, GpuSharing
 from quotas.services.base import field_error
 
-FLAVOR_FIELDS = ("resource_name", "node_labels", "gpu_memory_gib", "description")
+FLAVOR_FIELDS = ("resource_name", "node_labels", "gpu_memory_gib", "description", "sharing", "shared_resource_name",
+                 "replicas_per_gpu")
 
 
 def _values(flavor: Flavor) -> dict:
@@ -38,12 +39,34 @@ def _validate(values: dict, name: str | None = None) -> None:
         raise ValidationFailed(fields=errors)
 
 
+def _check_sharing(flavor: Flavor) -> None:
+    """How a flavor shares its GPUs must be complete (docs/fractions.md): HAMi needs the GPU's memory (a fraction
+    is GPU memory), replicas need the shared resource name and at least 2 replicas per GPU; a CPU pool has no
+    GPUs to share."""
+    errors = {}
+    if flavor.sharing and flavor.is_cpu:
+        errors["sharing"] = "A CPU pool has no GPUs to share."
+    elif flavor.sharing == GpuSharing.HAMI and flavor.gpu_memory_gib <= 0:
+        errors["gpu_memory_gib"] = "HAMi sharing divides the GPU's memory: give it (in GiB)."
+    elif flavor.sharing == GpuSharing.REPLICAS:
+        if flavor.replicas_per_gpu < 2:
+            errors["replicas_per_gpu"] = "How many replicas the device plugin advertises per GPU: 2 or more."
+        if not flavor.shared_resource_name:
+            errors["shared_resource_name"] = ("The resource the device plugin advertises the replicas as, e.g. "
+                                              "nvidia.com/gpu.shared.")
+    elif flavor.shared_resource_name or flavor.replicas_per_gpu:
+        errors["sharing"] = "shared_resource_name and replicas_per_gpu go with sharing: replicas."
+    if errors:
+        raise ValidationFailed(fields={k: [{"code": "invalid_sharing", "message": v}] for k, v in errors.items()})
+
+
 def flavor_create(*, actor, name: str, **values) -> Flavor:
     _validate(values, name)
     with transaction.atomic():
         if Flavor.objects.filter(name=name).exists():
             raise field_error("name", f"A flavor named {name} exists already.", "unique")
         flavor = Flavor(name=name, **values)
+        _check_sharing(flavor)
         try:
             with transaction.atomic():
                 flavor.save()
@@ -64,6 +87,7 @@ def flavor_update(*, flavor: Flavor, actor, comment: str = "", **values) -> Flav
             if f in values:
                 setattr(flavor, f, values[f])
         if _values(flavor) != old:
+            _check_sharing(flavor)
             flavor.save()
             audit(actor=actor, action="flavor.update", obj=flavor, old=old, new=_values(flavor), comment=comment)
     return flavor

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
+from billing import money
 from portal.money import format_credits
 from quotas.models import LedgerEntry, Wallet
-from quotas.services.pricing import admission_rate, estimated_cost, read_prices
+from quotas.services.pricing import admission_rate, cpu_hourly, estimated_cost, read_all_prices
 from quotas.services.settlement import settle_attempt
 from quotas.services.wallets import hold_key, wallet_hold
-from scheduling.core import money
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,14 @@ class BudgetView:
     credits: dict[str, int] | None
     metered: frozenset[int]
     prices: dict[tuple[int, str], int]
+    cpu_prices: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)  # CPU pools' per core/GiB-h
 
     def hold_for(self, job) -> int:
         """Credits a job needs available to be admitted: its quote (worst-case rate x GPUs x max runtime).
         0 for a department without a wallet (not metered)."""
         if job.department_id not in self.metered:
             return 0
-        return estimated_cost(job=job, prices=self.prices)
+        return estimated_cost(job=job, prices=self.prices, cpu_prices=self.cpu_prices)
 
     def available_credits(self) -> dict[str, int] | None:
         """Credits each metered department can still commit to holds; None when no wallet exists at all."""
@@ -72,27 +73,35 @@ def read_for_cycle() -> BudgetView:
     wallets = list(Wallet.objects.values_list("department_id", "department__slug", "balance", "held"))
     if not wallets:
         return BudgetView(credits=None, metered=frozenset(), prices={})
+    prices, cpu_prices = read_all_prices()
     return BudgetView(credits={slug: balance - held for _, slug, balance, held in wallets},
-                      metered=frozenset(d for d, *_ in wallets), prices=read_prices())
+                      metered=frozenset(d for d, *_ in wallets), prices=prices, cpu_prices=cpu_prices)
 
 
-def on_job_admitted(*, job) -> BudgetNote | None:
-    """Place the job's hold when it is admitted (inside the cycle's apply transaction)."""
+def on_job_admitted(*, job, speedup: float = 1.0) -> BudgetNote | None:
+    """Place the job's hold when it is admitted (inside the cycle's apply transaction). ``speedup``: seconds of
+    the job's time per wall-clock second on its cluster (1 but on a sped-up simulated cluster), kept with the
+    hold so that settlement charges the time the job ran, on the clock it ran by."""
     if not Wallet.objects.filter(department_id=job.department_id).exists():
         return None
     rate, basis = admission_rate(job=job)
-    gpus = job.total_gpus
-    amount = money.hold_of(rate, total_gpus=gpus, max_runtime_s=job.max_runtime_s)
+    gpus = job.gpu_share  # a fraction holds and pays its share of a GPU
+    cpu_per_hour = cpu_hourly(job=job)  # its CPU work, charged per hour beside its GPUs
+    amount = money.hold_of(rate, total_gpus=gpus, max_runtime_s=job.max_runtime_s) + money.cost_of(
+        cpu_per_hour, job.max_runtime_s)
     admitted_at = job.admitted_at or timezone.now()
     entry = wallet_hold(job=job, attempt=job.attempt, amount=amount, rate=rate, allow_partial=True,
                         data={"basis": basis, "borrowed": bool(job.borrowed), "price": job.price,
                               "admitted_at": admitted_at.isoformat(), "max_runtime_s": job.max_runtime_s,
-                              "wanted": amount})
+                              "wanted": amount, "speedup": float(speedup), "cpu_per_hour": cpu_per_hour,
+                              **({"gpu_milli": job.pods * job.share_milli} if job.share_milli else {})})
     held = -1 if entry is None else entry.held_change
     if amount == 0:
         return None
-    message = (f"hold {format_credits(max(held, 0))}: {format_credits(rate)}/GPU-h ({basis} price) x {gpus} GPU(s) x "
+    message = (f"hold {format_credits(max(held, 0))}: {format_credits(rate)}/GPU-h ({basis} price) x {gpus:g} GPU(s) x "
                f"{job.max_runtime_s / 3600:g} h")
+    if cpu_per_hour:
+        message += f" + CPU work {format_credits(cpu_per_hour)}/h"
     if held < amount:
         log.warning("job %s: hold short, wanted %s mcr, held %s", job.pk, amount, max(held, 0))
         message += f"; SHORT by {format_credits(amount - max(held, 0))} (the charge can never exceed the hold)"

@@ -53,8 +53,9 @@ def quota_request_create(*, department, flavor, actor, reason: str, nominal=KEEP
                          lending_limit=KEEP, oversubscribe: bool = False, cluster=None) -> QuotaChangeRequest:
     """File a request for the department's global quota of ``flavor`` or, with ``cluster``, for its quota on
     that cluster only. A number left as ``KEEP`` is the quota in force's; None is no limit. The simple rules
-    are checked now (a request that could never be applied is refused); capacity is checked again when a
-    platform admin decides, against the quotas of that moment."""
+    are checked now, capacity included (a request that could not be approved as asked is refused: the other
+    departments' nominal quotas and the installed GPUs leave no room for its nominal, and it does not ask to
+    oversubscribe); capacity is checked again when a platform admin decides, against the quotas of that moment."""
     if department.is_archived:
         raise field_error("department", f"{department.slug} is archived: it takes no quota changes.", "archived")
     if not reason.strip():
@@ -64,6 +65,14 @@ def quota_request_create(*, department, flavor, actor, reason: str, nominal=KEEP
     if errors := rules.quota_limit_errors(nominal=values["nominal"], borrowing=values["borrowing_limit"],
                                           lending=values["lending_limit"]):
         raise ValidationFailed(fields=errors)
+    if not oversubscribe and not flavor.is_cpu:
+        capacity, others = rules.nominal_room(flavor=flavor, cluster=cluster, department=department)
+        if others + values["nominal"] > capacity:
+            message = rules.over_capacity_message(flavor=flavor, cluster=cluster, total=others + values["nominal"],
+                                                  capacity=capacity)
+            raise field_error("nominal", f"{message} The other departments hold {others} of the {capacity}: "
+                                         f"ask for at most {max(capacity - others, 0)}, or ask to oversubscribe.",
+                              "over_capacity")
     with transaction.atomic():
         req = QuotaChangeRequest.objects.create(
             department=department, flavor=flavor, cluster=cluster, **values, oversubscribe=oversubscribe,

@@ -17,9 +17,10 @@ from django.db.models.functions import TruncDay, TruncMonth
 from django.utils import timezone
 
 from portal.models import Department
+from quotas import ports
 from quotas.models import LedgerEntry, LedgerKind, Wallet
 from quotas.services.pricing import cost_of
-from quotas.services.settlement import attempt_usage
+from quotas.services.settlement import attempt_usage, hold_speedup
 from quotas.services.wallets import open_holds_in
 
 
@@ -30,22 +31,34 @@ def burn_rate(*, wallet: Wallet, now: datetime | None = None, days: int = 7) -> 
 
 def burn_rates(*, wallets: list[Wallet], now: datetime | None = None, days: int = 7) -> dict[int, dict[str, int]]:
     """``burn_rate`` of several wallets, by wallet id, in two queries however many wallets (the wallets page
-    read two per wallet)."""
+    read two per wallet).
+
+    Two paces, and the days each leaves: ``per_day`` is the net spend per day over the last ``days`` days, and
+    ``running_per_hour`` what the attempts running now cost per hour of the wall clock (their rate x GPUs x
+    the speed-up of the cluster they run on: on the demo's simulated cluster an hour of a job passes in a
+    minute). ``days_left`` is the sooner of the two (``days_left_now`` at the current burn,
+    ``days_left_average`` at the average): a department in its first busy week runs out at its current burn,
+    however quiet its last seven days were. None when that pace spends nothing."""
     now = now or timezone.now()
     ids = [w.pk for w in wallets]
     spent = dict(LedgerEntry.objects.filter(wallet_id__in=ids, created_at__gte=now - timedelta(days=days),
                                             kind__in=(LedgerKind.SETTLE, LedgerKind.REFUND))
                  .order_by().values("wallet_id").annotate(s=Sum("amount")).values_list("wallet_id", "s"))
     running: dict[int, int] = defaultdict(int)
-    for wallet_id, rate, gpus in open_holds_in(wallet_ids=ids).values_list("wallet_id", "rate", "gpus"):
-        running[wallet_id] += cost_of(rate=rate or 0, gpu_seconds=gpus * 3600)
+    for hold in open_holds_in(wallet_ids=ids).only("wallet_id", "rate", "gpus", "data"):
+        running[hold.wallet_id] += cost_of(rate=hold.rate or 0,
+                                           gpu_seconds=round(hold.gpus * 3600 * hold_speedup(hold)))
     out = {}
     for wallet in wallets:
         s = spent.get(wallet.pk) or 0
         per_day = -s // days if s < 0 else 0
-        days_left = (wallet.available // per_day) if per_day > 0 else None
+        available = max(wallet.available, 0)
+        average = (available // per_day) if per_day > 0 else None
+        current = (available // (running[wallet.pk] * 24)) if running[wallet.pk] > 0 else None
+        known = [d for d in (average, current) if d is not None]
         out[wallet.pk] = {"per_day": per_day, "window_days": days, "running_per_hour": running[wallet.pk],
-                          "days_left": days_left}
+                          "days_left": min(known) if known else None, "days_left_now": current,
+                          "days_left_average": average}
     return out
 
 
@@ -94,16 +107,20 @@ def job_cost(*, job, now: datetime | None = None) -> dict[str, Any]:
     }
 
 
-GROUPS = {"department": "wallet__department__slug", "user": "user__username", "flavor": "flavor__name"}
+# ``team``: the team its job was submitted in (blank for a member of no team and for entries about no job).
+GROUPS = {"department": "wallet__department__slug", "team": "job__team__slug", "user": "user__username",
+          "flavor": "flavor__name"}
 PERIODS = {"day": TruncDay, "month": TruncMonth}
-REPORT_COLUMNS = ("period", "department", "user", "flavor", "gpu_hours", "charged_mcr", "refunded_mcr",
-                  "net_mcr", "attempts", "preemptions")
+REPORT_COLUMNS = ("period", "department", "team", "user", "flavor", "gpu_hours", "charged_mcr", "refunded_mcr",
+                  "net_mcr", "attempts", "preemptions", "measured_gpu_hours", "used_gpu_hours", "efficiency")
 
 
 def usage_report(*, entries, group_by: list[str], period: str = "month", since: datetime | None = None,
                  until: datetime | None = None, department: str | None = None) -> list[dict[str, Any]]:
-    """Usage and spend from the ledger (settle and refund entries), grouped by period and the given columns.
-    One query. ``entries`` is the caller's ledger already through the tenancy gate
+    """Usage and spend from the ledger (settle and refund entries), grouped by period and the given columns,
+    with the efficiency of the settled attempts that were measured: ``measured_gpu_hours`` held by them,
+    ``used_gpu_hours`` their mean busy GPUs x that time (DCGM, through ``ports.measured()``), ``efficiency``
+    used / measured (None when no attempt of the row was measured: unknown, not zero). Three queries. ``entries`` is the caller's ledger already through the tenancy gate
     (``LedgerEntry.objects.restrict(user, VIEW)``), so a report never reaches past what its reader may see;
     ``department`` narrows it to one department the caller has already resolved through the same gate."""
     qs = entries.filter(kind__in=(LedgerKind.SETTLE, LedgerKind.REFUND))
@@ -127,6 +144,14 @@ def usage_report(*, entries, group_by: list[str], period: str = "month", since: 
         )
         .order_by("bucket", *fields)
     )
+    # Which attempts each row settled, and what of them was measured: the ledger's GPU-seconds are what was
+    # charged, the measurement says how much of that the GPUs were busy.
+    settled: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    for r in (qs.filter(settle, job__isnull=False, attempt__isnull=False)
+              .annotate(bucket=PERIODS[period]("created_at")).values("bucket", *fields, "job_id", "attempt")
+              .order_by()):
+        settled[(r["bucket"], *(r[f] for f in fields))].append((r["job_id"], r["attempt"]))
+    measured = ports.measured().held_and_used({a for pairs in settled.values() for a in pairs})
     out = []
     for r in rows:
         charged, refunded = -(r["charged"] or 0), r["refunded"] or 0
@@ -134,6 +159,7 @@ def usage_report(*, entries, group_by: list[str], period: str = "month", since: 
         out.append({
             "period": bucket.strftime("%Y-%m-%d" if period == "day" else "%Y-%m"),
             "department": r.get(GROUPS["department"]),
+            "team": r.get(GROUPS["team"]),
             "user": r.get(GROUPS["user"]),
             "flavor": r.get(GROUPS["flavor"]),
             "gpu_hours": round((r["gpu_seconds"] or 0) / 3600, 4),
@@ -142,8 +168,16 @@ def usage_report(*, entries, group_by: list[str], period: str = "month", since: 
             "net_mcr": charged - refunded,
             "attempts": r["attempts"],
             "preemptions": r["preemptions"],
+            **_efficiency([measured[a] for a in settled.get((bucket, *(r[f] for f in fields)), ()) if a in measured]),
         })
     return out
+
+
+def _efficiency(figures: list[tuple[float, float]]) -> dict[str, Any]:
+    held = sum(h for h, _ in figures)
+    used = sum(u for _, u in figures)
+    return {"measured_gpu_hours": round(held, 4), "used_gpu_hours": round(used, 4),
+            "efficiency": round(used / held, 3) if held else None}
 
 
 def month_bounds(month: date) -> tuple[datetime, datetime]:

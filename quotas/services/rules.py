@@ -16,7 +16,7 @@ from portal.audit import audit
 from portal.errors import NotFound, ValidationFailed
 from portal.models import Department
 from quotas import ports
-from quotas.models import ApprovalRule, Flavor, Quota, RefillRule, Wallet
+from quotas.models import ApprovalRule, Flavor, Quota, QuotaResource, RefillRule, Wallet
 from quotas.services.base import field_error
 from quotas.services.wallets import wallet_create
 
@@ -96,8 +96,26 @@ def quota_limit_errors(*, nominal, borrowing, lending) -> dict[str, list[dict]]:
     return errors
 
 
+def nominal_room(*, flavor, cluster=None, department=None) -> tuple[int, int]:
+    """(installed GPUs, the nominal quotas other departments hold) of ``flavor`` in one scope: every cluster
+    (``cluster`` None, the global quotas) or one cluster (its per-cluster quotas). What is left for
+    ``department``'s nominal quota there is the first less the second (less than 0 when already
+    oversubscribed)."""
+    others = Quota.objects.filter(flavor=flavor, cluster=cluster, resource=QuotaResource.GPUS)
+    if department is not None:
+        others = others.exclude(department=department)
+    return flavor_capacity(flavor, cluster), others.aggregate(n=Sum("nominal"))["n"] or 0
+
+
+def over_capacity_message(*, flavor, cluster, total: int, capacity: int) -> str:
+    where = "the clusters have" if cluster is None else f"cluster {cluster.name} has"
+    what = flavor.name if cluster is None else f"{flavor.name} on {cluster.name}"
+    return (f"The nominal quotas of {what} would add up to {total} GPUs, but {where} "
+            f"{capacity}: {total - capacity} GPU(s) oversubscribed.")
+
+
 def _check_quota(*, department: Department, flavor, nominal: int, borrowing, lending, oversubscribe: bool,
-                 cluster=None, exclude_pk=None) -> list[str]:
+                 cluster=None, exclude_pk=None, resource: str = QuotaResource.GPUS) -> list[str]:
     """The quota rules: borrowing limit >= 0, lending limit <= nominal, and the nominal quotas of a flavor
     within its installed GPUs (a per-cluster quota's: with the other per-cluster quotas of that cluster, within
     that cluster's GPUs), unless ``oversubscribe`` (then a warning is returned). Raises every field error at
@@ -108,17 +126,14 @@ def _check_quota(*, department: Department, flavor, nominal: int, borrowing, len
         errors.setdefault(field, []).append({"code": code, "message": message})
 
     warnings: list[str] = []
-    if not errors:
+    if not errors and resource == QuotaResource.GPUS:  # (cores and GiB of a CPU pool: not checked against nodes)
         # Each scope shares its own GPUs: global quotas all clusters', a cluster's quotas that cluster's.
-        same_scope = Quota.objects.filter(flavor=flavor, cluster=cluster).exclude(pk=exclude_pk)
+        same_scope = Quota.objects.filter(flavor=flavor, cluster=cluster, resource=resource).exclude(pk=exclude_pk)
         others = same_scope.aggregate(n=Sum("nominal"))["n"] or 0
         capacity = flavor_capacity(flavor, cluster)
         total = others + nominal
         if total > capacity:
-            where = "the clusters have" if cluster is None else f"cluster {cluster.name} has"
-            what = flavor.name if cluster is None else f"{flavor.name} on {cluster.name}"
-            message = (f"The nominal quotas of {what} would add up to {total} GPUs, but {where} "
-                       f"{capacity}: {total - capacity} GPU(s) oversubscribed.")
+            message = over_capacity_message(flavor=flavor, cluster=cluster, total=total, capacity=capacity)
             if oversubscribe:
                 warnings.append(message + " Accepted because oversubscribe was asked for: guarantees may not "
                                           "all be met at once.")
@@ -154,7 +169,8 @@ def quota_set(*, quota: Quota, actor, oversubscribe: bool = False, comment: str 
         new = {f: values.get(f, getattr(quota, f)) for f in QUOTA_FIELDS}
         warnings = _check_quota(department=quota.department, flavor=quota.flavor, nominal=new["nominal"],
                                 borrowing=new["borrowing_limit"], lending=new["lending_limit"],
-                                oversubscribe=oversubscribe, cluster=quota.cluster, exclude_pk=quota.pk)
+                                oversubscribe=oversubscribe, cluster=quota.cluster, exclude_pk=quota.pk,
+                                resource=quota.resource)
         old = {f: getattr(quota, f) for f in QUOTA_FIELDS}
         for f in QUOTA_FIELDS:
             setattr(quota, f, new[f])
@@ -169,9 +185,12 @@ def quota_set(*, quota: Quota, actor, oversubscribe: bool = False, comment: str 
 
 
 def quota_create(*, department: Department, flavor, actor, nominal: int = 0, borrowing_limit=None,
-                 lending_limit=None, oversubscribe: bool = False, comment: str = "", cluster=None) -> Quota:
+                 lending_limit=None, oversubscribe: bool = False, comment: str = "", cluster=None,
+                 resource: str = QuotaResource.GPUS) -> Quota:
     """Give a department a quota of a flavor it has none of (validated and audited like a change): a global
-    one (``cluster`` None) or one on ``cluster`` only."""
+    one (``cluster`` None) or one on ``cluster`` only; of GPUs, or of a CPU pool's cores or GiB (``resource``)."""
+    if (resource == QuotaResource.GPUS) == flavor.is_cpu:
+        raise field_error("resource", f"{flavor.name} is {'a CPU pool: its quotas count cpu or memory' if flavor.is_cpu else 'a GPU flavor: its quotas count gpus'}.", "invalid")
     if department.is_archived:
         raise field_error("department", f"{department.slug} is archived: it takes no new quotas.", "archived")
     where = "" if cluster is None else f" on {cluster.name}"
@@ -179,13 +198,13 @@ def quota_create(*, department: Department, flavor, actor, nominal: int = 0, bor
                                    "instead.", "unique")
     with transaction.atomic():
         _lock_flavor(flavor.pk)
-        if Quota.objects.filter(department=department, flavor=flavor, cluster=cluster).exists():
+        if Quota.objects.filter(department=department, flavor=flavor, cluster=cluster, resource=resource).exists():
             raise exists
         warnings = _check_quota(department=department, flavor=flavor, nominal=nominal, borrowing=borrowing_limit,
-                                lending=lending_limit, oversubscribe=oversubscribe, cluster=cluster)
+                                lending=lending_limit, oversubscribe=oversubscribe, cluster=cluster, resource=resource)
         try:
             with transaction.atomic():
-                quota = Quota.objects.create(department=department, flavor=flavor, cluster=cluster,
+                quota = Quota.objects.create(department=department, flavor=flavor, cluster=cluster, resource=resource,
                                              nominal=nominal, borrowing_limit=borrowing_limit,
                                              lending_limit=lending_limit)
         except IntegrityError:  # (only where the flavor lock is a no-op, as on SQLite)

@@ -3,7 +3,7 @@
 Invariants:
 
 * An attempt is charged its GPU-seconds from admission to its end (capped at its max runtime) at the rate of
-  its hold, through ``scheduling.core.money`` (the simulator settles with the same functions); the charge
+  its hold, through ``billing.money`` (the simulator settles with the same functions); the charge
   never exceeds the hold, and the rest of the hold is released in the same transaction.
 * Refunds follow ``money.REFUND_POLICY`` (the platform's faults are refunded in full, borrowed capacity is sold as
   preemptible) and never exceed the charge.
@@ -18,10 +18,10 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from billing import money
+from billing.money import REFUND_POLICY
 from quotas.models import LedgerEntry
 from quotas.services.wallets import entry_for, hold_key, wallet_refund, wallet_settle
-from scheduling.core import money
-from scheduling.core.money import REFUND_POLICY
 
 __all__ = ["REFUND_POLICY", "Settlement", "attempt_usage", "settle_attempt"]
 
@@ -33,13 +33,27 @@ class Settlement:
     gpu_seconds: int
 
 
+def hold_speedup(hold: LedgerEntry) -> float:
+    """Seconds of the job's time per wall second on the cluster the attempt ran on, as its hold recorded (1
+    for a real cluster and for holds placed before it was recorded)."""
+    return float((hold.data or {}).get("speedup") or 1.0)
+
+
 def attempt_usage(*, hold: LedgerEntry, end: datetime) -> tuple[int, int]:
-    """(gpu_seconds, cost) of one attempt from its admission to ``end``, at the hold's rate."""
+    """(gpu_seconds, cost) of one attempt from its admission to ``end``, at the hold's rate. The seconds are
+    the job's own: the wall's times the speed-up of the cluster it ran on (the demo's simulated cluster runs a
+    2-hour job in 2 wall minutes, and charges it 2 hours, as its quote said)."""
     start_s = (hold.data or {}).get("admitted_at")
     start = datetime.fromisoformat(start_s) if start_s else hold.created_at
-    gpu_seconds = money.attempt_gpu_seconds(total_gpus=hold.gpus, ran_s=(end - start).total_seconds(),
-                                            max_runtime_s=(hold.data or {}).get("max_runtime_s"))
-    return gpu_seconds, money.attempt_charge(hold.rate or 0, gpu_seconds=gpu_seconds)
+    data = hold.data or {}
+    ran_s = (end - start).total_seconds() * hold_speedup(hold)
+    # a fraction's hold records its share in milli-GPUs: it is charged that share of the GPU-seconds
+    gpus = data["gpu_milli"] / 1000 if data.get("gpu_milli") else hold.gpus
+    gpu_seconds = money.attempt_gpu_seconds(total_gpus=gpus, ran_s=ran_s, max_runtime_s=data.get("max_runtime_s"))
+    # CPU work: its hourly rate for the time it ran (capped at the max runtime), beside the GPU-seconds
+    ran = money.attempt_gpu_seconds(total_gpus=1, ran_s=ran_s, max_runtime_s=data.get("max_runtime_s"))
+    cpu = money.cost_of(int(data.get("cpu_per_hour") or 0), ran)
+    return gpu_seconds, money.attempt_charge(hold.rate or 0, gpu_seconds=gpu_seconds) + cpu
 
 
 def _refund_share(*, outcome: str, hold: LedgerEntry, decided: bool) -> tuple[float, str]:

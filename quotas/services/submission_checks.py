@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from django.db.models import Subquery
 from django.utils import timezone
 
+from engine import tiers
 from notifications.services import emit
 from portal.models import Department
 from portal.money import format_credits
@@ -29,7 +30,6 @@ from quotas import policy_cache
 from quotas.models import Allowance, ApprovalRule
 from quotas.services.allowances import allowance_used, period_start
 from quotas.services.pricing import estimated_cost
-from scheduling.core import tiers
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Per-user limits inside a department: GPUs one member may hold at once and, optionally, jobs they may have
 queued (docs/sweeps.md, "Per-user limits"). The shape of allowances: a department admin (or a platform admin)
-sets them, audited; the engine enforces the GPU limit (``scheduling.core.user_limits``), the submit path the
+sets them, audited; the engine enforces the GPU limit (``engine.user_limits``), the submit path the
 queued-jobs limit.
 
 Invariants:

@@ -33,7 +33,7 @@ class ClusterPublicSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Cluster
-        fields = ["name", "labels", "state", "is_default", "reachable"]
+        fields = ["name", "labels", "topology_levels", "state", "is_default", "reachable"]
         read_only_fields = fields
 
 
@@ -57,7 +57,8 @@ class ClusterSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Cluster
-        fields = ["name", "backend", "is_default", "state", "labels", "cost_rank", "kubeconfig", "kubeconfig_env",
+        fields = ["name", "backend", "is_default", "state", "labels", "topology_levels", "cost_rank", "kubeconfig",
+                  "kubeconfig_env",
                   "context", "in_cluster", "namespace_template", "reachable", "last_sync_at", "last_error",
                   "inventory_owned", "nodes", "node_groups"]
         read_only_fields = fields
@@ -80,6 +81,10 @@ class ClusterFieldsSerializer(StrictSerializer):
     is_default = serializers.BooleanField(required=False)
     state = serializers.ChoiceField(choices=ClusterState.choices, required=False)
     labels = serializers.DictField(child=serializers.CharField(max_length=63, allow_blank=True), required=False)
+    topology_levels = serializers.ListField(
+        child=serializers.CharField(max_length=317), required=False, max_length=4,
+        help_text="node label keys grouping the nodes into network domains, outermost first, e.g. "
+        "[\"topology.kubernetes.io/block\", \"topology.kubernetes.io/rack\", \"kubernetes.io/hostname\"]")
     cost_rank = serializers.IntegerField(min_value=cluster_config.COST_RANK_RANGE[0],
                                          max_value=cluster_config.COST_RANK_RANGE[1], required=False)
     kubeconfig = serializers.CharField(max_length=500, required=False, allow_blank=True,

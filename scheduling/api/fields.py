@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.core.sweeps import CONDITIONS, parse_after
+from engine.sweeps import CONDITIONS, parse_after
 from scheduling.services.dependencies import MAX_DEPENDENCIES
 
 
@@ -21,7 +21,7 @@ from scheduling.services.dependencies import MAX_DEPENDENCIES
 })
 class AfterField(serializers.Field):
     """What a job waits for: a list of ``{"condition", "job" | "array"}`` or Slurm's ``afterok:12:13,afterany:a7``
-    (``scheduling.core.sweeps.parse_after``). Which jobs exist is the department's, checked at submission."""
+    (``engine.sweeps.parse_after``). Which jobs exist is the department's, checked at submission."""
 
     INVALID = 'A list like [{"condition": "afterok", "job": 12}] or "afterok:12".'
 

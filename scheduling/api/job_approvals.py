@@ -15,7 +15,7 @@ from portal.tenancy import APPROVE, VIEW, require_role
 from quotas import budgets
 from scheduling.api.serializers import JobSerializer
 from scheduling.models import Job
-from scheduling.selectors import pending_approvals
+from scheduling.selectors import approvable_job, approving_team, pending_approvals
 from scheduling.services import job_approvals
 
 # ------------------------------------------------------------------------------------------ approvals
@@ -43,7 +43,8 @@ class ApprovalListView(GenericAPIView):
 
     @extend_schema(responses=PendingJobSerializer(many=True))  # a page of them, as the ledger
     def get(self, request):
-        require_role(request.user, APPROVE, "Only department admins have an approvals inbox.")
+        if approving_team(request.user) is None:  # (a team admin's inbox: their team's jobs)
+            require_role(request.user, APPROVE, "Only department admins and team admins have an approvals inbox.")
         page = self.paginate_queryset(pending_approvals(request.user))
         prices = budgets.read_prices()
         return self.get_paginated_response(PendingJobSerializer(page, many=True, context={"prices": prices}).data)
@@ -61,9 +62,8 @@ class ApprovalDecisionView(APIView):
     decision = "approve"
 
     def post(self, request, pk: int):
-        job = Job.objects.select_related("department", "owner").get_or_404(
-            request.user, APPROVE, pk=pk,
-            message="Only a department admin of the job's department can approve or reject it.")
+        job = approvable_job(request.user, pk, message="Only a department admin of the job's department (or a team "
+                                                       "admin of its team) can approve or reject it.")
         data = validated(DecisionSerializer, request.data)
         if self.decision == "approve":
             job = job_approvals.job_approve(user=request.user, job=job, comment=data["comment"])

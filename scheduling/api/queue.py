@@ -24,7 +24,7 @@ from scheduling.selectors import whole_queue
 # The fields of a row every member sees, and the ones only the job's department (and platform admins) see.
 EVERYONE = ("position", "flavor", "department", "tier", "gpus", "pods", "waiting_s", "estimated_start", "reason",
             "own")
-OWN_DEPARTMENT = ("id", "name", "owner", "reason_message")
+OWN_DEPARTMENT = ("id", "name", "owner", "team", "reason_message")
 
 
 class QueueEntrySerializer(serializers.Serializer):
@@ -41,6 +41,8 @@ class QueueEntrySerializer(serializers.Serializer):
     id = serializers.IntegerField(required=False, help_text="Only for your own department's jobs")
     name = serializers.CharField(required=False, help_text="Only for your own department's jobs")
     owner = serializers.CharField(required=False, help_text="Only for your own department's jobs")
+    team = serializers.CharField(required=False, allow_null=True,
+                                 help_text="Only for your own department's jobs: its team (null: none)")
     reason_message = serializers.CharField(required=False, help_text="Only for your own department's jobs")
 
     def to_representation(self, job: Job) -> dict:
@@ -60,7 +62,8 @@ def queue_row(job: Job, *, user, now) -> dict:
         "own": Job.objects.permits(user, job, VIEW),
     }
     if row["own"]:
-        row.update(id=job.pk, name=job.name, owner=job.owner.username, reason_message=job.reason_message)
+        row.update(id=job.pk, name=job.name, owner=job.owner.username, reason_message=job.reason_message,
+                   team=job.team.slug if job.team_id else None)
     return row
 
 

@@ -13,16 +13,19 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from engine.domains import level_name
 from portal.api.serializers import FieldsBuiltOnce, StrictSerializer
-from quotas.models import Flavor
+from quotas.models import Flavor, FlavorKind, GpuSharing
 from scheduling.api.fields import AfterField
 from scheduling.api.kinds import READINESS_PATH_RE, kind_problems
 from scheduling.models import (
     TEMPLATE_NAME,
     Cluster,
+    FailurePolicy,
     Job,
     JobEvent,
     JobKind,
+    JobRole,
     JobTemplate,
     TaskType,
     TemplateScope,
@@ -30,8 +33,10 @@ from scheduling.models import (
     Urgency,
     label_problems,
 )
-from scheduling.selectors import flavor_pools, queue_position
+from scheduling.selectors import cpu_pool_nodes, flavor_pools, queue_position, topology_domains
+from scheduling.services import fractions
 from scheduling.services.dependencies import dependencies_of
+from scheduling.services.sessions import route_url
 from workloads.podsecrets import use_problems
 from workloads.services.requests import MAX_MOUNTS, mount_shape_problems
 
@@ -92,6 +97,17 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A boolean that must be a JSON boolean: no "yes", no 1."""
+
+    default_error_messages = {"invalid": "true or false is required (a JSON boolean)."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
 
 
 @extend_schema_field({"type": "string", "example": "500m", "description": "cores or millicores"})
@@ -168,6 +184,166 @@ class FlavorField(serializers.SlugRelatedField):
         return flavor
 
 
+ROLE_NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,18}[a-z0-9])?$")
+MAX_ROLES = 8
+# What a job of roles sets per role, never at the top: the job's size is its roles'.
+ROLE_SIZED = {"pods": "pods", "gpus": "gpus", "cpu": "cpu", "memory": "memory", "shm_mb": "shm_mb"}
+
+
+class RoleSerializer(StrictSerializer):
+    """One role of a job (docs/workloads.md, "Shapes"): a group of identical pods with its own size."""
+
+    name = serializers.CharField(max_length=20, help_text="lower-case letters, digits and -, e.g. trainer, data")
+    pods = StrictIntegerField(min_value=1, max_value=64)
+    image = serializers.CharField(max_length=512, required=False, default="", allow_blank=True,
+                                  help_text="default: the job's image")
+    command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
+                                    required=False, allow_null=True, default=None, min_length=1,
+                                    max_length=MAX_COMMAND_ITEMS, help_text="default: the job's command")
+    gpus = StrictIntegerField(min_value=0, max_value=64, required=False, default=0, source="gpus_per_pod",
+                              help_text="GPUs per pod; 0: the role runs on a CPU pool")
+    cpu = CpuField(required=False, default=4000, source="cpu_millicores")
+    memory = MemoryField(required=False, default=16384, source="memory_mib")
+    shm_mb = StrictIntegerField(min_value=0, required=False, default=0)
+    flavor = FlavorField(required=False, allow_null=True, default=None,
+                         help_text="a role without GPUs: the CPU pool (default: the job's, or the lab's only one)")
+    failure_policy = serializers.ChoiceField(choices=FailurePolicy.choices, required=False,
+                                             default=FailurePolicy.RESTART_ATTEMPT)
+
+    def validate_name(self, value):
+        if not ROLE_NAME_RE.match(value):
+            raise serializers.ValidationError("Lower-case letters, digits and -, starting with a letter.",
+                                              code="invalid_name")
+        return value
+
+    def validate_image(self, value):
+        if value and not IMAGE_RE.match(value):
+            raise serializers.ValidationError("Not a valid image reference.", code="invalid_image")
+        return value
+
+    def validate(self, attrs):
+        if attrs["shm_mb"] * 2 > attrs["memory_mib"]:
+            raise serializers.ValidationError({"shm_mb": ["At most half the role's memory."]}, code="invalid")
+        return attrs
+
+
+def shape_problems(attrs: dict, given: set[str]) -> dict[str, list]:
+    """The job's shape (docs/workloads.md, "Shapes"), made whole: with ``roles``, the GPU gang's ``pods`` and
+    ``gpus_per_pod`` and the roles' CPU pools are set from them; without, the one role is the job itself. The
+    field errors of a shape that could never run (keyed ``roles`` for a role, with its position)."""
+    flavor, roles = attrs.get("flavor"), attrs.get("roles")
+    errors: dict[str, list] = {}
+    if roles is None:
+        g = attrs.get("gpus_per_pod")
+        if g is None:
+            return {"gpus": [serializers.ErrorDetail("This field is required.", code="required")]}
+        if flavor is not None and flavor.is_cpu and g > 0:
+            errors["gpus"] = [serializers.ErrorDetail(
+                f"{flavor.name!r} is a CPU pool: its nodes have no GPUs. Ask for 0, or a GPU flavor.", code="cpu_pool")]
+        return errors
+    for name in sorted(ROLE_SIZED.keys() & given):
+        errors[name] = [serializers.ErrorDetail("A job of roles sets this per role.", code="set_per_role")]
+    names = [r["name"] for r in roles]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        errors["roles"] = [serializers.ErrorDetail(f"Two roles are named {twice[0]!r}: each role needs its own name.",
+                                                   code="duplicate_name")]
+        return errors
+    gpu = [r for r in roles if r["gpus_per_pod"] > 0]
+    if flavor is None:
+        return errors
+    if gpu and flavor.is_cpu:
+        errors["flavor"] = [serializers.ErrorDetail(
+            f"{flavor.name!r} is a CPU pool; roles with GPUs need the GPU flavor as the job's flavor.", code="cpu_pool")]
+    elif not gpu and not flavor.is_cpu:
+        errors["flavor"] = [serializers.ErrorDetail(
+            "No role uses GPUs: the job runs on a CPU pool, so name one as its flavor "
+            f"({', '.join(cpu_pool_names()) or 'the lab has none yet'}).", code="needs_cpu_pool")]
+    elif len({r["gpus_per_pod"] for r in gpu}) > 1:
+        errors["roles"] = [serializers.ErrorDetail(
+            "The roles with GPUs form one gang and ask for the same GPUs per pod.", code="mixed_gpus")]
+    if errors:
+        return errors
+    pools = cpu_pool_names()
+    for i, r in enumerate(roles):
+        if r["gpus_per_pod"] > 0:
+            if r["flavor"] is not None and r["flavor"] != flavor:
+                errors[f"roles.{i}.flavor"] = [serializers.ErrorDetail(
+                    "A role with GPUs runs on the job's flavor.", code="invalid")]
+            r["flavor"] = None
+            continue
+        if r["flavor"] is None:
+            if flavor.is_cpu:
+                r["flavor"] = flavor
+            elif len(pools) == 1:
+                r["flavor"] = Flavor.objects.get(name=pools[0])
+            else:
+                errors[f"roles.{i}.flavor"] = [serializers.ErrorDetail(
+                    f"Name the CPU pool this role runs on ({', '.join(pools) or 'the lab has none yet'}).",
+                    code="required")]
+                continue
+        if not r["flavor"].is_cpu:
+            errors[f"roles.{i}.flavor"] = [serializers.ErrorDetail(
+                f"{r['flavor'].name!r} is not a CPU pool.", code="not_cpu_pool")]
+            continue
+        sizes = cpu_pool_nodes(flavor_id=r["flavor"].pk)
+        if not any(c >= r["cpu_millicores"] and m >= r["memory_mib"] for c, m in sizes):
+            most = max(sizes, default=(0, 0))
+            errors[f"roles.{i}.cpu"] = [serializers.ErrorDetail(
+                f"One pod of {r['cpu_millicores']}m and {r['memory_mib']}Mi fits no node of {r['flavor'].name!r} "
+                f"(its largest: {most[0]}m, {most[1]}Mi).", code="exceeds_largest_node")]
+    if errors:
+        return errors
+    first = gpu[0] if gpu else roles[0]
+    attrs["gpus_per_pod"] = first["gpus_per_pod"]
+    attrs["pods"] = sum(r["pods"] for r in (gpu or roles))
+    attrs["cpu_pods"] = sum(r["pods"] for r in roles if r["gpus_per_pod"] == 0) if gpu else 0
+    attrs["cpu_millicores"], attrs["memory_mib"] = first["cpu_millicores"], first["memory_mib"]
+    return errors
+
+
+def cpu_pool_names() -> list[str]:
+    return list(Flavor.objects.filter(kind=FlavorKind.CPU).order_by("name").values_list("name", flat=True))
+
+
+def size_range_problems(attrs: dict) -> dict[str, list]:
+    """A size range (``min_pods``) fits a batch job of one GPU role that checkpoints, and runs from at least one
+    pod to at most ``pods``; a global batch size needs a size range and one sample per GPU at the largest size."""
+    low, batch = attrs.get("min_pods"), attrs.get("global_batch_size")
+    errors: dict[str, list] = {}
+
+    def say(field: str, text: str, code: str) -> None:
+        errors.setdefault(field, []).append(serializers.ErrorDetail(text, code=code))
+
+    if low is not None:
+        pods = attrs.get("pods", 1)
+        if attrs.get("kind", JobKind.BATCH) != JobKind.BATCH:
+            say("min_pods", "Only a batch job can be resizable: a session or service keeps its size.",
+                "resizable_kind")
+        elif attrs.get("roles"):
+            say("min_pods", "A job of roles cannot be resizable: a size range applies to the pods of one role.",
+                "resizable_roles")
+        elif not attrs.get("gpus_per_pod"):
+            say("min_pods", "A resizable job needs GPUs per pod (gpus of 1 or more).", "resizable_gpus")
+        elif attrs.get("share_milli"):
+            # a resize adds or removes whole pods on whole GPUs; a shared GPU's fractions are placed one by one
+            say("min_pods", "A job on a fraction of a GPU cannot be resizable: ask for whole GPUs to resize.",
+                "resizable_fraction")
+        elif low > pods:
+            say("min_pods", f"The minimum ({low} pods) is above the maximum (pods: {pods}).", "min_above_max")
+        elif attrs.get("checkpoint_interval_s") is None:
+            say("checkpoint_interval_s", "A resizable job changes size at its checkpoints: declare how often it "
+                "saves one.", "resizable_needs_checkpoints")
+    if batch is not None:
+        if low is None:
+            say("global_batch_size", "A global batch size is kept across resizes: set min_pods too.",
+                "batch_needs_size_range")
+        elif batch < attrs.get("pods", 1) * (attrs.get("gpus_per_pod") or 1):
+            say("global_batch_size", "The global batch size must give every GPU at least one sample at the "
+                "largest size.", "batch_too_small")
+    return errors
+
+
 class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
     name = serializers.CharField(max_length=63)
     kind = serializers.ChoiceField(choices=JobKind.choices, required=False, default=JobKind.BATCH,
@@ -194,9 +370,24 @@ class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
         help_text='department secrets: [{"secret": "wandb", "key": "api_key", "env": "WANDB_API_KEY"} | '
         '{"secret": "hf", "path": "/etc/secrets/hf"}] (names and keys only; GET /api/v1/secrets lists them)')
     flavor = FlavorField()
-    gpus = StrictIntegerField(min_value=1, max_value=64, source="gpus_per_pod", help_text="GPUs per pod")
+    gpus = StrictIntegerField(min_value=0, max_value=64, source="gpus_per_pod", required=False,
+                              help_text="GPUs per pod (0 on a CPU pool); a job of roles sets them per role")
     pods = StrictIntegerField(min_value=1, max_value=64, required=False, default=1,
                               help_text="pods admitted all-or-nothing (gang)")
+    gpu_memory_gib = serializers.FloatField(
+        min_value=0.125, max_value=1024, required=False, allow_null=True, default=None,
+        help_text="a fraction of one GPU per pod, on a flavor that shares GPUs by memory (HAMi): the GPU memory "
+        "in GiB (docs/fractions.md)")
+    gpu_cores = StrictIntegerField(
+        min_value=1, max_value=100, required=False, allow_null=True, default=None,
+        help_text="with gpu_memory_gib: the share of the GPU's compute in per cent (default: not limited)")
+    gpu_replicas = StrictIntegerField(
+        min_value=1, max_value=64, required=False, allow_null=True, default=None,
+        help_text="a fraction of one GPU per pod, on a flavor shared by time-slicing or MPS replicas: how many of "
+        "its replicas")
+    roles = RoleSerializer(many=True, required=False, allow_empty=False, max_length=MAX_ROLES,
+                           help_text="a job made of roles (docs/workloads.md, \"Shapes\"): each with its own pods, "
+                           "image, command, GPUs (0 allowed), CPU, memory and failure policy")
     cpu = CpuField(required=False, default=4000, source="cpu_millicores")  # defaults skip parsing
     memory = MemoryField(required=False, default=16384, source="memory_mib")
     tier = serializers.ChoiceField(choices=Tier.choices, required=False,
@@ -215,6 +406,25 @@ class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
     )
     pdb_min_available = StrictIntegerField(min_value=1, max_value=64, required=False, allow_null=True,
                                            default=None)
+    min_pods = StrictIntegerField(
+        min_value=1, max_value=64, required=False, allow_null=True, default=None,
+        help_text="a resizable job (docs/workloads.md, \"Resizable jobs\"): it runs on min_pods to pods pods "
+        "(pods is then its maximum), grows into idle GPUs and shrinks instead of being preempted, at its "
+        "checkpoints; needs checkpoint_interval_s. null: always pods")
+    global_batch_size = StrictIntegerField(
+        min_value=1, max_value=10**7, required=False, allow_null=True, default=None,
+        help_text="a resizable job's global batch size: at each size its workers are told the per-worker batch "
+        "and gradient-accumulation steps that keep it (PORTAL_PER_WORKER_BATCH, PORTAL_GRAD_ACCUM_STEPS)")
+    preemptible = StrictBooleanField(
+        required=False, allow_null=True, default=None,
+        help_text="apart from the tier: false asks that an elastic or backfill job never be preempted (within the "
+        "lab's limits for the department and tier, at their surcharge; it then borrows nothing), true lets a "
+        "realtime job be preempted; null: the tier's")
+    notice_s = StrictIntegerField(
+        min_value=0, max_value=3600, required=False, default=0,
+        help_text="seconds of notice the job needs before it is preempted (0: none): its pods see the notice in the "
+        "file PORTAL_NOTICE_FILE names, and may answer 'checkpoint written' to be evicted at once; at most the "
+        "lab's limit for the department and tier (docs/scheduling.md, 'Notice before preemption')")
     max_retries = StrictIntegerField(min_value=0, max_value=MAX_RETRIES, required=False, default=0,
                                      help_text="times a failed attempt may be retried (platform failures are "
                                      "retried without asking; docs/workloads.md)")
@@ -227,6 +437,14 @@ class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
     cluster_preference = serializers.DictField(
         child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict,
         help_text="cluster labels the job prefers: among clusters that fit, more matches go first")
+    topology_level = serializers.CharField(
+        max_length=317, required=False, allow_blank=True, default="",
+        help_text="a topology level of the job's cluster (a node label key of its topology_levels, or its last "
+        "part: \"rack\"): its pods sit within one domain of it (required) or should (preferred); blank: a gang "
+        "prefers the most compact placement")
+    topology_required = serializers.BooleanField(
+        required=False, default=False,
+        help_text="the pods must sit within one domain of topology_level: the job waits rather than spread")
     mounts = serializers.JSONField(
         required=False, default=list,
         help_text=f'data sources mounted by name, at most {MAX_MOUNTS}: [{{"source": "imagenet", "path": "/data", '
@@ -246,6 +464,7 @@ class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
 
     def to_internal_value(self, data):
         self._item_flavor = data.get("flavor") if isinstance(data, dict) else None  # per item: one child
+        self._given = set(data) if isinstance(data, dict) else set()
         try:
             return super().to_internal_value(data)  # serializer validates a whole list
         except serializers.ValidationError as exc:
@@ -343,10 +562,21 @@ class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
             raise serializers.ValidationError(f"No node offers flavor {flavor.name!r}.", code="no_nodes")
         return flavor
 
+    def validate_roles(self, roles):
+        # Each role with GPUs on one node of the job's flavor (the gang as a whole is checked in ``validate``).
+        for role in roles:
+            if role["gpus_per_pod"]:
+                self.validate_gpus(role["gpus_per_pod"])
+        return roles
+
     def validate_gpus(self, value):
         # ``flavor`` is declared before ``gpus``, so the item's flavor (if valid) was read already.
         flavor = self.fields["flavor"].seen.get(self._item_flavor) if isinstance(self._item_flavor, str) else None
-        largest = None if flavor is None else flavor.largest_node_gpus
+        if value == 0 and flavor is not None and not flavor.is_cpu:
+            raise serializers.ValidationError(
+                f"A job without GPUs runs on a CPU pool, not on {flavor.name!r}'s GPU nodes: set flavor to one "
+                f"({', '.join(cpu_pool_names()) or 'the lab has none yet'}).", code="needs_cpu_pool")
+        largest = None if flavor is None or flavor.is_cpu else flavor.largest_node_gpus  # (a CPU pool: ``validate``)
         if largest is not None and value > largest:
             raise serializers.ValidationError(
                 f"{value} GPUs per pod do not fit on any node: the largest node of this type has {largest}. "
@@ -386,10 +616,86 @@ class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
         if problems:
             raise serializers.ValidationError(
                 {"secrets": [serializers.ErrorDetail(p, code="invalid_secret") for p in problems]})
-        if "flavor" in attrs and "gpus_per_pod" in attrs:
+        memory_gib, cores, replicas = (attrs.pop("gpu_memory_gib", None), attrs.pop("gpu_cores", None),
+                                       attrs.pop("gpu_replicas", None))
+        flavor = attrs.get("flavor")
+        fractional = memory_gib is not None or cores is not None or replicas is not None
+        if (not fractional and attrs.get("kind") == JobKind.SESSION and not attrs.get("roles")
+                and attrs.get("gpus_per_pod") in (None, 1)):
+            # The lab's default share for sessions on a shared GPU type: a notebook rarely needs a whole GPU,
+            # and one asking for several GPUs, or a size of its own, keeps what it asked for.
+            default = fractions.session_default(flavor, settings.SESSION_DEFAULT_GPU_FRACTION)
+            if default is not None:
+                memory_gib, replicas = default.get("gpu_memory_gib"), default.get("gpu_replicas")
+                fractional = True
+        problems = fractions.request_problems(flavor, gpus=attrs.get("gpus_per_pod"), memory_gib=memory_gib,
+                                              cores=cores, replicas=replicas)
+        if problems:
+            raise serializers.ValidationError(
+                {k: [serializers.ErrorDetail(v, code="invalid_fraction")] for k, v in problems.items()})
+        if fractional and not attrs.get("roles"):
+            attrs["gpus_per_pod"] = 1
+        elif (not fractional and flavor is not None and flavor.sharing == GpuSharing.REPLICAS
+              and attrs.get("gpus_per_pod")):
+            raise serializers.ValidationError({"gpus": [serializers.ErrorDetail(
+                f"Every GPU of {flavor.name!r} is shared as {flavor.replicas_per_gpu} replicas: ask for "
+                "gpu_replicas, or whole GPUs of another flavor.", code="invalid_fraction")]})
+        shape = shape_problems(attrs, getattr(self, "_given", set()))
+        if shape:
+            raise serializers.ValidationError(shape, code="invalid")
+        if fractional:
+            if attrs.get("gpus_per_pod") != 1:
+                raise serializers.ValidationError({"roles": [serializers.ErrorDetail(
+                    "A fraction is a part of one GPU per pod: the roles with GPUs ask for 1 each.",
+                    code="invalid_fraction")]})
+            attrs["gpu_memory_mib"] = round((memory_gib or 0) * fractions.MIB_PER_GIB)
+            attrs["gpu_cores"], attrs["gpu_replicas"] = cores or 0, replicas or 0
+            attrs["share_milli"] = fractions.share_milli(flavor, memory_mib=attrs["gpu_memory_mib"],
+                                                         cores=attrs["gpu_cores"], replicas=attrs["gpu_replicas"])
+        size = size_range_problems(attrs)
+        if size:
+            raise serializers.ValidationError(size, code="invalid")
+        if "flavor" in attrs and attrs.get("gpus_per_pod"):
             self._check_gang_fits(attrs["flavor"], attrs["gpus_per_pod"], attrs.get("pods", 1),
                                   attrs.get("cluster_selector") or {})
+        if attrs.get("topology_level") or attrs.get("topology_required"):
+            attrs["topology_level"] = self._check_topology(attrs)
         return attrs
+
+    def _check_topology(self, attrs) -> str:
+        """The level the job names, as its label key: a level of a cluster it may run on (by key or by its last
+        part), declared by one that could hold the whole gang within one of its domains when it is required.
+        Otherwise the job could never be placed as it asks, and says so now."""
+        level, required = attrs.get("topology_level") or "", attrs.get("topology_required", False)
+        if not level:
+            raise serializers.ValidationError({"topology_level": [serializers.ErrorDetail(
+                "Name the level its pods must share (e.g. \"rack\").", code="required")]})
+        flavor = attrs.get("flavor")
+        if flavor is None or not attrs.get("gpus_per_pod"):
+            raise serializers.ValidationError({"topology_level": [serializers.ErrorDetail(
+                "Only a job with GPUs is placed by topology.", code="invalid")]})
+        selector = attrs.get("cluster_selector") or {}
+        clusters = [name for name, labels, _ in flavor_pools(flavor_id=flavor.pk)
+                    if all(labels.get(k) == v for k, v in selector.items())]
+        domains = topology_domains(flavor_id=flavor.pk, clusters=clusters)
+        keys = {k for levels in domains.values() for k in levels}
+        key = level if level in keys else next((k for k in sorted(keys) if k.rsplit("/", 1)[-1] == level), None)
+        if key is None:
+            known = ", ".join(sorted(keys)) or "none: no cluster it may run on declares topology levels"
+            raise serializers.ValidationError({"topology_level": [serializers.ErrorDetail(
+                f"Unknown topology level {level!r} (the levels of the clusters it may run on: {known}).",
+                code="unknown_level")]})
+        if required:
+            g, pods = attrs["gpus_per_pod"], attrs.get("pods", 1)
+            room = max((sum(n // g for n in nodes) for levels in domains.values()
+                        for nodes in levels.get(key, {}).values()), default=0)
+            if pods > room:
+                largest = max((sum(nodes) for levels in domains.values() for nodes in levels.get(key, {}).values()),
+                              default=0)
+                raise serializers.ValidationError({"topology_level": [serializers.ErrorDetail(
+                    f"{pods} pods x {g} GPUs never fit in one {level_name(key)}: the largest has {largest} "
+                    f"GPUs of {flavor.name!r}, room for {room} such pods.", code="exceeds_largest_domain")]})
+        return key
 
     def _check_gang_fits(self, flavor: Flavor, gpus: int, pods: int, selector: dict) -> None:
         """The whole gang on one cluster (a job never spans clusters): the clusters its selector allows must
@@ -456,6 +762,8 @@ class JobEventSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
 class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True,
+                                        help_text="the submitter's team when it was submitted (null: none)")
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     cpu = CpuField(source="cpu_millicores", read_only=True)
@@ -466,27 +774,37 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     url = serializers.SerializerMethodField(help_text="sessions and services: where their route answers")
     held = serializers.SerializerMethodField()
     after = serializers.SerializerMethodField()
+    fraction = serializers.SerializerMethodField(
+        help_text="a fraction of one GPU per pod (null: whole GPUs): what was asked and the share of a GPU it is")
 
     class Meta:
         model = Job
         fields = [
-            "id", "name", "owner", "department", "state", "reason", "estimated_start", "kind", "session_image",
+            "id", "name", "owner", "department", "team", "state", "reason", "estimated_start", "kind", "session_image",
             "port", "readiness_path", "ready", "url", "array", "array_index", "held", "held_at", "after", "image",
             "command",
-            "env", "secrets", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
+            "env", "secrets", "flavor", "gpus", "pods", "fraction", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
-            "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries",
-            "retry_on_exit_codes", "retries", "attempt",
+            "min_pods", "global_batch_size",
+            "preemptible", "price_surcharge_pct", "notice_s", "expedited_requeues",
+            "cluster_selector", "cluster_preference", "topology_level", "topology_required", "mounts", "checkpoint",
+            "shm_mb", "max_retries", "retry_on_exit_codes", "retries", "attempt",
             "cluster", "placement", "borrowed", "price", "exit_code", "preemption_count", "submitted_at",
             "admitted_at", "started_at", "finished_at",
         ]
         read_only_fields = fields
 
     def get_url(self, job) -> str | None:
-        return f"{settings.SESSION_URL}/s/{job.pk}/" if job.has_route else None
+        return route_url(job.pk) if job.has_route else None
 
     def get_held(self, job) -> bool:
         return job.held_at is not None
+
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "gpu_memory_gib": {"type": "number", "nullable": True}, "gpu_cores": {"type": "integer", "nullable": True},
+        "gpu_replicas": {"type": "integer", "nullable": True}, "share": {"type": "number"}}})
+    def get_fraction(self, job) -> dict | None:
+        return fractions.describe_request(job)
 
     @extend_schema_field({"type": "array", "items": {"type": "object"}})
     def get_after(self, job) -> list[dict]:
@@ -512,16 +830,38 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         return out
 
 
+class JobRoleSerializer(serializers.ModelSerializer):
+    """A role as the job's page and ``GET /api/v1/jobs/{id}`` show it (blank image, null command: the job's)."""
+
+    gpus = serializers.IntegerField(source="gpus_per_pod", read_only=True)
+    cpu = CpuField(source="cpu_millicores", read_only=True)
+    memory = MemoryField(source="memory_mib", read_only=True)
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)  # null: the job's flavor
+
+    class Meta:
+        model = JobRole
+        fields = ["name", "pods", "image", "command", "gpus", "cpu", "memory", "shm_mb", "flavor", "failure_policy"]
+        read_only_fields = fields
+
+
 class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
     queue_position = serializers.SerializerMethodField()
+    roles = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "queue_position", "events"]
+        fields = [*JobSerializer.Meta.fields, "queue_position", "events", "roles"]
         read_only_fields = fields
 
     def get_queue_position(self, job) -> int | None:
         return queue_position(job=job)
+
+    @extend_schema_field(JobRoleSerializer(many=True))
+    def get_roles(self, job) -> list[dict]:
+        rows = getattr(job, "new_roles", None)  # (a job just submitted: its roles as written)
+        if rows is None:
+            rows = job.roles.select_related("flavor").order_by("index")
+        return JobRoleSerializer(rows, many=True).data
 
 
 class JobBatchSerializer(serializers.Serializer):

@@ -9,12 +9,12 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from engine import arrayspec
 from portal.api import idempotency_key
 from portal.api.serializers import StrictSerializer
 from portal.tenancy import CHANGE, VIEW, member
 from scheduling.api.serializers import JobSubmitSerializer
 from scheduling.api.views import SubmitThrottle
-from scheduling.core import arrayspec
 from scheduling.models import JobArray
 from scheduling.services.sweeps import array_cancel, array_counts, array_hold, array_submit
 
@@ -36,6 +36,13 @@ class ArraySubmitSerializer(JobSubmitSerializer):
     def validate_command(self, value):
         value = super().validate_command(value)
         problems = [p for part in value for p in arrayspec.placeholder_problems(part)]
+        if problems:
+            raise serializers.ValidationError(problems, code="invalid_placeholder")
+        return value
+
+    def validate_roles(self, value):
+        problems = [f"{r['name']}: {p}" for r in value for part in r.get("command") or ()
+                    for p in arrayspec.placeholder_problems(part)]
         if problems:
             raise serializers.ValidationError(problems, code="invalid_placeholder")
         return value

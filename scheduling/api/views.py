@@ -30,15 +30,15 @@ from scheduling.api.serializers import (
     JobSubmitSerializer,
 )
 from scheduling.backends.base import BackendError
-from scheduling.models import CONNECT, Job, JobEvent
+from scheduling.models import JobEvent
 from scheduling.selectors import jobs_for
 from scheduling.services.dependencies import job_set_dependencies
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
-from scheduling.services.logs import attempt_log_lines
+from scheduling.services.logs import attempt_log_lines, role_pods
 from scheduling.services.quote import job_quote
-from scheduling.services.sessions import connect_start, route_url
+from scheduling.services.sessions import connect_start, reachable, route_url, service_key_issue
 from scheduling.services.sweeps import job_hold, job_release
-from scheduling.services.templates import merged_spec, spec_of_job, template_for_submission
+from scheduling.services.templates import merged_spec, spec_of_job, template_for_submission, with_data_workers
 from workloads.podsecrets import token_warnings
 
 log = logging.getLogger(__name__)
@@ -246,22 +246,48 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(job_quote(user=request.user, data=body))
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="The job's submission spec (clone it)",
+                   parameters=[OpenApiParameter("add_data_workers", int, description="The clone with this many "
+                                                "more CPU data workers (1-64): its restart-pod CPU role grown, or a "
+                                                "data role added (docs/workloads.md, \"Add data workers\")")],
                    description="The fields POST /api/v1/jobs needs to submit this job again (or to save it as a "
                    "template): what was asked for, not what the portal decided. A deadline already passed is "
                    "left out.")
     @action(detail=True, methods=["get"])
     def spec(self, request, pk=None):
-        return Response(spec_of_job(self.get_object()))
+        spec = spec_of_job(self.get_object())
+        if "add_data_workers" in request.query_params:  # the saw-tooth hint's clone: data workers added or grown
+            try:
+                count = int(request.query_params["add_data_workers"])
+            except ValueError:
+                raise ValidationFailed(fields={"add_data_workers": [
+                    {"code": "invalid", "message": "An integer is required."}]}) from None
+            spec = with_data_workers(spec, count)
+        return Response(spec)
 
     @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT}, summary="A one-time connect URL (sessions)",
-                   description="For the owner of a running session or service: a URL that opens it in a browser "
-                   "(its one-time code is spent on first use and expires in a minute). Anyone else: 404.")
+                   description="For the owner of a running session, or a member of a running service's department: "
+                   "a URL that opens it in a browser on its own host (its one-time code is spent on first use and "
+                   "expires in a minute). Anyone else: 404.")
     @action(detail=True, methods=["post"])
     def connect(self, request, pk=None):
-        job = Job.objects.restrict(request.user, CONNECT).filter(pk=pk).first()
+        job = reachable(request.user, pk)
         if job is None:
             raise NotFound("No such session.")
         return Response({"url": connect_start(user=request.user, job=job), "route": route_url(job.pk)})
+
+    @extend_schema(request=None, responses={201: OpenApiTypes.OBJECT}, summary="A key for a service's callers",
+                   description="For a member of a running service's department: a bearer key (`gps_...`) good at "
+                   "this service's route alone, until its horizon ends or the member leaves the department. "
+                   "Callers send `Authorization: Bearer <key>`; the app never receives it. Shown once. "
+                   "Anyone else: 404; a session or a service that does not run: 409.")
+    @action(detail=True, methods=["post"], url_path="service-key")
+    def service_key(self, request, pk=None):
+        job = reachable(request.user, pk)
+        if job is None:
+            raise NotFound("No such service.")
+        key, expires_at = service_key_issue(user=request.user, job=job)
+        return Response({"key": key, "expires_at": expires_at, "route": route_url(job.pk)},
+                        status=status.HTTP_201_CREATED)
 
     @extend_schema(request=CancelSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
@@ -308,7 +334,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                     OpenApiParameter("follow", bool, description="Stream new lines as they come (live attempt)"),
                     OpenApiParameter("attempt", int, description="Which attempt (default: the current one); "
                                      "an ended attempt's log is the tail kept when it ended"),
-                    OpenApiParameter("pod", int, description="Which pod of a gang, by index (default 0)"),
+                    OpenApiParameter("pod", int, description="Which pod of a gang, by index (default 0); with "
+                                     "role, by its rank in the role"),
+                    OpenApiParameter("role", str, description="A job of roles: the role whose pod to read "
+                                     "(400 for a name the job has not)"),
                     OpenApiParameter("timestamps", bool, description="Start each line with the time it was "
                                      "written (RFC 3339, UTC, up to nanoseconds) and a space"),
                     OpenApiParameter("since_time", str, description="Only lines written at this time stamp or "
@@ -331,10 +360,20 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                       "message": f"This job has attempts 1 to {job.attempt}."}]
         except ValueError:
             fields["attempt"] = [{"code": "invalid", "message": "An integer is required."}]
+        first, count = 0, job.all_pods  # the pods ``pod`` counts in: the job's, or one role's
+        if "role" in request.query_params:
+            found = role_pods(job, request.query_params["role"])
+            if found is None:
+                names = ", ".join(job.roles.order_by("index").values_list("name", flat=True))
+                fields["role"] = [{"code": "invalid", "message": f"This job's roles are {names}."}]
+            else:
+                first, count = found
         try:
             pod = int(request.query_params.get("pod", 0))
-            if not 0 <= pod < job.pods:
-                fields["pod"] = [{"code": "invalid", "message": f"This job has pods 0 to {job.pods - 1}."}]
+            if not 0 <= pod < count:
+                whose = f"Role {request.query_params['role']}" if "role" in request.query_params else "This job"
+                fields["pod"] = [{"code": "invalid", "message": f"{whose} has pods 0 to {count - 1}."}]
+            pod += first
         except ValueError:
             fields["pod"] = [{"code": "invalid", "message": "An integer (the pod's index) is required."}]
         since = None

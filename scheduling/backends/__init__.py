@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from .base import ClusterBackend
+from .base import ClusterBackend, ClusterUnavailable
 
 _cache: dict[str, ClusterBackend] = {}
 # What each cached backend was built from: a row whose connection settings changed gets a new backend.
@@ -106,3 +106,18 @@ def reset_backends() -> None:
     with _lock:
         _cache.clear()
         _built_from.clear()
+
+
+def speedup_of(cluster="default", *, has_route: bool = False) -> float:
+    """Seconds of a job's time that pass per wall-clock second on a cluster (a name or a Cluster row; None: the
+    default cluster): 1 on a real cluster, ``SIM_SPEEDUP`` on the simulated one for batch work. A session or a
+    service (``has_route``) runs on the wall's clock everywhere: people work in it and call it. Everything a
+    job does (run time, GPU idle time, settlement, estimates) is measured in its own time, this factor times
+    the wall's; a cluster whose backend cannot be built now (no kubeconfig yet) counts as 1."""
+    if has_route:
+        return 1.0
+    try:
+        backend = get_backend(cluster if cluster is not None else "default")
+    except ClusterUnavailable:
+        return 1.0
+    return float(getattr(backend, "speedup", 1.0) or 1.0)

@@ -1,18 +1,18 @@
 """The small interface every cluster backend implements (simulated, Kubernetes).
 
 Backends know nothing of Django models: the portal hands them plain frozen values (``PodSet``) and reads back
-``PodState`` / ``scheduling.core.Node`` values. Every method is idempotent, because Celery tasks may run twice:
+``PodState`` / ``engine.Node`` values. Every method is idempotent, because Celery tasks may run twice:
 creating pods that exist adopts them, admitting an ungated pod is a no-op, evicting a gone pod reports "gone".
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from scheduling.core.types import DisruptionBudget, Node
+from engine.types import DisruptionBudget, Node
 from workloads.podsecrets import NO_SECRETS, PodSecrets
 from workloads.values import PodWorkload
 
@@ -48,6 +48,31 @@ class QuotaExceeded(BackendError):
         self.namespace = namespace
         self.quota_version = quota_version
         self.quotas = quotas or {}
+
+
+# Notice before preemption: the pod annotation the portal sets on a victim's pods, and where a downward-API
+# volume shows it in the container (the kubelet updates the file of a running pod; environment variables are
+# fixed at start).
+NOTICE_ANNOTATION = "gpu-portal.io/preemption-notice"
+NOTICE_DIR = "/etc/gpu-portal/notice"
+NOTICE_FILE = f"{NOTICE_DIR}/preemption"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRole:
+    """One role of a job of several (docs/workloads.md, "Shapes"): its pods' own image, command and size, and
+    where they run (a role without GPUs: its CPU pool's node labels)."""
+
+    name: str
+    pods: int
+    image: str
+    command: tuple[str, ...]
+    gpus_per_pod: int
+    cpu_millicores: int
+    memory_mib: int
+    shm_mb: int = 0
+    node_labels: tuple[tuple[str, str], ...] = ()
+    restart_pod: bool = False  # failure policy restart-pod: a failed pod is replaced alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +116,63 @@ class PodSet:
     kind: str = "batch"
     port: int | None = None
     readiness_path: str = "/"
+    # Notice before preemption (0: none): the pods get the notice file and, to answer "checkpoint written",
+    # the URL and the attempt's own credential (never printed).
+    notice_s: int = 0
+    notice_answer_url: str = ""
+    notice_token: str = field(default="", repr=False)
 
     # A task of a job array: the array's id, this task's index and the array's number of tasks (None: no array).
     array_id: int | None = None
     array_index: int | None = None
     array_count: int | None = None
+    # The roles of a job of several, in order: its pods are numbered role by role (``pods`` is all of them).
+    # Empty: every pod is the job's own (one role).
+    roles: tuple[PodRole, ...] = ()
+    # A fraction of one GPU per GPU pod (docs/fractions.md): the flavor's mechanism ("hami" or "replicas"; blank:
+    # whole GPUs), what a pod asks for (GPU memory MiB and compute per cent, or replicas of
+    # ``shared_resource``), and once admitted the shared GPU (the engine's device index) of each GPU pod.
+    sharing: str = ""
+    gpu_memory_mib: int = 0
+    gpu_cores: int = 0
+    gpu_replicas: int = 0
+    shared_resource: str = ""
+    gpu_devices: tuple[int, ...] = ()
+    # A resizable job (docs/workloads.md, "Resizable jobs"): its smallest size in pods (``pods`` is its size now)
+    # and largest, and the global batch size its workers keep across sizes (None: not declared).
+    min_pods: int | None = None
+    max_pods: int | None = None
+    global_batch_size: int | None = None
+
+    def role_of(self, index: int) -> tuple[PodRole | None, int]:
+        """The role of pod ``index`` and its rank in the role (None, index for a job of one role)."""
+        at = 0
+        for role in self.roles:
+            if index < at + role.pods:
+                return role, index - at
+            at += role.pods
+        return None, index
+
+    def role_start(self, name: str) -> int:
+        """The index of a role's first pod."""
+        at = 0
+        for role in self.roles:
+            if role.name == name:
+                return at
+            at += role.pods
+        raise KeyError(name)
+
+    def for_pod(self, index: int) -> PodSet:
+        """The pod set as pod ``index`` is made: its role's image (the job's when blank), command, GPUs, CPU,
+        memory, /dev/shm and node labels."""
+        role, _ = self.role_of(index)
+        if role is None:
+            return self
+        workload = self.workload if role.shm_mb == self.workload.shm_mb else replace(self.workload, shm_mb=role.shm_mb)
+        return replace(self, image=role.image or self.image, command=role.command or self.command,
+                       gpus_per_pod=role.gpus_per_pod, cpu_millicores=role.cpu_millicores,
+                       memory_mib=role.memory_mib, node_labels=role.node_labels or self.node_labels,
+                       workload=workload)
 
     @property
     def has_route(self) -> bool:
@@ -152,6 +229,21 @@ class PodState:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptObjects:
+    """What an attempt has on its cluster besides its pods, as its job says: a Service (a gang's headless one,
+    or a session's or service's route), a route (its Ingress, where the cluster has an ingress controller)
+    and its own PodDisruptionBudget. Clearing the attempt deletes only those, instead of asking for each kind
+    and being told 404. The default (everything) is for an attempt whose job is not known any more."""
+
+    service: bool = True
+    route: bool = True
+    budget: bool = True
+
+
+EVERY_OBJECT = AttemptObjects()
+
+
+@dataclass(frozen=True, slots=True)
 class EvictionOutcome:
     """``status``: "accepted" (eviction created), "blocked" (429: a PodDisruptionBudget forbids it),
     "gone" (no such pod any more)."""
@@ -171,16 +263,16 @@ class Inventory:
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetCoverage:
+class PdbCoverage:
     """The cluster's disruption budgets over the portal's pods, read for one admission cycle.
 
-    ``budgets``: one per budget that covers at least one of the portal's evictable pods (for Kubernetes every
+    ``pdbs``: one per budget that covers at least one of the portal's evictable pods (for Kubernetes every
     PodDisruptionBudget, whoever created it, named ``namespace/name``), with the disruptions it allows now.
     ``jobs``: ``(job_id, attempt)`` -> the names of the budgets covering that attempt's evictable pods. A job
     absent from ``jobs`` has no pod a budget guards.
     """
 
-    budgets: tuple[DisruptionBudget, ...] = ()
+    pdbs: tuple[DisruptionBudget, ...] = ()
     jobs: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -202,9 +294,10 @@ class ClusterBackend(abc.ABC):
     speedup: float = 1.0
 
     @abc.abstractmethod
-    def inventory(self) -> Inventory:
+    def inventory(self, *, namespaces: Collection[str] | None = None) -> Inventory:
         """Nodes (GPU capacity per flavor, incl. GPUs used by pods the portal does not own) and the portal's
-        pods, in a bounded number of API calls (lists, not per-object gets)."""
+        pods, in a bounded number of API calls (lists, not per-object gets). ``namespaces``: the portal's
+        namespaces on the cluster; a pod anywhere else is never the portal's (None: no such limit)."""
 
     @abc.abstractmethod
     def ensure_pods(self, podset: PodSet) -> None:
@@ -219,17 +312,41 @@ class ClusterBackend(abc.ABC):
     def evict(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
         """Evict the attempt's pods through the Eviction API (never a plain DELETE)."""
 
-    @abc.abstractmethod
-    def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
-        """Delete the attempt's pods (cancellation by the job's owner or an admin). Missing pods are fine."""
+    def notify(self, *, job_id: int, attempt: int, namespace: str, annotations: Mapping[str, str]) -> tuple[str, ...]:
+        """Set ``annotations`` on the attempt's pods (a running container sees them in its downward-API file:
+        how a job is told of its preemption without a restart). Returns the pods told. Backends whose pods
+        have no annotations tell none."""
+        return ()
 
-    def remove_pods(self, *, job_id: int, attempt: int, namespace: str, failed: bool = False) -> EvictionOutcome:
+    @abc.abstractmethod
+    def delete_pods(self, *, job_id: int, attempt: int, namespace: str,
+                    objects: AttemptObjects = EVERY_OBJECT) -> None:
+        """Delete the attempt's pods (cancellation by the job's owner or an admin), and the ``objects`` it has
+        besides. Missing pods are fine."""
+
+    def delete_pod(self, *, job_id: int, attempt: int, namespace: str, index: int) -> bool:
+        """Delete pod ``index`` of the attempt (a missing one is fine); True when it is gone already, False
+        while it is still terminating."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete one pod of an attempt")
+
+    def replace_pod(self, podset: PodSet, index: int, placement: tuple[str, ...]) -> bool:
+        """Replace the failed pod ``index`` of a running attempt alone (failure policy ``restart-pod``): delete
+        it, and once it is gone make it again, with the same name (its host name in the Service stays), on its
+        node. False while the old one is still terminating: the caller asks again later."""
+        if not self.delete_pod(job_id=podset.job_id, attempt=podset.attempt, namespace=podset.namespace,
+                               index=index):
+            return False
+        self.start(podset, placement, fresh=False)
+        return True
+
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str, failed: bool = False,
+                    objects: AttemptObjects = EVERY_OBJECT) -> EvictionOutcome:
         """Clear the pods of an attempt that has ended (requeued, failed, orphaned) without bypassing a
         PodDisruptionBudget: pods that no longer run are deleted, pods that still run go through the Eviction
         API (a 429 stops there and is reported ``blocked``, for the caller to ask again later). ``failed``: one
         of its pods failed (the attempt's own budget, if any, no longer guards anything). Backends without
         disruption budgets simply delete."""
-        self.delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+        self.delete_pods(job_id=job_id, attempt=attempt, namespace=namespace, objects=objects)
         return EvictionOutcome("gone")
 
     def namespace_quota_version(self, namespace: str) -> str:
@@ -247,6 +364,12 @@ class ClusterBackend(abc.ABC):
         """The current states of one attempt's pods (what a watcher re-reads after a pod is deleted)."""
         return tuple(p for p in self.inventory().pods if p.job_id == job_id and p.attempt == attempt)
 
+    def route_upstream(self, *, job_id: int, attempt: int) -> str:
+        """Where the running pod of a session's or service's attempt answers (``host:port``), for the portal's
+        own session proxy; "" where the cluster routes to the job's Service itself (an ingress) or no pod of
+        the attempt runs yet."""
+        return ""
+
     def logs(
         self, *, job_id: int, attempt: int, namespace: str, tail_lines: int | None = 200, follow: bool = False,
         pod: int = 0, timestamps: bool = False, since: datetime | None = None,
@@ -257,7 +380,7 @@ class ClusterBackend(abc.ABC):
         left out (a backend may keep a few more: the caller filters by the stamps)."""
         return iter(())
 
-    def budget_coverage(self) -> BudgetCoverage | None:
+    def pdb_coverage(self) -> PdbCoverage | None:
         """The cluster's disruption budgets over the portal's pods, or None when the backend has none of its
         own (the simulated cluster: the snapshot then derives each job's budget from ``pdb_min_available``)."""
         return None

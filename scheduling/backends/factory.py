@@ -22,6 +22,7 @@ import os
 
 from django.conf import settings
 
+from portal.installation import installation_id
 from quotas.models import Flavor
 from scheduling.backends.base import ClusterUnavailable
 from scheduling.backends.kube import FlavorRule, KubernetesBackend
@@ -78,8 +79,13 @@ def kubernetes_backend(cluster="default", **overrides):
         "qps": settings.KUBE_QPS,
         "burst": settings.KUBE_BURST,
         "connections": settings.KUBE_CONNECTIONS,
-        "routes": RouteConfig(url=settings.SESSION_URL, auth_url=settings.SESSION_AUTH_URL or settings.PORTAL_URL,
-                              portal_url=settings.PORTAL_URL, ingress_class=settings.SESSION_INGRESS_CLASS),
+        "installation": installation_id(),
+        "routes": RouteConfig(domain=settings.SESSION_DOMAIN,
+                              auth_url=settings.SESSION_AUTH_URL or settings.PORTAL_URL,
+                              portal_url=settings.PORTAL_URL, ingress_class=settings.SESSION_INGRESS_CLASS,
+                              tls_secret=settings.SESSION_TLS_SECRET,
+                              portal_service=settings.SESSION_PORTAL_SERVICE,
+                              strip_credentials=settings.SESSION_INGRESS_STRIP),
     }
     if "host" not in overrides and "api_client" not in overrides:
         options.update(connection_options(cluster))

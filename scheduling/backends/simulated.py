@@ -19,17 +19,21 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Collection, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, DateTimeField, F, Value, When
 from django.db.models.functions import Concat
 
+from engine.types import Node as CoreNode
 from portal.timestamps import log_stamp
 from scheduling.backends.base import (
+    EVERY_OBJECT,
+    AttemptObjects,
     BackendError,
     ClusterBackend,
     EvictionOutcome,
@@ -39,12 +43,10 @@ from scheduling.backends.base import (
 )
 from scheduling.backends.clock import Clock, sim_clock
 from scheduling.backends.kube.podspec import rendezvous_env
-from scheduling.core.types import Node as CoreNode
 from scheduling.models import Node, SimPod
 from workloads.values import SHM_PATH
 
 log = logging.getLogger(__name__)
-STANDIN_START_S = 10.0  # how long a stand-in may take to say where it listens
 
 
 class SimulatedBackend(ClusterBackend):
@@ -58,28 +60,33 @@ class SimulatedBackend(ClusterBackend):
     def advance(self) -> int:
         """Finish every running pod whose (sped-up) runtime has elapsed. Returns how many finished."""
         now = self.clock.now()
-        ended: dict[bool, list[int]] = {False: [], True: []}  # failed? -> pod ids
+        # failed? -> its pods' ids by the time their runtime ran out: a pod ends then, not when this kubelet next
+        # looked, so the job's times and bill do not depend on how often the cluster is synced
+        ended: dict[bool, dict[datetime, list[int]]] = {False: defaultdict(list), True: defaultdict(list)}
         for pk, started_at, runtime_s, exit_code in SimPod.objects.filter(
             cluster=self.name, phase="Running"
         ).values_list("pk", "started_at", "runtime_s", "exit_code"):
             if not math.isfinite(runtime_s or 0.0):  # a row written before submit checked it: end it now
                 runtime_s = 0.0
-            if started_at and now >= started_at + timedelta(seconds=runtime_s / self.speedup):
-                ended[exit_code not in (None, 0)].append(pk)
+            end = started_at + timedelta(seconds=runtime_s / self.speedup) if started_at else None
+            if end and now >= end:
+                ended[exit_code not in (None, 0)][end].append(pk)
         done = 0
-        for fail, pks in ended.items():  # two UPDATEs, whatever the number of pods that ended
-            if pks:
+        for fail, by_end in ended.items():  # two UPDATEs, whatever the number of pods that ended
+            if by_end:
+                pks = [pk for group in by_end.values() for pk in group]
                 stop_standins(SimPod.objects.filter(pk__in=pks))
                 done += SimPod.objects.filter(pk__in=pks, phase="Running").update(
                     phase="Failed" if fail else "Succeeded",
                     reason="Error" if fail else "Completed",
-                    finished_at=now,
+                    finished_at=Case(*(When(pk__in=group, then=Value(end)) for end, group in by_end.items()),
+                                     default=Value(now), output_field=DateTimeField()),
                     log=Concat(F("log"), Value("exited with an error\n" if fail else "done\n")),
                 )
         return done
 
     # ------------------------------------------------------------------ interface
-    def inventory(self) -> Inventory:
+    def inventory(self, *, namespaces: Collection[str] | None = None) -> Inventory:
         self.advance()
         nodes = tuple(
             CoreNode(
@@ -118,7 +125,7 @@ class SimulatedBackend(ClusterBackend):
                 index=i,
                 runtime_s=runtime,
                 exit_code=exit_code or None,
-                log=f"$ {' '.join(podset.command)}\n{_mounts_line(podset)}{_secrets_line(podset)}",
+                log=f"$ {' '.join(podset.for_pod(i).command)}\n{_mounts_line(podset)}{_secrets_line(podset)}",
                 created_at=created_at,
                 mounts=mounts,
                 # the same variables, in the same order, as the Kubernetes pod's container
@@ -197,6 +204,12 @@ class SimulatedBackend(ClusterBackend):
             return
         SimPod.objects.filter(pk=pk).update(address=line.split()[1], pid=proc.pid)
 
+    def notify(self, *, job_id: int, attempt: int, namespace: str, annotations) -> tuple[str, ...]:
+        """The simulated pods have no annotations to set (no container reads a file): the pods that would be
+        told, for the record; the portal keeps what it told (``PreemptionVictim``)."""
+        return tuple(SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt,
+                                           phase__in=("Pending", "Running")).values_list("name", flat=True))
+
     def evict(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
         pods = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt)
         names = tuple(pods.values_list("name", flat=True))
@@ -220,10 +233,22 @@ class SimulatedBackend(ClusterBackend):
             phase="Failed", reason=reason, message=message[:500], exit_code=exit_code, finished_at=self.clock.now(),
             log=Concat(F("log"), Value(f"{message or reason}\n")))
 
-    def delete_pods(self, *, job_id: int, attempt: int, namespace: str) -> None:
+    def delete_pods(self, *, job_id: int, attempt: int, namespace: str,
+                    objects: AttemptObjects = EVERY_OBJECT) -> None:
         pods = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt)
         stop_standins(pods)
         pods.delete()
+
+    def delete_pod(self, *, job_id: int, attempt: int, namespace: str, index: int) -> bool:
+        pods = SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, index=index)
+        stop_standins(pods)
+        pods.delete()
+        return True
+
+    def route_upstream(self, *, job_id: int, attempt: int) -> str:
+        """The stand-in's loopback address, once its pod runs (the demo's session proxy forwards there)."""
+        return (SimPod.objects.filter(cluster=self.name, job_id=job_id, attempt=attempt, phase="Running")
+                .exclude(address="").order_by("index").values_list("address", flat=True).first() or "")
 
     def logs(self, *, job_id, attempt, namespace, tail_lines=200, follow=False, pod=0, timestamps=False,
              since=None) -> Iterator[str]:

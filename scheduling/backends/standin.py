@@ -90,9 +90,10 @@ def make_app(base: str, readiness: str, title: str) -> web.Application:
 
     app = web.Application()
     app.router.add_get(f"{base}ws", socket)
-    app.router.add_get(readiness, ready)
-    if readiness != f"{base}{readiness.lstrip('/')}":
-        app.router.add_get(f"{base}{readiness.lstrip('/')}", ready)
+    # a readiness path of "/" (a service's default) is the page itself, which answers 200 as readiness needs
+    for path in dict.fromkeys((readiness, f"{base}{readiness.lstrip('/')}")):
+        if path not in ("/", base):
+            app.router.add_get(path, ready)
     app.router.add_get(base, page)
     app.router.add_get("/{tail:.*}", page)
     return app

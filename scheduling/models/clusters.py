@@ -45,6 +45,25 @@ def label_problems(labels) -> list[str]:
     return problems
 
 
+MAX_TOPOLOGY_LEVELS = 4
+
+
+def topology_level_problems(levels) -> list[str]:
+    """What is wrong with a cluster's topology levels (node label keys, outermost first); [] if fine."""
+    if not isinstance(levels, list) or not all(isinstance(k, str) for k in levels):
+        return ["Give the levels as a list of node label keys, outermost first (e.g. "
+                "[\"topology.kubernetes.io/block\", \"topology.kubernetes.io/rack\", \"kubernetes.io/hostname\"])."]
+    if len(levels) > MAX_TOPOLOGY_LEVELS:
+        return [f"At most {MAX_TOPOLOGY_LEVELS} levels."]
+    if len(set(levels)) != len(levels):
+        return ["Each level once."]
+    problems = [p.split(": ", 1)[0] + ": not a label key." for p in label_problems(dict.fromkeys(levels, ""))]
+    short = [k.rsplit("/", 1)[-1] for k in levels]
+    if not problems and len(set(short)) != len(short):
+        problems.append("Two levels end in the same name: jobs name a level by its key or by that name.")
+    return problems
+
+
 class ClusterState(models.TextChoices):
     ACTIVE = "active", "Active"
     CORDONED = "cordoned", "Cordoned (no new admissions)"
@@ -76,6 +95,9 @@ class Cluster(models.Model):
     namespace_template = models.CharField(max_length=100, blank=True,
                                           help_text="e.g. gpu-{department}; blank: KUBE_NAMESPACE_TEMPLATE")
     labels = models.JSONField(default=dict, blank=True)
+    # Node label keys grouping the cluster's nodes into network domains, outermost first (block, rack, host):
+    # the engine places a gang within the smallest domain that holds it (docs/scheduling.md, "Topology").
+    topology_levels = models.JSONField(default=list, blank=True)
     state = models.CharField(max_length=10, choices=ClusterState.choices, default=ClusterState.ACTIVE)
     # Lower is cheaper: among clusters that fit a job equally, the engine prefers the lowest rank.
     cost_rank = models.IntegerField(default=0)
@@ -103,6 +125,10 @@ class Node(models.Model):
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="nodes")
     gpus = models.PositiveIntegerField()
     used_by_others = models.PositiveIntegerField(default=0)
+    # What the node offers CPU work (a CPU pool's node: its allocatable cores and memory; 0 on a GPU node,
+    # whose CPU and memory belong to its GPUs' jobs).
+    cpu_millicores = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True)
     taints = models.JSONField(default=list, blank=True)
     schedulable = models.BooleanField(default=True)

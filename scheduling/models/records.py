@@ -158,6 +158,13 @@ class PreemptionVictim(models.Model):
     evicted_at = models.DateTimeField(null=True, blank=True)
     requeued_at = models.DateTimeField(null=True, blank=True)
     restarted_at = models.DateTimeField(null=True, blank=True)
+    # Notice before preemption: the attempt's notice when it was decided (0: none), when its pods were told and
+    # until when the eviction waits, and when the job answered "checkpoint written" (its lost work counts from
+    # there). The eviction is requested at the answer, else at ``notice_ends_at``.
+    notice_s = models.PositiveIntegerField(default=0)
+    notice_sent_at = models.DateTimeField(null=True, blank=True)
+    notice_ends_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    checkpoint_at = models.DateTimeField(null=True, blank=True)
 
     objects = JobRelatedQuerySet.as_manager()
 

@@ -8,9 +8,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from engine.sweeps import CONDITIONS
 from portal.models import Department
 from portal.tenancy import ADMIN, CHANGE, DEPARTMENT, OWNER_OR_ADMIN, PLATFORM, VIEW, TenantQuerySet
-from scheduling.core.sweeps import CONDITIONS
 from scheduling.models.jobs import Job
 
 
@@ -59,7 +59,7 @@ class JobDependencyQuerySet(TenantQuerySet):
 
 class JobDependency(models.Model):
     """``job`` waits until ``on_job`` (or every task of ``on_array``) ended as ``condition`` asks
-    (``scheduling.core.sweeps``). Both ends are of one department (submission checks it)."""
+    (``engine.sweeps``). Both ends are of one department (submission checks it)."""
 
     CONDITION_CHOICES = [(c, c) for c in CONDITIONS]
 

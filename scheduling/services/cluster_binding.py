@@ -1,15 +1,20 @@
-"""Which cluster a job's attempt is bound to, and the one cluster row a task names."""
+"""Which cluster a job's attempt is bound to, the one cluster row a task names, and which pods there are the
+job's."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from django.conf import settings
 from django.db.models import Q
 
 from portal import dispatch
+from portal.models import Department
+from scheduling.backends.base import PodState
 from scheduling.models import Cluster, Job
 from scheduling.services import run_cache
+from scheduling.services.jobs import namespace_for
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +73,17 @@ def send_per_cluster(task_name: str) -> dict:
     if not sent:  # no cluster row yet: the default one is made on first use
         dispatch.send_now(task_name, default_cluster().pk)
     return sent
+
+
+def portal_namespaces(cluster: Cluster) -> frozenset[str]:
+    """The namespaces of the portal's departments on ``cluster`` (archived ones too: their pods may still be
+    there). A pod anywhere else is never the portal's, whatever its labels say."""
+    return frozenset(namespace_for(slug, cluster) for slug in Department.objects.values_list("slug", flat=True))
+
+
+def owned_pods(job: Job, pods: Iterable[PodState], cluster: Cluster) -> list[PodState]:
+    """The pods that are the job's current attempt's: of that attempt and in the job's own namespace on
+    ``cluster`` (the one it is bound to). A look-alike elsewhere (same labels, another namespace) is ignored:
+    whoever may create pods there must not fail, requeue or fake-start the job."""
+    namespace = namespace_for(job.department.slug, cluster)
+    return [p for p in pods if p.attempt == job.attempt and p.namespace == namespace]

@@ -23,7 +23,16 @@ from portal.errors import Conflict, ValidationFailed
 from quotas import selectors as quota_selectors
 from quotas.models import Flavor
 from scheduling.backends import owns_inventory
-from scheduling.models import ACTIVE_STATES, BackendKind, Cluster, ClusterState, Job, Node, label_problems
+from scheduling.models import (
+    ACTIVE_STATES,
+    BackendKind,
+    Cluster,
+    ClusterState,
+    Job,
+    Node,
+    label_problems,
+    topology_level_problems,
+)
 
 NODE_GROUP_LABEL = "portal.node-group"
 BACKENDS = tuple(BackendKind.values)
@@ -31,7 +40,7 @@ STATES = tuple(ClusterState.values)
 # Everything an admin sets on a cluster. The connection settings are references (a file path, a variable's
 # name), never credentials, so they may be audited and shown to platform admins.
 CLUSTER_FIELDS = ("backend", "is_default", "kubeconfig", "kubeconfig_env", "context", "in_cluster",
-                  "namespace_template", "labels", "state", "cost_rank")
+                  "namespace_template", "labels", "state", "cost_rank", "topology_levels")
 # What a lab file may state besides the backend and whether a cluster is the default.
 CLUSTER_SETTINGS = tuple(f for f in CLUSTER_FIELDS if f not in ("backend", "is_default"))
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
@@ -77,6 +86,8 @@ def _cluster_problems(values: dict) -> dict[str, list[dict]]:
                                       "letters, digits and '-').")
     for problem in label_problems(values["labels"]):
         bad("labels", problem)
+    for problem in topology_level_problems(values["topology_levels"]):
+        bad("topology_levels", problem)
     rank = values["cost_rank"]
     if isinstance(rank, bool) or not isinstance(rank, int) or not COST_RANK_RANGE[0] <= rank <= COST_RANK_RANGE[1]:
         bad("cost_rank", f"A whole number from {COST_RANK_RANGE[0]} to {COST_RANK_RANGE[1]} (lower is cheaper).")
@@ -94,6 +105,7 @@ def cluster_create(*, actor, name: str, **values) -> Cluster:
         raise _error(sorted(unknown)[0], "Unknown field.", "unknown_field")
     settings = {**cluster_settings(Cluster()), **values}
     settings["labels"] = settings["labels"] if settings["labels"] is not None else {}
+    settings["topology_levels"] = settings["topology_levels"] if settings["topology_levels"] is not None else []
     errors = _cluster_problems(settings)
     if errors:
         raise ValidationFailed(fields=errors)
@@ -166,14 +178,17 @@ def cluster_delete(*, cluster: Cluster, actor, comment: str = "") -> None:
 
 
 def node_groups(cluster: Cluster) -> dict[str, dict]:
-    """The cluster's node groups, read back from its nodes: {name: {flavor, nodes, gpus_per_node, labels}}."""
+    """The cluster's node groups, read back from its nodes: {name: {flavor, nodes, gpus_per_node, labels}}, and
+    a CPU pool's group its nodes' ``cpu_millicores`` and ``memory_mib`` (its size: it has no GPUs)."""
     groups: dict[str, dict] = {}
     for n in cluster.nodes.select_related("flavor").order_by("name"):
         group = (n.labels or {}).get(NODE_GROUP_LABEL)
         if not group:
             continue
         g = groups.setdefault(group, {"flavor": n.flavor.name, "nodes": 0, "gpus_per_node": n.gpus,
-                                      "labels": {k: v for k, v in n.labels.items() if k != NODE_GROUP_LABEL}})
+                                      "labels": {k: v for k, v in n.labels.items() if k != NODE_GROUP_LABEL},
+                                      **({"cpu_millicores": n.cpu_millicores, "memory_mib": n.memory_mib}
+                                         if n.flavor.is_cpu else {})})
         g["nodes"] += 1
     return groups
 
@@ -209,15 +224,23 @@ def _require_declarable(cluster: Cluster) -> None:
 
 
 def node_group_set(*, cluster: Cluster, actor, name: str, flavor: Flavor, nodes: int, gpus_per_node: int,
-                   labels: dict | None = None, comment: str = "") -> dict:
+                   labels: dict | None = None, comment: str = "", cpu_millicores: int = 0,
+                   memory_mib: int = 0) -> dict:
     """Create or resize a node group of a cluster whose inventory the portal owns. Shrinking removes the
-    highest-numbered nodes, and is refused while a job runs on one of them."""
+    highest-numbered nodes, and is refused while a job runs on one of them. A CPU pool's group has no GPUs and
+    says its nodes' cores and memory (``cpu_millicores``, ``memory_mib``)."""
     _require_declarable(cluster)
     validate_group_name(name)
     errors = {}
     if nodes < 0:
         errors["nodes"] = [{"code": "min_value", "message": "0 or more nodes."}]
-    if gpus_per_node < 1:
+    if flavor.is_cpu:
+        if gpus_per_node:
+            errors["gpus_per_node"] = [{"code": "cpu_pool", "message": f"{flavor.name} is a CPU pool: 0 GPUs."}]
+        if cpu_millicores < 1000 or memory_mib < 1024:
+            errors["cpu_millicores"] = [{"code": "min_value", "message": "A CPU pool's node has 1 core and 1 GiB "
+                                                                         "or more."}]
+    elif gpus_per_node < 1:
         errors["gpus_per_node"] = [{"code": "min_value", "message": "At least 1 GPU per node."}]
     if errors:
         raise ValidationFailed(fields=errors)
@@ -242,13 +265,15 @@ def node_group_set(*, cluster: Cluster, actor, name: str, flavor: Flavor, nodes:
                 try:
                     with transaction.atomic():
                         Node.objects.create(cluster=cluster, name=node_name, flavor=flavor, gpus=gpus_per_node,
-                                            labels=labels)
+                                            labels=labels, cpu_millicores=cpu_millicores, memory_mib=memory_mib)
                 except IntegrityError:
                     raise _error("group", f"A node named {node_name} exists already.", "unique")
-            elif (row.flavor_id, row.gpus, row.labels) != (flavor.pk, gpus_per_node, labels):
+            elif (row.flavor_id, row.gpus, row.labels, row.cpu_millicores, row.memory_mib) != (
+                    flavor.pk, gpus_per_node, labels, cpu_millicores, memory_mib):
                 if row.flavor_id != flavor.pk and node_name in _busy_nodes(cluster):
                     raise Conflict(f"Jobs run on {node_name}: its flavor cannot change now.")
-                Node.objects.filter(pk=row.pk).update(flavor=flavor, gpus=gpus_per_node, labels=labels)
+                Node.objects.filter(pk=row.pk).update(flavor=flavor, gpus=gpus_per_node, labels=labels,
+                                                      cpu_millicores=cpu_millicores, memory_mib=memory_mib)
         new = node_groups(cluster).get(name)
         if new != old:
             audit(actor=actor, action="node_group.set", obj=cluster, old={name: old} if old else None,
@@ -263,4 +288,6 @@ def node_group_delete(*, cluster: Cluster, actor, name: str, comment: str = "") 
     with transaction.atomic():
         old = node_groups(cluster)[name]
         node_group_set(cluster=cluster, actor=actor, name=name, flavor=Flavor.objects.get(name=old["flavor"]),
-                       nodes=0, gpus_per_node=max(old["gpus_per_node"], 1), labels=old["labels"], comment=comment)
+                       nodes=0, gpus_per_node=old["gpus_per_node"] if "cpu_millicores" in old
+                       else max(old["gpus_per_node"], 1), labels=old["labels"], comment=comment,
+                       cpu_millicores=old.get("cpu_millicores", 0), memory_mib=old.get("memory_mib", 0))

@@ -14,16 +14,17 @@ from typing import Any, NamedTuple
 from django.db import connection, transaction
 from django.utils import timezone
 
+import engine
+from engine import reasons
+from engine.domains import level_name
+from engine.ordering import fair_standing
 from portal import dispatch, metrics
 from portal.db import inserted_together, retry_on_conflict, update_each
 from portal.money import format_credits
 from portal.timestamps import from_epoch
 from quotas import budgets
-from scheduling import core
-from scheduling.core import reasons
-from scheduling.core.ordering import fair_standing
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
-from scheduling.services import notify
+from scheduling.services import notice, notify
 from scheduling.services.job_rows import VERSION, JobRows
 from scheduling.services.jobs import (
     budget_admitted,
@@ -75,7 +76,7 @@ class Decided:
     around each step."""
 
     ctx: SnapshotContext
-    result: core.CycleResult
+    result: engine.CycleResult
     applied: Applied
     fair: dict[str, tuple[float, float]]  # department -> (use ratio, fair factor) the decision scored with
     started: float
@@ -92,7 +93,7 @@ def decide_and_apply(*, now: datetime | None) -> Decided:
     t0 = time.perf_counter()
     snapshot, ctx = build_snapshot(now=now or timezone.now(), rows=ROWS)
     t1 = time.perf_counter()
-    result = core.schedule(snapshot)
+    result = engine.schedule(snapshot)
     t2 = time.perf_counter()
     try:
         applied = apply_result(result=result, ctx=ctx)
@@ -121,10 +122,13 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
         policy_version=d.ctx.policy_version,
     )
     metrics.observe_cycle(outcome, result=d.result, at=time.time(), fair=d.fair)
+    # Victims whose notice of preemption ended unanswered: their eviction is due now (every cycle, so it waits
+    # at most one cycle past the notice).
+    notice.evict_at_notice_end(now=now)
     return outcome
 
 
-def apply_result(*, result: core.CycleResult, ctx: SnapshotContext) -> Applied:
+def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied:
     """Apply a decision in one transaction. Every state change is compare-and-set against the state the
     decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit."""
     preempted = changed = 0
@@ -183,7 +187,7 @@ def _queue_wait(job: Job, now: datetime) -> float:
     return max(0.0, (now - (job.queued_at or job.submitted_at)).total_seconds())
 
 
-def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[int],
+def _lock_in_order(result: engine.CycleResult, ctx: SnapshotContext, pending: set[int],
                    ended: list[Job]) -> tuple[set[int], dict[int, int | None]]:
     """Take every row lock the apply needs up front, in the portal's one order: the wallets of the admitted
     jobs' departments (holds are placed on them) in primary-key order, then every job the apply writes in
@@ -203,7 +207,7 @@ def _lock_in_order(result: core.CycleResult, ctx: SnapshotContext, pending: set[
     return metered, dict(rows.annotate(v=VERSION).values_list("pk", "v"))
 
 
-def _admit(result: core.CycleResult, ctx: SnapshotContext, clusters: dict[str, Cluster], held: set[int],
+def _admit(result: engine.CycleResult, ctx: SnapshotContext, clusters: dict[str, Cluster], held: set[int],
            metered: set[int]) -> list[Job]:
     """Admit the decided jobs that are still queued in the attempt the decision saw (their rows are locked),
     all in one compare-and-set UPDATE (``transition_each``), then place each one's hold in a department with a
@@ -215,16 +219,20 @@ def _admit(result: core.CycleResult, ctx: SnapshotContext, clusters: dict[str, C
         if job is None or job.pk in held:
             continue
         own = {"placement": list(adm.placement), "cluster": clusters.get(adm.cluster), "borrowed": adm.borrowed,
-               "price": adm.price}
+               "price": adm.price, "gpu_devices": list(adm.devices)}
         data = {"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
                 "cluster": adm.cluster, "policy_version": ctx.policy_version}
+        if adm.devices:
+            data["gpu_devices"] = list(adm.devices)
         moves.append((job, own, _admission_message(adm), data))
     with inserted_together():  # two rows per admitted job: inserted together, not one by one
         admitted = transition_each(moves, to=JobState.ADMITTED, from_state=JobState.QUEUED, reason_code="admitted",
                                    admitted_at=ctx.now, estimated_start=None, reason_detail={}, queue_rank=None)
         for job in admitted:
             if job.department_id in metered:
-                budget_admitted(job)
+                cluster = job.cluster.name if job.cluster_id else None
+                speedup = 1.0 if job.has_route else ctx.speedup.get(cluster, ctx.default_speedup)
+                budget_admitted(job, speedup=speedup)
     return admitted
 
 
@@ -308,7 +316,7 @@ _NOT_ABOUT_THE_CLUSTER = {reasons.BUDGET_INSUFFICIENT, reasons.QUOTA_EXHAUSTED, 
                           reasons.NO_MATCHING_CLUSTER, reasons.CLUSTERS_UNAVAILABLE}
 
 
-def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) -> core.PendingReason:
+def _unreachable_reason(pr: engine.PendingReason, job: Job, ctx: SnapshotContext) -> engine.PendingReason:
     """While every cluster the job may run on (its selector's) that offers its GPU type is unreachable (or not
     read yet), the engine sees no schedulable node and would say "no capacity"; the truth is that the cluster
     cannot be reached."""
@@ -325,7 +333,7 @@ def _unreachable_reason(pr: core.PendingReason, job: Job, ctx: SnapshotContext) 
                    detail={"clusters": down}, estimated_start=None)
 
 
-def _in_credits(pr: core.PendingReason) -> core.PendingReason:
+def _in_credits(pr: engine.PendingReason) -> engine.PendingReason:
     """The engine counts money in mcr, and its detail keeps them (as the API does); the stored reason is what
     pages show, so its words say credits."""
     if pr.code != reasons.BUDGET_INSUFFICIENT or not {"hold", "available", "missing"} <= pr.detail.keys():
@@ -335,17 +343,20 @@ def _in_credits(pr: core.PendingReason) -> core.PendingReason:
                                f"missing {format_credits(d['missing'])}")
 
 
-def _admission_message(adm: core.Admission) -> str:
+def _admission_message(adm: engine.Admission) -> str:
     where = ", ".join(adm.placement)
     # The rate actually held (the clearing price or the base price under it) is on the budget event.
     if adm.borrowed and adm.price:
         extra = f" on borrowed capacity (contested, clearing price {format_credits(adm.price)}/GPU-h)"
     else:
         extra = " on borrowed capacity (uncontested)" if adm.borrowed else ""
+    if adm.spread:  # a gang that no domain of a topology level held whole
+        name = level_name(adm.spread)
+        extra += f"; its pods span several {name}s (no {name} had room for all of them)"
     return f"admitted to {where}{extra}"
 
 
-def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: set[int]) -> int:
+def _record_preemption(pre: engine.Preemption, ctx: SnapshotContext, explained: set[int]) -> int:
     preemptor = ctx.jobs.get(pre.preemptor_id)
     in_flight = sorted(j for j, p in ctx.evicting_for.items() if p == pre.preemptor_id)
     if in_flight:
@@ -371,7 +382,10 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: se
     for v in victims:
         started = v.started_at or v.admitted_at or ctx.now
         lost = int(max(0.0, (ctx.now - started).total_seconds()) * v.total_gpus)
-        PreemptionVictim.objects.create(preemption=record, job=v, attempt=v.attempt, gpu_seconds_lost=lost)
+        told = int(v.notice_s or 0)
+        PreemptionVictim.objects.create(preemption=record, job=v, attempt=v.attempt, gpu_seconds_lost=lost,
+                                        notice_s=told,
+                                        notice_ends_at=ctx.now + timedelta(seconds=told) if told else None)
         record_event(
             job=v,
             kind="preemption",
@@ -380,7 +394,10 @@ def _record_preemption(pre: core.Preemption, ctx: SnapshotContext, explained: se
             data={"preemption_id": record.pk, "preemptor": pre.preemptor_id},
         )
         ns = namespace_for(v.department.slug, v.cluster)
-        dispatch.after_commit("scheduling.pods.evict", v.pk, v.attempt, ns, record.pk)
+        # A job that asked for notice is told first; its eviction waits for its answer or the notice's end
+        # (scheduling.services.notice), in flight all the while, so its GPUs stay promised to the preemptor.
+        dispatch.after_commit("scheduling.pods.notify" if told else "scheduling.pods.evict", v.pk, v.attempt, ns,
+                              record.pk)
     if preemptor is not None:
         # The message and the detail name the same victims: the ones recorded here (the engine's list may
         # include jobs whose eviction was already under way).

@@ -1,6 +1,6 @@
 """Dependencies between jobs: what a submission may wait for (jobs and arrays of its own department), storing
 them, and changing a waiting job's dependencies without making a cycle. The engine decides when they are met
-(``scheduling.core.sweeps``)."""
+(``engine.sweeps``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections import defaultdict
 from django.db import transaction
 from django.utils import timezone
 
+from engine import sweeps as core_sweeps
+from engine.types import Dependency
 from portal.errors import Forbidden, InvalidTransition, ValidationFailed
 from portal.tenancy import can_manage_job
-from scheduling.core import sweeps as core_sweeps
-from scheduling.core.types import Dependency
 from scheduling.models import FINAL_STATES, Job, JobArray, JobDependency, JobEvent, JobState
 
 MAX_DEPENDENCIES = 100  # named jobs and arrays per job

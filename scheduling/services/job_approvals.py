@@ -14,10 +14,10 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from engine import reasons
 from portal.audit import audit
 from portal.errors import Forbidden, InvalidTransition, NotFound, ValidationFailed
 from portal.tenancy import membership_of
-from scheduling.core import reasons
 from scheduling.models import Approval, JobState
 from scheduling.services import notify
 from scheduling.services.approvers import deciders
@@ -28,8 +28,9 @@ def _check_approver(*, user, job, approving: bool = False) -> None:
     m = membership_of(user)
     if m is None or (not m.is_platform_admin and m.department_id != job.department_id):
         raise NotFound("No such job.")
-    if not m.is_department_admin:
-        raise Forbidden("Only a department admin of the job's department can approve or reject it.")
+    if not m.is_department_admin and not (m.team_admin and job.team_id is not None and m.team_id == job.team_id):
+        raise Forbidden("Only a department admin of the job's department (or a team admin of its team) can "
+                        "approve or reject it.")
     if approving and job.owner_id == user.pk:
         # An approval rule is a second pair of eyes; one's own approval would make it none. (Rejecting
         # one's own job is only cancelling it, which the owner may do anyway.)

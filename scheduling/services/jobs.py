@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from engine import reasons
 from portal import dispatch
 from portal.db import insert_later, retry_on_conflict, update_each
 from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition, LimitReached, ValidationFailed
@@ -21,10 +22,10 @@ from portal.models import Membership
 from portal.tenancy import can_manage_job, member
 from quotas import budgets, policy_cache
 from quotas import selectors as quota_selectors
-from quotas.models import Flavor
+from quotas.models import Flavor, QuotaResource
 from scheduling.backends import creates_pods_at_admission
-from scheduling.core import reasons
-from scheduling.models import TRANSITIONS, Cluster, Job, JobEvent, JobState, Node
+from scheduling.models import TRANSITIONS, Cluster, FailurePolicy, Job, JobEvent, JobRole, JobState, Node
+from scheduling.models.jobs import JobKind
 from scheduling.services import dependencies, notify, run_cache
 from scheduling.services.approvers import deciders
 from workloads.services import secrets as workload_secrets
@@ -174,10 +175,11 @@ def _hashed(data: dict) -> dict:
     return out
 
 
-def budget_admitted(job: Job) -> None:
+def budget_admitted(job: Job, *, speedup: float = 1.0) -> None:
     """Place the admitted job's hold (budgets decide how much) and put what happened on its timeline. Inside
-    the admitting transaction."""
-    _record_budget_note(job, budgets.on_job_admitted(job=job))
+    the admitting transaction. ``speedup``: the job's cluster's seconds of job time per wall second, so the
+    attempt is settled by the time the job ran (the simulated cluster's in the demo), not the wall's."""
+    _record_budget_note(job, budgets.on_job_admitted(job=job, speedup=speedup))
 
 
 def budget_attempt_ended(*, job: Job, attempt: int, outcome: str, preempted_by_portal: bool = False) -> None:
@@ -206,7 +208,7 @@ def job_submit(*, user, data: dict, idempotency_key: str | None = None) -> tuple
     # retry (rare) pays for the rolled-back insert instead of every first submission paying for a SELECT.
     try:
         with policy_cache.pinned(), transaction.atomic():
-            [job] = _create_jobs(user=user, membership=membership, items=[data],
+            [job] = create_jobs(user=user, membership=membership, items=[data],
                                  keys=[idempotency_key or None], digest=digest)
     except IntegrityError:
         # Two identical requests raced on the unique (owner, idempotency_key): the loser replays the winner.
@@ -240,7 +242,7 @@ def job_submit_batch(*, user, items: list[dict], idempotency_key: str | None = N
         items)
     try:
         with policy_cache.pinned(), transaction.atomic():
-            jobs = _create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest, batch=True)
+            jobs = create_jobs(user=user, membership=membership, items=items, keys=keys, digest=digest, batch=True)
     except (IntegrityError, LimitReached):  # a race on the keys, or a retry refused by a limit: a replay?
         if not idempotency_key:
             raise
@@ -274,7 +276,21 @@ def _workload(department_id: int, fields: dict, index: int | None) -> dict:
         raise
 
 
-def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[str | None],
+def _preemptibility(job: Job, index: int | None, seen: dict) -> None:
+    """The job's own preemptibility and its price surcharge, as its department's limits allow (a field error on
+    ``preemptible``, keyed by a batch item's position like the serializer's, when they refuse it)."""
+    try:
+        terms = budgets.preemption_terms(department_id=job.department_id, tier=job.tier, user_tier=job.user_tier,
+                                         session=job.kind == JobKind.SESSION, asked=job.preemptible,
+                                         max_runtime_s=job.max_runtime_s, notice_s=job.notice_s, seen=seen)
+    except ValidationFailed as exc:
+        if index is not None:
+            exc.fields = {f"jobs.{index}.{name}": errs for name, errs in exc.fields.items()}
+        raise
+    job.preemptible, job.price_surcharge_pct, job.notice_s = terms.preemptible, terms.surcharge_pct, terms.notice_s
+
+
+def create_jobs(*, user, membership: Membership, items: list[dict], keys: list[str | None],
                  digest: str, batch: bool = False) -> list[Job]:
     """The one place a submission becomes rows: jobs, their first event, pod creation after commit.
 
@@ -293,12 +309,16 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     jobs: list[Job] = []
     events: list[JobEvent] = []
     who: tuple[str, list[int]] | None = None
+    limits_seen: dict = {}  # the preemption limits, read once per (department, tier) for the whole submission
     for index, (data, key) in enumerate(zip(items, keys, strict=True)):
-        fields = {k: v for k, v in data.items() if k not in ("flavor", "after")}
+        fields = {k: v for k, v in data.items() if k not in ("flavor", "after", "roles")}
+        if data.get("roles"):
+            fields["role_count"] = len(data["roles"])
         fields.update(_workload(membership.department_id, fields, index if batch else None))
         job = Job(
             owner=user,
             department=membership.department,
+            team_id=membership.team_id,  # its team as submitted: it keeps it if its owner changes team
             user_tier=membership.user_tier,
             flavor=data["flavor"],
             idempotency_key=key,
@@ -309,6 +329,7 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
             submitted_at=now,
             **fields,
         )
+        _preemptibility(job, index if batch else None, limits_seen)
         approval = budgets.needs_approval(job=job, inputs=inputs)
         if approval:
             if who is None:  # one submitter and department: the same deciders for every job of a batch
@@ -331,6 +352,10 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
         ))
     Job.objects.bulk_create(jobs)  # ids come back (RETURNING on PostgreSQL and SQLite), in order
     JobEvent.objects.bulk_create(events)
+    made = {job.pk: job_roles(job, data.get("roles")) for job, data in zip(jobs, items, strict=True)}
+    JobRole.objects.bulk_create([role for roles in made.values() for role in roles])
+    for job in jobs:
+        job.new_roles = made[job.pk]  # a new job's roles: the API renders them without a re-read
     dependencies.store_dependencies(jobs=jobs, after=after)
     create_checkpoint_dirs(jobs)
     for job, event in zip(jobs, events, strict=True):
@@ -341,6 +366,20 @@ def _create_jobs(*, user, membership: Membership, items: list[dict], keys: list[
     if waiting:
         notify.approval_requested(jobs=waiting, reason_of=lambda j: j.reason_message, deciders=who[1])
     return jobs
+
+
+def job_roles(job: Job, roles: list[dict] | None) -> list[JobRole]:
+    """The role rows of a new job: those it was submitted with, in order, or the one role ``main`` that a job
+    without roles is (its own pods and size; image and command stay the job's)."""
+    if not roles:
+        return [JobRole(job=job, index=0, name="main", pods=job.pods, gpus_per_pod=job.gpus_per_pod,
+                        cpu_millicores=job.cpu_millicores, memory_mib=job.memory_mib, shm_mb=job.shm_mb or 0,
+                        flavor=job.flavor if job.gpus_per_pod == 0 else None)]
+    return [JobRole(job=job, index=i, name=r["name"], pods=r["pods"], image=r.get("image") or "",
+                    command=r.get("command"), gpus_per_pod=r["gpus_per_pod"], cpu_millicores=r["cpu_millicores"],
+                    memory_mib=r["memory_mib"], shm_mb=r.get("shm_mb") or 0, flavor=r.get("flavor"),
+                    failure_policy=r.get("failure_policy") or FailurePolicy.RESTART_ATTEMPT)
+            for i, r in enumerate(roles)]
 
 
 # The jobs a member's queued-jobs limit counts: every job of theirs still waiting to start.
@@ -392,14 +431,38 @@ def _check_ceiling(*, membership: Membership, items: list[dict], batch: bool) ->
             ceilings[flavor.pk] = quota_selectors.gpu_ceiling(department_id=membership.department_id,
                                                               flavor_id=flavor.pk)
         ceiling = ceilings[flavor.pk]
-        total = data.get("pods", 1) * data["gpus_per_pod"]
+        milli = data.get("share_milli") or 0  # a fraction counts its share of a GPU per pod
+        total = data.get("pods", 1) * (milli / 1000 if milli else data["gpus_per_pod"])
+        cores = cpu_over_ceiling(membership, data)
+        if cores:
+            fields[f"jobs.{i}.roles" if batch and data.get("roles") else f"jobs.{i}.cpu" if batch
+                   else "roles" if data.get("roles") else "cpu"] = [{"code": "exceeds_quota_ceiling", "message": cores}]
         if ceiling is not None and total > ceiling:
             fields[f"jobs.{i}.pods" if batch else "pods"] = [{"code": "exceeds_quota_ceiling", "message": (
-                f"{total} GPUs of {flavor.name!r} exceed what department {membership.department.slug} could ever "
+                f"{total:g} GPUs of {flavor.name!r} exceed what department {membership.department.slug} could ever "
                 f"hold: {ceiling} (its nominal quota plus its borrowing limit). Ask a department admin for a "
                 "quota change, or submit a smaller job.")}]
     if fields:
         raise ValidationFailed(fields=fields)
+
+
+def cpu_over_ceiling(membership: Membership, data: dict) -> str | None:
+    """Why a job's CPU work (its roles without GPUs, their cores added up per CPU pool) exceeds what its
+    department could ever hold there (nominal + borrowing limit in cores), or None."""
+    roles = data.get("roles") or ([{"pods": data.get("pods", 1), "cpu_millicores": data.get("cpu_millicores", 4000),
+                                    "flavor": data["flavor"], "gpus_per_pod": 0}]
+                                  if data["flavor"].is_cpu else [])
+    asked: dict = {}
+    for r in roles:
+        if r["gpus_per_pod"] == 0 and r.get("flavor") is not None:
+            asked[r["flavor"]] = asked.get(r["flavor"], 0) + r["pods"] * r["cpu_millicores"]
+    for flavor, milli in sorted(asked.items(), key=lambda kv: kv[0].name):
+        ceiling = quota_selectors.gpu_ceiling(department_id=membership.department_id, flavor_id=flavor.pk,
+                                              resource=QuotaResource.CPU)
+        if ceiling is not None and milli > ceiling * 1000:
+            return (f"{milli / 1000:g} cores of {flavor.name!r} exceed what department {membership.department.slug} "
+                    f"could ever hold: {ceiling} cores (its nominal quota plus its borrowing limit).")
+    return None
 
 
 def _replay(existing: Job, digest: str) -> Job:
@@ -449,7 +512,7 @@ def job_cancel(*, user, job: Job, comment: str = "", by_platform: bool = False) 
         with transaction.atomic():  # the state change and the hold's release commit together
             # The wallet before the job: the one lock order (see lock_department_wallets).
             budgets.lock_department_wallets([job.department_id])
-            return _cancel(user=user, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
+            return cancel_locked(user=user, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
 
     return retry_on_conflict(run, what=f"cancel of job {job.pk}")
 
@@ -464,7 +527,7 @@ def job_stop(*, job: Job, comment: str) -> Job:
     def run() -> Job:
         with transaction.atomic():
             budgets.lock_department_wallets([job.department_id])
-            return _cancel(user=None, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
+            return cancel_locked(user=None, job=job, comment=comment, attempt=attempt, had_pods=had_pods)
 
     return retry_on_conflict(run, what=f"stop of job {job.pk}")
 
@@ -475,14 +538,17 @@ def end_unsatisfiable(*, job: Job, message: str, detail: dict) -> int:
     Returns 1 when it ended, 0 when it had moved meanwhile."""
     if not Job.objects.filter(pk=job.pk, state=JobState.QUEUED, attempt=job.attempt).exists():
         return 0
-    _cancel(user=None, job=job, comment=message, attempt=job.attempt, had_pods=True,
-            reason_code=reasons.DEPENDENCY_NEVER_SATISFIED, data={"detail": detail})
+    cancel_locked(user=None, job=job, comment=message, attempt=job.attempt, had_pods=True,
+                  reason_code=reasons.DEPENDENCY_NEVER_SATISFIED, data={"detail": detail})
     notify.dependency_never_satisfied(job=job, message=message, detail=detail)
     return 1
 
 
-def _cancel(*, user, job: Job, comment: str, attempt: int, had_pods: bool, reason_code: str = "cancelled",
-            data: dict | None = None) -> Job:
+def cancel_locked(*, user, job: Job, comment: str, attempt: int, had_pods: bool, reason_code: str = "cancelled",
+                  data: dict | None = None) -> Job:
+    """Cancel ``job`` (its ``attempt``) inside the caller's transaction, its department's wallet locked first
+    (the one lock order): the transition, its pods deleted after commit when it ``had_pods``, the attempt's
+    budget settled. Cancelling a job already cancelled returns it; any other state refuses."""
     ok = transition(
         job=job,
         to=JobState.CANCELLED,

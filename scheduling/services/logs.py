@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from portal.timestamps import from_epoch, split_log_stamp
 from scheduling.backends import get_backend
-from scheduling.backends.base import BackendError
+from scheduling.backends.base import BackendError, LogsUnavailable
 from scheduling.models import AttemptLog, Job, JobState
 from scheduling.services.jobs import attempt_cluster, namespace_for
 
@@ -149,8 +149,13 @@ def attempt_log_lines(*, job: Job, attempt: int, tail: int, follow: bool = False
     ``none``. ``timestamps``: each line starts with the time it was written. ``since`` (nanoseconds since the
     epoch): every line written then or later (``tail`` is then not applied), so that a follower who reconnects
     from the stamp of the last line it has misses none and gets again only those of that very instant, which it
-    counts. Raises BackendError only for a live attempt the cluster cannot answer for."""
+    counts. Raises BackendError for a live attempt the cluster cannot answer for, and LogsUnavailable for an
+    attempt that has not started (awaiting approval or queued)."""
     last = tail if since is None else None
+    if job.attempt == attempt and job.state in (JobState.PENDING_APPROVAL, JobState.QUEUED):
+        # nothing has run yet: an empty log would read as a job that ran and printed nothing
+        raise LogsUnavailable(f"job {job.pk} has not started (it is {job.get_state_display().lower()}): "
+                              f"no log yet")
     if is_live(job, attempt):
         lines = _backend_lines(job, attempt, tail=last, follow=follow, pod=pod, since=since)
         return _cut(lines, timestamps=timestamps, since=since), "live"
@@ -171,3 +176,14 @@ def cleanup_logs(*, now: datetime | None = None) -> int:
     horizon = (now or timezone.now()) - timedelta(days=settings.LOG_RETENTION_DAYS)
     deleted, _ = AttemptLog.objects.filter(kept_at__lt=horizon).delete()
     return deleted
+
+
+def role_pods(job: Job, name: str) -> tuple[int, int] | None:
+    """(index of its first pod, its pod count) of the job's role ``name`` (the pods are numbered role by role),
+    or None when the job has no such role."""
+    at = 0
+    for role_name, pods in job.roles.order_by("index").values_list("name", "pods"):
+        if role_name == name:
+            return at, pods
+        at += pods
+    return None

@@ -26,7 +26,7 @@ QUOTA_REFUSAL_TTL = timedelta(minutes=30)
 ADMIT_RETRY = timedelta(seconds=30)
 
 
-def _quota_chain_pending(job: Job, now: datetime) -> bool:
+def quota_chain_pending(job: Job, now: datetime) -> bool:
     """The attempt's quota retry chain has a try due soon (its message is on its way): starting another would
     double the refused creates. A chain whose next try is long overdue (its message was lost) is not pending."""
     return NamespaceQuotaRefusal.objects.filter(job=job, attempt=job.attempt, cleared_at__isnull=True,

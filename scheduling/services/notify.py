@@ -1,5 +1,5 @@
 """What a job's owner is told when its job moves: the notification of each transition, with a hint for failures
-(``scheduling.core.failure_hints``, the table the job's page reads too).
+(``scheduling.failure_hints``, the table the job's page reads too).
 
 Called inside the transaction of the change (``transition``, ``requeue``, approvals, submission), so the
 notification commits or rolls back with it (``notifications.services.emit`` writes an outbox row).
@@ -8,7 +8,7 @@ notification commits or rolls back with it (``notifications.services.emit`` writ
 from __future__ import annotations
 
 from notifications.services import emit
-from scheduling.core.failure_hints import failure_hint
+from scheduling.failure_hints import failure_hint
 from scheduling.models import JobState
 
 # The kind a job's arrival in a state is reported as. Preemption is reported by ``requeue``, which knows

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from engine import reasons
 from scheduling.backends import get_backend
 from scheduling.backends.base import (
+    EVERY_OBJECT,
+    AttemptObjects,
     BackendError,
     ClusterBackend,
     ClusterUnavailable,
@@ -23,9 +26,9 @@ from scheduling.backends.base import (
     PodSet,
     QuotaExceeded,
 )
-from scheduling.core import reasons
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, NamespaceQuotaRefusal, PreemptionVictim
-from scheduling.services import clusters, logs, namespace_quotas, run_cache
+from scheduling.services import logs, namespace_quotas, podsets, run_cache
+from scheduling.services.cluster_binding import cluster_of, default_cluster
 from scheduling.services.jobs import namespace_for, pods_at_submission, record_event
 from scheduling.services.lifecycle import finish
 from workloads.models import DepartmentSecret
@@ -38,7 +41,7 @@ def _jobs(*, starting: bool = True):
     whether a namespace quota refusal of the current attempt is in force (``quota_refused``: without one,
     claiming the start reads nothing more). Building this query costs more CPU than running it, the
     subquery a third of it: a create leaves it out."""
-    jobs = Job.objects.select_related("department", "flavor", "owner", "cluster")
+    jobs = Job.objects.select_related("department", "flavor", "owner", "cluster", "array")  # array: a task's size
     if not starting:
         return jobs
     refused = NamespaceQuotaRefusal.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"),
@@ -56,7 +59,7 @@ def read_jobs(pairs, *, starting: bool = True) -> dict[int, Job]:
     for secret in DepartmentSecret.objects.filter(department_id__in=departments):
         rows[secret.department_id].append(secret)
     for department_id, secrets in rows.items():
-        run_cache.prime(clusters.department_secrets_key(department_id), secrets)
+        run_cache.prime(podsets.department_secrets_key(department_id), secrets)
     return jobs
 
 
@@ -87,7 +90,7 @@ def create_pods(*, job_id: int, attempt: int, read: dict[int, Job] | None = None
     if job.state == JobState.QUEUED and not pods_at_submission():
         return "at_admission"  # made on the cluster the admission binds the job to, not before
     try:
-        get_backend(clusters.cluster_of(job)).ensure_pods(clusters.podset_for(job))
+        get_backend(cluster_of(job)).ensure_pods(podsets.podset_for(job))
     except ClusterUnavailable as exc:
         _mark_unreachable(job, exc)
         raise
@@ -149,13 +152,13 @@ def claim_admission(*, job_id: int, attempt: int, fresh: bool, read: dict[int, J
     job = _job(job_id, attempt, (JobState.ADMITTED,), read)
     if job is None:
         return "stale"
-    cluster = clusters.cluster_of(job)  # the cluster the admission bound this attempt to
+    cluster = cluster_of(job)  # the cluster the admission bound this attempt to
     backend = get_backend(cluster)
     if read is not None and backend.overlapping_starts:
         job = _job(job_id, attempt, (JobState.ADMITTED,))
         if job is None:
             return "stale"
-        cluster = clusters.cluster_of(job)
+        cluster = cluster_of(job)
         backend = get_backend(cluster)
     # No refusal in force when the job was read: nothing to claim (a chain started since by a duplicate run
     # clears its own refusal on its next try, which finds the pods there)
@@ -163,7 +166,7 @@ def claim_admission(*, job_id: int, attempt: int, fresh: bool, read: dict[int, J
         namespace_quotas.QuotaTry()
     if claim is None:
         return "backing_off"
-    return Admission(job=job, cluster=cluster, backend=backend, claim=claim, podset=clusters.podset_for(job),
+    return Admission(job=job, cluster=cluster, backend=backend, claim=claim, podset=podsets.podset_for(job),
                      fresh=fresh)
 
 
@@ -222,12 +225,15 @@ def evict_pods(*, job_id: int, attempt: int, namespace: str, preemption_id: int 
             return "done"
     elif job.attempt != attempt or job.state not in (JobState.ADMITTED, JobState.RUNNING):
         return "stale"
-    cluster = clusters.cluster_of(job)
+    cluster = cluster_of(job)
     now = timezone.now()
     if victim is not None and victim.status == PreemptionVictim.Status.DECIDED:
-        PreemptionVictim.objects.filter(pk=victim.pk).update(
-            status=PreemptionVictim.Status.REQUESTED, eviction_requested_at=now
-        )
+        if victim.notice_ends_at is not None and victim.checkpoint_at is None and now < victim.notice_ends_at:
+            return "noticed"  # told first: its eviction waits for its answer or its notice's end
+        changes: dict = {"status": PreemptionVictim.Status.REQUESTED, "eviction_requested_at": now}
+        if victim.checkpoint_at is not None:  # lost work counts from the checkpoint its answer announced
+            changes["gpu_seconds_lost"] = int(max(0.0, (now - victim.checkpoint_at).total_seconds()) * job.total_gpus)
+        PreemptionVictim.objects.filter(pk=victim.pk, status=PreemptionVictim.Status.DECIDED).update(**changes)
         record_event(job=job, kind="eviction", attempt=attempt, reason_code="eviction_requested",
                      message="eviction requested through the Eviction API", data={"preemption_id": preemption_id})
     outcome = get_backend(cluster).evict(job_id=job_id, attempt=attempt, namespace=namespace)
@@ -275,11 +281,20 @@ def _pods_cluster(job: Job | None, attempt: int, cluster: str | None) -> str | N
         if job.state == JobState.QUEUED:
             return None
         if job.state in (JobState.ADMITTED, JobState.RUNNING) and (
-                cluster is None or clusters.cluster_of(job).name == cluster):
+                cluster is None or cluster_of(job).name == cluster):
             return None
     if cluster is None:
-        cluster = clusters.cluster_of(job).name if job is not None else clusters.default_cluster().name
+        cluster = cluster_of(job).name if job is not None else default_cluster().name
     return cluster
+
+
+def attempt_objects(job: Job | None) -> AttemptObjects:
+    """What the job's attempts have besides their pods (every kind when the job is gone: nothing to go by). The
+    fields these follow are fixed at submission, so they hold for every attempt of the job."""
+    if job is None:
+        return EVERY_OBJECT
+    return AttemptObjects(service=job.pods > 1 or job.has_route, route=job.has_route,
+                          budget=job.pdb_min_available is not None)
 
 
 def delete_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | None = None) -> str:
@@ -288,10 +303,24 @@ def delete_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | Non
     target = _pods_cluster(job, attempt, cluster)
     if target is None:
         return "live"  # never delete the pods of a live attempt
-    if job is None or job.attempt != attempt or clusters.cluster_of(job).name == target:
+    if job is None or job.attempt != attempt or cluster_of(job).name == target:
         logs.keep_attempt_log(job_id=job_id, attempt=attempt)  # the pods take the cluster's copy of the log along
-    get_backend(target).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace)
+    get_backend(target).delete_pods(job_id=job_id, attempt=attempt, namespace=namespace,
+                                    objects=attempt_objects(job))
     return "deleted"
+
+
+def replace_pod(*, job_id: int, attempt: int, index: int) -> str:
+    """Make the failed pod ``index`` of a running attempt again, alone, on the node it had (failure policy
+    ``restart-pod``, decided in ``pod_states``). ``stale`` when the attempt is no longer running; ``waiting``
+    while the old pod is still terminating (BackendError, so the task is retried with its back-off)."""
+    job = _job(job_id, attempt, (JobState.ADMITTED, JobState.RUNNING))
+    if job is None:
+        return "stale"
+    podset = podsets.podset_for(job)
+    if not get_backend(cluster_of(job)).replace_pod(podset, index, tuple(job.placement or ())):
+        raise BackendError(f"pod {podset.pod_name(index)} is still terminating; replaced once it is gone")
+    return "replaced"
 
 
 def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | None = None,
@@ -304,9 +333,10 @@ def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | Non
     target = _pods_cluster(job, attempt, cluster)
     if target is None:
         return "live"
-    if job is None or job.attempt != attempt or clusters.cluster_of(job).name == target:
+    if job is None or job.attempt != attempt or cluster_of(job).name == target:
         logs.keep_attempt_log(job_id=job_id, attempt=attempt)
-    outcome = get_backend(target).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, failed=failed)
+    outcome = get_backend(target).remove_pods(job_id=job_id, attempt=attempt, namespace=namespace, failed=failed,
+                                              objects=attempt_objects(job))
     if outcome.status != "blocked":
         return "removed"
     pod = outcome.pods[0] if outcome.pods else ""
@@ -328,7 +358,7 @@ def delete_department_secret(*, department_slug: str, secret_name: str, kube_nam
     if DepartmentSecret.objects.filter(department__slug=department_slug, name=secret_name).exists():
         return []
     deleted = []
-    for cluster in list(Cluster.objects.order_by("name")) or [clusters.default_cluster()]:
+    for cluster in list(Cluster.objects.order_by("name")) or [default_cluster()]:
         namespace = namespace_for(department_slug, cluster)
         if get_backend(cluster).delete_owned_secret(namespace=namespace, name=kube_name):
             deleted.append(f"{cluster.name}/{namespace}")

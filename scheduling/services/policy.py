@@ -8,17 +8,18 @@ import dataclasses
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from engine.policy import PolicyError, policy_from_dict, policy_to_dict
+from engine.types import Policy
 from portal.errors import Conflict, ValidationFailed
 from portal.models import AuditEntry
-from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
-from scheduling.core.types import Policy
 from scheduling.models import PolicyVersion
 from scheduling.services import run_cache
 
 # A saved version is the whole document of the day it was saved, and an upgrade must not change what it does.
 # A field added since is missing from it; where the field's default is not the behaviour the portal had before
-# the field existed, the version takes that behaviour (the priority band did not exist: one band).
-BEFORE_IT_EXISTED: dict[str, object] = {"priority_band_weight": 0.0}
+# the field existed, the version takes that behaviour (the priority band did not exist: one band; a job that lost
+# its node waited in its normal place: no expedited requeues).
+BEFORE_IT_EXISTED: dict[str, object] = {"priority_band_weight": 0.0, "expedited_requeues": 0}
 
 
 def current_policy() -> tuple[Policy, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.db.models import Sum
 
 from quotas.ports import AttemptState, CostInputs
-from scheduling.models import ACTIVE_STATES, TOTAL_GPUS, Cluster, Job, JobState, Node
+from scheduling.models import ACTIVE_STATES, GPU_SHARE, Cluster, Job, JobState, Node
 
 
 class SchedulingQuotaFacts:
@@ -24,13 +24,14 @@ class SchedulingQuotaFacts:
         rows = (
             Job.objects.filter(state__in=ACTIVE_STATES)
             .values("department_id", "flavor_id", "cluster_id")
-            .annotate(n=Sum(TOTAL_GPUS))
+            .annotate(n=Sum(GPU_SHARE))
         )
         default = Cluster.objects.filter(is_default=True).values_list("pk", flat=True).first()
         usage: dict = {}
         for r in rows:
             key = (r["department_id"], r["flavor_id"], r["cluster_id"] or default)
-            usage[key] = usage.get(key, 0) + r["n"]
+            n = r["n"] or 0
+            usage[key] = usage.get(key, 0) + (int(n) if float(n).is_integer() else n)  # whole GPUs stay whole
         return usage
 
     def cluster_named(self, name: str):
@@ -39,7 +40,8 @@ class SchedulingQuotaFacts:
     def queued_costs(self, *, owner_id: int, wallet_id: int) -> list[CostInputs]:
         """The cost inputs of the user's queued jobs in the department of ``wallet_id`` (one query)."""
         rows = Job.objects.filter(owner_id=owner_id, state=JobState.QUEUED, department__wallet__id=wallet_id
-                                  ).values_list("flavor_id", "tier", "gpus_per_pod", "pods", "max_runtime_s", "bid")
+                                  ).values_list("flavor_id", "tier", "gpus_per_pod", "pods", "max_runtime_s", "bid",
+                                                  "price_surcharge_pct", "share_milli")
         return [CostInputs(*row) for row in rows]
 
     def attempts(self, job_ids) -> dict[int, AttemptState]:

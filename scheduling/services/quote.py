@@ -16,12 +16,17 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+import engine
+from billing import money
+from engine import reasons, tiers
+from engine import types as core_types
+from engine.explain import duration_text
+from engine.fractions import plain
+from engine.quota import QuotaBook
 from portal.tenancy import member
 from portal.timestamps import from_epoch
 from quotas import budgets
-from scheduling import core, ports
-from scheduling.core import reasons
-from scheduling.core import types as core_types
+from scheduling import ports
 from scheduling.models import Job, JobState
 from scheduling.services.snapshot import SnapshotContext, build_snapshot, label_pairs
 
@@ -36,9 +41,13 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     fields = {k: v for k, v in data.items() if k not in ("flavor", "after")}
     job = Job(owner=user, department=membership.department, user_tier=membership.user_tier,
               flavor=data["flavor"], state=JobState.QUEUED, submitted_at=now, **fields)
-    gpus_total = job.total_gpus
+    gpus_total = job.gpu_share if job.share_milli else job.total_gpus  # a fraction is quoted at its share
     gpu_seconds = gpus_total * job.max_runtime_s
-    base = budgets.price_for(flavor_id=job.flavor_id, tier=job.tier)
+    terms = budgets.preemption_terms(department_id=membership.department_id, tier=job.tier,
+                                     user_tier=job.user_tier, session=job.kind == "session",
+                                     asked=job.preemptible, max_runtime_s=job.max_runtime_s, notice_s=job.notice_s)
+    job.preemptible, job.price_surcharge_pct, job.notice_s = terms.preemptible, terms.surcharge_pct, terms.notice_s
+    base = money.surcharged(budgets.price_for(flavor_id=job.flavor_id, tier=job.tier), terms.surcharge_pct)
     rate = max(base, job.bid or 0)
     cost = budgets.estimated_cost(job=job)
     approval = budgets.needs_approval(
@@ -47,15 +56,17 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     snapshot, ctx = build_snapshot(now=now)
     # right-sizing, from observability above: its recommendation, whose run time (the smoothed run time x1.2)
     # is the job's predicted run time, as the cycle's estimates use it
-    recommendation = ports.sizing().recommendation(user=user, name=job.name, image=job.image)
+    recommendation = ports.sizing().recommendation(user=user, name=job.name, image=job.image,
+                                                   flavor=job.flavor, tier=job.tier)
     ctx.predicted[QUOTE_JOB_ID] = (recommendation or {}).get("max_runtime_s")
     dept, flavor = membership.department.slug, job.flavor.name
     view = budgets.read_for_cycle()
     credits = snapshot.credits
     available = None if credits is None or dept not in credits else credits[dept]
     quota = _quota_use(snapshot, dept, flavor, gpus_total)
+    team = ctx.teams.get(membership.team_id, "")  # (a team without a quota split draws as no team does)
     start = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor, ctx=ctx,
-                            user=user.get_username(), approval=bool(approval))
+                            user=user.get_username(), approval=bool(approval), team=team)
     if start.get("borrowed"):  # priced as the engine would clear it now: the base price is the reserve
         clearing = max(base, start["price"] or 0)
         start["cost_at_clearing_price"] = budgets.cost_of(rate=clearing, gpu_seconds=gpu_seconds)
@@ -63,15 +74,38 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
         "flavor": flavor, "tier": job.tier, "gpus_total": gpus_total,
         "hold_s": job.max_runtime_s, "gpu_hours": gpu_seconds / 3600,
         "base_price": base, "bid": job.bid or 0, "rate": rate,
+        "preemptible": tiers.is_preemptible(job.tier, job.preemptible), "surcharge_pct": terms.surcharge_pct,
         "estimated_cost": cost, "estimated_credits": cost / 1000,
         "metered": available is not None, "available": available,
         "affordable": available is None or cost <= available,
         "needs_approval": bool(approval), "approval_reasons": _approval_reasons(approval),
         "free_gpus": _free_gpus(snapshot, flavor),
         "quota": quota,
+        "team": _team_use(snapshot, dept, membership.team.slug if membership.team_id else None, team, flavor,
+                          gpus_total),
         "start": start,
         "recommendation": recommendation,
     }
+
+
+def _team_use(snapshot: engine.Snapshot, dept: str, name: str | None, team: str, flavor: str, gpus: int) -> dict | None:
+    """The submitter's team and its split of ``flavor`` before and after the job (None: in no team)."""
+    if name is None:
+        return None
+    split = next((q for q in snapshot.team_quotas if q.department == dept and q.team == team and q.flavor == flavor),
+                 None)
+    used = sum(j.total_gpus for j in snapshot.running if j.department == dept and j.team == team and team
+               and j.flavor == flavor)
+    if split is None:
+        return {"team": name, "nominal": None, "used": used, "after": used + gpus,
+                "message": f"team {name} has no quota of {flavor} of its own: it draws on {dept}'s unassigned share"}
+    after = used + gpus
+    within = after <= split.nominal
+    return {"team": name, "nominal": split.nominal, "borrowing_limit": split.borrowing_limit,
+            "lending_limit": split.lending_limit, "used": used, "after": after, "fits": within,
+            "message": (f"team {name}: {after} of its {split.nominal} GPUs in use after it" if within else
+                        f"team {name} would borrow {after - split.nominal} GPUs beyond its {split.nominal} from "
+                        "its sibling teams or the cohort")}
 
 
 def _approval_reasons(approval: str | None) -> list[str]:
@@ -81,43 +115,57 @@ def _approval_reasons(approval: str | None) -> list[str]:
     return [part.strip() for part in text.split("; ") if part.strip()]
 
 
-def _free_gpus(snapshot: core.Snapshot, flavor: str) -> int:
+def _free_gpus(snapshot: engine.Snapshot, flavor: str) -> int:
     """GPUs of ``flavor`` that a job could start on now: on usable nodes of clusters open to admissions (not
     cordoned or draining) that no running job and nothing outside the portal uses."""
     used: dict[tuple[str, str], int] = {}
+    shared = set()  # a GPU holding fractions is used once, however many it holds
     for job in snapshot.running:
+        if job.share is not None:
+            shared.update((job.cluster, node, d) for node, d in zip(job.placement, job.devices, strict=False))
+            continue
         for node in job.placement:
             used[(job.cluster, node)] = used.get((job.cluster, node), 0) + job.gpus_per_pod
+    for cluster, node, _ in shared:
+        used[(cluster, node)] = used.get((cluster, node), 0) + 1
     closed = {c.name for c in snapshot.clusters if c.state != "active"}
     return sum(max(0, n.gpus - n.used_by_others - used.get((n.cluster, n.name), 0))
                for n in snapshot.nodes if n.flavor == flavor and n.usable and n.cluster not in closed)
 
 
-def _quota_use(snapshot: core.Snapshot, dept: str, flavor: str, gpus: int) -> dict:
+def _quota_use(snapshot: engine.Snapshot, dept: str, flavor: str, gpus: int) -> dict:
     """The department's quota of ``flavor`` and what its running jobs use of it, and whether ``gpus`` more
     fit inside nominal (``fits``), need borrowed capacity (``must_borrow``), or pass the borrowing limit."""
     q = next((q for q in snapshot.quotas if q.department == dept and q.flavor == flavor), None)
-    used = sum(j.total_gpus for j in snapshot.running
-               if j.department == dept and j.flavor == flavor)
+    used = plain(sum(j.total_gpus for j in snapshot.running
+                     if j.department == dept and j.flavor == flavor))
     nominal = q.nominal if q else 0
     limit = q.borrowing_limit if q else 0
     after = used + gpus
     borrow = max(0, after - nominal)
     over_limit = limit is not None and borrow > limit
+    # Whether the cohort has the idle GPUs to lend it now, by the engine's own book: "must borrow 3" above
+    # the estimate's "cannot borrow enough" told two stories
+    code, detail = QuotaBook(snapshot.quotas, snapshot.running).check(dept, flavor, gpus)
+    short = borrow > 0 and not over_limit and code == reasons.QUOTA_EXHAUSTED
     if after <= nominal:
         verdict = f"fits: {after} of {nominal} guaranteed GPUs in use after it"
     elif over_limit:
         verdict = (f"over the borrowing limit: it would borrow {borrow} GPUs, the limit is {limit}; it waits "
                    "until the department's own jobs finish")
+    elif short:
+        verdict = (f"would have to borrow {borrow} GPUs beyond the {nominal} guaranteed, but the cohort has "
+                   f"{detail.get('cohort_idle', 0)} idle to lend now; it waits until other departments' jobs "
+                   "or its own finish")
     else:
         verdict = f"must borrow {borrow} GPUs beyond the {nominal} guaranteed (idle capacity, preemptible)"
     return {"nominal": nominal, "borrowing_limit": limit, "used": used, "after": after,
             "fits": after <= nominal, "must_borrow": borrow > 0 and not over_limit, "borrow": borrow,
-            "over_borrowing_limit": over_limit, "message": verdict}
+            "over_borrowing_limit": over_limit, "cohort_short": short, "message": verdict}
 
 
-def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, flavor: str, user: str,
-                    approval: bool, ctx: SnapshotContext) -> dict:
+def _start_estimate(snapshot: engine.Snapshot, job: Job, *, hold: int, dept: str, flavor: str, user: str,
+                    approval: bool, ctx: SnapshotContext, team: str = "") -> dict:
     jobs = len(snapshot.running) + len(snapshot.pending)
     if jobs >= settings.QUOTE_ESTIMATE_MAX_JOBS:
         return {"estimated_start": None, "starts_now": False, "code": "", "skipped": True,
@@ -127,12 +175,14 @@ def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, 
     pending = core_types.PendingJob(
         id=QUOTE_JOB_ID, department=dept, flavor=flavor, tier=job.tier, pods=job.pods, gpus_per_pod=job.gpus_per_pod,
         urgency=job.urgency, user_tier=job.user_tier, user=user, submitted_at=snapshot.now,
-        deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=ctx.wall_seconds(job.max_runtime_s),
-        bid=job.bid or 0, hold=hold, predicted_runtime_s=ctx.predicted_wall(QUOTE_JOB_ID),
+        deadline=job.deadline.timestamp() if job.deadline else None, max_runtime_s=ctx.wall_seconds(job.max_runtime_s, routed=job.has_route),
+        bid=job.bid or 0, hold=hold, predicted_runtime_s=ctx.predicted_wall(QUOTE_JOB_ID, routed=job.has_route),
         cluster_selector=label_pairs(job.cluster_selector), cluster_preference=label_pairs(job.cluster_preference),
+        own_preemptible=job.preemptible, team=team,
+        topology_level=job.topology_level or "", topology_required=bool(job.topology_required),
     )
     started = time.perf_counter()
-    result = core.schedule(replace(snapshot, pending=(*snapshot.pending, pending)))
+    result = engine.schedule(replace(snapshot, pending=(*snapshot.pending, pending)))
     elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
     admission = next((a for a in result.admissions if a.job_id == QUOTE_JOB_ID), None)
     after = " once a department admin approves it" if approval else ""
@@ -144,6 +194,22 @@ def _start_estimate(snapshot: core.Snapshot, job: Job, *, hold: int, dept: str, 
     why = next((r for r in result.pending if r.job_id == QUOTE_JOB_ID), None)
     code = why.code if why else reasons.QUEUED
     estimate = from_epoch(why.estimated_start) if why and why.estimated_start is not None else None
-    return {"estimated_start": estimate, "starts_now": False, "code": code,
-            "message": (why.message if why else reasons.CODES[code]) + (f" (and{after})" if after else ""),
-            "borrowed": False, "price": None, "skipped": False, "elapsed_ms": elapsed_ms}
+    out = {"estimated_start": estimate, "starts_now": False, "code": code,
+           "message": (why.message if why else reasons.CODES[code]) + (f" (and{after})" if after else ""),
+           "borrowed": False, "price": None, "skipped": False, "elapsed_ms": elapsed_ms}
+    if code in (reasons.BOOKED, reasons.MAINTENANCE):
+        out["calendar"] = _calendar_warning(why.detail, snapshot.now)
+        out["message"] += " " + out["calendar"]["hint"]
+    return out
+
+
+def _calendar_warning(detail, now: float) -> dict:
+    """What the quote says of a job a booking or a maintenance window keeps out: which window, from when, and
+    the time limit under which it would start before the window (backfill), if the window has not begun."""
+    begins = detail.get("window_start", now)
+    limit = int(begins - now) if begins > now else None
+    hint = (f"With a time limit under {duration_text(limit)} it could start before the window."
+            if limit and limit >= 60 else "It starts once the window ends.")
+    return {"booking": detail.get("booking"), "maintenance": detail.get("maintenance"),
+            "window_start": from_epoch(begins), "window_end": from_epoch(detail.get("window_end", now)),
+            "max_runtime_s_to_start_before": limit, "hint": hint}

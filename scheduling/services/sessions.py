@@ -1,10 +1,13 @@
 """Sessions and services: connecting through the portal, the forward-auth decision every request of a route
 gets, the lifetime warning, and the stop of an idle session (docs/sessions.md).
 
-Connecting: the owner's Connect (a POST, signed in) makes a grant with a one-time code good for
-``CODE_TTL``; the browser is sent to the route with it, and the route's ``/_portal/connect`` exchanges it for
-a token in an HttpOnly cookie scoped to ``/s/<id>/``. The code may land in an access log, but it is spent on
-first use and dead within a minute; the token never appears in a URL.
+Each route is an origin of its own, ``s<id>.<SESSION_DOMAIN>`` (``portal.session_hosts``). Connecting: the
+Connect of someone who may reach it (a POST, signed in) makes a grant with a one-time code good for
+``CODE_TTL``; the browser is sent to the route's host with it, and the route's ``/_portal/connect`` exchanges it
+for a token in an HttpOnly cookie of that host alone. The code may land in an access log, but it is spent on
+first use and dead within a minute; the token never appears in a URL. A service's programmatic callers use a
+service key instead: a bearer token good for that one service, so an app that logs its headers leaks nothing
+wider than itself.
 """
 
 from __future__ import annotations
@@ -18,17 +21,20 @@ from django.db.models import Max
 from django.utils import timezone
 
 from notifications.services.outbox import emit
+from portal import session_hosts
 from portal.errors import Conflict
-from portal.tenancy import VIEW
-from scheduling.models import CONNECT, Job, JobKind, JobState, SessionGrant, SimPod
+from portal.tenancy import VIEW, membership_of
+from scheduling.backends import get_backend
+from scheduling.models import CONNECT, Job, JobKind, JobState, SessionGrant
 from scheduling.models.sessions import digest
+from scheduling.services.cluster_binding import cluster_of
 from scheduling.services.jobs import job_stop, record_event
 
 CODE_TTL = timedelta(seconds=60)
 TOKEN_TTL = timedelta(hours=12)
 SEEN_EVERY = timedelta(seconds=30)  # last_seen_at is written at most this often per grant
 CONNECTED_WINDOW = timedelta(minutes=2)  # a grant seen this recently: a client is connected
-COOKIE_PREFIX = "portal_s"
+SERVICE_KEY_PREFIX = "gps_"
 ROUTE_STATES = (JobState.RUNNING,)
 
 
@@ -36,17 +42,52 @@ def route_path(job_id: int) -> str:
     return f"/s/{job_id}/"
 
 
+def route_host(job_id: int) -> str:
+    return session_hosts.route_host(job_id, settings.SESSION_DOMAIN)
+
+
+def route_origin(job_id: int) -> str:
+    """``scheme://s<id>.<SESSION_DOMAIN>[:port]``: https behind TLS (SECURE_SSL)."""
+    scheme = "https" if settings.SESSION_COOKIE_SECURE else "http"
+    port = f":{settings.SESSION_PORT}" if settings.SESSION_PORT else ""
+    return f"{scheme}://{route_host(job_id)}{port}"
+
+
 def route_url(job_id: int) -> str:
-    return f"{settings.SESSION_URL}{route_path(job_id)}"
+    return f"{route_origin(job_id)}{route_path(job_id)}"
 
 
-def cookie_name(job_id: int) -> str:
-    return f"{COOKIE_PREFIX}{job_id}"
+def sessions_origin_pattern() -> str:
+    """Every route's origin, as a CSP source (``http://*.sessions.localhost:8001``)."""
+    return route_origin(0).replace("://s0.", "://*.", 1)
+
+
+def cookie_name() -> str:
+    return session_hosts.route_cookie_name(settings.SESSION_COOKIE_SECURE)
+
+
+def may_reach(user, job: Job) -> bool:
+    """Who may go through a route: a session's owner alone; a service's, every member of the job's department
+    (platform admins of another department included nowhere: docs/sessions.md)."""
+    if user is None or not getattr(user, "is_authenticated", False) or not user.is_active or not job.has_route:
+        return False
+    if job.kind == JobKind.SESSION:
+        return job.owner_id == user.pk and Job.objects.permits(user, job, CONNECT)
+    m = membership_of(user)
+    return m is not None and m.department_id == job.department_id
+
+
+def reachable(user, job_id) -> Job | None:
+    """The job of ``job_id`` if ``user`` may go through its route, else None (one answer, a 404, for all)."""
+    if not str(job_id).isascii() or not str(job_id).isdigit():
+        return None
+    job = Job.objects.restrict(user, VIEW).filter(pk=job_id).first()
+    return job if job is not None and may_reach(user, job) else None
 
 
 def connect_start(*, user, job: Job, now: datetime | None = None) -> str:
-    """A one-time connect URL for the owner of a running session or service (the caller looked the job up
-    with ``connect``: another user's job is a 404 before this). Refused (409) while it does not run."""
+    """A one-time connect URL for someone who may reach a running session or service (the caller looked the job
+    up with ``reachable``: anyone else's is a 404 before this). Refused (409) while it does not run."""
     if not job.has_route:
         raise Conflict("Only sessions and services have a route to connect to.")
     if job.state not in ROUTE_STATES:
@@ -70,37 +111,60 @@ def connect_exchange(*, job_id: int, code: str, now: datetime | None = None) -> 
     return token if updated else None
 
 
+def service_key_issue(*, user, job: Job, now: datetime | None = None) -> tuple[str, datetime]:
+    """A key for callers of a running service, good at its route alone until the service's horizon (or until
+    the issuing member may no longer reach it): ``(key, expires_at)``. Only its SHA-256 is stored."""
+    if job.kind != JobKind.SERVICE:
+        raise Conflict("Service keys are for services; open a session with Connect.")
+    if job.state not in ROUTE_STATES:
+        raise Conflict(f"The service is {job.get_state_display().lower()}: ask for a key once it runs.")
+    now = now or timezone.now()
+    key = SERVICE_KEY_PREFIX + secrets.token_urlsafe(32)
+    expires_at = (job.started_at or now) + timedelta(seconds=job.max_runtime_s)
+    # a grant born exchanged: its one-time code is never handed out and already expired
+    SessionGrant.objects.create(job=job, user=user, code_hash=digest(secrets.token_urlsafe(32)),
+                                code_expires_at=now, token_hash=digest(key), exchanged_at=now,
+                                expires_at=expires_at, created_at=now)
+    return key, expires_at
+
+
 @dataclass(frozen=True)
 class Decision:
-    """``status``: 200 (through), 401 (no credential), 403 (seen, not yours: a department colleague) or 404
-    (no such session for this caller). ``user``: who, on 200. ``upstream``: where the simulated pod answers."""
+    """``status``: 200 (through), 401 (the request carries no credential at all) or 404 (none of its
+    credentials reaches this running session or service: unknown, expired, another's, a colleague's session, or
+    the job not running; one answer, which says nothing of the job). ``user`` and ``job``: who goes through,
+    and to what, on 200 (where the pod answers is the backend's: ``upstream_of``)."""
 
     status: int
     user: object = None
     job: Job | None = None
 
 
-def authorize(*, job_id: int, token: str | None, user=None, now: datetime | None = None) -> Decision:
+def authorize(*, job_id: int, tokens: list[str] = (), key: str | None = None, origin: str | None = None,
+              now: datetime | None = None) -> Decision:
     """The forward-auth decision for one request to the route of job ``job_id``: a route token from the
-    connect cookie, or a signed-in user (the portal's own log-in, or an API token for a service's callers).
+    connect cookie (every value the request carries is tried: a stale or planted one beside a good one refuses
+    nothing), or a service key (``Authorization: Bearer gps_...``). The portal's own log-in and API tokens are
+    not credentials here: they never reach a route's host. A request that a browser made from another origin
+    (its ``Origin`` header, as every cross-origin fetch and every WebSocket has) gets nothing from the cookie.
     Sessions admit their owner alone; services every member of the job's department."""
     now = now or timezone.now()
-    if token:
-        grant = (SessionGrant.objects.select_related("user", "job").filter(
-            job_id=job_id, token_hash=digest(token), expires_at__gt=now).first())
-        if grant is None:
-            return Decision(404)
+    hashes = [digest(t) for t in tokens if t][:8]
+    if origin and origin.rstrip("/") != route_origin(job_id):
+        hashes = []
+    if key and key.startswith(SERVICE_KEY_PREFIX):
+        hashes.append(digest(key))
+    if not hashes:
+        return Decision(401)
+    grants = list(SessionGrant.objects.select_related("user", "job", "job__cluster").filter(
+        job_id=job_id, token_hash__in=hashes, expires_at__gt=now).exclude(token_hash="").order_by("pk"))
+    for grant in grants:
+        if not may_reach(grant.user, grant.job) or grant.job.state not in ROUTE_STATES:
+            continue
         if grant.last_seen_at is None or now - grant.last_seen_at > SEEN_EVERY:
             SessionGrant.objects.filter(pk=grant.pk).update(last_seen_at=now)
-        user = grant.user
-    if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
-        return Decision(401)
-    job = Job.objects.restrict(user, VIEW).filter(pk=job_id).first()
-    if job is None or not job.has_route or job.state not in ROUTE_STATES:
-        return Decision(404)
-    if job.kind == JobKind.SESSION and not Job.objects.permits(user, job, CONNECT):
-        return Decision(404)
-    return Decision(200, user=user, job=job)
+        return Decision(200, user=grant.user, job=grant.job)
+    return Decision(404)
 
 
 def note_readiness(job: Job, pods) -> None:
@@ -117,10 +181,10 @@ def note_readiness(job: Job, pods) -> None:
 
 
 def upstream_of(job: Job) -> str:
-    """Where the simulated cluster's pod of the job answers (host:port on loopback), for the demo's session
-    proxy; "" on a real cluster, where the ingress routes to the job's Service itself."""
-    return (SimPod.objects.filter(job_id=job.pk, attempt=job.attempt, phase="Running").exclude(address="")
-            .values_list("address", flat=True).first() or "")
+    """Where the job's running pod answers, as its cluster's backend says (the simulated cluster: host:port
+    on loopback, for the demo's session proxy); "" on a real cluster, where the ingress routes to the job's
+    Service itself."""
+    return get_backend(cluster_of(job)).route_upstream(job_id=job.pk, attempt=job.attempt)
 
 
 def client_seen_at(job: Job) -> datetime | None:
@@ -190,4 +254,4 @@ def connected(job: Job, now: datetime | None = None) -> bool:
 def route_context(user, job: Job) -> dict:
     """What the job's page shows of its route: URL, end, connected client, whether this user may connect."""
     return {"url": route_url(job.pk), "ends_at": ends_at(job), "ending_soon": ending_soon(job),
-            "connected": connected(job), "can_connect": Job.objects.permits(user, job, CONNECT)}
+            "connected": connected(job), "can_connect": may_reach(user, job)}

@@ -8,13 +8,13 @@ they name with the tasks of the arrays they name), plus the budgets' one read of
 read so that applying the result compares against what the decision was made on.
 
 Disruption budgets: when jobs wait and others could be preempted, each reachable cluster's backend is asked
-for its budgets (``budget_coverage``: for Kubernetes two LISTs, every PodDisruptionBudget over the portal's
+for its budgets (``pdb_coverage``: for Kubernetes two LISTs, every PodDisruptionBudget over the portal's
 running pods, whoever created it). A backend without budgets of its own (the simulated cluster) or one that
 cannot answer leaves each job with the budget its ``pdb_min_available`` implies.
 
 One clock: the engine's times are wall-clock seconds. A cluster that runs jobs faster than real time (the
-simulated one in the demo, ``SIM_SPEEDUP``) runs a job's ``max_runtime_s`` in ``max_runtime_s / speedup``
-seconds of the wall, so the snapshot gives the engine each job's runtimes divided by its cluster's speed-up
+simulated one in the demo, ``SIM_SPEEDUP``) runs a batch job's ``max_runtime_s`` in ``max_runtime_s / speedup``
+seconds of the wall (a session's or service's in ``max_runtime_s``: people work in it), so the snapshot gives the engine each job's runtimes divided by its cluster's speed-up
 (a waiting job's by the default cluster's, where the pages' estimates always were). Everything the engine
 returns (estimated starts, reserved starts, the notes in its reasons) is then on the wall clock already, and
 nothing downstream converts again.
@@ -31,26 +31,30 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
+from engine import tiers
+from engine import types as core
+from engine.shapes import resource_key
 from portal.timestamps import to_epoch
 from quotas import selectors as quota_selectors
 from quotas.budgets import read_for_cycle
 from scheduling import ports
-from scheduling.backends import get_backend, owns_inventory
-from scheduling.backends.base import BackendError, BudgetCoverage, ClusterUnavailable
-from scheduling.core import tiers
-from scheduling.core import types as core
+from scheduling.backends import get_backend, owns_inventory, speedup_of
+from scheduling.backends.base import BackendError, PdbCoverage
 from scheduling.models import (
     FINAL_STATES,
+    GPU_SHARE,
     IN_FLIGHT,
-    TOTAL_GPUS,
     Cluster,
     Job,
     JobDependency,
+    JobRole,
     JobState,
     NamespaceQuotaRefusal,
     Node,
     PreemptionVictim,
 )
+from scheduling.services.calendar import engine_calendar
+from scheduling.services.fractions import share_of
 from scheduling.services.job_rows import JobRows, read_uncached
 from scheduling.services.policy import current_policy
 from workloads.services.resolve import source_clusters
@@ -84,14 +88,21 @@ class SnapshotContext:
     speedup: dict[str, float] = field(default_factory=dict)
     default_speedup: float = 1.0
     predicted: dict[int, float | None] = field(default_factory=dict)  # job id -> predicted run time (runtime s)
+    # The engine's roles of the jobs of more than one role (read in one query, only when there are such jobs)
+    roles: dict[int, tuple[core.Role, ...]] = field(default_factory=dict)
+    # The teams with a quota split, by id -> slug (a job of another team, or of none, is the engine's team "")
+    teams: dict[int, str] = field(default_factory=dict)
 
-    def predicted_wall(self, job_id: int, cluster: str | None = None) -> float | None:
+    def predicted_wall(self, job_id: int, cluster: str | None = None, *, routed: bool = False) -> float | None:
         """The job's predicted run time on the wall clock, None when right-sizing knows none."""
         p = self.predicted.get(job_id)
-        return None if p is None else self.wall_seconds(p, cluster)
+        return None if p is None else self.wall_seconds(p, cluster, routed=routed)
 
-    def wall_seconds(self, seconds: float, cluster: str | None = None) -> float:
-        """``seconds`` of a job's runtime as seconds of the wall on ``cluster`` (None: the default one)."""
+    def wall_seconds(self, seconds: float, cluster: str | None = None, *, routed: bool = False) -> float:
+        """``seconds`` of a job's runtime as seconds of the wall on ``cluster`` (None: the default one).
+        ``routed``: a session or service, whose time is the wall's on every cluster (``speedup_of``)."""
+        if routed:
+            return float(seconds)
         speedup = self.default_speedup if cluster is None else self.speedup.get(cluster, self.default_speedup)
         return float(seconds) / speedup
 
@@ -103,8 +114,10 @@ def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.
     ctx = SnapshotContext(now=now, policy_version=version)
     nodes, clusters = read_nodes(ctx)
     quotas = read_quotas()
+    team_quotas = read_team_quotas(ctx)
     active, queued = rows.read() if rows is not None else read_uncached()
     mark_evicting(ctx, active)
+    ctx.roles = read_roles([j for j in (*active, *queued) if j.role_count > 1])
     # right-sizing's predicted run times, for the start estimates (one query; none without right-sizing)
     ctx.predicted = ports.sizing().predicted_runtimes((j.pk, j.owner_id, j.name, j.image) for j in (*active, *queued))
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
@@ -116,6 +129,8 @@ def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.
     pending = pending_jobs(queued, budget=budget, sources=sources, after=after, ctx=ctx,
                            memo=rows.pending if rows is not None else None)
 
+    team_usage: dict[tuple[str, str], float] = {}
+    bookings, maintenance = engine_calendar(now)
     window_start = now - timedelta(seconds=policy.preemption_window_s)
     recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
 
@@ -127,13 +142,17 @@ def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.
         quotas=quotas,
         policy=policy,
         credits=budget.available_credits(),
-        usage=decayed_usage(now=now, half_life_s=policy.usage_half_life_s),
+        usage=decayed_usage(now=now, half_life_s=policy.usage_half_life_s, teams=ctx.teams, by_team=team_usage),
         disruption_budgets=tuple(disruption),
         recent_preemptions=recent,
         clusters=clusters,
         namespace_quotas=read_namespace_quotas(now),
         user_limits=tuple(core.UserLimit(d, u, g) for d, u, g in quota_selectors.user_limits_in_force()),
         ended=ended,
+        team_quotas=team_quotas,
+        team_usage=team_usage,
+        bookings=bookings,
+        maintenance=maintenance,
     )
     return snapshot, ctx
 
@@ -172,6 +191,53 @@ def read_namespace_quotas(now) -> tuple[core.NamespaceQuotaLimit, ...]:
                         key=lambda q: (q.cluster, q.department, q.flavor, q.total_gpus, q.until)))
 
 
+def read_roles(jobs: list[Job]) -> dict[int, tuple[core.Role, ...]]:
+    """The roles of jobs of several roles, as the engine's (a role without GPUs on its CPU pool, one with on the
+    job's flavor); one query, none when no such job is given."""
+    if not jobs:
+        return {}
+    flavor_of = {j.pk: j.flavor.name for j in jobs}
+    out: dict[int, list[core.Role]] = {}
+    work: dict[int, dict[int, tuple[int, int]]] = {}
+    for r in JobRole.objects.filter(job_id__in=list(flavor_of)).select_related("flavor").order_by("job_id", "index"):
+        out.setdefault(r.job_id, []).append(core.Role(
+            r.name, r.pods, r.gpus_per_pod, r.cpu_millicores, r.memory_mib,
+            flavor_of[r.job_id] if r.gpus_per_pod or r.flavor is None else r.flavor.name))
+        if r.gpus_per_pod == 0 and r.flavor_id is not None:
+            c, m = work.setdefault(r.job_id, {}).get(r.flavor_id, (0, 0))
+            work[r.job_id][r.flavor_id] = (c + r.pods * r.cpu_millicores, m + r.pods * r.memory_mib)
+    for j in jobs:  # (their CPU work, for the holds: no query per job)
+        j._cpu_work = tuple((f, c, m) for f, (c, m) in sorted(work.get(j.pk, {}).items()))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def engine_roles(j: Job, ctx: SnapshotContext) -> tuple[core.Role, ...]:
+    """The engine's roles of a job: none for a job of one role with GPUs (its own columns say it all, as before
+    roles), its one role for a CPU-only job of one role, else its rows."""
+    if j.role_count > 1:
+        return ctx.roles.get(j.pk, ())
+    if j.gpus_per_pod == 0:
+        return (core.Role("main", j.pods, 0, j.cpu_millicores, j.memory_mib, j.flavor.name),)
+    return ()
+
+
+def split_placement(roles: tuple[core.Role, ...], placement: tuple[str, ...]
+                    ) -> tuple[tuple[str, ...], tuple[tuple[str, str, int, int], ...]]:
+    """A job's stored placement (every pod, role by role) as its GPU pods' nodes and its CPU pods (flavor, node,
+    millicores, MiB)."""
+    gpu: list[str] = []
+    cpu: list[tuple[str, str, int, int]] = []
+    at = 0
+    for r in roles:
+        nodes = placement[at:at + r.pods]
+        at += r.pods
+        if r.gpus_per_pod:
+            gpu += nodes
+        else:
+            cpu += [(r.flavor, n, r.cpu_m, r.memory_mib) for n in nodes]
+    return tuple(gpu), tuple(cpu)
+
+
 def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.ClusterInfo, ...]]:
     """Every node and cluster; a node of a cluster the cycle may not use now is unschedulable (``ctx`` says
     which clusters, why, and which flavors and (cluster, flavor) pairs remain)."""
@@ -194,6 +260,9 @@ def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.
             labels=tuple(sorted((str(k), str(v)) for k, v in (n.labels or {}).items())),
             taints=tuple(sorted(str(t) for t in (n.taints or []))),
             schedulable=n.schedulable and n.cluster.name not in ctx.unavailable_clusters,
+            kind=n.flavor.kind,
+            cpu_m=n.cpu_millicores,
+            memory_mib=n.memory_mib,
         )
         for n in node_rows
     )
@@ -210,25 +279,37 @@ def _speedup(cluster) -> float:
     """How much faster than the wall clock the cluster's own clock runs (the simulated one in the demo); 1 for a
     real cluster, and for one whose backend cannot be built now (no kubeconfig yet): the cycle goes on without
     it, as it does for an unreachable cluster, rather than stopping for every cluster."""
-    try:
-        backend = get_backend(cluster)
-    except ClusterUnavailable:
-        return 1.0
-    return float(getattr(backend, "speedup", 1.0) or 1.0)
+    return speedup_of(cluster)
+
+
+# A quota row of a CPU pool counts cores or GiB; the engine counts millicores and MiB under the pool's keys.
+RESOURCE_UNITS = {"cpu": 1000, "memory": 1024}
 
 
 def read_quotas() -> tuple[core.Quota, ...]:
+    def scaled(value, resource):
+        return None if value is None else value * RESOURCE_UNITS.get(resource, 1)
+
     return tuple(
         core.Quota(
             department=q.department.slug,
-            flavor=q.flavor.name,
-            nominal=q.nominal,
-            borrowing_limit=q.borrowing_limit,
-            lending_limit=q.lending_limit,
+            flavor=q.flavor.name if q.resource == "gpus" else resource_key(q.flavor.name, q.resource),
+            nominal=scaled(q.nominal, q.resource),
+            borrowing_limit=scaled(q.borrowing_limit, q.resource),
+            lending_limit=scaled(q.lending_limit, q.resource),
             cluster=q.cluster.name if q.cluster_id else None,
         )
         for q in quota_selectors.quotas_in_force()
     )
+
+
+def read_team_quotas(ctx: SnapshotContext) -> tuple[core.TeamQuota, ...]:
+    """The teams' quota splits (one query), and in ``ctx.teams`` the slug of each team that has one."""
+    out = []
+    for team_id, dept, team, flavor, nominal, borrowing, lending in quota_selectors.team_quotas_in_force():
+        ctx.teams[team_id] = team
+        out.append(core.TeamQuota(dept, team, flavor, nominal, borrowing, lending))
+    return tuple(out)
 
 
 def mark_evicting(ctx: SnapshotContext, active: list[Job]) -> None:
@@ -253,38 +334,44 @@ def running_jobs(
     own (asked only when some job waits and some active one could be a victim), else a job's own
     ``pdb_min_available``."""
     coverage = (
-        cluster_budgets(active)
-        if any_queued and any(tiers.preemptible(j.tier) and j.pk not in ctx.evicting for j in active)
+        cluster_pdbs(active)
+        if any_queued and any(tiers.is_preemptible(j.tier, j.preemptible) and j.pk not in ctx.evicting for j in active)
         else {}
     )
     running = []
-    disruption: list[core.DisruptionBudget] = [b for cov in coverage.values() for b in cov.budgets]
+    disruption: list[core.DisruptionBudget] = [b for cov in coverage.values() for b in cov.pdbs]
     for j in active:
         ctx.jobs[j.pk] = j
         cluster = j.cluster.name if j.cluster else core.DEFAULT_CLUSTER
-        budgets: tuple[str, ...] = ()
+        pdbs: tuple[str, ...] = ()
         if cluster in coverage:
-            budgets = coverage[cluster].jobs.get((j.pk, j.attempt), ())
+            pdbs = coverage[cluster].jobs.get((j.pk, j.attempt), ())
         elif j.pdb_min_available is not None:
-            budgets = (f"job-{j.pk}",)
+            pdbs = (f"job-{j.pk}",)
             disruption.append(
-                core.DisruptionBudget(name=budgets[0], disruptions_allowed=max(0, j.pods - j.pdb_min_available))
+                core.DisruptionBudget(name=pdbs[0], disruptions_allowed=max(0, j.pods - j.pdb_min_available))
             )
-        running.append(running_job(j, ctx, cluster=cluster, budgets=budgets))
+        running.append(running_job(j, ctx, cluster=cluster, pdbs=pdbs))
     return running, disruption
 
 
-def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[str, ...]) -> core.RunningJob:
+def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, pdbs: tuple[str, ...]) -> core.RunningJob:
+    roles = engine_roles(j, ctx)
+    placement, cpu_pods = split_placement(roles, tuple(j.placement or ())) if roles else (tuple(j.placement or ()), ())
     return core.RunningJob(
         id=j.pk,
         department=j.department.slug,
         flavor=j.flavor.name,
         tier=j.tier,
-        placement=tuple(j.placement or ()),
+        placement=placement,
+        cpu_pods=cpu_pods,
         gpus_per_pod=j.gpus_per_pod,
+        share=share_of(j) if j.share_milli else None,
+        devices=tuple(j.gpu_devices or ()),
         started_at=to_epoch(j.started_at or j.admitted_at) or ctx.now.timestamp(),
-        max_runtime_s=ctx.wall_seconds(j.max_runtime_s, cluster),
-        checkpoint_interval_s=ctx.wall_seconds(j.checkpoint_interval_s, cluster) if j.checkpoint_interval_s else None,
+        max_runtime_s=ctx.wall_seconds(j.max_runtime_s, cluster, routed=j.has_route),
+        checkpoint_interval_s=(ctx.wall_seconds(j.checkpoint_interval_s, cluster, routed=j.has_route)
+                               if j.checkpoint_interval_s else None),
         borrowed=j.borrowed,
         urgency=j.urgency,
         user_tier=j.user_tier,
@@ -292,12 +379,15 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, budgets: tuple[st
         bid=j.bid,
         cluster=cluster,
         deadline=to_epoch(j.deadline),
-        disruption_budgets=budgets,
-        preemptible=tiers.preemptible(j.tier) and j.pk not in ctx.evicting,
+        disruption_budgets=pdbs,
+        # (a CPU-only job frees no GPU: it is never a victim)
+        preemptible=tiers.is_preemptible(j.tier, j.preemptible) and j.pk not in ctx.evicting and bool(placement),
+        own_preemptible=j.preemptible,
         evicting_for=ctx.evicting_for.get(j.pk),
         user=j.owner.username,
         array_id=j.array_id,
-        predicted_runtime_s=ctx.predicted_wall(j.pk, cluster),
+        predicted_runtime_s=ctx.predicted_wall(j.pk, cluster, routed=j.has_route),
+        team=ctx.teams.get(j.team_id, ""),
     )
 
 
@@ -313,7 +403,7 @@ def pending_jobs(queued: list[Job], *, budget, sources: dict, after: dict, ctx: 
         hold, data_sources, deps = budget.hold_for(j), sources.get(j.pk, ()), after.get(j.pk, ())
         version = getattr(j, "v", None)  # a kept row's version (none: read in full, nothing to compare)
         key = (version, hold, data_sources, deps, ctx.predicted.get(j.pk), ctx.default_speedup, j.department.slug,
-               j.flavor.name, j.owner.username, j.array.throttle if j.array_id else None)
+               j.flavor.name, j.owner.username, j.array.throttle if j.array_id else None, ctx.teams.get(j.team_id, ""))
         last = memo.get(j.pk) if memo is not None and version is not None else None
         p = last[1] if last is not None and last[0] == key else pending_job(
             j, hold=hold, data_sources=data_sources, ctx=ctx, after=deps)
@@ -328,31 +418,39 @@ def pending_jobs(queued: list[Job], *, budget, sources: dict, after: dict, ctx: 
 
 def pending_job(j: Job, *, hold: int, ctx: SnapshotContext, data_sources: tuple = (),
                 after: tuple[core.Dependency, ...] = ()) -> core.PendingJob:
+    roles = engine_roles(j, ctx)
     return core.PendingJob(
         id=j.pk,
         department=j.department.slug,
         flavor=j.flavor.name,
         tier=j.tier,
-        pods=j.pods,
+        pods=j.pods if j.gpus_per_pod else 0,  # the GPU gang; a CPU-only job's pods are its roles'
         gpus_per_pod=j.gpus_per_pod,
+        share=share_of(j) if j.share_milli else None,
+        roles=roles,
         urgency=j.urgency,
         user_tier=j.user_tier,
         user=j.owner.username,
         submitted_at=to_epoch(j.submitted_at),
         deadline=to_epoch(j.deadline),
-        max_runtime_s=ctx.wall_seconds(j.max_runtime_s),
+        max_runtime_s=ctx.wall_seconds(j.max_runtime_s, routed=j.has_route),
         bid=j.bid,
         hold=hold,
         attempt=j.attempt,
         cluster_selector=label_pairs(j.cluster_selector),
         cluster_preference=label_pairs(j.cluster_preference),
+        topology_level=j.topology_level,
+        topology_required=j.topology_required,
         data_sources=data_sources,
         not_before=to_epoch(j.not_before),
+        expedited_since=to_epoch(j.expedited_at),
+        team=ctx.teams.get(j.team_id, ""),
+        own_preemptible=j.preemptible,
         held=j.held_at is not None,
         after=after,
         array_id=j.array_id,
         array_throttle=j.array.throttle if j.array_id else None,
-        predicted_runtime_s=ctx.predicted_wall(j.pk),
+        predicted_runtime_s=ctx.predicted_wall(j.pk, routed=j.has_route),
     )
 
 
@@ -364,7 +462,9 @@ def label_pairs(labels) -> tuple[tuple[str, str], ...]:
 def cluster_infos(rows) -> tuple[core.ClusterInfo, ...]:
     """Cluster rows as the engine sees them: labels, state (cordoned and draining take nothing new), cost rank."""
     return tuple(
-        core.ClusterInfo(name=c.name, labels=label_pairs(c.labels), state=c.state, cost_rank=c.cost_rank) for c in rows
+        core.ClusterInfo(name=c.name, labels=label_pairs(c.labels), state=c.state, cost_rank=c.cost_rank,
+                         topology_levels=tuple(c.topology_levels or ()))
+        for c in rows
     )
 
 
@@ -379,7 +479,7 @@ def cluster_unavailable(cluster) -> str:
     return ""
 
 
-def cluster_budgets(active: list[Job]) -> dict[str, BudgetCoverage]:
+def cluster_pdbs(active: list[Job]) -> dict[str, PdbCoverage]:
     """The disruption budgets of each reachable cluster that runs active jobs and has budgets of its own, by
     cluster name; budget names are qualified by the cluster unless it is the default one. Asked every cycle
     (a budget's room changes with every eviction and every pod that becomes ready); a cluster whose API fails
@@ -391,12 +491,12 @@ def cluster_budgets(active: list[Job]) -> dict[str, BudgetCoverage]:
         reachable[name] = reachable.get(name, True) and (j.cluster.reachable if j.cluster else True)
         if j.cluster:
             rows[name] = j.cluster  # the row already read: no query to find its backend
-    out: dict[str, BudgetCoverage] = {}
+    out: dict[str, PdbCoverage] = {}
     for name, ok in sorted(reachable.items()):
         if not ok:
             continue
         try:
-            cov = get_backend(rows.get(name, name)).budget_coverage()
+            cov = get_backend(rows.get(name, name)).pdb_coverage()
         except BackendError as exc:
             log.warning("cluster %s: disruption budgets unavailable this cycle (%s); using the jobs' own", name, exc)
             continue
@@ -404,31 +504,38 @@ def cluster_budgets(active: list[Job]) -> dict[str, BudgetCoverage]:
             continue
         if name != core.DEFAULT_CLUSTER:
             qualify = f"{name}:".__add__
-            cov = BudgetCoverage(
-                budgets=tuple(replace(b, name=qualify(b.name)) for b in cov.budgets),
+            cov = PdbCoverage(
+                pdbs=tuple(replace(b, name=qualify(b.name)) for b in cov.pdbs),
                 jobs={k: tuple(map(qualify, v)) for k, v in cov.jobs.items()},
             )
         out[name] = cov
     return out
 
 
-def decayed_usage(*, now: datetime, half_life_s: float) -> dict[str, float]:
-    """GPU-seconds per department, each second weighted 2^(-age/half_life) (fair share remembers the past).
+def decayed_usage(*, now: datetime, half_life_s: float, teams: dict[int, str] | None = None,
+                  by_team: dict[tuple[str, str], float] | None = None) -> dict[str, float]:
+    """GPU-seconds per department, each second weighted 2^(-age/half_life) (fair share remembers the past);
+    with ``teams`` (team id -> slug), the GPU-seconds of each of those teams' jobs go into ``by_team`` too, by
+    (department, team), for the fair-share tree.
 
     Looks back four half-lives (older usage weighs < 1/16) in one aggregated query.
     """
     horizon = now - timedelta(seconds=4 * half_life_s)
     rows = Job.objects.filter(started_at__isnull=False).filter(
         Q(finished_at__isnull=True) | Q(finished_at__gte=horizon)
-    ).values_list("department__slug", TOTAL_GPUS, "started_at", "finished_at")
+    ).values_list("department__slug", GPU_SHARE, "started_at", "finished_at", "team_id")
     usage: dict[str, float] = defaultdict(float)
     lam = math.log(2) / half_life_s
     t_now = now.timestamp()
-    for dept, total_gpus, started, finished in rows:
+    for dept, total_gpus, started, finished, team_id in rows:
         a = max(started.timestamp(), horizon.timestamp())
         b = finished.timestamp() if finished else t_now
         if b <= a:
             continue
         # integral of exp(-lam * (now - t)) dt from a to b
-        usage[dept] += total_gpus * (math.exp(-lam * (t_now - b)) - math.exp(-lam * (t_now - a))) / lam
+        seconds = total_gpus * (math.exp(-lam * (t_now - b)) - math.exp(-lam * (t_now - a))) / lam
+        usage[dept] += seconds
+        if teams and by_team is not None and team_id in teams:
+            key = (dept, teams[team_id])
+            by_team[key] = by_team.get(key, 0.0) + seconds
     return dict(usage)

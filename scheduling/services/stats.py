@@ -17,8 +17,8 @@ from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from engine.types import TIERS
 from quotas import selectors as quota_selectors
-from scheduling.core.types import TIERS
 from scheduling.models import (
     ACTIVE_STATES,
     TOTAL_GPUS,

@@ -1,9 +1,9 @@
 """Sweeps: job arrays (submit N tasks at once, cancel them together) and holding a waiting job in the queue.
 
 An array is one submission: every task is a Job with its ``array`` and ``array_index``, made by the same code
-as any submission (``jobs._create_jobs``: department, approvals, timeline, pods after commit), with
-``{{index}}`` and ``{{count}}`` filled into its command and env (``scheduling.core.arrayspec``). The engine
-keeps at most the array's throttle of its tasks admitted at once (``scheduling.core.sweeps``).
+as any submission (``jobs.create_jobs``: department, approvals, timeline, pods after commit), with
+``{{index}}`` and ``{{count}}`` filled into its command and env (``engine.arrayspec``). The engine
+keeps at most the array's throttle of its tasks admitted at once (``engine.sweeps``).
 
 Holding keeps a waiting job's submission time (so its place) but the engine never admits it (reason
 ``held``); releasing puts it back. Both are compare-and-set updates recorded on the job's timeline.
@@ -15,13 +15,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from engine import arrayspec, reasons
 from portal.db import retry_on_conflict
 from portal.errors import Forbidden, IdempotencyKeyReused, InvalidTransition
 from portal.tenancy import can_manage_job, member, permits
 from quotas import budgets
-from scheduling.core import arrayspec, reasons
 from scheduling.models import FINAL_STATES, Job, JobArray, JobEvent, JobState
-from scheduling.services.jobs import _cancel, _create_jobs, request_hash
+from scheduling.services.jobs import cancel_locked, create_jobs, request_hash
 
 HOLDABLE = (JobState.PENDING_APPROVAL, JobState.QUEUED)
 
@@ -31,6 +31,9 @@ def task_fields(data: dict, *, index: int, count: int) -> dict:
     item = dict(data)
     item["command"] = [arrayspec.substitute(part, index=index, count=count) for part in data["command"]]
     item["env"] = {k: arrayspec.substitute(v, index=index, count=count) for k, v in (data.get("env") or {}).items()}
+    if data.get("roles"):  # every task has the array's roles, each role's own command filled as the job's
+        item["roles"] = [{**r, "command": [arrayspec.substitute(part, index=index, count=count) for part in r["command"]]}
+                         if r.get("command") else dict(r) for r in data["roles"]]
     return item
 
 
@@ -51,7 +54,7 @@ def array_submit(*, user, data: dict, spec: arrayspec.ArraySpec, indices: str,
                 request_hash=digest)
             items = [{**task_fields(data, index=i, count=spec.count), "array": array, "array_index": i}
                      for i in spec.indices]
-            _create_jobs(user=user, membership=membership, items=items, keys=[None] * len(items), digest=digest)
+            create_jobs(user=user, membership=membership, items=items, keys=[None] * len(items), digest=digest)
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -86,8 +89,8 @@ def array_cancel(*, user, array: JobArray, waiting_only: bool = False, comment: 
             tasks = list(Job.objects.select_for_update(no_key=True, of=("self",)).filter(array=array, state__in=states)
                          .select_related("department", "cluster", "owner").order_by("pk"))
             for job in tasks:
-                _cancel(user=user, job=job, comment=note, attempt=job.attempt,
-                        had_pods=job.state != JobState.PENDING_APPROVAL)
+                cancel_locked(user=user, job=job, comment=note, attempt=job.attempt,
+                              had_pods=job.state != JobState.PENDING_APPROVAL)
             return len(tasks)
 
     return retry_on_conflict(run, what=f"cancel of array {array.pk}")

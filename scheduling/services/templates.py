@@ -8,6 +8,8 @@ never stored; a submission from a template is the template's spec with the body'
 
 from __future__ import annotations
 
+import copy
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -22,7 +24,9 @@ SPEC_FIELDS = (
     "name", "image", "command", "env", "flavor", "gpus", "pods", "cpu", "memory", "tier", "urgency", "task_type",
     "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
     "cluster_selector", "cluster_preference", "mounts", "checkpoint", "shm_mb", "max_retries", "retry_on_exit_codes",
-    "secrets", "kind", "session_image", "port", "readiness_path",
+    "secrets", "kind", "session_image", "port", "readiness_path", "roles",
+    "preemptible", "notice_s", "min_pods", "global_batch_size", "topology_level", "topology_required",
+    "gpu_memory_gib", "gpu_cores", "gpu_replicas",
 )
 
 
@@ -138,6 +142,8 @@ def spec_of_job(job: Job) -> dict:
         # which department secrets it uses, by name and key: a clone never carries a value
         "secrets": [dict(u) for u in job.secrets or []],
     }
+    if job.topology_level:
+        spec.update(topology_level=job.topology_level, topology_required=job.topology_required)
     if job.kind != "batch":  # a session from a lab image is cloned by the image's name, not what it resolved to
         spec["kind"] = job.kind
         if job.session_image:
@@ -148,11 +154,41 @@ def spec_of_job(job: Job) -> dict:
             spec.update(port=job.port, readiness_path=job.readiness_path)
         if not spec.get("command"):
             spec.pop("command", None)
+    if job.preemptible is not None:  # the owner's own choice apart from the tier's
+        spec["preemptible"] = job.preemptible
+    if job.share_milli:  # a fraction of one GPU per pod (docs/fractions.md), asked for as it was
+        if job.gpu_replicas:
+            spec["gpu_replicas"] = job.gpu_replicas
+        else:
+            spec["gpu_memory_gib"] = job.gpu_memory_mib / 1024
+            if job.gpu_cores:
+                spec["gpu_cores"] = job.gpu_cores
+    roles = list(job.roles.order_by("index").select_related("flavor"))
+    if len(roles) > 1 or (roles and roles[0].name != "main"):
+        # a job of roles is resubmitted as one: its size is its roles', never set at the top
+        for field in ("pods", "gpus", "cpu", "memory", "shm_mb"):
+            spec.pop(field, None)
+        spec["roles"] = [_role_spec(r) for r in roles]
     if job.checkpoint:  # the directory by the names it was asked with (the same source, path and cluster)
         spec["checkpoint"] = {k: job.checkpoint[k] for k in ("source", "path", "cluster") if job.checkpoint.get(k)}
     if job.deadline is not None and job.deadline > timezone.now():
         spec["deadline"] = job.deadline.isoformat().replace("+00:00", "Z")
     return spec
+
+
+def _role_spec(role) -> dict:
+    """A role as POST /api/v1/jobs takes it (the fields left at their defaults left out)."""
+    out: dict = {"name": role.name, "pods": role.pods, "gpus": role.gpus_per_pod, "cpu": f"{role.cpu_millicores}m",
+                 "memory": f"{role.memory_mib}Mi", "failure_policy": role.failure_policy}
+    if role.image:
+        out["image"] = role.image
+    if role.command:
+        out["command"] = list(role.command)
+    if role.shm_mb:
+        out["shm_mb"] = role.shm_mb
+    if role.flavor_id and not role.gpus_per_pod:
+        out["flavor"] = role.flavor.name
+    return out
 
 
 def templates_for(user, *, scope: str | None = None):
@@ -161,3 +197,48 @@ def templates_for(user, *, scope: str | None = None):
     if scope:
         qs = qs.filter(scope=scope)
     return qs
+
+
+# A data worker as "add data workers" adds it: a CPU role whose failure restarts the pod alone. Its command is
+# the job's own (a script tells the roles apart by PORTAL_ROLE); the person edits it before submitting.
+DATA_WORKER_ROLE = "data"
+DATA_WORKER_CPU, DATA_WORKER_MEMORY = "4", "8Gi"
+MAX_ADDED_WORKERS = 64
+
+
+def with_data_workers(spec: dict, count: int) -> dict:
+    """``spec`` (``spec_of_job``'s) with ``count`` more CPU data workers: the job's restart-pod CPU role grown,
+    or a ``data`` role added (a job of one role becomes a ``trainer`` role of its own size beside it). What the
+    saw-tooth hint ("GPUs wait for data") offers. Refused (400 on ``add_data_workers``) for a count outside 1 to
+    64 and for a job without GPUs (its input pipeline feeds no GPU)."""
+    if not 1 <= count <= MAX_ADDED_WORKERS:
+        raise _field_error("add_data_workers", f"From 1 to {MAX_ADDED_WORKERS}.", "invalid")
+    out = copy.deepcopy(spec)
+    roles = out.get("roles")
+    if roles:
+        if not any(r.get("gpus") for r in roles):
+            raise _field_error("add_data_workers", "A job without GPUs has no GPUs to feed.", "no_gpus")
+        grown = next((r for r in roles if not r.get("gpus") and r.get("failure_policy") == "restart-pod"), None)
+        if grown is not None:
+            grown["pods"] += count
+            return out
+        names = {r["name"] for r in roles}
+        name = next(n for n in (DATA_WORKER_ROLE, *(f"{DATA_WORKER_ROLE}{i}" for i in range(2, 99)))
+                    if n not in names)
+    else:
+        if not out.get("gpus"):
+            raise _field_error("add_data_workers", "A job without GPUs has no GPUs to feed.", "no_gpus")
+        trainer = {"name": "trainer", "pods": out.pop("pods", 1), "gpus": out.pop("gpus")}
+        for field in ("cpu", "memory", "shm_mb"):
+            value = out.pop(field, None)
+            if value:
+                trainer[field] = value
+        roles = out["roles"] = [trainer]
+        name = DATA_WORKER_ROLE
+    roles.append({"name": name, "pods": count, "gpus": 0, "cpu": DATA_WORKER_CPU, "memory": DATA_WORKER_MEMORY,
+                  "failure_policy": "restart-pod"})
+    return out
+
+
+def _field_error(field: str, message: str, code: str) -> ValidationFailed:
+    return ValidationFailed(f"{field}: {message}", fields={field: [{"code": code, "message": message}]})

@@ -1,6 +1,6 @@
 """What-if for admins: replay the portal's recorded job history under the policy in force and a proposed one
 (and/or proposed quotas) on the current cluster, and compare. Used by ``manage.py whatif`` and the dashboard's
-What-if page; the replay itself is ``scheduling.sim.whatif.compare``.
+What-if page; the replay itself is ``simulator.whatif.compare``.
 
 Nothing here writes to the database. Two guards keep a replay bounded, so a web request always returns:
 
@@ -23,20 +23,20 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from engine.policy import PolicyError, policy_from_dict, policy_to_dict
+from engine.types import ClusterInfo
 from portal.models import Department, Membership
 from quotas import selectors as quota_selectors
 from quotas.models import Flavor
-from scheduling.core.policy import PolicyError, policy_from_dict, policy_to_dict
-from scheduling.core.types import ClusterInfo
 from scheduling.models import Cluster, Job, JobState, Node
 from scheduling.services import snapshot
 from scheduling.services.policy import current_policy, policy_as_dict
-from scheduling.sim.policies import Portal
-from scheduling.sim.trace import TraceRow
-from scheduling.sim.whatif import compare
+from simulator.policies import Portal
+from simulator.trace import TraceRow
+from simulator.whatif import compare, overrides_of
 
 TRACE_COLUMNS = ("job_id", "submit_time_s", "duration_s", "gpus", "department", "user", "tier", "urgency",
-                 "flavor", "deadline_s", "bid", "max_runtime_s", "pods")
+                 "flavor", "deadline_s", "bid", "max_runtime_s", "pods", "roles")
 DEFAULT_MAX_JOBS = 1000
 DEFAULT_TIME_LIMIT_S = 20.0
 QUOTA_FIELDS = ("nominal", "borrowing_limit", "lending_limit")
@@ -78,7 +78,7 @@ def export_rows(*, since, limit: int | None = None) -> list:
     """The history since ``since`` as simulator TraceRows (times relative to the first submission; the
     duration is what the job actually ran, its max runtime when it never ran). With ``limit``, only the most
     recent ``limit`` jobs."""
-    qs = _history(since).select_related("department", "flavor", "owner")
+    qs = _history(since).select_related("department", "flavor", "owner").prefetch_related("roles__flavor")
     if limit is not None:
         jobs = list(qs.order_by("-submitted_at", "-id")[:limit])[::-1]
     else:
@@ -95,11 +95,53 @@ def export_rows(*, since, limit: int | None = None) -> list:
             total_gpus=j.total_gpus, department=j.department.slug, user=j.owner.get_username(), tier=j.tier,
             urgency=j.urgency, flavor=j.flavor.name,
             deadline_s=(j.deadline - t0).total_seconds() if j.deadline else None, bid=j.bid,
-            max_runtime_s=float(j.max_runtime_s), pods=j.pods,
+            max_runtime_s=float(j.max_runtime_s), pods=j.pods, preemptible=j.preemptible,
+            # the notice it declared and its checkpoints, so a preemption in the replay loses what it lost here;
+            # and the surcharge it paid for running non-preemptible, so the replay's spend is the portal's
+            notice_s=float(j.notice_s), checkpoint_interval_s=_opt(j.checkpoint_interval_s),
+            price_surcharge_pct=j.price_surcharge_pct,
             cluster_selector=snapshot.label_pairs(j.cluster_selector),
             cluster_preference=snapshot.label_pairs(j.cluster_preference),
+            roles=_trace_roles(j),
+            # a fraction of a GPU per pod replays as one (a job of roles replays whole: the trace's fractions are
+            # one per pod of a single role)
+            gpu_fraction=j.share_milli / 1000 if 0 < j.share_milli < 1000 and j.role_count < 2 else None,
         ))
     return rows
+
+
+def _opt(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def _trace_roles(job) -> tuple:
+    """A CPU-only job's or a job of roles' roles as the trace's (name, pods, GPUs, cores, GiB, pool); () for one
+    GPU role, which the row's pods and GPUs say."""
+    roles = sorted(job.roles.all(), key=lambda r: r.index)
+    if job.total_gpus and len(roles) <= 1:
+        return ()
+    return tuple((r.name, r.pods, r.gpus_per_pod, r.cpu_millicores / 1000, r.memory_mib / 1024,
+                  None if r.gpus_per_pod or r.flavor is None else r.flavor.name) for r in roles)
+
+
+def cpu_quotas() -> dict[str, dict[str, dict]]:
+    """The CPU pools' quotas in force as the simulator takes them: ``{department: {pool: {"cores": {...},
+    "memory_gib": {...}}}}`` (global ones: the engine does not read per-cluster CPU quotas)."""
+    out: dict = {}
+    for q in quota_selectors.quotas_in_force():
+        if q.resource == "gpus" or q.cluster_id is not None:
+            continue
+        pool = out.setdefault(q.department.slug, {}).setdefault(q.flavor.name, {})
+        pool["cores" if q.resource == "cpu" else "memory_gib"] = {
+            "nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit}
+    return out
+
+
+def _with_cpu(quotas: dict, cpu: dict) -> dict:
+    out = {d: dict(per) for d, per in quotas.items()}
+    for d, pools in cpu.items():
+        out.setdefault(d, {}).update(pools)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the inputs
@@ -119,18 +161,7 @@ def validate_policy(doc: Any) -> dict:
 
 def sim_policy(data: dict) -> dict:
     """A portal policy document (as stored) -> the simulator's policy overrides."""
-    policy = policy_from_dict(data)
-    out = {}
-    for name in policy.__dataclass_fields__:
-        if name in ("version",):
-            continue
-        value = getattr(policy, name)
-        if name == "weights":
-            value = {f"{u}/{t}": w for (u, t), w in value.items()}
-        elif name == "priority_classes":
-            value = dict(value)
-        out[name] = value
-    return out
+    return overrides_of(data)
 
 
 def current_policy_doc() -> tuple[dict, int]:
@@ -143,6 +174,8 @@ def current_quotas() -> dict[str, dict[str, dict[str, int | None]]]:
     quota's key is ``flavor@cluster`` (the simulator's)."""
     out: dict = {}
     for q in quota_selectors.quotas_in_force():
+        if q.resource != "gpus":  # a CPU pool's cores and GiB: ``cpu_quotas``
+            continue
         out.setdefault(q.department.slug, {})[q.key] = {
             "nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit}
     return out
@@ -215,12 +248,19 @@ def apply_quota_changes(quotas: dict, changes: Iterable[QuotaChange]) -> dict:
 
 def node_groups() -> list[dict]:
     """The clusters' schedulable nodes as the simulator's node groups, one per (cluster, flavor, size)."""
-    groups = Counter(Node.objects.filter(schedulable=True).values_list("cluster__name", "flavor__name", "gpus"))
-    if not groups:
+    nodes = Node.objects.filter(schedulable=True)
+    groups = Counter(nodes.exclude(flavor__kind="cpu").values_list("cluster__name", "flavor__name", "gpus"))
+    # a CPU pool's nodes, one group per size in whole cores and GiB (what the simulator sizes them in)
+    pools = Counter((c, f, m // 1000, mib // 1024) for c, f, m, mib in nodes.filter(flavor__kind="cpu").values_list(
+        "cluster__name", "flavor__name", "cpu_millicores", "memory_mib"))
+    if not groups and not pools:
         raise WhatIfError("There are no schedulable nodes to replay on.")
     return [{"name": f"{cluster}-{flavor}-{gpus}", "count": n, "gpus_per_node": gpus, "flavor": flavor,
              "cluster": cluster}
-            for (cluster, flavor, gpus), n in sorted(groups.items())]
+            for (cluster, flavor, gpus), n in sorted(groups.items())] + [
+        {"name": f"{cluster}-{flavor}-{cores}c-{gib}g", "count": n, "gpus_per_node": 0, "cores": cores,
+         "memory_gib": gib, "flavor": flavor, "cluster": cluster}
+        for (cluster, flavor, cores, gib), n in sorted(pools.items()) if cores and gib]
 
 
 def cluster_infos() -> tuple[ClusterInfo, ...]:
@@ -267,7 +307,7 @@ class _Bounded:
 
 @dataclass
 class WhatIf:
-    """One comparison: ``result`` is ``scheduling.sim.whatif.compare``'s output plus ``preemptions_dept``
+    """One comparison: ``result`` is ``simulator.whatif.compare``'s output plus ``preemptions_dept``
     (victims per department) in each summary and in ``diff``."""
 
     result: dict
@@ -313,7 +353,9 @@ def run_whatif(*, days: float, proposed_policy: dict | None = None, quota_change
     budget = time_limit_s() if time_limit is None else time_limit
     t0 = time.monotonic()
     current, proposed = _Bounded(t0 + budget, budget), _Bounded(t0 + budget, budget)
-    result = compare(rows, node_groups=groups, quotas=quotas, proposed_quotas=proposed_quotas,
+    cpu = cpu_quotas()
+    result = compare(rows, node_groups=groups, quotas=_with_cpu(quotas, cpu),
+                     proposed_quotas=_with_cpu(proposed_quotas, cpu),
                      current_policy=sim_policy(current_doc), proposed_policy=sim_policy(proposed_doc),
                      current=current, proposed=proposed, members=member_tiers(), clusters=cluster_infos())
     depts = sorted(set(current.victims) | set(proposed.victims) | {r.department for r in rows})

@@ -16,6 +16,7 @@ from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from engine import tiers as tier_table
 from portal.errors import PortalError, error_body
 from portal.forms import act_and_flash, credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
@@ -23,7 +24,6 @@ from quotas.models import Flavor
 from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
 from scheduling.api.sweeps import ArraySubmitSerializer
 from scheduling.backends.base import BackendError
-from scheduling.core import tiers as tier_table
 from scheduling.models import (
     Cluster,
     Job,
@@ -36,7 +36,8 @@ from scheduling.models import (
     Tier,
     Urgency,
 )
-from scheduling.selectors import jobs_for, live_states, queue_position
+from scheduling.selectors import jobs_for, live_states, pods_by_role, queue_position
+from scheduling.services import fractions
 from scheduling.services.dependencies import dependencies_of
 from scheduling.services.jobs import job_cancel, job_submit
 from scheduling.services.logs import attempt_log_lines, is_live
@@ -67,16 +68,18 @@ def jobs(request):
     })
 
 
-FORM_FIELDS = ("name", "kind", "session_image", "image", "port", "readiness_path", "flavor", "gpus", "pods", "cpu",
+FORM_FIELDS = ("name", "kind", "session_image", "image", "port", "readiness_path", "flavor", "gpus", "pods",
+               "gpu_memory_gib", "gpu_cores", "gpu_replicas", "cpu",
                "memory", "tier", "urgency", "task_type", "deadline", "max_runtime_s", "checkpoint_interval_s", "bid",
-               "shm_mb", "max_retries")
-INT_FIELDS = ("gpus", "pods", "port", "max_runtime_s", "checkpoint_interval_s", "shm_mb", "max_retries")
+               "shm_mb", "max_retries", "topology_level", "topology_required")
+INT_FIELDS = ("gpus", "pods", "port", "max_runtime_s", "checkpoint_interval_s", "shm_mb", "max_retries", "gpu_cores",
+              "gpu_replicas")
 
 
 def _form_to_payload(post) -> tuple[dict, dict]:
     """The submit form -> the API's JSON payload (numbers as JSON integers, as the API requires), plus what
     only a form has: a command typed as a shell line, and environment variables as NAME=value lines."""
-    payload = form_payload(post, FORM_FIELDS, integers=INT_FIELDS)
+    payload = form_payload(post, FORM_FIELDS, integers=INT_FIELDS, checkboxes=("topology_required",))
     errors = credit_fields(payload, JobSubmitSerializer, ("bid",))  # the form speaks credits, the API mcr
     command = post.get("command", "").strip()
     if command:
@@ -221,12 +224,18 @@ def submit(request):
             except PortalError as exc:
                 for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
                     errors.setdefault(field, []).extend(i["message"] for i in items)
+    clusters = list(Cluster.objects.order_by("name").only("name", "labels", "state", "topology_levels"))
+    flavors = list(Flavor.objects.order_by("name"))
+    share = settings.SESSION_DEFAULT_GPU_FRACTION
     return render(request, "scheduling/submit.html", {
-        "membership": m, "flavors": Flavor.objects.order_by("name"), "tiers": Tier.choices,
+        "membership": m, "flavors": flavors, "tiers": Tier.choices,
+        "session_fraction": share,
+        "session_fraction_defaults": [d for d in (fractions.describe_default(f, share) for f in flavors) if d],
         "default_tier": tier_table.DEFAULT,
         "urgencies": Urgency.choices, "task_types": TaskType.choices, "errors": errors, "values": values,
         "kinds": JobKind.choices, "session_images": list(SessionImage.objects.restrict(request.user, VIEW)),
-        "clusters": list(Cluster.objects.order_by("name").only("name", "labels", "state")),
+        "clusters": clusters,
+        "topology_levels": list(dict.fromkeys(k for c in clusters for k in c.topology_levels or [])),
         "sources": list(DataSource.objects.restrict(request.user, VIEW).order_by("name").distinct()
                         .only("name", "writable")),
         "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
@@ -262,7 +271,7 @@ def submit_quote(request):
 @login_required
 def job_detail(request, pk: int):
     job = (
-        Job.objects.select_related("owner", "department", "flavor", "cluster")
+        Job.objects.select_related("owner", "department", "team", "flavor", "cluster")
         .prefetch_related(Prefetch("events", JobEvent.objects.select_related("actor")))
         .get_or_404(request.user, VIEW, pk=pk)
     )
@@ -273,6 +282,7 @@ def job_detail(request, pk: int):
         "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,
         "checkpoint_retention_days": settings.CHECKPOINT_RETENTION_DAYS,
         "route": route_context(request.user, job) if job.has_route else None,
+        "roles": pods_by_role(job=job),
     })
 
 
@@ -336,7 +346,7 @@ def _log_pod(request, job) -> int:
         pod = int(request.GET.get("pod", 0))
     except ValueError:
         pod = 0
-    return min(max(pod, 0), job.pods - 1)
+    return min(max(pod, 0), job.all_pods - 1)
 
 
 def _log_text(job, attempt, pod: int = 0) -> tuple[str, str, str]:
@@ -359,7 +369,7 @@ def job_logs(request, pk: int):
     kept = job.logs.filter(attempt=attempt, pod=pod).only("truncated", "kept_at").first()
     return render(request, "scheduling/logs.html", {
         "job": job, "attempt": attempt, "attempts": range(job.attempt, 0, -1), "pod": pod,
-        "pods": range(job.pods), "text": text, "source": source,
+        "pods": range(job.all_pods), "text": text, "source": source,
         "error": error, "live": is_live(job, attempt), "kept": kept, "keep_kb": settings.LOG_KEEP_KB,
         "retention_days": settings.LOG_RETENTION_DAYS,
     })

@@ -2,7 +2,8 @@
 route's code exchange, and the forward-auth endpoint the ingress controller (or the demo's session proxy) asks
 before every request.
 
-Every refusal to connect is a 404, to anyone but the owner: a session's route is not even acknowledged."""
+Every refusal to connect is a 404, to anyone but those who may reach it: a session's route is not even
+acknowledged. The route's own paths answer on the route's host alone (``portal.middleware.SessionHosts``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,9 @@ from django.shortcuts import redirect
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
-from rest_framework.exceptions import AuthenticationFailed
 
-from portal.auth import BearerTokenAuthentication
 from portal.errors import NotFound, PortalError
-from scheduling.models import CONNECT, Job
+from portal.session_hosts import cookie_values
 from scheduling.services import sessions
 
 NOT_FOUND = "No such session."
@@ -27,8 +26,8 @@ NOT_FOUND = "No such session."
 @login_required
 @require_POST
 def connect(request, pk: int):
-    """The owner's Connect: a one-time code, and off to the route, which trades it for its cookie."""
-    job = Job.objects.restrict(request.user, CONNECT).filter(pk=pk).first()
+    """Connect: a one-time code, and off to the route's host, which trades it for its cookie."""
+    job = sessions.reachable(request.user, pk)
     if job is None:
         raise NotFound(NOT_FOUND)
     try:
@@ -41,16 +40,16 @@ def connect(request, pk: int):
 @never_cache
 @require_GET
 def exchange(request, pk: int):
-    """``/s/<id>/_portal/connect?code=...``: spend the code, set the route's cookie (HttpOnly, only sent under
-    ``/s/<id>/``), and go to the app. The code leaves the address bar with the redirect."""
+    """``/s/<id>/_portal/connect?code=...`` on the route's host: spend the code, set the route's cookie
+    (HttpOnly, host-only, ``__Host-`` behind TLS), and go to the app. The code leaves the address bar with the
+    redirect."""
     token = sessions.connect_exchange(job_id=pk, code=request.GET.get("code", ""))
     if token is None:
         return HttpResponse("This connect link was used or has expired: press Connect on the job's page again.\n",
                             status=404, content_type="text/plain")
     response = HttpResponseRedirect(sessions.route_path(pk))
-    response.set_cookie(sessions.cookie_name(pk), token, max_age=int(sessions.TOKEN_TTL.total_seconds()),
-                        path=sessions.route_path(pk), httponly=True, secure=settings.SESSION_COOKIE_SECURE,
-                        samesite="Lax")
+    response.set_cookie(sessions.cookie_name(), token, max_age=int(sessions.TOKEN_TTL.total_seconds()),
+                        path="/", httponly=True, secure=settings.SESSION_COOKIE_SECURE, samesite="Lax")
     return response
 
 
@@ -58,20 +57,20 @@ def exchange(request, pk: int):
 @csrf_exempt  # asked by the ingress controller or the proxy, never by a form; it changes nothing but last-seen
 def forward_auth(request, pk: int):
     """200 (with ``X-Portal-User``; and ``X-Portal-Upstream`` where the simulated pod answers) or a refusal:
-    401 without a credential, 404 for a session this caller may not reach. ``?mode=nginx``: nginx's
-    ``auth_request`` accepts only 401 and 403 as refusals, so a 404 is answered 401 there (nginx then sends
-    the browser to the job's page, which is itself a 404 to anyone else)."""
-    user = request.user if request.user.is_authenticated else None
-    if user is None:
-        try:
-            found = BearerTokenAuthentication().authenticate(request)
-        except AuthenticationFailed:
-            found = None
-        user = found[0] if found else None
-    decision = sessions.authorize(job_id=pk, token=request.COOKIES.get(sessions.cookie_name(pk)), user=user)
+    404 without a credential or for a session this caller may not reach. The credentials are the route's
+    cookie and a service key (``Authorization: Bearer gps_...``), as the ingress controller or the proxy pass
+    them on with the request's ``Origin``. ``?mode=nginx``: nginx's ``auth_request`` accepts only 401 and 403
+    as refusals, so a 404 is answered 401 there (nginx then sends the browser to the job's page, which is
+    itself a 404 to anyone else)."""
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    decision = sessions.authorize(
+        job_id=pk, tokens=cookie_values(request.headers.get("Cookie", ""), sessions.cookie_name()),
+        key=key.strip() if scheme.lower() == "bearer" else None, origin=request.headers.get("Origin"))
     status = decision.status
-    if status == 404 and request.GET.get("mode") == "nginx":
-        status = 401
+    if request.GET.get("mode") == "nginx":
+        status = 401 if status in (401, 404) else status
+    elif status == 401:  # no credential or another's: one answer, which says nothing of the job
+        status = 404
     response = HttpResponse(status=status)
     if status == 200:
         response["X-Portal-User"] = decision.user.get_username()

@@ -10,11 +10,11 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from engine import tiers
 from portal.errors import PortalError
 from portal.money import credits_value
 from portal.tenancy import CHANGE, VIEW, member
 from scheduling.api.serializers import JobTemplateUpdateSerializer
-from scheduling.core import tiers
 from scheduling.models import JobTemplate, TemplateScope
 from scheduling.services.templates import template_delete, template_update, templates_for
 

@@ -9,10 +9,10 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
+from engine.types import TIERS
 from portal.models import Department
 from portal.tenancy import CHANGE, VIEW, require_role
 from quotas.models import Flavor
-from scheduling.core.types import TIERS
 from scheduling.services import whatif as svc
 from scheduling.services.whatif import WhatIfError, quota_change
 from scheduling.views.policy import WHATIF_SESSION_KEY, policy_from_text

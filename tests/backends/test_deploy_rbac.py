@@ -92,7 +92,7 @@ def test_every_request_of_a_job_lifecycle_is_allowed(kube_fake, kube_backend, ma
     kube_fake.run(ns, podset.pod_name(1))
     kube_backend.inventory()
     kube_backend.disruption_budgets()
-    kube_backend.budget_coverage()
+    kube_backend.pdb_coverage()
     list(kube_backend.logs(job_id=42, attempt=1, namespace=ns))
     watch = kube_backend.watch_pods(resource_version="1", timeout_s=1)
     next(iter(watch))

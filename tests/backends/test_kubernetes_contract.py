@@ -11,6 +11,7 @@ import pytest
 from scheduling.backends.base import BackendError, ClusterUnavailable, InvalidPodSpec
 from scheduling.backends.kube import ADMISSION_GATE, GangIncomplete, KubernetesBackend, PodNameTaken
 from tests.fakes.k8s_api import SchedulingError
+from tests.fakes.k8s_fixtures import INSTALLATION
 
 NS = "team-a"
 
@@ -33,6 +34,7 @@ def test_pod_is_gated_with_tier_class_labels_and_annotations(kube_backend, kube_
     assert spec["priority"] == 100000  # resolved by the API server from the existing class
     assert meta["labels"] == {
         "app.kubernetes.io/managed-by": "gpu-portal",
+        "gpu-portal.io/installation": INSTALLATION,
         "gpu-portal.io/job-id": "42",
         "gpu-portal.io/attempt": "1",
         "gpu-portal.io/pod-index": "0",
@@ -192,7 +194,8 @@ def test_pdb_is_created_with_the_job_adopted_on_retry_and_deleted_with_it(kube_b
     pdb = kube_fake.pdbs[(NS, "job-42-a1")]
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == {
-        "app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/job-id": "42", "gpu-portal.io/attempt": "1"}
+        "app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/installation": INSTALLATION,
+        "gpu-portal.io/job-id": "42", "gpu-portal.io/attempt": "1"}
     kube_backend.delete_pods(job_id=42, attempt=1, namespace=NS)
     assert (NS, "job-42-a1") not in kube_fake.pdbs
     assert not [k for k in kube_fake.pods if k[0] == NS]
@@ -439,9 +442,20 @@ def test_api_throttling_429_outside_eviction_is_cluster_unavailable(kube_backend
 
 
 def test_client_side_rate_limit_spaces_out_requests(kube_fake, sleeps, make_podset):
+    from scheduling.backends.kube.client import TokenBucket
+
+    # The bucket's clock is the test's: it moves only by the waits, so the pacing does not depend on how long
+    # the machine takes to send each request.
+    clock = [0.0]
+
+    def sleep(seconds):
+        sleeps(seconds)
+        clock[0] += seconds
+
     backend = KubernetesBackend(host=kube_fake.url, qps=5, burst=2, sleep=sleeps)
+    backend.call.bucket = TokenBucket(qps=5, burst=2, clock=lambda: clock[0], sleep=sleep)
     backend.ensure_pods(make_podset(pods=3))  # 4 POSTs (the gang's Service, 3 pods) with a burst of 2 at 5 qps
-    assert len(sleeps) >= 1 and sum(sleeps) == pytest.approx(0.6, abs=0.25)
+    assert sleeps == [pytest.approx(0.2), pytest.approx(0.2)]  # the burst, then one request each 1/5 s
 
 
 def test_the_client_keeps_as_many_connections_as_it_is_told(kube_fake):

@@ -7,6 +7,7 @@ import pytest
 
 from scheduling.backends.base import BackendError
 from scheduling.backends.kube.podspec import pod_manifest, service_manifest
+from tests.fakes.k8s_fixtures import INSTALLATION
 
 NS = "team-a"
 
@@ -28,7 +29,8 @@ def test_a_gang_gets_a_headless_service_and_each_pod_its_rank(kube_backend, kube
     assert posts[0] == "services"  # before the pods: pod 0's name resolves from the start
     svc = kube_fake.services[(NS, "job-42-a1")]
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
-    assert svc["spec"]["selector"] == {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/job-id": "42",
+    assert svc["spec"]["selector"] == {"app.kubernetes.io/managed-by": "gpu-portal",
+                                       "gpu-portal.io/installation": INSTALLATION, "gpu-portal.io/job-id": "42",
                                        "gpu-portal.io/attempt": "1"}
     assert [p["port"] for p in svc["spec"]["ports"]] == [29500]
     for i in range(2):

@@ -11,6 +11,7 @@ from portal.timestamps import split_log_stamp
 from scheduling.backends.base import ClusterUnavailable
 from scheduling.backends.kube import FlavorRule, KubernetesBackend, LogsUnavailable, PriorityClassNotOwned
 from scheduling.backends.kube.logs import SINCE_MARGIN_S
+from tests.fakes.k8s_fixtures import INSTALLATION
 
 NS = "team-a"
 
@@ -84,7 +85,7 @@ def test_inventory_uses_a_bounded_number_of_list_calls(kube_backend, cluster):
     assert [(r.method, r.path) for r in calls] == [
         ("GET", "/api/v1/nodes"), ("GET", "/api/v1/pods"), ("GET", "/api/v1/pods")]
     assert calls[1].query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
-    assert calls[2].query["labelSelector"] == "app.kubernetes.io/managed-by=gpu-portal"
+    assert calls[2].query["labelSelector"] == f"app.kubernetes.io/managed-by=gpu-portal,gpu-portal.io/installation={INSTALLATION}"
 
 
 def test_inventory_paginates_large_clusters(kube_fake, sleeps):

@@ -13,8 +13,8 @@ from scheduling.backends.kube.routes import RouteConfig
 from tests.fakes.k8s_fixtures import FLAVORS
 
 NS = "team-a"
-ROUTES = RouteConfig(url="https://sessions.lab.example", auth_url="http://portal-web.gpu-portal.svc:8000",
-                     portal_url="https://gpu.lab.example", ingress_class="nginx")
+ROUTES = RouteConfig(domain="sessions.lab.example", auth_url="http://portal-web.gpu-portal.svc:8000",
+                     portal_url="https://gpu.lab.example", ingress_class="nginx", tls_secret="sessions-wildcard")
 
 
 @pytest.fixture
@@ -52,14 +52,47 @@ def test_a_session_gets_a_service_and_an_ingress_that_hold_together(routed, kube
     ing = kube_fake.ingresses[(NS, "job-42-a1")]
     assert ing["spec"]["ingressClassName"] == "nginx"
     [rule] = ing["spec"]["rules"]
-    assert rule["host"] == "sessions.lab.example"
+    assert rule["host"] == "s42.sessions.lab.example"  # an origin of its own
+    assert ing["spec"]["tls"] == [{"hosts": ["s42.sessions.lab.example"], "secretName": "sessions-wildcard"}]
     assert rule["http"]["paths"] == [{"path": "/s/42/", "pathType": "Prefix", "backend": {
         "service": {"name": "job-42-a1", "port": {"name": "http"}}}}]
     notes = ing["metadata"]["annotations"]
     assert notes["nginx.ingress.kubernetes.io/auth-url"] == (
         "http://portal-web.gpu-portal.svc:8000/sessions/42/auth?mode=nginx")
     assert notes["nginx.ingress.kubernetes.io/auth-signin"] == "https://gpu.lab.example/jobs/42/"
+    snippet = notes["nginx.ingress.kubernetes.io/configuration-snippet"]
+    assert 'proxy_set_header Authorization "";' in snippet and "proxy_set_header Cookie $portal_app_cookie;" in snippet
     assert kube_fake.route_problems(NS) == []
+
+
+def test_each_route_has_its_own_host_and_the_snippet_strips_the_route_cookie_as_nginx_would(make_podset):
+    import re
+
+    from scheduling.backends.kube.routes import STRIP_CREDENTIALS, ingress_manifest
+
+    one = ingress_manifest(session(make_podset), ROUTES)
+    other = ingress_manifest(session(make_podset, job_id=43), ROUTES)
+    assert one["spec"]["rules"][0]["host"] != other["spec"]["rules"][0]["host"] == "s43.sessions.lab.example"
+    # nginx's PCRE and Python's re agree on this pattern: the route's cookie goes, the app's stay
+    pattern = re.search(r'~\* "(.+)"\)', STRIP_CREDENTIALS).group(1).replace("\\\\", "\\")
+    for sent, app_gets in [("_xsrf=a; __Host-portal_route=t; theme=d", "_xsrf=a; theme=d"),
+                           ("portal_route=t", ""), ("_xsrf=a", None)]:
+        m = re.match(pattern, sent, re.IGNORECASE)
+        assert (m.group(1) + m.group(2) if m else None) == app_gets, sent
+
+
+def test_the_routes_portal_paths_go_to_the_portals_service_when_one_is_named(make_podset):
+    from dataclasses import replace
+
+    from scheduling.backends.kube.routes import ingress_manifest
+
+    paths = ingress_manifest(session(make_podset), replace(ROUTES, portal_service="gpu-portal"))["spec"]["rules"][0][
+        "http"]["paths"]
+    assert [(p["path"], p["backend"]["service"]["name"]) for p in paths] == [
+        ("/s/42/", "job-42-a1"), ("/s/42/_portal/", "gpu-portal")]
+    bare = ingress_manifest(session(make_podset), replace(ROUTES, strip_credentials=False, tls_secret=""))
+    assert "tls" not in bare["spec"]
+    assert "nginx.ingress.kubernetes.io/configuration-snippet" not in bare["metadata"]["annotations"]
 
 
 def test_the_fake_sees_a_route_that_would_not_answer(routed, kube_fake, make_podset, gpu_nodes):
@@ -109,3 +142,17 @@ def test_readiness_is_the_pods_ready_condition(routed, kube_fake, make_podset, g
 def test_a_session_without_a_valid_port_is_refused(routed, make_podset, port):
     with pytest.raises(InvalidPodSpec, match="port"):
         routed.start(make_podset(kind="session", port=port), ("gpu-0",))
+
+
+@pytest.mark.parametrize("method", ["remove_pods", "delete_pods"])
+def test_an_attempt_is_cleared_without_deleting_what_it_never_had(routed, kube_fake, make_podset, gpu_nodes, method):
+    from scheduling.backends.base import AttemptObjects
+
+    routed.start(make_podset(gpus_per_pod=1), ("gpu-0",))  # a batch job: one pod, no Service, Ingress or PDB
+    seen = len(kube_fake.requests)
+    getattr(routed, method)(job_id=42, attempt=1, namespace=NS,
+                            objects=AttemptObjects(service=False, route=False, budget=False))
+    deletes = [r.path for r in kube_fake.requests[seen:] if r.method == "DELETE"]
+    assert deletes == [f"/api/v1/namespaces/{NS}/pods/job-42-a1"]
+    assert kube_fake.pod(NS, "job-42-a1") is None or kube_fake.pod(NS, "job-42-a1")["metadata"].get(
+        "deletionTimestamp")

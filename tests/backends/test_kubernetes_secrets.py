@@ -96,7 +96,7 @@ def test_a_concurrent_writer_makes_the_update_read_again(kube_backend, kube_fake
 
 def test_a_secret_the_portal_does_not_own_is_never_overwritten(kube_backend, kube_fake, make_podset, gpu_node):
     kube_fake.add_secret(NS, "portal-secret-wandb", {"api_key": "theirs"})
-    with pytest.raises(InvalidPodSpec, match="not the portal's"):
+    with pytest.raises(InvalidPodSpec, match="not this portal's"):
         kube_backend.start(make_podset(secrets=SECRETS), ("gpu-0",))
     assert kube_fake.secret_text(NS, "portal-secret-wandb") == {"api_key": "theirs"}
     assert kube_fake.pod(NS, "job-42-a1") is None
@@ -118,3 +118,36 @@ def test_a_referenced_secret_missing_from_the_namespace_leaves_the_pod_pending(k
     state = pod_state(kube_fake.pod(NS, "job-42-a1"))
     assert state.phase == "Pending" and state.reason == "CreateContainerConfigError"
     assert 'secret "absent" not found' in state.message
+
+
+def test_a_departments_secret_is_written_once_for_all_of_its_jobs(kube_backend, kube_fake, make_podset, gpu_node):
+    for job_id in (1, 2, 3):
+        kube_backend.start(make_podset(job_id=job_id, gpus_per_pod=1, secrets=SECRETS), ("gpu-0",))
+    secret_calls = [(r.method, r.path.rsplit("/", 1)[-1]) for r in kube_fake.requests if "/secrets" in r.path]
+    assert secret_calls == [("POST", "secrets"), ("POST", "secrets")]  # no POST answered 409 per start
+    rotated = PodSecrets(env=SECRETS.env, owned=(OwnedSecret(name="portal-secret-wandb", data=(("api_key", "new"),),
+                                                             version=2),))
+    kube_backend.start(make_podset(job_id=4, gpus_per_pod=1, secrets=rotated), ("gpu-0",))  # a changed value: at once
+    assert kube_fake.secret_text(NS, "portal-secret-wandb") == {"api_key": "new"}
+
+
+def test_a_secret_deleted_behind_the_portals_back_is_written_again_after_a_while(kube_fake, make_podset, gpu_node,
+                                                                                  kube_backend):
+    kube_backend.start(make_podset(job_id=1, gpus_per_pod=1, secrets=SECRETS), ("gpu-0",))
+    del kube_fake.secrets[(NS, "portal-secret-wandb")]
+    now = [0.0]
+    kube_backend.secrets_seen.clock = lambda: now[0]
+    kube_backend.secrets_seen._seen = {k: (d, 0.0) for k, (d, _) in kube_backend.secrets_seen._seen.items()}
+    now[0] = kube_backend.secrets_seen.recheck_s + 1
+    kube_backend.start(make_podset(job_id=2, gpus_per_pod=1, secrets=SECRETS), ("gpu-0",))
+    assert kube_fake.secret_text(NS, "portal-secret-wandb") == {"api_key": TOKEN}
+
+
+def test_another_installations_secret_of_that_name_is_never_overwritten(kube_backend, kube_fake, make_podset,
+                                                                         gpu_node):
+    kube_fake.add_secret(NS, "portal-secret-wandb", {"api_key": "theirs"})
+    kube_fake.secrets[(NS, "portal-secret-wandb")]["metadata"]["labels"] = {
+        "app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/installation": "another-portal"}
+    with pytest.raises(InvalidPodSpec, match="not this portal's"):
+        kube_backend.start(make_podset(secrets=SECRETS), ("gpu-0",))
+    assert kube_fake.secret_text(NS, "portal-secret-wandb") == {"api_key": "theirs"}

@@ -32,8 +32,8 @@ def _run_and_finish(job_ids=None):
     from django.utils import timezone
 
     from scheduling.models import SimPod
-    from scheduling.services.clusters import sync_cluster
     from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
 
     run_cycle()
     sync_cluster()
@@ -161,7 +161,7 @@ def test_logs_of_a_finished_job(login, lab, submit):
 
 
 def test_a_failed_jobs_page_gives_the_hint_of_its_notification(login, lab, submit):
-    from scheduling.core.failure_hints import failure_hint
+    from scheduling.failure_hints import failure_hint
     from scheduling.models import Job
 
     job = submit(lab.alice, name="crashes", env={"SIM_EXIT_CODE": "1"})

@@ -53,6 +53,7 @@ def test_the_general_quota_button_opens_the_form_with_the_quota_in_force(login, 
     from quotas.models import Quota
 
     Quota.objects.filter(department=lab.vision).update(nominal=4, borrowing_limit=2, lending_limit=4)
+    Quota.objects.filter(department=lab.nlp).update(nominal=2)  # room for vision's 5
     page = login("vadmin")
     page.goto(f"{live_server.url}/lab/departments/vision/")
     page.click("a.button:has-text('Request a quota change')")
@@ -75,3 +76,24 @@ def test_the_general_quota_button_opens_the_form_with_the_quota_in_force(login, 
     form.locator("input[name=lending_all]").check()
     form.locator("button[type=submit]").click()
     expect(page.locator("body")).to_contain_text("filed: a platform admin decides it")
+
+
+def test_the_quota_form_says_what_the_others_hold_of_the_flavor_chosen_and_refuses_more(login, live_server, lab):
+    from playwright.sync_api import expect
+
+    from quotas.models import QuotaChangeRequest
+
+    page = login("vadmin")
+    page.goto(f"{live_server.url}/lab/departments/vision/quota")
+    room = page.locator("#quota-room")
+    # nlp holds 4 of the 8 a100s; nobody holds the MIG flavor, which has no GPUs installed
+    expect(room).to_have_text("The other departments' nominal quotas here come to 4 of 8 installed GPUs: 4 left "
+                              "to ask for without oversubscribing.")
+    page.select_option("#quota-form select[name=flavor]", "a100-mig-3g.40gb")
+    expect(room).to_contain_text("come to 0 of 0 installed GPUs: 0 left to ask for")
+    page.select_option("#quota-form select[name=flavor]", "a100-80gb")
+    page.fill("#quota-form input[name=nominal]", "5")
+    page.fill("#quota-form input[name=reason]", "more")
+    page.click("#quota-form button[type=submit]")
+    expect(page.locator("[data-error-for=nominal]")).to_contain_text("ask for at most 4, or ask to oversubscribe")
+    assert not QuotaChangeRequest.objects.exists()

@@ -40,8 +40,8 @@ def _advance_cluster():
     from django.utils import timezone
 
     from scheduling.models import SimPod
-    from scheduling.services.clusters import sync_cluster
     from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
 
     run_cycle()
     sync_cluster()
@@ -111,6 +111,7 @@ def test_admin_tries_a_policy_in_whatif_and_opens_it_in_the_editor(page, live_se
     page.fill("input[name=username]", "root")
     page.fill("input[name=password]", "pw-root-long-enough")
     page.click("button[type=submit]")
+    page.click("#admin-menu summary")  # the admins' pages are in the bar's Admin menu
     page.click("nav >> text=What-if")
     page.fill("textarea[name=policy]", json.dumps(proposal))
     page.fill("input[name='quota:nlp:a100-80gb:nominal']", "2")

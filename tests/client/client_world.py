@@ -16,8 +16,8 @@ JOB = {"name": "train-1", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "command"
 
 def run_cycle() -> None:
     """One admission cycle, then the cluster's pod states read back (admitted -> running)."""
-    from scheduling.services.clusters import sync_cluster
     from scheduling.services.cycle import run_cycle as cycle
+    from scheduling.services.inventory import sync_cluster
 
     cycle()
     sync_cluster()
@@ -28,7 +28,7 @@ def age_pods(seconds: float) -> None:
     ``ManualClock``); their log grows, some finish. Nothing here reads the wall clock."""
     from scheduling.backends import get_backend
     from scheduling.models import SimPod
-    from scheduling.services.clusters import sync_cluster
+    from scheduling.services.inventory import sync_cluster
 
     clock = get_backend().clock
     started = SimPod.objects.filter(phase="Running").order_by("started_at").values_list("started_at", flat=True)
@@ -41,7 +41,7 @@ def finish_pods() -> None:
     """Simulated time passes until every running pod has reached the end of its runtime."""
     from scheduling.backends import get_backend
     from scheduling.models import SimPod
-    from scheduling.services.clusters import sync_cluster
+    from scheduling.services.inventory import sync_cluster
 
     backend = get_backend()
     ends = [started + timedelta(seconds=runtime / backend.speedup) for started, runtime in

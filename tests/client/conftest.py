@@ -26,6 +26,25 @@ def _fresh_throttle():
 
 
 @pytest.fixture
+def gpup(live_server, lab, token_for, tmp_path):
+    """gpup(*args, user=alice, input=None) -> click's Result (exit_code, stdout, stderr), against the live
+    portal (a test module may keep its own)."""
+    from click.testing import CliRunner
+
+    from gpuportal.cli import cli
+
+    runner = CliRunner()
+
+    def run(*args, user=None, input=None, env=None):
+        base = {"GPU_PORTAL_URL": live_server.url, "GPU_PORTAL_TOKEN": token_for(user or lab.alice),
+                "GPU_PORTAL_CONFIG": str(tmp_path / "config.toml")}
+        return runner.invoke(cli, list(map(str, args)), env={**base, **(env or {})}, input=input,
+                             catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture
 def token_for(lab):
     from portal.models import ApiToken
 

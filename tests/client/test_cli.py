@@ -76,13 +76,30 @@ def test_submit_get_ls_and_json(gpup, job_file, lab):
     result = gpup("ls")
     assert result.exit_code == 0
     assert result.stdout.splitlines()[0].split() == ["ID", "NAME", "STATE", "REASON", "GPUS", "TIER", "OWNER",
-                                                     "SUBMITTED"]
+                                                     "TEAM", "SUBMITTED"]
     assert len(result.stdout.splitlines()) == 3
     listed = json.loads(gpup("ls", "--json", "--state", "queued").stdout)
     assert {j["id"] for j in listed} == {job_id, json.loads(again.stdout)["id"]}
     assert json.loads(gpup("ls", "--json", "--state", "running").stdout) == []
     assert json.loads(gpup("ls", "--json", user=lab.amy).stdout) == []  # mine by default
     assert len(json.loads(gpup("ls", "--json", "--all", user=lab.amy).stdout)) == 2
+
+
+def test_teams_and_the_team_column_of_ls(gpup, job_file, lab):
+    from portal.models import Membership, Team
+    from quotas.models import TeamQuota
+
+    det = Team.objects.create(department=lab.vision, slug="det", name="det")
+    TeamQuota.objects.create(team=det, flavor=lab.a100, nominal=2, borrowing_limit=0)
+    Membership.objects.filter(user=lab.amy).update(team=det, team_admin=True)
+    assert gpup("teams", user=lab.alice).stdout == "no teams\n"  # a researcher of no team sees none
+    shown = gpup("teams", user=lab.vadmin).stdout.splitlines()
+    assert shown[1].split() == ["vision", "det", "a100-80gb", "2", "0", "all", "amy*"]
+    assert gpup("submit", "-f", job_file(), user=lab.amy).exit_code == 0
+    header, row = gpup("ls", user=lab.amy).stdout.splitlines()[:2]
+    assert row[header.index("TEAM"):].split()[0] == "det"
+    assert json.loads(gpup("teams", "--json", user=lab.amy).stdout)[0]["members"] == [
+        {"user": "amy", "team_admin": True}]
 
 
 def test_a_list_file_is_one_batch(gpup, job_file):
@@ -116,7 +133,7 @@ def test_fields_the_portal_refuses_are_listed_with_exit_2(gpup, job_file, lab):
     assert result.exit_code == 2
     assert "privileged" in result.stderr and "unknown_field" in result.stderr and "gpus_typo" in result.stderr
     assert "Traceback" not in result.output
-    result = gpup("--json", "submit", "-f", job_file(JOB_YAML.replace("gpus: 2", "gpus: 0")))
+    result = gpup("--json", "submit", "-f", job_file(JOB_YAML.replace("gpus: 2", "gpus: -1")))
     assert result.exit_code == 2
     assert json.loads(result.stdout)["error"]["fields"]["gpus"][0]["code"] == "min_value"
     from scheduling.models import Job
@@ -179,6 +196,16 @@ def test_logs_and_quote(gpup, lab, submit, job_file):
     assert result.exit_code == 0, result.output
     assert "at most 6 credits" in result.stdout and "not metered" in result.stdout  # 2 GPUs x 2 h x 1.5
     assert json.loads(gpup("quote", "-f", job_file(), "--json").stdout)["estimated_cost"] == 6000
+
+
+def test_logs_of_a_job_that_has_not_started_say_so_and_fail(gpup, lab, submit):
+    from quotas.models import ApprovalRule
+
+    ApprovalRule.objects.create(department=lab.vision, gpus_above=1)
+    job = submit(lab.alice, gpus=2)  # waits for approval: nothing has run
+    result = gpup("logs", job.pk)
+    assert result.exit_code != 0 and result.stdout == ""
+    assert "logs_unavailable" in result.stderr and "has not started" in result.stderr
 
 
 def test_logs_of_another_pod_of_a_gang(gpup, lab, submit):
@@ -265,3 +292,95 @@ def test_get_shows_the_attempt_of_a_requeued_or_retried_job(capsys):
                               "deleted_at": "2026-01-01T00:00:00Z"}})
     out = capsys.readouterr().out
     assert "3 (1 retries, 1 preemptions)" in out and "/ckpt <- scratch:checkpoints/job-7 (deleted)" in out
+
+
+def test_get_shows_the_roles_of_a_job_of_roles(capsys):
+    from gpuportal.cli import print_job
+
+    job = {"id": 8, "name": "train", "state": "queued", "owner": "bob", "department": "vision", "pods": 2,
+           "gpus": 4, "flavor": "a100-80gb", "tier": "elastic", "urgency": "normal", "image": "img", "command": ["sh"]}
+    print_job({**job, "roles": [{"name": "main", "pods": 2, "gpus": 4, "cpu": "16", "memory": "64Gi"}]})
+    assert "roles" not in capsys.readouterr().out  # one role: the job's own size says it
+    print_job({**job, "roles": [
+        {"name": "trainer", "pods": 2, "gpus": 4, "cpu": "16", "memory": "64Gi", "failure_policy": "restart-attempt"},
+        {"name": "data", "pods": 4, "gpus": 0, "cpu": "4", "memory": "8Gi", "failure_policy": "restart-pod"}]})
+    out = capsys.readouterr().out
+    assert "trainer 2 x 4 GPUs, cpu 16, memory 64Gi; data 4 x cpu 4, memory 8Gi (restart-pod)" in out
+
+
+def test_a_job_file_and_an_array_carry_roles(gpup, job_file, lab):
+    text = JOB_YAML.replace("gpus: 2\n", "") + ("roles:\n  - {name: trainer, pods: 2, gpus: 1}\n"
+                                                 "  - {name: eval, pods: 1, gpus: 1, command: [python, eval.py, '{{index}}']}\n")
+    result = gpup("submit", "-f", job_file(text))
+    assert result.exit_code == 0, result.output
+    job = _job(int(result.stdout.split()[2]))
+    assert [r.name for r in job.roles.order_by("index")] == ["trainer", "eval"] and job.total_gpus == 3
+    result = gpup("submit", "-f", job_file(text), "--array", "0-1")
+    assert result.exit_code == 0, result.output
+    from scheduling.models import Job
+
+    tasks = Job.objects.filter(array__isnull=False).order_by("array_index")
+    assert [t.roles.get(name="eval").command[-1] for t in tasks] == ["0", "1"]
+    result = gpup("submit", "-f", job_file(text + "pods: 2\n"))
+    assert result.exit_code == 2 and "pods" in result.output
+
+
+def test_submit_within_a_topology_level(gpup, job_file, lab):
+    from scheduling.models import Node
+
+    lab.cluster.topology_levels = ["topology.kubernetes.io/rack"]
+    lab.cluster.save(update_fields=["topology_levels"])
+    Node.objects.filter(cluster=lab.cluster).update(labels={"gpu-type": "a100", "topology.kubernetes.io/rack": "r0"})
+    result = gpup("submit", "-f", job_file(), "--require-within", "rack")
+    assert result.exit_code == 0, result.output
+    job = _job(int(result.stdout.split()[2]))
+    assert (job.topology_level, job.topology_required) == ("topology.kubernetes.io/rack", True)
+    assert "within one topology.kubernetes.io/rack (required)" in gpup("get", job.pk).stdout
+    result = gpup("submit", "-f", job_file(), "--within", "row")
+    assert result.exit_code != 0 and "Unknown topology level 'row'" in result.output
+    result = gpup("submit", "-f", job_file(), "--within", "rack", "--require-within", "rack")
+    assert result.exit_code != 0 and "not both" in result.output
+
+
+def test_logs_of_a_role_by_its_rank_in_it(gpup, job_file, lab):
+    from scheduling.models import SimPod
+
+    text = JOB_YAML.replace("gpus: 2\n", "") + ("roles:\n  - {name: trainer, pods: 2, gpus: 1}\n"
+                                                 "  - {name: eval, pods: 1, gpus: 1}\n")
+    result = gpup("submit", "-f", job_file(text))
+    assert result.exit_code == 0, result.output
+    job = _job(int(result.stdout.split()[2]))
+    run_cycle()
+    SimPod.objects.filter(job_id=job.pk, index=2).update(log="eval here\n")
+    finish_pods()
+    assert gpup("logs", "--role", "eval", job.pk).stdout == "eval here\ndone\n"
+    result = gpup("logs", "--role", "data", job.pk)
+    assert result.exit_code == 2 and "role: This job's roles are trainer, eval." in result.stderr
+    result = gpup("logs", "--role", "eval", "--pod", "1", job.pk)
+    assert result.exit_code == 2 and "pod: Role eval has pods 0 to 0." in result.stderr
+
+
+def test_clone_adds_data_workers_for_a_job_whose_gpus_wait_for_data(gpup, lab, submit):
+    import yaml
+
+    from quotas.models import Flavor, FlavorKind, Quota, QuotaResource
+    from scheduling.models import Node
+
+    cpu = Flavor.objects.create(name="cpu", kind=FlavorKind.CPU, resource_name="cpu", node_labels={"pool": "cpu"})
+    Quota.objects.create(department=lab.vision, flavor=cpu, resource=QuotaResource.CPU, nominal=32, borrowing_limit=0)
+    Node.objects.create(cluster=lab.cluster, name="c0", flavor=cpu, gpus=0, cpu_millicores=16000, memory_mib=65536,
+                        labels={"pool": "cpu"})
+    job = submit(lab.alice, command=["python", "train.py"], pods=2, gpus=1)
+    result = gpup("clone", job.pk, "--add-data-workers", "3")
+    assert result.exit_code == 0, result.output
+    spec = yaml.safe_load(result.stdout)
+    assert "pods" not in spec and "gpus" not in spec  # its size is its roles'
+    assert [(r["name"], r["pods"], r["gpus"]) for r in spec["roles"]] == [("trainer", 2, 1), ("data", 3, 0)]
+    assert spec["roles"][1]["failure_policy"] == "restart-pod"
+    result = gpup("clone", job.pk, "--add-data-workers", "3", "--submit")
+    assert result.exit_code == 0, result.output
+    clone = _job(int(result.stdout.split()[2]))
+    assert [(r.name, r.pods) for r in clone.roles.order_by("index")] == [("trainer", 2), ("data", 3)]
+    result = gpup("clone", clone.pk, "--add-data-workers", "2")  # a job with data workers: they grow
+    assert [(r["name"], r["pods"]) for r in yaml.safe_load(result.stdout)["roles"]] == [("trainer", 2), ("data", 5)]
+    assert gpup("clone", job.pk, "--add-data-workers", "0").exit_code == 2  # refused before asking

@@ -164,5 +164,5 @@ def test_quote_refuses_what_it_cannot_price(portal, job_spec):
         client.quote(job_spec(flavor="h100"))
     assert err.value.fields["flavor"][0]["code"] == "does_not_exist"
     with pytest.raises(gpuportal.ValidationError) as err:
-        client.quote({"flavor": "a100-80gb"})
+        client.quote({"flavor": "a100-80gb", "name": "x", "image": "busybox", "command": ["true"]})
     assert err.value.fields["gpus"][0]["code"] == "required"

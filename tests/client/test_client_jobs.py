@@ -67,7 +67,7 @@ JOB_MIN = {"name": "x", "image": "busybox", "command": ["true"], "flavor": "a100
 def test_validation_errors_are_typed_with_the_field_errors(portal, lab, job_spec):
     client = portal()
     with pytest.raises(gpuportal.ValidationError) as err:
-        client.submit(job_spec(gpus=0, image="Not An Image", privileged=True))
+        client.submit(job_spec(gpus=-1, image="Not An Image", privileged=True))
     e = err.value
     assert e.status == 400 and e.code == "validation_error"
     assert e.fields["gpus"][0]["code"] == "min_value"

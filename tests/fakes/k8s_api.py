@@ -227,6 +227,11 @@ def _q(amount: Any) -> Decimal:
     return parse_quantity(amount)
 
 
+# HAMi's share of one GPU: its scheduler extender accounts them per device and kube-scheduler is configured to
+# ignore them (``managedResources`` with ``ignoredByScheduler``), so no node advertises them as allocatable.
+SCHEDULER_IGNORED = frozenset({"nvidia.com/gpumem", "nvidia.com/gpucores"})
+
+
 def is_extended_resource(name: str) -> bool:
     if "/" not in name:
         return False
@@ -249,6 +254,7 @@ class FakeKube:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.closing = threading.Event()
+        self.hanging = 0  # requests held unanswered by a hang fault right now
         self.rv = 100
         self.history: deque[Event] = deque(maxlen=history)
         self.compacted_rv = self.rv  # events at or below this resourceVersion are no longer available
@@ -341,10 +347,11 @@ class FakeKube:
             self.faults.append(Fault("hang", n, method, path, seconds=seconds, then=then))
 
     def race_next(self, action: Callable[[FakeKube], None], n: int = 1, *, method: str | None = None,
-                  path: str | None = None) -> None:
-        """Run ``action(fake)`` (a concurrent writer) just before each of the next N matching requests."""
+                  path: str | None = None, after: int = 0) -> None:
+        """Run ``action(fake)`` (a concurrent writer) just before each of the next N matching requests (after
+        letting ``after`` through)."""
         with self.lock:
-            self.faults.append(Fault("race", n, method, path, action=action))
+            self.faults.append(Fault("race", n, method, path, action=action, skip=after))
 
     def meet_next(self, n: int, *, seconds: float = 10.0, method: str | None = None,
                   path: str | None = None) -> None:
@@ -445,7 +452,7 @@ class FakeKube:
                     fault.status, "InternalError")
                 return Response(fault.status, ApiFailure(fault.status, reason, "injected fault").status())
             if fault.kind == "hang" and fault.then == "drop":  # never reaches storage
-                self.closing.wait(fault.seconds)
+                self._hang(fault.seconds)
                 return Response(504, drop=True)
             if fault.kind == "race" and fault.action is not None:
                 fault.action(self)
@@ -458,9 +465,18 @@ class FakeKube:
                         f"did not all arrive within {fault.seconds} s")).status())
         response = self._route(method, path, query, payload, content_type)
         if fault is not None and fault.kind == "hang":  # applied, but the answer never arrives
-            self.closing.wait(fault.seconds)
+            self._hang(fault.seconds)
             return Response(504, drop=True)
         return response
+
+    def _hang(self, seconds: float) -> None:
+        with self.lock:
+            self.hanging += 1
+        try:
+            self.closing.wait(seconds)
+        finally:
+            with self.lock:
+                self.hanging -= 1
 
     def _route(self, method: str, path: str, query: dict[str, str], payload: Any, content_type: str) -> Response:
         for route_method, pattern, handler in self.ROUTES:
@@ -700,6 +716,16 @@ class FakeKube:
             errors.append("spec.schedulingGates: Duplicate value")
         if gates and spec.get("nodeName"):
             errors.append("spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared")
+        for path, c in _all_containers(spec):  # HAMi's admission webhook: a share is of exactly one GPU
+            limits = (c.get("resources") or {}).get("limits") or {}
+            if SCHEDULER_IGNORED & set(limits):
+                if _q(limits.get("nvidia.com/gpu", 0)) != 1:
+                    errors.append(f"{path}.resources.limits[nvidia.com/gpu]: Invalid value: a share "
+                                  "(nvidia.com/gpumem, nvidia.com/gpucores) is of exactly 1 GPU")
+                cores = limits.get("nvidia.com/gpucores")
+                if cores is not None and not (0 < _q(cores) <= 100):
+                    errors.append(f'{path}.resources.limits[nvidia.com/gpucores]: Invalid value: "{cores}": '
+                                  "1 to 100 per cent")
         for key in ("hostname", "subdomain"):
             value = spec.get(key)
             if value is not None and not (isinstance(value, str) and DNS1123_LABEL.match(value)):
@@ -1688,6 +1714,8 @@ class FakeKube:
             if used + want > _q(amount):
                 problems.append(f"insufficient {rname}")
         for rname in _requested_resources(pod):
+            if rname in SCHEDULER_IGNORED:
+                continue
             if is_extended_resource(rname) and rname not in node["status"]["allocatable"]:
                 problems.append(f"insufficient {rname}")
         return problems
@@ -1803,7 +1831,11 @@ class FakeKube:
                 self.mark_unschedulable(ns, name, message)
                 self._event(ns, name, "FailedScheduling", message)
                 return None
-            candidates = sorted(self.nodes)
+            # A pod pinned to nodes (matchFields metadata.name) fits only there, as kube-scheduler's node-name
+            # filter says before any other: only those are tried, which keeps a stand-in scheduler of thousands of
+            # pinned pods on hundreds of nodes (the benchmark's) from checking every pod against every node.
+            pinned = _pinned_nodes(pod) if _every_term_pinned(pod) else set()
+            candidates = sorted(n for n in self.nodes if not pinned or n in pinned)
             for node in candidates:
                 if not self.node_fits(pod, node):
                     return self.bind(ns, name, node)
@@ -1813,7 +1845,9 @@ class FakeKube:
                                         reason="SchedulerError")
             else:
                 why = sorted({w for n in candidates for w in self.node_fits(pod, n)})
-                self.mark_unschedulable(ns, name, f"0/{len(candidates)} nodes are available: " + "; ".join(why))
+                if pinned:
+                    why.append(f"{len(self.nodes) - len(candidates)} node(s) didn't match the pod's node affinity")
+                self.mark_unschedulable(ns, name, f"0/{len(self.nodes)} nodes are available: " + "; ".join(why))
             return None
 
     def kubelet_evict(self, ns: str, name: str, message: str = "The node was low on resource: memory.") -> None:
@@ -1922,6 +1956,15 @@ def _pinned_nodes(pod: dict[str, Any]) -> set[str]:
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     return {v for term in required.get("nodeSelectorTerms") or [] for req in term.get("matchFields") or []
             if req.get("key") == "metadata.name" and req.get("operator") == "In" for v in req.get("values") or []}
+
+
+def _every_term_pinned(pod: dict[str, Any]) -> bool:
+    """Each required affinity term names nodes (terms are ORed): the pod fits nowhere but on those nodes."""
+    required = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    return bool(terms) and all(any(r.get("key") == "metadata.name" and r.get("operator") == "In"
+                                   for r in t.get("matchFields") or []) for t in terms)
 
 
 def _tolerates(tol: dict[str, Any], taint: dict[str, Any]) -> bool:
@@ -2139,14 +2182,14 @@ class _Server(ThreadingHTTPServer):
 
 @dataclass
 class FakeKubeServer:
-    """Serve a :class:`FakeKube` on ``127.0.0.1:<free port>`` in a background thread."""
+    """Serve a :class:`FakeKube` on ``127.0.0.1:<port>`` (a free one by default) in a background thread."""
 
     fake: FakeKube = field(default_factory=FakeKube)
     _server: _Server | None = None
     _thread: threading.Thread | None = None
 
-    def start(self) -> FakeKubeServer:
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+    def start(self, port: int = 0) -> FakeKubeServer:
+        self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.fake = self.fake
         self.fake.url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},

@@ -19,6 +19,8 @@ from scheduling.backends.base import MANAGED_BY, PodSet
 from scheduling.backends.kube import FlavorRule, KubernetesBackend
 from tests.fakes.k8s_api import FakeKube, FakeKubeServer
 
+# The installation the fixtures' backend is: what its objects carry, and the only pods it takes for its own.
+INSTALLATION = "portal-under-test"
 TIER_CLASSES = {"ai-realtime": 1000000, "ai-elastic": 100000, "ai-backfill": 1000}
 FLAVORS = (
     FlavorRule("a100-80gb", "nvidia.com/gpu", (("gpu-type", "a100"),)),
@@ -84,7 +86,7 @@ def sleeps() -> SleepRecorder:
 @pytest.fixture
 def kube_backend(kube_fake: FakeKube, sleeps: SleepRecorder) -> Iterator[KubernetesBackend]:
     backend = KubernetesBackend(host=kube_fake.url, flavors=FLAVORS, qps=0, timeout_s=2.0, connect_timeout_s=1.0,
-                                watch_timeout_s=2, sleep=sleeps)
+                                watch_timeout_s=2, sleep=sleeps, installation=INSTALLATION)
     yield backend
     backend.close()
 
@@ -108,5 +110,5 @@ def raw_api(kube_fake: FakeKube) -> Iterator[k8s.ApiClient]:
     api.close()
 
 
-__all__ = ["kube_fake", "sleeps", "kube_backend", "make_podset", "raw_api", "BASE_PODSET", "FLAVORS",
+__all__ = ["INSTALLATION", "kube_fake", "sleeps", "kube_backend", "make_podset", "raw_api", "BASE_PODSET", "FLAVORS",
            "TIER_CLASSES", "SleepRecorder"]

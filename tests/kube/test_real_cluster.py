@@ -48,11 +48,15 @@ RUN = uuid.uuid4().hex[:6]
 NS = f"gpu-portal-test-{RUN}"
 CLASSES = {f"gpt-{RUN}-realtime": 1000000, f"gpt-{RUN}-elastic": 100000, f"gpt-{RUN}-backfill": 1000}
 ELASTIC = f"gpt-{RUN}-elastic"
+# The suite is an installation of its own: on a cluster that also runs a portal, it never takes that portal's
+# pods for its own, and that portal never takes the suite's.
+INSTALLATION = f"gpu-portal-test-{RUN}"
 
 
 @pytest.fixture(scope="module")
 def backend():
-    b = KubernetesBackend(kubeconfig=os.environ["KUBECONFIG"], qps=20, burst=40, timeout_s=15, watch_timeout_s=30)
+    b = KubernetesBackend(kubeconfig=os.environ["KUBECONFIG"], qps=20, burst=40, timeout_s=15, watch_timeout_s=30,
+                          installation=INSTALLATION)
     core = k8s.CoreV1Api(b.api_client)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted",
@@ -520,7 +524,8 @@ def test_a_gang_gets_a_headless_service_and_the_rank_environment(backend, core, 
     base = f"job-{gang.job_id}-a1"
     svc = service_of(core, base)
     assert svc is not None and svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses is True
-    assert svc.spec.selector == {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/job-id": str(gang.job_id),
+    assert svc.spec.selector == {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/installation": INSTALLATION,
+                                 "gpu-portal.io/job-id": str(gang.job_id),
                                  "gpu-portal.io/attempt": "1"}
     for i in range(2):
         pod = wait_for(lambda i=i: (p := read(core, gang.pod_name(i))).status.phase == "Running" and p,
@@ -542,7 +547,7 @@ def _failed_rank(backend, gang):
 
 
 def test_one_failed_rank_ends_the_gang_and_its_peer_is_removed(backend, core, node):
-    from scheduling.core.retries import FailedPod, decide
+    from engine.retries import FailedPod, decide
 
     gang = podset(pods=2, command=("sh", "-c", RANK_1_FAILS.format(code=1)))
     backend.start(gang, (node, node))
@@ -560,7 +565,7 @@ def test_one_failed_rank_ends_the_gang_and_its_peer_is_removed(backend, core, no
 
 
 def test_a_listed_exit_code_is_retried_as_a_new_attempt(backend, core, node):
-    from scheduling.core.retries import FailedPod, decide
+    from engine.retries import FailedPod, decide
 
     gang = podset(pods=2, command=("sh", "-c", RANK_1_FAILS.format(code=3)))
     backend.start(gang, (node, node))
@@ -610,3 +615,134 @@ def test_a_department_secret_as_env_and_as_files(backend, core, node):
     lines = wait_for(lambda: [ln for ln in backend.logs(job_id=ps.job_id, attempt=1, namespace=NS, tail_lines=20)
                               if ln.startswith("secret-")] or None, timeout=60, what="the secrets printed")
     assert f"secret-env=env-{RUN}" in lines and f"secret-file=file-{RUN}" in lines
+
+
+def test_look_alikes_elsewhere_are_never_the_portals(backend, core, node):
+    """A pod with this installation's labels in a namespace the portal does not use, and another
+    installation's pod of the same job in the job's namespace: neither is read as the job's, and clearing the
+    job's attempt touches neither."""
+    from scheduling.backends.kube.podspec import pod_manifest
+
+    ps = podset()
+    backend.start(ps, (node,))
+    elsewhere = f"{NS}-elsewhere"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": elsewhere}})
+    try:
+        twin = pod_manifest(ps, 0, installation=backend.installation)
+        twin["metadata"]["namespace"] = elsewhere
+        core.create_namespaced_pod(elsewhere, twin)
+        theirs = pod_manifest(ps, 0, installation=f"another-{RUN}")
+        theirs["metadata"]["name"] = f"theirs-{ps.job_id}"
+        core.create_namespaced_pod(NS, theirs)
+        mine = sorted((p.namespace, p.name) for p in backend.inventory(namespaces={NS}).pods
+                      if p.job_id == ps.job_id)
+        assert mine == [(NS, ps.pod_name(0))]
+        assert [p.name for p in backend.attempt_pods(job_id=ps.job_id, attempt=1, namespace=NS)] == [ps.pod_name(0)]
+        backend.delete_pods(job_id=ps.job_id, attempt=1, namespace=NS, grace_period_s=0)
+        assert core.read_namespaced_pod(theirs["metadata"]["name"], NS).metadata.deletion_timestamp is None
+        assert core.read_namespaced_pod(ps.pod_name(0), elsewhere).metadata.deletion_timestamp is None
+        core.delete_namespaced_pod(theirs["metadata"]["name"], NS, grace_period_seconds=0)
+        assert [p.name for p in backend.attempt_pods(job_id=ps.job_id, attempt=1, namespace=NS)
+                if not p.deleting] == []
+    finally:
+        core.delete_namespace(elsewhere, grace_period_seconds=0)
+
+
+def test_a_job_of_two_roles_runs_each_role_with_its_own_size_and_is_removed_whole(backend, core, node):
+    """docs/workloads.md, "Shapes": a leader and two workers of another command and size, admitted by the
+    restricted namespace, each pod with its role, rank in role and the other role's host names; removed with
+    its Service. (No GPU: the roles differ in CPU and memory, which every cluster has.)"""
+    from scheduling.backends.base import PodRole
+
+    labels = (("kubernetes.io/os", "linux"),)
+    leader = PodRole(name="leader", pods=1, image="", command=(), gpus_per_pod=0, cpu_millicores=50, memory_mib=32,
+                     node_labels=labels)
+    worker = PodRole(name="worker", pods=2, image="busybox:1.36", command=("sh", "-c", "echo worker; sleep 3600"),
+                     gpus_per_pod=0, cpu_millicores=25, memory_mib=16, node_labels=labels, restart_pod=True)
+    job = podset(pods=3, roles=(leader, worker))
+    backend.start(job, (node, node, node))
+    base = f"job-{job.job_id}-a1"
+    for i, (role, rank, cpu) in enumerate([("leader", 0, "50m"), ("worker", 0, "25m"), ("worker", 1, "25m")]):
+        pod = wait_for(lambda i=i: (p := read(core, job.pod_name(i))).status.phase == "Running" and p,
+                       what=f"pod {i} Running")
+        assert pod.metadata.labels["gpu-portal.io/role"] == role
+        assert pod.spec.containers[0].resources.requests["cpu"] == cpu
+        env = env_of(pod)
+        assert (env["PORTAL_ROLE"], env["PORTAL_ROLE_RANK"]) == (role, str(rank))
+        assert env["PORTAL_ROLE_WORKER_HOSTS"] == f"{job.pod_name(1)}.{base},{job.pod_name(2)}.{base}"
+    backend.remove_pods(job_id=job.job_id, attempt=1, namespace=NS)
+    assert service_of(core, base) is None
+
+
+def test_a_notice_reaches_the_running_container_through_the_downward_api_before_the_eviction(backend, core, node):
+    """Notice before preemption as a real kubelet shows it: the pod mounts its notice annotation as a file
+    (under the restricted profile), ``notify`` sets the annotation on the running pod without touching its
+    spec, the container reads the notice from the file it was told of (the kubelet refreshes downward-API files
+    on its own sync, within a minute or two), and only then is the pod evicted, still through the Eviction
+    API."""
+    from scheduling.backends.base import NOTICE_ANNOTATION
+
+    script = ('while true; do echo "notice=$(cat "$PORTAL_NOTICE_FILE" 2>/dev/null)"; sleep 2; done & '
+              "echo hello from the portal; wait")
+    ps = podset(notice_s=120, notice_answer_url="https://portal.test/api/v1/jobs/1/checkpoint-written",
+                notice_token="gpn_1_1_" + "a" * 64, command=("sh", "-c", script))
+    backend.start(ps, (node,))
+    pod = wait_for(lambda: (p := read(core, ps.pod_name(0))).status.phase == "Running" and p, what="Running")
+    env = {e.name: e.value for e in pod.spec.containers[0].env}
+    assert env["PORTAL_NOTICE_S"] == "120" and env["PORTAL_NOTICE_FILE"].startswith("/")
+    assert NOTICE_ANNOTATION not in (pod.metadata.annotations or {})
+    spec_before = pod.spec.to_dict()
+
+    evict_at = '{"evict_at": "2026-12-01T12:02:00+00:00"}'
+    assert backend.notify(job_id=ps.job_id, attempt=1, namespace=NS,
+                          annotations={NOTICE_ANNOTATION: evict_at}) == (ps.pod_name(0),)
+    told = read(core, ps.pod_name(0))
+    assert told.metadata.annotations[NOTICE_ANNOTATION] == evict_at
+    assert told.spec.to_dict() == spec_before and told.metadata.deletion_timestamp is None  # told, not evicted
+    if not NO_CONTAINERS:
+        wait_for(lambda: any("2026-12-01T12:02:00" in ln for ln in backend.logs(
+            job_id=ps.job_id, attempt=1, namespace=NS, tail_lines=5)), timeout=180,
+            what="the notice in the container's file")
+    assert backend.evict(job_id=ps.job_id, attempt=1, namespace=NS).status == "accepted"
+    gone = read(core, ps.pod_name(0))
+    assert gone.metadata.deletion_timestamp is not None
+    assert gone.metadata.annotations[NOTICE_ANNOTATION] == evict_at  # the notice stays on the record
+
+
+def test_fractional_pods_of_both_mechanisms_are_accepted_gated_under_pod_security(backend, core):
+    """A HAMi share (one GPU, its memory and compute) and time-slicing replicas (a shared resource) are valid pods
+    of the restricted profile; created gated, they need neither HAMi nor the device plugin to be accepted."""
+    hami = podset(job_id=9101, gpus_per_pod=1, sharing="hami", gpu_memory_mib=10240, gpu_cores=25)
+    replicas = podset(job_id=9102, gpus_per_pod=1, sharing="replicas", gpu_replicas=1,
+                      shared_resource="nvidia.com/gpu.shared")
+    for ps in (hami, replicas):
+        assert backend.ensure_pods(ps) == {ps.pod_name(0): "created"}
+    limits = read(core, hami.pod_name(0)).spec.containers[0].resources.limits
+    assert (limits["nvidia.com/gpu"], limits["nvidia.com/gpumem"], limits["nvidia.com/gpucores"]) == ("1", "10240", "25")
+    assert read(core, replicas.pod_name(0)).spec.containers[0].resources.limits["nvidia.com/gpu.shared"] == "1"
+
+
+def test_a_failed_worker_of_a_restart_pod_role_is_replaced_alone(backend, core, node):
+    """docs/workloads.md, "Failure policy and the end of a job of roles": the failed pod is deleted and made
+    again under its name (a new object) while the leader keeps running."""
+    from scheduling.backends.base import PodRole
+
+    labels = (("kubernetes.io/os", "linux"),)
+    leader = PodRole(name="leader", pods=1, image="", command=(), gpus_per_pod=0, cpu_millicores=50, memory_mib=32,
+                     node_labels=labels)
+    worker = PodRole(name="worker", pods=1, image="busybox:1.36", command=("sh", "-c", "exit 3"),
+                     gpus_per_pod=0, cpu_millicores=25, memory_mib=16, node_labels=labels, restart_pod=True)
+    job = podset(pods=2, roles=(leader, worker))
+    backend.start(job, (node, node))
+    try:
+        failed = wait_for(lambda: (p := read(core, job.pod_name(1))).status.phase == "Failed" and p,
+                          what="worker Failed")
+        running = wait_for(lambda: (p := read(core, job.pod_name(0))).status.phase == "Running" and p,
+                           what="leader Running")
+        wait_for(lambda: backend.replace_pod(job, 1, (node, node)), what="worker replaced once the old one is gone")
+        again = read(core, job.pod_name(1))
+        assert again.metadata.uid != failed.metadata.uid
+        assert again.metadata.labels["gpu-portal.io/role"] == "worker"
+        assert read(core, job.pod_name(0)).metadata.uid == running.metadata.uid
+    finally:
+        backend.remove_pods(job_id=job.job_id, attempt=1, namespace=NS)

@@ -42,9 +42,10 @@ SERVE = ("sh", "-c", "mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec
 
 @pytest.fixture(scope="module")
 def backend():
-    routes = RouteConfig(url="https://sessions.example.test", auth_url="http://portal.example.test:8000",
+    routes = RouteConfig(domain="sessions.example.test", auth_url="http://portal.example.test:8000",
                          portal_url="https://portal.example.test", ingress_class="nginx")
-    b = KubernetesBackend(kubeconfig=os.environ["KUBECONFIG"], qps=20, burst=40, timeout_s=15, routes=routes)
+    b = KubernetesBackend(kubeconfig=os.environ["KUBECONFIG"], qps=20, burst=40, timeout_s=15, routes=routes,
+                          installation=f"gpu-portal-test-{RUN}")
     core = k8s.CoreV1Api(b.api_client)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted",
@@ -96,7 +97,7 @@ def test_a_sessions_pod_service_and_ingress_come_and_go_with_the_attempt(backend
     assert pod.spec.containers[0].readiness_probe.http_get.path == "/index.html"
     [path] = ing.spec.rules[0].http.paths
     assert (ing.spec.ingress_class_name, ing.spec.rules[0].host, path.path) == (
-        "nginx", "sessions.example.test", f"/s/{ps.job_id}/")
+        "nginx", f"s{ps.job_id}.sessions.example.test", f"/s/{ps.job_id}/")
     assert (path.backend.service.name, path.backend.service.port.name) == (name, "http")
     assert ing.metadata.annotations["nginx.ingress.kubernetes.io/auth-url"].endswith(
         f"/sessions/{ps.job_id}/auth?mode=nginx")

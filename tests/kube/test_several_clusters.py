@@ -35,7 +35,8 @@ def backends():
 
     made = []
     for i, path in enumerate(PATHS):
-        b = KubernetesBackend(name=f"cluster-{i}", kubeconfig=path, qps=20, burst=40, timeout_s=15)
+        b = KubernetesBackend(name=f"cluster-{i}", kubeconfig=path, qps=20, burst=40, timeout_s=15,
+                              installation=f"gpu-portal-test-{RUN}")
         k8s.CoreV1Api(b.api_client).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
         b.ensure_priority_classes(CLASSES)

@@ -114,3 +114,26 @@ def test_a_department_admin_deletes_their_source_but_not_others(lab, sources):
     assert set(DataSource.objects.values_list("name", flat=True)) == {"imagenet", "nlp-corpus"}
     assert AuditEntry.objects.filter(action="data_source.delete", actor=lab.vadmin).count() == 1
     assert c.get(f"/lab/data-sources/{own.pk}/delete").status_code == 405
+
+
+def test_the_form_chooses_the_labs_default_cluster_not_the_first_by_name(lab):
+    from scheduling.models import Cluster
+
+    Cluster.objects.create(name="cloud", backend="simulated")  # before "default" by name
+    body = _client(lab.root).get("/lab/data-sources/").content.decode()
+    options = body[body.index('<select name="cluster"'):].split("</select>")[0]
+    assert options.index('value="default"') < options.index('value="cloud"')
+    assert 'value="default" selected' in options and 'value="cloud" selected' not in options
+    assert "(the lab&#x27;s default)" in options or "(the lab's default)" in options
+    assert "Every job that mounts this source runs on its cluster." in body
+
+
+def test_a_form_sent_back_keeps_the_cluster_it_chose(lab):
+    from scheduling.models import Cluster
+
+    Cluster.objects.create(name="cloud", backend="simulated")
+    r = _client(lab.root).post("/lab/data-sources/", {"name": "Not a slug!", "cluster": "cloud",
+                                                       "claim_name": "x"})
+    assert r.status_code == 400
+    options = r.content.decode().split('<select name="cluster"')[1].split("</select>")[0]
+    assert 'value="cloud" selected' in options and 'value="default" selected' not in options

@@ -17,8 +17,8 @@ from quotas.models import LedgerEntry, LedgerKind, Wallet
 from quotas.services.user_limits import user_limit_set
 from quotas.services.wallets import wallet_set_balance
 from scheduling.models import Cluster, Job, JobState
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
 from scheduling.services.jobs import job_cancel
 
 pytestmark = pytest.mark.django_db

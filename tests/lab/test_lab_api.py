@@ -253,8 +253,8 @@ def test_only_platform_admins_see_or_change_clusters(lab, client_for, who):
         assert listed.status_code == 403
     else:  # members see what they need to write a cluster selector, and nothing of how a cluster is reached
         assert listed.status_code == 200
-        assert listed.json() == [{"name": "default", "labels": {}, "state": "active", "is_default": True,
-                                  "reachable": True}]
+        assert listed.json() == [{"name": "default", "labels": {}, "topology_levels": [], "state": "active",
+                                  "is_default": True, "reachable": True}]
     assert c.post("/api/v1/clusters", {"name": "x"}, format="json").status_code == 403
     assert c.get("/api/v1/clusters/default").status_code == 403
     assert c.put("/api/v1/clusters/default/node-groups/g", {"flavor": "a100-80gb", "nodes": 1,
@@ -329,10 +329,32 @@ def test_department_admin_requests_and_platform_admin_approves(lab, client_for):
                                      format="json").status_code == 409  # decided once
 
 
-def test_an_approval_that_no_longer_fits_is_refused_and_the_request_stays_pending(lab, client_for):
+def test_a_request_that_could_never_be_approved_is_refused_when_filed(lab, client_for):
     r = client_for(lab.vadmin).post("/api/v1/quota-requests", {"department": "vision", "flavor": "a100-80gb",
                                                                "nominal": 6, "reason": "more"}, format="json")
+    # nlp holds 4 of the 8 installed GPUs: 6 more can never fit, whoever approves it
+    assert r.status_code == 400 and _fields(r)["nominal"][0]["code"] == "over_capacity"
+    assert "The other departments hold 4 of the 8: ask for at most 4" in _fields(r)["nominal"][0]["message"]
+    assert not QuotaChangeRequest.objects.exists()
+    assert not AuditEntry.objects.filter(action="quota_request.create").exists()
+
+
+def test_a_request_that_asks_to_oversubscribe_is_filed_and_approved_as_asked(lab, client_for):
+    r = client_for(lab.vadmin).post("/api/v1/quota-requests", {"department": "vision", "flavor": "a100-80gb",
+                                                               "nominal": 6, "oversubscribe": True,
+                                                               "reason": "burst"}, format="json")
+    assert r.status_code == 201, r.json()
+    r = client_for(lab.root).post(f"/api/v1/quota-requests/{r.json()['id']}/approve", {}, format="json")
+    assert r.status_code == 200 and Quota.objects.get(department=lab.vision).nominal == 6
+
+
+def test_an_approval_that_no_longer_fits_is_refused_and_the_request_stays_pending(lab, client_for):
+    r = client_for(lab.vadmin).post("/api/v1/quota-requests", {"department": "vision", "flavor": "a100-80gb",
+                                                               "nominal": 4, "lending_limit": 0,
+                                                               "reason": "lend nothing"}, format="json")
+    assert r.status_code == 201, r.json()
     pk = r.json()["id"]
+    Node.objects.filter(name="n1").update(schedulable=False)  # 4 GPUs leave before it is decided
     r = client_for(lab.root).post(f"/api/v1/quota-requests/{pk}/approve", {}, format="json")
     assert r.status_code == 400 and _fields(r)["nominal"][0]["code"] == "over_capacity"
     assert QuotaChangeRequest.objects.get(pk=pk).state == "pending"

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 from django.db import transaction
+from django.utils import timezone
 
 from lab import demo
 from lab.services import shape
@@ -78,6 +79,7 @@ def test_prune_removes_what_the_file_no_longer_declares(tmp_path, submit):
     data = yaml.safe_load(DEMO)
     data["departments"] = [d for d in data["departments"] if d["slug"] != "robotics"]
     data["departments"][0]["members"] = data["departments"][0]["members"][:1]  # bob leaves vision
+    data["departments"][0]["teams"][0]["members"] = []  # ... and his team
     data["prices"]["a100-80gb"].pop("backfill")
     text = dump(data)
     out, _ = _cmd("apply", _file(tmp_path, text), "--dry-run")
@@ -222,15 +224,21 @@ def test_the_actor_must_be_a_platform_admin(tmp_path, lab):
 def test_the_demo_seeds_through_the_lab_file_and_is_idempotent(settings, tmp_path):
     settings.DATA_DIR = str(tmp_path)
     creds = demo.seed()
-    assert set(creds) == {u for u, *_ in demo.USERS} and Job.objects.count() == 13
+    assert set(creds) == {u for u, *_ in demo.USERS} and Job.objects.count() == 13 + demo.HISTORY_JOBS
+    # the week before, finished, for the policy tuner to replay (docs/policy-tuning.md)
+    week = Job.objects.filter(name__startswith=demo.HISTORY_PREFIX)
+    assert week.count() == week.filter(state="succeeded", finished_at__lte=timezone.now()).count() == 180
+    assert week.filter(tier="realtime").exists() and all(j.roles.count() == 1 for j in week[:5])
     # alice's notebook: a session of the lab's JupyterLab image, to open from its page (docs/sessions.md)
     notebook = Job.objects.get(name="notebook")
     assert (notebook.kind, notebook.session_image, notebook.tier, notebook.owner.username) == (
         "session", "jupyterlab", "realtime", "alice")
     assert AuditEntry.objects.filter(action="department.create").count() == 4
-    # two simulated clusters of different flavors; the H100 job that requires the cloud's label runs there
+    # two simulated clusters of different flavors, the campus cluster's CPU pool (docs/workloads.md, "Shapes")
+    # and its node of shared GPUs (docs/fractions.md); the H100 job that requires the cloud's label runs there
     assert sorted(Node.objects.values_list("cluster__name", "flavor__name")) == [
-        ("cloud", "h100"), ("default", "a100-80gb"), ("default", "a100-80gb")]
+        ("cloud", "h100"), ("default", "a100-80gb"), ("default", "a100-80gb"), ("default", "a100-shared"),
+        ("default", "cpu"), ("default", "cpu")]
     assert Job.objects.get(name="llm-pretrain-h100").cluster_selector == {"site": "cloud"}
     from scheduling.services.cycle import run_cycle
 
@@ -242,7 +250,7 @@ def test_the_demo_seeds_through_the_lab_file_and_is_idempotent(settings, tmp_pat
     assert admin.check_password(creds["admin"]) and admin.is_staff
     Quota.objects.filter(department__slug="nlp", flavor__name="a100-80gb").update(nominal=2)  # changed since
     again = demo.seed()
-    assert again == creds and Job.objects.count() == 13
+    assert again == creds and Job.objects.count() == 13 + demo.HISTORY_JOBS
     assert Quota.objects.get(department__slug="nlp", flavor__name="a100-80gb").nominal == 2
     assert Path(demo.credentials_path()).exists()
 

@@ -136,6 +136,31 @@ def test_department_admin_files_a_request_and_the_platform_admin_approves_it(lab
     assert QuotaChangeRequest.objects.get().state == "approved"
 
 
+def test_the_quota_form_shows_what_the_other_departments_hold_and_what_is_left(lab):
+    from scheduling.models import Cluster, Node
+
+    east = Cluster.objects.create(name="east", backend="simulated")
+    Node.objects.create(cluster=east, name="e0", flavor=lab.a100, gpus=2, labels={"gpu-type": "a100"})
+    Quota.objects.create(department=lab.nlp, flavor=lab.a100, cluster=east, nominal=1)
+    Quota.objects.filter(department=lab.nlp, cluster=None).update(nominal=3)
+    page = _client(lab.vadmin).get("/lab/departments/vision/quota?flavor=a100-80gb").content.decode()
+    # 10 a100s in all, nlp holds 3 of them: 7 left; on east, nlp holds 1 of 2: 1 left
+    row = page.split('data-scope="a100-80gb"')[1].split("</tr>")[0]
+    assert '<td data-col="others">3</td><td data-col="left">7</td>' in row
+    assert "nominal quotas here come to 3 of 10 installed GPUs: 7 left to ask for without oversubscribing." in page
+    east_page = _client(lab.vadmin).get("/lab/departments/vision/quota?flavor=a100-80gb&cluster=east")
+    assert "come to 1 of 2 installed GPUs: 1 left to ask for" in east_page.content.decode()
+    assert east_page.context["room"]["a100-80gb@east"] == {"capacity": 2, "others": 1, "left": 1}
+
+
+def test_a_request_above_what_is_left_is_refused_on_the_form_and_nothing_is_filed(lab):
+    r = _client(lab.vadmin).post("/lab/departments/vision/quota", {
+        "flavor": "a100-80gb", "nominal": "5", "borrowing_limit": "2", "lending_all": "on", "reason": "more"})
+    assert r.status_code == 400 and not QuotaChangeRequest.objects.exists()
+    assert "ask for at most 4, or ask to oversubscribe" in r.context["errors"]["nominal"][0]
+    assert 'data-error-for="nominal"' in r.content.decode()
+
+
 def test_quota_request_form_errors(lab):
     r = _client(lab.vadmin).post("/lab/departments/vision/quota", {"flavor": "a100-80gb", "nominal": "x",
                                                                     "lending_limit": "9", "reason": ""})
@@ -175,6 +200,7 @@ def test_the_nav_links_the_lab_for_admins_only(lab):
 
 
 def test_the_quota_form_opens_with_the_quota_in_force_and_a_blank_lending_limit_is_refused(lab):
+    Quota.objects.filter(department=lab.nlp).update(nominal=2)  # room for vision's 5
     quota = Quota.objects.get(department=lab.vision)
     Quota.objects.filter(pk=quota.pk).update(nominal=4, borrowing_limit=2, lending_limit=4)
     c = _client(lab.vadmin)
@@ -206,6 +232,7 @@ def test_a_quota_without_limits_opens_with_no_limit_ticked(lab):
 
 
 def test_the_quota_inbox_shows_what_a_request_changes_and_flags_a_lending_limit_it_would_remove(lab):
+    Quota.objects.filter(department=lab.nlp).update(nominal=2)  # room for vision's 5
     quota = Quota.objects.get(department=lab.vision)
     Quota.objects.filter(pk=quota.pk).update(borrowing_limit=2, lending_limit=4)
     # "lend all" is a choice the requester ticks; the approver still sees that it widens the limit

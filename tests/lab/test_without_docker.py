@@ -72,23 +72,29 @@ def test_every_manage_py_command_exists_and_takes_its_arguments():
         parser.parse_args(args)  # SystemExit on an unknown option or a bad value
 
 
-def test_the_worker_and_beat_commands_parse_and_consume_every_queue():
+def celery_params(args: list[str]) -> tuple[str, dict]:
+    """(sub-command, its parsed options) of a ``celery -A portal ...`` command line; raises if it is bad."""
     from celery.bin.base import CLIContext
     from celery.bin.celery import celery as cli
-    from django.conf import settings
 
     from portal.celery import app
+
+    ctx = cli.make_context("celery", list(args))
+    assert ctx.params["app"] == "portal"
+    ctx.obj = CLIContext(app=app, no_color=True, workdir=None, quiet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        name, *rest = [*ctx.protected_args, *ctx.args]
+    return name, cli.get_command(ctx, name).make_context(name, rest, parent=ctx).params
+
+
+def test_the_worker_and_beat_commands_parse_and_consume_every_queue():
+    from django.conf import settings
 
     commands = _commands(".venv/bin/celery ")
     assert {c[2] for c in commands} == {"worker", "beat"}
     for args in commands:
-        ctx = cli.make_context("celery", list(args))
-        assert ctx.params["app"] == "portal"
-        ctx.obj = CLIContext(app=app, no_color=True, workdir=None, quiet=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            name, *rest = [*ctx.protected_args, *ctx.args]
-        params = cli.get_command(ctx, name).make_context(name, rest, parent=ctx).params  # raises if bad
+        name, params = celery_params(args)
         if name == "worker":  # a queue the portal routes to but no documented worker reads would never run
             routed = {r["queue"] for r in settings.CELERY_TASK_ROUTES.values()} | {"default"}
             assert set(params["queues"]) >= routed
@@ -104,7 +110,7 @@ def test_the_web_and_session_proxy_commands_parse():
     assert importlib.util.find_spec("portal.gunicorn_conf") and importlib.util.find_spec("portal.wsgi")
 
     [proxy] = _commands(".venv/bin/python -m portal.session_proxy ")
-    assert proxy[0::2] == ["--listen", "--portal"]
+    assert proxy[0::2] == ["--listen", "--portal", "--domain"]
 
 
 def _run(env: dict, *args: str) -> str:
@@ -162,3 +168,17 @@ def test_set_up_b_migrates_and_checks_on_the_embedded_defaults_with_a_kubernetes
                  if len(line.split()) > 1 and line.split()[0].isupper()}
     assert effective["SCHEDULING_BACKEND"] == "kubernetes"
     assert effective["KUBECONFIG"] == "/etc/gpu-portal/lab.kubeconfig"
+
+
+def test_gunicorn_binds_loopback_unless_told_and_the_image_binds_every_interface(monkeypatch, tmp_path):
+    # Before a TLS proxy exists the web process must not listen on every interface; the image (a pod's own
+    # network) says 0.0.0.0 itself.
+    import runpy
+    from pathlib import Path
+
+    monkeypatch.delenv("GUNICORN_BIND", raising=False)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    conf = runpy.run_path(str(Path(__file__).resolve().parents[2] / "portal" / "gunicorn_conf.py"))
+    assert conf["bind"] == "127.0.0.1:8000"
+    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
+    assert "GUNICORN_BIND=0.0.0.0:8000" in dockerfile

@@ -110,8 +110,8 @@ def receiver(settings):
 @pytest.fixture
 def running_job(lab, submit, go):
     """running_job(user) -> a job admitted and running on the simulated cluster."""
-    from scheduling.services.clusters import sync_cluster
     from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
 
     def make(user, **fields):
         job = go(submit, user, **fields)

@@ -14,14 +14,14 @@ from kombu.exceptions import OperationalError as BrokerUnavailable
 from notifications.models import Delivery, Event
 from notifications.services import delivery, emit
 from scheduling.models import JobState
-from scheduling.services import clusters
+from scheduling.services import lifecycle
 
 pytestmark = pytest.mark.django_db
 
 
 def _fail(go, job, **kw):
     args = {"exit_code": 137, "reason": "OOMKilled", "message": "pod job-x failed: OOMKilled", "finished_at": None}
-    return go(clusters.finish, job=job, state=JobState.FAILED, **{**args, **kw})
+    return go(lifecycle.finish, job=job, state=JobState.FAILED, **{**args, **kw})
 
 
 def _webhook(client_for, user, receiver, **body):
@@ -179,7 +179,7 @@ def test_a_rolled_back_change_sends_nothing(lab, running_job, go, smtp_server):
 
     def fail_then_roll_back():
         with transaction.atomic():
-            clusters.finish(job=job, state=JobState.FAILED, exit_code=1, reason="Error", message="x",
+            lifecycle.finish(job=job, state=JobState.FAILED, exit_code=1, reason="Error", message="x",
                             finished_at=None)
             raise Boom
 

@@ -9,7 +9,7 @@ import pytest
 
 from notifications.models import Delivery, DepartmentSettings, Event, Preference
 from scheduling.models import JobState
-from scheduling.services import clusters, job_approvals
+from scheduling.services import job_approvals, lifecycle
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,7 @@ def test_approval_requested_goes_to_the_admins_and_the_decision_to_the_submitter
 
 def test_a_preempted_job_says_why_and_that_it_was_requeued(lab, running_job, go, smtp_server):
     job = running_job(lab.alice, name="elastic")
-    assert go(clusters.requeue, job=job, outcome="preempted", reason="Evicted",
+    assert go(lifecycle.requeue, job=job, outcome="preempted", reason="Evicted",
               message="pod job-1-a1 evicted for job 9 (reclaim)")
     event = Event.objects.get(kind="job.preempted")
     assert event.data["requeued"] is True and event.data["reason"] == "Evicted" and event.data["attempt"] == 2
@@ -45,7 +45,7 @@ def test_a_preempted_job_says_why_and_that_it_was_requeued(lab, running_job, go,
 
 def test_a_platform_failure_requeue_is_not_a_preemption(lab, running_job, go, smtp_server):
     job = running_job(lab.alice)
-    assert go(clusters.requeue, job=job, outcome="platform_failure", reason="NodeLost", message="node gone")
+    assert go(lifecycle.requeue, job=job, outcome="platform_failure", reason="NodeLost", message="node gone")
     assert not Event.objects.filter(kind="job.preempted").exists() and smtp_server.messages == []
 
 
@@ -147,7 +147,7 @@ def test_a_users_notifications_are_their_own(lab, running_job, go, client_for, s
     from scheduling.models import Job
 
     job = Job.objects.get()
-    go(clusters.finish, job=job, state=JobState.FAILED, exit_code=1, reason="Error", message="boom",
+    go(lifecycle.finish, job=job, state=JobState.FAILED, exit_code=1, reason="Error", message="boom",
        finished_at=None)
     assert [n["kind"] for n in client_for(lab.alice).get("/api/v1/notifications").json()["results"]] == ["job.failed"]
     for other in (lab.amy, lab.vadmin, lab.root, lab.bob):
@@ -164,7 +164,7 @@ def _unsubscribe_path(mail) -> str:
 def test_the_unsubscribe_link_asks_then_turns_that_kind_off_without_logging_in(lab, running_job, go, client,
                                                                               smtp_server):
     job = running_job(lab.alice)
-    go(clusters.finish, job=job, state=JobState.FAILED, exit_code=1, reason="Error", message="x", finished_at=None)
+    go(lifecycle.finish, job=job, state=JobState.FAILED, exit_code=1, reason="Error", message="x", finished_at=None)
     path = _unsubscribe_path(smtp_server.messages[0])
     assert str(smtp_server.messages[0]["headers"]["List-Unsubscribe"]).strip() == f"<http://127.0.0.1:8000{path}>"
     page = client.get(path)  # a mail scanner following the link changes nothing
@@ -175,7 +175,7 @@ def test_the_unsubscribe_link_asks_then_turns_that_kind_off_without_logging_in(l
     p = Preference.objects.get(user=lab.alice, kind="job.failed")
     assert (p.email, p.webhook) == (False, True)  # only the e-mail of that kind
     job2 = running_job(lab.alice)
-    go(clusters.finish, job=job2, state=JobState.FAILED, exit_code=1, reason="Error", message="x", finished_at=None)
+    go(lifecycle.finish, job=job2, state=JobState.FAILED, exit_code=1, reason="Error", message="x", finished_at=None)
     assert len(smtp_server.messages) == 1
     assert not Delivery.objects.filter(event__data__job_id=job2.pk).exists()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduling.core.types import Policy
+from engine.types import Policy
 from scheduling.models import Job, JobState
 
 pytestmark = pytest.mark.django_db

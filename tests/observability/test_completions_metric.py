@@ -18,8 +18,8 @@ def _completions(client) -> dict[str, float]:
 
 def _run_and_finish(go):
     from scheduling.backends import get_backend
-    from scheduling.services.clusters import sync_cluster
     from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
 
     go(run_cycle)
     go(sync_cluster)
@@ -41,8 +41,8 @@ def test_completions_count_each_outcome_once_and_never_go_down(lab, submit, clie
     seen = _completions(client)
     assert seen == {"succeeded": 1, "failed": 1, "cancelled": 1, "preempted": 0}
 
-    from scheduling.services.clusters import sync_cluster
     from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
 
     victim = go(submit, lab.alice, name="victim", tier="backfill")
     go(run_cycle)

@@ -110,7 +110,7 @@ def test_a_pending_job_that_will_never_fit_says_why(lab, client):
 def test_a_failed_job_shows_on_its_page_the_hint_its_mail_gave(lab, client):
     from django.utils.html import escape
 
-    from scheduling.core.failure_hints import failure_hint
+    from scheduling.failure_hints import failure_hint
 
     job = _job(lab, state=JobState.FAILED, reason_code="Error", exit_code=1)
     assert _codes(job) == ["failed_with_error"]
@@ -128,7 +128,8 @@ def test_a_failed_job_shows_on_its_page_the_hint_its_mail_gave(lab, client):
 
 def test_every_rule_has_a_test():
     tested = {"sawtooth", "oom_killed", "sigkill_after_sigterm", "repeated_preemption", "image_pull", "never_fits",
-              "failed"}
+              "failed",
+              "fits_fraction"}  # tests/observability/test_fraction_recommendation.py
     assert {rule.__name__ for rule in hints.RULES} == tested
 
 
@@ -137,3 +138,12 @@ def test_hints_are_read_through_the_gate(lab):
     c = Client()
     c.force_login(lab.bob)
     assert c.get(f"/api/v1/jobs/{job.pk}/gpu-usage").status_code == 404
+
+
+def test_the_sawtooth_hint_names_the_clone_with_data_workers(lab):
+    job = _job(lab)
+    _usage(job, shape={"low": 0.45, "high": 0.5, "swings": 30})
+    (hint,) = hints.hints(hints.Facts(job=job, events=[], usages=list(AttemptUsage.objects.filter(job=job)),
+                                      victims=[]))
+    assert f"gpup clone {job.pk} --add-data-workers 4" in hint.advice
+    assert hint.data["add_data_workers"] == f"/api/v1/jobs/{job.pk}/spec?add_data_workers=4"

@@ -140,8 +140,8 @@ def test_the_quote_shows_the_recommendation_and_estimates_with_the_predicted_run
     one is estimated to start after about 12 minutes of runtime (x1.2), not 8 hours."""
     from django.conf import settings
 
-    from scheduling.services.clusters import sync_cluster
     from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
 
     for _ in range(3):
         _finished(lab, 0, busy=0.9, mem=20000, minutes=10, name="resnet-50")

@@ -164,3 +164,23 @@ def test_the_star_value_applies_to_every_tier_not_named(settings):
     assert idle.stop_grace("backfill") == 15.0 and idle.stop_grace("elastic") is None
     settings.IDLE_GPU_MINUTES = {"realtime": 60.0, "*": 10.0}
     assert idle.minutes("realtime") == 60.0 and idle.minutes("backfill") == 10.0
+
+
+def test_a_fractional_pod_reports_its_part_of_the_gpu_and_is_flagged_idle_as_a_whole_gpu(lab):
+    """A notebook on 20 GiB and 30% of a shared A100: its series' memory is its 20 GiB (the sharing layer's
+    per-container limit), its use never passes its compute share, and idle detection flags it as it would a
+    whole GPU."""
+    nb = _running(lab, profile="idle", minutes=45, name="notebook-1")
+    nb.gpu_memory_mib, nb.gpu_cores, nb.share_milli = 20 * 1024, 30, 300
+    nb.save()
+    busy = _running(lab, profile="busy", minutes=45)
+    busy.gpu_memory_mib, busy.gpu_cores, busy.share_milli = 20 * 1024, 30, 300
+    busy.save()
+    agg = aggregate(SimulatedSource().read(job=nb, attempt=1, namespace="gpu-vision", start=nb.started_at,
+                                           end=timezone.now()), idle_below_pct=5)
+    assert agg.memory_total_mib == 20 * 1024 and agg.peak_memory_mib == pytest.approx(0.08 * 20 * 1024, abs=1)
+    capped = SimulatedSource().read(job=busy, attempt=1, namespace="gpu-vision", start=busy.started_at,
+                                    end=timezone.now())
+    assert max(v for series in capped.util.values() for v in series.values()) <= 30
+    collect_service.collect()
+    assert AttemptUsage.objects.get(job=nb).idle and not AttemptUsage.objects.get(job=busy).idle

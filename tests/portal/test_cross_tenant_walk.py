@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import Client
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from notifications.models import Delivery, DepartmentSettings, Event, Preference, Webhook
 from portal.audit import audit
-from portal.models import ApiToken, AuditEntry, Department, Membership
+from portal.models import ApiToken, AuditEntry, Department, Membership, Team
 from quotas.models import (
     Allowance,
     ApprovalRule,
@@ -31,6 +32,7 @@ from quotas.models import (
     Quota,
     QuotaChangeRequest,
     RefillRule,
+    TeamQuota,
     UserLimit,
     Wallet,
 )
@@ -38,6 +40,7 @@ from quotas.services import allowances, quota_requests, rules, user_limits, wall
 from scheduling.models import (
     Approval,
     AttemptLog,
+    Booking,
     DepartmentSample,
     Job,
     JobArray,
@@ -61,7 +64,7 @@ SECRETS = {"job": "visionsecretjob", "token": "visionsecrettoken", "ledger": "vi
            "webhook_secret": "visionwhsecret", "notification": "visionsecretnotification", "threshold": "8585851",
            "quota_request": "visionsecretquotarequest", "template": "visionsecrettemplate",
            "secret_value": "visionsecretvalue", "secret_key": "visionsecretkeyname", "user_limit": "7373731",
-           "department_limit": "7373732"}
+           "department_limit": "7373732", "booking": "visionsecretbooking", "team": "visionsecretteam"}
 SKIPPED = ("admin/", "static", "logout/", "login/", "api/schema/", "api/docs/", "api/redoc/", "metrics",
            "healthz", "readyz")
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -77,8 +80,12 @@ FORM_BODIES = [{}, {"comment": "x"}, {"direction": "credit", "amount": "1", "com
 # Parameters that name another department's object, by route name; everything else a parameter can name
 # (a flavor, a price) belongs to no department.
 FOREIGN_PARAMS = {"pk", "slug", "username"}
-GLOBAL_PK_ROUTES = {"price-detail", "price_delete"}
-KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token", "group", "verb", "uidb64"}
+# ids of the lab's own objects, not a department's: the walk's non-admins get 403 on them, which names nothing
+# (the policy tuner's proposals are platform admins' alone; a maintenance window belongs to no department either:
+# every member reads it, platform admins change it)
+GLOBAL_PK_ROUTES = {"price-detail", "price_delete", "maintenance-detail", "policy-proposal-detail",
+                    "policy-proposal-apply", "policy-proposal-dismiss", "proposal-decide"}
+KNOWN_PARAMS = FOREIGN_PARAMS | {"name", "format", "token", "group", "verb", "uidb64", "team", "flavor"}
 
 
 @pytest.fixture(autouse=True)
@@ -98,6 +105,8 @@ def _lean_requests(settings):
 def _seed(lab, dept, owner, admin, prefix, numbers):
     """Objects of every kind in ``dept``: jobs in every state, a wallet with holds, a charge and an
     adjustment, refill and approval rules, an allowance, a token, audit entries, an approval waiting."""
+    team = Team.objects.create(department=dept, slug=f"{prefix}secretteam", name=f"{prefix}secretteam")
+    TeamQuota.objects.create(team=team, flavor=lab.a100, nominal=1)
     jobs = {}
     for state in JobState.values:
         jobs[state] = Job.objects.create(owner=owner, department=dept, name=f"{prefix}secretjob-{state}", image="x",
@@ -148,7 +157,8 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                             key=f"{event.pk}:email:u{owner.pk}")
     Delivery.objects.create(event=event, department=dept, channel="webhook", webhook=dept_hook, status="failed",
                             key=f"{event.pk}:webhook:w{dept_hook.pk}", last_error=f"{prefix}secretnotification")
-    request = quota_requests.quota_request_create(department=dept, flavor=lab.a100, actor=admin, nominal=5,
+    # (4: with the other department's 4, all the 8 GPUs, so the request can be filed)
+    request = quota_requests.quota_request_create(department=dept, flavor=lab.a100, actor=admin, nominal=4,
                                                   reason=f"{prefix}secretquotarequest")
     spec = {"name": f"{prefix}secrettemplate-job", "image": "busybox", "command": ["true"], "flavor": "a100-80gb",
             "gpus": 1, "env": {"NOTE": f"{prefix}secrettemplate"}}
@@ -156,8 +166,14 @@ def _seed(lab, dept, owner, admin, prefix, numbers):
                                  description=f"{prefix}secrettemplate personal"),
                  template_create(user=admin, name=f"{prefix}-shared", spec=spec, scope="department",
                                  description=f"{prefix}secrettemplate shared")]
+    # a booking of the department: its purpose and owners are the department's own (the calendar shows the
+    # others only GPUs booked by "another department")
+    booking = Booking.objects.create(department=dept, cluster=lab.cluster, flavor=lab.a100, gpus=1,
+                                     start=timezone.now(), end=timezone.now() + timedelta(days=1),
+                                     purpose=f"{prefix}secretbooking")
+    booking.users.set([owner])
     return {"jobs": jobs, "pending": jobs["pending_approval"], "array": array, "token": token, "webhooks": [hook, dept_hook],
-            "quota_request": request, "templates": templates,
+            "quota_request": request, "templates": templates, "booking": booking,
             "quota": Quota.objects.get(department=dept, flavor=lab.a100)}
 
 
@@ -197,11 +213,14 @@ def _urls(route: str, name: str, seeded, price) -> list[tuple[str, bool]]:
         pks = [t.pk for t in seeded["templates"]]
     elif "array" in name:
         pks = [seeded["array"].pk]
+    elif "booking" in name:
+        pks = [seeded["booking"].pk]
     else:  # a job, in every state
         pks = [j.pk for j in seeded["jobs"].values()]
     query = (f"?user=alice&department=vision&job={seeded['pending'].pk}&owner=alice&q=vision"
              f"&template={seeded['templates'][1].pk}&clone={seeded['jobs']['running'].pk}")
     values = {"slug": "vision", "username": "alice", "name": "a100-80gb", "token": "not-a-signed-token", "group": "g",
+              "team": "visionsecretteam", "flavor": "a100-80gb",
               "verb": "cancel", "uidb64": "MQ"}  # an account's id in an invitation's link, with a token of no one
     return [(_fill(route, {"pk": str(pk), **values}) + query,
              names_foreign) for pk in pks]

@@ -169,7 +169,8 @@ def test_a_signal_to_the_demo_stops_its_worker_and_beat(tmp_path, sig):
     is gone."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL",
                                                             "CELERY_TASK_ALWAYS_EAGER")}
-    env.update(DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings")
+    # the session proxy on a free port too: 8001 may be taken on the machine (another demo, another worker's test)
+    env.update(DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings", SESSION_PORT=str(_free_port()))
     demo = subprocess.Popen([sys.executable, "manage.py", "demo", f"127.0.0.1:{_free_port()}"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     status = tmp_path / "demo-processes.json"

@@ -12,7 +12,8 @@ from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
 
 ROOT = Path(settings.BASE_DIR)
-SHARED = ["portal/base.html", "portal/_field.html", "portal/_errors.html", "portal/_select_error.html"]
+SHARED = ["portal/base.html", "portal/_field.html", "portal/_errors.html", "portal/_select_error.html",
+          "portal/_days_left.html"]
 
 
 @pytest.mark.parametrize("name", SHARED)

@@ -41,7 +41,7 @@ def test_a_job_accepted_while_the_broker_is_down_answers_201_once_and_the_reconc
     assert Job.objects.count() == 1 and not SimPod.objects.exists()
     assert "broker unreachable" in caplog.text
     broker_down.undo()  # the broker is back: the periodic reconcile repairs the lost message
-    from scheduling.services.clusters import reconcile
+    from scheduling.services.reconcile import reconcile
 
     with django_capture_on_commit_callbacks(execute=True):
         assert reconcile()["created"] == 1
@@ -99,10 +99,11 @@ def test_an_eviction_decided_while_the_broker_is_down_is_sent_again_by_the_recon
 
     from django.utils import timezone
 
-    from scheduling import core
+    import engine
     from scheduling.models import Preemption, PreemptionVictim
-    from scheduling.services.clusters import reconcile, sync_cluster
     from scheduling.services.cycle import apply_result, run_cycle
+    from scheduling.services.inventory import sync_cluster
+    from scheduling.services.reconcile import reconcile
     from scheduling.services.snapshot import build_snapshot
 
     broker_down.undo()
@@ -117,7 +118,7 @@ def test_an_eviction_decided_while_the_broker_is_down_is_sent_again_by_the_recon
 
     broker_down.setattr(tasks.evict_pods, "delay", refuse)
     snapshot, ctx = build_snapshot(now=timezone.now())
-    go(apply_result, result=core.CycleResult(preemptions=(core.Preemption(
+    go(apply_result, result=engine.CycleResult(preemptions=(engine.Preemption(
         preemptor_id=preemptor.pk, victim_ids=(victim.pk,), reason="priority", message="needs 4 GPUs"),)), ctx=ctx)
     assert PreemptionVictim.objects.get().status == PreemptionVictim.Status.DECIDED  # the message was lost
     broker_down.undo()

@@ -15,7 +15,7 @@ from tests.portal.oidc_provider import Provider
 
 pytestmark = pytest.mark.django_db
 
-BACKENDS = ["portal.lockout.VerifyFirstAxesBackend", "django.contrib.auth.backends.ModelBackend",
+BACKENDS = ["portal.lockout.LoginThrottleBackend", "django.contrib.auth.backends.ModelBackend",
             "portal.sso.PortalOIDCBackend"]
 
 

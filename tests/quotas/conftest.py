@@ -28,3 +28,11 @@ def consistent():
         assert ledger_drift() == []
 
     return check
+
+
+@pytest.fixture(autouse=True)
+def real_speed(settings):
+    """The simulated cluster at the speed of a real one: these tests state use in wall-clock minutes, and an
+    attempt is charged its own time (the wall's times its cluster's speed-up). A faster cluster's charges:
+    tests/scheduling/test_job_clock.py."""
+    settings.SIM_SPEEDUP = 1

@@ -12,8 +12,8 @@ from portal.models import AuditEntry
 from quotas.models import ApprovalRule, LedgerEntry, Price, RefillRule, Wallet
 from quotas.services import reports
 from scheduling.models import Approval, Job, JobState, SimPod
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -322,7 +322,6 @@ def _run_some_jobs(lab, submit, capture):
     from datetime import timedelta
 
     from django.conf import settings
-    from django.utils import timezone
 
     with capture(execute=True):
         a = submit(lab.alice, gpus=2, name="a")
@@ -333,7 +332,7 @@ def _run_some_jobs(lab, submit, capture):
         run_cycle(now=settings.SIM_CLOCK.now() - timedelta(hours=1))
     with capture(execute=True):
         sync_cluster()
-    SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(days=30))
+    SimPod.objects.filter(phase="Running").update(runtime_s=0)  # its runtime is over: it ended as it started, now
     with capture(execute=True):
         sync_cluster()
     assert set(Job.objects.values_list("state", flat=True)) == {JobState.SUCCEEDED}
@@ -408,3 +407,21 @@ def test_a_wallet_adjust_replayed_with_another_body_is_a_422(money, client_for):
     long_key = "k" * 200  # the longest key a client may send still fits the ledger's column
     assert admin.post("/api/v1/wallets/vision/adjust", {"amount": 1, "comment": "x"}, format="json",
                       HTTP_IDEMPOTENCY_KEY=long_key).status_code == 201
+
+
+def test_the_usage_report_gives_the_efficiency_of_the_measured_attempts(money, submit, client_for,
+                                                                        django_capture_on_commit_callbacks):
+    from observability.models import AttemptUsage
+
+    a, b = _run_some_jobs(money, submit, django_capture_on_commit_callbacks)
+    AttemptUsage.objects.all().delete()  # what was measured is what this test says: a, not b
+    a.refresh_from_db()
+    AttemptUsage.objects.create(job=a, attempt=a.attempt, source="simulated", gpus=2, started_at=a.started_at,
+                                step_s=60, samples=60, busy_gpus=0.5, idle_minutes=0, final=True)
+    rows = {x["user"]: x for x in client_for(money.root).get("/api/v1/reports/usage?group_by=user").json()["rows"]}
+    assert (rows["alice"]["measured_gpu_hours"], rows["alice"]["used_gpu_hours"], rows["alice"]["efficiency"]) == (
+        2.0, 0.5, 0.25)
+    assert rows["bob"]["efficiency"] is None and rows["bob"]["measured_gpu_hours"] == 0  # unknown, not zero
+    table = list(csv.DictReader(io.StringIO(client_for(money.alice).get(
+        "/api/v1/reports/usage?group_by=user&format=csv").content.decode())))
+    assert [(t["user"], t["efficiency"]) for t in table] == [("alice", "0.25")]

@@ -6,15 +6,17 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from quotas import budgets
 from quotas.models import LedgerEntry, Wallet
 from quotas.services import hooks, periodic, reports, settlement
 from scheduling.models import Job, JobState, SimPod
-from scheduling.services.clusters import requeue, sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
 from scheduling.services.jobs import job_cancel
+from scheduling.services.lifecycle import requeue
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +49,7 @@ def test_hold_on_admission_settle_on_success(money, submit, go, consistent):
     assert job.events.filter(kind="budget", reason_code="hold").exists()
 
     # the job ran 30 minutes on 2 GPUs: 1 GPU-hour at 1000 mcr
-    SimPod.objects.filter(job_id=job.pk).update(started_at=timezone.now() - timedelta(days=30))
+    SimPod.objects.filter(job_id=job.pk).update(runtime_s=0)  # its runtime is over: it ended as it started, now
     go(sync_cluster)
     go(sync_cluster)
     job.refresh_from_db()
@@ -64,7 +66,7 @@ def test_hold_on_admission_settle_on_success(money, submit, go, consistent):
 
 def _admit(go, minutes_ago: int):
     """Run a cycle as if it happened ``minutes_ago``: admitted_at (the start of billing) is then."""
-    return go(run_cycle, now=timezone.now() - timedelta(minutes=minutes_ago))
+    return go(run_cycle, now=settings.SIM_CLOCK.now() - timedelta(minutes=minutes_ago))
 
 
 def test_budget_insufficient_keeps_job_pending_with_missing_amount(money, submit, go):
@@ -189,8 +191,9 @@ def test_snapshot_queries_stay_bounded_with_budgets(money, submit, go, django_as
     lab = money
     for i in range(20):
         go(submit, lab.alice if i % 2 else lab.bob, name=f"j{i}")
-    # + the clusters (states, labels, cost ranks), the quota refusals, members' GPU limits, predicted run times
-    with django_assert_max_num_queries(14):
+    # + the clusters (states, labels, cost ranks), the quota refusals, members' GPU limits, predicted run times,
+    # the teams' quota splits, the bookings and the maintenance windows
+    with django_assert_max_num_queries(17):
         snapshot, _ = build_snapshot(now=timezone.now())
     assert snapshot.credits == {"vision": 100_000, "nlp": 10_000}
     assert all(p.hold == 1000 for p in snapshot.pending)

@@ -15,8 +15,8 @@ from quotas import tasks
 from quotas.models import ApprovalRule, LedgerEntry, RefillRecord, RefillRule, Wallet
 from quotas.services import periodic, wallets
 from scheduling.models import JobState, SimPod
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
 from scheduling.services.jobs import budget_admitted
 
 pytestmark = pytest.mark.django_db
@@ -33,9 +33,10 @@ def browser(client):
 
 def _finished_job(lab, go, submit, **fields):
     job = go(submit, lab.alice, **fields)
-    go(run_cycle, now=timezone.now() - timedelta(hours=1))
+    # an hour before the simulated cluster's clock, which stands still: the hour is exact however slow the machine
+    go(run_cycle, now=settings.SIM_CLOCK.now() - timedelta(hours=1))
     go(sync_cluster)
-    SimPod.objects.filter(phase="Running").update(started_at=timezone.now() - timedelta(days=30))
+    SimPod.objects.filter(phase="Running").update(runtime_s=0)  # its runtime is over: it ended as it started, now
     go(sync_cluster)
     job.refresh_from_db()
     return job
@@ -48,6 +49,10 @@ def test_wallet_page_for_department_admin(money, browser, go, submit):
     page = browser(money.vadmin).get("/budgets/vision/").content.decode()
     assert "98.000 cr" in page  # 100 credits - 2 GPU-hours at 1 credit
     assert "alice" in page and "settle" in page
+    # the ledger names the attempt in words: "a1" is how the pages name array 1
+    job = LedgerEntry.objects.filter(kind="settle").get().job_id
+    assert f'<td data-ledger-job><a href="/jobs/{job}/">job {job}</a>, attempt 1</td>' in page
+    assert f"{job}</a> a1" not in page
     assert browser(money.vadmin).get("/budgets/nlp/").status_code == 404
 
 

@@ -248,8 +248,11 @@ def test_a_platform_admin_sets_a_per_cluster_quota_on_the_form(lab, east):
     assert (per.nominal, per.borrowing_limit) == (2, 0)
     assert Quota.objects.get(department=lab.vision, cluster=None).nominal == 4  # the global one is untouched
     page = " ".join(c.get("/lab/departments/vision/quota?flavor=a100-80gb&cluster=east").content.decode().split())
-    assert '<tr data-scope="a100-80gb@east"><td>a100-80gb</td><td>east</td><td>4</td> <td>2</td><td>0</td>' in page
-    assert '<tr data-scope="a100-mig-3g.40gb"><td>a100-mig-3g.40gb (MIG)</td><td>all clusters</td><td>0</td> <td>—</td>' in page
+    # east's 4 GPUs, none held by other departments there, 4 left; vision's own 2 beside them
+    assert ('<tr data-scope="a100-80gb@east"><td>a100-80gb</td><td>east</td> <td>4</td><td data-col="others">0</td>'
+            '<td data-col="left">4</td> <td>2</td><td>0</td>') in page
+    assert ('<tr data-scope="a100-mig-3g.40gb"><td>a100-mig-3g.40gb (MIG)</td><td>all clusters</td> <td>0</td>'
+            '<td data-col="others">0</td><td data-col="left">0</td> <td>—</td>') in page
     assert 'name="nominal" value="2"' in page  # prefilled from the per-cluster quota
     assert "quota%3Avision%3Aa100-80gb%40east%3Anominal=2" in page  # What-if by the simulator's key
     r = c.post("/lab/departments/vision/quota", {**body, "nominal": "3"})

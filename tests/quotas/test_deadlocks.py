@@ -14,8 +14,10 @@ from django.utils import timezone
 from quotas.services import wallets
 from scheduling.backends.base import PodState
 from scheduling.models import Job, JobState, Node
-from scheduling.services.clusters import apply_pod_states
+from scheduling.services.cluster_binding import default_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.jobs import namespace_for
+from scheduling.services.pod_states import apply_pod_states
 
 ROUNDS = 4
 PER_DEPT = 12  # queued and running jobs per department and round
@@ -51,7 +53,9 @@ def _world(money, rnd):
 
 
 def _succeeded(job):
-    return PodState(job_id=job.pk, attempt=1, index=0, name=f"job-{job.pk}-1-0", namespace="gpu-x",
+    # in the job's own namespace: a pod elsewhere is a look-alike, not the job's
+    namespace = namespace_for(job.department.slug, job.cluster or default_cluster())
+    return PodState(job_id=job.pk, attempt=1, index=0, name=f"job-{job.pk}-1-0", namespace=namespace,
                     phase="Succeeded", gated=False, node="big0", exit_code=0, reason="Completed",
                     finished_at=timezone.now().timestamp())
 

@@ -6,7 +6,7 @@ import pytest
 
 from scheduling import backends
 from scheduling.models import Node
-from scheduling.services.clusters import sync_cluster
+from scheduling.services.inventory import sync_cluster
 from tests.fakes.k8s_fixtures import kube_fake, sleeps  # noqa: F401 - fixtures
 
 
@@ -15,6 +15,7 @@ def kube(lab, kube_fake, sleeps, settings):  # noqa: F811
     from scheduling.backends.factory import kubernetes_backend
 
     settings.SCHEDULING_BACKEND = "kubernetes"  # the cluster row still says "simulated": the backend decides
+    settings.PORTAL_INSTALLATION_ID = "lab-portal"  # as the manifests in the docs show it
     Node.objects.all().delete()  # inventory comes from the cluster now
     for ns in ("gpu-vision", "gpu-nlp"):
         kube_fake.add_namespace(ns)

@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from portal.timestamps import split_log_stamp
 from scheduling.models import AttemptLog, Job, JobState, SimPod
-from scheduling.services.clusters import requeue, sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
+from scheduling.services.lifecycle import requeue
 from scheduling.services.logs import cleanup_logs, keep_attempt_log, tail_bytes
 
 pytestmark = pytest.mark.django_db

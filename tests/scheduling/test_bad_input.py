@@ -16,7 +16,7 @@ PAST = (timezone.now() - timedelta(hours=1)).isoformat()
 
 BAD = [
     # (overrides, field, code or None)
-    ({"gpus": 0}, "gpus", "min_value"),
+    ({"gpus": 0}, "gpus", "needs_cpu_pool"),  # 0 GPUs runs on a CPU pool, never on a GPU flavor
     ({"gpus": -1}, "gpus", "min_value"),
     ({"gpus": 1.5}, "gpus", "invalid"),
     ({"gpus": "2"}, "gpus", "invalid"),
@@ -168,9 +168,9 @@ def test_one_bad_simulated_pod_does_not_stop_the_sync_for_everyone(lab, submit, 
     fails is skipped while every other job still moves."""
     from unittest import mock
 
-    from scheduling.services import clusters
-    from scheduling.services.clusters import sync_cluster
+    from scheduling.services import pod_states
     from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
 
     bad, good, other = (go(submit, u, name=n) for u, n in ((lab.alice, "bad"), (lab.bob, "good"),
                                                              (lab.amy, "other")))
@@ -180,14 +180,14 @@ def test_one_bad_simulated_pod_does_not_stop_the_sync_for_everyone(lab, submit, 
     SimPod.objects.filter(job_id=bad.pk).update(runtime_s=float("nan" if connection.vendor == "postgresql"
                                                                  else "inf"))
     assert go(run_cycle).admitted == 3
-    real = clusters._apply_job
+    real = pod_states._apply_job
 
     def broken_for_other(job, pods):
         if job.pk == other.pk:
             raise ValueError("a pod the sync cannot make sense of")
         return real(job, pods)
 
-    with mock.patch.object(clusters, "_apply_job", broken_for_other):
+    with mock.patch.object(pod_states, "_apply_job", broken_for_other):
         counts = go(sync_cluster)
     assert counts["errors"] == 1
     states = dict(Job.objects.values_list("name", "state"))
@@ -196,3 +196,53 @@ def test_one_bad_simulated_pod_does_not_stop_the_sync_for_everyone(lab, submit, 
     assert states["other"] == "admitted"  # skipped, and retried by the next sync
     go(sync_cluster)
     assert Job.objects.get(pk=other.pk).state == "running"
+
+
+def _detail_routes():
+    """Every route of the API's routers that names one row by its number: (prefix, action's URL part, methods)."""
+    from lab.api.urls import router as lab_router
+    from portal.api.urls import router as portal_router
+    from quotas.api.urls import router as quotas_router
+    from scheduling.api.urls import router as scheduling_router
+    from workloads.api.urls import router as workloads_router
+
+    found = []
+    for router in (scheduling_router, quotas_router, workloads_router, portal_router, lab_router):
+        for prefix, viewset, _ in router.registry:
+            if getattr(viewset, "lookup_field", "pk") != "pk":
+                continue
+            for route in router.get_routes(viewset):
+                if "{lookup}" in route.url:
+                    part = route.url.split("{lookup}")[1].split("{trailing_slash}")[0]
+                    found.append((prefix, part.lstrip("/"), sorted(route.mapping)))
+    return found
+
+
+DETAIL_ROUTES = _detail_routes()
+
+
+def test_the_walk_finds_the_job_actions():
+    assert {("jobs", "connect"), ("jobs", "cancel"), ("jobs", "logs"), ("arrays", "")} <= {
+        (prefix, part) for prefix, part, _ in DETAIL_ROUTES}
+
+
+@pytest.mark.parametrize(("prefix", "part", "methods"), DETAIL_ROUTES)
+@pytest.mark.parametrize("pk", ["abc", "1e3", "\u0663", "12abc", "-1"])
+def test_every_action_on_a_row_that_is_not_a_number_is_a_404(lab, prefix, part, methods, pk):
+    from django.test import Client
+
+    c = Client(raise_request_exception=False)
+    c.force_login(lab.alice)
+    url = f"/api/v1/{prefix}/{pk}/{part}".rstrip("/") + "/"
+    for method in methods:
+        r = getattr(c, method)(url, {}, content_type="application/json") if method not in ("get", "head", "delete") \
+            else getattr(c, method)(url)
+        assert r.status_code == 404, (method, url, r.status_code, r.content[:200])
+
+
+def test_a_throttle_past_the_database_integer_or_not_in_ascii_digits_is_a_400_with_the_field(lab, client_for, payload):
+    for array in ("0-9%2147483648", "0-9%\u00b2", "0-9%" + "9" * 400, "0-" + "9" * 400, "\u0660-\u0663"):
+        r = client_for(lab.alice).post("/api/v1/arrays", {**payload(), "array": array}, format="json")
+        assert r.status_code == 400, (array, r.status_code, r.content[:300])
+        assert "array" in r.json()["error"]["fields"], r.json()
+    assert not Job.objects.exists()

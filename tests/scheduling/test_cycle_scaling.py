@@ -9,10 +9,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import core
+import engine
 from scheduling.models import AttemptLog, Job, JobEvent, JobState, SimPod
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import apply_result, run_cycle
+from scheduling.services.inventory import sync_cluster
 from scheduling.services.snapshot import build_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -43,7 +43,7 @@ def test_a_job_requeued_meanwhile_keeps_its_own_reason(lab, submit, go):
     job = go(submit, lab.alice, gpus=4, pods=2)
     Job.objects.filter(pk=job.pk).update(pods=3)  # never fits: it stays pending
     snapshot, ctx = build_snapshot(now=timezone.now())
-    result = core.schedule(snapshot)
+    result = engine.schedule(snapshot)
     assert [p.job_id for p in result.pending] == [job.pk]
     Job.objects.filter(pk=job.pk).update(attempt=2, reason_code="queued")  # a new attempt since the decision
     assert apply_result(result=result, ctx=ctx)[2] == 0
@@ -124,7 +124,7 @@ def test_a_pod_task_run_reads_the_policy_and_the_cluster_once_and_a_failure_is_r
 @pytest.mark.django_db(transaction=True)  # real commits: each job's transaction runs its callbacks as a worker's
 def test_a_sync_that_finishes_many_jobs_sends_one_message_per_task(lab, submit, monkeypatch):
     from portal import broker
-    from scheduling.services.clusters import sync_one
+    from scheduling.services.inventory import sync_one
 
     jobs = [submit(lab.alice, name=f"s{i}", gpus=1) for i in range(4)]
     assert run_cycle().admitted == 4
@@ -163,7 +163,7 @@ def test_a_cycle_admits_in_constant_statements_with_the_same_timeline(lab, submi
 def test_an_admission_decided_for_an_attempt_that_moved_on_is_not_applied(lab, submit):
     first, second = submit(lab.alice, name="a", gpus=1), submit(lab.bob, name="b", gpus=1)
     snapshot, ctx = build_snapshot(now=timezone.now())
-    result = core.schedule(snapshot)
+    result = engine.schedule(snapshot)
     assert {a.job_id for a in result.admissions} == {first.pk, second.pk}
     Job.objects.filter(pk=first.pk).update(attempt=2)  # requeued as a new attempt since the decision
     assert apply_result(result=result, ctx=ctx).admitted == 1

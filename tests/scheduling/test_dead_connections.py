@@ -33,9 +33,9 @@ def test_a_pod_task_that_loses_its_connection_is_retried(lab, submit, monkeypatc
     job = submit(lab.alice)
     SimPod.objects.all().delete()
     calls = []
-    from scheduling.services import clusters
+    from scheduling.services import podsets
 
-    original = clusters.podset_for
+    original = podsets.podset_for
 
     def flaky(j):
         calls.append(j.pk)
@@ -43,7 +43,7 @@ def test_a_pod_task_that_loses_its_connection_is_retried(lab, submit, monkeypatc
             raise OperationalError("server closed the connection unexpectedly")
         return original(j)
 
-    monkeypatch.setattr(clusters, "podset_for", flaky)
+    monkeypatch.setattr(podsets, "podset_for", flaky)
     result = tasks.create_pods.apply(args=(job.pk, job.attempt), throw=False)
     assert (result.state, result.result) == ("SUCCESS", "created")  # not FAILURE: retried, and created
     assert len(calls) == 2 and SimPod.objects.filter(job_id=job.pk).count() == 1

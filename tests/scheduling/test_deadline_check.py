@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from notifications.models import Event
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
 
 pytestmark = pytest.mark.django_db
 

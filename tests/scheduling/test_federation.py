@@ -7,7 +7,6 @@ and re-run tasks (a worker restarted mid-way) never make a second pod anywhere.
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -19,7 +18,7 @@ from scheduling.backends.base import PodState
 from scheduling.backends.factory import kubernetes_backend
 from scheduling.backends.kube import KubernetesBackend
 from scheduling.models import Cluster, ClusterState, Job, JobState, Node
-from scheduling.services import clusters
+from scheduling.services import pod_states, podsets
 from scheduling.services.cycle import run_cycle
 from scheduling.services.snapshot import build_snapshot
 from tests.fakes.k8s_api import FakeKube, FakeKubeServer
@@ -137,7 +136,7 @@ def test_a_job_bound_to_one_cluster_is_moved_only_by_that_clusters_pods(fed, lab
     # A stray pod of the same attempt on the other cluster (a bug, a hand-made pod) must not move the job ...
     stray = PodState(job_id=job.pk, attempt=1, index=0, name=f"job-{job.pk}-a1", namespace="gpu-vision",
                      phase="Failed", gated=False, reason="Error", exit_code=1)
-    clusters.apply_pod_states([stray], cluster=fed.row["default"])
+    pod_states.apply_pod_states([stray], cluster=fed.row["default"])
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED
     # ... its own cluster's sync does.
@@ -189,10 +188,11 @@ def test_one_cluster_down_does_not_hold_up_the_others_sync_or_admissions(fed, la
 
 
 def test_a_hung_cluster_times_out_alone(fed, lab, submit, go):
-    fed.fake["cloud"].hang_next(5, seconds=3.0, path="/api/v1/nodes")
-    started = time.monotonic()
+    # Hung for longer than any test runs (the fake ends the hang when it stops): only the client's own
+    # timeout can end the sync, and the server is still holding the request when it has.
+    fed.fake["cloud"].hang_next(5, seconds=600, path="/api/v1/nodes")
     assert tasks.sync_one(fed.row["cloud"].pk) == {"unreachable": 1}
-    assert time.monotonic() - started < 2.5  # the client's own timeout, not the hung server's
+    assert fed.fake["cloud"].hanging >= 1  # the client's own timeout, not the hung server's
     assert not Cluster.objects.get(name="cloud").reachable
     # Meanwhile the other cluster syncs and admits as usual.
     job = go(submit, lab.alice, gpus=2)
@@ -224,21 +224,24 @@ def test_watch_410_on_one_cluster_relists_while_the_other_admits(fed, lab, submi
     go(run_cycle)
     on_cloud.refresh_from_db()
     cloud = fed.fake["cloud"]
-    pod, node = f"job-{on_cloud.pk}-a1", on_cloud.placement[0]  # read here: the thread has no database
+    pod, node = f"job-{on_cloud.pk}-a1", on_cloud.placement[0]
 
-    def meanwhile():
-        time.sleep(0.3)
-        cloud.compact()  # the watch's resourceVersion is now too old: 410 Gone, re-list
-        cloud.run("gpu-nlp", pod, node=node)
+    def meanwhile(fake):  # between the watcher's list and its watch: the pod runs, then history is compacted
+        fake.run("gpu-nlp", pod, node=node)
+        fake.compact()  # the watch's resourceVersion is now too old: 410 Gone, re-list
 
-    t = threading.Thread(target=meanwhile)
-    t.start()
+    cloud.race_next(meanwhile, method="GET", path=r"^/api/v1/pods$", after=1)
+    before = cloud.count("GET", r"^/api/v1/pods$")
+    # The initial list (the admitted pod), then the watch: expired, re-listed (the pod running).
     stop = threading.Event()
-    threading.Timer(2.5, stop.set).start()
-    n = watch(cluster="cloud", stop=stop)  # the initial list, then the watch: expired, re-listed, resumed
-    t.join()
-    assert n >= 2
-    assert cloud.count("GET", "/api/v1/pods") >= 3  # list, watch, and the re-list after the 410
+    backstop = threading.Timer(120, stop.set)  # a watcher that never re-lists fails here instead of hanging
+    backstop.start()
+    try:
+        n = watch(cluster="cloud", stop=stop, max_events=2)
+    finally:
+        backstop.cancel()
+    assert n == 2
+    assert cloud.count("GET", r"^/api/v1/pods$") - before == 3  # list, watch, and the re-list after the 410
     on_cloud.refresh_from_db()
     assert on_cloud.state == JobState.RUNNING
     other = go(submit, lab.alice, gpus=4)
@@ -336,7 +339,7 @@ def test_a_stray_pod_of_a_live_attempt_on_another_cluster_is_deleted(fed, lab, s
     go(run_cycle)
     job.refresh_from_db()
     # a pod of the same attempt on the wrong cluster (made by hand, or by a bug): the reconciler removes it ...
-    backends.get_backend("default").ensure_pods(clusters.podset_for(job))
+    backends.get_backend("default").ensure_pods(podsets.podset_for(job))
     assert ("default", f"job-{job.pk}-a1") in all_pods(fed)
     assert go(tasks.reconcile_one, fed.row["default"].pk).get("orphans_deleted") == 1
     pod = fed.fake["default"].pod("gpu-vision", f"job-{job.pk}-a1")

@@ -10,12 +10,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from engine import reasons
 from notifications.models import Event
 from scheduling.backends import get_backend
-from scheduling.core import reasons
 from scheduling.models import AttemptLog, Job, JobState, SimPod
-from scheduling.services.clusters import requeue, sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
+from scheduling.services.lifecycle import requeue
 
 pytestmark = pytest.mark.django_db
 
@@ -108,19 +109,21 @@ def test_a_preemption_requeue_is_not_a_retry(lab, submit, go):
 
 @pytest.mark.parametrize(("reason", "told"), [("NodeLost", True), ("NodeShutdown", True), ("Unschedulable", False)])
 def test_a_pod_lost_with_its_node_is_a_new_attempt_its_owner_hears_of(lab, submit, go, reason, told):
-    """Not the job's failure: a new attempt at once, counted in no ``max_retries``, with a ``job.retried``
-    notification (cause platform). A placement kube-scheduler could not bind never ran: placed again, silently."""
+    """Not the job's failure: a new attempt, counted in no ``max_retries``, with a ``job.retried`` notification
+    (cause platform); a lost node's is an expedited requeue, with its short back-off (test_expedited_requeue.py).
+    A placement kube-scheduler could not bind never ran: placed again at once, silently."""
     job = start(go, submit(lab.alice, pods=2, gpus=1))
     job = fail(go, job, 1, exit_code=None, reason=reason, message="node sim-a100-1 is gone")
     go(sync_cluster)  # the gang's other pod was evicted meanwhile: now the attempt is over
     job.refresh_from_db()
-    assert (job.state, job.attempt, job.retries, job.not_before) == (JobState.QUEUED, 2, 0, None)
+    assert (job.state, job.attempt, job.retries) == (JobState.QUEUED, 2, 0)
+    assert (job.not_before is not None) is told and (job.expedited_at is not None) is told
     assert job.preemption_count == 0 and not Event.objects.filter(kind="job.preempted").exists()  # not preempted
     assert job.events.filter(to_state=JobState.QUEUED, message__contains=reason).exists()  # on the timeline
     notes = list(Event.objects.filter(kind="job.retried"))
     assert bool(notes) is told
     if told:
-        assert (notes[0].data["cause"], notes[0].data["attempt"], notes[0].data["backoff_s"]) == ("platform", 2, 0)
+        assert (notes[0].data["cause"], notes[0].data["attempt"], notes[0].data["backoff_s"]) == ("platform", 2, 30)
         assert reason in notes[0].data["message"]
 
 

@@ -127,6 +127,20 @@ def test_department_admin_sees_members_jobs_and_approvals(lab, submit, client):
     assert f'/jobs/{other.pk}/' not in html  # another department's job
 
 
+def test_platform_admin_home_lists_every_departments_approvals(lab, submit, client):
+    # A job waiting for a decision the platform admin may take (any department's) is in their home's inbox,
+    # not "Nothing waits for your approval" because it is not the admin's own department's.
+    from quotas.models import ApprovalRule
+
+    ApprovalRule.objects.create(department=lab.nlp, gpus_above=2)
+    big = submit(lab.bob, gpus=4)
+    assert big.state == JobState.PENDING_APPROVAL
+    client.force_login(lab.root)
+    html = client.get("/").content.decode()
+    card = re.search(r'<div class="card" id="approvals">(.*?)</div>', html, re.S).group(1)
+    assert f'href="/jobs/{big.pk}/"' in card and "Nothing waits" not in card
+
+
 def test_platform_admin_board_plots_the_stored_series(lab, client, submit):
     from quotas.services import wallets
 

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling.core.sweeps import CONDITIONS
+from engine.sweeps import CONDITIONS
 from scheduling.models import Cluster, Job, JobDependency, JobState
 from scheduling.services import cycle
 from scheduling.services.job_rows import JobRows
@@ -119,17 +119,17 @@ def test_a_row_written_by_another_between_the_read_and_the_apply_is_read_again(l
     jobs = _waiting(lab, submit, 6)
     cycle.run_cycle()
     cycle.run_cycle()
-    real = cycle.core.schedule
+    real = cycle.engine.schedule
 
     def meanwhile(snapshot):  # after the snapshot, before the apply: another process writes a waiting job
         Job.objects.filter(pk=jobs[4].pk).update(urgency="high")
         fresh_rows.rows[jobs[4].pk][1].reason_message = "as read"  # so that the apply rewrites its reason
         return real(snapshot)
 
-    monkeypatch.setattr(cycle.core, "schedule", meanwhile)
+    monkeypatch.setattr(cycle.engine, "schedule", meanwhile)
     assert cycle.run_cycle().reasons_changed == 0  # it rewrote jobs[4]'s message, on top of the other write
     assert Job.objects.get(pk=jobs[4].pk).reason_message != "as read"
-    monkeypatch.setattr(cycle.core, "schedule", real)
+    monkeypatch.setattr(cycle.engine, "schedule", real)
     now = timezone.now()
     snapshot, ctx = build_snapshot(now=now, rows=fresh_rows)
     assert snapshot == build_snapshot(now=now)[0] and ctx.jobs[jobs[4].pk].urgency == "high"

@@ -6,15 +6,18 @@ halfway, scheduler failures waited on for a bounded time, nodes that vanished, a
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from scheduling import core
+import engine
 from scheduling.models import Cluster, Job, JobState, PreemptionVictim
-from scheduling.services.clusters import apply_pod_deleted, reconcile, sync_cluster
 from scheduling.services.cycle import apply_result, run_cycle
+from scheduling.services.inventory import sync_cluster
+from scheduling.services.pod_states import apply_pod_deleted
+from scheduling.services.reconcile import reconcile
 from scheduling.services.snapshot import build_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -43,8 +46,8 @@ def started(kube, go, *jobs):
 
 def preempt(go, preemptor, *victims):
     _, ctx = build_snapshot(now=timezone.now())
-    go(apply_result, result=core.CycleResult(preemptions=(
-        core.Preemption(preemptor_id=preemptor.pk, victim_ids=tuple(v.pk for v in victims), reason="priority"),)),
+    go(apply_result, result=engine.CycleResult(preemptions=(
+        engine.Preemption(preemptor_id=preemptor.pk, victim_ids=tuple(v.pk for v in victims), reason="priority"),)),
         ctx=ctx)
 
 
@@ -377,9 +380,9 @@ def test_reason_and_detail_name_the_same_victims(kube, lab, submit, go, full):
     rt = go(submit, lab.alice, gpus=4, tier="realtime", name="rt")
     _, ctx = build_snapshot(now=timezone.now())
     # The engine names v again along with c; only c is new: the reason and its detail must agree.
-    go(apply_result, result=core.CycleResult(
-        preemptions=(core.Preemption(preemptor_id=rt.pk, victim_ids=(v.pk, c.pk), reason="priority"),),
-        pending=(core.PendingReason(job_id=rt.pk, code="preemption_in_progress", message="x",
+    go(apply_result, result=engine.CycleResult(
+        preemptions=(engine.Preemption(preemptor_id=rt.pk, victim_ids=(v.pk, c.pk), reason="priority"),),
+        pending=(engine.PendingReason(job_id=rt.pk, code="preemption_in_progress", message="x",
                                     detail={"victims": [v.pk, c.pk]}),)), ctx=ctx)
     rt.refresh_from_db()
     assert rt.reason_message == f"preempting job(s) {c.pk} (priority)"
@@ -473,8 +476,8 @@ def test_a_preemptor_waiting_for_its_victims_gets_no_new_ones(kube, lab, submit,
     go(sync_cluster)
     _, ctx = build_snapshot(now=timezone.now())
     assert ctx.evicting_for == {a.pk: rt.pk}
-    go(apply_result, result=core.CycleResult(preemptions=(
-        core.Preemption(preemptor_id=rt.pk, victim_ids=(b.pk,), reason="priority"),)), ctx=ctx)
+    go(apply_result, result=engine.CycleResult(preemptions=(
+        engine.Preemption(preemptor_id=rt.pk, victim_ids=(b.pk,), reason="priority"),)), ctx=ctx)
     assert list(PreemptionVictim.objects.values_list("job_id", flat=True)) == [a.pk]  # b is left alone
     assert not kube.pod("gpu-nlp", pod_name(b))["metadata"].get("deletionTimestamp")
     rt.refresh_from_db()
@@ -557,3 +560,49 @@ def test_a_failed_gang_with_its_own_budget_still_frees_its_peers(kube, lab, subm
     assert gang.state == JobState.FAILED
     assert kube.pod(ns(gang), pod_name(gang, index=0))["metadata"].get("deletionTimestamp")
     assert (ns(gang), pod_name(gang)) not in kube.pdbs
+
+
+def test_an_ended_attempt_deletes_only_the_objects_it_had(kube, lab, submit, go, settings):
+    """A batch job's attempt had one pod: no Service, Ingress or PodDisruptionBudget to delete (each a 404)."""
+    from scheduling.backends import get_backend
+    from scheduling.backends.kube.routes import RouteConfig
+    from scheduling.services.jobs import job_cancel
+
+    get_backend("default").routes = RouteConfig(ingress_class="nginx")  # an ingress controller on the cluster
+    job = go(submit, lab.alice, gpus=1, name="batch")
+    started(kube, go, job)
+    seen = len(kube.requests)
+    go(job_cancel, user=lab.alice, job=job)
+    deletes = [r.path for r in kube.requests[seen:] if r.method == "DELETE"]
+    assert deletes == [f"/api/v1/namespaces/gpu-vision/pods/{pod_name(job)}"]
+
+
+def test_an_admitted_job_whose_pods_never_start_says_so_and_shows_in_the_metric(kube, lab, submit, go, monkeypatch,
+                                                                                 client):
+    """Its start message sat behind other work (or was lost): past the bound the job's reason says not_started,
+    once on its timeline, and /metrics shows how long it has waited (the PortalAdmittedJobNotStarted alert)."""
+    from portal import dispatch
+    from scheduling.models import JobEvent
+
+    job = go(submit, lab.alice, gpus=1, name="stuck")
+    monkeypatch.setattr(dispatch, "after_commit", lambda *a, **k: None)  # the start message never arrives
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED and kube.pod("gpu-vision", pod_name(job)) is None
+    asked = []
+    monkeypatch.setattr(dispatch, "send_now", lambda name, *args: asked.append((name, *args)))
+    Job.objects.filter(pk=job.pk).update(admitted_at=timezone.now() - timedelta(seconds=90))
+    go(reconcile)
+    job.refresh_from_db()
+    assert job.reason_code == JobState.ADMITTED and asked == [("scheduling.pods.admit", job.pk, 1)]  # asked again
+    Job.objects.filter(pk=job.pk).update(admitted_at=timezone.now() - timedelta(seconds=150))
+    go(reconcile)
+    go(reconcile)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED and job.reason_code == "not_started"
+    assert re.search(r"^admitted 1[5-9]\d s ago and its pods have not started", job.reason_message)
+    assert JobEvent.objects.filter(job=job, reason_code="not_started").count() == 1
+    text = client.get("/metrics").content.decode()
+    value = float(next(line.split()[-1] for line in text.splitlines()
+                       if line.startswith("portal_admitted_not_started_oldest_seconds ")))
+    assert value >= 150

@@ -10,8 +10,9 @@ import threading
 import pytest
 
 from scheduling.models import Job, JobState, Node
-from scheduling.services.clusters import reconcile, sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
+from scheduling.services.reconcile import reconcile
 
 pytestmark = pytest.mark.django_db
 
@@ -75,7 +76,7 @@ def test_watcher_moves_jobs(kube, lab, submit, go):
 def test_eviction_blocked_by_pdb_is_recorded_and_retried_later(kube, lab, submit, go):
     from django.utils import timezone
 
-    from scheduling import core
+    import engine
     from scheduling.models import PreemptionVictim
     from scheduling.services.cycle import apply_result
     from scheduling.services.snapshot import build_snapshot
@@ -87,8 +88,8 @@ def test_eviction_blocked_by_pdb_is_recorded_and_retried_later(kube, lab, submit
     go(sync_cluster)
     preemptor = go(submit, lab.alice, gpus=4, tier="realtime")
     _, ctx = build_snapshot(now=timezone.now())
-    go(apply_result, result=core.CycleResult(preemptions=(
-        core.Preemption(preemptor_id=preemptor.pk, victim_ids=(victim.pk,), reason="priority"),)), ctx=ctx)
+    go(apply_result, result=engine.CycleResult(preemptions=(
+        engine.Preemption(preemptor_id=preemptor.pk, victim_ids=(victim.pk,), reason="priority"),)), ctx=ctx)
     v = PreemptionVictim.objects.get(job=victim)
     assert v.status == PreemptionVictim.Status.BLOCKED
     victim.refresh_from_db()

@@ -52,8 +52,8 @@ def test_one_clock_everywhere_a_person_reads(settings, lab, submit, go, client, 
     the quote all say so (before, the note said "in 60 min" and the API an hour ahead, while the pages
     converted)."""
     from scheduling.backends import reset_backends
-    from scheduling.services.clusters import sync_cluster
     from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
 
     settings.SIM_SPEEDUP = 60
     reset_backends()

@@ -104,3 +104,29 @@ def test_a_refusal_in_force_is_still_claimed_and_cleared_by_the_start(lab, submi
     assert tasks.admit_pods_many([[jobs[0].pk, 1]]) == {"admitted": 1}
     refused.refresh_from_db()
     assert refused.cleared_at is not None
+
+
+def _array_admit_queries(lab, client_for, payload, n, capture) -> int:
+    """Queries of one admit message for the ``n`` tasks of a new array (their pods made at submission)."""
+    from scheduling import tasks
+
+    Job.objects.filter(state__in=(JobState.QUEUED, JobState.ADMITTED)).update(state=JobState.CANCELLED)
+    with capture(execute=True):
+        r = client_for(lab.alice).post("/api/v1/arrays", {**payload(name="sweep", gpus=1), "array": f"0-{n - 1}"},
+                                       format="json")
+    assert r.status_code == 201, r.content
+    jobs = list(Job.objects.filter(array_id=r.json()["id"]).order_by("pk"))
+    with capture(execute=False):
+        assert run_cycle().admitted == n
+    with CaptureQueriesContext(connection) as q:
+        assert tasks.admit_pods_many([[j.pk, j.attempt] for j in jobs]) == {"admitted": n}
+    return len(q.captured_queries)
+
+
+def test_an_arrays_tasks_are_admitted_with_their_array_read_along(lab, client_for, payload,
+                                                                    django_capture_on_commit_callbacks):
+    """A task's pods carry its array's size (the rendezvous of a sweep's index): the array comes with the job's
+    row, so a task costs what any job costs, one statement (before: one more read of its array each)."""
+    capture = django_capture_on_commit_callbacks
+    assert _array_admit_queries(lab, client_for, payload, 6, capture) - \
+        _array_admit_queries(lab, client_for, payload, 2, capture) == 4

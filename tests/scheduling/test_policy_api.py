@@ -10,7 +10,7 @@ from scheduling.models import PolicyVersion
 
 pytestmark = pytest.mark.django_db
 
-codec = pytest.importorskip("scheduling.core.policy", reason="the engine's policy codec has not landed")
+codec = pytest.importorskip("engine.policy", reason="the engine's policy codec has not landed")
 
 
 def test_members_read_the_policy(lab, client_for):
@@ -48,7 +48,7 @@ def test_update_is_versioned_audited_and_used_by_the_next_cycle(lab, client_for)
     ({"priority_band_weight": 4.0}, 4.0),
 ])
 def test_an_upgrade_does_not_change_what_a_saved_version_does(lab, saved, band):
-    from scheduling.core.policy import DEFAULT_POLICY, policy_to_dict
+    from engine.policy import DEFAULT_POLICY, policy_to_dict
     from scheduling.services.policy import current_policy
 
     assert current_policy()[0].priority_band_weight == DEFAULT_POLICY.priority_band_weight == 2.0  # never saved

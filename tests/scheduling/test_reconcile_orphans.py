@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from scheduling.models import SimPod
-from scheduling.services import clusters
-from scheduling.services.clusters import reconcile
+from scheduling.services import reconcile as reconciler
+from scheduling.services.reconcile import reconcile
 
 
 def _orphans(n: int) -> None:
@@ -15,19 +15,19 @@ def _orphans(n: int) -> None:
 
 def test_orphans_are_cleared_with_one_message_per_chunk(lab, go, monkeypatch):
     sent = []
-    real = clusters.dispatch.send_now
+    real = reconciler.dispatch.send_now
 
     def record(name, *args):
         sent.append((name, len(args[0]) if name.endswith("_many") else 1))
         return real(name, *args)
 
-    monkeypatch.setattr(clusters.dispatch, "send_now", record)
-    _orphans(2 * clusters.ORPHANS_PER_MESSAGE + 5)
+    monkeypatch.setattr(reconciler.dispatch, "send_now", record)
+    _orphans(2 * reconciler.ORPHANS_PER_MESSAGE + 5)
 
     counts = go(reconcile)
 
-    assert counts["orphans_deleted"] == 2 * clusters.ORPHANS_PER_MESSAGE + 5
-    assert sent == [("scheduling.pods.remove_many", clusters.ORPHANS_PER_MESSAGE)] * 2 + [
+    assert counts["orphans_deleted"] == 2 * reconciler.ORPHANS_PER_MESSAGE + 5
+    assert sent == [("scheduling.pods.remove_many", reconciler.ORPHANS_PER_MESSAGE)] * 2 + [
         ("scheduling.pods.remove_many", 5)]
     assert not SimPod.objects.filter(job_id__gte=9000).exists()
     assert go(reconcile).get("orphans_deleted", 0) == 0

@@ -11,8 +11,8 @@ import pytest
 from scheduling.backends import get_backend
 from scheduling.backends.clock import ManualClock, WallClock, sim_clock
 from scheduling.models import Job, SimPod
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -76,3 +76,28 @@ def test_real_time_is_the_default_and_the_manual_clock_never_goes_back(settings)
         clock.set(START)
     with pytest.raises(ValueError):
         ManualClock(datetime(2030, 1, 1))
+
+
+def test_a_job_that_ends_between_two_syncs_started_when_its_pods_did(lab, submit, go, settings, sim_clock):
+    sim_clock.set(START)
+    settings.SIM_SPEEDUP = 60
+    job = go(submit, lab.alice, max_runtime_s=600)
+    go(run_cycle)  # admitted; its pod starts at the cluster's START, and no sync sees it run
+    assert SimPod.objects.get(job_id=job.pk).started_at == START
+    sim_clock.advance(20)
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == "succeeded"
+    assert (job.started_at, job.finished_at) == (START, START + timedelta(seconds=10))
+
+
+def test_a_job_that_fails_between_two_syncs_started_when_its_pods_did(lab, submit, go, sim_clock):
+    sim_clock.set(START)
+    job = go(submit, lab.alice, max_runtime_s=600)
+    go(run_cycle)
+    sim_clock.advance(5)
+    SimPod.objects.filter(job_id=job.pk).update(phase="Failed", exit_code=3, finished_at=START + timedelta(seconds=5))
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert (job.started_at, job.finished_at) == (START, START + timedelta(seconds=5))

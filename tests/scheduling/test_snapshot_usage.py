@@ -52,7 +52,7 @@ def test_the_snapshot_carries_decayed_usage_into_the_score(lab, submit):
     # a fresh job of each department: nlp, which used nothing, comes first
     a, b = submit(lab.amy, gpus=1), submit(lab.bob, gpus=1)
     snapshot, _ = build_snapshot(now=now)
-    from scheduling.core.ordering import Scorer
+    from engine.ordering import Scorer
 
     scorer = Scorer(snapshot)
     jobs = {j.id: j for j in snapshot.pending}
@@ -61,7 +61,7 @@ def test_the_snapshot_carries_decayed_usage_into_the_score(lab, submit):
 
 def test_a_declared_checkpoint_interval_reaches_the_engine_and_the_pod(lab, submit, client_for, payload):
     from scheduling.backends.kube.podspec import ANNOTATION_CHECKPOINT_INTERVAL, pod_annotations
-    from scheduling.services.clusters import podset_for
+    from scheduling.services.podsets import podset_for
 
     res = client_for(lab.alice).post(
         "/api/v1/jobs", payload(checkpoint_interval_s=1800), format="json", HTTP_IDEMPOTENCY_KEY="ck-1"

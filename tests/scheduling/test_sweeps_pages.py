@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from scheduling.core import reasons
+from engine import reasons
 from scheduling.models import Job, JobArray, JobState
 from scheduling.services.cycle import run_cycle
 

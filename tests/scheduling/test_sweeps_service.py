@@ -10,13 +10,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+import engine
+from engine import reasons
 from notifications.models import Event
-from scheduling import core
 from scheduling.backends import get_backend
-from scheduling.core import reasons
 from scheduling.models import Job, JobArray, JobDependency, JobState, SimPod
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import apply_result, run_cycle
+from scheduling.services.inventory import sync_cluster
 from scheduling.services.snapshot import build_snapshot
 from scheduling.services.sweeps import job_hold
 
@@ -299,7 +299,7 @@ def test_an_arrays_submission_and_its_reads_do_not_grow_with_its_tasks(lab, clie
 def test_a_job_held_after_the_snapshot_is_not_admitted_by_that_cycle(lab, submit):
     job = submit(lab.alice)
     snapshot, ctx = build_snapshot(now=timezone.now())
-    result = core.schedule(snapshot)
+    result = engine.schedule(snapshot)
     assert [a.job_id for a in result.admissions] == [job.pk]
     job_hold(user=lab.alice, job=Job.objects.get(pk=job.pk))  # between the decision and its apply
     assert apply_result(result=result, ctx=ctx).admitted == 0

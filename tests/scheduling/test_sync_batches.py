@@ -11,9 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.models import Job, JobState, SimPod
-from scheduling.services import clusters
-from scheduling.services.clusters import sync_cluster
+from scheduling.services import pod_states
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -49,19 +49,19 @@ def test_a_sync_writes_one_update_per_started_job_and_three_statements_per_finis
 def test_a_job_that_fails_in_a_batch_stops_no_other(lab, submit, go, monkeypatch):
     jobs = [go(submit, lab.alice, name=f"f{i}", gpus=1) for i in range(4)]
     assert go(run_cycle).admitted == 4
-    real = clusters.start_running
+    real = pod_states.start_running
 
     def broken(*, job, **kwargs):
         if job.pk == jobs[2].pk:
             raise RuntimeError("a bad row")
         return real(job=job, **kwargs)
 
-    monkeypatch.setattr(clusters, "start_running", broken)
+    monkeypatch.setattr(pod_states, "start_running", broken)
     assert go(sync_cluster) == {"running": 3, "errors": 1}
     states = dict(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("pk", "state"))
     assert states == {j.pk: JobState.ADMITTED if j.pk == jobs[2].pk else JobState.RUNNING for j in jobs}
     assert jobs[2].events.filter(kind="transition", to_state=JobState.RUNNING).count() == 0
     assert all(j.events.filter(kind="transition", to_state=JobState.RUNNING).count() == 1
                for j in jobs if j.pk != jobs[2].pk)
-    monkeypatch.setattr(clusters, "start_running", real)
+    monkeypatch.setattr(pod_states, "start_running", real)
     assert go(sync_cluster) == {"running": 1}  # the next sync moves it

@@ -73,7 +73,7 @@ def test_scope_filter_and_visibility(lab, client_for):
 
 @pytest.mark.parametrize("spec_change, field, code", [
     ({"gpu": 8}, "spec.gpu", "unknown_field"),
-    ({"gpus": 0}, "spec.gpus", "min_value"),
+    ({"gpus": -1}, "spec.gpus", "min_value"),  # (0 is a CPU-only job, refused on a GPU flavor as needs_cpu_pool)
     ({"gpus": "2"}, "spec.gpus", "invalid"),
     ({"image": "UPPER/Case"}, "spec.image", "invalid_image"),
     ({"flavor": "h100"}, "spec.flavor", "does_not_exist"),

@@ -98,7 +98,7 @@ def test_the_replay_uses_every_cluster_and_each_jobs_own_cluster_labels(history,
 
     from scheduling.models import Cluster, Node
     from scheduling.services import whatif
-    from scheduling.sim.trace import parse_rows, write_csv
+    from simulator.trace import parse_rows, write_csv
 
     cloud = Cluster.objects.create(name="cloud", backend="simulated", labels={"data": "cloud"}, cost_rank=2)
     Node.objects.create(cluster=cloud, name="c0", flavor=lab.a100, gpus=4)

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import core
+import engine
 from scheduling.api.queue import EVERYONE, OWN_DEPARTMENT
 from scheduling.models import Job, JobState
 from scheduling.services.cycle import run_cycle
@@ -41,22 +41,22 @@ def _queue_world(lab, submit, go):
 
 def _engine_order():
     snapshot, _ = build_snapshot(now=timezone.now())
-    return [p.job_id for p in core.schedule(snapshot).pending]
+    return [p.job_id for p in engine.schedule(snapshot).pending]
 
 
 def test_the_queue_is_the_engine_s_order_and_the_job_pages_positions(lab, submit, go, client_for, full):
     jobs = _queue_world(lab, submit, go)
     early, _, backfill, late = jobs
-    engine = _engine_order()
-    assert engine.index(late.pk) < engine.index(early.pk) and engine[-1] == backfill.pk  # not by submission
+    order = _engine_order()
+    assert order.index(late.pk) < order.index(early.pk) and order[-1] == backfill.pk  # not by submission
     by_id = {j.pk: j for j in jobs}
     rows = client_for(lab.alice).get("/api/v1/queue").json()["results"]
     assert [(r["position"], r["department"], r.get("id")) for r in rows] == [
         (i + 1, by_id[pk].department.slug, pk if by_id[pk].department == lab.vision else None)
-        for i, pk in enumerate(engine)]
-    for pk in engine:
+        for i, pk in enumerate(order)]
+    for pk in order:
         detail = client_for(by_id[pk].owner).get(f"/api/v1/jobs/{pk}").json()
-        assert detail["queue_position"] == engine.index(pk) + 1
+        assert detail["queue_position"] == order.index(pk) + 1
     # A job no cycle has looked at yet comes after the ordered ones, and its page says so too.
     newest = go(submit, lab.alice, name="newest", urgency="critical")
     rows = client_for(lab.alice).get("/api/v1/queue").json()["results"]

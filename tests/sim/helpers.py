@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduling.sim.scenario import parse_scenario
-from scheduling.sim.trace import TraceRow
+from simulator.scenario import parse_scenario
+from simulator.trace import TraceRow
 
 
 def small_scenario(**over):

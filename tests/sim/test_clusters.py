@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.sim import policies
-from scheduling.sim.jobs import prepare
-from scheduling.sim.scenario import ScenarioError, load_scenario, parse_scenario
-from scheduling.sim.simulator import simulate
-from scheduling.sim.whatif import compare
+from simulator import policies
+from simulator.jobs import prepare
+from simulator.scenario import ScenarioError, load_scenario, parse_scenario
+from simulator.simulator import simulate
+from simulator.whatif import compare
 
 from .helpers import rows
 
@@ -85,7 +85,7 @@ def test_a_selector_binds_each_department_to_its_cluster():
     sc = federated(assign={"cluster_selector": {"a": {"data": "campus"}, "b": {"data": "cloud"}}})
     jobs, res = _replay(sc)
     assert all(j.cluster_selector for j in jobs)
-    assert res.invalid == {"admission": 0, "preemption": 0}
+    assert res.invalid == {"admission": 0, "preemption": 0, "idle": 0}
     assert all(r.first_start is not None for r in res.jobs)  # strict: an admission elsewhere would raise
 
 
@@ -120,7 +120,7 @@ def test_nothing_starts_on_a_draining_cluster():
     sc, jobs, _ = prepare(federated(**raw), rows=rows(40), load=None)
     rec = Recording()
     res = simulate(scenario=sc, jobs=jobs, policy=rec, name="portal")
-    assert res.invalid == {"admission": 0, "preemption": 0}
+    assert res.invalid == {"admission": 0, "preemption": 0, "idle": 0}
     assert all(r.first_start is not None for r in res.jobs)
     assert rec.clusters and set(rec.clusters) == {"cloud"}
 
@@ -148,7 +148,7 @@ def test_the_simulator_refuses_an_admission_on_a_closed_cluster():
 
 
 def test_whatif_replays_on_several_clusters_with_per_cluster_quotas():
-    from scheduling.core import ClusterInfo
+    from engine import ClusterInfo
 
     groups = [{"name": "c", "count": 2, "gpus_per_node": 4, "flavor": "a100", "cluster": "campus"},
               {"name": "k", "count": 2, "gpus_per_node": 4, "flavor": "a100", "cluster": "cloud"}]  # fmt: skip

@@ -3,12 +3,12 @@ refunds on preemption and refills, mirroring quotas/services.py."""
 
 import pytest
 
-from scheduling.core.money import cost_of
-from scheduling.sim import policies
-from scheduling.sim.jobs import prepare
-from scheduling.sim.scenario import ScenarioError
-from scheduling.sim.simulator import simulate
-from scheduling.sim.trace import TraceRow
+from billing.money import cost_of
+from simulator import policies
+from simulator.jobs import prepare
+from simulator.scenario import ScenarioError
+from simulator.simulator import simulate
+from simulator.trace import TraceRow
 
 from .helpers import small_scenario
 from .test_measurement import PreemptOnce
@@ -109,3 +109,28 @@ def test_preemption_refunds_inside_nominal_and_charges_borrowed_capacity(borrowe
     assert spend["spent"] == spend["charged"] - spend["refunded"]
     assert spend["balance_end"] == 10**6 - spend["spent"]
     assert "b" not in res.spend
+
+
+def test_a_non_preemptible_job_pays_its_surcharge_on_the_base_price_as_the_portal_charges_it():
+    sc = small_scenario(departments=_depts(50_000), prices={"a100": {"elastic": 300}})
+    rs = [TraceRow("plain", 0, 3600, 1, "a", tier="elastic", max_runtime_s=3600),
+          TraceRow("kept", 0, 3600, 1, "a", tier="elastic", max_runtime_s=3600, preemptible=False,
+                   price_surcharge_pct=50)]
+    sc, jobs, _ = prepare(sc, rows=rs, load=None)
+    spy = Spy(policies.make("portal"))
+    res = simulate(scenario=sc, jobs=jobs, policy=spy)
+    holds = {j.id: j.hold for j in spy.snaps[0].pending}
+    by_key = {j.key: j.id for j in jobs}
+    assert holds[by_key["plain"]] == 300 and holds[by_key["kept"]] == 450  # 1 GPU x 1 h max runtime
+    assert res.spend["a"]["charged"] == 300 + 450
+
+
+def test_the_trace_carries_the_surcharge_and_refuses_a_negative_one(tmp_path):
+    from simulator.trace import TraceError, read_csv, write_csv
+
+    out = tmp_path / "t.csv"
+    write_csv([TraceRow("k", 0, 10, 1, "a", preemptible=False, price_surcharge_pct=25)], out)
+    assert read_csv(out)[0].price_surcharge_pct == 25
+    out.write_text(out.read_text().replace(",25", ",-5"))
+    with pytest.raises(TraceError, match="surcharge"):
+        read_csv(out)

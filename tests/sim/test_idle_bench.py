@@ -2,8 +2,8 @@
 decisions."""
 
 from benchmarks.idle import CLASSES, classify, idle_shares
-from scheduling.core import schedule
-from scheduling.core.types import Node, PendingJob, Quota, RunningJob, Snapshot
+from engine import schedule
+from engine.types import Node, PendingJob, Quota, RunningJob, Snapshot
 
 NOW = 100_000.0
 HOUR = 3600.0

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.core import Admission, CycleResult, Preemption
-from scheduling.sim import metrics, policies
-from scheduling.sim.jobs import load_trace, prepare
-from scheduling.sim.policies.lasrtf import STARVELIMIT, Tiresias
-from scheduling.sim.scenario import ScenarioError, load_scenario
-from scheduling.sim.simulator import simulate
-from scheduling.sim.trace import TraceRow
+from engine import Admission, CycleResult, Preemption
+from simulator import metrics, policies
+from simulator.jobs import load_trace, prepare
+from simulator.policies.lasrtf import STARVELIMIT, Tiresias
+from simulator.scenario import ScenarioError, load_scenario
+from simulator.simulator import simulate
+from simulator.trace import TraceRow
 
 from .helpers import rows, small_scenario
 
@@ -115,7 +115,7 @@ def test_sharing_safety_reports_worst_waits_and_over_quota_jobs_against_fcfs():
 
 
 def test_jobs_larger_than_their_quota_are_reported_separately(tmp_path):
-    from scheduling.sim.runner import run_one
+    from simulator.runner import run_one
 
     m = run_one(ROOT / "scenarios" / "lab1node.yaml", "portal", limit=80)
     big = m["sharing"]["over_quota"]
@@ -202,13 +202,13 @@ class FakeCtx:
 
 
 def _snap(now, pending):
-    from scheduling.core import Node, Snapshot
+    from engine import Node, Snapshot
 
     return Snapshot(now=now, nodes=(Node("n", "a100", 8),), pending=tuple(pending))
 
 
 def test_tiresias_promotes_a_job_that_waited_starvelimit_times_its_last_run():
-    from scheduling.core import PendingJob
+    from engine import PendingJob
 
     old = PendingJob(id=1, department="a", flavor="a100", gpus_per_pod=8, submitted_at=0)
     t = Tiresias()
@@ -223,7 +223,7 @@ def test_tiresias_promotes_a_job_that_waited_starvelimit_times_its_last_run():
 
 
 def test_tiresias_never_promotes_a_job_that_never_ran():
-    from scheduling.core import PendingJob
+    from engine import PendingJob
 
     t = Tiresias()
     t.bind(FakeCtx({1: 0.0}, {1: 0.0}, {1: 0.0}))
@@ -319,7 +319,7 @@ def test_same_replay_gives_byte_identical_json_under_different_hash_seeds(tmp_pa
     for hs in ("0", "4242"):
         env = dict(os.environ, PYTHONHASHSEED=hs)
         p = subprocess.run(
-            [sys.executable, "-m", "scheduling.sim", "run", str(ROOT / "scenarios" / "lab1node.yaml"),
+            [sys.executable, "-m", "simulator", "run", str(ROOT / "scenarios" / "lab1node.yaml"),
              "--policy", "portal,fcfs,tiresias", "--limit", "120", "--json", "--no-timings"],
             capture_output=True, env=env, cwd=ROOT, check=True, timeout=300,
         )
@@ -389,7 +389,7 @@ def _agg_row(**kw):
 
 
 def test_targets_judge_the_portal_against_the_baselines_of_the_run():
-    from scheduling.sim.report import targets
+    from simulator.report import targets
 
     agg = {
         ("lab", 0.9, "fcfs"): _agg_row(utilisation=0.85, useful_utilisation=0.85, wait_urgent_nonrt_avg=100.0,
@@ -426,7 +426,7 @@ def test_targets_judge_the_portal_against_the_baselines_of_the_run():
 def test_every_policy_is_judged_by_the_portals_targets():
     """The matrix applies the same lines to each policy: a baseline meets the line it is the reference of, and
     fails the others on its own figures."""
-    from scheduling.sim.report import _matrix, targets, targets_by_policy
+    from simulator.report import _matrix, targets, targets_by_policy
 
     agg = {
         ("lab", 0.9, "fcfs"): _agg_row(utilisation=0.85, useful_utilisation=0.85, wait_urgent_nonrt_avg=100.0,
@@ -460,7 +460,7 @@ def test_every_policy_is_judged_by_the_portals_targets():
 
 
 def test_a_gpu_class_the_portal_never_started_is_a_missed_target():
-    from scheduling.sim.report import targets
+    from simulator.report import targets
 
     agg = {
         ("lab", 0.9, "fcfs"): _agg_row(),
@@ -473,8 +473,8 @@ def test_a_gpu_class_the_portal_never_started_is_a_missed_target():
 
 
 def test_convert_keeps_per_job_checkpoint_intervals(tmp_path):
-    from scheduling.sim.__main__ import main
-    from scheduling.sim.trace import read_csv, write_csv
+    from simulator.__main__ import main
+    from simulator.trace import read_csv, write_csv
 
     src = tmp_path / "in.csv"
     write_csv([TraceRow("a", 0, 100, 1, "a", checkpoint_interval_s=120.0), TraceRow("b", 5, 100, 1, "b")], src)
@@ -491,7 +491,7 @@ def test_convert_keeps_per_job_checkpoint_intervals(tmp_path):
 
 def test_targets_say_on_how_many_seeds_they_hold(tmp_path):
     """A target met on the seed average by less than the seeds differ is flagged: each seed is judged alone."""
-    from scheduling.sim.report import _targets_section, aggregate, per_seed_targets, run_grid
+    from simulator.report import _targets_section, aggregate, per_seed_targets, run_grid
 
     one = run_grid(scenarios=[ROOT / "scenarios" / "lab8.yaml"], policies_=("fcfs", "slurm-easy", "portal"),
                    loads=(0.9,), seeds=(1,), limit=40, workers=1)
@@ -511,7 +511,7 @@ def test_targets_say_on_how_many_seeds_they_hold(tmp_path):
 
 
 def test_the_loss_summary_names_a_useful_utilisation_lead_that_lost_work_hides():
-    from scheduling.sim.report import _losses
+    from simulator.report import _losses
 
     rows = [("fcfs", {"utilisation": 0.89, "useful_utilisation": 0.89, "wait_avg": 100.0, "jct_avg": 100.0,
                       "jain": 0.5}),
@@ -562,7 +562,7 @@ def test_jobs_a_policy_never_starts_are_counted_by_the_groups_the_targets_averag
 
 
 def test_a_policy_that_leaves_jobs_unstarted_misses_the_wait_and_jct_lines_they_belong_to():
-    from scheduling.sim.report import _matrix, targets, targets_by_policy
+    from simulator.report import _matrix, targets, targets_by_policy
 
     refs = {
         ("lab", 0.9, "fcfs"): _agg_row(utilisation=0.85, wait_urgent_nonrt_avg=100.0, wait_gpus={"8": {"avg": 200.0}}),
@@ -600,7 +600,7 @@ def test_a_policy_that_leaves_jobs_unstarted_misses_the_wait_and_jct_lines_they_
 
 
 def test_a_class_only_unstarted_jobs_have_is_still_the_largest_class():
-    from scheduling.sim.report import targets
+    from simulator.report import targets
 
     agg = {
         ("lab", 0.9, "fcfs"): _agg_row(wait_gpus={"1": {"avg": 10.0}}, unstarted_gpus={">8": 2.0}),
@@ -613,7 +613,7 @@ def test_a_class_only_unstarted_jobs_have_is_still_the_largest_class():
 
 
 def test_unserved_counts_reach_the_report_through_the_seed_average():
-    from scheduling.sim.report import aggregate
+    from simulator.report import aggregate
 
     one = dict(_unserved_replay(), scenario="lab", load=0.9, seed=1)
     two = dict(_unserved_replay(ids=()), scenario="lab", load=0.9, seed=2)

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from scheduling.sim.metrics import jain, mean, percentile, sharing_safety, srpt_fluid_bound, utilisation
+from simulator.metrics import jain, mean, percentile, sharing_safety, srpt_fluid_bound, utilisation
 
 
 def test_jain_index():

@@ -2,10 +2,10 @@ from collections import Counter
 
 import pytest
 
-from scheduling.core import CycleResult, Preemption
-from scheduling.sim import policies
-from scheduling.sim.jobs import prepare
-from scheduling.sim.simulator import simulate
+from engine import CycleResult, Preemption
+from simulator import policies
+from simulator.jobs import prepare
+from simulator.simulator import simulate
 
 from .helpers import rows, small_scenario
 
@@ -62,7 +62,7 @@ def test_conservation_every_job_finishes_once(name):
     pol = Checked(policies.make(name))
     res = simulate(scenario=sc, jobs=jobs, policy=pol)
     assert pol.cycles > 0
-    assert res.invalid == {"admission": 0, "preemption": 0}
+    assert res.invalid == {"admission": 0, "preemption": 0, "idle": 0}
     capacity = {j.spec.department: 4 for j in res.jobs}
     for r in res.jobs:
         if name == "k8s-quota-priority" and r.spec.total_gpus > capacity[r.spec.department]:
@@ -78,16 +78,16 @@ def test_conservation_every_job_finishes_once(name):
 @pytest.mark.parametrize("scenario_band", [None, 4.0])
 def test_the_noband_variant_runs_the_engine_with_the_band_off_whatever_the_scenario_sets(
         monkeypatch, scenario_band):
-    import scheduling.core
+    import engine
 
     seen = set()
-    engine = scheduling.core.schedule
+    schedule = engine.schedule
 
     def spy(snap):
         seen.add(snap.policy.priority_band_weight)
-        return engine(snap)
+        return schedule(snap)
 
-    monkeypatch.setattr(scheduling.core, "schedule", spy)
+    monkeypatch.setattr(engine, "schedule", spy)
     sc = small_scenario(**({"policy": {"priority_band_weight": scenario_band}} if scenario_band else {}))
     sc, jobs, _ = prepare(sc, rows=rows(30), load=0.8)
     simulate(scenario=sc, jobs=jobs, policy=policies.make("portal-noband"))
@@ -119,7 +119,7 @@ class PreemptOnce:
 
 
 def test_preempted_job_is_requeued_keeping_submit_time_and_counts_lost_work():
-    from scheduling.sim.trace import TraceRow
+    from simulator.trace import TraceRow
 
     sc = small_scenario(cluster={"node_groups": [{"name": "n", "count": 1, "gpus_per_node": 8, "flavor": "a100"}]})
     rs = [TraceRow("a", 0, 2000, 8, "a", tier="elastic"), TraceRow("b", 700, 100, 8, "b", tier="elastic")]

@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.core import schedule
-from scheduling.core.fifo import fifo_schedule
-from scheduling.sim import metrics
-from scheduling.sim.errors import ScenarioError
-from scheduling.sim.jobs import prepare
-from scheduling.sim.simulator import simulate
-from scheduling.sim.trace import TraceError, parse_rows, write_csv
+from engine import schedule
+from engine.fifo import fifo_schedule
+from simulator import metrics
+from simulator.errors import ScenarioError
+from simulator.jobs import prepare
+from simulator.simulator import simulate
+from simulator.trace import TraceError, parse_rows, write_csv
 
 from .helpers import small_scenario
 
@@ -59,7 +59,7 @@ def test_the_throttle_holds_and_nothing_starts_before_what_it_waits_for(throttle
     assert by_key["eval"].first_start >= max(r.finish for r in sweep)
     assert by_key["export"].first_start >= by_key["eval"].finish
     assert by_key["alert"].state == "cancelled" and by_key["alert"].first_start is None  # eval succeeded
-    assert res.invalid == {"admission": 0, "preemption": 0}
+    assert res.invalid == {"admission": 0, "preemption": 0, "idle": 0}
 
 
 def test_a_throttle_change_is_measured_on_the_same_trace():

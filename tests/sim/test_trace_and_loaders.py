@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.sim import loaders
-from scheduling.sim.jobs import build_jobs, prepare, split_pods
-from scheduling.sim.trace import TraceError, compress_to_load, offered_load, parse_rows, read_csv, write_csv
+from simulator import loaders
+from simulator.jobs import build_jobs, prepare, split_pods
+from simulator.trace import TraceError, compress_to_load, offered_load, parse_rows, read_csv, write_csv
 
 from .helpers import rows, small_scenario
 
@@ -137,7 +137,7 @@ def test_real_trace_files_parse():
 @pytest.mark.parametrize("name", ["philly", "elasticflow", "alibaba"])
 def test_public_trace_scenarios_have_no_unfittable_jobs(name):
     """Unfittable jobs now fail a scenario at load time: the shipped public-trace scenarios must still load."""
-    from scheduling.sim.scenario import load_scenario
+    from simulator.scenario import load_scenario
 
     sc = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.yaml")
     _, jobs, info = prepare(sc, trace_dir=TRACES)

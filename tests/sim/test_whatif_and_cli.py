@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from scheduling.sim import policies
-from scheduling.sim.__main__ import main
-from scheduling.sim.whatif import compare, format_diff
+from simulator import policies
+from simulator.__main__ import main
+from simulator.whatif import compare, format_diff
 
 from .helpers import rows
 
@@ -50,7 +50,7 @@ def test_cli_report_writes_markdown_and_plots(tmp_path):
 
 
 def test_report_grid_continues_from_its_checkpoint(tmp_path):
-    from scheduling.sim.report import run_grid
+    from simulator.report import run_grid
 
     ck = tmp_path / "replays.jsonl"
     grid = {"scenarios": [ROOT / "scenarios" / "lab8.yaml"], "policies_": ("fcfs", "slurm-easy"), "loads": (0.9,),

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from scheduling import core
+import engine
 from scheduling.models import AttemptLog, Cluster, Job, JobState, SimPod
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import apply_result, run_cycle
+from scheduling.services.inventory import sync_cluster
 from scheduling.services.snapshot import build_snapshot
 from scheduling.services.workload import delete_expired_checkpoints
 from workloads.models import CheckpointDir, DataSource
@@ -49,7 +49,7 @@ def test_attempt_two_sees_what_attempt_one_wrote_to_its_checkpoint(lab, scratch,
     # a realtime job preempts it; it is requeued as attempt 2
     rt = go(submit, lab.amy, gpus=4, tier="realtime", name="rt")
     _, ctx = build_snapshot(now=timezone.now())
-    go(apply_result, result=core.CycleResult(preemptions=(core.Preemption(
+    go(apply_result, result=engine.CycleResult(preemptions=(engine.Preemption(
         preemptor_id=rt.pk, victim_ids=(job.pk,), reason="priority", message="rt"),)), ctx=ctx)
     go(sync_cluster)
     job.refresh_from_db()

@@ -68,7 +68,7 @@ def test_on_kubernetes_the_secrets_are_written_before_the_pod_that_names_them(ku
 
 def test_a_reference_missing_from_the_namespace_fails_the_job_with_the_kubelets_reason(kube, lab, client_for,
                                                                                        payload, declared, go):
-    from scheduling.services.clusters import sync_cluster
+    from scheduling.services.inventory import sync_cluster
 
     uses = [{"secret": "hf", "key": "token", "env": "HF_TOKEN"}]
     r = go(client_for(lab.alice).post, "/api/v1/jobs", payload(secrets=uses), format="json")
@@ -133,7 +133,7 @@ def test_no_notification_or_log_line_holds_a_value(lab, client_for, payload, dec
 
     from notifications.models import Event
     from scheduling.backends import get_backend
-    from scheduling.services.clusters import sync_cluster
+    from scheduling.services.inventory import sync_cluster
 
     caplog.set_level(logging.DEBUG)
     body = payload(secrets=USES, max_retries=1, retry_on_exit_codes=[3])

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from django.utils import timezone
 
-from scheduling import core
+import engine
 from scheduling.models import Job, JobState, SimPod
-from scheduling.services.clusters import sync_cluster
 from scheduling.services.cycle import apply_result, run_cycle
+from scheduling.services.inventory import sync_cluster
 from scheduling.services.snapshot import build_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -69,7 +69,7 @@ def _submit(client, go, **body):
 def _preempt(go, job, by):
     """As the engine would: ``by`` preempts ``job`` (tests/workloads/test_attempts_and_retention.py)."""
     _, ctx = build_snapshot(now=timezone.now())
-    go(apply_result, result=core.CycleResult(preemptions=(core.Preemption(
+    go(apply_result, result=engine.CycleResult(preemptions=(engine.Preemption(
         preemptor_id=by.pk, victim_ids=(job.pk,), reason="priority", message="realtime job"),)), ctx=ctx)
 
 
@@ -177,8 +177,8 @@ def test_the_walkthrough_job_at_the_manifest_level_on_kubernetes(kube, lab, decl
     base = f"job-{job.pk}-a1"
 
     service = kube.services[("gpu-vision", base)]
-    labels = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/job-id": str(job.pk),
-              "gpu-portal.io/attempt": "1"}
+    labels = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/installation": "lab-portal",
+              "gpu-portal.io/job-id": str(job.pk), "gpu-portal.io/attempt": "1"}
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"] == labels
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(29500, 29500)]

@@ -38,7 +38,7 @@ class KubernetesBackend(PodCreation, PodEviction, InventoryReader, PodLogs, Prio
     flavor is derived from the node's ``gpu-type`` label (``a100`` or ``a100-mig-3g.40gb``).
 
     Each part lives in its own module: reading nodes and pods (``inventory``), disruption budgets
-    (``budgets``), creating and starting pods (``creation``), evictions and deletions (``eviction``), namespace
+    (``pdbs``), creating and starting pods (``creation``), evictions and deletions (``eviction``), namespace
     quotas (``quotas``), logs, priority classes and the pod watch; ``connection`` holds what they share.
     """
 

@@ -135,7 +135,7 @@ def _in_cluster_available() -> bool:
     )
 
 
-_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError, TimeoutError)
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError, TimeoutError)
 
 
 class KubeCaller:
@@ -159,14 +159,14 @@ class KubeCaller:
                 raise ClusterUnavailable(
                     f"Kubernetes API {exc.status or 'unreachable'}: {exc.reason}{detail}") from exc
             raise ApiError.from_exception(exc) from exc
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise ClusterUnavailable(f"Kubernetes API unreachable: {type(exc).__name__}: {exc}") from exc
 
     def json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         resp = self.raw(fn, *args, **kwargs)
         try:
             data = resp.data
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise ClusterUnavailable(f"Kubernetes API read failed: {exc}") from exc
         finally:
             resp.release_conn()

@@ -3,6 +3,7 @@ caller, and the one read of an attempt's pods."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,10 +14,21 @@ from kubernetes import client as k8s
 from scheduling.backends.base import PodState
 
 from .client import KubeCaller, TokenBucket, build_api_client
-from .errors import _mapped
-from .podspec import ADMISSION_GATE, DEFAULT_TOLERATIONS, LABEL_POD_INDEX, attempt_selector
+from .errors import backend_errors
+from .podspec import (
+    ADMISSION_GATE,
+    DEFAULT_INSTALLATION,
+    DEFAULT_TOLERATIONS,
+    LABEL_POD_INDEX,
+    attempt_selector,
+    installation_selector,
+    is_ours,
+)
 from .routes import RouteConfig
+from .secrets import SecretsSeen
 from .status import pod_state
+
+INSTALLATION = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +73,18 @@ class KubeConnection:
         run_as_user: int | None = 1000,
         gate: str = ADMISSION_GATE,
         routes: RouteConfig | None = None,
+        installation: str = DEFAULT_INSTALLATION,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if not INSTALLATION.fullmatch(installation or ""):
+            raise ValueError(f"installation {installation!r} is not a label value (1-63 letters, digits, '-', '_', "
+                             "'.', beginning and ending with a letter or digit)")
         self.name = name
+        # Only objects carrying this installation's label are its own: another installation's (or anyone's
+        # look-alike) pods on the same cluster are never read as its jobs', nor touched.
+        self.installation = installation
+        self.selector = installation_selector(installation)
+        self.secrets_seen = SecretsSeen()
         self.api_client = build_api_client(
             api_client=api_client, host=host, kubeconfig=kubeconfig, kubeconfig_dict=kubeconfig_dict,
             context=context, in_cluster=in_cluster, connections=connections,
@@ -87,10 +108,18 @@ class KubeConnection:
     def close(self) -> None:
         self.api_client.close()
 
+    def pod_state(self, pod: Mapping[str, Any]) -> PodState | None:
+        """A pod as this backend reads it: None unless it is this installation's."""
+        return pod_state(pod, gate=self.gate, installation=self.installation)
+
+    def owns(self, obj: Mapping[str, Any], *, job_id: int | None = None, attempt: int | None = None) -> bool:
+        """The object was written by this installation (for that job attempt, when given)."""
+        return is_ours(obj, installation=self.installation, job_id=job_id, attempt=attempt)
+
     def _attempt_pods(self, namespace: str, job_id: int, attempt: int) -> dict[int, dict[str, Any]]:
         """The attempt's pods by index, from one label-selected list."""
         data = self.call.json(self.core.list_namespaced_pod, namespace,
-                              label_selector=attempt_selector(job_id, attempt))
+                              label_selector=attempt_selector(job_id, attempt, self.installation))
         pods: dict[int, dict[str, Any]] = {}
         for pod in data.get("items") or []:
             try:
@@ -99,9 +128,9 @@ class KubeConnection:
                 continue
         return pods
 
-    @_mapped
+    @backend_errors
     def attempt_pods(self, *, job_id: int, attempt: int, namespace: str) -> tuple[PodState, ...]:
         """One attempt's pods as ``PodState``s, from one label-selected list."""
         pods = self._attempt_pods(namespace, job_id, attempt)
-        return tuple(s for s in (pod_state(pods[i], gate=self.gate) for i in sorted(pods)) if s is not None)
+        return tuple(s for s in (self.pod_state(pods[i]) for i in sorted(pods)) if s is not None)
 

@@ -16,7 +16,7 @@ MULTIPLE_PDBS = "more than one PodDisruptionBudget"
 EXCEEDED_QUOTA = "exceeded quota"
 
 
-def _is_quota_refusal(err: ApiError) -> bool:
+def is_quota_refusal(err: ApiError) -> bool:
     return err.status == 403 and EXCEEDED_QUOTA in err.message
 
 
@@ -36,7 +36,7 @@ class PriorityClassNotOwned(BackendError):
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _mapped(fn: F) -> F:
+def backend_errors(fn: F) -> F:
     """Public methods never leak ``ApiError``: unhandled 4xx become ``BackendError`` subclasses."""
 
     @functools.wraps(fn)
@@ -49,5 +49,5 @@ def _mapped(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _is_patch_test_failure(err: ApiError) -> bool:
+def is_patch_test_failure(err: ApiError) -> bool:
     return err.status == 422 and "test" in err.message.lower()

@@ -3,12 +3,18 @@ PodDisruptionBudget), clearing an ended attempt, and deleting a cancelled one.""
 
 from __future__ import annotations
 
-from scheduling.backends.base import BackendError, ClusterUnavailable, EvictionOutcome
+from scheduling.backends.base import (
+    EVERY_OBJECT,
+    AttemptObjects,
+    BackendError,
+    ClusterUnavailable,
+    EvictionOutcome,
+)
 
 from .client import ApiError
 from .connection import KubeConnection
-from .errors import MULTIPLE_PDBS, _mapped
-from .rendezvous import delete_own_budget, delete_service
+from .errors import MULTIPLE_PDBS, backend_errors
+from .rendezvous import delete_own_pdb, delete_service
 from .routes import delete_route
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -17,7 +23,30 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 class PodEviction(KubeConnection):
     """``evict``, ``remove_pods`` and ``delete_pods``."""
 
-    @_mapped
+    @backend_errors
+    def notify(self, *, job_id: int, attempt: int, namespace: str, annotations) -> tuple[str, ...]:
+        """Set ``annotations`` on each of the attempt's pods that still runs (a JSON patch of ``metadata.
+        annotations`` only: the spec is untouched, so no immutability rule is in play); the kubelet then updates
+        the downward-API file in the running container. A pod gone meanwhile is skipped."""
+        told: list[str] = []
+        for _, pod in sorted(self._attempt_pods(namespace, job_id, attempt).items()):
+            name = pod["metadata"]["name"]
+            if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+                continue
+            ops: list[dict] = []
+            if pod["metadata"].get("annotations") is None:
+                ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+            ops += [{"op": "add", "path": "/metadata/annotations/" + k.replace("~", "~0").replace("/", "~1"),
+                     "value": v} for k, v in sorted(annotations.items())]
+            try:
+                self.call.json(self.core.patch_namespaced_pod, name, namespace, ops)
+                told.append(name)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        return tuple(told)
+
+    @backend_errors
     def evict(self, *, job_id: int, attempt: int, namespace: str) -> EvictionOutcome:
         """POST an Eviction (policy/v1) per pod, in index order; stop at the first 429 (a PDB forbids it).
 
@@ -61,8 +90,9 @@ class PodEviction(KubeConnection):
             return EvictionOutcome("accepted", pods=tuple(accepted))
         return EvictionOutcome("gone", pods=tuple(gone))
 
-    @_mapped
-    def remove_pods(self, *, job_id: int, attempt: int, namespace: str, failed: bool = False) -> EvictionOutcome:
+    @backend_errors
+    def remove_pods(self, *, job_id: int, attempt: int, namespace: str, failed: bool = False,
+                    objects: AttemptObjects = EVERY_OBJECT) -> EvictionOutcome:
         """Clear an ended attempt's pods without bypassing a PodDisruptionBudget: a pod that no longer runs
         (finished, terminating, or never bound to a node) is deleted; one that still runs is evicted through
         the Eviction API, in index order, stopping at the first refusal (429, or the 500 of a pod under several
@@ -70,8 +100,8 @@ class PodEviction(KubeConnection):
         PDB is deleted only once no pod of it is left running, so it guards its pods until then; except for an
         attempt that ``failed`` (one of its pods did): its own PDB guarded a run that is over, and counting the
         failed pod out it would allow no eviction ever, so it goes first (other people's PDBs still hold)."""
-        if failed:
-            delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
+        if failed and objects.budget:
+            delete_own_pdb(self, job_id=job_id, attempt=attempt, namespace=namespace)
         pods = self._attempt_pods(namespace, job_id, attempt)
         removed: list[str] = []
         for index in sorted(pods):
@@ -103,13 +133,13 @@ class PodEviction(KubeConnection):
                     raise
                 return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
                                        partial=bool(removed))
-        delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
-        delete_route(self, job_id=job_id, attempt=attempt, namespace=namespace)
-        delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
+        self._delete_objects(job_id=job_id, attempt=attempt, namespace=namespace, objects=objects,
+                             budget=objects.budget and not failed)
         return EvictionOutcome("accepted" if removed else "gone", pods=tuple(removed))
 
-    @_mapped
-    def delete_pods(self, *, job_id: int, attempt: int, namespace: str, grace_period_s: int | None = None) -> None:
+    @backend_errors
+    def delete_pods(self, *, job_id: int, attempt: int, namespace: str, grace_period_s: int | None = None,
+                    objects: AttemptObjects = EVERY_OBJECT) -> None:
         pods = self._attempt_pods(namespace, job_id, attempt)
         extra = {} if grace_period_s is None else {"grace_period_seconds": grace_period_s}
         for index in sorted(pods):
@@ -118,6 +148,31 @@ class PodEviction(KubeConnection):
             except ApiError as exc:
                 if exc.status != 404:
                     raise
-        delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
-        delete_route(self, job_id=job_id, attempt=attempt, namespace=namespace)
-        delete_own_budget(self, job_id=job_id, attempt=attempt, namespace=namespace)
+        self._delete_objects(job_id=job_id, attempt=attempt, namespace=namespace, objects=objects,
+                             budget=objects.budget)
+
+    def delete_pod(self, *, job_id: int, attempt: int, namespace: str, index: int) -> bool:
+        """Delete pod ``index`` at once (grace 0: it has failed, nothing runs in it); True once the API server
+        no longer has it. A pod of the same name cannot be created before that."""
+        pod = self._attempt_pods(namespace, job_id, attempt).get(index)
+        if pod is None:
+            return True
+        try:
+            self.call.json(self.core.delete_namespaced_pod, pod["metadata"]["name"], namespace,
+                           grace_period_seconds=0)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return True
+        return index not in self._attempt_pods(namespace, job_id, attempt)
+
+    def _delete_objects(self, *, job_id: int, attempt: int, namespace: str, objects: AttemptObjects,
+                        budget: bool) -> None:
+        """The attempt's objects besides its pods, only the kinds it has: a DELETE of one it never had is a
+        404 the API server answers for nothing (one per ended attempt and kind)."""
+        if objects.service:
+            delete_service(self, job_id=job_id, attempt=attempt, namespace=namespace)
+        if objects.route:
+            delete_route(self, job_id=job_id, attempt=attempt, namespace=namespace)
+        if budget:
+            delete_own_pdb(self, job_id=job_id, attempt=attempt, namespace=namespace)

@@ -3,20 +3,19 @@ own pods."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from engine.types import Node
 from scheduling.backends.base import Inventory, PodState
-from scheduling.core.types import Node
 
 from .connection import KubeConnection
-from .errors import _mapped
-from .podspec import PORTAL_SELECTOR, is_ours
-from .status import pod_state
+from .errors import backend_errors
 
 NOT_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/")
@@ -70,29 +69,37 @@ def _with_gpus(state: PodState | None, pod: Mapping[str, Any]) -> PodState | Non
     return state
 
 
+def _within(obj: Mapping[str, Any], namespaces: Collection[str] | None) -> bool:
+    return namespaces is None or (obj.get("metadata") or {}).get("namespace") in namespaces
+
+
 class InventoryReader(KubeConnection):
     """Nodes and the portal's pods, in a bounded number of list calls."""
 
-    @_mapped
-    def list_pods(self) -> tuple[PodState, ...]:
-        """All of the portal's pods in the cluster (every namespace, every phase): what the reconciler compares
-        with the database."""
-        items, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, label_selector=PORTAL_SELECTOR,
+    @backend_errors
+    def list_pods(self, *, namespaces: Collection[str] | None = None) -> tuple[PodState, ...]:
+        """This installation's pods in the cluster (every phase): what the reconciler compares with the
+        database. ``namespaces``: the portal's namespaces there; a pod elsewhere, whatever its labels, is not
+        the portal's (None: every namespace)."""
+        items, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, label_selector=self.selector,
                                       page_size=self.page_size)
-        return tuple(s for s in (_with_gpus(pod_state(p, gate=self.gate), p) for p in items) if s is not None)
+        return tuple(s for s in (_with_gpus(self.pod_state(p), p) for p in items if _within(p, namespaces))
+                     if s is not None)
 
-    @_mapped
-    def inventory(self) -> Inventory:
-        """Three lists (more only when paginating): nodes, non-terminated pods of everyone, the portal's pods."""
+    @backend_errors
+    def inventory(self, *, namespaces: Collection[str] | None = None) -> Inventory:
+        """Three lists (more only when paginating): nodes, non-terminated pods of everyone, the portal's pods.
+        ``namespaces``: the portal's namespaces on this cluster; a pod is the portal's only there and with this
+        installation's label. Every other pod's GPUs count as used by others (None: every namespace)."""
         nodes, _ = self.call.list_all(self.core.list_node, page_size=self.page_size)
         running, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, field_selector=NOT_TERMINAL,
                                         page_size=self.page_size)
-        portal_pods = self.list_pods()
+        portal_pods = self.list_pods(namespaces=namespaces)
 
         others_by_node: dict[str, list[dict[str, Any]]] = {}
         for pod in running:
             node = (pod.get("spec") or {}).get("nodeName")
-            if node and not is_ours(pod):
+            if node and not (self.owns(pod) and _within(pod, namespaces)):
                 others_by_node.setdefault(node, []).append(pod)
 
         entries: list[Node] = []
@@ -132,6 +139,9 @@ class InventoryReader(KubeConnection):
                 continue
             flavor = self.resolve_flavor(resource, labels)
             gpus = int(_quantity(amount))
+            devices = hami_devices(meta) if resource == "nvidia.com/gpu" else None
+            if devices is not None:  # HAMi advertises each GPU as deviceSplitCount units: its own list counts them
+                gpus = devices
             if flavor is None or gpus <= 0:
                 continue
             used = sum(pod_request(p, resource) for p in others)
@@ -140,3 +150,20 @@ class InventoryReader(KubeConnection):
                 labels=tuple(sorted(labels.items())), taints=taints, schedulable=schedulable,
             ))
         return out
+
+
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+
+
+def hami_devices(meta: Mapping[str, Any]) -> int | None:
+    """How many GPUs HAMi registered on a node (its ``hami.io/node-nvidia-register`` annotation: a JSON list of
+    devices, or in older releases ``GPU-<uuid>,<split>,<MiB>,<cores>,<type>,<numa>,<health>`` entries joined by
+    ``:``), None on a node without HAMi."""
+    text = ((meta.get("annotations") or {}).get(HAMI_REGISTER) or "").strip()
+    if not text:
+        return None
+    try:
+        listed = json.loads(text)
+    except ValueError:
+        return sum(1 for entry in text.split(":") if entry.strip().startswith("GPU-"))
+    return len(listed) if isinstance(listed, list) else None

@@ -12,9 +12,9 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from scheduling.backends.base import ClusterUnavailable, LogsUnavailable
 
-from .client import _TRANSPORT_ERRORS, ApiError
+from .client import TRANSPORT_ERRORS, ApiError
 from .connection import KubeConnection
-from .errors import _mapped
+from .errors import backend_errors
 from .podspec import MAIN_CONTAINER
 
 # Seconds asked beyond ``since``: clocks of nodes and of the portal disagree by a little, and a line that the
@@ -25,7 +25,7 @@ SINCE_MARGIN_S = 120
 class PodLogs(KubeConnection):
     """``logs``: the attempt's first pod's main container, read lazily."""
 
-    @_mapped
+    @backend_errors
     def logs(
         self,
         *,
@@ -74,7 +74,7 @@ class PodLogs(KubeConnection):
     def _log_lines(resp: Any) -> Iterator[str]:
         try:
             yield from iter_resp_lines(resp)
-        except _TRANSPORT_ERRORS:
+        except TRANSPORT_ERRORS:
             return  # idle follow timed out or the stream was cut: the caller may call again
         finally:
             resp.release_conn()

@@ -12,7 +12,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scheduling.backends.base import MANAGED_BY, InvalidPodSpec, PodSet
+from scheduling.backends.base import (
+    MANAGED_BY,
+    NOTICE_ANNOTATION,
+    NOTICE_DIR,
+    NOTICE_FILE,
+    InvalidPodSpec,
+    PodSet,
+)
 from workloads.values import SHM_PATH, SHM_VOLUME, PodWorkload
 
 # The portal's scheduling gate: a pod carrying it is never considered by kube-scheduler.
@@ -22,9 +29,14 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_JOB_ID = "gpu-portal.io/job-id"
 LABEL_ATTEMPT = "gpu-portal.io/attempt"
 LABEL_POD_INDEX = "gpu-portal.io/pod-index"
+LABEL_ROLE = "gpu-portal.io/role"  # the pod's role, for a job of several
 LABEL_DEPARTMENT = "gpu-portal.io/department"
 LABEL_TIER = "gpu-portal.io/tier"
 LABEL_CLUSTER = "gpu-portal.io/cluster"
+# Which installation of the portal wrote the object: two installations may share a cluster (or a test suite may
+# run against a cluster that also serves a production portal), and each takes only its own objects for its jobs.
+LABEL_INSTALLATION = "gpu-portal.io/installation"
+DEFAULT_INSTALLATION = "default"
 LABEL_TASK_TYPE = "ai-task-type"
 LABEL_URGENCY = "urgency-level"
 
@@ -35,6 +47,14 @@ ANNOTATION_BID = "gpu-portal.io/bid"
 ANNOTATION_OWNER = "gpu-portal.io/owner"
 ANNOTATION_JOB_NAME = "gpu-portal.io/job-name"
 ANNOTATION_DEPARTMENT = "gpu-portal.io/department"
+# Fractions (docs/fractions.md): the shared GPU the engine chose for the pod (its device index on the node), and
+# HAMi's own annotations: the device UUIDs a pod may use or must not use, and the device HAMi gave a pod.
+ANNOTATION_GPU_DEVICE = "gpu-portal.io/gpu-device"
+HAMI_USE_UUID = "nvidia.com/use-gpuuuid"
+HAMI_NOUSE_UUID = "nvidia.com/nouse-gpuuuid"
+HAMI_ALLOCATED = "hami.io/vgpu-devices-allocated"
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_CORES = "nvidia.com/gpucores"
 
 MAIN_CONTAINER = "main"
 # Narrowing the affinity to one node uses the node's name (exact), not the hostname label (which may differ).
@@ -61,8 +81,23 @@ def label_value(value: object) -> str:
     return text.strip("-_.")
 
 
-def attempt_selector(job_id: int, attempt: int) -> str:
-    return f"{PORTAL_SELECTOR},{LABEL_JOB_ID}={job_id},{LABEL_ATTEMPT}={attempt}"
+def installation_selector(installation: str) -> str:
+    """The label selector of every object this installation wrote."""
+    return f"{PORTAL_SELECTOR},{LABEL_INSTALLATION}={installation}"
+
+
+def identity_labels(installation: str) -> dict[str, str]:
+    """The labels that make an object this installation's."""
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTALLATION: installation}
+
+
+def attempt_labels(job_id: int, attempt: int, installation: str) -> dict[str, str]:
+    """The labels every object of one attempt carries (its pods, PDB, Services, Ingress), and which select it."""
+    return {**identity_labels(installation), LABEL_JOB_ID: str(job_id), LABEL_ATTEMPT: str(attempt)}
+
+
+def attempt_selector(job_id: int, attempt: int, installation: str = DEFAULT_INSTALLATION) -> str:
+    return ",".join(f"{k}={v}" for k, v in attempt_labels(job_id, attempt, installation).items())
 
 
 def attempt_base_name(job_id: int, attempt: int) -> str:
@@ -70,11 +105,12 @@ def attempt_base_name(job_id: int, attempt: int) -> str:
     return f"job-{job_id}-a{attempt}"
 
 
-def pod_labels(podset: PodSet, index: int, *, cluster: str) -> dict[str, str]:
-    return {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_JOB_ID: str(podset.job_id),
-        LABEL_ATTEMPT: str(podset.attempt),
+def pod_labels(podset: PodSet, index: int, *, cluster: str, installation: str = DEFAULT_INSTALLATION
+               ) -> dict[str, str]:
+    role, _ = podset.role_of(index)
+    extra = {} if role is None else {LABEL_ROLE: label_value(role.name)}
+    return extra | {
+        **attempt_labels(podset.job_id, podset.attempt, installation),
         LABEL_POD_INDEX: str(index),
         LABEL_DEPARTMENT: label_value(podset.department),
         LABEL_TIER: label_value(podset.tier),
@@ -87,6 +123,64 @@ def pod_labels(podset: PodSet, index: int, *, cluster: str) -> dict[str, str]:
 def service_name(podset: PodSet) -> str:
     """The headless Service of a gang's attempt, which is also its pods' DNS subdomain."""
     return attempt_base_name(podset.job_id, podset.attempt)
+
+
+NOTICE_VOLUME = "portal-notice"
+
+
+def notice_env(podset: PodSet) -> list[tuple[str, str]]:
+    """A job that asked for notice before preemption: where the notice appears (``PORTAL_NOTICE_FILE``, empty
+    until the portal sets the annotation), how much it asked for, and where and with what to answer
+    "checkpoint written" (its attempt's own credential, valid for nothing else)."""
+    if not podset.notice_s:
+        return []
+    return [("PORTAL_NOTICE_FILE", NOTICE_FILE), ("PORTAL_NOTICE_S", str(podset.notice_s)),
+            ("PORTAL_NOTICE_ANSWER_URL", podset.notice_answer_url), ("PORTAL_JOB_TOKEN", podset.notice_token)]
+
+
+def notice_volume(podset: PodSet) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The downward-API volume that shows the notice annotation as a file (a volume type the restricted Pod
+    Security profile allows), mounted read-only: the kubelet rewrites the file when the annotation changes,
+    while the container runs."""
+    if not podset.notice_s:
+        return [], []
+    item = {"path": NOTICE_FILE.rsplit("/", 1)[1],
+            "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{NOTICE_ANNOTATION}']"}}
+    return ([{"name": NOTICE_VOLUME, "downwardAPI": {"items": [item], "defaultMode": 0o444}}],
+            [{"name": NOTICE_VOLUME, "mountPath": NOTICE_DIR, "readOnly": True}])
+
+
+def batch_split(global_batch: int, workers: int, max_workers: int) -> tuple[int, int]:
+    """(per-worker batch, gradient-accumulation steps) that keep ``global_batch`` at ``workers`` workers: the
+    fewest accumulation steps whose per-worker batch is at most the one at the largest size (``max_workers``:
+    what a worker's memory was sized for) and divides the global batch exactly; when no split is exact, the
+    per-worker batch stays within that bound and the global batch comes as near as it can below."""
+    workers = max(1, workers)
+    bound = -(-global_batch // max(1, max_workers))
+    for accum in range(1, global_batch + 1):
+        per, rest = divmod(global_batch, workers * accum)
+        if per < 1:
+            break
+        if not rest and per <= bound:
+            return per, accum
+    accum = max(1, -(-global_batch // (workers * bound)))
+    return max(1, global_batch // (workers * accum)), accum
+
+
+def resize_env(podset: PodSet) -> list[tuple[str, str]]:
+    """A resizable job's size range, for torchrun's ``--nnodes=MIN:MAX`` (``PORTAL_MIN_NODES``,
+    ``PORTAL_MAX_NODES``), and with a declared global batch size the per-worker batch and accumulation steps
+    that keep it at the attempt's size now (``PORTAL_GLOBAL_BATCH_SIZE``, ``PORTAL_PER_WORKER_BATCH``,
+    ``PORTAL_GRAD_ACCUM_STEPS``; a worker is one GPU)."""
+    if podset.min_pods is None or podset.max_pods is None:
+        return []
+    env = [("PORTAL_MIN_NODES", str(podset.min_pods)), ("PORTAL_MAX_NODES", str(podset.max_pods))]
+    if podset.global_batch_size:
+        g = max(1, podset.gpus_per_pod)
+        per, accum = batch_split(podset.global_batch_size, podset.pods * g, podset.max_pods * g)
+        env += [("PORTAL_GLOBAL_BATCH_SIZE", str(podset.global_batch_size)), ("PORTAL_PER_WORKER_BATCH", str(per)),
+                ("PORTAL_GRAD_ACCUM_STEPS", str(accum))]
+    return env
 
 
 def rendezvous_env(podset: PodSet, index: int) -> list[tuple[str, str]]:
@@ -104,26 +198,39 @@ def rendezvous_env(podset: PodSet, index: int) -> list[tuple[str, str]]:
     if podset.array_id is not None:
         env += [("PORTAL_ARRAY_ID", str(podset.array_id)), ("PORTAL_ARRAY_INDEX", str(podset.array_index)),
                 ("PORTAL_ARRAY_COUNT", str(podset.array_count))]
+    env += resize_env(podset)
     if podset.pods < 2:
         return env
-    pods, rank = str(podset.pods), str(index)
+    pods, rank, first, nproc = str(podset.pods), str(index), 0, podset.gpus_per_pod
+    if podset.roles:
+        role, in_role = podset.role_of(index)
+        service = service_name(podset)
+        env += [("PORTAL_ROLE", role.name), ("PORTAL_ROLE_RANK", str(in_role)), ("PORTAL_ROLE_SIZE", str(role.pods))]
+        for other in podset.roles:
+            start = podset.role_start(other.name)
+            hosts = ",".join(f"{podset.pod_name(start + i)}.{service}" for i in range(other.pods))
+            env.append((f"PORTAL_ROLE_{other.name.upper().replace('-', '_')}_HOSTS", hosts))
+        trains = next((r for r in podset.roles if r.gpus_per_pod), None)
+        if trains is None or role.name != trains.name:
+            return env  # torchrun's environment is the training role's alone
+        pods, rank, first, nproc = str(role.pods), str(in_role), podset.role_start(role.name), role.gpus_per_pod
     return env + [
-        ("MASTER_ADDR", f"{podset.pod_name(0)}.{service_name(podset)}"),
+        ("MASTER_ADDR", f"{podset.pod_name(first)}.{service_name(podset)}"),
         ("MASTER_PORT", str(RENDEZVOUS_PORT)),
         ("WORLD_SIZE", pods),
         ("RANK", rank),
         ("NODE_RANK", rank),
         ("PORTAL_WORLD_SIZE", pods),
         ("PORTAL_NODE_RANK", rank),
-        ("PORTAL_NPROC_PER_NODE", str(max(1, int(podset.gpus_per_pod)))),
+        ("PORTAL_NPROC_PER_NODE", str(max(1, int(nproc)))),
     ]
 
 
-def service_manifest(podset: PodSet) -> dict[str, Any]:
+def service_manifest(podset: PodSet, installation: str = DEFAULT_INSTALLATION) -> dict[str, Any]:
     """The headless Service of a gang's attempt: no cluster IP (``clusterIP: None``), one DNS record per pod
     (``<pod>.<service>``, as the pods' ``hostname`` and ``subdomain`` say), published before the pods are ready
     so that the ranks find pod 0 while they start (rendezvous happens before any readiness)."""
-    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: str(podset.job_id), LABEL_ATTEMPT: str(podset.attempt)}
+    labels = attempt_labels(podset.job_id, podset.attempt, installation)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -193,9 +300,47 @@ def resources(podset: PodSet) -> dict[str, dict[str, str]]:
     # A memory-backed /dev/shm is charged to the container's memory, so the pod asks for it on top.
     memory = int(podset.memory_mib) + int(podset.workload.shm_mb)
     amounts = {"cpu": f"{int(podset.cpu_millicores)}m", "memory": f"{memory}Mi"}
-    if podset.gpus_per_pod:
+    if podset.gpus_per_pod and podset.sharing == "replicas":
+        # time-slicing / MPS: replicas of the shared resource the device plugin advertises, no whole GPU
+        amounts[podset.shared_resource] = str(int(podset.gpu_replicas))
+    elif podset.gpus_per_pod:
         amounts[podset.gpu_resource] = str(int(podset.gpus_per_pod))
+        if podset.sharing == "hami":  # one GPU, of which this much memory (MiB) and compute (per cent)
+            amounts[HAMI_MEMORY] = str(int(podset.gpu_memory_mib))
+            if podset.gpu_cores:
+                amounts[HAMI_CORES] = str(int(podset.gpu_cores))
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def hami_device_uuids(pods: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """The engine's device index -> the GPU's UUID, from the portal's running fractional pods of one node: each
+    carries the index the portal chose (``ANNOTATION_GPU_DEVICE``) and the device HAMi gave it
+    (``hami.io/vgpu-devices-allocated``: ``GPU-<uuid>,NVIDIA,<MiB>,<cores>:;`` per container)."""
+    out: dict[int, str] = {}
+    for pod in pods:
+        notes = (pod.get("metadata") or {}).get("annotations") or {}
+        index, allocated = notes.get(ANNOTATION_GPU_DEVICE), notes.get(HAMI_ALLOCATED) or ""
+        uuid = allocated.split(",", 1)[0].strip(":; ")
+        if index is None or not uuid.startswith("GPU-"):
+            continue
+        try:
+            out.setdefault(int(index), uuid)
+        except ValueError:
+            continue
+    return out
+
+
+def fraction_annotations(device: int, known: Mapping[int, str]) -> dict[str, str]:
+    """How a fractional pod names its shared GPU to HAMi: the GPU already shared as ``device`` by its UUID
+    (``nvidia.com/use-gpuuuid``); a GPU it opens by keeping off the node's other shared GPUs
+    (``nvidia.com/nouse-gpuuuid``), so HAMi gives it one no fraction holds (a whole-GPU pod takes a GPU's memory
+    in full: HAMi gives it none of those either)."""
+    notes = {ANNOTATION_GPU_DEVICE: str(int(device))}
+    if device in known:
+        notes[HAMI_USE_UUID] = known[device]
+    elif known:
+        notes[HAMI_NOUSE_UUID] = ",".join(sorted(set(known.values())))
+    return notes
 
 
 def workload_volumes(workload: PodWorkload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -292,16 +437,18 @@ def pod_manifest(
     run_as_user: int | None = 1000,
     gate: str = ADMISSION_GATE,
     node: str | None = None,
-    gated: bool = True,
+    gated: bool = True, installation: str = DEFAULT_INSTALLATION,
 ) -> dict[str, Any]:
     """The pod ``index`` of ``podset``. ``node``: pinned to that node from the start (a ``matchFields
     metadata.name`` requirement in every affinity term), as the portal creates pods at admission; ``gated``:
     carrying the portal's scheduling gate (a gang's pods are created gated and ungated once all exist)."""
+    whole, podset = podset, podset.for_pod(index)  # its role's image, command and size
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": podset.image,
         # The platform's variables last: submit validation keeps a job's own env from naming them.
-        "env": [{"name": k, "value": v} for k, v in (*podset.env, *podset.workload.env, *rendezvous_env(podset, index))],
+        "env": [{"name": k, "value": v} for k, v in (*podset.env, *podset.workload.env, *rendezvous_env(whole, index),
+                                                    *notice_env(podset))],
         "resources": resources(podset),
         "securityContext": restricted_container_security_context(run_as_user),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -313,6 +460,8 @@ def pod_manifest(
         container["readinessProbe"] = {"httpGet": {"path": podset.readiness_path or "/", "port": int(podset.port)},
                                        "periodSeconds": 5, "failureThreshold": 3}
     volumes, volume_mounts = workload_volumes(podset.workload)
+    told, told_mounts = notice_volume(podset)
+    volumes, volume_mounts = volumes + told, volume_mounts + told_mounts
     if volume_mounts:
         container["volumeMounts"] = volume_mounts
     spec: dict[str, Any] = {
@@ -358,50 +507,40 @@ def pod_manifest(
         "metadata": {
             "name": podset.pod_name(index),
             "namespace": podset.namespace,
-            "labels": pod_labels(podset, index, cluster=cluster),
+            "labels": pod_labels(whole, index, cluster=cluster, installation=installation),
             "annotations": pod_annotations(podset),
         },
         "spec": spec,
     }
 
 
-def pdb_manifest(podset: PodSet) -> dict[str, Any]:
+def pdb_manifest(podset: PodSet, installation: str = DEFAULT_INSTALLATION) -> dict[str, Any]:
     name = attempt_base_name(podset.job_id, podset.attempt)
+    labels = attempt_labels(podset.job_id, podset.attempt, installation)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {
-            "name": name,
-            "namespace": podset.namespace,
-            "labels": {
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_JOB_ID: str(podset.job_id),
-                LABEL_ATTEMPT: str(podset.attempt),
-            },
-        },
-        "spec": {
-            "minAvailable": int(podset.pdb_min_available or 0),
-            "selector": {
-                "matchLabels": {
-                    LABEL_MANAGED_BY: MANAGED_BY,
-                    LABEL_JOB_ID: str(podset.job_id),
-                    LABEL_ATTEMPT: str(podset.attempt),
-                }
-            },
-        },
+        "metadata": {"name": name, "namespace": podset.namespace, "labels": dict(labels)},
+        "spec": {"minAvailable": int(podset.pdb_min_available or 0), "selector": {"matchLabels": dict(labels)}},
     }
 
 
-def is_ours(obj: Mapping[str, Any], *, job_id: int | None = None, attempt: int | None = None) -> bool:
+def is_ours(obj: Mapping[str, Any], *, installation: str | None = None, job_id: int | None = None,
+            attempt: int | None = None) -> bool:
+    """The object is the portal's (``installation``: this installation's; None for what installations share,
+    such as the tiers' PriorityClasses), and of that job attempt when they are given."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return False
+    if installation is not None and labels.get(LABEL_INSTALLATION) != installation:
         return False
     if job_id is not None and labels.get(LABEL_JOB_ID) != str(job_id):
         return False
     return attempt is None or labels.get(LABEL_ATTEMPT) == str(attempt)
 
 
-def admission_patch(pod: Mapping[str, Any], node: str, *, gate: str = ADMISSION_GATE) -> list[dict[str, Any]]:
+def admission_patch(pod: Mapping[str, Any], node: str, *, gate: str = ADMISSION_GATE,
+                    annotations: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """JSON patch (RFC 6902) that narrows a gated pod to ``node`` and removes the portal's gate.
 
     * ``replace /metadata/resourceVersion`` with the version we read: the API server then applies optimistic
@@ -410,6 +549,8 @@ def admission_patch(pod: Mapping[str, Any], node: str, *, gate: str = ADMISSION_
       narrowing only (terms are ORed, so each must be narrowed), which Kubernetes allows while the pod is gated;
       no term -> the required affinity is created (allowed when it was empty).
     * ``test`` that the gate is at the index we remove, then ``remove`` it (the server re-checks, 422 if not).
+    * ``annotations``: added (or replaced) with the same patch, before the gate goes: a fractional pod's shared
+      GPU, which HAMi reads when it schedules the pod.
     Returns [] when the gate is already gone (nothing to do).
     """
     spec = pod.get("spec") or {}
@@ -422,6 +563,13 @@ def admission_patch(pod: Mapping[str, Any], node: str, *, gate: str = ADMISSION_
     ops: list[dict[str, Any]] = [
         {"op": "replace", "path": "/metadata/resourceVersion", "value": pod["metadata"]["resourceVersion"]}
     ]
+    if annotations:
+        if pod["metadata"].get("annotations") is None:
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": dict(annotations)})
+        else:
+            for key, value in sorted(annotations.items()):
+                ops.append({"op": "add", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
+                            "value": value})
     affinity = spec.get("affinity")
     node_aff = (affinity or {}).get("nodeAffinity")
     required = (node_aff or {}).get("requiredDuringSchedulingIgnoredDuringExecution")

@@ -11,7 +11,7 @@ from scheduling.backends.base import MANAGED_BY
 
 from .client import ApiError
 from .connection import KubeConnection
-from .errors import PriorityClassNotOwned, _mapped
+from .errors import PriorityClassNotOwned, backend_errors
 from .podspec import LABEL_MANAGED_BY, is_ours
 
 SYSTEM_PRIORITY_PREFIX = "system-"
@@ -20,7 +20,7 @@ SYSTEM_PRIORITY_PREFIX = "system-"
 class PriorityClasses(KubeConnection):
     """``ensure_priority_classes``."""
 
-    @_mapped
+    @backend_errors
     def ensure_priority_classes(
         self,
         classes: Mapping[str, int],

@@ -8,7 +8,7 @@ from scheduling.backends.base import BackendError, QuotaExceeded
 
 from .client import ApiError
 from .connection import KubeConnection
-from .errors import _mapped
+from .errors import backend_errors
 
 log = logging.getLogger(__name__)
 
@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 class NamespaceQuotas(KubeConnection):
     """One list of a namespace's ResourceQuotas, read after a refusal or to compare with one."""
 
-    @_mapped
+    @backend_errors
     def namespace_quota_version(self, namespace: str) -> str:
         return self._quota_reading(namespace)[0]
 

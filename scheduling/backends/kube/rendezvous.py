@@ -9,7 +9,7 @@ from typing import Any
 from scheduling.backends.base import BackendError, InvalidPodSpec, PodSet
 
 from .client import ApiError
-from .podspec import attempt_base_name, is_ours, service_manifest
+from .podspec import attempt_base_name, service_manifest
 
 # ``backend``: the KubernetesBackend calling (its rate-limited ``call`` and its ``core`` CoreV1Api); not imported
 # here, so that this module stays below the backend.
@@ -20,7 +20,7 @@ def ensure_service(backend: Any, podset: PodSet) -> str:
     if podset.pods < 2:
         return ""
     return create_or_adopt(backend, backend.core.create_namespaced_service, backend.core.read_namespaced_service,
-                           podset, service_manifest(podset), "Service")
+                           podset, service_manifest(podset, backend.installation), "Service")
 
 
 def create_or_adopt(backend: Any, create, read, podset: PodSet, manifest: dict[str, Any], kind: str) -> str:
@@ -36,7 +36,7 @@ def create_or_adopt(backend: Any, create, read, podset: PodSet, manifest: dict[s
         if exc.status != 409:
             raise
     existing = backend.call.json(read, name, podset.namespace)
-    if not is_ours(existing, job_id=podset.job_id, attempt=podset.attempt):
+    if not backend.owns(existing, job_id=podset.job_id, attempt=podset.attempt):
         raise BackendError(f"{kind} {podset.namespace}/{name} exists and is not this job attempt's")
     return "adopted"
 
@@ -46,7 +46,7 @@ def delete_service(backend: Any, *, job_id: int, attempt: int, namespace: str) -
     delete_if_present(backend, backend.core.delete_namespaced_service, attempt_base_name(job_id, attempt), namespace)
 
 
-def delete_own_budget(backend: Any, *, job_id: int, attempt: int, namespace: str) -> None:
+def delete_own_pdb(backend: Any, *, job_id: int, attempt: int, namespace: str) -> None:
     """Delete the attempt's own PodDisruptionBudget (``pdb_min_available``), if it has one."""
     delete_if_present(backend, backend.policy.delete_namespaced_pod_disruption_budget,
                       attempt_base_name(job_id, attempt), namespace)

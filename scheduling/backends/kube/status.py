@@ -87,9 +87,10 @@ def _main_container(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return statuses[0] if statuses else None
 
 
-def pod_identity(pod: Mapping[str, Any]) -> tuple[int, int, int] | None:
-    """(job id, attempt, pod index) of one of the portal's pods, None for anything else."""
-    if not is_ours(pod):
+def pod_identity(pod: Mapping[str, Any], *, installation: str | None = None) -> tuple[int, int, int] | None:
+    """(job id, attempt, pod index) of one of the portal's pods (``installation``: of that installation's alone),
+    None for anything else."""
+    if not is_ours(pod, installation=installation):
         return None
     labels = pod["metadata"].get("labels") or {}
     try:
@@ -98,8 +99,11 @@ def pod_identity(pod: Mapping[str, Any]) -> tuple[int, int, int] | None:
         return None
 
 
-def pod_state(pod: Mapping[str, Any], *, gate: str = ADMISSION_GATE) -> PodState | None:
-    identity = pod_identity(pod)
+def pod_state(pod: Mapping[str, Any], *, gate: str = ADMISSION_GATE, installation: str | None = None
+              ) -> PodState | None:
+    """The pod as the portal reads it; None when it is not the portal's (``installation``: not that
+    installation's: the backend always passes its own)."""
+    identity = pod_identity(pod, installation=installation)
     if identity is None:
         return None
     job_id, attempt, index = identity

@@ -13,10 +13,8 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from scheduling.backends.base import ClusterUnavailable, PodState
 
-from .client import _TRANSPORT_ERRORS, ApiError
+from .client import TRANSPORT_ERRORS, ApiError
 from .connection import KubeConnection
-from .podspec import PORTAL_SELECTOR
-from .status import pod_state
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +31,8 @@ class PodWatching(KubeConnection):
         max_failures: int = 5,
         stop: threading.Event | None = None,
     ) -> PodWatch:
-        """Watch the portal's pods (label selector, all namespaces): iterate to get ``(event_type, PodState)``.
+        """Watch this installation's pods (its label selector, all namespaces: the caller keeps only those in
+        the namespaces of their jobs): iterate to get ``(event_type, PodState)``.
 
         ``event_type`` is ``ADDED`` / ``MODIFIED`` / ``DELETED``. Without ``resource_version`` it starts with a
         list (every current pod as ``ADDED``). On 410 Gone (resourceVersion too old) it re-lists: current pods
@@ -75,12 +74,12 @@ class PodWatch:
 
     def _relist(self) -> Iterator[tuple[str, PodState]]:
         backend = self.backend
-        items, rv = backend.call.list_all(backend.core.list_pod_for_all_namespaces, label_selector=PORTAL_SELECTOR,
+        items, rv = backend.call.list_all(backend.core.list_pod_for_all_namespaces, label_selector=backend.selector,
                                           page_size=backend.page_size)
         self.relists += 1
         current: dict[tuple[str, str], PodState] = {}
         for pod in items:
-            state = pod_state(pod, gate=backend.gate)
+            state = backend.pod_state(pod)
             if state is not None:
                 current[(state.namespace, state.name)] = state
         previous, self._known = self._known, current
@@ -110,7 +109,7 @@ class PodWatch:
                 expired = False
                 try:
                     self._resp = backend.call.raw(
-                        backend.core.list_pod_for_all_namespaces, label_selector=PORTAL_SELECTOR, watch=True,
+                        backend.core.list_pod_for_all_namespaces, label_selector=backend.selector, watch=True,
                         resource_version=self.resource_version, allow_watch_bookmarks=True,
                         timeout_seconds=self.timeout_s, read_timeout_s=self.timeout_s + 10,
                     )
@@ -132,7 +131,7 @@ class PodWatch:
                         got_events = True
                         if kind == "BOOKMARK":
                             continue
-                        state = pod_state(obj, gate=backend.gate)
+                        state = backend.pod_state(obj)
                         if state is None:
                             continue
                         key = (state.namespace, state.name)
@@ -146,7 +145,7 @@ class PodWatch:
                     if exc.status != 410:
                         raise exc.to_backend_error() from exc
                     expired = True
-                except (ClusterUnavailable, ValueError, *_TRANSPORT_ERRORS) as exc:
+                except (ClusterUnavailable, ValueError, *TRANSPORT_ERRORS) as exc:
                     if self.stop_event.is_set():
                         return
                     failures += 1

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduling.backends.base import BackendError
-from scheduling.services.clusters import ensure_priority_classes
+from scheduling.services.podsets import ensure_priority_classes
 
 
 class Command(BaseCommand):

@@ -21,8 +21,8 @@ from portal.heartbeat import touch
 from scheduling.backends import cluster_kind, get_backend
 from scheduling.backends.base import ClusterUnavailable
 from scheduling.models import Cluster
-from scheduling.services.clusters import apply_pod_deleted, apply_pod_states
 from scheduling.services.locks import exclusive
+from scheduling.services.pod_states import apply_pod_deleted, apply_pod_states
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from scheduling.core.csvcells import safe_row
+from csvsafe import safe_row
 from scheduling.services.whatif import (
     QUOTA_FIELDS,
     TRACE_COLUMNS,
@@ -29,8 +29,8 @@ from scheduling.services.whatif import (
     quota_change,
     run_whatif,
 )
-from scheduling.sim.trace import column_value
-from scheduling.sim.whatif import format_diff
+from simulator.trace import column_value
+from simulator.whatif import format_diff
 
 
 class Command(BaseCommand):

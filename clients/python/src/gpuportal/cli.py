@@ -17,95 +17,26 @@ Shell completion: ``eval "$(gpup completion bash)"`` (or zsh, fish).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
 import webbrowser
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
-from gpuportal import __version__, config, errors
-from gpuportal.client import FINAL_STATES, Client, describe_wait
-
-OK, JOB_FAILED, USAGE, NOT_FOUND, AUTH, UNREACHABLE, CONFLICT, RATE_LIMITED, TIMEOUT = range(9)
-
-EXIT_CODES = [
-    (errors.WaitTimeout, TIMEOUT),
-    (errors.JobError, JOB_FAILED),
-    (errors.ValidationError, USAGE),
-    (errors.IdempotencyKeyReused, USAGE),
-    (errors.NotFound, NOT_FOUND),
-    (errors.AuthenticationError, AUTH),
-    (errors.PermissionDenied, AUTH),
-    (errors.Conflict, CONFLICT),
-    (errors.RateLimited, RATE_LIMITED),
-    (errors.ServerError, UNREACHABLE),
-    (errors.PortalUnreachable, UNREACHABLE),
-]
-
-
-def exit_code_for(exc: errors.PortalError) -> int:
-    return next((code for cls, code in EXIT_CODES if isinstance(exc, cls)), UNREACHABLE)
-
-
-class State:
-    def __init__(self, url: str | None, token: str | None, config_file: Path | None, as_json: bool,
-                 retries: int = 5):
-        self.url, self.token, self.config_file, self.json = url, token, config_file, as_json
-        self.retries = retries
-        self._client: Client | None = None
-
-    def client(self) -> Client:
-        if self._client is None:
-            try:
-                self._client = Client.from_env(url=self.url, token=self.token, config_file=self.config_file,
-                                               retries=self.retries)
-            except config.ConfigError as exc:
-                fail(str(exc), AUTH)
-        return self._client
-
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-
-def fail(message: str, code: int) -> None:
-    click.echo(f"gpup: {message}", err=True)
-    sys.exit(code)
-
-
-def emit(state: State, data: Any, human) -> None:
-    """``--json``: the data as JSON on stdout; otherwise ``human(data)``."""
-    if state.json:
-        click.echo(json.dumps(data, indent=2, default=str))
-    else:
-        human(data)
-
-
-def command(fn):
-    """A subcommand: ``--json`` on it too, and every portal error turned into a message and an exit code."""
-
-    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON on stdout).")
-    @click.pass_obj
-    @functools.wraps(fn)
-    def wrapper(state: State, *args, as_json: bool = False, **kwargs):
-        state.json = state.json or as_json
-        try:
-            return fn(state, *args, **kwargs)
-        except errors.PortalError as exc:
-            if state.json:
-                click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message, "fields": exc.fields,
-                                                 "status": exc.status, **({"job": exc.job} if isinstance(
-                                                     exc, errors.JobError) else {})}}, indent=2, default=str))
-            click.echo(f"gpup: {exc}", err=True)
-            sys.exit(exit_code_for(exc))
-
-    return wrapper
+from gpuportal import __version__, cli_sweeps, config
+from gpuportal.cli_base import (
+    USAGE,
+    State,
+    command,
+    emit,
+    fail,
+    fraction_text,
+    print_table,
+    when,
+)
+from gpuportal.client import Client, describe_wait
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -164,16 +95,6 @@ def load_jobs(path: str) -> list[dict] | dict:
 # ------------------------------------------------------------------------------------------ output
 
 
-def _when(value: str | None) -> str:
-    """An API time (ISO 8601, UTC) in the terminal's local time."""
-    if not value:
-        return "-"
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
-    except ValueError:
-        return value
-
-
 def print_job(job: dict) -> None:
     reason = job.get("reason") or {}
     rows = [
@@ -181,10 +102,20 @@ def print_job(job: dict) -> None:
         ("state", job["state"]),
         ("why", f"{reason.get('code') or '-'}: {reason.get('message') or ''}".rstrip(": ")),
         ("owner", f"{job['owner']} ({job['department']})"),
-        ("resources", f"{job['pods']} x {job['gpus']} {job['flavor']}, {job['tier']}, {job['urgency']}"),
+        ("resources", f"{job['pods']} x {fraction_text(job)} {job['flavor']}, {job['tier']}, {job['urgency']}"),
+        *([("topology", f"within one {job['topology_level']} "
+                        f"({'required' if job.get('topology_required') else 'preferred'})")]
+          if job.get("topology_level") else []),
         ("image", job["image"]),
         ("command", " ".join(job.get("command") or [])),
     ]
+    roles = job.get("roles") or []
+    if len(roles) > 1 or (roles and roles[0].get("name") != "main"):  # a job of roles: its size is theirs
+        rows.append(("roles", "; ".join(
+            f"{r['name']} {r['pods']} x " + (f"{r['gpus']} GPUs, " if r.get("gpus") else "")
+            + f"cpu {r.get('cpu')}, memory {r.get('memory')}"
+            + (f" ({r['failure_policy']})" if r.get("failure_policy", "restart-attempt") != "restart-attempt" else "")
+            for r in roles)))
     if job.get("secrets"):  # names and keys only: the portal never returns a value
         rows.append(("secrets", "; ".join(f"{u['env']} <- {u['secret']}/{u['key']}" if "env" in u
                                           else f"{u['path']} <- {u['secret']}" for u in job["secrets"])))
@@ -202,10 +133,10 @@ def print_job(job: dict) -> None:
     if job.get("queue_position"):
         rows.append(("queue", f"#{job['queue_position']}"))
     if job.get("estimated_start"):
-        rows.append(("estimated start", _when(job["estimated_start"])))
+        rows.append(("estimated start", when(job["estimated_start"])))
     for name in ("submitted_at", "started_at", "finished_at"):
         if job.get(name):
-            rows.append((name.replace("_at", ""), _when(job[name])))
+            rows.append((name.replace("_at", ""), when(job[name])))
     if job.get("exit_code") is not None:
         rows.append(("exit code", str(job["exit_code"])))
     width = max(len(k) for k, _ in rows)
@@ -215,21 +146,7 @@ def print_job(job: dict) -> None:
         click.echo("timeline")
         for e in job["events"]:
             move = f"{e.get('from_state') or 'new'} -> {e.get('to_state')}" if e.get("to_state") else e.get("kind")
-            click.echo(f"  {_when(e['at'])}  {move}  {e.get('message') or ''}".rstrip())
-
-
-def print_table(jobs: list[dict]) -> None:
-    if not jobs:
-        click.echo("no jobs")
-        return
-    header = ("ID", "NAME", "STATE", "REASON", "GPUS", "TIER", "OWNER", "SUBMITTED")
-    rows = [(str(j["id"]), j["name"], j["state"],
-             (j.get("reason") or {}).get("code") or "" if j["state"] not in FINAL_STATES else "",
-             f"{j['pods'] * j['gpus']} {j['flavor']}", j["tier"], j["owner"], _when(j.get("submitted_at")))
-            for j in jobs]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+            click.echo(f"  {when(e['at'])}  {move}  {e.get('message') or ''}".rstrip())
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -295,15 +212,24 @@ def parse_sets(sets: tuple[str, ...]) -> dict:
               "command and env is each task's index).")
 @click.option("-d", "--dependency", "after", help="Wait for other jobs: afterok:12, afterany:a7 (array 7), "
               "afternotok:12:13; several joined by commas.")
+@click.option("--within", metavar="LEVEL", help="Prefer that the pods sit within one domain of a topology level "
+              "of the cluster (rack, block, or its label key); they spread when no domain has room.")
+@click.option("--require-within", "require_within", metavar="LEVEL",
+              help="The same, required: the job waits rather than spread.")
 @command
-def submit(state: State, path, template, sets, key, wait_, array, after):
+def submit(state: State, path, template, sets, key, wait_, array, after, within, require_within):
     """Submit the job (or the list of jobs, as one all-or-nothing batch) in a file, or one from a template."""
     if path is None and template is None:
         fail("give a job file (-f FILE) or a template (--template NAME)", USAGE)
+    if within and require_within:
+        fail("give --within (preferred) or --require-within (required), not both", USAGE)
     spec = load_jobs(path) if path is not None else {}
     client = state.client()
     if after:
         sets = (*sets, f"after={json.dumps(after)}")  # JSON is YAML: the text stays a string
+    if within or require_within:
+        sets = (*sets, f"topology_level={json.dumps(within or require_within)}",
+                f"topology_required={'true' if require_within else 'false'}")
     if array is not None:
         return cli_sweeps.submit_array(state, spec if isinstance(spec, dict) else fail("--array takes one job", USAGE),
                             array=array, template=template, overrides=parse_sets(sets), key=key)
@@ -327,6 +253,24 @@ def submit(state: State, path, template, sets, key, wait_, array, after):
     if not state.json:
         click.echo(f"submitted job {job['id']} {job['name']}")
     _wait(state, job["id"], timeout=None, interval=5.0, progress=None)
+
+
+@cli.command()
+@click.argument("job_id", type=click.IntRange(min=1))
+@click.option("--add-data-workers", "workers", type=click.IntRange(1, 64),
+              help="Add this many CPU data workers (or grow the job's restart-pod CPU role by as many).")
+@click.option("--submit", "submit_", is_flag=True, help="Submit the clone at once instead of printing it.")
+@command
+def clone(state: State, job_id, workers, submit_):
+    """A job's submission spec as a job file (to edit, then gpup submit -f), or submitted with --submit."""
+    import yaml
+
+    spec = state.client().job_spec(job_id, add_data_workers=workers)
+    if not submit_:
+        click.echo(json.dumps(spec, indent=2) if state.json else yaml.safe_dump(spec, sort_keys=False), nl=False)
+        return
+    job = state.client().submit(spec)
+    emit(state, job, lambda j: click.echo(f"submitted job {j['id']} {j['name']}: {describe_wait(j)}"))
 
 
 def print_templates(rows: list[dict]) -> None:
@@ -417,12 +361,37 @@ def ls(state: State, states, tier, flavor, everyone, q, limit):
     emit(state, jobs, print_table)
 
 
+def print_teams(teams: list[dict]) -> None:
+    """The teams, one line per team and flavor: its split and its members (team admins marked *)."""
+    if not teams:
+        click.echo("no teams")
+        return
+    header = ("DEPARTMENT", "TEAM", "FLAVOR", "NOMINAL", "BORROW", "LEND", "MEMBERS")
+    table = []
+    for t in teams:
+        members = ", ".join(m["user"] + ("*" if m["team_admin"] else "") for m in t["members"]) or "-"
+        for q in t["quotas"] or [{"flavor": "-", "nominal": "-", "borrowing_limit": "-", "lending_limit": "-"}]:
+            table.append((t["department"], t["slug"], q["flavor"], str(q["nominal"]),
+                          "any" if q["borrowing_limit"] is None else str(q["borrowing_limit"]),
+                          "all" if q["lending_limit"] is None else str(q["lending_limit"]), members))
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    for r in [header, *table]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+
+
+@cli.command("teams")
+@command
+def teams(state: State):
+    """The teams you see: each one's split of its department's quota, and its members (* a team admin)."""
+    emit(state, state.client().teams(), print_teams)
+
+
 def print_queue(rows: list[dict]) -> None:
     """The whole queue, like ``squeue``: another department's jobs show as their department and size."""
     header = ("FLAVOR", "POS", "DEPARTMENT", "JOB", "TIER", "GPUS", "WAITING", "STARTS", "REASON")
     table = [(r["flavor"], str(r["position"]), r["department"],
               f"{r['id']} {r['name']} ({r['owner']})" if r.get("own") else "-", r["tier"], str(r["gpus"]),
-              f"{r['waiting_s'] // 60} min", _when(r.get("estimated_start")), r["reason"]) for r in rows]
+              f"{r['waiting_s'] // 60} min", when(r.get("estimated_start")), r["reason"]) for r in rows]
     widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
     for r in [header, *table]:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
@@ -452,11 +421,12 @@ def get(state: State, job_id):
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.option("--tail", type=click.IntRange(1, 5000), default=200, show_default=True)
 @click.option("--pod", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Which pod of a multi-node job, by index (0 is rank 0).")
+              help="Which pod of a multi-node job, by index (0 is rank 0); with --role, its rank in the role.")
+@click.option("--role", help="A job of roles: the role whose pod to print (e.g. data).")
 @command
-def logs(state: State, job_id, follow, tail, pod):
-    """A job's log (its current attempt's pod 0, or the one --pod names)."""
-    for line in state.client().logs(job_id, follow=follow, tail=tail, pod=pod):
+def logs(state: State, job_id, follow, tail, pod, role):
+    """A job's log (its current attempt's pod 0, or the one --pod and --role name)."""
+    for line in state.client().logs(job_id, follow=follow, tail=tail, pod=pod, role=role):
         click.echo(json.dumps(line) if state.json else line)
 
 
@@ -510,6 +480,24 @@ def open_session(state: State, job_id, print_url):
         click.echo(answer["url"])
 
 
+@cli.command("service-key")
+@click.argument("job_id", type=click.IntRange(min=1))
+@command
+def service_key(state: State, job_id):
+    """A key for calling a running service of your department at its route (shown once).
+
+    The key alone goes to stdout, for ``KEY=$(gpup service-key 42)``; the route and the expiry to stderr. Call
+    the service with ``Authorization: Bearer $KEY``: your API token is no credential at a route."""
+    answer = state.client().service_key(job_id)
+
+    def human(a):
+        click.echo(a["key"])
+        click.echo(f"route {a['route']}, good until {a['expires_at']}; send 'Authorization: Bearer <key>'",
+                   err=True)
+
+    emit(state, answer, human)
+
+
 @cli.command()
 @click.option("-f", "--file", "path", required=True, help="Job file (YAML or JSON; - for stdin).")
 @command
@@ -538,8 +526,39 @@ def quote(state: State, path):
         if start:
             when = "now" if start.get("starts_now") else (start.get("estimated_start") or "unknown")
             click.echo(f"start: {when} ({start.get('message', '')})")
+        rec = q.get("recommendation") or {}
+        if rec:
+            click.echo(f"right-sizing: {rec['text']}")
+        if rec.get("fraction"):
+            click.echo(f"a fraction fits: {rec['fraction']['text']} (measured by {rec['fraction']['source']})")
 
     emit(state, q, human)
+
+
+@cli.command()
+@click.argument("name", required=False, default="")
+@click.option("--image", default="", help="Container image (its history answers for a name never seen).")
+@click.option("--flavor", default=None, help="A flavor that shares its GPUs: which fraction of one would do.")
+@click.option("--tier", default=None, help="The tier the fraction is priced at.")
+@command
+def rightsize(state: State, name, image, flavor, tier):
+    """What your similar past jobs used, what to ask for, and the fraction of a GPU that would do."""
+    if not name and not image:
+        fail("give a job name or --image (or both)", USAGE)
+    rec = state.client().recommendation(name, image=image, flavor=flavor, tier=tier)
+
+    def human(rec):
+        click.echo(rec["text"])
+        if rec.get("fraction"):
+            f = rec["fraction"]
+            click.echo(f"a fraction fits: {f['text']} (measured by {f['source']}; ask for "
+                       + (f"gpu_replicas: {f['gpu_replicas']}" if f.get("gpu_replicas") else
+                          f"gpu_memory_gib: {f['gpu_memory_gib']}"
+                          + (f", gpu_cores: {f['gpu_cores']}" if f.get("gpu_cores") else "")) + ")")
+        elif flavor:
+            click.echo(f"no fraction of {flavor} fits (or it does not share its GPUs)")
+
+    emit(state, rec, human)
 
 
 @cli.command("secrets")
@@ -553,7 +572,7 @@ def secrets_list(state: State):
         for r in rows:
             where = f" ({r['reference_name']})" if r.get("reference_name") else ""
             click.echo(f"{r['name']:<20} {r['kind']}{where} {r['purpose']}  keys: {', '.join(r['keys']) or '-'}"
-                       f"  updated {_when(r.get('updated_at'))}")
+                       f"  updated {when(r.get('updated_at'))}")
 
     emit(state, state.client().secrets(), human)
 
@@ -618,7 +637,8 @@ def completion(shell):
     click.echo(cls(cli, {}, "gpup", "_GPUP_COMPLETE").source())
 
 
-from gpuportal import cli_sweeps  # noqa: E402, F401 - registers gpup hold, release and array on the group above
+for _sweep_command in cli_sweeps.COMMANDS:  # gpup hold, release, depend and array
+    cli.add_command(_sweep_command)
 
 
 def main() -> None:

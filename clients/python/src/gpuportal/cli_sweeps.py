@@ -1,13 +1,11 @@
 """gpup's sweep commands: ``submit --array``, ``hold``, ``release``, ``array show|tasks|cancel`` and
-``depend`` (docs/sweeps.md). Registered on ``gpup`` by ``gpuportal.cli``."""
+``depend`` (docs/sweeps.md). ``gpuportal.cli`` adds ``COMMANDS`` to ``gpup`` and calls ``submit_array``."""
 
 from __future__ import annotations
 
 import click
 
-from gpuportal.cli import State, cli, command, emit, fail, print_table
-
-USAGE = 2
+from gpuportal.cli_base import USAGE, State, command, emit, fail, print_table
 
 
 def print_array(a: dict) -> None:
@@ -31,7 +29,7 @@ def _ref(value: str) -> str:
     return value
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @command
 def hold(state: State, target):
@@ -39,7 +37,7 @@ def hold(state: State, target):
     emit(state, state.client().hold(_ref(target)), _held)
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @command
 def release(state: State, target):
@@ -55,7 +53,7 @@ def _held(obj: dict) -> None:
                    f"{(obj.get('reason') or {}).get('message', '')}")
 
 
-@cli.command()
+@click.command()
 @click.argument("job_id", type=click.IntRange(min=1))
 @click.argument("after")
 @command
@@ -65,7 +63,7 @@ def depend(state: State, job_id, after):
     emit(state, job, lambda j: click.echo(f"job {j['id']} waits for {j['after'] or 'nothing'}"))
 
 
-@cli.group()
+@click.group()
 def array():
     """Job arrays: show one, list its tasks, cancel it."""
 
@@ -94,3 +92,6 @@ def array_tasks(state: State, array_id):
 def array_cancel(state: State, array_id, waiting, comment):
     """Cancel an array's tasks (all that have not ended, or only the waiting ones)."""
     emit(state, state.client().array_cancel(_ref(array_id), waiting_only=waiting, comment=comment), print_array)
+
+
+COMMANDS = [hold, release, depend, array]

@@ -212,11 +212,26 @@ class Client(SweepsMixin):
         ref = {"template_id": template} if isinstance(template, int) else {"template": template}
         return self.submit({**ref, **overrides}, idempotency_key=idempotency_key)
 
-    def job_spec(self, job: int | str | dict) -> dict:
-        """``GET /jobs/<id>/spec``: what submitting ``job`` again needs (clone it: ``submit(job_spec(j))``)."""
-        return self._json("GET", f"jobs/{_job_id(job)}/spec")
+    def job_spec(self, job: int | str | dict, *, add_data_workers: int | None = None) -> dict:
+        """``GET /jobs/<id>/spec``: what submitting ``job`` again needs (clone it: ``submit(job_spec(j))``).
+        ``add_data_workers``: the clone with that many more CPU data workers (the saw-tooth hint's)."""
+        params = {"add_data_workers": add_data_workers} if add_data_workers else None
+        return self._json("GET", f"jobs/{_job_id(job)}/spec", params=params)
 
     # ------------------------------------------------------------------------------------------ templates
+
+    def teams(self) -> builtins.list[dict]:
+        """``GET /teams``: the teams you see (your department's as its admin, every one as a platform admin, your
+        own team otherwise), each with its ``quotas`` (per flavor: nominal, borrowing and lending limits) and
+        ``members`` (with ``team_admin``)."""
+        return self._json("GET", "teams")
+
+    def team_quota(self, department: str, team: str, flavor: str, *, nominal: int,
+                   borrowing_limit: int | None = None, lending_limit: int | None = None) -> dict:
+        """``PUT /teams/{department}/{team}/quotas/{flavor}``: a team's split of a flavor (its department's
+        admins; its team admins may change the limits only). Returns the team."""
+        body = {"nominal": nominal, "borrowing_limit": borrowing_limit, "lending_limit": lending_limit}
+        return self._json("PUT", f"teams/{department}/{team}/quotas/{flavor}", json=body)
 
     def templates(self, *, scope: str | None = None) -> builtins.list[dict]:
         """Your templates and your department's (``scope="personal"`` or ``"department"`` for one kind)."""
@@ -346,6 +361,15 @@ class Client(SweepsMixin):
         code in it is spent on first use and expires within a minute; anyone but the owner gets ``NotFound``."""
         return self._json("POST", f"jobs/{_job_id(job)}/connect")
 
+    def service_key(self, job: int | str | dict) -> dict:
+        """A key for calling a running service (an inference endpoint) of your department at its route:
+        ``{"key", "expires_at", "route"}``; send ``Authorization: Bearer <key>`` there. The key is good at that
+        service's route alone, until the service's horizon or until you leave the department, and is shown
+        once. Your API token is no credential at a route: it never leaves for a service's host, where an app
+        that logs its headers would see it. A session, or a service that does not run, raises ``Conflict``;
+        anyone outside the department gets ``NotFound``."""
+        return self._json("POST", f"jobs/{_job_id(job)}/service-key")
+
     def cost(self, job: int | str | dict) -> dict:
         """The job's hold, cost to date and final charge, in milli-credits."""
         return self._json("GET", f"jobs/{_job_id(job)}/cost")
@@ -386,12 +410,23 @@ class Client(SweepsMixin):
         """
         return self._json("POST", "jobs/quote", json={**(spec or {}), **fields})
 
+    def recommendation(self, name: str = "", *, image: str = "", flavor: str | None = None,
+                       tier: str | None = None) -> dict:
+        """What your similar past jobs (this name's family, else this image) used and what to ask for:
+        ``GET /api/v1/recommendations``. With ``flavor`` a flavor that shares its GPUs, ``fraction`` is the part
+        of one GPU the job fits in (``share``, ``gpu_memory_gib`` / ``gpu_cores`` or ``gpu_replicas``), priced
+        at ``tier`` against the whole GPUs (``credits_per_hour``, ``whole_credits_per_hour``), with the
+        ``source`` of the measurement; None when no fraction fits."""
+        params = {k: v for k, v in (("name", name), ("image", image), ("flavor", flavor), ("tier", tier)) if v}
+        return self._json("GET", "recommendations", params=params)
+
     # ------------------------------------------------------------------------------------------ logs
 
     def logs(self, job: int | str | dict, *, follow: bool = False, tail: int = 200,
-             poll_interval: float = 2.0, pod: int = 0) -> Iterator[str]:
+             poll_interval: float = 2.0, pod: int = 0, role: str | None = None) -> Iterator[str]:
         """The job's log lines (the current attempt's pod ``pod``, by index: 0 is a gang's rank 0), without
-        line endings. A pod the job does not have raises ``ValidationFailed`` (400).
+        line endings. ``role``: a job of roles' role, ``pod`` then being the pod's rank in it. A pod or a role
+        the job does not have raises ``ValidationFailed`` (400).
 
         Without ``follow``: the last ``tail`` lines, now. With ``follow``: those, then new lines as they come,
         until the job ends (also through a job that is still queued, or requeued after a preemption: a new
@@ -400,7 +435,7 @@ class Client(SweepsMixin):
         """
         jid = _job_id(job)
         if not follow:
-            yield from self._log_lines(jid, {"tail": max(1, min(5000, tail))}, pod=pod)
+            yield from self._log_lines(jid, {"tail": max(1, min(5000, tail))}, pod=pod, role=role)
             return
         cursor = _LogCursor()
         attempt = None
@@ -415,7 +450,7 @@ class Client(SweepsMixin):
             if not finished:
                 params["follow"] = "1"
             try:
-                for line in self._log_lines(jid, params, pod=pod):
+                for line in self._log_lines(jid, params, pod=pod, role=role):
                     text = cursor.feed(line)
                     if text is not None:
                         yield text
@@ -428,9 +463,11 @@ class Client(SweepsMixin):
                 return
             self.sleep(poll_interval)
 
-    def _log_lines(self, jid: int, params: dict, *, pod: int = 0) -> Iterator[str]:
+    def _log_lines(self, jid: int, params: dict, *, pod: int = 0, role: str | None = None) -> Iterator[str]:
         if pod:
             params = {**params, "pod": pod}
+        if role:
+            params = {**params, "role": role}
         response = self._send("GET", f"jobs/{jid}/logs", params=params, stream=True,
                               headers={"Accept": "text/plain, application/json"})
         try:

@@ -1,0 +1,323 @@
+"""Victim selection: who may be a victim of whom (three rules, one per kind of preemption), and the smallest
+valid set of running jobs whose eviction lets a preemptor in.
+
+Kinds: *priority* (a realtime job must start within its target), *reclaim* (a department within its nominal
+quota takes back lent GPUs), *drain* (the queue's head evicts cheap work rather than idle GPUs while they
+drain for it). The rules are pure functions of the victim, the preemptor and the quota book
+(``priority_victim``, ``reclaim_victim``, ``drain_victim``); the engine adds the cycle-wide guards.
+
+Candidates (per pool, computed once a cycle) are ordered by the total order
+``(not borrowed, -tier rank, work at risk, score, id)``: borrowers first, then lower tiers (backfill before
+elastic), then the least work lost since the last checkpoint (GPUs x seconds, ``at_risk_s``), then lower
+score, then the smaller id.
+
+The search walks the candidates in that order, adding each *eligible* one until the preemptor fits physically
+(enough pods of its size on the pool's nodes) and quota-wise (its department's limits and the cohort pool
+after the victims' GPUs return), then drops every victim it can spare, last added first. The result is
+minimal (no victim can be removed) and, among minimal sets, prefers the cheapest victims by the order above.
+A single sufficient victim always wins, and among those the one that loses the least work, then frees the
+fewest GPUs (evicting a 4-GPU gang for a 1-GPU job leaves 3 GPUs idle until a job of that size comes along).
+
+Never a victim: realtime jobs, ``preemptible=False`` jobs (being evicted already), jobs taken as victims
+earlier in the cycle, jobs that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a
+wait), jobs of which any disruption budget has no room left for their pods (a pod may be covered by several
+budgets; the Eviction API refuses if any of them has no room, so every one of the job's budgets is charged all
+of its pods).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from itertools import chain
+
+from .ordering import REALTIME, tier_rank
+from .placement import Pool
+from .quota import QuotaBook
+from .types import RunningJob
+
+# ---------------------------------------------------------------- who may be a victim of whom
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """What the victim rules need to know of the pending job that preempts."""
+
+    department: str
+    flavor: str
+    total_gpus: int
+    rank: int  # tier rank
+    borrows: bool  # it would take its department beyond its nominal quota
+    starving: bool = False
+    cluster: str | None = None  # the cluster of the pool it would start in (selects per-cluster quotas)
+    preemptible: bool = False  # it is itself preemptible (a realtime job that chose to be, a session the lab made so)
+
+
+def at_risk_s(job: RunningJob, now: float) -> float:
+    """Seconds of the job's work an eviction now would lose: those since its last checkpoint (all of its run
+    when it declares no checkpoint interval)."""
+    ran = max(0.0, now - job.started_at)
+    interval = job.checkpoint_interval_s
+    if interval is None or interval <= 0:
+        return ran
+    return ran % interval
+
+
+def _yields_to_realtime(v: RunningJob, p: Preemptor) -> bool:
+    """Of the realtime tier only a job that chose to be preemptible (a session the lab lets yield) is a victim,
+    and only of realtime work that is not preemptible itself: two such jobs would evict each other in turn."""
+    return tier_rank(v.tier) == REALTIME and p.rank == REALTIME and v.own_preemptible is True and not p.preemptible
+
+
+def priority_victim(v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int]) -> bool:
+    """Realtime work that must start within its target: any lower tier of another department, even when the
+    realtime job borrows to start (Kueue's borrowWithinCohort with its threshold at the realtime tier). A
+    realtime job is never preempted, so it cannot start on idle borrowed GPUs and give them back later; the
+    alternative is a late start whenever the other departments run within their nominal quotas, which on a
+    lab whose quotas fill the cluster is most of the time. The victim department's claim is bounded by the
+    quota check the search makes anyway (its lending limit, the realtime department's borrowing limit), and
+    its evicted job loses only the work since its last checkpoint and queues again at once.
+
+    Its own department's lower tiers too, unless that just moves the borrowing around: when the realtime job
+    borrows and its department is within nominal, the victim would come back in its department's nominal
+    share, ahead of the preemptor, and the eviction would repeat every cooldown for nothing."""
+    if tier_rank(v.tier) <= p.rank and not _yields_to_realtime(v, p):
+        return False
+    if v.department != p.department:
+        return True
+    gone = removed.get(p.department, 0)
+    return (
+        not p.borrows
+        or quota.over_nominal(p.department, p.flavor, gone, p.cluster)
+        or quota.within_nominal(p.department, p.flavor, p.total_gpus - gone - v.total_gpus, p.cluster)
+    )
+
+
+def reclaim_victim(
+    v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int], *, first: bool
+) -> bool:
+    """A department within its nominal quota takes back lent GPUs: only from other departments' borrowers
+    while those stay above their nominal quota, never of a higher tier than the preemptor (dev/test work does
+    not evict training), never a job that would queue ahead of the preemptor once evicted (``first``: it
+    would take the GPUs back as soon as they are free, say because it starves, and the eviction would repeat
+    every cooldown)."""
+    if v.department == p.department or tier_rank(v.tier) < p.rank or first:
+        return False
+    return v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0), v.cluster)
+
+
+def drain_victim(
+    v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapping[str, int], *, first: bool
+) -> bool:
+    """The queue's head evicts cheap work instead of idling GPUs while they drain: lower tiers of anyone,
+    borrowers above their nominal quota, its own department's work of its tier or lower, and, once the head
+    starves, any work of its tier or lower. Never higher tiers, never a job that would queue ahead of the head
+    once evicted (``first``). For a realtime head every candidate qualifies (realtime work is never one), as
+    every candidate of another department does for ``priority_victim``."""
+    vrank = tier_rank(v.tier)
+    if vrank < p.rank or first or (vrank == REALTIME and not _yields_to_realtime(v, p)):
+        return False
+    over = v.borrowed and quota.over_nominal(v.department, p.flavor, removed.get(v.department, 0), v.cluster)
+    if v.department == p.department:
+        return True
+    return p.starving or vrank > p.rank or over
+
+
+def fits_past_reservations(pool: Pool, victims: list[Candidate], g: int, pods: int, end: float) -> bool:
+    """Whether a job of ``pods`` x ``g`` GPUs ending at ``end`` could start once ``victims`` are gone, keeping off
+    the GPUs of every reservation it would run past (the search counts only free GPUs). A victim's GPUs count
+    for such a job only beyond what the heads' plans already take: a victim due to end before a head's
+    reserved start was part of that head's plan; one due to end later was not, so its GPUs are spare."""
+    m = pool.crossed(end)
+    if m == 0:
+        return True
+    freed: dict[int, list[RunningJob]] = defaultdict(list)
+    for c in victims:
+        for i in c.nodes:
+            freed[i].append(c.job)
+    reservations = pool.reservations[:m]
+    fit = 0
+    for i in pool.indexed:
+        jobs = freed.get(i, ())
+        value = pool.free[i] + sum(j.gpus_per_pod for j in jobs)
+        for r in reservations:
+            left = r.spare.get(i)
+            if left is not None:
+                left += sum(j.gpus_per_pod for j in jobs if j.expected_end > r.until)
+                if left < value:
+                    value = left
+        if value > 0:
+            fit += value // g
+            if fit >= pods:
+                return True
+    return False
+
+
+# ---------------------------------------------------------------- the search
+
+
+class Candidate:
+    __slots__ = ("job", "nodes", "key")
+
+    def __init__(self, job: RunningJob, nodes: list[int], key: tuple):
+        self.job = job
+        self.nodes = nodes  # indices in the pool, one per pod on an indexed node
+        self.key = key
+
+
+MAX_SET_FOR_SEEDS = 4  # beyond this size the seeded retries cost more than they save
+SEEDS = 4  # how many alternative first victims the search tries when looking for a smaller set
+
+
+def search(
+    cands: list[Candidate],
+    *,
+    pool: Pool,
+    g: int,
+    pods: int,
+    quota: QuotaBook,
+    dept: str,
+    flavor: str,
+    k: int,
+    eligible: Callable[[RunningJob, Mapping[str, int]], bool],
+    budget_left: Mapping[str, int] | None,
+) -> list[Candidate] | None:
+    """The victim set, or None. ``budget_left`` None ignores disruption budgets (explanations only).
+
+    Greedy-then-prune in candidate order gives a minimal set; to find a *smallest* one it is repeated with
+    each of the first ``SEEDS`` candidates forced first; the smallest result wins, ties to the earlier seed
+    (so the preference order decides between equally small sets)."""
+    best = _greedy(cands, None, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+    if not best:
+        return None  # no set, or the job fits without victims (it waits on a reservation, not on capacity)
+    single = _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+    if single is not None:
+        return single
+    if len(best) > MAX_SET_FOR_SEEDS:
+        return best
+    for seed in cands[:SEEDS]:
+        if any(seed is c for c in best):
+            continue
+        found = _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+        if found is not None and len(found) < len(best):
+            best = found
+            if len(best) == 1:
+                break
+    return best
+
+
+def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left):
+    """The candidate whose eviction alone lets the preemptor in and frees the fewest GPUs (the earliest in
+    preference order among those), or None."""
+    free = pool.free
+    base = pool.now.capacity(g)
+    best = None
+    best_cost = None  # (work at risk, GPUs) of the best so far: only a cheaper candidate can replace it
+    for c in cands:
+        job = c.job
+        if best_cost is not None and (c.key[2], len(c.job.placement) * c.job.gpus_per_pod) >= best_cost:
+            continue
+        # The physical test first: it is the cheapest, and most candidates alone free too little.
+        nodes = c.nodes
+        h = job.gpus_per_pod
+        if len(nodes) == 1:  # (most victims run one pod)
+            old = free[nodes[0]]
+            cap = base + (old + h if old + h > 0 else 0) // g - (old if old > 0 else 0) // g
+        else:
+            cap = base
+            seen: dict[int, int] = {}
+            for i in nodes:
+                old = free[i] + seen.get(i, 0)
+                seen[i] = seen.get(i, 0) + h
+                cap += max(0, old + h) // g - max(0, old) // g
+        if cap < pods or not eligible(job, {}):
+            continue
+        if budget_left is not None and any(job.pods > budget_left.get(b, job.pods) for b in job.disruption_budgets):
+            continue
+        if quota.check(dept, flavor, k, {job.department: job.total_gpus}, pool.cluster)[0] is None:
+            best = c
+            best_cost = (c.key[2], job.total_gpus)
+    return None if best is None else [best]
+
+
+def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left):
+    free = pool.free
+    delta: dict[int, int] = defaultdict(int)
+    removed: dict[str, int] = defaultdict(int)
+    used_budget: dict[str, int] = defaultdict(int)
+    cap = pool.now.capacity(g)
+    # quota, incrementally, in every scope the preemptor's GPUs on this cluster count in: the cohort pool's
+    # draw after the removals, and the preemptor's own limits. A victim's GPUs return to a scope only when its
+    # department's use on this cluster counts there.
+    usage = quota.usage
+    scopes = []
+    for key in quota.keys(dept, flavor, pool.cluster):
+        nominal, limit, _ = quota.limits.get((dept, key), (0, 0, 0))
+        scopes.append([key, quota.pool_used.get(key, 0), quota.pool_cap.get(key, 0),
+                       None if limit is None else nominal + limit, defaultdict(int)])  # fmt: skip
+    # (department, scope) -> (whether its use here counts in the scope, its guaranteed GPUs there)
+    counts: dict[tuple[str, str], tuple[bool, int]] = {}
+
+    def apply(c: Candidate, sign: int) -> None:  # (quota.over inline: every candidate walked comes here)
+        nonlocal cap
+        job = c.job
+        d = job.department
+        change = sign * len(job.placement) * job.gpus_per_pod
+        removed[d] += change
+        for scope in scopes:
+            key, gone = scope[0], scope[4]
+            found = counts.get((d, key))
+            if found is None:
+                found = counts[(d, key)] = (quota.counts(d, flavor, pool.cluster, key), quota.guaranteed(d, key))
+            if not found[0]:
+                continue
+            before = usage[(d, key)] - gone[d]
+            gone[d] += change
+            gu, after = found[1], before - change  # (max(0, used - guaranteed) before and after)
+            scope[1] += (after - gu if after > gu else 0) - (before - gu if before > gu else 0)
+        h = sign * job.gpus_per_pod
+        for i in c.nodes:
+            old = free[i] + delta[i]
+            delta[i] += h
+            cap += (old + h if old + h > 0 else 0) // g - (old if old > 0 else 0) // g
+
+    def fits() -> bool:
+        if cap < pods:
+            return False
+        for key, draw, pool_cap, ceiling, gone in scopes:
+            used = usage[(dept, key)] - gone[dept]
+            if ceiling is not None and used + k > ceiling:
+                return False
+            if draw + quota.over(dept, key, used + k) - quota.over(dept, key, used) > pool_cap:
+                return False
+        return True
+
+    chosen: list[Candidate] = []
+    # (lazily: the walk usually stops long before the end of the candidates)
+    order = cands if seed is None else chain((seed,), (c for c in cands if c is not seed))
+    for c in order:
+        job = c.job
+        if not eligible(job, removed):
+            continue
+        if budget_left is not None and job.disruption_budgets:
+            budgets = [b for b in job.disruption_budgets if b in budget_left]
+            if any(used_budget[b] + job.pods > budget_left[b] for b in budgets):
+                continue
+            for b in budgets:
+                used_budget[b] += job.pods
+        chosen.append(c)
+        apply(c, 1)
+        if fits():
+            break
+    else:
+        return None
+    # Drop every victim that can be spared, last added first (incremental: O(victims)).
+    kept = list(chosen)
+    for c in reversed(chosen):
+        apply(c, -1)
+        if fits():
+            kept.remove(c)
+        else:
+            apply(c, 1)
+    return kept

@@ -1,0 +1,81 @@
+"""The state of one admission cycle, as the modules the cycle delegates to read it: results (admissions,
+reasons, estimates), pricing (forks and replays) and verdicts (the memo of waiting jobs).
+
+``engine.cycle.Cycle`` is the one implementation; this Protocol names, with their types, the attributes and
+methods those modules use, so each takes the state explicitly and the cycle's module imports them without
+their importing it back."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .bookings import Calendar
+from .eviction import Evictions
+from .ordering import Scorer
+from .outcomes import Outcome
+from .placement import Pool
+from .quota import QuotaBook
+from .resize import Resizer
+from .shapes import CpuPool
+from .sweeps import Gates
+from .teams import TeamBook
+from .topology import Topology
+from .types import Admission, PendingJob, Policy, Role, RunningJob, Snapshot
+from .user_limits import UserBook
+
+
+class CycleState(Protocol):
+    # fixed for the snapshot (a fork shares them: ``pricing.SHARED``)
+    snap: Snapshot
+    now: float
+    policy: Policy
+    running: list[RunningJob]
+    running_end: dict[int, float]  # running job -> its likely end
+    order: list[PendingJob]  # the pending order
+    keys: list[tuple]  # the order's keys
+    fork_prices: bool
+    user_limits: bool  # whether any member has a GPU limit (``UserBook.active``), asked by every job judged
+    resizer: Resizer  # the resizable jobs' soft pods (``resize``; only the cycle itself settles them)
+    team_quotas: bool  # whether any department has teams (``TeamBook.active``), asked by every job judged
+    calendar: Calendar  # the bookings' and maintenance windows' holds (``bookings``)
+
+    # the working state (a fork copies or replaces each: ``pricing.REPLACED``)
+    topology: Topology
+    pools: dict[tuple[str, str], Pool]
+    pools_by_flavor: dict[str, list[Pool]]
+    closed_for: dict[int, dict[str, str]]  # job -> matching clusters closed to admissions
+    likely_events: dict[tuple[str, str], list[tuple[float, int, int]]]
+    scorer: Scorer
+    quota: QuotaBook
+    users: UserBook
+    teams: TeamBook
+    evictions: Evictions
+    headroom_held: set[int]
+    credits: dict[str, int] | None
+    admissions: dict[int, Admission]
+    reasons: dict[int, tuple[str, str, dict]]  # pending job -> (code, message, detail)
+    gates: Gates
+    admitted_end: list[tuple[float, str, str, int, str, str, int | None]]
+    heads: dict[int, float]  # reserved heads -> reserved start
+    heads_full: set[Pool]
+    late_realtime: int
+    verdicts: object | None  # the memo of waiting jobs (``verdicts.Verdicts``), None when off
+    before: CycleState | None  # the fork taken before the priced winner being admitted
+    outcomes: dict[int, Outcome]
+    place: int
+    prices: dict[int, int]  # priced winners' critical bids
+    spent_shapes: set[tuple]
+    cpu_pools: dict[tuple[str, str], CpuPool]  # the CPU pools, by (cluster, flavor)
+    cpu_short: dict[int, tuple[Role, dict]]  # jobs whose GPU gang had room but a CPU role did not
+    cpu_only_admitted: int  # CPU-only admissions (they change no GPU pool)
+    cpu_admitted: int  # admissions that took CPU pods (all that changes a CPU-only job's verdict)
+
+    def __init__(self, snapshot: Snapshot, *, memo: bool = True, fork_prices: bool = True) -> None: ...
+
+    def consider(self, job: PendingJob) -> Outcome: ...
+
+    def judge(self, job: PendingJob) -> Outcome: ...
+
+    def price_of(self, job: PendingJob) -> int: ...
+
+    def across_quota(self, job: PendingJob) -> bool: ...

@@ -1,0 +1,94 @@
+"""The bound that spares a price's replay (``pricing.surely_wins``) is sound: whenever it says a winner would
+still be admitted after the jobs its lower bid lets ahead, the replay admits it too."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from benchmarks.engine import DEPTS, make_snapshot
+from engine import pricing
+from engine.cycle import Cycle
+from engine.types import UserLimit
+from tests.engine.test_properties import snapshots
+from tests.engine.test_truthful_pricing import contested
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """Every answer of the bound, each True one held to a replay from the same state: (answers, replayed)."""
+    bound = pricing.surely_wins
+    answers: list[bool] = []
+
+    def surely_wins(before, job, between):
+        sure = bound(before, job, between)
+        answers.append(sure)
+        if sure:
+            replay = pricing.fork(before, job.id)
+            for other in between:
+                replay.consider(other)
+            replay.consider(job)
+            assert job.id in replay.admissions, (job.id, [other.id for other in between])
+        return sure
+
+    monkeypatch.setattr(pricing, "surely_wins", surely_wins)
+    return answers
+
+
+def test_the_bound_spares_replays_on_a_busy_cluster_and_is_right_each_time(checked):
+    # 1,000 pending jobs on 300 half-busy nodes: some winners are priced late in the cycle, when the GPUs run
+    # short and only a replay can tell.
+    snap = make_snapshot(1000, 300)
+    fast = Cycle(snap).run()
+    assert any(checked) and not all(checked)  # it both spares replays and leaves some to them
+    assert fast == Cycle(snap, fork_prices=False).run()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(contested(), st.booleans())
+def test_the_bound_never_admits_a_job_the_replay_leaves_waiting(checked, snap, memo):
+    Cycle(snap, memo=memo).run()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(snapshots(federated=True), st.data())
+def test_the_bound_never_admits_a_job_the_replay_leaves_waiting_across_clusters(checked, snap, data):
+    snap = replace(snap, pending=tuple(replace(j, bid=data.draw(st.integers(0, 5_000))) for j in snap.pending))
+    Cycle(snap).run()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bound_is_right_on_benchmark_snapshots(checked, seed):
+    snap = make_snapshot(400, 60 + 40 * seed, seed=seed)
+    assert Cycle(snap).run() == Cycle(snap, fork_prices=False).run()
+
+
+@st.composite
+def busy(draw):
+    """Benchmark snapshots of a few hundred jobs, varied where the bound reads the cycle: tight credits, members
+    with GPU limits, the realtime headroom, the reservation depth, arrays with a throttle."""
+    snap = make_snapshot(draw(st.integers(100, 500)), draw(st.integers(10, 150)), seed=draw(st.integers(0, 10**6)))
+    policy = replace(snap.policy, reservation_depth=draw(st.sampled_from((0, 1, 4, 16))),
+                     realtime_headroom_gpus=draw(st.sampled_from((0, 1, 8, 40))))
+    users = draw(st.sampled_from(("", "ab", "abc")))
+    pending = []
+    for j in snap.pending:
+        changes = {"hold": j.hold * draw(st.integers(0, 3)), "user": users[j.id % len(users)] if users else ""}
+        if j.id % 7 == 0 and draw(st.booleans()):
+            changes.update(array_id=1 + j.id % 3, array_throttle=draw(st.integers(1, 4)))
+        pending.append(replace(j, **changes))
+    limits = tuple(UserLimit(d, u, draw(st.integers(4, 200))) for d in DEPTS[:3] for u in users)
+    credits = {d: draw(st.integers(0, 200_000)) for d in DEPTS} if draw(st.booleans()) else snap.credits
+    return replace(snap, policy=policy, pending=tuple(pending), user_limits=limits, credits=credits)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(busy())
+def test_the_bound_never_admits_a_job_the_replay_leaves_waiting_on_busy_clusters(checked, snap):
+    assert Cycle(snap).run() == Cycle(snap, fork_prices=False).run()

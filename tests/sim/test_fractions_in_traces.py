@@ -1,0 +1,47 @@
+"""Fractions of a GPU in the simulator (docs/fractions.md): the trace's ``gpu_fraction`` column (round-tripped,
+refused out of range), and a replay where four quarter-GPU notebooks share one GPU beside whole-GPU work."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from simulator import policies
+from simulator.jobs import prepare
+from simulator.scenario import parse_scenario
+from simulator.simulator import simulate
+from simulator.trace import TraceError, parse_rows, write_csv
+
+HEADER = "job_id,submit_time_s,duration_s,gpus,department,tier,gpu_fraction\n"
+
+
+def _scenario():
+    return parse_scenario({
+        "name": "fractions",
+        "cluster": {"node_groups": [{"name": "g", "count": 1, "gpus_per_node": 2, "flavor": "a100"}]},
+        "departments": {"a": {"quotas": {"a100": {"nominal": 2}}}},
+        "simulation": {"tick_s": 300, "strict": True},
+    })
+
+
+def test_the_fraction_column_round_trips_and_is_checked():
+    rows = parse_rows(io.StringIO(HEADER + "j1,0,60,1,a,realtime,0.25\nj2,0,60,1,a,,\n"))
+    assert rows[0].gpu_fraction == 0.25 and rows[1].gpu_fraction is None
+    out = io.StringIO()
+    write_csv(rows, out)
+    assert parse_rows(io.StringIO(out.getvalue())) == rows
+    for bad in ("1.5", "0", "1"):
+        with pytest.raises(TraceError, match="gpu_fraction"):
+            parse_rows(io.StringIO(HEADER + f"j1,0,60,1,a,,{bad}\n"))
+
+
+def test_four_quarter_notebooks_share_one_gpu_and_leave_the_other_whole():
+    text = HEADER + "".join(f"nb{i},0,3600,1,a,realtime,0.25\n" for i in range(4)) + "w,10,600,1,a,elastic,\n"
+    sc, jobs, _ = prepare(_scenario(), rows=parse_rows(io.StringIO(text)), seed=1)
+    assert jobs[0].share is not None and jobs[0].total_gpus == 0.25
+    res = simulate(scenario=sc, jobs=jobs, policy=policies.make("portal"))
+    by_key = {r.spec.key: r for r in res.jobs}
+    assert all(by_key[f"nb{i}"].first_start == 0 for i in range(4))
+    assert by_key["w"].first_start == 10  # the second GPU stayed whole for it
+    assert all(r.state == "done" for r in res.jobs)
