@@ -25,15 +25,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import replace
-from typing import Any
 
 from . import reasons
 from .placement import Pool
-from .types import PendingJob, Resize, RunningJob
-
-# The cycle (``engine.cycle.Cycle``, or a price's replay of it): typed loosely, as the cycle imports this module
-# and ``state.CycleState`` names the resizer among the cycle's attributes.
-Cycle = Any
+from .state import CycleState
+from .types import Admission, PendingJob, Resize, RunningJob
 
 UP, DOWN = "up", "down"
 IDLE, FOR_JOB = "idle", "for_job"
@@ -56,13 +52,14 @@ def speedup(pods: int, of: int, per_doubling: float = 0.9) -> float:
 class Resizer:
     """The cycle's resizable jobs: their soft pods, the admissions that wait for a shrink, and the resizes."""
 
-    def __init__(self, cycle: Cycle):
+    def __init__(self, cycle: CycleState):
         self.cycle = cycle
         # running job -> its soft pods' node names (the pods beyond its minimum), in placement order
         self.soft: dict[int, tuple[str, ...]] = {}
         self.full: dict[int, RunningJob] = {}  # the running resizable jobs as the snapshot gave them
         self.resizes: list[Resize] = []
         self.taker: dict[int, int] = {}  # shrinking job -> a job that took its soft GPUs
+        self._flavors: dict[int, str] | None = None  # pending job -> its flavor, built when first asked
 
     # ------------------------------------------------------------ the hooks
 
@@ -78,7 +75,7 @@ class Resizer:
         return out
 
     @staticmethod
-    def sized(cycle: Cycle, job: PendingJob) -> PendingJob:
+    def sized(cycle: CycleState, job: PendingJob) -> PendingJob:
         """The job at the size ``cycle`` (the cycle, or a price's replay of it) judges it at: the largest of its
         range that starts now without displacing anyone, else its minimum."""
         low = job.min_pods
@@ -167,7 +164,7 @@ class Resizer:
         return {job_id: tuple(n for k, n in enumerate(nodes) if k not in given.get(job_id, ()))
                 for job_id, nodes in self.soft.items()}
 
-    def _wait_for_resize(self, job: PendingJob, adm, cluster: str) -> None:
+    def _wait_for_resize(self, job: PendingJob, adm: Admission, cluster: str) -> None:
         cycle = self.cycle
         if cycle.admissions.pop(job.id, None) is None:
             return
@@ -236,7 +233,7 @@ class Resizer:
         return best
 
     def _flavor(self, job_id: int) -> str | None:
-        flavors = getattr(self, "_flavors", None)
+        flavors = self._flavors
         if flavors is None:
             flavors = self._flavors = {job.id: job.flavor for job in self.cycle.order}
         return flavors.get(job_id)

@@ -3,7 +3,8 @@ reasons, estimates), pricing (forks and replays) and verdicts (the memo of waiti
 
 ``engine.cycle.Cycle`` is the one implementation; this Protocol names, with their types, the attributes and
 methods those modules use, so each takes the state explicitly and the cycle's module imports them without
-their importing it back."""
+their importing it back. The resizer (``resize.Resizer``) reads the state too, so the state names it only by
+what the cycle asks of it (``Resizing``): a module that the state imported could not take the state typed."""
 
 from __future__ import annotations
 
@@ -12,16 +13,23 @@ from typing import Protocol
 from .bookings import Calendar
 from .eviction import Evictions
 from .ordering import Scorer
-from .outcomes import Outcome
+from .outcomes import Outcome, Waiting
 from .placement import Pool
 from .quota import QuotaBook
-from .resize import Resizer
 from .shapes import CpuPool
 from .sweeps import Gates
 from .teams import TeamBook
 from .topology import Topology
-from .types import Admission, PendingJob, Policy, Role, RunningJob, Snapshot
+from .types import Admission, PendingJob, Policy, Resize, Role, RunningJob, Snapshot
 from .user_limits import UserBook
+
+
+class Resizing(Protocol):
+    """The resizable jobs' soft pods, as the cycle uses them (``resize.Resizer``)."""
+
+    def held(self, running: list[RunningJob]) -> list[RunningJob]: ...
+
+    def settle(self) -> list[Resize]: ...
 
 
 class CycleState(Protocol):
@@ -35,7 +43,7 @@ class CycleState(Protocol):
     keys: list[tuple]  # the order's keys
     fork_prices: bool
     user_limits: bool  # whether any member has a GPU limit (``UserBook.active``), asked by every job judged
-    resizer: Resizer  # the resizable jobs' soft pods (``resize``; only the cycle itself settles them)
+    resizer: Resizing  # the resizable jobs' soft pods (``resize``; only the cycle itself settles them)
     team_quotas: bool  # whether any department has teams (``TeamBook.active``), asked by every job judged
     calendar: Calendar  # the bookings' and maintenance windows' holds (``bookings``)
 
@@ -79,3 +87,5 @@ class CycleState(Protocol):
     def price_of(self, job: PendingJob) -> int: ...
 
     def across_quota(self, job: PendingJob) -> bool: ...
+
+    def pend(self, job: PendingJob, code: str, detail: dict, note: str | None = None) -> Waiting: ...

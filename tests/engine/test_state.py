@@ -10,7 +10,7 @@ from core_builders import Snap, job
 
 from engine import pricing
 from engine.cycle import Cycle
-from engine.state import CycleState
+from engine.state import CycleState, Resizing
 
 
 def _declared() -> set[str]:
@@ -31,8 +31,19 @@ def test_the_protocol_names_every_attribute_of_a_cycle_and_nothing_else():
     assert _declared() == pricing.SHARED | pricing.REPLACED  # what a fork shares or copies, by the same names
 
 
+def _methods(protocol: type) -> set[str]:
+    return {name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")}
+
+
 def test_a_cycle_and_a_fork_have_the_methods_the_modules_call():
     cycle = _a_cycle()
+    assert _methods(CycleState) == {"consider", "judge", "price_of", "across_quota", "pend"}
     for state in (cycle, pricing.fork(cycle)):
-        assert all(callable(getattr(state, name)) for name in ("consider", "judge", "price_of", "across_quota"))
+        assert all(callable(getattr(state, name)) for name in _methods(CycleState))
         assert set(vars(state)) == _declared()
+
+
+def test_the_cycle_s_resizer_does_what_the_state_names_it_for():
+    resizer = _a_cycle().resizer
+    assert _methods(Resizing) == {"held", "settle"}
+    assert all(callable(getattr(resizer, name)) for name in _methods(Resizing))
