@@ -27,11 +27,10 @@ class ScopeSerializer(serializers.Serializer):
     lent = serializers.FloatField(help_text="its share of what the others borrow, by its idle lendable GPUs")
 
 
-class TotalsSerializer(serializers.Serializer):
-    guaranteed = serializers.IntegerField()
-    used = serializers.IntegerField()
-    borrowed = serializers.IntegerField()
-    lent = serializers.FloatField()
+class TotalsSerializer(ScopeSerializer):
+    """A department's scopes summed: a scope's figures, without what only one scope has."""
+
+    scope = borrowing_limit = lending_limit = None
 
 
 class HistorySerializer(serializers.Serializer):
