@@ -11,13 +11,11 @@ was admitted and the load average. The issue's bound: with bookings within 1.2x 
 from __future__ import annotations
 
 import argparse
-import gc
-import statistics
 import sys
-import time
 from dataclasses import replace
 
 from benchmarks.engine import DEPTS, FLAVOR, NOW, load_average, make_snapshot, parse_cells
+from benchmarks.harness import alternately, cell_options, verdict
 from engine import schedule
 from engine.types import DEFAULT_CLUSTER, Booking, MaintenanceWindow, Snapshot
 
@@ -41,31 +39,19 @@ def booked(snap: Snapshot) -> Snapshot:
     return replace(snap, bookings=bookings, maintenance=maintenance)
 
 
-def cpu_seconds(snap: Snapshot) -> float:
-    gc.collect()
-    start = time.process_time()
-    schedule(snap)
-    return time.process_time() - start
-
-
 def measure(pending: int, nodes: int, runs: int) -> dict[str, float]:
     plain = make_snapshot(pending, nodes)
     cal = booked(plain)
     first, second = schedule(plain), schedule(cal)
     codes = sum(1 for r in second.pending if r.code in ("booked", "maintenance"))
-    a, b = [], []
-    for _ in range(runs):  # alternately, so that a neighbour's burst falls on both
-        a.append(cpu_seconds(plain))
-        b.append(cpu_seconds(cal))
-    ga, gb = statistics.median(a), statistics.median(b)
-    return {"plain_s": ga, "booked_s": gb, "ratio": gb / ga if ga else float("nan"),
+    cost = alternately(plain, cal, runs)
+    return {"plain_s": cost.first_s, "booked_s": cost.second_s, "ratio": cost.ratio,
             "admitted_plain": len(first.admissions), "admitted_booked": len(second.admissions), "calendar_waits": codes}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", default="1000x100,10000x1000", help="pending x nodes, comma-separated")
-    parser.add_argument("--runs", type=int, default=5)
+    cell_options(parser)
     args = parser.parse_args(argv)
     print("| pending x GPU nodes | without CPU s | with bookings CPU s | ratio | admitted (without / with) | "
           "waiting for the calendar | load average |")
@@ -77,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {pending} x {nodes} | {row['plain_s']:.3f} | {row['booked_s']:.3f} | {row['ratio']:.2f}x | "
               f"{row['admitted_plain']} / {row['admitted_booked']} | {row['calendar_waits']} | {load_average()} |",
               flush=True)
-    print(f"\nworst ratio {worst:.2f}x (bound 1.2x): {'within' if worst <= 1.2 else 'OVER'}")
-    return 0 if worst <= 1.2 else 1
+    return verdict(worst)
 
 
 if __name__ == "__main__":

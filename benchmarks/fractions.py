@@ -15,14 +15,12 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import random
-import statistics
 import sys
-import time
 from dataclasses import replace
 
 from benchmarks.engine import FLAVOR, NOW, load_average, make_snapshot, parse_cells
+from benchmarks.harness import alternately, cell_options
 from engine import schedule
 from engine.fractions import HAMI, Share
 from engine.types import Node, PendingJob, Quota, RunningJob, Snapshot
@@ -43,23 +41,12 @@ def fractional(snap: Snapshot, share: float = 0.3, seed: int = 13) -> Snapshot:
     return replace(snap, pending=tuple(pending))
 
 
-def cpu_seconds(snap: Snapshot) -> float:
-    gc.collect()
-    start = time.process_time()
-    schedule(snap)
-    return time.process_time() - start
-
-
 def engine_cost(pending: int, nodes: int, runs: int) -> dict[str, float]:
     whole = make_snapshot(pending, nodes)
     mixed = fractional(whole)
-    a, b = [], []
-    for _ in range(runs):
-        a.append(cpu_seconds(whole))
-        b.append(cpu_seconds(mixed))
-    ga, gb = statistics.median(a), statistics.median(b)
+    cost = alternately(whole, mixed, runs)
     return {"pending": pending, "nodes": nodes, "fractional": sum(1 for j in mixed.pending if j.share),
-            "whole_s": ga, "fractions_s": gb, "ratio": gb / ga if ga else float("nan"),
+            "whole_s": cost.first_s, "fractions_s": cost.second_s, "ratio": cost.ratio,
             "admitted_whole": len(schedule(whole).admissions), "admitted_fractions": len(schedule(mixed).admissions)}
 
 
@@ -112,8 +99,7 @@ def emptiest(snap: Snapshot, busy: list[int]) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", default="2000x200,10000x1000", help="pending x nodes, comma-separated")
-    parser.add_argument("--runs", type=int, default=5)
+    cell_options(parser, cells="2000x200,10000x1000")
     parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args(argv)
     print(f"load average at start: {load_average()}")

@@ -13,21 +13,15 @@ CPU time of the replays and the machine's load average are printed, as the figur
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
-import sys
 import time
-from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from simulator import metrics, policies  # noqa: E402
-from simulator.jobs import prepare  # noqa: E402
-from simulator.scenario import load_scenario  # noqa: E402
-from simulator.simulator import simulate  # noqa: E402
+from benchmarks.harness import mean, replay_all, scenario_paths
+from simulator import metrics, policies
+from simulator.jobs import prepare
+from simulator.scenario import load_scenario
+from simulator.simulator import simulate
 
 VARIANTS = ("none", "answered", "unanswered")
 
@@ -55,20 +49,14 @@ def main() -> int:
     ap.add_argument("--notice", type=float, default=300.0, help="the notice every job declares, in seconds")
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
-    tasks = [(str(ROOT / p if not Path(p).is_absolute() else p), float(load), int(seed), variant, a.notice)
-             for p in a.scenarios.split(",") for load in a.loads.split(",") for seed in a.seeds.split(",")
+    tasks = [(p, float(load), int(seed), variant, a.notice)
+             for p in scenario_paths(a.scenarios) for load in a.loads.split(",") for seed in a.seeds.split(",")
              for variant in VARIANTS]
-    w0, load0 = time.perf_counter(), os.getloadavg()[0]
-    with multiprocessing.Pool(a.workers) as pool:
-        rows = pool.map(_one, tasks, chunksize=1)
-    wall, load1 = time.perf_counter() - w0, os.getloadavg()[0]
-    agg: dict[tuple, list[dict]] = defaultdict(list)
-    for key, out in rows:
-        agg[key].append(out)
+    run = replay_all(_one, tasks, a.workers)
+    agg = run.by_key()
 
     def avg(key, field):
-        vals = [o[field] for o in agg[key]]
-        return sum(vals) / len(vals)
+        return mean(agg[key], field)
 
     seeds = len(a.seeds.split(","))
     print(f"notice {a.notice:g} s, jobs answer in half of it; portal policy; mean of {seeds} seed(s)\n")
@@ -86,9 +74,7 @@ def main() -> int:
               f"{avg(silent, 'lost'):.1f} | {saved(silent)} | {avg(none, 'preemptions'):.0f} / "
               f"{avg(ans, 'preemptions'):.0f} | {avg(none, 'rt'):.1%} / {avg(ans, 'rt'):.1%} | "
               f"{avg(none, 'util'):.3f} / {avg(ans, 'util'):.3f} |")
-    cpu = sum(o["cpu_s"] for _, o in rows)
-    print(f"\n{len(rows)} replays: {cpu:.0f} s CPU, {wall:.0f} s wall on {a.workers} worker(s); load average "
-          f"{load0:.1f} at the start, {load1:.1f} at the end ({os.cpu_count()} CPUs)")
+    print("\n" + run.summary(sum(o["cpu_s"] for _, o in run.rows)))
     return 0
 
 

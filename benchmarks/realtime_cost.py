@@ -19,19 +19,15 @@ Two measurements on the same seeded traces:
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import sys
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from simulator import metrics, policies  # noqa: E402
-from simulator.jobs import prepare  # noqa: E402
-from simulator.scenario import load_scenario  # noqa: E402
-from simulator.simulator import simulate  # noqa: E402
+from benchmarks.harness import mean, replay_all, scenario_paths
+from simulator import metrics, policies
+from simulator.jobs import prepare
+from simulator.scenario import load_scenario
+from simulator.simulator import simulate
 
 POLICIES = ("portal", "slurm-easy", "fcfs")
 
@@ -88,22 +84,17 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
     tasks = [
-        (str(ROOT / p if not Path(p).is_absolute() else p), float(load), int(seed), pol, realtime)
-        for p in a.scenarios.split(",")
+        (p, float(load), int(seed), pol, realtime)
+        for p in scenario_paths(a.scenarios)
         for load in a.loads.split(",")
         for seed in a.seeds.split(",")
         for pol in POLICIES
         for realtime in (True, False)
     ]
-    with multiprocessing.Pool(a.workers) as pool:
-        rows = pool.map(_one, tasks, chunksize=1)
-    agg: dict[tuple, list[dict]] = defaultdict(list)
-    for key, out in rows:
-        agg[key].append(out)
+    agg = replay_all(_one, tasks, a.workers).by_key()
 
     def avg(key, field):
-        vals = [o[field] for o in agg[key]]
-        return sum(vals) / len(vals)
+        return mean(agg[key], field)
 
     print("| scenario | load | policy | util | util, realtime relabelled elastic | difference |")
     print("|---|---|---|---|---|---|")

@@ -12,20 +12,13 @@ replays and the load average are printed, as the figures depend on both."""
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
-import sys
 import time
-from collections import defaultdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from simulator import metrics, policies  # noqa: E402
-from simulator.jobs import prepare  # noqa: E402
-from simulator.scenario import load_scenario  # noqa: E402
-from simulator.simulator import simulate  # noqa: E402
+from benchmarks.harness import ROOT, mean, replay_all
+from simulator import metrics, policies
+from simulator.jobs import prepare
+from simulator.scenario import load_scenario
+from simulator.simulator import simulate
 
 POLICIES = ("portal", "slurm-easy", "fcfs")
 VARIANTS = ("before", "after")
@@ -57,17 +50,11 @@ def main() -> int:
              for load in a.loads.split(",") for seed in a.seeds.split(",") for variant in VARIANTS
              for policy in POLICIES]
     tasks.sort(key=lambda t: t[4] != "portal")  # the long replays first
-    w0, load0 = time.perf_counter(), os.getloadavg()[0]
-    with multiprocessing.Pool(a.workers) as pool:
-        rows = pool.map(_one, tasks, chunksize=1)
-    wall, load1 = time.perf_counter() - w0, os.getloadavg()[0]
-    agg: dict[tuple, list[dict]] = defaultdict(list)
-    for key, out in rows:
-        agg[key].append(out)
+    run = replay_all(_one, tasks, a.workers)
+    agg = run.by_key()
 
     def avg(key, field):
-        vals = [o[field] for o in agg[key] if o[field] is not None]
-        return sum(vals) / len(vals) if vals else float("nan")
+        return mean(agg[key], field)
 
     seeds = len(a.seeds.split(","))
     print(f"portal vs Slurm-EASY and FCFS; before: fixed sizes, after: 30% of training jobs resizable; "
@@ -84,9 +71,7 @@ def main() -> int:
                   f"{avg(p, 'useful'):.3f} / {avg(e, 'useful'):.3f} | {w8:.2f}x ({avg(p, 'w8') / 3600:.1f} h / "
                   f"{avg(e, 'w8') / 3600:.1f} h) | {avg(p, 'rt'):.1%} | {urg:.2f}x | {avg(p, 'lost'):.2f}% | "
                   f"{avg(p, 'grows'):.0f} / {avg(p, 'shrinks'):.0f} |")
-    cpu = sum(o["cpu_s"] for _, o in rows)
-    print(f"\n{len(rows)} replays: {cpu:.0f} s CPU, {wall:.0f} s wall on {a.workers} worker(s); load average "
-          f"{load0:.1f} at the start, {load1:.1f} at the end ({os.cpu_count()} CPUs)")
+    print("\n" + run.summary(sum(o["cpu_s"] for _, o in run.rows)))
     return 0
 
 

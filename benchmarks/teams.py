@@ -12,14 +12,12 @@ snapshot without teams.
 from __future__ import annotations
 
 import argparse
-import gc
 import random
-import statistics
 import sys
-import time
 from dataclasses import replace
 
 from benchmarks.engine import DEPTS, load_average, make_snapshot, parse_cells
+from benchmarks.harness import alternately, cell_options, verdict
 from engine import schedule
 from engine.types import Snapshot, TeamQuota
 
@@ -50,31 +48,19 @@ def with_teams(snap: Snapshot, seed: int = 13, kept: float | None = None) -> Sna
     )
 
 
-def cpu_seconds(snap: Snapshot) -> float:
-    gc.collect()
-    start = time.process_time()
-    schedule(snap)
-    return time.process_time() - start
-
-
 def measure(pending: int, nodes: int, runs: int, kept: float | None = None) -> dict[str, float]:
     flat = make_snapshot(pending, nodes)
     split = with_teams(flat, kept=kept)
     admitted = {"flat": len(schedule(flat).admissions), "teams": len(schedule(split).admissions)}
-    a, b = [], []
-    for _ in range(runs):
-        a.append(cpu_seconds(flat))
-        b.append(cpu_seconds(split))
-    fa, fb = statistics.median(a), statistics.median(b)
-    return {"pending": pending, "nodes": nodes, "flat_s": fa, "teams_s": fb,
-            "ratio": fb / fa if fa else float("nan"), "admitted_flat": admitted["flat"],
+    cost = alternately(flat, split, runs)
+    return {"pending": pending, "nodes": nodes, "flat_s": cost.first_s, "teams_s": cost.second_s,
+            "ratio": cost.ratio, "admitted_flat": admitted["flat"],
             "admitted_teams": admitted["teams"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", default="1000x100,10000x1000", help="pending x nodes, comma-separated")
-    parser.add_argument("--runs", type=int, default=5)
+    cell_options(parser)
     parser.add_argument("--kept", type=float, default=None,
                         help="the first team's guaranteed share of its nominal (default 0.25; 1: it lends nothing)")
     args = parser.parse_args(argv)
@@ -87,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(worst, row["ratio"])
         print(f"| {pending} x {nodes} | {row['flat_s']:.3f} | {row['teams_s']:.3f} | {row['ratio']:.2f}x | "
               f"{row['admitted_flat']} / {row['admitted_teams']} | {load_average()} |", flush=True)
-    print(f"\nworst ratio {worst:.2f}x (bound 1.2x): {'within' if worst <= 1.2 else 'OVER'}")
-    return 0 if worst <= 1.2 else 1
+    return verdict(worst)
 
 
 if __name__ == "__main__":

@@ -15,21 +15,17 @@ round's diff, the replays and the CPU time they took, with the machine's load av
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engine.policy import DEFAULT_POLICY, policy_to_dict  # noqa: E402
-from simulator import tuner, whatif  # noqa: E402
-from simulator.jobs import prepare  # noqa: E402
-from simulator.policies import Portal  # noqa: E402
-from simulator.scenario import load_scenario  # noqa: E402
-from simulator.trace import TraceRow  # noqa: E402
+from benchmarks.harness import replay_all, scenario_paths
+from engine.policy import DEFAULT_POLICY, policy_to_dict
+from simulator import tuner, whatif
+from simulator.jobs import prepare
+from simulator.policies import Portal
+from simulator.scenario import load_scenario
+from simulator.trace import TraceRow
 
 WEEK_S = 7 * 86400.0
 MIS_TUNED = {"realtime_headroom_gpus": 0, "preemption_rate_limit": 1, "min_runtime_s": 7200.0}
@@ -96,12 +92,10 @@ def main() -> int:
     ap.add_argument("--max-replays", type=int, default=24)
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
-    tasks = [(str(ROOT / p if not Path(p).is_absolute() else p), float(load), a.seed, a.rounds, a.max_replays)
-             for p in a.scenarios.split(",") for load in a.loads.split(",")]
-    w0, load0 = time.perf_counter(), os.getloadavg()[0]
-    with multiprocessing.Pool(a.workers) as pool:
-        results = pool.map(_one, tasks, chunksize=1)
-    wall, load1 = time.perf_counter() - w0, os.getloadavg()[0]
+    tasks = [(p, float(load), a.seed, a.rounds, a.max_replays)
+             for p in scenario_paths(a.scenarios) for load in a.loads.split(",")]
+    run = replay_all(_one, tasks, a.workers)
+    results = run.rows
     print(f"mis-tuned policy: {MIS_TUNED} (the rest the defaults); default targets and bounds; seed {a.seed}\n")
     for (sc, load), out in results:
         rounds = out["rounds"]
@@ -127,8 +121,8 @@ def main() -> int:
                   f"{', '.join(t['improves']) or '-'}; costs {', '.join(t['costs']) or '-'}")
         print()
     cpu = sum(out["cpu_s"] for _, out in results)
-    print(f"CPU {cpu:.1f} s in all (replays of every round and the default policy's); wall {wall:.1f} s on "
-          f"{a.workers} workers; load average {load0:.2f} -> {load1:.2f} on {os.cpu_count()} cores")
+    print(f"CPU {cpu:.1f} s in all (replays of every round and the default policy's); wall {run.wall_s:.1f} s on "
+          f"{a.workers} workers; load average {run.load_start:.2f} -> {run.load_end:.2f} on {os.cpu_count()} cores")
     return 0
 
 
