@@ -16,6 +16,9 @@ import pytest
 from tests.fakes.k8s_api import FakeKube, FakeKubeServer
 
 ROOT = Path(__file__).resolve().parents[2]
+# The fake settles within its stand-in kubelet's tick (0.1 s): the suite's waits ask it every 0.05 s instead of
+# every second, the same questions with the same deadlines (tests/kube/waiting.py).
+ASK_OFTEN = {"KUBE_TEST_POLL_S": "0.05"}
 
 
 @pytest.mark.parametrize("kubelet", [True, False], ids=["kubelet", "kubelet-less"])
@@ -29,7 +32,7 @@ def test_the_real_cluster_suite_passes_on_the_fake(tmp_path, kubelet):
         fake.autopilot(stop, log_line="hello from the portal")
         # the stand-in kubelet binds and runs pods but not their commands
         env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig"), "KUBE_TEST_NO_EXEC": "1",
-               "KUBE_TEST_NO_CONTAINERS": "1"}
+               "KUBE_TEST_NO_CONTAINERS": "1", **ASK_OFTEN}
         if not kubelet:
             fake.fail_next(1000, status=500, path="/log$")
             env["KUBE_TEST_NO_KUBELET"] = "1"
@@ -64,7 +67,7 @@ def test_the_several_clusters_suite_passes_on_two_fakes(tmp_path):
                 "users: [{name: u, user: {token: x}}]\n"
                 "contexts: [{name: c, context: {cluster: fake, user: u}}]\ncurrent-context: c\n")
             paths.append(str(path))
-        env = {**os.environ, "KUBECONFIGS": os.pathsep.join(paths)}
+        env = {**os.environ, "KUBECONFIGS": os.pathsep.join(paths), **ASK_OFTEN}
         env.pop("KUBECONFIG", None)
         run = subprocess.run([sys.executable, "-m", "pytest", "tests/kube/test_several_clusters.py", "-q", "-p",
                               "no:django", "-p", "no:cacheprovider"], cwd=ROOT, env=env, capture_output=True,
