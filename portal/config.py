@@ -194,6 +194,19 @@ SETTINGS: tuple[Setting, ...] = (
             "when Prometheus renamed it)."),
     Setting("DCGM_NAMESPACE_LABEL", "namespace", "Label that carries the pod's namespace on dcgm-exporter's "
             "series (exported_namespace when Prometheus renamed it)."),
+    # A fraction of a GPU shared through HAMi is read from HAMi's per-container series (its vGPU monitor): the
+    # per-GPU DCGM figures would count the other pods on its GPU. Defaults: the names HAMi has long exported
+    # (its newer hami_* names are the same series under other names and labels, docs/fractions.md).
+    Setting("HAMI_UTIL_METRIC", "Device_utilization_desc_of_container", "HAMi series of a container's "
+            "utilisation of its GPU (0-100, of the whole GPU). Empty: fractions on HAMi are not read."),
+    Setting("HAMI_MEMORY_USED_METRIC", "vGPU_device_memory_usage_in_bytes", "HAMi series of a container's "
+            "GPU memory in use (bytes)."),
+    Setting("HAMI_MEMORY_LIMIT_METRIC", "vGPU_device_memory_limit_in_bytes", "HAMi series of a container's "
+            "GPU memory limit (bytes): the fraction's memory."),
+    Setting("HAMI_POD_LABEL", "podname", "Label that carries the pod name on HAMi's series (pod, or "
+            "exported_pod, for its hami_* names)."),
+    Setting("HAMI_NAMESPACE_LABEL", "podnamespace", "Label that carries the pod's namespace on HAMi's series "
+            "(namespace, or exported_namespace, for its hami_* names)."),
     Setting("IDLE_GPU_THRESHOLD_PCT", "5", "A GPU below this utilisation (percent) is idle. One number, or "
             "per tier: realtime=2,elastic=5,backfill=5.", "tiermap"),
     Setting("IDLE_GPU_MINUTES", "30", "A running job whose GPUs all stay idle this many minutes is flagged. One "

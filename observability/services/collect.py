@@ -111,7 +111,7 @@ def _read(src, *, job: Job, attempt: int, start: datetime, end: datetime, final:
     agg = aggregate(series, idle_below_pct=idle.threshold_pct(job.tier), chart_points=AttemptUsage.SERIES_POINTS)
     out.read += 1
     fields = {
-        "source": src.name, "profile": profile_of(job) if src.name == "simulated" else "",
+        "source": series.source or src.name, "profile": profile_of(job) if src.name == "simulated" else "",
         "gpus": job.total_gpus, "gpus_seen": agg.gpus_seen, "started_at": start,
         "ended_at": end if final else None, "step_s": series.step_s, "samples": agg.samples,
         "mean_util": agg.mean_util, "p95_util": agg.p95_util, "busy_gpus": agg.busy_gpus,
