@@ -106,6 +106,10 @@ SETTINGS: tuple[Setting, ...] = (
             "after the job ended.", "int"),
     Setting("CHECKPOINT_CLEANUP_IMAGE", "busybox:1.36", "Checkpoints: the image of the restricted pod that "
             "deletes an expired checkpoint directory on a Kubernetes cluster."),
+    Setting("CHECKPOINT_READ_MOUNTS", "", "Checkpoints: where the portal's workers can read data sources' files "
+            "(for TensorBoard logs in checkpoint directories): comma-separated <cluster>/<source>=<local directory "
+            "of the source's claim>. Empty: none on Kubernetes clusters (the simulated cluster's are always "
+            "readable)."),
     Setting("ARRAY_MAX_TASKS", "1000", "Job arrays: the most tasks one array may have (docs/sweeps.md).", "int"),
     Setting("SHM_DEFAULT_MB", "1024", "Jobs: /dev/shm size (MiB) when a job gives none (at most half its memory).",
             "int"),
@@ -285,6 +289,10 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
         if (float(values["PROMETHEUS_TIMEOUT_S"]) <= 0 or float(values["GPU_USAGE_INTERVAL_S"]) <= 0
                 or int(values["GPU_USAGE_STEP_S"]) <= 0):
             problems.append("PROMETHEUS_TIMEOUT_S, GPU_USAGE_INTERVAL_S and GPU_USAGE_STEP_S must be positive.")
+        for pair in (p.strip() for p in str(values["CHECKPOINT_READ_MOUNTS"]).split(",") if p.strip()):
+            key, _, path = pair.partition("=")
+            if key.strip().count("/") != 1 or not path.strip().startswith("/"):
+                problems.append(f"CHECKPOINT_READ_MOUNTS: {pair!r} is not <cluster>/<source>=<absolute directory>.")
         if values["EMAIL_USE_TLS"] and values["EMAIL_USE_SSL"]:
             problems.append("EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: STARTTLS (587) or implicit TLS (465).")
         if (int(values["NOTIFY_MAX_ATTEMPTS"]) < 1 or float(values["NOTIFY_RETRY_BASE_S"]) <= 0

@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from observability.models import AttemptUsage
-from observability.services import idle, rightsizing
+from observability.services import idle, rightsizing, tensorboard
 from observability.services.prometheus import PrometheusSource, PrometheusUnavailable
 from observability.services.series import aggregate
 from observability.services.simulated import SimulatedSource, profile_of
@@ -26,6 +26,7 @@ from portal import metrics
 from scheduling.models import Job, JobEvent, JobKind, JobState
 from scheduling.services import sessions
 from scheduling.services.jobs import attempt_cluster, namespace_for
+from scheduling.services.workload import readable_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +86,29 @@ def collect(*, now: datetime | None = None, src=None) -> Outcome:
         if fresh is not None and AttemptUsage.objects.filter(pk=usage.pk, final=False).update(final=True):
             fresh.final = True
             out.finalized += 1
+            read_tensorboard(fresh, job=job)
             succeeded = job.state == JobState.SUCCEEDED and job.attempt == usage.attempt
             rightsizing.learn(fresh, succeeded=succeeded)
     return out
+
+
+def read_tensorboard(usage: AttemptUsage, *, job: Job) -> None:
+    """The peak GPU memory the attempt logged as a TensorBoard scalar into its job's checkpoint directory, read
+    once, when the attempt ends (the files are complete then, and a running job's are not read every minute),
+    or why it could not be: the job page says either, so a missing source is never a silent gap. A job without
+    a checkpoint directory has nothing to read and nothing to say."""
+    directory, why = readable_checkpoint(job)
+    if directory is None and not why:
+        return
+    if directory is None:
+        usage.tensorboard_peak_mib, usage.tensorboard_note = None, f"not read: {why}"
+    elif not directory.is_dir():
+        usage.tensorboard_peak_mib, usage.tensorboard_note = None, "no event files (its checkpoint directory is empty)"
+    else:
+        peak = tensorboard.peak_memory(directory)
+        usage.tensorboard_peak_mib, usage.tensorboard_note = peak.peak_memory_mib, tensorboard.describe(peak)
+    AttemptUsage.objects.filter(pk=usage.pk).update(tensorboard_peak_mib=usage.tensorboard_peak_mib,
+                                                    tensorboard_note=usage.tensorboard_note)
 
 
 def attempt_ended_at(job: Job, attempt: int) -> datetime | None:
