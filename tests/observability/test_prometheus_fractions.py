@@ -75,6 +75,7 @@ def test_a_fraction_is_measured_by_its_own_container_not_by_its_busy_gpu(hami, e
     client.force_login(hami.alice)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "(hami;" in page  # the job page says where its figures came from
+    assert "(it holds 0.25 GPU (20 GiB)" in page
 
 
 def test_a_whole_gpu_on_the_same_flavor_is_still_read_from_dcgm(hami, exporter, prometheus):
