@@ -185,3 +185,48 @@ def test_which_peak_the_right_sizer_takes(source, fraction, metric, logged, expe
 
     usage = AttemptUsage(source=source, peak_memory_mib=metric, tensorboard_peak_mib=logged)
     assert peak_of(usage, fraction=fraction) == expected
+
+
+def test_the_demo_walkthrough(settings, tmp_path, client_for, go):
+    """docs/fractions.md, "a peak from TensorBoard", on the demo's lab: alice's whole-GPU job on a100-shared with
+    its checkpoint directory on vision-scratch logs 11 GiB, is stopped, and its page and hint say so."""
+    from pathlib import Path
+
+    from django.contrib.auth import get_user_model
+
+    from lab import demo
+    from scheduling.models import SimPod
+    from scheduling.services.cycle import run_cycle
+    from scheduling.services.inventory import sync_cluster
+
+    settings.DATA_DIR = str(tmp_path)
+    demo.seed(jobs=False)
+    alice_user = get_user_model().objects.get(username="alice")
+    alice = client_for(alice_user)
+    r = go(alice.post, "/api/v1/jobs", {"name": "notebook-3", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                                        "command": ["sleep", "3600"], "flavor": "a100-shared", "gpus": 1,
+                                        "checkpoint": {"source": "vision-scratch"}}, format="json")
+    assert r.status_code == 201, r.json()
+    job = Job.objects.get(pk=r.json()["id"])
+    go(run_cycle)
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING, job.reason_message
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(minutes=10))
+    collect_service.collect(src=SimulatedSource())
+    pod = SimPod.objects.get(job_id=job.pk)
+    directory = Path({m["path"]: m for m in pod.mounts}["/checkpoint"]["dir"])
+    assert directory == tmp_path / "volumes" / "default" / "vision-scratch" / "checkpoints" / f"job-{job.pk}"
+    _log_peak(directory, values=(11 * GIB,))
+    assert go(alice.post, f"/api/v1/jobs/{job.pk}/cancel", {}, format="json").status_code == 200
+    assert collect_service.collect(src=SimulatedSource()).finalized == 1
+    c = Client()
+    c.force_login(alice_user)
+    page = c.get(f"/jobs/{job.pk}/").content.decode()
+    assert ("TensorBoard</strong> (peak memory from the checkpoint directory, attempt 1): peak 11.0 GiB "
+            "(memory/max_memory_allocated) in 1 event file") in page
+    hint = next(h for h in alice.get(f"/api/v1/jobs/{job.pk}/gpu-usage").json()["hints"]
+                if h["code"] == "fits_fraction")
+    assert (hint["data"]["source"], hint["data"]["gpu_memory_gib"]) == ("tensorboard", 14)
+    rec = alice.get("/api/v1/recommendations", {"name": "notebook-4", "flavor": "a100-shared"}).json()
+    assert (rec["fraction"]["source"], rec["fraction"]["gpu_memory_gib"]) == ("tensorboard", 14)
