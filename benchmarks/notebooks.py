@@ -1,5 +1,5 @@
 """Notebooks beside training, on whole GPUs or on fractions: ``python -m benchmarks.notebooks [--seeds 1 2 3]
-[--load 0.6] [--per-day 1.0]``.
+[--load 0.6] [--per-day 1.0] [--scenario scenarios/lab1node.yaml]``.
 
 The practice's lab (``scenarios/lab1node.yaml``: one 8-GPU A100 server, three departments of nominal quotas
 4/3/1, 14 researchers), its seeded training trace compressed to ``--load`` (offered GPU-hours / capacity), and
@@ -46,9 +46,9 @@ MODES = ("none", "whole", "fraction")
 STARTED_WITHIN_S = 300.0  # a session that waits longer than this has kept its owner waiting
 
 
-def training(seed: int, load: float) -> tuple[Scenario, list[JobSpec]]:
+def training(seed: int, load: float, scenario: str | Path = SCENARIO) -> tuple[Scenario, list[JobSpec]]:
     """The lab and its training trace at ``load`` (the scenario's own mix, compressed as ``make bench`` does)."""
-    sc, jobs, _ = prepare(load_scenario(str(SCENARIO)), seed=seed, load=load)
+    sc, jobs, _ = prepare(load_scenario(str(scenario)), seed=seed, load=load)
     return sc, jobs
 
 
@@ -132,8 +132,8 @@ def measure(sc: Scenario, jobs: list[JobSpec]) -> dict[str, float]:
     }
 
 
-def run_seed(seed: int, load: float, per_day: float) -> dict[str, dict[str, float]]:
-    sc, train = training(seed, load)
+def run_seed(seed: int, load: float, per_day: float, scenario: str | Path = SCENARIO) -> dict[str, dict[str, float]]:
+    sc, train = training(seed, load, scenario)
     start, end = min(j.submit for j in train), max(j.submit for j in train)
     rows = notebook_rows(sc, seed=seed, start=start, end=end, per_day=per_day)
     return {
@@ -148,13 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--load", type=float, default=0.6, help="the training trace's offered load")
     ap.add_argument("--per-day", type=float, default=1.0, help="notebooks per researcher per weekday")
+    ap.add_argument("--scenario", default=str(SCENARIO), help="the lab (its nodes, departments, members, trace)")
     a = ap.parse_args(argv)
     print(f"load average at start: {load_average()}")
     out: dict[str, list[dict]] = {m: [] for m in MODES}
     for seed in a.seeds:
-        for mode, figures in run_seed(seed, a.load, a.per_day).items():
+        for mode, figures in run_seed(seed, a.load, a.per_day, a.scenario).items():
             out[mode].append(figures)
-    print(f"lab1node, training at load {a.load}, {a.per_day} notebook(s) per researcher per weekday, "
+    print(f"{Path(a.scenario).stem}, training at load {a.load}, {a.per_day} notebook(s) per researcher per weekday, "
           f"seeds {a.seeds} (means over the seeds)")
     keys = list(out["none"][0])
     print("mode     " + " ".join(f"{k:>17}" for k in keys))
