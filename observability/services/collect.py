@@ -64,6 +64,8 @@ def collect(*, now: datetime | None = None, src=None) -> Outcome:
     running_keys = {(j.pk, j.attempt) for j in running}
     for job in running:
         usage = _read(src, job=job, attempt=job.attempt, start=job.started_at, end=now, final=False, out=out)
+        if usage is not None and job.checkpoint and not usage.tensorboard_note:
+            announce_tensorboard(usage, job=job)
         if usage is not None:
             change = idle.check(usage=usage, job=job, now=now)
             out.flagged += change == "flagged"
@@ -90,6 +92,17 @@ def collect(*, now: datetime | None = None, src=None) -> Outcome:
             succeeded = job.state == JobState.SUCCEEDED and job.attempt == usage.attempt
             rightsizing.learn(fresh, succeeded=succeeded)
     return out
+
+
+def announce_tensorboard(usage: AttemptUsage, *, job: Job) -> None:
+    """While an attempt runs, say once whether its TensorBoard logs will be read at its end, so a directory the
+    portal cannot read shows on the job page from the start, not only once the job is gone."""
+    directory, why = readable_checkpoint(job)
+    if directory is None and not why:
+        return
+    usage.tensorboard_note = f"not read: {why}" if directory is None else "read from the checkpoint directory " \
+        "when the attempt ends"
+    AttemptUsage.objects.filter(pk=usage.pk).update(tensorboard_note=usage.tensorboard_note)
 
 
 def read_tensorboard(usage: AttemptUsage, *, job: Job) -> None:

@@ -147,6 +147,11 @@ def on_kubernetes(scratch, lab, kube_fake, sleeps, settings):  # noqa: F811 - fi
 def test_a_source_the_portal_does_not_mount_is_named_on_the_job_page(on_kubernetes, scratch, lab):
     on_kubernetes("")
     job = _ended(lab, scratch)
+    # while it runs, the page says so already
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, finished_at=None, checkpoint={"source": "x"})
+    collect_service.collect(src=SimulatedSource())
+    assert "not read: the portal does not mount data source vision-scratch" in _page(lab, job)
+    Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
     usage = _collect()
     assert usage.tensorboard_peak_mib is None
     assert usage.tensorboard_note == ("not read: the portal does not mount data source vision-scratch of cluster "
@@ -214,6 +219,8 @@ def test_the_demo_walkthrough(settings, tmp_path, client_for, go):
     assert job.state == JobState.RUNNING, job.reason_message
     Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(minutes=10))
     collect_service.collect(src=SimulatedSource())
+    assert AttemptUsage.objects.get(job=job).tensorboard_note == ("read from the checkpoint directory when the "
+                                                                  "attempt ends")
     pod = SimPod.objects.get(job_id=job.pk)
     directory = Path({m["path"]: m for m in pod.mounts}["/checkpoint"]["dir"])
     assert directory == tmp_path / "volumes" / "default" / "vision-scratch" / "checkpoints" / f"job-{job.pk}"
