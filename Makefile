@@ -4,7 +4,7 @@ VENV_STAMP := .venv/.installed
 # the labs' seeded traces the diagnostics replay (the same 12 as make bench)
 BENCH_SEEDS := 1,2,3,4,5,6,7,8,9,10,11,12
 
-.PHONY: arch demo test test-quick lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-notice bench-idle bench-resizable bench-engine bench-shapes bench-cpu-pools bench-pages bench-e2e bench-e2e-kube soak-demo ci clean bench-topology bench-teams bench-fractions bench-bookings bench-tuner
+.PHONY: arch demo test test-quick lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-notice bench-idle bench-resizable bench-engine bench-shapes bench-cpu-pools bench-pages bench-e2e bench-e2e-kube soak-demo ci clean bench-topology bench-teams bench-fractions bench-notebooks bench-bookings bench-tuner
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -50,6 +50,9 @@ bench-topology: $(VENV_STAMP)  ## racks of 4 x 8 GPUs, gangs of 8-32: compact sh
 
 bench-fractions: $(VENV_STAMP)  ## engine CPU time with 30% fractional jobs against today's mix (the bound: 1.2x), and whole GPUs kept free on a fragmented cluster against each fraction on the emptiest GPU; --cells, --runs, --seeds via FRACTIONS_ARGS
 	$(PY) -m benchmarks.fractions $(FRACTIONS_ARGS)
+
+bench-notebooks: $(VENV_STAMP)  ## lab1node, training at load 0.6 with a notebook per researcher per weekday: training's and the notebooks' waits without notebooks, with them on whole GPUs and on fractions (5-20 GB of 80), 5 seeds; --seeds, --load, --per-day via NOTEBOOKS_ARGS
+	$(PY) -m benchmarks.notebooks --seeds 1 2 3 4 5 $(NOTEBOOKS_ARGS)
 
 bench-cpu-pools: $(VENV_STAMP)  ## GPU-hours and waits of GPU jobs when a third of the jobs are CPU-only: on a CPU pool vs one GPU forced on them; --seeds, --jobs, --load via CPU_POOLS_ARGS
 	$(PY) -m benchmarks.cpu_pools $(CPU_POOLS_ARGS)

@@ -50,6 +50,10 @@ class AttemptUsage(models.Model):
     idle_flagged_at = models.DateTimeField(null=True, blank=True)
     idle_stopped_at = models.DateTimeField(null=True, blank=True)
     series = models.JSONField(default=list, blank=True, help_text="[[unix s, mean util %, peak memory MiB]]")
+    tensorboard_peak_mib = models.FloatField(null=True, blank=True,
+                                             help_text="peak GPU memory the job logged as a TensorBoard scalar")
+    tensorboard_note = models.CharField(max_length=300, blank=True,
+                                        help_text="what was read from TensorBoard, or why it was not")
     final = models.BooleanField(default=False)
     collected_at = models.DateTimeField(default=timezone.now)
 
@@ -86,6 +90,8 @@ class UsageHistory(models.Model):
     gpus_requested = models.FloatField(default=0, help_text="EWMA of GPUs asked for")
     busy_gpus = models.FloatField(null=True, blank=True)
     peak_memory_mib = models.FloatField(null=True, blank=True)
+    # what measured the last peak folded in: dcgm, hami, tensorboard or simulated (rightsizing.peak_of)
+    peak_memory_source = models.CharField(max_length=20, blank=True)
     runtime_s = models.FloatField(null=True, blank=True, help_text="EWMA of succeeded attempts' run time")
     runtime_runs = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)

@@ -104,7 +104,8 @@ def recommended_fraction(rec: Recommendation, *, flavor, tier: str, what: str = 
     if fit is None:
         return None
     return fraction_advice(fit, flavor=flavor, tier=tier or DEFAULT_TIER,
-                           whole_gpus=max(1, round(rec.gpus_requested or 1)), what=what or rec.label)
+                           whole_gpus=max(1, round(rec.gpus_requested or 1)), what=what or rec.label,
+                           source=rec.memory_source or "dcgm")
 
 
 def prediction_outcomes(*, user, limit: int = 200) -> list[PredictionOutcome]:

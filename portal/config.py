@@ -106,6 +106,10 @@ SETTINGS: tuple[Setting, ...] = (
             "after the job ended.", "int"),
     Setting("CHECKPOINT_CLEANUP_IMAGE", "busybox:1.36", "Checkpoints: the image of the restricted pod that "
             "deletes an expired checkpoint directory on a Kubernetes cluster."),
+    Setting("CHECKPOINT_READ_MOUNTS", "", "Checkpoints: where the portal's workers can read data sources' files "
+            "(for TensorBoard logs in checkpoint directories): comma-separated <cluster>/<source>=<local directory "
+            "of the source's claim>. Empty: none on Kubernetes clusters (the simulated cluster's are always "
+            "readable)."),
     Setting("ARRAY_MAX_TASKS", "1000", "Job arrays: the most tasks one array may have (docs/sweeps.md).", "int"),
     Setting("SHM_DEFAULT_MB", "1024", "Jobs: /dev/shm size (MiB) when a job gives none (at most half its memory).",
             "int"),
@@ -194,6 +198,19 @@ SETTINGS: tuple[Setting, ...] = (
             "when Prometheus renamed it)."),
     Setting("DCGM_NAMESPACE_LABEL", "namespace", "Label that carries the pod's namespace on dcgm-exporter's "
             "series (exported_namespace when Prometheus renamed it)."),
+    # A fraction of a GPU shared through HAMi is read from HAMi's per-container series (its vGPU monitor): the
+    # per-GPU DCGM figures would count the other pods on its GPU. Defaults: the names HAMi has long exported
+    # (its newer hami_* names are the same series under other names and labels, docs/fractions.md).
+    Setting("HAMI_UTIL_METRIC", "Device_utilization_desc_of_container", "HAMi series of a container's "
+            "utilisation of its GPU (0-100, of the whole GPU). Empty: fractions on HAMi are not read."),
+    Setting("HAMI_MEMORY_USED_METRIC", "vGPU_device_memory_usage_in_bytes", "HAMi series of a container's "
+            "GPU memory in use (bytes)."),
+    Setting("HAMI_MEMORY_LIMIT_METRIC", "vGPU_device_memory_limit_in_bytes", "HAMi series of a container's "
+            "GPU memory limit (bytes): the fraction's memory."),
+    Setting("HAMI_POD_LABEL", "podname", "Label that carries the pod name on HAMi's series (pod, or "
+            "exported_pod, for its hami_* names)."),
+    Setting("HAMI_NAMESPACE_LABEL", "podnamespace", "Label that carries the pod's namespace on HAMi's series "
+            "(namespace, or exported_namespace, for its hami_* names)."),
     Setting("IDLE_GPU_THRESHOLD_PCT", "5", "A GPU below this utilisation (percent) is idle. One number, or "
             "per tier: realtime=2,elastic=5,backfill=5.", "tiermap"),
     Setting("IDLE_GPU_MINUTES", "30", "A running job whose GPUs all stay idle this many minutes is flagged. One "
@@ -272,6 +289,10 @@ def load(environ: dict[str, str] | None = None) -> dict[str, object]:
         if (float(values["PROMETHEUS_TIMEOUT_S"]) <= 0 or float(values["GPU_USAGE_INTERVAL_S"]) <= 0
                 or int(values["GPU_USAGE_STEP_S"]) <= 0):
             problems.append("PROMETHEUS_TIMEOUT_S, GPU_USAGE_INTERVAL_S and GPU_USAGE_STEP_S must be positive.")
+        for pair in (p.strip() for p in str(values["CHECKPOINT_READ_MOUNTS"]).split(",") if p.strip()):
+            key, _, path = pair.partition("=")
+            if key.strip().count("/") != 1 or not path.strip().startswith("/"):
+                problems.append(f"CHECKPOINT_READ_MOUNTS: {pair!r} is not <cluster>/<source>=<absolute directory>.")
         if values["EMAIL_USE_TLS"] and values["EMAIL_USE_SSL"]:
             problems.append("EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: STARTTLS (587) or implicit TLS (465).")
         if (int(values["NOTIFY_MAX_ATTEMPTS"]) < 1 or float(values["NOTIFY_RETRY_BASE_S"]) <= 0

@@ -252,6 +252,11 @@ POD_RESTART_LIMIT = int(ENV["POD_RESTART_LIMIT"])
 POD_RESTART_BACKOFF_S = int(ENV["POD_RESTART_BACKOFF_S"])
 CHECKPOINT_RETENTION_DAYS = int(ENV["CHECKPOINT_RETENTION_DAYS"])
 CHECKPOINT_CLEANUP_IMAGE = str(ENV["CHECKPOINT_CLEANUP_IMAGE"])
+# "<cluster>/<source>" -> the local directory where the portal's workers mount that source's claim
+CHECKPOINT_READ_MOUNTS = {
+    key.strip(): path.strip()
+    for key, _, path in (pair.partition("=") for pair in str(ENV["CHECKPOINT_READ_MOUNTS"]).split(",") if pair.strip())
+}
 ARRAY_MAX_TASKS = int(ENV["ARRAY_MAX_TASKS"])
 SHM_DEFAULT_MB = int(ENV["SHM_DEFAULT_MB"])
 SHM_MAX_MB = int(ENV["SHM_MAX_MB"])
@@ -271,6 +276,13 @@ GPU_USAGE_STEP_S = int(ENV["GPU_USAGE_STEP_S"])
 CONTAINER_MEMORY_METRIC = str(ENV["CONTAINER_MEMORY_METRIC"])
 DCGM_POD_LABEL = str(ENV["DCGM_POD_LABEL"])
 DCGM_NAMESPACE_LABEL = str(ENV["DCGM_NAMESPACE_LABEL"])
+HAMI_METRICS = {
+    "util": str(ENV["HAMI_UTIL_METRIC"]),
+    "memory_used": str(ENV["HAMI_MEMORY_USED_METRIC"]),
+    "memory_limit": str(ENV["HAMI_MEMORY_LIMIT_METRIC"]),
+}
+HAMI_POD_LABEL = str(ENV["HAMI_POD_LABEL"])
+HAMI_NAMESPACE_LABEL = str(ENV["HAMI_NAMESPACE_LABEL"])
 
 
 def _per_tier(name: str) -> dict[str, float]:

@@ -780,8 +780,20 @@ class Simulator:
                 continue
             gpu_nodes, cpu_pods = self._split(s, a.placement)
             need: dict[str, int] = {}
-            for name in gpu_nodes:
-                need[name] = need.get(name, 0) + s.gpus_per_pod
+            if s.share is not None and len(a.devices) != len(gpu_nodes):
+                self._bad("admission", f"job {s.id}: {len(a.devices)} GPU devices for {len(gpu_nodes)} fractional pods")
+                continue
+            if s.share is not None:
+                # a fraction takes a whole GPU only where it opens one: on a GPU already shared it needs none
+                # (``_start`` counts the same way), so a node with no whole GPU free can still take it
+                opened = {(n, d) for n, d in zip(gpu_nodes, a.devices, strict=True) if (n, d) not in self.shared}
+                for name, _ in opened:
+                    need[name] = need.get(name, 0) + 1
+                for name in gpu_nodes:
+                    need.setdefault(name, 0)
+            else:
+                for name in gpu_nodes:
+                    need[name] = need.get(name, 0) + s.gpus_per_pod
             want: dict[str, list[int]] = {}
             for pool, name, cpu_m, mib in cpu_pods:
                 w = want.setdefault(name, [0, 0, pool])

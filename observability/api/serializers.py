@@ -35,6 +35,11 @@ class AttemptUsageSerializer(serializers.Serializer):
     series = serializers.ListField(child=serializers.ListField(child=serializers.FloatField(allow_null=True)),
                                    help_text="[seconds since the attempt started, mean utilisation %, peak GPU "
                                              "memory MiB], at most 120 points")
+    tensorboard_peak_mib = serializers.FloatField(
+        allow_null=True, help_text="peak GPU memory the job logged as a TensorBoard scalar in its checkpoint "
+                                   "directory, read when the attempt ended")
+    tensorboard_note = serializers.CharField(help_text="what was read from TensorBoard, or why it could not be "
+                                                       "(empty: the job has no checkpoint directory)")
     collected_at = serializers.DateTimeField()
 
 

@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from observability.models import AttemptUsage
-from observability.services import idle, rightsizing
+from observability.services import idle, rightsizing, tensorboard
 from observability.services.prometheus import PrometheusSource, PrometheusUnavailable
 from observability.services.series import aggregate
 from observability.services.simulated import SimulatedSource, profile_of
@@ -26,6 +26,7 @@ from portal import metrics
 from scheduling.models import Job, JobEvent, JobKind, JobState
 from scheduling.services import sessions
 from scheduling.services.jobs import attempt_cluster, namespace_for
+from scheduling.services.workload import readable_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ def collect(*, now: datetime | None = None, src=None) -> Outcome:
     running_keys = {(j.pk, j.attempt) for j in running}
     for job in running:
         usage = _read(src, job=job, attempt=job.attempt, start=job.started_at, end=now, final=False, out=out)
+        if usage is not None and job.checkpoint and not usage.tensorboard_note:
+            announce_tensorboard(usage, job=job)
         if usage is not None:
             change = idle.check(usage=usage, job=job, now=now)
             out.flagged += change == "flagged"
@@ -85,9 +88,40 @@ def collect(*, now: datetime | None = None, src=None) -> Outcome:
         if fresh is not None and AttemptUsage.objects.filter(pk=usage.pk, final=False).update(final=True):
             fresh.final = True
             out.finalized += 1
+            read_tensorboard(fresh, job=job)
             succeeded = job.state == JobState.SUCCEEDED and job.attempt == usage.attempt
             rightsizing.learn(fresh, succeeded=succeeded)
     return out
+
+
+def announce_tensorboard(usage: AttemptUsage, *, job: Job) -> None:
+    """While an attempt runs, say once whether its TensorBoard logs will be read at its end, so a directory the
+    portal cannot read shows on the job page from the start, not only once the job is gone."""
+    directory, why = readable_checkpoint(job)
+    if directory is None and not why:
+        return
+    usage.tensorboard_note = f"not read: {why}" if directory is None else "read from the checkpoint directory " \
+        "when the attempt ends"
+    AttemptUsage.objects.filter(pk=usage.pk).update(tensorboard_note=usage.tensorboard_note)
+
+
+def read_tensorboard(usage: AttemptUsage, *, job: Job) -> None:
+    """The peak GPU memory the attempt logged as a TensorBoard scalar into its job's checkpoint directory, read
+    once, when the attempt ends (the files are complete then, and a running job's are not read every minute),
+    or why it could not be: the job page says either, so a missing source is never a silent gap. A job without
+    a checkpoint directory has nothing to read and nothing to say."""
+    directory, why = readable_checkpoint(job)
+    if directory is None and not why:
+        return
+    if directory is None:
+        usage.tensorboard_peak_mib, usage.tensorboard_note = None, f"not read: {why}"
+    elif not directory.is_dir():
+        usage.tensorboard_peak_mib, usage.tensorboard_note = None, "no event files (its checkpoint directory is empty)"
+    else:
+        peak = tensorboard.peak_memory(directory)
+        usage.tensorboard_peak_mib, usage.tensorboard_note = peak.peak_memory_mib, tensorboard.describe(peak)
+    AttemptUsage.objects.filter(pk=usage.pk).update(tensorboard_peak_mib=usage.tensorboard_peak_mib,
+                                                    tensorboard_note=usage.tensorboard_note)
 
 
 def attempt_ended_at(job: Job, attempt: int) -> datetime | None:
@@ -111,7 +145,7 @@ def _read(src, *, job: Job, attempt: int, start: datetime, end: datetime, final:
     agg = aggregate(series, idle_below_pct=idle.threshold_pct(job.tier), chart_points=AttemptUsage.SERIES_POINTS)
     out.read += 1
     fields = {
-        "source": src.name, "profile": profile_of(job) if src.name == "simulated" else "",
+        "source": series.source or src.name, "profile": profile_of(job) if src.name == "simulated" else "",
         "gpus": job.total_gpus, "gpus_seen": agg.gpus_seen, "started_at": start,
         "ended_at": end if final else None, "step_s": series.step_s, "samples": agg.samples,
         "mean_util": agg.mean_util, "p95_util": agg.p95_util, "busy_gpus": agg.busy_gpus,

@@ -4,7 +4,8 @@
 Per attempt, in the job's own time (its GPU series is sampled on the clock the job ran by, so a demo job sped up
 by ``SIM_SPEEDUP`` counts the hours it ran, as its charge does):
 
-* **held** GPU-hours: the GPUs it held x the time its series covers (samples x step);
+* **held** GPU-hours: the GPUs it held x the time its series covers (samples x step); a fraction of a GPU
+  holds its share (``Job.share_milli``), what its quota and price count;
 * **used** GPU-hours: its mean busy GPUs (the sum of utilisation / 100) x that time;
 * **idle** GPU-hours: the minutes every GPU of the attempt was idle x its GPUs;
 * **savings not taken**: the GPU-hours it would have left to others had it asked for the GPUs right-sizing
@@ -33,7 +34,7 @@ def week_of(when: datetime) -> str:
     return (day - timedelta(days=day.weekday())).isoformat()
 
 
-def attempt_figures(*, gpus: int, samples: int, step_s: int, busy_gpus: float | None,
+def attempt_figures(*, gpus: float, samples: int, step_s: int, busy_gpus: float | None,
                     idle_minutes: float) -> dict[str, float]:
     """(held, used, idle, savings) GPU-hours of one attempt, as the module says."""
     hours = max(0, samples) * max(0, step_s) / 3600
@@ -61,13 +62,14 @@ def efficiency_report(*, usages, group_by: str = "user", since: datetime | None 
         qs = qs.filter(job__department__slug=department)
     sums: dict[tuple, dict] = defaultdict(lambda: {"attempts": 0, "held": 0.0, "used": 0.0, "idle": 0.0,
                                                    "savings": 0.0})
-    for started, dept, user, gpus, samples, step_s, busy, idle in qs.order_by().values_list(
-            "started_at", "job__department__slug", "job__owner__username", "gpus", "samples", "step_s",
-            "busy_gpus", "idle_minutes"):
+    for started, dept, user, gpus, share_milli, samples, step_s, busy, idle in qs.order_by().values_list(
+            "started_at", "job__department__slug", "job__owner__username", "gpus", "job__share_milli", "samples",
+            "step_s", "busy_gpus", "idle_minutes"):
         key = (week_of(started), dept, user if group_by == "user" else None)
         row = sums[key]
         row["attempts"] += 1
-        for name, value in attempt_figures(gpus=gpus, samples=samples, step_s=step_s, busy_gpus=busy,
+        held = share_milli / 1000 if share_milli else gpus
+        for name, value in attempt_figures(gpus=held, samples=samples, step_s=step_s, busy_gpus=busy,
                                            idle_minutes=idle).items():
             row[name] += value
     out = []

@@ -162,13 +162,13 @@ def fits_fraction(f: Facts) -> Hint | None:
     u, job = f.latest_usage, f.job
     if u is None or u.samples < rightsizing.MIN_SAMPLES or job.share_milli:
         return None
-    fit = rightsizing.fraction_fit(peak_memory_mib=u.peak_memory_mib, busy_gpus=u.busy_gpus, gpus_held=u.gpus,
-                                   flavor=job.flavor)
+    peak, measured_by = rightsizing.peak_of(u, fraction=False)
+    fit = rightsizing.fraction_fit(peak_memory_mib=peak, busy_gpus=u.busy_gpus, gpus_held=u.gpus, flavor=job.flavor)
     if fit is None:
         return None
     what = "this notebook" if job.kind == "session" else "this job"
     advice = rightsizing.fraction_advice(fit, flavor=job.flavor, tier=job.tier, whole_gpus=job.total_gpus,
-                                         what=what, source="dcgm")
+                                         what=what, source=measured_by)
     return Hint("fits_fraction", "A fraction of a GPU would do",
                 advice["text"][0].upper() + advice["text"][1:] + ". Ask for it next time (docs/fractions.md).",
                 advice)

@@ -25,6 +25,7 @@ from django.db import IntegrityError, transaction
 
 from engine.fractions import FULL_CORES, HAMI, MILLI, REPLICAS, fraction_of
 from observability.models import AttemptUsage, PredictionOutcome, UsageHistory
+from observability.services import tensorboard
 from quotas import budgets
 
 ALPHA = 0.3
@@ -81,6 +82,7 @@ class Recommendation:
     gpus: int | None  # what to ask for, headroom included
     memory_gib: float | None
     max_runtime_s: int | None
+    memory_source: str = ""  # what measured the last peak folded in (``peak_of``)
 
     @property
     def label(self) -> str:
@@ -97,6 +99,22 @@ class Recommendation:
         ask = f"; ask for {self.gpus}" if self.gpus is not None else ""
         runtime = f" (max runtime about {self.max_runtime_s} s)" if self.max_runtime_s else ""
         return f"your last {self.runs} runs of {self.label} used {used}{ask}{runtime}"
+
+
+# What measured an attempt (``AttemptUsage.source``), as a recommendation names it.
+MEASURED_BY = {"prometheus": "dcgm", "hami": "hami", "simulated": "simulated"}
+
+
+def peak_of(usage: AttemptUsage, *, fraction: bool) -> tuple[float | None, str]:
+    """The attempt's peak GPU memory (MiB, of one GPU) and what measured it: the GPU metrics' peak, or the peak
+    the job logged to TensorBoard (``tensorboard.py``, read from its checkpoint directory) where that is larger
+    (the allocator's own figure: a metric that missed it was sampled too coarsely) or the metric is none of the
+    job's own (a ``fraction`` read from DCGM: its GPU's figure, its neighbours' memory included)."""
+    metric, by = usage.peak_memory_mib, MEASURED_BY.get(usage.source, usage.source)
+    logged = usage.tensorboard_peak_mib
+    if logged is not None and (metric is None or logged > metric or (fraction and usage.source == "prometheus")):
+        return logged, tensorboard.SOURCE
+    return metric, by if metric is not None else ""
 
 
 def whole_gpus(busy: float, held: float | None) -> int:
@@ -116,6 +134,7 @@ def recommendation_from(history: UsageHistory) -> Recommendation:
         gpus=None if busy is None else whole_gpus(busy, history.gpus_requested),
         memory_gib=None if mem is None else round(mem * HEADROOM / 1024, 1),
         max_runtime_s=None if run is None else max(60, math.ceil(run * HEADROOM)),
+        memory_source=history.peak_memory_source,
     )
 
 
@@ -124,6 +143,7 @@ def learn(usage: AttemptUsage, *, succeeded: bool) -> None:
     job = usage.job
     if usage.samples < MIN_SAMPLES or usage.busy_gpus is None:
         return
+    peak, measured_by = peak_of(usage, fraction=bool(job.share_milli))
     runtime = None
     if succeeded and usage.ended_at and usage.started_at:
         runtime = (usage.ended_at - usage.started_at).total_seconds()
@@ -139,7 +159,7 @@ def learn(usage: AttemptUsage, *, succeeded: bool) -> None:
                             key=key, runs_before=history.runs,
                             predicted_busy_gpus=history.busy_gpus, actual_busy_gpus=usage.busy_gpus,
                             predicted_peak_memory_mib=history.peak_memory_mib,
-                            actual_peak_memory_mib=usage.peak_memory_mib,
+                            actual_peak_memory_mib=peak,
                             predicted_runtime_s=history.runtime_s if runtime is not None else None,
                             actual_runtime_s=runtime)
                 except IntegrityError:
@@ -147,7 +167,9 @@ def learn(usage: AttemptUsage, *, succeeded: bool) -> None:
             history.runs += 1
             history.gpus_requested = ewma(history.gpus_requested if history.runs > 1 else None, usage.gpus)
             history.busy_gpus = ewma(history.busy_gpus, usage.busy_gpus)
-            history.peak_memory_mib = ewma(history.peak_memory_mib, usage.peak_memory_mib)
+            history.peak_memory_mib = ewma(history.peak_memory_mib, peak)
+            if peak is not None:
+                history.peak_memory_source = measured_by
             if runtime is not None:
                 history.runtime_s = ewma(history.runtime_s, runtime)
                 history.runtime_runs += 1

@@ -25,6 +25,7 @@ class GpuSeries:
     fb_free: dict[str, dict[int, float]] = field(default_factory=dict)  # MiB
     engine_active: dict[str, dict[int, float]] = field(default_factory=dict)  # 0-1
     host_memory_peak_mib: float | None = None
+    source: str = ""  # what measured it, where not the source's own name (a fraction's HAMi series: "hami")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,20 @@ class TensorBoardPeak:
     source: str = SOURCE
 
 
+def describe(peak: TensorBoardPeak) -> str:
+    """One line for the job page: the peak and where it was found, or that none was, and the files skipped."""
+    files = f"{peak.files} event file{'s' if peak.files != 1 else ''}"
+    if peak.peak_memory_mib is not None:
+        text = f"peak {peak.peak_memory_mib / 1024:.1f} GiB ({peak.tag}) in {files}"
+    elif peak.files:
+        text = f"no peak-memory scalar in {files}"
+    else:
+        text = "no event files"
+    if peak.skipped:
+        text += "; skipped " + "; ".join(peak.skipped)
+    return text[:300]
+
+
 def _unit_mib(tag: str) -> float:
     """MiB per unit of a peak-memory tag's values."""
     low = tag.lower()

@@ -11,6 +11,7 @@ import abc
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 
 from engine.types import DisruptionBudget, Node
 from workloads.podsecrets import NO_SECRETS, PodSecrets
@@ -384,6 +385,20 @@ class ClusterBackend(abc.ABC):
         """The cluster's disruption budgets over the portal's pods, or None when the backend has none of its
         own (the simulated cluster: the snapshot then derives each job's budget from ``pdb_min_available``)."""
         return None
+
+    # Where this process can read data sources' files: "<cluster>/<source>" -> the local directory where the
+    # portal's workers mount the source's claim (the factory sets it from CHECKPOINT_READ_MOUNTS).
+    read_mounts: Mapping[str, str] = {}
+
+    def readable_dir(self, *, storage: str, sub_path: str) -> Path | None:
+        """Where this process can read the directory ``sub_path`` of a source's claim (``storage``:
+        ``<cluster>/<source>``), or None when it does not mount that source. Never a path outside the mount."""
+        root = self.read_mounts.get(storage)
+        if not root:
+            return None
+        base = Path(root).resolve()
+        path = (base / sub_path).resolve()
+        return path if path == base or base in path.parents else None
 
     def delete_checkpoint(self, *, namespace: str, claim_name: str, storage: str, sub_path: str, job_id: int) -> None:
         """Delete a job's expired checkpoint directory ``sub_path`` on the claim ``claim_name`` of ``namespace``

@@ -97,4 +97,5 @@ def kubernetes_backend(cluster="default", **overrides):
     except Exception as exc:  # noqa: BLE001 - the loader's message may quote the kubeconfig: keep its type only
         raise ClusterUnavailable(f"cluster {name}: its kubeconfig could not be loaded ({type(exc).__name__})") from None
     backend.checkpoint_cleanup_image = settings.CHECKPOINT_CLEANUP_IMAGE
+    backend.read_mounts = dict(settings.CHECKPOINT_READ_MOUNTS)
     return backend

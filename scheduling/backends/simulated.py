@@ -173,6 +173,13 @@ class SimulatedBackend(ClusterBackend):
     def delete_checkpoint(self, *, namespace: str, claim_name: str, storage: str, sub_path: str, job_id: int) -> None:
         shutil.rmtree(volume_dir(storage, sub_path), ignore_errors=True)
 
+    def readable_dir(self, *, storage: str, sub_path: str) -> Path | None:
+        """The simulated cluster's volumes are directories of this machine: always readable."""
+        try:
+            return volume_dir(storage, sub_path)
+        except BackendError:
+            return None
+
     def admit(self, podset: PodSet, placement: tuple[str, ...]) -> None:
         pods = {p.name: p for p in SimPod.objects.filter(cluster=self.name, namespace=podset.namespace,
                                                          name__in=podset.pod_names)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
@@ -25,6 +26,27 @@ def job_workload(job: Job, cluster_name: str) -> PodWorkload:
     return pod_workload(job_id=job.pk, department_id=job.department_id, cluster_name=cluster_name,
                         mounts=job.mounts or [], shm_mb=job.shm_mb,
                         checkpoint=checkpoint_of(job.pk) if job.checkpoint else None)
+
+
+def readable_checkpoint(job: Job) -> tuple[Path | None, str]:
+    """Where this process can read ``job``'s checkpoint directory, or (None, why not); (None, "") for a job
+    without one. The simulated cluster's are local directories; a Kubernetes cluster's only where the portal's
+    workers mount the source (CHECKPOINT_READ_MOUNTS)."""
+    row = checkpoint_of(job.pk)
+    if row is None:
+        return None, ""
+    if row.deleted_at is not None or row.source is None:
+        return None, "its checkpoint directory was deleted"
+    cluster = row.source.cluster
+    storage = f"{cluster.name}/{row.source.name}"
+    try:
+        path = get_backend(cluster).readable_dir(storage=storage, sub_path=row.sub_path)
+    except Exception as exc:  # noqa: BLE001 - a cluster the portal cannot reach is a reason, never a crash
+        return None, f"cluster {cluster.name} is unavailable ({type(exc).__name__})"
+    if path is None:
+        return None, (f"the portal does not mount data source {row.source.name} of cluster {cluster.name} "
+                      f"(CHECKPOINT_READ_MOUNTS)")
+    return path, ""
 
 
 def expired_checkpoints(now: datetime | None = None):

@@ -41,11 +41,14 @@ def free_port() -> int:
 
 
 class Exporter:
-    """Serves ``gpus``: a list of dicts {pod, namespace, gpu, util, fb_used, fb_free, engine_active}, then
-    ``text``, more exposition text (a test serves the portal's own /metrics through it)."""
+    """Serves ``gpus``: a list of dicts {pod, namespace, gpu, util, fb_used, fb_free, engine_active}; ``vgpus``,
+    HAMi's vGPU monitor's per-container series, dicts {pod, namespace, container, vdevice, uuid, util,
+    used_bytes, limit_bytes}, under both its long-standing names and its hami_* names; then ``text``, more
+    exposition text (a test serves the portal's own /metrics through it)."""
 
     def __init__(self):
         self.gpus: list[dict] = []
+        self.vgpus: list[dict] = []
         self.text = ""
         self.lock = threading.Lock()
         exporter = self
@@ -70,7 +73,7 @@ class Exporter:
     def render(self) -> str:
         lines = []
         with self.lock:
-            gpus, text = list(self.gpus), self.text
+            gpus, vgpus, text = list(self.gpus), list(self.vgpus), self.text
         for metric, field in (("DCGM_FI_DEV_GPU_UTIL", "util"), ("DCGM_FI_DEV_FB_USED", "fb_used"),
                               ("DCGM_FI_DEV_FB_FREE", "fb_free"), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "engine_active")):
             lines.append(f"# TYPE {metric} gauge")
@@ -79,6 +82,20 @@ class Exporter:
                     lines.append(f'{metric}{{gpu="{g["gpu"]}",UUID="GPU-{g["pod"]}-{g["gpu"]}",'
                                  f'modelName="NVIDIA A100-SXM4-80GB",Hostname="n0",pod="{g["pod"]}",'
                                  f'namespace="{g["namespace"]}",container="main"}} {g[field]}')
+        for legacy, current, field in (
+                ("Device_utilization_desc_of_container", "hami_container_device_utilization_ratio", "util"),
+                ("vGPU_device_memory_usage_in_bytes", "hami_vgpu_memory_used_bytes", "used_bytes"),
+                ("vGPU_device_memory_limit_in_bytes", "hami_vgpu_memory_limit_bytes", "limit_bytes")):
+            lines += [f"# TYPE {legacy} gauge", f"# TYPE {current} gauge"]
+            for v in vgpus:
+                if field not in v:
+                    continue
+                lines.append(f'{legacy}{{podnamespace="{v["namespace"]}",podname="{v["pod"]}",'
+                             f'ctrname="{v["container"]}",vdeviceid="{v["vdevice"]}",deviceuuid="{v["uuid"]}",'
+                             f'zone="vGPU"}} {v[field]}')
+                lines.append(f'{current}{{namespace="{v["namespace"]}",pod="{v["pod"]}",'
+                             f'container="{v["container"]}",vdevice_index="{v["vdevice"]}",'
+                             f'device_uuid="{v["uuid"]}"}} {v[field]}')
         return "\n".join(lines) + "\n" + text
 
     def close(self):

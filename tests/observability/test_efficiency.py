@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from observability.models import AttemptUsage
 from observability.services.efficiency import attempt_figures, week_of
+from scheduling.models import Job, JobState
 
 pytestmark = pytest.mark.django_db
 
@@ -84,3 +85,16 @@ def test_the_page_shows_both_tables_to_a_member_and_no_other_department(measured
     assert 'id="efficiency-departments"' in html and 'id="efficiency-members"' in html
     assert "alice" in html and "vadmin" in html and "bob" not in html and "nlp" not in html
     assert 'href="/observability/efficiency/"' in client.get("/").content.decode()
+
+
+def test_a_fraction_holds_its_share_of_a_gpu(lab, client_for):
+    # a quarter-GPU notebook for 4 hours, 0.05 of the GPU busy, idle for its last hour: it held 1 GPU-hour,
+    # not 4, and it holds no whole GPU right-sizing could save
+    job = Job.objects.create(owner=lab.amy, department=lab.vision, flavor=lab.a100, name="notebook-1",
+                             kind="session", image="jupyter:1", command=["x"], gpus_per_pod=1, share_milli=250,
+                             gpu_memory_mib=20 * 1024, state=JobState.SUCCEEDED)
+    usage(job, gpus=1, hours=4, busy=0.05, idle_minutes=60)
+    rows = client_for(lab.vadmin).get("/api/v1/efficiency").json()["rows"]
+    amy = next(x for x in rows if x["user"] == "amy")
+    assert (amy["held_gpu_hours"], amy["used_gpu_hours"], amy["efficiency"], amy["idle_gpu_hours"],
+            amy["savings_gpu_hours"]) == (1.0, 0.2, 0.2, 0.25, 0.0)

@@ -128,3 +128,12 @@ def test_a_session_default_fraction_outside_0_1_is_refused_at_start_up(value):
 def test_a_session_default_fraction_is_read_as_a_share(value, share):
     values = config.load({"SESSION_DEFAULT_GPU_FRACTION": value})
     assert config.session_fraction(str(values["SESSION_DEFAULT_GPU_FRACTION"])) == share
+
+
+@pytest.mark.parametrize("value", ["default/scratch", "scratch=/mnt/scratch", "default/scratch=mnt/scratch",
+                                   "a/b/c=/mnt/x"])
+def test_a_checkpoint_read_mount_that_names_no_source_or_no_absolute_directory_is_refused(value):
+    with pytest.raises(config.ConfigError) as exc:
+        config.load({"CHECKPOINT_READ_MOUNTS": f"default/ok=/mnt/ok,{value}"})
+    assert exc.value.problems == [f"CHECKPOINT_READ_MOUNTS: {value!r} is not <cluster>/<source>=<absolute "
+                                  "directory>."]

@@ -45,3 +45,13 @@ def test_four_quarter_notebooks_share_one_gpu_and_leave_the_other_whole():
     assert all(by_key[f"nb{i}"].first_start == 0 for i in range(4))
     assert by_key["w"].first_start == 10  # the second GPU stayed whole for it
     assert all(r.state == "done" for r in res.jobs)
+
+
+def test_a_fraction_joins_a_shared_gpu_on_a_node_with_no_whole_gpu_free():
+    # nb0 opens GPU 0, the whole-GPU job takes GPU 1: the node has no whole GPU left, and nb1 still fits GPU 0
+    text = HEADER + "nb0,0,3600,1,a,realtime,0.25\nw,5,3600,1,a,elastic,\nnb1,10,600,1,a,realtime,0.5\n"
+    sc, jobs, _ = prepare(_scenario(), rows=parse_rows(io.StringIO(text)), seed=1)
+    res = simulate(scenario=sc, jobs=jobs, policy=policies.make("portal"))  # strict: a refused admission raises
+    by_key = {r.spec.key: r for r in res.jobs}
+    assert (by_key["w"].first_start, by_key["nb1"].first_start) == (5, 10)
+    assert res.invalid["admission"] == 0
