@@ -37,7 +37,7 @@ from scheduling.models import (
     Tier,
     Urgency,
 )
-from scheduling.selectors import jobs_for, live_states, pods_by_role, queue_position
+from scheduling.selectors import job_events, jobs_for, live_states, pods_by_role, queue_position
 from scheduling.services import fractions
 from scheduling.services.dependencies import dependencies_of
 from scheduling.services.jobs import job_cancel, job_submit
@@ -390,15 +390,24 @@ def job_detail(request, pk: int):
         .prefetch_related(Prefetch("events", JobEvent.objects.select_related("actor")))
         .get_or_404(request.user, VIEW, pk=pk)
     )
+    role = request.GET.get("role") or None
+    events, role_error = job.events.all(), None
+    if role:
+        try:
+            events = job_events(job=job, role=role)
+        except ValidationFailed as exc:
+            role_error = _portal_errors(exc)["role"]
     return render(request, "scheduling/job.html", {
-        "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
+        "job": job, "events": events, "can_manage": permits(request.user, job, CHANGE),
+        # the page reloads when the timeline grows: it compares the whole timeline's length, filtered or not
+        "event_count": len(job.events.all()), "event_role": role, "role_error": role_error,
         "after": dependencies_of(job),
         "queue_position": queue_position(job=job),
         "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,
         "checkpoint_retention_days": settings.CHECKPOINT_RETENTION_DAYS,
         "route": route_context(request.user, job) if job.has_route else None,
         "roles": pods_by_role(job=job),
-    })
+    }, status=400 if role_error else 200)
 
 
 LIVE_MAX_IDS = 100
