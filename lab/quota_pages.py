@@ -21,7 +21,7 @@ from portal.forms import form_payload, render_form, submit_form
 from portal.models import Department
 from portal.tenancy import CHANGE, member
 from quotas.api.views import QuotaRequestCreateSerializer, QuotaUpdateSerializer
-from quotas.models import Flavor, Quota
+from quotas.models import Flavor, Quota, QuotaResource
 from quotas.services import quota_requests as quota_requests_service
 from quotas.services import rules
 from scheduling.models import Cluster
@@ -42,6 +42,23 @@ def whatif_link(slug: str, flavor: str, values: dict, cluster: str | None = None
     return f"{reverse('dashboard:whatif')}?{urlencode(query)}"
 
 
+def scope_choices(flavors: list) -> list[tuple[str, str, Flavor, str]]:
+    """The form's flavor choices: (value, label, flavor, resource). A GPU flavor is one choice, its GPUs; a CPU
+    pool two, its cores and its memory (``pool/cpu``, ``pool/memory``), each a quota of its own."""
+    out = []
+    for f in flavors:
+        if f.is_cpu:
+            out += [(f"{f.name}/{QuotaResource.CPU}", f"{f.name}: cores", f, QuotaResource.CPU),
+                    (f"{f.name}/{QuotaResource.MEMORY}", f"{f.name}: memory (GiB)", f, QuotaResource.MEMORY)]
+        else:
+            out.append((f.name, f"{f.name} (MIG)" if f.is_mig else f.name, f, QuotaResource.GPUS))
+    return out
+
+
+def scope_value(q: Quota) -> str:
+    return q.flavor.name if q.resource == QuotaResource.GPUS else f"{q.flavor.name}/{q.resource}"
+
+
 def quota_values(q: Quota | None) -> dict:
     """The form's values for a quota in force: its numbers, and each "no limit" ticked where it has none. A
     scope without a quota gives blanks and nothing ticked: the admin chooses every limit."""
@@ -54,13 +71,13 @@ def quota_values(q: Quota | None) -> dict:
     return values
 
 
-def _initial(request, current: dict, flavors: list) -> dict:
+def _initial(request, current: dict, choices: list) -> dict:
     """GET: the scope asked for (``?flavor=&cluster=``), else the first flavor the department has a global
     quota of, else the first flavor; with the quota in force unless the query gives the numbers itself."""
     values = request.GET.dict()
     if not values.get("flavor"):
-        held = [f.name for f in flavors if (f.name, "") in current]
-        values["flavor"] = held[0] if held else (flavors[0].name if flavors else "")
+        held = [c[0] for c in choices if (c[0], "") in current]
+        values["flavor"] = held[0] if held else (choices[0][0] if choices else "")
     if "nominal" not in values:
         values.update(quota_values(current.get((values["flavor"], values.get("cluster", "")))))
     return values
@@ -79,15 +96,16 @@ def limits_payload(post, payload: dict, pre: dict) -> None:
             pre[field] = [message]
 
 
-def _apply(request, *, m, dept, flavor, cluster, current, reason: str):
-    where = f"{dept.slug}/{flavor.name if flavor else ''}" + (f" on {cluster.name}" if cluster else "")
+def _apply(request, *, m, dept, flavor, resource, cluster, current, reason: str):
+    scope = "" if flavor is None else flavor.name if resource == QuotaResource.GPUS else f"{flavor.name}/{resource}"
+    where = f"{dept.slug}/{scope}" + (f" on {cluster.name}" if cluster else "")
 
     def set_quota(data):
         data = {k: v for k, v in data.items() if k not in ("flavor", "comment")}
-        q = current.get((flavor.name, cluster.name if cluster else ""))
+        q = current.get((scope, cluster.name if cluster else ""))
         if q is None:
             q = rules.quota_create(department=dept, flavor=flavor, cluster=cluster, actor=request.user,
-                                   comment=reason, **data)
+                                   comment=reason, resource=resource, **data)
         else:
             q = rules.quota_set(quota=q, actor=request.user, comment=reason, **data)
         for w in q.warnings:
@@ -96,14 +114,14 @@ def _apply(request, *, m, dept, flavor, cluster, current, reason: str):
 
     def file_request(data):
         req = quota_requests_service.quota_request_create(
-            department=dept, actor=request.user, flavor=flavor, cluster=cluster,
-            **{k: v for k, v in data.items() if k not in ("department", "flavor", "cluster")})
+            department=dept, actor=request.user, flavor=flavor, cluster=cluster, resource=resource,
+            **{k: v for k, v in data.items() if k not in ("department", "flavor", "cluster", "resource")})
         messages.success(request, f"Quota request {req.pk} ({where}) filed: a platform admin decides it.")
 
     return set_quota if m.is_platform_admin else file_request
 
 
-def _submit(request, *, m, dept, flavors, clusters, current) -> dict:
+def _submit(request, *, m, dept, choices, clusters, current) -> dict:
     payload = form_payload(request.POST, ("flavor", "cluster", "nominal", "oversubscribe"), integers=("nominal",),
                            checkboxes=("oversubscribe",))
     payload.update(form_payload(request.POST, ("borrowing_limit", "lending_limit"),
@@ -112,11 +130,15 @@ def _submit(request, *, m, dept, flavors, clusters, current) -> dict:
     cluster = next((c for c in clusters if c.name == cluster_name), None)
     pre = {} if cluster_name is None or cluster else {"cluster": ["Choose a cluster, or all clusters."]}
     limits_payload(request.POST, payload, pre)
-    flavor = next((f for f in flavors if f.name == payload.get("flavor")), None)
+    chosen = next((c for c in choices if c[0] == payload.get("flavor")), None)
+    flavor, resource = (chosen[2], chosen[3]) if chosen else (None, QuotaResource.GPUS)
     if flavor is None:
         pre["flavor"] = ["Choose a flavor."]
+    elif flavor.is_cpu and cluster is not None:
+        pre["cluster"] = ["A CPU pool's quotas are global: choose all clusters."]
     reason = request.POST.get("reason", "").strip()
-    apply = _apply(request, m=m, dept=dept, flavor=flavor, cluster=cluster, current=current, reason=reason)
+    apply = _apply(request, m=m, dept=dept, flavor=flavor, resource=resource, cluster=cluster, current=current,
+                   reason=reason)
     if m.is_platform_admin:
         payload.pop("flavor", None)
         return submit_form(QuotaUpdateSerializer, payload, apply, pre)
@@ -135,29 +157,30 @@ def quota(request, slug: str):
                                          message="Only the department's admins can change or request quotas.")
     m = member(request.user)
     flavors = list(Flavor.objects.order_by("name"))
+    choices = scope_choices(flavors)
     clusters = list(Cluster.objects.order_by("name"))
-    current = {(q.flavor.name, q.cluster.name if q.cluster else ""): q
+    current = {(scope_value(q), q.cluster.name if q.cluster else ""): q
                for q in Quota.objects.filter(department=dept).select_related("flavor", "cluster")}
-    values, errors = _initial(request, current, flavors), {}
+    values, errors = _initial(request, current, choices), {}
     if request.method == "POST":
         values = request.POST.dict()
-        errors = _submit(request, m=m, dept=dept, flavors=flavors, clusters=clusters, current=current)
+        errors = _submit(request, m=m, dept=dept, choices=choices, clusters=clusters, current=current)
         if not errors:
             return redirect("lab:department", slug=slug)
     link = None
-    if values.get("flavor") and values.get("nominal"):
+    if values.get("flavor") and values.get("nominal") and "/" not in values["flavor"]:  # (what-if: GPU quotas)
         link = whatif_link(slug, values["flavor"], values, values.get("cluster") or None)
     room = quota_room(dept, [f for f in flavors if not f.is_cpu], clusters)
     # each flavor's global quota (all clusters), then the department's quotas of it on one cluster
     per_cluster = sorted((key, q) for key, q in current.items() if key[1])  # keys are unique: q never compared
     rows = []
-    for f in flavors:
-        rows.append((f, "", current.get((f.name, "")), room.get(f.name)))
-        rows += [(f, c, q, room.get(f"{name}@{c}")) for (name, c), q in per_cluster if name == f.name]
+    for value, label, _, _ in choices:
+        rows.append((value, label, "", current.get((value, "")), room.get(value)))
+        rows += [(value, label, c, q, room.get(f"{name}@{c}")) for (name, c), q in per_cluster if name == value]
     in_force = {f"{name}@{c}" if c else name: quota_values(q) for (name, c), q in current.items()}
     scope = values.get("flavor", "") + (f"@{values['cluster']}" if values.get("cluster") else "")
     return render_form(request, "lab/quota.html", {
-        "membership": m, "department": dept, "flavors": flavors, "clusters": clusters, "current": current,
+        "membership": m, "department": dept, "choices": choices, "clusters": clusters, "current": current,
         "values": values, "whatif": link, "rows": rows, "in_force": in_force, "room": room,
         "chosen_room": room.get(scope), "several_clusters": len(clusters) > 1}, errors)
 

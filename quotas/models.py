@@ -231,6 +231,8 @@ class QuotaChangeRequest(models.Model):
     # them).
     cluster = models.ForeignKey("scheduling.Cluster", null=True, blank=True, on_delete=models.CASCADE,
                                 related_name="quota_requests")
+    # what the numbers count, as the quota's own (a CPU pool's cores or GiB)
+    resource = models.CharField(max_length=6, choices=QuotaResource.choices, default=QuotaResource.GPUS)
     nominal = models.PositiveIntegerField()
     borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     lending_limit = models.PositiveIntegerField(null=True, blank=True)

@@ -67,6 +67,8 @@ class SchedulingFacts(Protocol):
 
     def cluster_named(self, name: str): ...
 
+    def cpu_in_use(self) -> dict[tuple[int, int], tuple[int, int]]: ...
+
     def queued_costs(self, *, owner_id: int, wallet_id: int) -> list[CostInputs]: ...
 
     def attempts(self, job_ids) -> dict[int, AttemptState]: ...
@@ -83,6 +85,9 @@ class NoScheduling:
 
     def cluster_named(self, name: str):
         return None
+
+    def cpu_in_use(self) -> dict[tuple[int, int], tuple[int, int]]:
+        return {}
 
     def queued_costs(self, *, owner_id: int, wallet_id: int) -> list[CostInputs]:
         return []

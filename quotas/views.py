@@ -90,6 +90,10 @@ def _rule_page(request, slug: str, action, model):
     return dept, member(request.user), model.objects.filter(department=dept).first()
 
 
+# A price's amounts, in credits on the page: a GPU flavor's per GPU-hour, a CPU pool's per core-hour and GiB-hour.
+PRICE_FIELDS = ("per_gpu_hour", "per_core_hour", "per_gib_hour")
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def prices(request):
@@ -102,19 +106,21 @@ def prices(request):
 
         def apply(data):
             price, created = pricing.price_set(actor=request.user, **data)
+            amount = (f"{format_credits(price.per_core_hour)} per core-hour and {format_credits(price.per_gib_hour)} "
+                      "per GiB-hour") if price.flavor.is_cpu else f"{format_credits(price.per_gpu_hour)} per GPU-hour"
             messages.success(request, f"Price of {price.flavor.name}/{price.tier} "
-                                      f"{'set' if created else 'changed'}: {format_credits(price.per_gpu_hour)} "
-                                      "per GPU-hour.")
+                                      f"{'set' if created else 'changed'}: {amount}.")
 
-        payload = form_payload(request.POST, ("flavor", "tier", "per_gpu_hour"))
+        payload = form_payload(request.POST, ("flavor", "tier", *PRICE_FIELDS))
         errors = submit_form(PriceInputSerializer, payload, apply,
-                             credit_fields(payload, PriceInputSerializer, ("per_gpu_hour",)))
+                             credit_fields(payload, PriceInputSerializer, PRICE_FIELDS))
         if not errors:
             return redirect("budgets:prices")
-    elif "flavor" in values and "tier" in values and "per_gpu_hour" not in values:
+    elif "flavor" in values and "tier" in values and not any(f in values for f in PRICE_FIELDS):
         current = Price.objects.filter(flavor__name=values["flavor"], tier=values["tier"]).first()
-        if current is not None:
-            values["per_gpu_hour"] = credits_value(current.per_gpu_hour)
+        if current is not None:  # a GPU flavor's price per GPU-hour, a CPU pool's per core-hour and GiB-hour
+            fields = ("per_core_hour", "per_gib_hour") if current.flavor.is_cpu else ("per_gpu_hour",)
+            values.update({f: credits_value(getattr(current, f)) for f in fields})
     return render_form(request, "quotas/prices.html", {
         "membership": m, "values": values, "tiers": TIER_NAMES,
         "flavors": Flavor.objects.order_by("name"),

@@ -413,6 +413,20 @@ def calendar_entries(user, start: datetime, end: datetime) -> dict:
     return {"start": start, "end": end, "bookings": bookings, "maintenance": windows}
 
 
+def job_events(*, job: Job, role: str | None = None) -> QuerySet:
+    """A job's timeline, or with ``role`` only the events of that role of a job of several roles (its pods',
+    and the engine's reasons naming it; ``JobEvent.role``). A role the job has not: 400 on ``role``."""
+    qs = job.events.select_related("actor")
+    if not role:
+        return qs
+    names = list(job.roles.order_by("index").values_list("name", flat=True)) if job.role_count > 1 else []
+    if role not in names:
+        raise ValidationFailed(f"role: job {job.pk} has no role {role!r}.", fields={"role": [{
+            "code": "invalid", "message": (f"This job's roles are {', '.join(names)}." if names
+                                           else "This job is one role: its events are all the job's.")}]})
+    return qs.filter(Q(data__role=role) | Q(data__detail__role=role))
+
+
 def pods_by_role(*, job: Job) -> list[dict]:
     """A job of several roles' pods, role by role (its pods are numbered role by role): per role its name,
     shape, failure policy and pods, each with its index, rank in the role, name in the current attempt, node

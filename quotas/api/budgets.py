@@ -299,13 +299,43 @@ class PriceSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Price
-        fields = ["id", "flavor", "tier", "per_gpu_hour", "updated_at"]
+        fields = ["id", "flavor", "tier", "per_gpu_hour", "per_core_hour", "per_gib_hour", "updated_at"]
 
 
 class PriceInputSerializer(StrictSerializer):
+    """A GPU flavor's price per GPU-hour, or a CPU pool's per core-hour and GiB-hour (mcr), per tier."""
+
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
     tier = serializers.ChoiceField(choices=TIER_NAMES)
-    per_gpu_hour = serializers.IntegerField(min_value=0, max_value=10**12)
+    per_gpu_hour = serializers.IntegerField(min_value=0, max_value=10**12, required=False,
+                                            help_text="a GPU flavor's (required there; a CPU pool has none)")
+    per_core_hour = serializers.IntegerField(min_value=0, max_value=10**12, required=False,
+                                             help_text="a CPU pool's, per core-hour")
+    per_gib_hour = serializers.IntegerField(min_value=0, max_value=10**12, required=False,
+                                            help_text="a CPU pool's, per GiB-hour of memory")
+
+    def validate(self, attrs):
+        flavor, errors = attrs.get("flavor"), {}
+        cpu = [k for k in ("per_core_hour", "per_gib_hour") if k in attrs]
+        if flavor is None:  # (the lab file's prices, read under their flavor: it checks the kind itself)
+            return attrs
+        if flavor.is_cpu:
+            if attrs.get("per_gpu_hour"):
+                errors["per_gpu_hour"] = [serializers.ErrorDetail(
+                    f"{flavor.name} is a CPU pool: price it per core-hour and GiB-hour.", code="cpu_pool")]
+            elif not cpu:
+                errors["per_core_hour"] = [serializers.ErrorDetail(
+                    "A CPU pool's price: per_core_hour and/or per_gib_hour.", code="required")]
+        else:
+            for k in cpu:
+                errors[k] = [serializers.ErrorDetail(
+                    f"{flavor.name} is a GPU flavor: its price is per GPU-hour.", code="gpu_flavor")]
+            if "per_gpu_hour" not in attrs:
+                errors["per_gpu_hour"] = [serializers.ErrorDetail("This field is required.", code="required")]
+        if errors:
+            raise serializers.ValidationError(errors)
+        attrs.setdefault("per_gpu_hour", 0)
+        return attrs
 
 
 class PriceListView(GenericAPIView):

@@ -17,7 +17,7 @@ from portal.errors import NotFound, ValidationFailed
 from portal.models import Department
 from portal.tenancy import ADMIN, CHANGE, VIEW, membership_of, require_role
 from quotas import ports
-from quotas.models import Flavor, GpuSharing, Quota, QuotaChangeRequest
+from quotas.models import Flavor, GpuSharing, Quota, QuotaChangeRequest, QuotaResource
 from quotas.services import flavors as flavor_services
 from quotas.services import quota_requests, rules
 
@@ -118,14 +118,22 @@ class QuotaSerializer(serializers.ModelSerializer):
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
                                            help_text="the cluster of a per-cluster quota; null: all clusters")
+    resource = serializers.ChoiceField(choices=QuotaResource.choices, read_only=True,
+                                       help_text="what the numbers count: gpus, or a CPU pool's cpu (cores) or "
+                                       "memory (GiB)")
     in_use = serializers.SerializerMethodField()
 
     class Meta:
         model = Quota
-        fields = ["id", "department", "flavor", "cluster", "nominal", "borrowing_limit", "lending_limit", "in_use"]
+        fields = ["id", "department", "flavor", "cluster", "resource", "nominal", "borrowing_limit", "lending_limit",
+                  "in_use"]
 
     def get_in_use(self, quota) -> int:
-        """GPUs the department's admitted and running jobs hold in the quota's scope."""
+        """What the department's admitted and running jobs hold in the quota's scope: GPUs, or the cores or
+        GiB of a CPU pool (rounded up)."""
+        if quota.resource != QuotaResource.GPUS:
+            milli, mib = self.context.get("cpu_usage", {}).get((quota.department_id, quota.flavor_id), (0, 0))
+            return -(-milli // 1000) if quota.resource == QuotaResource.CPU else -(-mib // 1024)
         usage = self.context.get("usage", {})
         if quota.cluster_id is None:
             return sum(n for (d, f, _), n in usage.items() if (d, f) == (quota.department_id, quota.flavor_id))
@@ -148,6 +156,8 @@ class QuotaCreateSerializer(QuotaUpdateSerializer):
     cluster = serializers.CharField(max_length=40, required=False, allow_null=True, default=None,
                                     help_text="a cluster's name for a per-cluster quota; null: all clusters")
     nominal = serializers.IntegerField(min_value=0, max_value=100_000)
+    resource = serializers.ChoiceField(choices=QuotaResource.choices, required=False, default=QuotaResource.GPUS,
+                                       help_text="gpus (a GPU flavor), or cpu (cores) or memory (GiB) of a CPU pool")
 
 
 class QuotaOutSerializer(QuotaSerializer):
@@ -225,6 +235,7 @@ class QuotaViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
         ctx = super().get_serializer_context()
         # GPUs held by jobs, by (department, flavor, cluster): scheduling counts them (quotas.ports).
         ctx["usage"] = ports.facts().gpus_in_use()
+        ctx["cpu_usage"] = ports.facts().cpu_in_use()
         return ctx
 
 
@@ -239,7 +250,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = QuotaChangeRequest
-        fields = ["id", "department", "flavor", "cluster", "nominal", "borrowing_limit", "lending_limit",
+        fields = ["id", "department", "flavor", "cluster", "resource", "nominal", "borrowing_limit", "lending_limit",
                   "oversubscribe",
                   "reason", "state", "requested_by", "requested_at", "decided_by", "decided_at",
                   "decision_comment"]
@@ -252,6 +263,8 @@ class QuotaRequestCreateSerializer(StrictSerializer):
     cluster = serializers.CharField(max_length=40, required=False, allow_null=True, default=None,
                                     help_text="a cluster's name to change the quota on that cluster only; null: the "
                                               "global quota (all clusters)")
+    resource = serializers.ChoiceField(choices=QuotaResource.choices, required=False, default=QuotaResource.GPUS,
+                                       help_text="gpus (a GPU flavor), or cpu (cores) or memory (GiB) of a CPU pool")
     # No defaults: a field left out is the quota in force's (the service fills it in), never "no limit".
     nominal = serializers.IntegerField(min_value=0, max_value=100_000, required=False,
                                        help_text="GPUs guaranteed; omitted: the quota in force's")

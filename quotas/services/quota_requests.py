@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from portal.audit import audit
 from portal.errors import Conflict, ValidationFailed
-from quotas.models import Quota, QuotaChangeRequest
+from quotas.models import Quota, QuotaChangeRequest, QuotaResource
 from quotas.services import rules
 from quotas.services.base import field_error
 
@@ -33,14 +33,15 @@ NULL_MEANS = {"nominal": None, "borrowing_limit": "null: no borrowing limit",
              "lending_limit": "null: lend all of the nominal quota"}
 
 
-def _asked(department, flavor, cluster, given: dict) -> dict:
+def _asked(department, flavor, cluster, given: dict, resource: str) -> dict:
     """The request's numbers: those ``given``, the rest from the quota in force for the department, flavor and
     cluster. Without a quota in force there is nothing to keep (a department without one cannot use the
     flavor there), so each number must be given: leaving a limit out must not make it unlimited."""
-    quota = Quota.objects.filter(department=department, flavor=flavor, cluster=cluster).first()
+    quota = Quota.objects.filter(department=department, flavor=flavor, cluster=cluster, resource=resource).first()
     if quota is not None:
         return {f: given[f] if f in given else getattr(quota, f) for f in FIELDS}
-    where = flavor.name if cluster is None else f"{flavor.name} on {cluster.name}"
+    where = (flavor.name if cluster is None else f"{flavor.name} on {cluster.name}") + (
+        f" ({resource})" if flavor.is_cpu else "")
     errors = {f: [{"code": "required", "message": f"{department.slug} has no quota of {where} to keep: give "
                                                   f"{f}" + (f" ({NULL_MEANS[f]})." if NULL_MEANS[f] else ".")}]
               for f in FIELDS if f not in given}
@@ -50,7 +51,8 @@ def _asked(department, flavor, cluster, given: dict) -> dict:
 
 
 def quota_request_create(*, department, flavor, actor, reason: str, nominal=KEEP, borrowing_limit=KEEP,
-                         lending_limit=KEEP, oversubscribe: bool = False, cluster=None) -> QuotaChangeRequest:
+                         lending_limit=KEEP, oversubscribe: bool = False, cluster=None,
+                         resource: str = QuotaResource.GPUS) -> QuotaChangeRequest:
     """File a request for the department's global quota of ``flavor`` or, with ``cluster``, for its quota on
     that cluster only. A number left as ``KEEP`` is the quota in force's; None is no limit. The simple rules
     are checked now, capacity included (a request that could not be approved as asked is refused: the other
@@ -60,8 +62,10 @@ def quota_request_create(*, department, flavor, actor, reason: str, nominal=KEEP
         raise field_error("department", f"{department.slug} is archived: it takes no quota changes.", "archived")
     if not reason.strip():
         raise field_error("reason", "Say why the department needs this quota.", "required")
+    if (resource == QuotaResource.GPUS) == flavor.is_cpu:
+        raise rules.resource_mismatch(flavor)
     given = {f: v for f, v in zip(FIELDS, (nominal, borrowing_limit, lending_limit), strict=True) if v is not KEEP}
-    values = _asked(department, flavor, cluster, given)
+    values = _asked(department, flavor, cluster, given, resource)
     if errors := rules.quota_limit_errors(nominal=values["nominal"], borrowing=values["borrowing_limit"],
                                           lending=values["lending_limit"]):
         raise ValidationFailed(fields=errors)
@@ -75,10 +79,11 @@ def quota_request_create(*, department, flavor, actor, reason: str, nominal=KEEP
                               "over_capacity")
     with transaction.atomic():
         req = QuotaChangeRequest.objects.create(
-            department=department, flavor=flavor, cluster=cluster, **values, oversubscribe=oversubscribe,
+            department=department, flavor=flavor, cluster=cluster, resource=resource, **values,
+            oversubscribe=oversubscribe,
             reason=reason.strip(), requested_by=actor)
         audit(actor=actor, action="quota_request.create", obj=req, department=department,
-              new={"flavor": flavor.name, "cluster": cluster.name if cluster else None,
+              new={"flavor": flavor.name, "cluster": cluster.name if cluster else None, "resource": resource,
                    **{f: getattr(req, f) for f in FIELDS}, "oversubscribe": oversubscribe}, comment=req.reason)
     return req
 
@@ -102,10 +107,11 @@ def quota_request_approve(*, req: QuotaChangeRequest, actor, comment: str = "") 
     values = {f: getattr(req, f) for f in FIELDS}
     with transaction.atomic():
         _decide(req, actor=actor, state=QuotaChangeRequest.State.APPROVED, comment=comment)
-        quota = Quota.objects.filter(department=req.department, flavor=req.flavor, cluster=req.cluster).first()
+        quota = Quota.objects.filter(department=req.department, flavor=req.flavor, cluster=req.cluster,
+                                     resource=req.resource).first()
         if quota is None:
             quota = rules.quota_create(department=req.department, flavor=req.flavor, cluster=req.cluster,
-                                       actor=actor, oversubscribe=req.oversubscribe, comment=why, **values)
+                                       resource=req.resource, actor=actor, oversubscribe=req.oversubscribe, comment=why, **values)
         else:
             quota = rules.quota_set(quota=quota, actor=actor, oversubscribe=req.oversubscribe, comment=why,
                                     **values)

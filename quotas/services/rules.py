@@ -184,13 +184,20 @@ def quota_set(*, quota: Quota, actor, oversubscribe: bool = False, comment: str 
     return quota
 
 
+def resource_mismatch(flavor):
+    """The 400 on ``resource`` of a quota (or a request for one) that counts what its flavor has not."""
+    return field_error("resource", f"{flavor.name} is " + ("a CPU pool: its quotas count cpu or memory."
+                                                          if flavor.is_cpu else "a GPU flavor: its quotas count gpus."),
+                       "invalid")
+
+
 def quota_create(*, department: Department, flavor, actor, nominal: int = 0, borrowing_limit=None,
                  lending_limit=None, oversubscribe: bool = False, comment: str = "", cluster=None,
                  resource: str = QuotaResource.GPUS) -> Quota:
     """Give a department a quota of a flavor it has none of (validated and audited like a change): a global
     one (``cluster`` None) or one on ``cluster`` only; of GPUs, or of a CPU pool's cores or GiB (``resource``)."""
     if (resource == QuotaResource.GPUS) == flavor.is_cpu:
-        raise field_error("resource", f"{flavor.name} is {'a CPU pool: its quotas count cpu or memory' if flavor.is_cpu else 'a GPU flavor: its quotas count gpus'}.", "invalid")
+        raise resource_mismatch(flavor)
     if department.is_archived:
         raise field_error("department", f"{department.slug} is archived: it takes no new quotas.", "archived")
     where = "" if cluster is None else f" on {cluster.name}"

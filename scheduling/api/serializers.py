@@ -753,10 +753,13 @@ class JobBatchSubmitSerializer(StrictSerializer):
 
 class JobEventSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    role = serializers.CharField(read_only=True, help_text="a job of several roles: the role the event concerns "
+                                 "(its pod's, or the one the reason names); empty for the whole job")
 
     class Meta:
         model = JobEvent
-        fields = ["at", "attempt", "kind", "from_state", "to_state", "reason_code", "message", "data", "actor"]
+        fields = ["at", "attempt", "kind", "from_state", "to_state", "reason_code", "message", "data", "actor",
+                  "role"]
 
 
 class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):

@@ -26,12 +26,13 @@ from scheduling.api.serializers import (
     JobBatchSerializer,
     JobBatchSubmitSerializer,
     JobDetailSerializer,
+    JobEventSerializer,
     JobSerializer,
     JobSubmitSerializer,
 )
 from scheduling.backends.base import BackendError
 from scheduling.models import JobEvent
-from scheduling.selectors import jobs_for
+from scheduling.selectors import job_events, jobs_for
 from scheduling.services.dependencies import job_set_dependencies
 from scheduling.services.jobs import job_cancel, job_submit, job_submit_batch
 from scheduling.services.logs import attempt_log_lines, role_pods
@@ -244,6 +245,18 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         member(request.user)
         body = validated(JobSubmitSerializer, _from_template(request))
         return Response(job_quote(user=request.user, data=body))
+
+    @extend_schema(responses={200: JobEventSerializer(many=True)}, summary="The job's timeline (by role)",
+                   parameters=[OpenApiParameter("role", str, description="A job of several roles: only the events "
+                                                "of this role (its pods', and the reasons naming it); 400 for a name "
+                                                "the job has not")],
+                   description="Every event of the job, oldest first, each with the role it concerns (empty: the "
+                   "whole job).")
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        job = self.get_object()
+        events = job_events(job=job, role=request.query_params.get("role") or None)
+        return Response(JobEventSerializer(events, many=True).data)
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="The job's submission spec (clone it)",
                    parameters=[OpenApiParameter("add_data_workers", int, description="The clone with this many "

@@ -409,3 +409,11 @@ class JobEvent(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.kind} {self.to_state or self.reason_code}"
+
+    @property
+    def role(self) -> str:
+        """The role of a job of several roles this event concerns: its pod's (``data.role``), or the role the
+        engine's reason names (``data.detail.role``); "" for an event about the whole job."""
+        data = self.data if isinstance(self.data, dict) else {}
+        detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
+        return str(data.get("role") or detail.get("role") or "")

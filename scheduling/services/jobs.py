@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -35,8 +36,34 @@ from workloads.services.resolve import create_checkpoint_dirs
 log = logging.getLogger(__name__)
 
 
+# A pod's deterministic name: job-<id>-a<attempt>-<index>, the index counted role by role.
+POD_NAME_RE = re.compile(r"^job-\d+-a\d+-(\d+)$")
+
+
+def with_pod_role(job: Job, data: dict | None) -> dict | None:
+    """``data`` of an event about one pod of a job of several roles, with that pod's ``role`` added (from its
+    ``index``, or the index its name ends with, against the roles' pod counts in order), so the timeline says
+    which role it concerns and filters by it. Other events, and a job of one role's, are left as they are."""
+    if not data or data.get("role") or job.role_count < 2:
+        return data
+    index = data.get("index")
+    if not isinstance(index, int):
+        m = POD_NAME_RE.match(str(data.get("pod", "")))
+        index = int(m.group(1)) if m else None
+    if index is None:
+        return data
+    at = 0
+    for name, pods in job.roles.order_by("index").values_list("name", "pods"):
+        if index < at + pods:
+            return {**data, "role": name}
+        at += pods
+    return data
+
+
 def record_event(*, job: Job, kind: str, **details: Any) -> JobEvent:
     """Append one event to the job's timeline; ``details`` are ``new_event``'s."""
+    if details.get("data"):
+        details["data"] = with_pod_role(job, details["data"])
     event = new_event(job=job, kind=kind, **details)
     if not insert_later(event):  # inside ``portal.db.inserted_together``: at its end
         event.save(force_insert=True)

@@ -69,7 +69,8 @@ def attempt_failed(*, job: Job, pods: list[PodState], pod: PodState) -> str | No
                                      message=f"pod {pod.name} failed: {pod.reason or 'error'} "
                                              f"(exit code {pod.exit_code}) {pod.message}".strip(),
                                      finished_at=from_epoch(pod.finished_at),
-                                     started_at=from_epoch(first_start(pods))) else None
+                                     started_at=from_epoch(first_start(pods)),
+                                     data={"pod": pod.name, "index": pod.index}) else None
     if outcome == "failed" and len(pods) > 1:
         # Its siblings are not preempted work, but they are cleared as every ended attempt's pods are: deleted
         # once they no longer run, evicted while they do (a team's PodDisruptionBudget still holds). A retry
@@ -121,7 +122,8 @@ def retry(*, job: Job, pod: PodState, decision: retries.RetryDecision) -> bool:
     return True
 
 
-def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at, started_at=None) -> bool:
+def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finished_at, started_at=None,
+           data: dict | None = None) -> bool:
     """End the job; the settlement of its hold commits or rolls back with the transition. ``started_at``: when
     the attempt's pods started, as they say; written on a job that no sync saw running (it started and ended
     between two), so its page, its wait and its preemption's audit chain read when it really started."""
@@ -134,7 +136,7 @@ def finish(*, job: Job, state: str, exit_code, reason: str, message: str, finish
         budgets.lock_department_wallets([job.department_id])  # the wallet before the job: the one lock order
         ok = transition(job=job, to=state, allowed_from=sources,
                         attempt=job.attempt, reason_code=reason, message=message, exit_code=exit_code,
-                        finished_at=finished_at or timezone.now(), **started)
+                        finished_at=finished_at or timezone.now(), data=data, **started)
         if ok:
             if started:
                 _mark_restarted(job)

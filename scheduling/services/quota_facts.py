@@ -4,10 +4,10 @@ are the facts it gets instead, as values. Registered in ``SchedulingConfig.ready
 
 from __future__ import annotations
 
-from django.db.models import Sum
+from django.db.models import F, Sum
 
 from quotas.ports import AttemptState, CostInputs
-from scheduling.models import ACTIVE_STATES, GPU_SHARE, Cluster, Job, JobState, Node
+from scheduling.models import ACTIVE_STATES, GPU_SHARE, Cluster, Job, JobRole, JobState, Node
 
 
 class SchedulingQuotaFacts:
@@ -36,6 +36,14 @@ class SchedulingQuotaFacts:
 
     def cluster_named(self, name: str):
         return Cluster.objects.filter(name=name).first()
+
+    def cpu_in_use(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """Millicores and MiB of admitted and running jobs' roles without GPUs, by (department, CPU pool), all
+        clusters together (CPU quotas are global)."""
+        rows = (JobRole.objects.filter(job__state__in=ACTIVE_STATES, gpus_per_pod=0, flavor__isnull=False)
+                .values("job__department_id", "flavor_id")
+                .annotate(c=Sum(F("pods") * F("cpu_millicores")), m=Sum(F("pods") * F("memory_mib"))))
+        return {(r["job__department_id"], r["flavor_id"]): (int(r["c"] or 0), int(r["m"] or 0)) for r in rows}
 
     def queued_costs(self, *, owner_id: int, wallet_id: int) -> list[CostInputs]:
         """The cost inputs of the user's queued jobs in the department of ``wallet_id`` (one query)."""

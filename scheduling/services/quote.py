@@ -38,9 +38,17 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     """The quote of ``data`` (validated input, see JobSubmitSerializer) for ``user`` in their department."""
     membership = member(user)
     now = now or timezone.now()
-    fields = {k: v for k, v in data.items() if k not in ("flavor", "after")}
+    roles = data.get("roles") or []
+    fields = {k: v for k, v in data.items() if k not in ("flavor", "after", "roles")}
     job = Job(owner=user, department=membership.department, user_tier=membership.user_tier,
-              flavor=data["flavor"], state=JobState.QUEUED, submitted_at=now, **fields)
+              flavor=data["flavor"], state=JobState.QUEUED, submitted_at=now, role_count=len(roles) or 1, **fields)
+    if roles:  # a job not saved has no role rows to read: its CPU work (what CPU prices charge) from its roles
+        work: dict[int, tuple[int, int]] = {}
+        for r in roles:
+            if r["gpus_per_pod"] == 0:
+                c, m = work.get(r["flavor"].pk, (0, 0))
+                work[r["flavor"].pk] = (c + r["pods"] * r["cpu_millicores"], m + r["pods"] * r["memory_mib"])
+        job._cpu_work = tuple((f, c, m) for f, (c, m) in sorted(work.items()))
     gpus_total = job.gpu_share if job.share_milli else job.total_gpus  # a fraction is quoted at its share
     gpu_seconds = gpus_total * job.max_runtime_s
     terms = budgets.preemption_terms(department_id=membership.department_id, tier=job.tier,

@@ -17,15 +17,16 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from engine import tiers as tier_table
-from portal.errors import PortalError, error_body
+from portal.errors import PortalError, ValidationFailed, error_body
 from portal.forms import act_and_flash, credit_fields, form_payload, labels_into
 from portal.tenancy import CHANGE, VIEW, member, permits
 from quotas.models import Flavor
-from scheduling.api.serializers import JobSubmitSerializer, JobTemplateWriteSerializer
+from scheduling.api.serializers import MAX_ROLES, JobSubmitSerializer, JobTemplateWriteSerializer
 from scheduling.api.sweeps import ArraySubmitSerializer
 from scheduling.backends.base import BackendError
 from scheduling.models import (
     Cluster,
+    FailurePolicy,
     Job,
     JobEvent,
     JobKind,
@@ -36,7 +37,7 @@ from scheduling.models import (
     Tier,
     Urgency,
 )
-from scheduling.selectors import jobs_for, live_states, pods_by_role, queue_position
+from scheduling.selectors import job_events, jobs_for, live_states, pods_by_role, queue_position
 from scheduling.services import fractions
 from scheduling.services.dependencies import dependencies_of
 from scheduling.services.jobs import job_cancel, job_submit
@@ -44,7 +45,7 @@ from scheduling.services.logs import attempt_log_lines, is_live
 from scheduling.services.quote import job_quote
 from scheduling.services.sessions import route_context
 from scheduling.services.sweeps import array_submit
-from scheduling.services.templates import spec_of_job, template_create, templates_for
+from scheduling.services.templates import spec_of_job, template_create, templates_for, with_data_workers
 from scheduling.views.templates import spec_form_values
 from workloads.models import DataSource
 from workloads.podsecrets import token_warnings
@@ -68,6 +69,8 @@ def jobs(request):
     })
 
 
+# The job's own size as the form starts it (the serializer's defaults, and one GPU on one pod).
+SIZE_DEFAULTS = {"gpus": "1", "pods": "1", "cpu": "4", "memory": "16Gi"}
 FORM_FIELDS = ("name", "kind", "session_image", "image", "port", "readiness_path", "flavor", "gpus", "pods",
                "gpu_memory_gib", "gpu_cores", "gpu_replicas", "cpu",
                "memory", "tier", "urgency", "task_type", "deadline", "max_runtime_s", "checkpoint_interval_s", "bid",
@@ -81,13 +84,12 @@ def _form_to_payload(post) -> tuple[dict, dict]:
     only a form has: a command typed as a shell line, and environment variables as NAME=value lines."""
     payload = form_payload(post, FORM_FIELDS, integers=INT_FIELDS, checkboxes=("topology_required",))
     errors = credit_fields(payload, JobSubmitSerializer, ("bid",))  # the form speaks credits, the API mcr
-    command = post.get("command", "").strip()
+    command = _command(post.get("command", ""), "command", errors)
     if command:
-        try:
-            parsed = json.loads(command) if command.startswith("[") else ["/bin/sh", "-c", command]
-            payload["command"] = parsed
-        except json.JSONDecodeError:
-            errors["command"] = ['A JSON list like ["python", "train.py"] or a shell command line.']
+        payload["command"] = command
+    roles = _form_roles(post, errors)
+    if roles:
+        payload["roles"] = roles
     env_lines = [line.strip() for line in post.get("env", "").splitlines() if line.strip()]
     env = {}
     for line in env_lines:
@@ -130,6 +132,93 @@ def _form_to_payload(post) -> tuple[dict, dict]:
     return payload, errors
 
 
+def _command(text: str, field: str, errors: dict) -> list[str] | None:
+    """A command as the form takes it: a JSON list, or a shell line run by /bin/sh -c."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text) if text.startswith("[") else ["/bin/sh", "-c", text]
+    except json.JSONDecodeError:
+        errors[field] = ['A JSON list like ["python", "train.py"] or a shell command line.']
+        return None
+
+
+# A role's row of the submit form (``role-<row>-<field>``): the API's role fields, numbers as JSON integers.
+ROLE_FIELDS = ("name", "pods", "gpus", "cpu", "memory", "shm_mb", "flavor", "failure_policy", "image", "command")
+ROLE_INT_FIELDS = ("pods", "gpus", "shm_mb")
+# What makes a row a role: the two selects always post a value, so a row with only those is an empty row.
+ROLE_TYPED = ("name", "pods", "gpus", "cpu", "memory", "shm_mb", "image", "command")
+
+
+def _posted_role_rows(post) -> list[dict]:
+    return [{f: post.get(f"role-{i}-{f}", "").strip() for f in ROLE_FIELDS} for i in range(MAX_ROLES)]
+
+
+def _form_roles(post, errors: dict) -> list[dict]:
+    """The form's filled role rows -> the API's ``roles`` (empty rows skipped; a row's errors are keyed by
+    its input's name, ``role-<row>-<field>``, through ``_form_errors``)."""
+    roles = []
+    for i, row in enumerate(_posted_role_rows(post)):
+        if not any(row[f] for f in ROLE_TYPED):
+            continue
+        role = form_payload(row, [f for f in ROLE_FIELDS if f != "command"], integers=ROLE_INT_FIELDS)
+        command = _command(row["command"], f"role-{i}-command", errors)
+        if command:
+            role["command"] = command
+        roles.append(role)
+    return roles
+
+
+def _role_rows_of(post) -> list[int]:
+    """The rows (form positions) the payload's roles came from, in order: roles[k] is row ``rows[k]``."""
+    return [i for i, row in enumerate(_posted_role_rows(post)) if any(row[f] for f in ROLE_TYPED)]
+
+
+def _form_errors(errors: dict, rows: list[int]) -> dict[str, list[str]]:
+    """Serializer or service field errors as the form's fields' lines: a role's (``roles`` as a list by
+    role, or ``roles.<k>.<field>``) under its row's input, ``role-<row>-<field>``."""
+    out: dict[str, list[str]] = {}
+
+    def role_field(k: int, field: str) -> str:
+        return f"role-{rows[k]}-{field}" if 0 <= k < len(rows) else "roles"
+
+    for key, items in errors.items():
+        parts = key.split(".")
+        # a list of roles' errors comes as a list by role or a dict by position, each item a dict by field
+        by_role = (dict(enumerate(items)) if isinstance(items, list) else items) if key == "roles" else {}
+        if isinstance(by_role, dict) and by_role and all(isinstance(v, dict) for v in by_role.values()):
+            for k, item in by_role.items():
+                for field, msgs in item.items():
+                    out.setdefault(role_field(int(k), field), []).extend(_messages(msgs))
+        elif len(parts) == 3 and parts[0] == "roles" and parts[1].isdigit():
+            out.setdefault(role_field(int(parts[1]), parts[2]), []).extend(_messages(items))
+        else:
+            out.setdefault(key, []).extend(_messages(items))
+    return out
+
+
+def _portal_errors(exc: PortalError) -> dict[str, list[str]]:
+    return {field: [i["message"] for i in items]
+            for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items()}
+
+
+def _role_form_rows(values, errors: dict) -> list[dict]:
+    """The role table's rows: those given (prefilled or posted), then empty ones to add roles in (at least
+    two in all, one more than given, at most ``MAX_ROLES``), each cell with its value and errors."""
+    given = values.get("role_rows") if isinstance(values, dict) else None
+    rows = given if given is not None else _posted_role_rows(values)
+    used = max((i + 1 for i, row in enumerate(rows) if any(row.get(f) for f in ROLE_TYPED)), default=0)
+    count = min(MAX_ROLES, max(2, used + 1))
+    out = []
+    for i in range(count):
+        row = rows[i] if i < len(rows) else {}
+        out.append({"i": i, "cells": [
+            {"field": f, "name": f"role-{i}-{f}", "value": row.get(f, ""),
+             "errors": errors.get(f"role-{i}-{f}", [])} for f in ROLE_FIELDS]})
+    return out
+
+
 def _prefill(request) -> tuple[dict, str]:
     """The form's starting values: a template's spec (``?template=<id>``) or an earlier job's (``?clone=<id>``),
     read through the tenancy gate (one the user may not see is a 404), and what the form started from."""
@@ -139,7 +228,16 @@ def _prefill(request) -> tuple[dict, str]:
         return spec_form_values(t.spec), f"template {t.name}"
     if request.GET.get("clone"):
         job = Job.objects.select_related("flavor").get_or_404(request.user, VIEW, pk=request.GET["clone"])
-        return spec_form_values(spec_of_job(job)), f"job {job.pk} ({job.name})"
+        spec = spec_of_job(job)
+        if "add_data_workers" in request.GET:  # the saw-tooth hint's one click: the clone with data workers
+            try:
+                count = int(request.GET["add_data_workers"])
+            except ValueError:
+                raise ValidationFailed(fields={"add_data_workers": [
+                    {"code": "invalid", "message": "A whole number of data workers."}]}) from None
+            return (spec_form_values(with_data_workers(spec, count)),
+                    f"job {job.pk} ({job.name}) with {count} more data worker{'s' if count != 1 else ''}")
+        return spec_form_values(spec), f"job {job.pk} ({job.name})"
     return {}, ""
 
 
@@ -196,9 +294,17 @@ def _messages(errors) -> list[str]:
 def submit(request):
     m = member(request.user)
     errors: dict = {}
-    values, started_from = _prefill(request) if request.method == "GET" else (request.POST, "")
+    values, started_from = {}, ""
+    if request.method == "GET":
+        try:
+            values, started_from = _prefill(request)
+        except ValidationFailed as exc:  # a bad add_data_workers: said on the empty form, nothing prefilled
+            errors.update(_portal_errors(exc))
+    else:
+        values = request.POST
     if request.method == "POST":
         payload, errors = _form_to_payload(request.POST)
+        rows = _role_rows_of(request.POST)
         if "save_template" in request.POST and not errors:
             saved = _save_template(request, payload, errors)
             if saved is not None:
@@ -208,7 +314,8 @@ def submit(request):
             try:
                 valid = serializer.is_valid()
                 if not valid:
-                    errors.update({k: _messages(v) for k, v in serializer.errors.items()})
+                    for k, v in _form_errors(serializer.errors, rows).items():
+                        errors.setdefault(k, []).extend(v)
                 if valid and not errors and "array" in payload:
                     data = dict(serializer.validated_data)
                     array, _ = array_submit(user=request.user, data=data, spec=data.pop("array"),
@@ -222,11 +329,13 @@ def submit(request):
                         messages.warning(request, warning)
                     return redirect("dashboard:job", pk=job.pk)
             except PortalError as exc:
-                for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
-                    errors.setdefault(field, []).extend(i["message"] for i in items)
+                for field, items in _form_errors(_portal_errors(exc), rows).items():
+                    errors.setdefault(field, []).extend(items)
     clusters = list(Cluster.objects.order_by("name").only("name", "labels", "state", "topology_levels"))
     flavors = list(Flavor.objects.order_by("name"))
     share = settings.SESSION_DEFAULT_GPU_FRACTION
+    role_rows = _role_form_rows(values, errors)
+    roles_given = any(c["value"] for r in role_rows for c in r["cells"] if c["field"] in ROLE_TYPED)
     return render(request, "scheduling/submit.html", {
         "membership": m, "flavors": flavors, "tiers": Tier.choices,
         "session_fraction": share,
@@ -241,6 +350,10 @@ def submit(request):
         "idempotency_key": request.POST.get("idempotency_key") or uuid.uuid4().hex,
         "templates": list(templates_for(request.user)),
         "started_from": started_from, "chosen_template": request.GET.get("template", ""),
+        "role_rows": role_rows, "cpu_pools": [f.name for f in flavors if f.is_cpu],
+        "failure_policies": FailurePolicy.choices,
+        # a job of roles has its size in its roles: the job's own size fields start blank, not at a default
+        "size_defaults": dict.fromkeys(SIZE_DEFAULTS, "") if roles_given else SIZE_DEFAULTS,
     }, status=400 if errors else 200)
 
 
@@ -254,15 +367,17 @@ def submit_quote(request):
     payload, errors = _form_to_payload(request.POST)
     payload.pop("array", None)  # an array's quote is its one task's (each task is quoted alike)
     serializer = JobSubmitSerializer(data=payload)
+    rows = _role_rows_of(request.POST)
     quote = None
     try:
         if not serializer.is_valid():
-            errors.update({k: [str(e) for e in v] for k, v in serializer.errors.items()})
+            for k, v in _form_errors(serializer.errors, rows).items():
+                errors.setdefault(k, []).extend(v)
         if not errors:
             quote = job_quote(user=request.user, data=serializer.validated_data)
     except PortalError as exc:
-        for field, items in (exc.fields or {"non_field_errors": [{"message": exc.message}]}).items():
-            errors.setdefault(field, []).extend(i["message"] for i in items)
+        for field, items in _form_errors(_portal_errors(exc), rows).items():
+            errors.setdefault(field, []).extend(items)
     warnings = token_warnings(serializer.validated_data.get("env") or {}) if quote else []
     return render(request, "scheduling/_quote.html", {"quote": quote, "errors": errors, "warnings": warnings},
                   status=400 if errors else 200)
@@ -275,15 +390,24 @@ def job_detail(request, pk: int):
         .prefetch_related(Prefetch("events", JobEvent.objects.select_related("actor")))
         .get_or_404(request.user, VIEW, pk=pk)
     )
+    role = request.GET.get("role") or None
+    events, role_error = job.events.all(), None
+    if role:
+        try:
+            events = job_events(job=job, role=role)
+        except ValidationFailed as exc:
+            role_error = _portal_errors(exc)["role"]
     return render(request, "scheduling/job.html", {
-        "job": job, "events": job.events.all(), "can_manage": permits(request.user, job, CHANGE),
+        "job": job, "events": events, "can_manage": permits(request.user, job, CHANGE),
+        # the page reloads when the timeline grows: it compares the whole timeline's length, filtered or not
+        "event_count": len(job.events.all()), "event_role": role, "role_error": role_error,
         "after": dependencies_of(job),
         "queue_position": queue_position(job=job),
         "checkpoint": checkpoint_of(job.pk) if job.checkpoint else None,
         "checkpoint_retention_days": settings.CHECKPOINT_RETENTION_DAYS,
         "route": route_context(request.user, job) if job.has_route else None,
         "roles": pods_by_role(job=job),
-    })
+    }, status=400 if role_error else 200)
 
 
 LIVE_MAX_IDS = 100

@@ -26,16 +26,25 @@ def _labels_text(labels) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) if isinstance(labels, dict) else ""
 
 
+def _command_text(command) -> str:
+    """A command as the form shows it: a shell line for ``/bin/sh -c <line>``, else its JSON list."""
+    if not isinstance(command, list):
+        return ""
+    return command[2] if len(command) == 3 and command[:2] == SHELL else json.dumps(command)
+
+
 def spec_form_values(spec: dict) -> dict:
     """A submission spec as the submit form's field values (what a person would have typed to get it): the
     form reads a command as a shell line or a JSON list, env as NAME=value lines, the bid in credits."""
     values = {k: "" if v is None else str(v) for k, v in spec.items()
               if k not in ("command", "env", "bid", "cluster_selector", "cluster_preference", "mounts", "checkpoint",
-                           "secrets", "retry_on_exit_codes")}
-    command = spec.get("command")
-    if isinstance(command, list):
-        shell = len(command) == 3 and command[:2] == SHELL
-        values["command"] = command[2] if shell else json.dumps(command)
+                           "secrets", "retry_on_exit_codes", "roles")}
+    values["command"] = _command_text(spec.get("command"))
+    if isinstance(spec.get("roles"), list):  # the role table's rows, each field as typed
+        values["role_rows"] = [
+            {**{k: "" if v is None else str(v) for k, v in r.items() if k != "command"},
+             "command": _command_text(r.get("command"))}
+            for r in spec["roles"] if isinstance(r, dict)]
     if isinstance(spec.get("env"), dict):
         # sorted: PostgreSQL's jsonb keeps no key order, and the form should read the same every time
         values["env"] = "\n".join(f"{k}={v}" for k, v in sorted(spec["env"].items()))

@@ -160,3 +160,39 @@ def test_the_form_marks_only_what_was_typed_and_errors_keep_the_grid(page, live_
     assert abs(below["x"] - field["x"]) < 2 and below["y"] > field["y"]  # under its input, not in the next cell
     cpu, memory = (page.locator(f"input[name={n}]").bounding_box() for n in ("cpu", "memory"))
     assert abs(cpu["y"] - memory["y"]) < 2 and memory["x"] > cpu["x"]  # the row's other fields keep their places
+
+
+def test_add_data_workers_in_one_click_from_the_job_page(page, live_server, lab, submit):
+    """The saw-tooth hint's fix from the job's page: the clone with CPU data workers beside the trainers, in the
+    submit form prefilled role by role, submitted as one job of two roles."""
+    from playwright.sync_api import expect
+
+    from quotas.models import Flavor, FlavorKind, Quota, QuotaResource
+    from scheduling.models import Job, Node
+
+    cpu = Flavor.objects.create(name="cpu", kind=FlavorKind.CPU, resource_name="cpu", node_labels={"pool": "cpu"})
+    Node.objects.create(cluster=lab.cluster, name="c0", flavor=cpu, gpus=0, cpu_millicores=32000,
+                        memory_mib=131072, labels={"pool": "cpu"})
+    Quota.objects.create(department=lab.vision, flavor=cpu, resource=QuotaResource.CPU, nominal=24)
+    job = submit(lab.alice, name="train", gpus=2, pods=2, cpu="8", memory="32Gi")
+
+    _log_in(page, live_server)
+    page.goto(f"{live_server.url}/jobs/{job.pk}/")
+    page.fill("#add-data-workers input[name=add_data_workers]", "3")
+    page.click("#add-data-workers button")
+    expect(page.locator("#started-from")).to_contain_text("with 3 more data workers")
+    assert [page.input_value(f"input[name=role-0-{f}]") for f in ("name", "pods", "gpus")] == ["trainer", "2", "2"]
+    assert [page.input_value(f"input[name=role-1-{f}]") for f in ("name", "pods", "gpus")] == ["data", "3", "0"]
+    assert page.input_value("select[name=role-1-failure_policy]") == "restart-pod"
+    assert page.locator("input[name=gpus]").is_disabled()  # the job's size is its roles'
+    expect(page.locator("#quote [data-quote=cost]")).to_be_visible()  # the live quote takes the roles
+
+    # one more data worker typed in the form, then submitted
+    page.fill("input[name=role-1-pods]", "4")
+    page.click("button:has-text('Submit')")
+    page.wait_for_selector("#job-state")
+    clone = Job.objects.exclude(pk=job.pk).get()
+    assert page.url.rstrip("/").endswith(f"/jobs/{clone.pk}")
+    assert list(clone.roles.order_by("index").values_list("name", "pods", "gpus_per_pod", "failure_policy")) == [
+        ("trainer", 2, 2, "restart-attempt"), ("data", 4, 0, "restart-pod")]
+    assert clone.total_gpus == 4

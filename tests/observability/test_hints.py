@@ -147,3 +147,15 @@ def test_the_sawtooth_hint_names_the_clone_with_data_workers(lab):
                                       victims=[]))
     assert f"gpup clone {job.pk} --add-data-workers 4" in hint.advice
     assert hint.data["add_data_workers"] == f"/api/v1/jobs/{job.pk}/spec?add_data_workers=4"
+
+
+def test_the_sawtooth_hint_on_the_job_page_opens_the_clone_with_data_workers(lab):
+    job = _job(lab)
+    _usage(job, shape={"low": 0.45, "high": 0.5, "swings": 30})
+    c = Client()
+    c.force_login(lab.alice)
+    page = c.get(f"/jobs/{job.pk}/").content.decode()
+    link = f'id="hint-add-data-workers" href="/jobs/new?clone={job.pk}&amp;add_data_workers=4"'
+    assert link in page
+    form = c.get(f"/jobs/new?clone={job.pk}&add_data_workers=4").content.decode()
+    assert 'name="role-1-name" value="data"' in form and 'name="role-1-pods" value="4"' in form

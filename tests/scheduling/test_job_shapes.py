@@ -99,6 +99,9 @@ def test_a_job_whose_data_role_does_not_fit_waits_whole_and_says_which_role(pool
     assert job.state == JobState.QUEUED and job.reason_code == reasons.NO_CAPACITY
     assert job.reason_detail["role"] == "data" and "role data" in job.reason_message
     assert not SimPod.objects.filter(job_id=job.pk, gated=False).exists()
+    # the timeline's reason names the role, and is among that role's events
+    events = client_for(pool.alice).get(f"/api/v1/jobs/{job.pk}/events?role=data").json()
+    assert [(e["kind"], e["reason_code"], e["role"]) for e in events] == [("reason", reasons.NO_CAPACITY, "data")]
 
 
 def test_cpu_quota_in_cores_holds_cpu_jobs(pool, client_for, go):
