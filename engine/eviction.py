@@ -255,7 +255,7 @@ class Evictions:
             job.flavor,
             job.total_gpus,
             tier_rank(job.tier),
-            quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster),
+            quota.borrows(job.department, job.flavor, job.gpu_milli, pool.cluster),
             starving=starving,
             cluster=pool.cluster,
             preemptible=tiers.is_preemptible(job.tier, job.own_preemptible),
@@ -286,7 +286,7 @@ class Evictions:
             quota=self.quota,
             dept=job.department,
             flavor=job.flavor,
-            k=job.total_gpus,
+            k=job.gpu_milli,
             eligible=eligible,
             budget_left=budgets,
         )
