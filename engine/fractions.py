@@ -130,16 +130,23 @@ class SharedGpu:
 
 
 class GpuBook:
-    """The shared GPUs of one pool (``SharedGpu`` by (node index, device index)) during a cycle."""
+    """The shared GPUs of one pool (``SharedGpu`` by (node index, device index)) during a cycle.
 
-    __slots__ = ("gpus",)
+    ``version`` counts the changes (a fraction held, taken, a GPU opened); ``rooms`` remembers, per size of
+    share, the room counted at a version: the jobs of a deep queue that find no room ask again and again while
+    nothing changed, and each count is a walk over every shared GPU of the pool."""
+
+    __slots__ = ("gpus", "version", "rooms")
 
     def __init__(self) -> None:
         self.gpus: dict[tuple[int, int], SharedGpu] = {}
+        self.version = 0
+        self.rooms: dict[tuple[int, int], tuple[int, int]] = {}  # (units, cores) -> (version, room)
 
     def copy(self) -> GpuBook:
         other = GpuBook()
         other.gpus = {key: gpu.copy() for key, gpu in self.gpus.items()}
+        other.version, other.rooms = self.version, dict(self.rooms)
         return other
 
     def hold(self, job_id: int, node: int, device: int, share: Share) -> bool:
@@ -153,6 +160,7 @@ class GpuBook:
         gpu.units -= share.units
         gpu.cores -= share.cores
         gpu.holders.append(job_id)
+        self.version += 1
         return opened
 
     def best(self, share: Share, taints) -> SharedGpu | None:
@@ -160,18 +168,27 @@ class GpuBook:
         left after it (first unit, then compute), ties by node then device index."""
         best = None
         best_key = None
+        units, cores = share.units, share.cores
+        least = None  # (what the best so far leaves in the first unit: most GPUs leave more, and are passed by)
         for gpu in self.gpus.values():
-            if gpu.units >= share.units and gpu.cores >= share.cores and not taints[gpu.node]:
-                key = (gpu.units - share.units, gpu.cores - share.cores, gpu.node, gpu.device)
-                if best_key is None or key < best_key:
-                    best, best_key = gpu, key
+            left = gpu.units - units
+            if left < 0 or gpu.cores < cores or taints[gpu.node] or (least is not None and left > least):
+                continue
+            key = (left, gpu.cores - cores, gpu.node, gpu.device)
+            if best_key is None or key < best_key:
+                best, best_key, least = gpu, key, left
         return best
 
     def room(self, share: Share, taints, enough: int | None = None) -> int:
         """How many pods of ``share`` the shared GPUs of untainted nodes take as they are (no GPU opened); the
-        count stops at ``enough`` once it is reached (a job asks whether its pods fit, not how many would)."""
-        n = 0
+        count stops at ``enough`` once it is reached (a job asks whether its pods fit, not how many would). The
+        pool's ``taints`` are fixed for the cycle: a full count holds until the book changes."""
         units, cores = share.units, share.cores
+        key = (units, cores)
+        hit = self.rooms.get(key)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        n = 0
         for gpu in self.gpus.values():
             if units <= gpu.units and cores <= gpu.cores and not taints[gpu.node]:
                 by_units = gpu.units // units if units > 0 else MILLI
@@ -179,6 +196,7 @@ class GpuBook:
                 n += by_units if by_units < by_cores else by_cores
                 if enough is not None and n >= enough:
                     return n
+        self.rooms[key] = (self.version, n)
         return n
 
     def open(self, node: int, share: Share) -> SharedGpu:
@@ -188,12 +206,14 @@ class GpuBook:
         while device in used:
             device += 1
         gpu = self.gpus[(node, device)] = SharedGpu(node, device, share.capacity, FULL_CORES)
+        self.version += 1
         return gpu
 
     def take(self, gpu: SharedGpu, job_id: int, share: Share) -> None:
         gpu.units -= share.units
         gpu.cores -= share.cores
         gpu.holders.append(job_id)
+        self.version += 1
 
     def shared_on(self, node: int) -> int:
         return sum(1 for (i, _) in self.gpus if i == node)
