@@ -85,6 +85,16 @@ def test_a_quarter_uses_a_quarter_of_the_quota():
     assert "0.25 requested" in r.reason[5].message
 
 
+def test_a_wait_says_the_cohorts_idle_share_in_gpus():
+    # B runs a quarter of its nominal 1, so 1.75 of the cohort's 2 are idle: too few for A's gang of 2
+    r = (Snap().nodes(1, gpus=4).quota("A", 1).quota("B", 1)
+         .running(run(1, dept="B", on="n0", gpus=1, share=hami(10), devices=(0,)))
+         .pending(job(2, gpus=2)).decide())
+    assert r.code(2) == "quota_exhausted"
+    assert r.reason[2].detail["cohort_idle"] == 1.75 and r.reason[2].detail["nominal"] == 1
+    assert "1.75 idle in the cohort" in r.reason[2].message  # a number, not "7/4"
+
+
 def test_replicas_count_per_gpu():
     share = Share(REPLICAS, 4, replicas=2)
     r = Snap().nodes(1, gpus=1).quota("A", 1).pending(frac(1, share), frac(2, share), frac(3, share)).decide()
