@@ -213,7 +213,7 @@ def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> t
     now = view.now
     running = [job for job in view.running if job.flavor == flavor]
     ends = [_likely_end(view, job) for job in running]
-    base += [(end if end > now else now, -1, 0, len(job.placement) * job.gpus_per_pod * MILLI,
+    base += [(end if end > now else now, -1, 0, job.gpu_milli,
               (job.department, job.cluster, job.array_id))
              for end, job in zip(ends, running, strict=True)]  # fmt: skip
     for job in running:

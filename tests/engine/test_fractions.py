@@ -15,6 +15,7 @@ from engine.fractions import HAMI, REPLICAS, Share, fraction, fraction_of
 from engine.types import Node, PendingJob, Quota, RunningJob, Snapshot
 
 A100 = 40 * 1024  # MiB
+HOUR = 3600.0
 
 
 def hami(gib: float, cores: int = 0) -> Share:
@@ -93,6 +94,18 @@ def test_a_wait_says_the_cohorts_idle_share_in_gpus():
     assert r.code(2) == "quota_exhausted"
     assert r.reason[2].detail["cohort_idle"] == 1.75 and r.reason[2].detail["nominal"] == 1
     assert "1.75 idle in the cohort" in r.reason[2].message  # a number, not "7/4"
+
+
+def test_a_quota_wait_is_estimated_from_what_each_fraction_gives_back():
+    # nominal 2: a whole GPU until +3 h, halves until +1 h and +2 h. One more GPU fits the quota once both
+    # halves are gone (at +1 h the department still holds 1.5), not when the first ends
+    r = (Snap().nodes(1, gpus=8).quota("A", 2, borrow=0)
+         .running(run(1, on="n0", gpus=1, ran=0.0, max_runtime_s=3 * HOUR),
+                  run(2, on="n0", gpus=1, share=hami(20), devices=(0,), ran=0.0, max_runtime_s=HOUR),
+                  run(3, on="n0", gpus=1, share=hami(20), devices=(0,), ran=0.0, max_runtime_s=2 * HOUR))
+         .pending(job(4)).decide())
+    assert r.code(4) == "quota_exhausted"
+    assert r.reason[4].estimated_start == NOW + 2 * HOUR
 
 
 def test_replicas_count_per_gpu():
