@@ -108,6 +108,16 @@ def test_a_quota_wait_is_estimated_from_what_each_fraction_gives_back():
     assert r.reason[4].estimated_start == NOW + 2 * HOUR
 
 
+def test_a_whole_gpu_job_is_estimated_to_start_when_the_last_fraction_on_the_gpu_ends():
+    # the only GPU holds a half until +1 h and a quarter until +2 h: it is whole again at +2 h, not +1 h
+    r = (Snap().nodes(1, gpus=1).quota("A", 4)
+         .running(run(1, on="n0", gpus=1, share=hami(20), devices=(0,), ran=0.0, max_runtime_s=HOUR),
+                  run(2, on="n0", gpus=1, share=hami(10), devices=(0,), ran=0.0, max_runtime_s=2 * HOUR))
+         .pending(job(3)).decide())
+    assert r.code(3) == "no_capacity"
+    assert r.reason[3].estimated_start == NOW + 2 * HOUR
+
+
 def test_replicas_count_per_gpu():
     share = Share(REPLICAS, 4, replicas=2)
     r = Snap().nodes(1, gpus=1).quota("A", 1).pending(frac(1, share), frac(2, share), frac(3, share)).decide()
