@@ -22,7 +22,9 @@ Never a victim: realtime jobs, ``preemptible=False`` jobs (being evicted already
 earlier in the cycle, jobs that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a
 wait), jobs of which any disruption budget has no room left for their pods (a pod may be covered by several
 budgets; the Eviction API refuses if any of them has no room, so every one of the job's budgets is charged all
-of its pods).
+of its pods), fractions of a GPU that share it with another fraction (evicting one frees no whole GPU while the
+others stay; ``eviction.frees_its_gpus``). A fraction alone on its GPU is a victim as a one-GPU job is: it frees
+that GPU, gives back its share of the quota, and loses its share of the GPU's work (its place in the order).
 """
 
 from __future__ import annotations
@@ -239,7 +241,7 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
             continue
         if quota.check(dept, flavor, k, {job.department: job.gpu_milli}, pool.cluster)[0] is None:
             best = c
-            best_cost = (c.key[2], job.total_gpus)
+            best_cost = (c.key[2], len(job.placement) * job.gpus_per_pod)  # (the GPUs it frees)
     return None if best is None else [best]
 
 

@@ -118,6 +118,40 @@ def test_a_whole_gpu_job_is_estimated_to_start_when_the_last_fraction_on_the_gpu
     assert r.reason[3].estimated_start == NOW + 2 * HOUR
 
 
+def test_a_fraction_alone_on_its_gpu_is_a_victim_and_loses_the_least_work():
+    # B's whole-GPU job and B's quarter alone on the other GPU, both past the cooldown: a realtime job of A
+    # evicts the quarter, which frees a GPU and loses a quarter of a GPU's work
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, dept="B", on="n0", gpus=1, ran=2 * HOUR, max_runtime_s=9 * HOUR),
+                  run(2, dept="B", on="n0", gpus=1, share=hami(10), devices=(1,), ran=2 * HOUR,
+                      max_runtime_s=9 * HOUR))
+         .pending(job(3, tier="realtime")).decide())
+    assert r.victims == {2}
+
+
+def test_fractions_sharing_a_gpu_are_no_victims():
+    # the same, with two quarters on that GPU: evicting one frees nothing, so the whole-GPU job goes
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, dept="B", on="n0", gpus=1, ran=2 * HOUR, max_runtime_s=9 * HOUR),
+                  run(2, dept="B", on="n0", gpus=1, share=hami(10), devices=(1,), ran=2 * HOUR,
+                      max_runtime_s=9 * HOUR),
+                  run(4, dept="B", on="n0", gpus=1, share=hami(10), devices=(1,), ran=2 * HOUR,
+                      max_runtime_s=9 * HOUR))
+         .pending(job(3, tier="realtime")).decide())
+    assert r.victims == {1}
+
+
+def test_a_fraction_keeps_the_cooldown_and_its_disruption_budget():
+    alone = dict(dept="B", on="n0", gpus=1, share=hami(10), devices=(0,), max_runtime_s=9 * HOUR)
+    fresh = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).running(run(2, ran=60.0, **alone))
+             .pending(job(3, tier="realtime")).decide())
+    assert not fresh.victims and fresh.code(3) == "preemption_cooldown"
+    budgeted = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).budget("nb", 0)
+                .running(run(2, ran=2 * HOUR, disruption_budgets=("nb",), **alone))
+                .pending(job(3, tier="realtime")).decide())
+    assert not budgeted.victims and budgeted.code(3) == "disruption_budget"
+
+
 def test_replicas_count_per_gpu():
     share = Share(REPLICAS, 4, replicas=2)
     r = Snap().nodes(1, gpus=1).quota("A", 1).pending(frac(1, share), frac(2, share), frac(3, share)).decide()
@@ -219,3 +253,21 @@ def test_without_fractions_the_decisions_are_those_of_before(snap):
     b = schedule(replace(snap, pending=pending))
     assert [(x.job_id, x.placement) for x in a.admissions] == [(x.job_id, x.placement) for x in b.admissions]
     assert [(x.job_id, x.code) for x in a.pending] == [(x.job_id, x.code) for x in b.pending]
+
+
+@SETTINGS
+@given(mixed())
+def test_a_fraction_is_a_victim_only_alone_on_its_gpu(snap):
+    # the mixed snapshots' running fractions made evictable (elastic): a realtime arrival may take them, but
+    # only where the fraction is the one holder of every GPU it sits on
+    running = tuple(replace(r, tier="elastic") if r.share is not None else r for r in snap.running)
+    result = schedule(replace(snap, running=running))
+    holders: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for r in running:
+        if r.share is not None:
+            for name, d in zip(r.placement, r.devices, strict=True):
+                holders[(name, d)].add(r.id)
+    victims = {v for p in result.preemptions for v in p.victim_ids}
+    for r in running:
+        if r.id in victims and r.share is not None:
+            assert all(holders[(name, d)] == {r.id} for name, d in zip(r.placement, r.devices, strict=True))
