@@ -31,6 +31,7 @@ from . import fractions, reasons, tiers
 from .bookings import Calendar, adjust
 from .eviction import Chosen, Evictions
 from .explain import CAPACITY_RANK, capacity_code, cycle_figures, duration_text, quota_note, reserved_note
+from .fractions import MILLI, gpus_of, milli_of
 from .ordering import REALTIME, Scorer, tier_rank
 from .outcomes import ADMITTED, Evicting, Outcome, Waiting
 from .placement import Pool
@@ -226,7 +227,7 @@ class Cycle:
         scopes they count in: admit the job on the best pool whose scopes have room (None), else choose the
         pools to explain (and preempt or reserve in) by (how far the quota is from allowing it, cluster rank,
         name), and a cluster of them that selects their scopes."""
-        dept, flavor, k = job.department, job.flavor, job.total_gpus
+        dept, flavor, k = job.department, job.flavor, job.gpu_milli
         groups: dict[tuple[str, ...], list[Pool]] = {}
         for pool in pools:
             groups.setdefault(self.quota.keys(dept, flavor, pool.cluster), []).append(pool)
@@ -370,14 +371,14 @@ class Cycle:
                 key = resource_key(flavor, resource)
                 if resource == MEMORY and not self.quota.has(dept, key):
                     continue
-                code = self.quota.never(dept, key, k) or self.quota.limit_code(dept, key, k)
-                detail: dict[str, object]
+                # (the full check first: it passes only where the two that name a lasting cause would, and most
+                # jobs pass)
+                code, detail = self.quota.check(dept, key, k)
                 if code is None:
-                    code, detail = self.quota.check(dept, key, k)
-                    if code is None:
-                        continue
-                else:
-                    detail = self.quota.detail(dept, key, k)
+                    continue
+                lasting = self.quota.never(dept, key, k) or self.quota.limit_code(dept, key, k)
+                if lasting is not None:
+                    code, detail = lasting, self.quota.detail(dept, key, k)
                 detail.update({"resource": resource, "flavor": flavor,
                                "roles": [r.name for r in cpu_roles(job) if r.flavor == flavor]})
                 unit = "millicores" if resource == CPU else "MiB"
@@ -549,9 +550,9 @@ class Cycle:
 
     def consider_quota(self, job: PendingJob, pools: list[Pool], qc: str | None) -> Outcome:
         """Admit ``job`` when its quota (scope ``qc``) and ``pools`` allow it; else preempt for it or explain."""
-        dept, flavor, k = job.department, job.flavor, job.total_gpus
+        dept, flavor, k = job.department, job.flavor, job.gpu_milli  # (milli-GPUs: the quota book's unit)
         if self.team_quotas and self.teams.applies(job):
-            k = self.teams.need(job)  # (its team's idle guaranteed GPUs are counted in use already)
+            k = milli_of(self.teams.need(job))  # (its team's idle guaranteed GPUs are counted in use already)
         never = self.quota.never(dept, flavor, k, qc)
         if never is not None:
             detail = self.quota.detail(dept, flavor, k, cluster=qc)
@@ -588,7 +589,7 @@ class Cycle:
             return self.pend(
                 job,
                 reasons.REALTIME_HEADROOM,
-                {"headroom_gpus": self.policy.realtime_headroom_gpus, "requested": k},
+                {"headroom_gpus": self.policy.realtime_headroom_gpus, "requested": gpus_of(k)},
             )
         # Blocked by the cohort's quota (others use the GPUs it could have) or by capacity: preempt when the
         # rules allow it, else wait, as the pool's reserved head when it is the first to wait. (A job whose GPUs
@@ -636,7 +637,7 @@ class Cycle:
             # (victims are chosen for free GPUs in the pool, not in one domain: a job bound to one would evict
             # work and still not fit)
             return None
-        outcome = self.preempt(job, pools, self.quota.borrows(job.department, job.flavor, job.total_gpus, qc))
+        outcome = self.preempt(job, pools, self.quota.borrows(job.department, job.flavor, job.gpu_milli, qc))
         if isinstance(outcome, Evicting):
             return outcome
         code, detail = outcome
@@ -657,7 +658,7 @@ class Cycle:
         if len(pools) == 1:  # (the common case: nothing to rank)
             pool = pools[0]
             index = pool.index_for(end)
-            if ((index.capacity(g) if share is None else fractions.capacity(pool, share, end)) < n
+            if ((index.capacity(g) if share is None else fractions.capacity(pool, share, end, n)) < n
                     or (job.topology_required and not self.domain_fits(job, pool, index))):
                 return False
             if not self.leaves_headroom(job, pool):
@@ -668,7 +669,7 @@ class Cycle:
             held = other = False
             for pool in pools:
                 index = pool.index_for(end)
-                if ((index.capacity(g) if share is None else fractions.capacity(pool, share, end)) >= n
+                if ((index.capacity(g) if share is None else fractions.capacity(pool, share, end, n)) >= n
                         and (not job.topology_required or self.domain_fits(job, pool, index))):
                     if not self.leaves_headroom(job, pool):
                         held = True
@@ -685,8 +686,9 @@ class Cycle:
                 return False
             # preferred labels, then the cheaper cluster, then best fit (the fullest pool), then the name
             _, _, _, pool = min(options, key=lambda o: (o[0], o[1], o[2]))
-        dept, k = job.department, job.pods * g if share is None else job.total_gpus
-        need = k if not (self.team_quotas and self.teams.applies(job)) else self.teams.need(job)
+        dept = job.department
+        # (in milli-GPUs, the quota book's unit)
+        need = job.gpu_milli if not (self.team_quotas and self.teams.applies(job)) else milli_of(self.teams.need(job))
         # (a team's job within its team's held guarantee borrows nothing, however much its department does)
         borrows = need > 0 and self.quota.borrows(dept, job.flavor, need, pool.cluster)
         if self.fork_prices and self.priced(job):
@@ -704,15 +706,16 @@ class Cycle:
         return True
 
     def record(self, job: PendingJob, pool: Pool, placed: list[int], end: float, *, borrows: bool,
-               shaped: bool, quota: bool = True, need: float | None = None, opened: list[int] | None = None,
+               shaped: bool, quota: bool = True, need: int | None = None, opened: list[int] | None = None,
                devices: list[int] | tuple[int, ...] = ()) -> None:
         """Record the admission of ``job`` placed on ``pool``'s nodes ``placed`` (ending at ``end``): its pods'
-        events, its quota (``need`` of it: a team's job within its team's guarantee may need less than its GPUs),
+        events, its quota (``need`` milli-GPUs of it: a team's job within its team's guarantee may need less than
+        its GPUs),
         its owner's GPUs, its credit hold, its array's count and the admission itself. ``opened``: the nodes whose
         GPUs it takes from the pool (a fraction on a GPU already shared takes none); ``devices``: a fractional
         job's shared GPU per pod."""
         g, dept = job.gpus_per_pod, job.department
-        k = job.pods * g if job.share is None else job.total_gpus
+        milli = job.gpu_milli  # (what the quota book, the estimates and the figures add up: exact ints)
         if opened is None:
             opened = placed
         likely = self.now + job.likely_runtime_s
@@ -722,14 +725,14 @@ class Cycle:
             events.append((end, i, g))
             likely_events.append((likely, i, g))
         if quota:  # (not on its booking's GPUs: the booking is its quota)
-            self.quota.add(dept, job.flavor, k if need is None else need, pool.cluster)
+            self.quota.add(dept, job.flavor, milli if need is None else need, pool.cluster)
         if self.user_limits:
-            self.users.add(dept, job.user, k)
+            self.users.add(dept, job.user, job.total_gpus)
         if self.team_quotas:
-            self.teams.add(dept, job.team, job.flavor, k)
+            self.teams.add(dept, job.team, job.flavor, job.total_gpus)
         if self.credits is not None and job.hold > 0:
             self.credits[dept] = self.credits.get(dept, 0) - job.hold
-        self.admitted_end.append((likely, dept, job.flavor, k, pool.cluster, job.user, job.array_id))
+        self.admitted_end.append((likely, dept, job.flavor, milli, pool.cluster, job.user, job.array_id))
         if job.array_id is not None:
             self.gates.admitted(job)
         names = pool.names
@@ -766,7 +769,7 @@ class Cycle:
         key = (pool.cluster, pool.flavor)
         if self.evictions.may_evict_soon(key):
             return True
-        return pool.now.free_total() - job.total_gpus >= headroom
+        return (pool.now.free_total() - headroom) * MILLI >= job.gpu_milli
 
     def preempt(self, job: PendingJob, pools: list[Pool], borrows: bool) -> Evicting | tuple[str | None, dict]:
         """``Evicting`` when victims were chosen (the job waits for them); else (reason code or None, detail)."""
@@ -796,7 +799,8 @@ class Cycle:
         reserves too when the GPUs it needs are physically in use (lent-out capacity is capacity); one that
         would fit physically now waits on quota alone. ``detail["head"]`` names the head with the earliest
         reserved start."""
-        g, n, k = job.gpus_per_pod, job.pods, job.total_gpus
+        # (its GPUs as people read them: an exact fraction of a fractional job, added up by no one, is not made)
+        g, n, k = job.gpus_per_pod, job.pods, gpus_of(job.gpu_milli)
         missing = self.cpu_short.pop(job.id, None)
         if missing is not None and quota_code is None:  # its GPUs had room, a CPU role did not: CPU never reserves
             return self.role_short(job, missing)
@@ -854,7 +858,7 @@ class Cycle:
                 if when > self.now and first and not job.topology_required:
                     # A head within its nominal quota that would wait long reclaims its lent GPUs (the
                     # guarantee); any head evicts cheap work rather than idle GPUs while they drain.
-                    borrows = self.quota.borrows(job.department, job.flavor, k, pool.cluster)
+                    borrows = self.quota.borrows(job.department, job.flavor, job.gpu_milli, pool.cluster)
                     if not borrows and when - self.now > self.policy.reclaim_delay_s:
                         outcome = self.preempt(job, [pool], borrows)
                         if isinstance(outcome, Evicting):
@@ -865,7 +869,7 @@ class Cycle:
                     drained = self.evictions.drain(job, pool, when, self.scorer.limit_since(job) is not None)
                     if drained is not None:
                         return self.evicting(job, drained, pool.cluster)
-                pool.reserve(job.id, when, spare, k, when + job.max_runtime_s)
+                pool.reserve(job.id, when, spare, job.total_gpus, when + job.max_runtime_s)
                 if self.calendar.heads(pool) >= depth or pool.reserved_gpus >= MAX_RESERVED_SHARE * pool.gpus_total:
                     self.heads_full.add(pool)
                 detail["reserved_from"] = when
@@ -922,7 +926,7 @@ class Cycle:
             pending_in=len(self.snap.pending),
             running_in=len(self.snap.running),
             admissions=admissions,
-            admitted_gpus=sum(row[3] for row in self.admitted_end),
+            admitted_gpus=gpus_of(sum(row[3] for row in self.admitted_end)),
             pending=pending,
             preemptions=len(ev.preemptions),
             victims=len(ev.taken),

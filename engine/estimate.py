@@ -30,6 +30,7 @@ from operator import itemgetter
 
 from .domains import required_level
 from .explain import NO_ESTIMATE
+from .fractions import MILLI
 from .placement import BucketIndex, Pool
 from .quota import QuotaBook
 from .types import PendingJob, RunningJob
@@ -48,7 +49,7 @@ class EstimateView:
     pools_by_flavor: Mapping[str, Sequence[Pool]]
     quota: QuotaBook
     running: Sequence[RunningJob]
-    # (end, department, flavor, GPUs, cluster, user, array id or None) of this cycle's admissions
+    # (end, department, flavor, milli-GPUs, cluster, user, array id or None) of this cycle's admissions
     admitted_end: Sequence[tuple[float, str, str, int, str, str, int | None]]
     heads: Mapping[int, float]  # reserved heads -> reserved start
     # per (cluster, flavor), (likely end, node index, GPUs) of the running and admitted pods (None: the pools'
@@ -123,7 +124,7 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         if not any(pools[pi].empty.capacity(g) >= n for pi in cand):
             continue
         cap = None if users is None else users.limit(job.department, job.user)
-        if cap is not None and job.total_gpus > cap:
+        if cap is not None and job.gpu_milli > cap * MILLI:
             continue  # more than its owner may ever hold: no honest estimate
         member = (job.department, job.user)
         # The earliest instant it fits on any cluster open to it (quota included: per-cluster quotas differ).
@@ -131,18 +132,18 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         throttle = job.array_throttle if job.array_id is not None else None
         chosen = None
         while True:
-            if cap is not None and held.get(member, 0) + job.total_gpus > cap:
+            if cap is not None and held.get(member, 0) + job.gpu_milli > cap * MILLI:
                 pass  # its owner holds too much until some of their jobs end
             elif throttle and arrays[job.array_id] >= throttle:
                 pass  # its array runs its throttle's worth: wait for one of them to end
-            elif scoped or book.check(job.department, flavor, job.total_gpus)[0] is None:
+            elif scoped or book.check(job.department, flavor, job.gpu_milli)[0] is None:
                 chosen = next(
                     (
                         pi
                         for pi in cand
                         if index[pi].capacity(g) >= n
                         and (li[pi] is None or pools[pi].domains.place_values(index[pi].val, g, n, li[pi]) is not None)
-                        and (not scoped or book.check(job.department, flavor, job.total_gpus, cluster=pools[pi].cluster)[0] is None)
+                        and (not scoped or book.check(job.department, flavor, job.gpu_milli, cluster=pools[pi].cluster)[0] is None)
                     ),
                     None,
                 )
@@ -176,14 +177,14 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             idx.set(i, free[chosen][i])
             heappush(heap, (end, seq, (end, chosen, i, g, None)))
             seq += 1
-        heappush(heap, (end, seq, (end, -1, 0, job.total_gpus, (job.department, pools[chosen].cluster, job.array_id))))
+        heappush(heap, (end, seq, (end, -1, 0, job.gpu_milli, (job.department, pools[chosen].cluster, job.array_id))))
         seq += 1
         if job.array_id is not None:
             arrays[job.array_id] += 1
-        book.add(job.department, flavor, job.total_gpus, pools[chosen].cluster)
+        book.add(job.department, flavor, job.gpu_milli, pools[chosen].cluster)
         if cap is not None:
-            held[member] = held.get(member, 0) + job.total_gpus
-            heappush(heap, (end, seq, (end, -2, 0, job.total_gpus, member)))
+            held[member] = held.get(member, 0) + job.gpu_milli
+            heappush(heap, (end, seq, (end, -2, 0, job.gpu_milli, member)))
             seq += 1
 
 
@@ -202,7 +203,8 @@ def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> t
     """The future as a list of (time, pool, node, GPUs, owner) sorted by time: the pools' GPUs coming free (pool
     index), the flavor's quota and its array's task count given back (pool -1, owner (department, cluster, array
     id or None)) and, for members with a limit, their GPUs given back (pool -2); what each limited member holds
-    now; how many tasks of each array run now."""
+    now; how many tasks of each array run now. The pools' events count GPUs, the quota's and the members'
+    milli-GPUs (the quota book's unit: a fraction adds up exactly and cheaply)."""
     base: list[tuple] = []
     for pi, pool in enumerate(pools):
         events = pool.events if view.events is None else view.events.get((pool.cluster, pool.flavor), ())
@@ -211,7 +213,7 @@ def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> t
     now = view.now
     running = [job for job in view.running if job.flavor == flavor]
     ends = [_likely_end(view, job) for job in running]
-    base += [(end if end > now else now, -1, 0, len(job.placement) * job.gpus_per_pod,
+    base += [(end if end > now else now, -1, 0, job.gpu_milli,
               (job.department, job.cluster, job.array_id))
              for end, job in zip(ends, running, strict=True)]  # fmt: skip
     for job in running:
@@ -233,7 +235,7 @@ def _members_holding(view: EstimateView, users: UserBook, base: list) -> dict:
     """What each limited member holds after the cycle's admissions (every flavor), and the events (pool -2: no
     node, no quota) that give it back as their jobs end."""
     held: dict[tuple[str, str], int] = defaultdict(int)
-    ends = [(_likely_end(view, j), j.department, j.user, j.total_gpus) for j in view.running]
+    ends = [(_likely_end(view, j), j.department, j.user, j.gpu_milli) for j in view.running]
     ends += [(end, dept, user, gpus) for end, dept, _, gpus, _, user, _ in view.admitted_end]
     for end, dept, user, gpus in ends:
         if users.limit(dept, user) is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from . import reasons, tiers
+from .fractions import MILLI
 from .ordering import REALTIME, Scorer, tier_rank
 from .placement import Pool
 from .preemption import (
@@ -47,6 +48,23 @@ class Chosen:
     cluster: str
 
 
+def frees_its_gpus(job: RunningJob, pool: Pool) -> bool:
+    """Whether evicting the fractional ``job`` frees whole GPUs, one per pod: each pod sits on a shared GPU of
+    its own (its device known) that holds no other fraction. A fraction beside others frees nothing alone (its
+    GPU stays shared until the last of them leaves), and is no victim yet."""
+    book = pool.shares
+    if book is None or len(job.devices) != len(job.placement):
+        return False
+    seen = set()
+    for name, device in zip(job.placement, job.devices, strict=True):
+        i = pool.pos.get(name)
+        gpu = None if i is None else book.gpus.get((i, device))
+        if gpu is None or (i, device) in seen or any(h != job.id for h in gpu.holders):
+            return False
+        seen.add((i, device))
+    return True
+
+
 class Evictions:
     """Victim candidates and what the cycle has spent of its eviction budgets.
 
@@ -75,8 +93,7 @@ class Evictions:
         now, running_score = self.now, scorer.running_score
         by_tier: dict[str, tuple[bool, int]] = {}  # tier -> (whether it may be evicted, minus its rank)
         for job in running:
-            # A fraction frees no whole GPU alone (its GPU's other fractions stay): it is no victim for one.
-            if not job.preemptible or job.share is not None:
+            if not job.preemptible:
                 continue
             facts = by_tier.get(job.tier)
             if facts is None:
@@ -85,6 +102,8 @@ class Evictions:
             pool = pools.get(key)
             # the job's own choice, when it made one, instead of its tier's
             if not (facts[0] if job.own_preemptible is None else job.own_preemptible) or pool is None:
+                continue
+            if job.share is not None and not frees_its_gpus(job, pool):
                 continue
             taints = pool.taints
             if nodes_of is None:
@@ -95,10 +114,12 @@ class Evictions:
             ran = now - job.started_at
             ran = ran if ran > 0.0 else 0.0
             interval = job.checkpoint_interval_s
+            # (a fraction's work is its share of a GPU's)
+            gpus = len(job.placement) * job.gpus_per_pod if job.share is None else job.gpu_milli / MILLI
             order = (
                 0 if job.borrowed else 1,
                 facts[1],
-                len(job.placement) * job.gpus_per_pod * (ran if interval is None or interval <= 0 else ran % interval),
+                gpus * (ran if interval is None or interval <= 0 else ran % interval),
                 running_score(job),
                 job.id,
             )
@@ -190,7 +211,9 @@ class Evictions:
             return best
 
         best = attempt(False, self.budget_left)
-        if best is not None and not realtime and (not patient or sum(c.job.total_gpus for c in best[1]) > 2 * k):
+        # (what the victims free, in whole GPUs: a fraction alone on its GPU frees all of it)
+        if best is not None and not realtime and (
+                not patient or sum(len(c.job.placement) * c.job.gpus_per_pod for c in best[1]) > 2 * k):
             best = None  # too wasteful for now: wait (reserved) and retry once patient
             wasteful = True
         else:
@@ -255,7 +278,7 @@ class Evictions:
             job.flavor,
             job.total_gpus,
             tier_rank(job.tier),
-            quota.borrows(job.department, job.flavor, job.total_gpus, pool.cluster),
+            quota.borrows(job.department, job.flavor, job.gpu_milli, pool.cluster),
             starving=starving,
             cluster=pool.cluster,
             preemptible=tiers.is_preemptible(job.tier, job.own_preemptible),
@@ -286,7 +309,7 @@ class Evictions:
             quota=self.quota,
             dept=job.department,
             flavor=job.flavor,
-            k=job.total_gpus,
+            k=job.gpu_milli,
             eligible=eligible,
             budget_left=budgets,
         )

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from fractions import Fraction
 
+from .fractions import MILLI
 from .ordering import Scorer, use_inputs
 from .policy import fair_factor, fair_shares, use_ratios
-from .quota import QuotaBook, scope_key
+from .quota import QuotaBook, in_milli, scope_key
 from .teams import SEPARATOR, account, tree_ratios
 from .types import Snapshot
 
@@ -127,6 +129,14 @@ def _team_lines(snapshot: Snapshot, ratios: dict[str, float]) -> dict[str, list[
     return out
 
 
+def _quota_units(value: int, key: str) -> int | Fraction:
+    """The book's use of ``key`` in the quota rows' units: GPUs (exact) for a GPU flavor, counted in milli-GPUs."""
+    if not in_milli(key):
+        return value
+    whole, part = divmod(value, MILLI)
+    return whole if part == 0 else Fraction(value, MILLI)
+
+
 def _scope_lines(snapshot: Snapshot) -> dict[str, list[ScopeLine]]:
     book = QuotaBook(snapshot.quotas, snapshot.running)
     by_scope: dict[str, list] = defaultdict(list)
@@ -134,7 +144,7 @@ def _scope_lines(snapshot: Snapshot) -> dict[str, list[ScopeLine]]:
         by_scope[scope_key(q.flavor, q.cluster)].append(q)
     out: dict[str, list[ScopeLine]] = defaultdict(list)
     for key, quotas in sorted(by_scope.items()):
-        used = {q.department: book.running_usage.get((q.department, key), 0) for q in quotas}
+        used = {q.department: _quota_units(book.running_usage.get((q.department, key), 0), key) for q in quotas}
         borrowed = {q.department: max(0, used[q.department] - max(0, q.nominal)) for q in quotas}
         idle = {}
         for q in quotas:

@@ -83,6 +83,21 @@ def _fraction(mechanism: str, capacity: int, memory_mib: int, cores: int, replic
     return min(MILLI, max(1, milli))
 
 
+def milli_of(gpus) -> int:
+    """A number of GPUs (an int, or a ``Fraction`` that is a whole number of milli-GPUs, as every share is) in
+    milli-GPUs, the quota book's unit."""
+    if type(gpus) is int:
+        return gpus * MILLI
+    return gpus.numerator * MILLI // gpus.denominator
+
+
+def gpus_of(milli: int) -> int | float:
+    """Milli-GPUs as GPUs for people and JSON: an int when whole, else a float (what ``plain`` makes of the same
+    exact ``Fraction``: the float nearest to it)."""
+    whole, part = divmod(milli, MILLI)
+    return whole if part == 0 else milli / MILLI
+
+
 def describe(share: Share) -> str:
     """The request in words, as reasons and pages say it."""
     if share.mechanism == HAMI:
@@ -115,16 +130,23 @@ class SharedGpu:
 
 
 class GpuBook:
-    """The shared GPUs of one pool (``SharedGpu`` by (node index, device index)) during a cycle."""
+    """The shared GPUs of one pool (``SharedGpu`` by (node index, device index)) during a cycle.
 
-    __slots__ = ("gpus",)
+    ``version`` counts the changes (a fraction held, taken, a GPU opened); ``rooms`` remembers, per size of
+    share, the room counted at a version: the jobs of a deep queue that find no room ask again and again while
+    nothing changed, and each count is a walk over every shared GPU of the pool."""
+
+    __slots__ = ("gpus", "version", "rooms")
 
     def __init__(self) -> None:
         self.gpus: dict[tuple[int, int], SharedGpu] = {}
+        self.version = 0
+        self.rooms: dict[tuple[int, int], tuple[int, int]] = {}  # (units, cores) -> (version, room)
 
     def copy(self) -> GpuBook:
         other = GpuBook()
         other.gpus = {key: gpu.copy() for key, gpu in self.gpus.items()}
+        other.version, other.rooms = self.version, dict(self.rooms)
         return other
 
     def hold(self, job_id: int, node: int, device: int, share: Share) -> bool:
@@ -138,28 +160,43 @@ class GpuBook:
         gpu.units -= share.units
         gpu.cores -= share.cores
         gpu.holders.append(job_id)
+        self.version += 1
         return opened
 
-    def best(self, share: Share, usable) -> SharedGpu | None:
-        """The shared GPU ``share`` fits best among those on nodes ``usable(node)`` allows: the least left
-        after it (first unit, then compute), ties by node then device index."""
+    def best(self, share: Share, taints) -> SharedGpu | None:
+        """The shared GPU ``share`` fits best among those on untainted nodes (``taints[node]`` false): the least
+        left after it (first unit, then compute), ties by node then device index."""
         best = None
         best_key = None
+        units, cores = share.units, share.cores
+        least = None  # (what the best so far leaves in the first unit: most GPUs leave more, and are passed by)
         for gpu in self.gpus.values():
-            if gpu.units >= share.units and gpu.cores >= share.cores and usable(gpu.node):
-                key = (gpu.units - share.units, gpu.cores - share.cores, gpu.node, gpu.device)
-                if best_key is None or key < best_key:
-                    best, best_key = gpu, key
+            left = gpu.units - units
+            if left < 0 or gpu.cores < cores or taints[gpu.node] or (least is not None and left > least):
+                continue
+            key = (left, gpu.cores - cores, gpu.node, gpu.device)
+            if best_key is None or key < best_key:
+                best, best_key, least = gpu, key, left
         return best
 
-    def room(self, share: Share, usable) -> int:
-        """How many pods of ``share`` the shared GPUs take as they are (no GPU opened)."""
+    def room(self, share: Share, taints, enough: int | None = None) -> int:
+        """How many pods of ``share`` the shared GPUs of untainted nodes take as they are (no GPU opened); the
+        count stops at ``enough`` once it is reached (a job asks whether its pods fit, not how many would). The
+        pool's ``taints`` are fixed for the cycle: a full count holds until the book changes."""
+        units, cores = share.units, share.cores
+        key = (units, cores)
+        hit = self.rooms.get(key)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
         n = 0
         for gpu in self.gpus.values():
-            if usable(gpu.node) and share.units <= gpu.units and share.cores <= gpu.cores:
-                by_units = gpu.units // share.units if share.units > 0 else MILLI
-                by_cores = gpu.cores // share.cores if share.cores > 0 else MILLI
-                n += min(by_units, by_cores)
+            if units <= gpu.units and cores <= gpu.cores and not taints[gpu.node]:
+                by_units = gpu.units // units if units > 0 else MILLI
+                by_cores = gpu.cores // cores if cores > 0 else MILLI
+                n += by_units if by_units < by_cores else by_cores
+                if enough is not None and n >= enough:
+                    return n
+        self.rooms[key] = (self.version, n)
         return n
 
     def open(self, node: int, share: Share) -> SharedGpu:
@@ -169,12 +206,14 @@ class GpuBook:
         while device in used:
             device += 1
         gpu = self.gpus[(node, device)] = SharedGpu(node, device, share.capacity, FULL_CORES)
+        self.version += 1
         return gpu
 
     def take(self, gpu: SharedGpu, job_id: int, share: Share) -> None:
         gpu.units -= share.units
         gpu.cores -= share.cores
         gpu.holders.append(job_id)
+        self.version += 1
 
     def shared_on(self, node: int) -> int:
         return sum(1 for (i, _) in self.gpus if i == node)
@@ -225,12 +264,14 @@ def hold_running(pool, jobs, end_of, likely_of, likely_events: list) -> None:
         likely_events.append((likely, i, 1))
 
 
-def capacity(pool, share: Share, end: float) -> int:
+def capacity(pool, share: Share, end: float, enough: int | None = None) -> int:
     """How many pods of ``share`` fit ``pool`` now: the room on its shared GPUs, then on the whole GPUs a job
-    ending at ``end`` may open (the reservations' rules, as for one GPU)."""
+    ending at ``end`` may open (the reservations' rules, as for one GPU). With ``enough``, a count of at least
+    that once it is reached: the whole GPUs are not counted when the shared ones hold that many."""
     book = pool.shares
-    taints = pool.taints
-    room = 0 if book is None else book.room(share, lambda i: not taints[i])
+    room = 0 if book is None else book.room(share, pool.taints, enough)
+    if enough is not None and room >= enough:
+        return room
     return room + pool.index_for(end).capacity(1) * per_gpu(share)
 
 
@@ -245,7 +286,7 @@ def place(pool, job, end: float) -> tuple[list[int], list[int], list[int]]:
     devices: list[int] = []
     opened: list[int] = []
     for _ in range(job.pods):
-        gpu = book.best(share, lambda i: not taints[i])
+        gpu = book.best(share, taints)
         if gpu is None:
             (i,) = pool.place(1, 1, end)
             gpu = book.open(i, share)

@@ -22,7 +22,9 @@ Never a victim: realtime jobs, ``preemptible=False`` jobs (being evicted already
 earlier in the cycle, jobs that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a
 wait), jobs of which any disruption budget has no room left for their pods (a pod may be covered by several
 budgets; the Eviction API refuses if any of them has no room, so every one of the job's budgets is charged all
-of its pods).
+of its pods), fractions of a GPU that share it with another fraction (evicting one frees no whole GPU while the
+others stay; ``eviction.frees_its_gpus``). A fraction alone on its GPU is a victim as a one-GPU job is: it frees
+that GPU, gives back its share of the quota, and loses its share of the GPU's work (its place in the order).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from itertools import chain
 
+from .fractions import milli_of
 from .ordering import REALTIME, tier_rank
 from .placement import Pool
 from .quota import QuotaBook
@@ -46,7 +50,7 @@ class Preemptor:
 
     department: str
     flavor: str
-    total_gpus: int
+    total_gpus: int | Fraction  # (GPUs; the rules count them in the quota book's milli-GPUs)
     rank: int  # tier rank
     borrows: bool  # it would take its department beyond its nominal quota
     starving: bool = False
@@ -90,7 +94,7 @@ def priority_victim(v: RunningJob, p: Preemptor, quota: QuotaBook, removed: Mapp
     return (
         not p.borrows
         or quota.over_nominal(p.department, p.flavor, gone, p.cluster)
-        or quota.within_nominal(p.department, p.flavor, p.total_gpus - gone - v.total_gpus, p.cluster)
+        or quota.within_nominal(p.department, p.flavor, milli_of(p.total_gpus) - gone - v.gpu_milli, p.cluster)
     )
 
 
@@ -179,7 +183,7 @@ def search(
     quota: QuotaBook,
     dept: str,
     flavor: str,
-    k: int,
+    k: int,  # the preemptor's milli-GPUs (the quota book's unit)
     eligible: Callable[[RunningJob, Mapping[str, int]], bool],
     budget_left: Mapping[str, int] | None,
 ) -> list[Candidate] | None:
@@ -235,9 +239,9 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
             continue
         if budget_left is not None and any(job.pods > budget_left.get(b, job.pods) for b in job.disruption_budgets):
             continue
-        if quota.check(dept, flavor, k, {job.department: job.total_gpus}, pool.cluster)[0] is None:
+        if quota.check(dept, flavor, k, {job.department: job.gpu_milli}, pool.cluster)[0] is None:
             best = c
-            best_cost = (c.key[2], job.total_gpus)
+            best_cost = (c.key[2], len(job.placement) * job.gpus_per_pod)  # (the GPUs it frees)
     return None if best is None else [best]
 
 
@@ -263,7 +267,7 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
         nonlocal cap
         job = c.job
         d = job.department
-        change = sign * len(job.placement) * job.gpus_per_pod
+        change = sign * job.gpu_milli
         removed[d] += change
         for scope in scopes:
             key, gone = scope[0], scope[4]

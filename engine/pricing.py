@@ -18,6 +18,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import replace
 
+from .fractions import MILLI
 from .ordering import REALTIME, tier_rank
 from .state import CycleState
 from .types import PendingJob
@@ -150,7 +151,8 @@ def surely_wins(before: CycleState, job: PendingJob, between: list[PendingJob]) 
     quota = before.quota
     if quota.scoped or (job.array_id is not None and job.array_throttle) or job.topology_required:
         return False  # (a pool's room bounds no single domain's: the replay tells)
-    dept, flavor, user, g, n, k = job.department, job.flavor, job.user, job.gpus_per_pod, job.pods, job.total_gpus
+    # (its GPUs, ``total_gpus``, only where a bound in GPUs asks: a fraction's is an exact Fraction, dear to make)
+    dept, flavor, user, g, n = job.department, job.flavor, job.user, job.gpus_per_pod, job.pods
     if before.team_quotas and before.teams.applies(job) and job.team:
         # Its team's borrowing limit, after every job of its team between may take its GPUs. (The quota bound
         # below counts every job's whole GPUs, this one's too, though a team's job adds only what its team's
@@ -159,7 +161,7 @@ def surely_wins(before: CycleState, job: PendingJob, between: list[PendingJob]) 
         if found is not None and found[1] is not None:
             mates = sum(x.total_gpus for x in between if x.department == dept and x.team == job.team
                         and x.flavor == flavor)
-            if before.teams.usage.get((dept, job.team, flavor), 0) + mates + k > found[0] + found[1]:
+            if before.teams.usage.get((dept, job.team, flavor), 0) + mates + job.total_gpus > found[0] + found[1]:
                 return False
     if before.credits is not None and job.hold > 0:
         holds = sum(x.hold for x in between if x.department == dept and x.hold > 0)
@@ -168,9 +170,10 @@ def surely_wins(before: CycleState, job: PendingJob, between: list[PendingJob]) 
     limit = before.users.limit(dept, user) if before.user_limits else None
     if limit is not None:
         mates = sum(x.total_gpus for x in between if x.department == dept and x.user == user)
-        if before.users.held.get((dept, user), 0) + mates + k > limit:
+        if before.users.held.get((dept, user), 0) + mates + job.total_gpus > limit:
             return False
-    taken = mine = lost = 0  # GPUs the others may take (of them, the department's), pods of g they may cost
+    # milli-GPUs the others may take (of them, the department's: the quota book's unit), pods of g they may cost
+    taken = mine = lost = 0
     live: dict[tuple, tuple[bool, bool]] = {}
     spent = before.spent_shapes
     for x in between:
@@ -192,20 +195,22 @@ def surely_wins(before: CycleState, job: PendingJob, between: list[PendingJob]) 
             live[shape] = found
         admits, reserves = found
         if admits:
-            taken += x.total_gpus
-            mine += x.total_gpus if x.department == dept else 0
+            taken += x.gpu_milli
+            mine += x.gpu_milli if x.department == dept else 0
         if admits or reserves:
             lost += x.pods * -(-x.gpus_per_pod // g)
     nominal, borrowing, _ = quota.limits.get((dept, flavor), (0, 0, 0))
-    if quota.never(dept, flavor, k) is not None:
+    km = job.gpu_milli
+    if quota.never(dept, flavor, km) is not None:
         return False
-    if borrowing is not None and quota.usage.get((dept, flavor), 0) + mine + k > nominal + borrowing:
+    if borrowing is not None and quota.usage.get((dept, flavor), 0) + mine + km > nominal + borrowing:
         return False
-    if quota.pool_used.get(flavor, 0) + taken + k > quota.pool_cap.get(flavor, 0):
+    if quota.pool_used.get(flavor, 0) + taken + km > quota.pool_cap.get(flavor, 0):
         return False  # (an admission draws at most its GPUs on the cohort's pool)
     # its pools: the clusters it may start on (it was admitted from ``before``: its request is valid)
     refused = {q.cluster for q in before.snap.namespace_quotas
-               if q.department == dept and q.flavor == flavor and k >= q.total_gpus and before.now < q.until}
+               if q.department == dept and q.flavor == flavor and job.total_gpus >= q.total_gpus
+               and before.now < q.until}
     headroom = before.policy.realtime_headroom_gpus
     for pool in before.topology.job_pools(job)[0]:
         if pool.cluster in refused:
@@ -217,7 +222,7 @@ def surely_wins(before: CycleState, job: PendingJob, between: list[PendingJob]) 
             headroom <= 0
             or tier_rank(job.tier) == REALTIME
             or before.evictions.may_evict_soon((pool.cluster, pool.flavor))
-            or pool.now.free_total() - taken - k >= headroom
+            or pool.now.free_total() * MILLI - taken - km >= headroom * MILLI
         ):
             return True
     return False
@@ -231,7 +236,7 @@ def _may_start_or_reserve(before: CycleState, job: PendingJob) -> tuple[bool, bo
     pools = before.topology.job_pools(job)[0]
     end = before.now + job.max_runtime_s
     fits = any(pool.index_for(end).capacity(job.gpus_per_pod) >= job.pods for pool in pools)
-    admits = fits and before.quota.check(job.department, job.flavor, job.total_gpus)[0] is None
+    admits = fits and before.quota.check(job.department, job.flavor, job.gpu_milli)[0] is None
     depth = before.policy.reservation_depth
     reserves = depth > 0 and any(
         pool not in before.heads_full or (before.calendar.heads(pool) < depth and before.across_quota(job))

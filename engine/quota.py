@@ -21,6 +21,11 @@ global scope when it has a global row, or has no row for ``c`` (then, as before,
 nominal 0). A job must fit every scope it counts in: a global row with a per-cluster row caps the department's
 share of one cluster inside its global quota. Scope keys are the flavor (global) and ``flavor@cluster``; with
 no per-cluster rows every key is the flavor, and the book behaves exactly as with one cluster.
+
+Units: the book counts a GPU flavor's keys in **milli-GPUs** (a whole GPU is 1000; ``PendingJob.gpu_milli``), so
+a fraction of a GPU adds and compares as an int, exactly; a CPU pool's keys in their own units (millicores,
+MiB). Every ``k``, ``removed`` and ``delta`` a method takes is in those units; the quota rows (whole GPUs) are
+converted when the book is made, and the details it gives (``detail``) are in GPUs again.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from . import reasons
+from .fractions import MILLI, gpus_of
 from .shapes import CPU, MEMORY, resource_key
 from .types import Quota, RunningJob
 
@@ -45,9 +51,10 @@ class QuotaBook:
         # (department, flavor) pairs with at least one per-cluster row: only they have more than one scope
         self.scoped: set[Key] = set()
         for q in sorted(quotas, key=lambda q: (q.department, q.flavor, q.cluster or "")):
-            nominal = max(0, q.nominal)
-            lendable = nominal if q.lending_limit is None else min(nominal, max(0, q.lending_limit))
-            limit = None if q.borrowing_limit is None else max(0, q.borrowing_limit)
+            unit = MILLI if in_milli(q.flavor) else 1
+            nominal = max(0, q.nominal) * unit
+            lendable = nominal if q.lending_limit is None else min(nominal, max(0, q.lending_limit) * unit)
+            limit = None if q.borrowing_limit is None else max(0, q.borrowing_limit) * unit
             key = scope_key(q.flavor, q.cluster)
             self.limits[(q.department, key)] = (nominal, limit, nominal - lendable)
             self.pool_cap[key] += lendable
@@ -56,11 +63,10 @@ class QuotaBook:
         self.usage: dict[Key, int] = defaultdict(int)
         for job in running:
             if not self.scoped:  # (one scope per flavor: the flavor's)
-                self.usage[(job.department, job.flavor)] += (
-                    len(job.placement) * job.gpus_per_pod if job.share is None else job.total_gpus)
+                self.usage[(job.department, job.flavor)] += job.gpu_milli
                 continue
             for key in self.keys(job.department, job.flavor, job.cluster):
-                self.usage[(job.department, key)] += job.total_gpus
+                self.usage[(job.department, key)] += job.gpu_milli
         for job in running:  # pods on CPU pools: their cores and memory count under the pool's resource keys
             for flavor, _, cpu, mem in job.cpu_pods:
                 for resource, k in ((CPU, cpu), (MEMORY, mem)):
@@ -233,13 +239,13 @@ class QuotaBook:
 
     def _detail(self, dept: str, key: str, k: int, used: int | None = None) -> dict[str, object]:
         nominal, limit, _ = self.limits.get((dept, key), (0, 0, 0))
-        return {
-            "in_use": self.usage[(dept, key)] if used is None else used,
-            "nominal": nominal,
-            "borrowing_limit": limit,
-            "requested": k,
-            "cohort_idle": max(0, self.pool_cap.get(key, 0) - self.pool_used.get(key, 0)),
-        }
+        in_use = self.usage[(dept, key)] if used is None else used
+        idle = max(0, self.pool_cap.get(key, 0) - self.pool_used.get(key, 0))
+        if in_milli(key):  # (said in GPUs, as the quota rows are)
+            return {"in_use": gpus_of(in_use), "nominal": gpus_of(nominal),
+                    "borrowing_limit": None if limit is None else gpus_of(limit), "requested": gpus_of(k),
+                    "cohort_idle": gpus_of(idle)}
+        return {"in_use": in_use, "nominal": nominal, "borrowing_limit": limit, "requested": k, "cohort_idle": idle}
 
     def hold(self, dept: str, flavor: str, k: int) -> None:
         """Count ``k`` GPUs of the department's global scope of ``flavor`` as in use though nothing runs on them:
@@ -267,6 +273,12 @@ class QuotaBook:
             before = self.usage[(dept, key)]
             self.usage[(dept, key)] = before + k
             self.pool_used[key] += max(0, before + k - g) - max(0, before - g)
+
+
+def in_milli(key: str) -> bool:
+    """Whether the book counts ``key`` (a flavor or scope key) in milli-GPUs: every key but a CPU pool's
+    (``shapes.resource_key``, the only keys with a ``#``)."""
+    return "#" not in key
 
 
 def scope_key(flavor: str, cluster: str | None) -> str:

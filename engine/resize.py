@@ -27,6 +27,7 @@ from bisect import bisect_left
 from dataclasses import replace
 
 from . import reasons
+from .fractions import MILLI
 from .placement import Pool
 from .state import CycleState
 from .types import Admission, PendingJob, Resize, RunningJob
@@ -96,7 +97,8 @@ class Resizer:
             if pods <= low:
                 break
             clusters = {p.cluster for p in pools} or {None}
-            if any(cycle.quota.check(job.department, job.flavor, pods * g, cluster=c)[0] is None for c in clusters):
+            if any(cycle.quota.check(job.department, job.flavor, pods * g * MILLI, cluster=c)[0] is None
+                   for c in clusters):
                 best = pods
                 break
         return job if best == job.pods else replace(job, pods=best)
@@ -111,7 +113,7 @@ class Resizer:
             job = self.full[job_id]
             pool = cycle.pools.get((job.cluster, job.flavor))
             if nodes:
-                cycle.quota.add(job.department, job.flavor, len(nodes) * job.gpus_per_pod, job.cluster)
+                cycle.quota.add(job.department, job.flavor, len(nodes) * job.gpus_per_pod * MILLI, job.cluster)
             if len(nodes) < len(self.soft[job_id]):
                 placement = job.placement[:job.min_pods] + nodes
                 self.resizes.append(Resize(job.id, placement, DOWN, FOR_JOB, for_job=self.taker.get(job_id)))
@@ -207,13 +209,13 @@ class Resizer:
             taken = used.setdefault((job.cluster, job.flavor), {})
             added: list[str] = []
             while pods + len(added) < job.max_pods:
-                if cycle.quota.check(job.department, job.flavor, g, cluster=job.cluster)[0] is not None:
+                if cycle.quota.check(job.department, job.flavor, g * MILLI, cluster=job.cluster)[0] is not None:
                     break
                 i = _best(pool, m, taken, g)
                 if i is None:
                     break
                 taken[i] = taken.get(i, 0) + g
-                cycle.quota.add(job.department, job.flavor, g, job.cluster)
+                cycle.quota.add(job.department, job.flavor, g * MILLI, job.cluster)
                 added.append(pool.names[i])
             if added:
                 full = self.full.get(job.id)

@@ -63,6 +63,7 @@ class CycleState(Protocol):
     admissions: dict[int, Admission]
     reasons: dict[int, tuple[str, str, dict]]  # pending job -> (code, message, detail)
     gates: Gates
+    # (likely end, department, flavor, milli-GPUs, cluster, user, array id or None) of the cycle's admissions
     admitted_end: list[tuple[float, str, str, int, str, str, int | None]]
     heads: dict[int, float]  # reserved heads -> reserved start
     heads_full: set[Pool]

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from .fractions import milli_of
 from .policy import use_ratios
 from .quota import QuotaBook
 from .types import PendingJob, RunningJob, Snapshot, TeamQuota
@@ -160,7 +161,7 @@ class TeamBook:
                 continue
             self.held_keys.add((d, f))
             if idle > 0:
-                book.hold(d, f, idle)
+                book.hold(d, f, milli_of(idle))
 
     def need(self, job: PendingJob) -> int:
         """What ``job`` adds to its department's quota book: its GPUs, less those of its team's guaranteed part

@@ -16,7 +16,7 @@ from fractions import Fraction
 from types import MappingProxyType
 
 from . import tiers as _tiers
-from .fractions import Share
+from .fractions import MILLI, Share
 
 TIERS: tuple[str, ...] = _tiers.NAMES  # in rank order; the facts of each are in ``tiers.TABLE``
 TIER_RANK: Mapping[str, int] = MappingProxyType({t.name: t.rank for t in _tiers.TABLE})
@@ -214,6 +214,14 @@ class PendingJob:
         return self.pods * self.share.gpus
 
     @property
+    def gpu_milli(self) -> int:
+        """``total_gpus`` in milli-GPUs (an int: what the quota book and the sums over many jobs count in, since
+        adding exact fractions costs the cycle more than all else it does for them)."""
+        if self.share is None:
+            return self.pods * self.gpus_per_pod * MILLI
+        return self.pods * self.share.milli
+
+    @property
     def likely_runtime_s(self) -> float:
         """The run time the start estimates expect: the predicted one, at most the max runtime."""
         p = self.predicted_runtime_s
@@ -277,6 +285,13 @@ class RunningJob:
         if self.share is None:
             return len(self.placement) * self.gpus_per_pod
         return len(self.placement) * self.share.gpus
+
+    @property
+    def gpu_milli(self) -> int:
+        """``total_gpus`` in milli-GPUs (``PendingJob.gpu_milli``)."""
+        if self.share is None:
+            return len(self.placement) * self.gpus_per_pod * MILLI
+        return len(self.placement) * self.share.milli
 
     @property
     def expected_end(self) -> float:

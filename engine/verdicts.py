@@ -71,15 +71,22 @@ class Verdicts:
             and (cycle.scorer.quota_age <= 0 or cycle.scorer.quota_since(job) is None)
         ):
             return cycle.judge(job)
-        key = (
-            job.department, job.flavor, job.tier, job.pods, job.gpus_per_pod, job.max_runtime_s, job.cluster,
-            job.cluster_selector, job.cluster_preference, job.data_sources, job.roles, job.share,
-            job.topology_level, job.topology_required,
-            # a member with a GPU limit is judged as themselves: their holdings differ from a colleague's
-            job.user if cycle.user_limits and cycle.users.limit(job.department, job.user) is not None else None,
-            # a team with a guaranteed part or a borrowing limit is judged as itself, any other as no team
-            cycle.teams.verdict_team(job) if cycle.team_quotas else "",
-        )  # fmt: skip
+        if job.roles and job.pods == 0:
+            # A CPU-only job is judged on its roles, its department's CPU quotas and the clusters it may run on,
+            # nothing else: it neither reserves nor preempts, so its tier and run time do not change why it
+            # waits, and jobs that differ only in them share a verdict.
+            key = (job.department, job.flavor, job.cluster, job.cluster_selector, job.cluster_preference,
+                   job.data_sources, job.roles)
+        else:
+            key = (
+                job.department, job.flavor, job.tier, job.pods, job.gpus_per_pod, job.max_runtime_s, job.cluster,
+                job.cluster_selector, job.cluster_preference, job.data_sources, job.roles, job.share,
+                job.topology_level, job.topology_required,
+                # a member with a GPU limit is judged as themselves: their holdings differ from a colleague's
+                job.user if cycle.user_limits and cycle.users.limit(job.department, job.user) is not None else None,
+                # a team with a guaranteed part or a borrowing limit is judged as itself, any other as no team
+                cycle.teams.verdict_team(job) if cycle.team_quotas else "",
+            )  # fmt: skip
         mark = _mark(cycle, job)
         seen = self.seen.get(key)
         if seen is not None and seen[0] == mark:

@@ -21,7 +21,7 @@ from billing import money
 from engine import reasons, tiers
 from engine import types as core_types
 from engine.explain import duration_text
-from engine.fractions import plain
+from engine.fractions import MILLI, plain
 from engine.quota import QuotaBook
 from portal.tenancy import member
 from portal.timestamps import from_epoch
@@ -154,7 +154,8 @@ def _quota_use(snapshot: engine.Snapshot, dept: str, flavor: str, gpus: int) -> 
     over_limit = limit is not None and borrow > limit
     # Whether the cohort has the idle GPUs to lend it now, by the engine's own book: "must borrow 3" above
     # the estimate's "cannot borrow enough" told two stories
-    code, detail = QuotaBook(snapshot.quotas, snapshot.running).check(dept, flavor, gpus)
+    # (the book counts milli-GPUs; a fraction's GPUs come here as pods x milli / 1000, which rounds back exactly)
+    code, detail = QuotaBook(snapshot.quotas, snapshot.running).check(dept, flavor, round(gpus * MILLI))
     short = borrow > 0 and not over_limit and code == reasons.QUOTA_EXHAUSTED
     if after <= nominal:
         verdict = f"fits: {after} of {nominal} guaranteed GPUs in use after it"

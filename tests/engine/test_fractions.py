@@ -15,6 +15,7 @@ from engine.fractions import HAMI, REPLICAS, Share, fraction, fraction_of
 from engine.types import Node, PendingJob, Quota, RunningJob, Snapshot
 
 A100 = 40 * 1024  # MiB
+HOUR = 3600.0
 
 
 def hami(gib: float, cores: int = 0) -> Share:
@@ -83,6 +84,72 @@ def test_a_quarter_uses_a_quarter_of_the_quota():
     assert r.code(5) == "quota_exhausted"
     assert r.reason[5].detail["requested"] == 0.25 and r.reason[5].detail["in_use"] == 1
     assert "0.25 requested" in r.reason[5].message
+
+
+def test_a_wait_says_the_cohorts_idle_share_in_gpus():
+    # B runs a quarter of its nominal 1, so 1.75 of the cohort's 2 are idle: too few for A's gang of 2
+    r = (Snap().nodes(1, gpus=4).quota("A", 1).quota("B", 1)
+         .running(run(1, dept="B", on="n0", gpus=1, share=hami(10), devices=(0,)))
+         .pending(job(2, gpus=2)).decide())
+    assert r.code(2) == "quota_exhausted"
+    assert r.reason[2].detail["cohort_idle"] == 1.75 and r.reason[2].detail["nominal"] == 1
+    assert "1.75 idle in the cohort" in r.reason[2].message  # a number, not "7/4"
+
+
+def test_a_quota_wait_is_estimated_from_what_each_fraction_gives_back():
+    # nominal 2: a whole GPU until +3 h, halves until +1 h and +2 h. One more GPU fits the quota once both
+    # halves are gone (at +1 h the department still holds 1.5), not when the first ends
+    r = (Snap().nodes(1, gpus=8).quota("A", 2, borrow=0)
+         .running(run(1, on="n0", gpus=1, ran=0.0, max_runtime_s=3 * HOUR),
+                  run(2, on="n0", gpus=1, share=hami(20), devices=(0,), ran=0.0, max_runtime_s=HOUR),
+                  run(3, on="n0", gpus=1, share=hami(20), devices=(0,), ran=0.0, max_runtime_s=2 * HOUR))
+         .pending(job(4)).decide())
+    assert r.code(4) == "quota_exhausted"
+    assert r.reason[4].estimated_start == NOW + 2 * HOUR
+
+
+def test_a_whole_gpu_job_is_estimated_to_start_when_the_last_fraction_on_the_gpu_ends():
+    # the only GPU holds a half until +1 h and a quarter until +2 h: it is whole again at +2 h, not +1 h
+    r = (Snap().nodes(1, gpus=1).quota("A", 4)
+         .running(run(1, on="n0", gpus=1, share=hami(20), devices=(0,), ran=0.0, max_runtime_s=HOUR),
+                  run(2, on="n0", gpus=1, share=hami(10), devices=(0,), ran=0.0, max_runtime_s=2 * HOUR))
+         .pending(job(3)).decide())
+    assert r.code(3) == "no_capacity"
+    assert r.reason[3].estimated_start == NOW + 2 * HOUR
+
+
+def test_a_fraction_alone_on_its_gpu_is_a_victim_and_loses_the_least_work():
+    # B's whole-GPU job and B's quarter alone on the other GPU, both past the cooldown: a realtime job of A
+    # evicts the quarter, which frees a GPU and loses a quarter of a GPU's work
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, dept="B", on="n0", gpus=1, ran=2 * HOUR, max_runtime_s=9 * HOUR),
+                  run(2, dept="B", on="n0", gpus=1, share=hami(10), devices=(1,), ran=2 * HOUR,
+                      max_runtime_s=9 * HOUR))
+         .pending(job(3, tier="realtime")).decide())
+    assert r.victims == {2}
+
+
+def test_fractions_sharing_a_gpu_are_no_victims():
+    # the same, with two quarters on that GPU: evicting one frees nothing, so the whole-GPU job goes
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, dept="B", on="n0", gpus=1, ran=2 * HOUR, max_runtime_s=9 * HOUR),
+                  run(2, dept="B", on="n0", gpus=1, share=hami(10), devices=(1,), ran=2 * HOUR,
+                      max_runtime_s=9 * HOUR),
+                  run(4, dept="B", on="n0", gpus=1, share=hami(10), devices=(1,), ran=2 * HOUR,
+                      max_runtime_s=9 * HOUR))
+         .pending(job(3, tier="realtime")).decide())
+    assert r.victims == {1}
+
+
+def test_a_fraction_keeps_the_cooldown_and_its_disruption_budget():
+    alone = dict(dept="B", on="n0", gpus=1, share=hami(10), devices=(0,), max_runtime_s=9 * HOUR)
+    fresh = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).running(run(2, ran=60.0, **alone))
+             .pending(job(3, tier="realtime")).decide())
+    assert not fresh.victims and fresh.code(3) == "preemption_cooldown"
+    budgeted = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).budget("nb", 0)
+                .running(run(2, ran=2 * HOUR, disruption_budgets=("nb",), **alone))
+                .pending(job(3, tier="realtime")).decide())
+    assert not budgeted.victims and budgeted.code(3) == "disruption_budget"
 
 
 def test_replicas_count_per_gpu():
@@ -186,3 +253,21 @@ def test_without_fractions_the_decisions_are_those_of_before(snap):
     b = schedule(replace(snap, pending=pending))
     assert [(x.job_id, x.placement) for x in a.admissions] == [(x.job_id, x.placement) for x in b.admissions]
     assert [(x.job_id, x.code) for x in a.pending] == [(x.job_id, x.code) for x in b.pending]
+
+
+@SETTINGS
+@given(mixed())
+def test_a_fraction_is_a_victim_only_alone_on_its_gpu(snap):
+    # the mixed snapshots' running fractions made evictable (elastic): a realtime arrival may take them, but
+    # only where the fraction is the one holder of every GPU it sits on
+    running = tuple(replace(r, tier="elastic") if r.share is not None else r for r in snap.running)
+    result = schedule(replace(snap, running=running))
+    holders: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for r in running:
+        if r.share is not None:
+            for name, d in zip(r.placement, r.devices, strict=True):
+                holders[(name, d)].add(r.id)
+    victims = {v for p in result.preemptions for v in p.victim_ids}
+    for r in running:
+        if r.id in victims and r.share is not None:
+            assert all(holders[(name, d)] == {r.id} for name, d in zip(r.placement, r.devices, strict=True))

@@ -3,11 +3,15 @@ shares its GPUs, a 400 per bad input, and two fractions admitted onto one GPU by
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from quotas.models import Flavor, GpuSharing, Quota
-from scheduling.models import Job, JobState, Node
+from scheduling.models import Job, JobState, Node, Preemption, PreemptionVictim, SimPod
 from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -109,6 +113,25 @@ def test_two_notebooks_share_one_gpu(shared, client_for, go):
     assert 'portal_gpus_shared_used{flavor="a100-80gb"} 0.5' in metrics
     page = c.get(f"/jobs/{ids[0]}/").content.decode()
     assert "0.25 GPU (20 GiB)" in page and "shared GPU 0" in page
+
+
+def test_a_realtime_job_evicts_a_fraction_alone_on_its_gpu(shared, client_for, go):
+    # nlp holds 7 GPUs whole and the last with a quarter, all for two hours: vision's realtime job evicts the
+    # quarter, which frees a whole GPU and loses the least work
+    nb = post(client_for, shared.bob, name="nb", gpu_memory_gib=20).json()["id"]
+    whole = [post(client_for, shared.bob, name=f"w{g}", gpus=g).json()["id"] for g in (4, 3)]
+    go(run_cycle)
+    go(sync_cluster)
+    assert set(Job.objects.filter(state=JobState.RUNNING).values_list("pk", flat=True)) == {nb, *whole}
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    Job.objects.filter(pk__in=[nb, *whole]).update(started_at=two_hours_ago)
+    SimPod.objects.filter(phase="Running").update(started_at=two_hours_ago)
+    r = post(client_for, shared.alice, name="rt", tier="realtime", gpus=1)
+    assert r.status_code == 201, r.json()
+    rt = r.json()["id"]
+    go(run_cycle)
+    assert list(PreemptionVictim.objects.values_list("job_id", flat=True)) == [nb]
+    assert Preemption.objects.get().preemptor_id == rt
 
 
 FORM = {"name": "nb", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": "python nb.py",
