@@ -106,7 +106,9 @@ class Cycle:
         self.quota = QuotaBook(snapshot.quotas, [j for j in self.running if j.id not in inside] if inside else self.running)
         self.users = UserBook(snapshot.user_limits, self.running)
         self.user_limits = self.users.active  # (fixed for the snapshot: asked by every job judged)
-        self.teams = TeamBook(snapshot.team_quotas, self.running)
+        # (and against its booking, not its team's share either)
+        self.teams = TeamBook(snapshot.team_quotas, [j for j in self.running if j.id not in inside] if inside
+                              else self.running)
         self.team_quotas = self.teams.active  # (fixed for the snapshot: asked by every job judged)
         if self.team_quotas:
             self.teams.hold_in(self.quota)  # the teams' idle guaranteed GPUs are lent to nobody

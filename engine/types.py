@@ -409,8 +409,8 @@ class UserLimit:
 @dataclass(frozen=True, slots=True)
 class Booking:
     """``gpus`` GPUs of ``flavor`` on ``cluster`` held for their owners from ``start`` to ``end`` (``bookings``):
-    a department, a team (``teams``, for when departments have teams) or a list of users; ``purpose`` is what
-    the reasons show ("NLP course")."""
+    a department, a team (by its account, ``department/team``: ``teams.account``) or a list of users;
+    ``purpose`` is what the reasons show ("NLP course")."""
 
     id: int
     cluster: str
