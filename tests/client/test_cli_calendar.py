@@ -217,3 +217,23 @@ def test_the_client_books_and_reads_the_calendar(portal, lab):
     assert client.booking(booking)["cancelled"] is True
     with pytest.raises(ValueError, match="time zone"):
         client.booking_create(flavor="a100-80gb", gpus=1, start=start.replace(tzinfo=None), end=start, purpose="x")
+
+
+def test_a_team_admin_books_for_their_team(gpup, lab):
+    from portal.models import Membership
+    from quotas.services.teams import member_set_team, team_create, team_quota_set
+
+    cv = team_create(department=lab.vision, slug="cv", actor=None)
+    team_quota_set(team=cv, flavor=lab.a100, nominal=2, actor=None, check_role=False)
+    member_set_team(membership=Membership.objects.get(user=lab.amy), team=cv, team_admin=True, actor=None)
+    r = _book(gpup, lab.amy, "--gpus", "2", "--team", "cv")
+    assert r.exit_code == 0, r.output
+    assert "for vision (team cv)" in r.stdout and Booking.objects.get().team == cv
+    r = _book(gpup, lab.amy, "--gpus", "1", "--team", "cv")
+    assert r.exit_code == 2 and "team's nominal quota: 2" in r.stderr
+    assert "team cv" in gpup("bookings", "list", user=lab.alice).stdout
+
+
+def test_a_team_and_users_together_are_refused_before_anything_is_sent(gpup, lab):
+    r = _book(gpup, lab.vadmin, "--gpus", "1", "--team", "cv", "--user", "amy")
+    assert r.exit_code == 2 and "not both" in r.stderr

@@ -38,14 +38,15 @@ class CalendarMixin:
         return self._json("GET", f"bookings/{_id(booking)}")
 
     def booking_create(self, *, flavor: str, gpus: int, start: str | datetime, end: str | datetime, purpose: str,
-                       department: str | None = None, cluster: str | None = None,
+                       department: str | None = None, team: str | None = None, cluster: str | None = None,
                        users: builtins.list[str] | None = None) -> dict:
         """``POST /bookings``: ``gpus`` GPUs of ``flavor`` from ``start`` to ``end`` for your department (a
-        platform admin names ``department``), or for some of its members (``users``). A conflict with other bookings, maintenance or the installed capacity, or a department
+        platform admin names ``department``), or for one of its teams (``team``) or some of its members
+        (``users``). A conflict with other bookings, maintenance or the installed capacity, or a department
         admin's booking beyond the quota, raises ``ValidationError`` naming what is in the way."""
         body: dict[str, Any] = {"flavor": flavor, "gpus": gpus, "start": _time(start), "end": _time(end),
                                 "purpose": purpose}
-        for name, value in (("department", department), ("cluster", cluster), ("users", users)):
+        for name, value in (("department", department), ("team", team), ("cluster", cluster), ("users", users)):
             if value is not None:
                 body[name] = value
         return self._json("POST", "bookings", json=body)

@@ -51,6 +51,8 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 
 
 def _owners(b: dict) -> str:
+    if b.get("team"):
+        return f"team {b['team']}"
     return ", ".join(b.get("users") or []) or "everyone"
 
 
@@ -104,7 +106,7 @@ def print_calendar(cal: dict) -> None:
 
 @click.group("bookings")
 def bookings():
-    """GPUs booked ahead for a department or some of its members (docs/bookings.md)."""
+    """GPUs booked ahead for a department, one of its teams or some of its members (docs/bookings.md)."""
 
 
 @bookings.command("list")
@@ -122,18 +124,21 @@ def bookings_list(state: State):
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True), help="Or how long it lasts.")
 @click.option("--purpose", required=True, help="What it is for: its owners and the reasons read it.")
 @click.option("--department", help="For this department (platform admins; default: your own).")
+@click.option("--team", help="For this team of the department (team admins: their own team).")
 @click.option("--user", "users", multiple=True, help="For this member only (repeatable).")
 @click.option("--cluster", help="On this cluster (default: the default cluster).")
 @command
-def bookings_create(state: State, flavor, gpus, start, end, hours, purpose, department, users, cluster):
+def bookings_create(state: State, flavor, gpus, start, end, hours, purpose, department, team, users, cluster):
     """Book GPUs of a flavor for a time window."""
     if (end is None) == (hours is None):
         fail("give --end or --hours (one of them)", USAGE)
+    if team and users:
+        fail("a booking is for a team (--team) or for some members (--user), not both", USAGE)
     begin = parse_time("--start", start)
     finish = parse_time("--end", end) if end is not None else \
         (datetime.fromisoformat(begin) + timedelta(hours=hours)).isoformat()
     booking = state.client().booking_create(flavor=flavor, gpus=gpus, start=begin, end=finish, purpose=purpose,
-                                            department=department, cluster=cluster,
+                                            department=department, team=team, cluster=cluster,
                                             users=list(users) or None)
     emit(state, booking, lambda b: click.echo(
         f"booked {b['gpus']} {b['flavor']} on {b['cluster']} for {b['department']} ({_owners(b)}) from "
