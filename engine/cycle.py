@@ -40,7 +40,7 @@ from .resize import Resizer
 from .results import pending_reasons, priced_admissions
 from .shapes import CPU, MEMORY, cpu_roles, demand, place_roles, resource_key, role_text, roles_fit
 from .sweeps import Gates
-from .teams import TeamBook
+from .teams import TeamBook, account
 from .teams import limit_note as team_limit_note
 from .topology import Topology
 from .types import (
@@ -359,7 +359,27 @@ class Cycle:
                     {"hold": job.hold, "available": available, "missing": missing},
                     f"needs {job.hold}, has {available}, missing {missing} milli-credits",
                 )
+            # A team with a share of the budget has its own entry (by account): what its share leaves.
+            share = self.credits.get(account(job.department, job.team)) if job.team else None
+            if share is not None and job.hold > share:
+                missing = job.hold - share
+                return self.pend(
+                    job,
+                    reasons.BUDGET_INSUFFICIENT,
+                    {"hold": job.hold, "available": share, "missing": missing, "team": job.team},
+                    f"team {job.team}'s share of the budget: needs {job.hold}, has {share}, missing {missing} "
+                    "milli-credits",
+                )
         return None
+
+    def spend_credits(self, job: PendingJob) -> None:
+        """Set the job's hold aside from its department's credits (and its team's share, when it has one)."""
+        if self.credits is not None and job.hold > 0:
+            self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
+            if job.team:
+                team = account(job.department, job.team)
+                if team in self.credits:
+                    self.credits[team] -= job.hold
 
     # ------------------------------------------------------------ roles on CPU pools (``shapes``)
 
@@ -450,8 +470,7 @@ class Cycle:
             self.cpu_admitted += 1
         if job.pods == 0:  # (a job with GPUs has done this in ``admit``)
             self.cpu_only_admitted += 1
-            if self.credits is not None and job.hold > 0:
-                self.credits[dept] = self.credits.get(dept, 0) - job.hold
+            self.spend_credits(job)
             self.admitted_end.append((self.now + job.likely_runtime_s, dept, job.flavor, 0, cluster, job.user,
                                       job.array_id))
             if job.array_id is not None:
@@ -729,8 +748,7 @@ class Cycle:
             self.users.add(dept, job.user, k)
         if self.team_quotas:
             self.teams.add(dept, job.team, job.flavor, k)
-        if self.credits is not None and job.hold > 0:
-            self.credits[dept] = self.credits.get(dept, 0) - job.hold
+        self.spend_credits(job)
         self.admitted_end.append((likely, dept, job.flavor, k, pool.cluster, job.user, job.array_id))
         if job.array_id is not None:
             self.gates.admitted(job)
@@ -780,8 +798,7 @@ class Cycle:
     def evicting(self, job: PendingJob, preemption: Preemption, cluster: str) -> Evicting:
         """The job waits for the victims it chose; its credit hold (and its owner's GPUs, against their limit)
         is set aside now, as on admission, so no later job of the cycle spends the same credits or GPUs."""
-        if self.credits is not None and job.hold > 0:
-            self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
+        self.spend_credits(job)
         self.users.add(job.department, job.user, job.total_gpus)
         self.pend(
             job,

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from .ordering import REALTIME, tier_rank
 from .state import CycleState
+from .teams import account
 from .types import PendingJob
 
 
@@ -165,6 +166,11 @@ def surely_wins(before: CycleState, job: PendingJob, between: list[PendingJob]) 
         holds = sum(x.hold for x in between if x.department == dept and x.hold > 0)
         if job.hold > before.credits.get(dept, 0) - holds:
             return False
+        share = before.credits.get(account(dept, job.team)) if job.team else None
+        if share is not None:  # its team's share of the budget, after its team's jobs between
+            mates = sum(x.hold for x in between if x.department == dept and x.team == job.team and x.hold > 0)
+            if job.hold > share - mates:
+                return False
     limit = before.users.limit(dept, user) if before.user_limits else None
     if limit is not None:
         mates = sum(x.total_gpus for x in between if x.department == dept and x.user == user)

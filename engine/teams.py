@@ -226,13 +226,15 @@ def tree_ratios(snapshot: Snapshot, ratios: Mapping[str, float]) -> dict[str, fl
     nominal: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for q in snapshot.team_quotas:
         nominal[q.department][q.team] += max(0, q.nominal)
+    # Only the teams with a split are in the tree: a team named for its share of the budget alone counts as
+    # no team here, as its jobs did before.
     running: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for job in snapshot.running:
-        if job.team and job.department in nominal:
+        if job.team and job.team in nominal.get(job.department, ()):
             running[job.department][job.team] += job.total_gpus
     usage: dict[str, dict[str, float]] = defaultdict(dict)
     for (d, t), seconds in snapshot.team_usage.items():
-        if d in nominal and t:
+        if t and t in nominal.get(d, ()):
             usage[d][t] = seconds
     out: dict[str, float] = {}
     for d in sorted(nominal):

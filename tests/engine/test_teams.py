@@ -204,8 +204,12 @@ def snapshots_with_teams(draw):
             quotas.append(TeamQuota(dept, team, "a100", nominal, draw(st.one_of(st.none(), st.integers(0, 4))),
                                     draw(st.one_of(st.none(), st.integers(0, nominal)))))
     teams = st.sampled_from(["", "x", "y"])
+    credits = snap.credits
+    if credits is not None:  # some teams with a share of their department's budget
+        credits = {**credits, **{f"{d}/{t}": draw(st.integers(0, 1500)) for d in ("A", "B") for t in ("x", "y")
+                                 if draw(st.booleans())}}
     return replace(
-        snap, team_quotas=tuple(quotas),
+        snap, team_quotas=tuple(quotas), credits=credits,
         pending=tuple(replace(j, team=draw(teams)) if j.department in ("A", "B") else j for j in snap.pending),
         running=tuple(replace(j, team=draw(teams)) if j.department in ("A", "B") else j for j in snap.running),
         team_usage={("A", "x"): draw(st.floats(0, 1e5)), ("B", "y"): draw(st.floats(0, 1e5))},
@@ -221,3 +225,39 @@ def test_with_teams_the_remembered_verdicts_and_the_forked_prices_decide_as_judg
     assert Cycle(snap).run() == full
     assert Cycle(snap, memo=False).run() == full
     assert all(r.code in reasons.CODES for r in full.pending)
+
+
+def test_a_team_with_a_share_of_the_budget_waits_when_its_share_is_spent():
+    snap = (lab(nodes=2).credits(**{"A": 10_000, "A/nlp": 3_000})
+            .pending(job(1, gpus=1, team="nlp", hold=2_000), job(2, gpus=1, team="nlp", hold=2_000),
+                     job(3, gpus=1, team="cv", hold=4_000), job(4, gpus=1, hold=1_000)))
+    res = snap.decide()
+    assert [res.code(i) for i in (1, 3, 4)] == ["admitted"] * 3  # cv and no team: the department's credits
+    assert res.code(2) == reasons.BUDGET_INSUFFICIENT
+    why = res.reason[2]
+    assert why.detail == {"hold": 2_000, "available": 1_000, "missing": 1_000, "team": "nlp"}
+    assert "team nlp's share of the budget" in why.message
+    assert why.estimated_start is None  # a refill is not predictable
+
+
+def test_a_teams_share_never_lends_it_more_than_its_department_has():
+    res = lab().credits(**{"A": 1_000, "A/nlp": 5_000}).pending(job(1, gpus=1, team="nlp", hold=2_000)).decide()
+    assert res.code(1) == reasons.BUDGET_INSUFFICIENT and "team" not in res.reason[1].detail
+
+
+@given(snapshots_with_teams())
+@SETTINGS
+def test_no_team_spends_more_than_its_share(snap):
+    res = schedule(snap)
+    if snap.credits is None:
+        return
+    jobs = {j.id: j for j in snap.pending}
+    spent: dict[str, int] = {}
+    for a in res.admissions:
+        j = jobs[a.job_id]
+        if j.team:
+            key = f"{j.department}/{j.team}"
+            spent[key] = spent.get(key, 0) + max(0, j.hold)
+    for key, amount in spent.items():
+        if key in snap.credits:
+            assert amount <= snap.credits[key], key
