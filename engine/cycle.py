@@ -747,7 +747,7 @@ class Cycle:
         if self.user_limits:
             self.users.add(dept, job.user, k)
         if self.team_quotas:
-            self.teams.add(dept, job.team, job.flavor, k)
+            self.teams.add(dept, job.team, job.flavor, k, likely)
         self.spend_credits(job)
         self.admitted_end.append((likely, dept, job.flavor, k, pool.cluster, job.user, job.array_id))
         if job.array_id is not None:
