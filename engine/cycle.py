@@ -40,7 +40,7 @@ from .resize import Resizer
 from .results import pending_reasons, priced_admissions
 from .shapes import CPU, MEMORY, cpu_roles, demand, place_roles, resource_key, role_text, roles_fit
 from .sweeps import Gates
-from .teams import TeamBook, account
+from .teams import SEPARATOR, TeamBook, account
 from .teams import limit_note as team_limit_note
 from .topology import Topology
 from .types import (
@@ -115,6 +115,8 @@ class Cycle:
         self.evictions = Evictions(snapshot, self.running, self.pools, self.scorer, self.quota, nodes_of)
         self.headroom_held: set[int] = set()
         self.credits = None if snapshot.credits is None else dict(snapshot.credits)
+        # (asked of every job with a team: most snapshots have no team with a share of the budget)
+        self.team_shares = self.credits is not None and any(SEPARATOR in key for key in self.credits)
         self.admissions: dict[int, Admission] = {}
         self.reasons: dict[int, tuple[str, str, dict]] = {}  # pending job -> (code, message, detail)
         self.gates = Gates(snapshot)  # held, dependencies, array throttles
@@ -360,7 +362,7 @@ class Cycle:
                     f"needs {job.hold}, has {available}, missing {missing} milli-credits",
                 )
             # A team with a share of the budget has its own entry (by account): what its share leaves.
-            share = self.credits.get(account(job.department, job.team)) if job.team else None
+            share = self.credits.get(account(job.department, job.team)) if job.team and self.team_shares else None
             if share is not None and job.hold > share:
                 missing = job.hold - share
                 return self.pend(
@@ -376,7 +378,7 @@ class Cycle:
         """Set the job's hold aside from its department's credits (and its team's share, when it has one)."""
         if self.credits is not None and job.hold > 0:
             self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
-            if job.team:
+            if job.team and self.team_shares:
                 team = account(job.department, job.team)
                 if team in self.credits:
                     self.credits[team] -= job.hold

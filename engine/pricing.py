@@ -55,7 +55,7 @@ def critical_bid(bid: int, wins: Callable[[int], bool]) -> int:
 # values depend on nothing a replay changes. Every other attribute is copied or replaced in ``fork``, and an
 # attribute that is in neither list stops the fork, so that new working state is never shared by mistake.
 SHARED = frozenset({"snap", "now", "policy", "running", "running_end", "order", "keys", "fork_prices", "user_limits",
-                    "resizer", "team_quotas", "calendar"})
+                    "resizer", "team_quotas", "calendar", "team_shares"})
 REPLACED = frozenset({
     "topology", "pools", "pools_by_flavor", "closed_for", "likely_events", "scorer", "quota", "users", "teams",
     "evictions", "headroom_held", "credits", "admissions", "reasons", "gates", "admitted_end", "heads",
@@ -166,7 +166,7 @@ def surely_wins(before: CycleState, job: PendingJob, between: list[PendingJob]) 
         holds = sum(x.hold for x in between if x.department == dept and x.hold > 0)
         if job.hold > before.credits.get(dept, 0) - holds:
             return False
-        share = before.credits.get(account(dept, job.team)) if job.team else None
+        share = before.credits.get(account(dept, job.team)) if job.team and before.team_shares else None
         if share is not None:  # its team's share of the budget, after its team's jobs between
             mates = sum(x.hold for x in between if x.department == dept and x.team == job.team and x.hold > 0)
             if job.hold > share - mates:

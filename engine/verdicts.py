@@ -56,7 +56,7 @@ class Verdicts:
         return (
             job.tier != REALTIME_TIER
             and (job.hold <= 0 or cycle.credits is None or job.hold <= cycle.credits.get(job.department, 0))
-            and (not job.team or job.hold <= 0 or cycle.credits is None
+            and (not job.team or not cycle.team_shares or job.hold <= 0
                  or job.hold <= cycle.credits.get(account(job.department, job.team), job.hold))
             and job.id not in cycle.evictions.inflight
             and (not cycle.quota.scoped or (job.department, job.flavor) not in cycle.quota.scoped)
@@ -69,7 +69,7 @@ class Verdicts:
         if not (  # (``applies``, inline: every job of the cycle comes here)
             job.tier != REALTIME_TIER
             and (job.hold <= 0 or cycle.credits is None or job.hold <= cycle.credits.get(job.department, 0))
-            and (not job.team or job.hold <= 0 or cycle.credits is None  # (its team's share of the budget)
+            and (not job.team or not cycle.team_shares or job.hold <= 0  # (its team's share of the budget)
                  or job.hold <= cycle.credits.get(account(job.department, job.team), job.hold))
             and job.id not in cycle.evictions.inflight
             and (not cycle.quota.scoped or (job.department, job.flavor) not in cycle.quota.scoped)
