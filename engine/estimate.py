@@ -108,6 +108,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
     index = [BucketIndex(f, p.indexed, p.top) for f, p in zip(free, pools, strict=True)]
     users = view.users if view.users is not None and view.users.active else None
     teams = view.teams if view.teams is not None and view.teams.active else None
+    if teams is not None and not any(limit[1] is not None and key[2] == flavor for key, limit in teams.limits.items()):
+        teams = None  # no team has a borrowing limit of the flavor: nothing to replay
     base, held, arrays = _events(view, flavor, pools, users, teams)
     if released:
         base = sorted(base + released, key=itemgetter(0))
