@@ -655,9 +655,7 @@ class Cycle:
         if inflight:
             self.pend(job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"})
             return Evicting(tuple(sorted(inflight)), "in_flight")
-        if tier_rank(job.tier) != REALTIME or job.topology_required:
-            # (victims are chosen for free GPUs in the pool, not in one domain: a job bound to one would evict
-            # work and still not fit)
+        if tier_rank(job.tier) != REALTIME:  # (a job bound to a domain looks for its victims in one of them)
             return None
         outcome = self.preempt(job, pools, self.quota.borrows(job.department, job.flavor, job.total_gpus, qc))
         if isinstance(outcome, Evicting):
@@ -872,14 +870,16 @@ class Cycle:
                         fits.append((found[0], self.topology.cluster_rank(job, pool.cluster), pool.cluster, pool, found[1]))
             if fits:
                 when, _, _, pool, spare = min(fits, key=lambda f: (f[0], f[1], f[2]))
-                if when > self.now and first and not job.topology_required:
+                if when > self.now and first:
                     # A head within its nominal quota that would wait long reclaims its lent GPUs (the
-                    # guarantee); any head evicts cheap work rather than idle GPUs while they drain.
+                    # guarantee; within one domain for a job bound to one); any head evicts cheap work rather
+                    # than idle GPUs while they drain (not one bound to a domain: a drain frees the pool's).
                     borrows = self.quota.borrows(job.department, job.flavor, k, pool.cluster)
                     if not borrows and when - self.now > self.policy.reclaim_delay_s:
                         outcome = self.preempt(job, [pool], borrows)
                         if isinstance(outcome, Evicting):
                             return outcome
+                if when > self.now and first and not job.topology_required:
                     # Only the starvation limit widens the drain to any work of the head's tier: a gang past
                     # the quota age gets the order and the reservation, not the licence to evict others' work
                     # (with it lab1node lost 2.03% of its GPU-hours to preemption, without it 1.8-1.9%).
