@@ -35,6 +35,7 @@ from dataclasses import replace
 from . import reasons
 from .explain import duration_text
 from .placement import Pool
+from .teams import account
 from .types import Booking, MaintenanceWindow, Node, PendingJob, RunningJob, Snapshot
 
 BOOKING = "booking"
@@ -65,9 +66,10 @@ def adjust(snapshot: Snapshot) -> Snapshot:
 
 
 def owns(booking: Booking, department: str, user: str, team: str | None = None) -> bool:
-    """Whether a job of ``user`` in ``department`` (and ``team``) is one of the booking's owners'."""
+    """Whether a job of ``user`` in ``department`` (and ``team``) is one of the booking's owners'. A booking
+    names its teams by account (``department/team``): team slugs are unique only inside a department."""
     return (department in booking.departments or (user != "" and user in booking.users)
-            or (team is not None and team in booking.teams))
+            or (bool(team) and account(department, team) in booking.teams))
 
 
 WEEKDAYS = ("Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed")  # the epoch's day was a Thursday
@@ -224,11 +226,11 @@ class Calendar:
     def owned(self, job: PendingJob) -> bool:
         """Whether the job's owner owns a booking under way of its flavor that it could end within (its job
         takes the owner's path, judged in full)."""
+        team = getattr(job, "team", None)
         if not self.active or not (job.department in self.departments or job.user in self.users
-                                   or getattr(job, "team", None) in self.teams):
+                                   or (team and account(job.department, team) in self.teams)):
             return False
         end = self.now + job.max_runtime_s
-        team = getattr(job, "team", None)
         return any(b.flavor == job.flavor and end <= b.end and owns(b, job.department, job.user, team)
                    for b in self.active)
 

@@ -41,7 +41,7 @@ from .resize import Resizer
 from .results import pending_reasons, priced_admissions
 from .shapes import CPU, MEMORY, cpu_roles, demand, place_roles, resource_key, role_text, roles_fit
 from .sweeps import Gates
-from .teams import TeamBook
+from .teams import SEPARATOR, TeamBook, account
 from .teams import limit_note as team_limit_note
 from .topology import Topology
 from .types import (
@@ -107,13 +107,17 @@ class Cycle:
         self.quota = QuotaBook(snapshot.quotas, [j for j in self.running if j.id not in inside] if inside else self.running)
         self.users = UserBook(snapshot.user_limits, self.running)
         self.user_limits = self.users.active  # (fixed for the snapshot: asked by every job judged)
-        self.teams = TeamBook(snapshot.team_quotas, self.running)
+        # (and against its booking, not its team's share either)
+        self.teams = TeamBook(snapshot.team_quotas, [j for j in self.running if j.id not in inside] if inside
+                              else self.running)
         self.team_quotas = self.teams.active  # (fixed for the snapshot: asked by every job judged)
         if self.team_quotas:
             self.teams.hold_in(self.quota)  # the teams' idle guaranteed GPUs are lent to nobody
         self.evictions = Evictions(snapshot, self.running, self.pools, self.scorer, self.quota, nodes_of)
         self.headroom_held: set[int] = set()
         self.credits = None if snapshot.credits is None else dict(snapshot.credits)
+        # (asked of every job with a team: most snapshots have no team with a share of the budget)
+        self.team_shares = self.credits is not None and any(SEPARATOR in key for key in self.credits)
         self.admissions: dict[int, Admission] = {}
         self.reasons: dict[int, tuple[str, str, dict]] = {}  # pending job -> (code, message, detail)
         self.gates = Gates(snapshot)  # held, dependencies, array throttles
@@ -358,7 +362,27 @@ class Cycle:
                     {"hold": job.hold, "available": available, "missing": missing},
                     f"needs {job.hold}, has {available}, missing {missing} milli-credits",
                 )
+            # A team with a share of the budget has its own entry (by account): what its share leaves.
+            share = self.credits.get(account(job.department, job.team)) if job.team and self.team_shares else None
+            if share is not None and job.hold > share:
+                missing = job.hold - share
+                return self.pend(
+                    job,
+                    reasons.BUDGET_INSUFFICIENT,
+                    {"hold": job.hold, "available": share, "missing": missing, "team": job.team},
+                    f"team {job.team}'s share of the budget: needs {job.hold}, has {share}, missing {missing} "
+                    "milli-credits",
+                )
         return None
+
+    def spend_credits(self, job: PendingJob) -> None:
+        """Set the job's hold aside from its department's credits (and its team's share, when it has one)."""
+        if self.credits is not None and job.hold > 0:
+            self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
+            if job.team and self.team_shares:
+                team = account(job.department, job.team)
+                if team in self.credits:
+                    self.credits[team] -= job.hold
 
     # ------------------------------------------------------------ roles on CPU pools (``shapes``)
 
@@ -449,8 +473,7 @@ class Cycle:
             self.cpu_admitted += 1
         if job.pods == 0:  # (a job with GPUs has done this in ``admit``)
             self.cpu_only_admitted += 1
-            if self.credits is not None and job.hold > 0:
-                self.credits[dept] = self.credits.get(dept, 0) - job.hold
+            self.spend_credits(job)
             self.admitted_end.append((self.now + job.likely_runtime_s, dept, job.flavor, 0, cluster, job.user,
                                       job.array_id))
             if job.array_id is not None:
@@ -633,9 +656,7 @@ class Cycle:
         if inflight:
             self.pend(job, reasons.PREEMPTION_IN_PROGRESS, {"victims": sorted(inflight), "reason": "in_flight"})
             return Evicting(tuple(sorted(inflight)), "in_flight")
-        if tier_rank(job.tier) != REALTIME or job.topology_required:
-            # (victims are chosen for free GPUs in the pool, not in one domain: a job bound to one would evict
-            # work and still not fit)
+        if tier_rank(job.tier) != REALTIME:  # (a job bound to a domain looks for its victims in one of them)
             return None
         outcome = self.preempt(job, pools, self.quota.borrows(job.department, job.flavor, job.gpu_milli, qc))
         if isinstance(outcome, Evicting):
@@ -729,9 +750,8 @@ class Cycle:
         if self.user_limits:
             self.users.add(dept, job.user, job.total_gpus)
         if self.team_quotas:
-            self.teams.add(dept, job.team, job.flavor, job.total_gpus)
-        if self.credits is not None and job.hold > 0:
-            self.credits[dept] = self.credits.get(dept, 0) - job.hold
+            self.teams.add(dept, job.team, job.flavor, job.total_gpus, likely)
+        self.spend_credits(job)
         self.admitted_end.append((likely, dept, job.flavor, milli, pool.cluster, job.user, job.array_id))
         if job.array_id is not None:
             self.gates.admitted(job)
@@ -781,8 +801,7 @@ class Cycle:
     def evicting(self, job: PendingJob, preemption: Preemption, cluster: str) -> Evicting:
         """The job waits for the victims it chose; its credit hold (and its owner's GPUs, against their limit)
         is set aside now, as on admission, so no later job of the cycle spends the same credits or GPUs."""
-        if self.credits is not None and job.hold > 0:
-            self.credits[job.department] = self.credits.get(job.department, 0) - job.hold
+        self.spend_credits(job)
         self.users.add(job.department, job.user, job.total_gpus)
         self.pend(
             job,
@@ -855,14 +874,16 @@ class Cycle:
                         fits.append((found[0], self.topology.cluster_rank(job, pool.cluster), pool.cluster, pool, found[1]))
             if fits:
                 when, _, _, pool, spare = min(fits, key=lambda f: (f[0], f[1], f[2]))
-                if when > self.now and first and not job.topology_required:
+                if when > self.now and first:
                     # A head within its nominal quota that would wait long reclaims its lent GPUs (the
-                    # guarantee); any head evicts cheap work rather than idle GPUs while they drain.
+                    # guarantee; within one domain for a job bound to one); any head evicts cheap work rather
+                    # than idle GPUs while they drain (not one bound to a domain: a drain frees the pool's).
                     borrows = self.quota.borrows(job.department, job.flavor, job.gpu_milli, pool.cluster)
                     if not borrows and when - self.now > self.policy.reclaim_delay_s:
                         outcome = self.preempt(job, [pool], borrows)
                         if isinstance(outcome, Evicting):
                             return outcome
+                if when > self.now and first and not job.topology_required:
                     # Only the starvation limit widens the drain to any work of the head's tier: a gang past
                     # the quota age gets the order and the reservation, not the licence to evict others' work
                     # (with it lab1node lost 2.03% of its GPU-hours to preemption, without it 1.8-1.9%).

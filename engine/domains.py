@@ -290,6 +290,18 @@ def required_level(pool, job) -> int | None:
     return pool.domains.level_index(job.topology_level)
 
 
+def victim_domains(pool, job) -> list[frozenset[int] | None]:
+    """Where victims may be looked for ``job`` in ``pool``: anywhere (``[None]``), or for a job that requires a
+    level, each domain of that level whose GPUs could hold the whole job, in name order (evicting elsewhere
+    would free GPUs it may not use)."""
+    li = required_level(pool, job)
+    if li is None:
+        return [None]
+    domains = pool.domains
+    return [frozenset(m) for m, total in zip(domains.members[li], domains.gpus[li], strict=True)
+            if total >= job.total_gpus]
+
+
 def wants_domains(pool, job) -> bool:
     """Whether ``job`` must be placed in one domain of ``pool`` (a required level the pool has)."""
     return job.topology_required and pool.domains is not None

@@ -7,7 +7,8 @@ runtime; a job already past that ends "now"), and so does every pending job it p
 the pending jobs start *in queue order* (the cycle's pending order, ``ordering``), each at
 the first instant when it fits both physically (best fit, whole gang) and quota-wise, and never before the
 job ahead of it, and, for a member with a GPU limit (``user_limits``), once their jobs (of every flavor, as
-they run now) have ended enough to let it in. Backfill can only make a real start earlier, so the figure is an upper bound under those
+they run now) have ended enough to let it in, and for a team with a borrowing limit (``teams``), once its jobs of
+the flavor have ended enough to keep it within its nominal plus that limit. Backfill can only make a real start earlier, so the figure is an upper bound under those
 assumptions. A blocked head with an EASY reservation gets its reservation time (a promise the backfill keeps).
 A task of a throttled array starts only while fewer than its throttle of the array's tasks run in the replay.
 Jobs waiting for dependencies (``late`` codes) are replayed after the flavor's other jobs (they cannot take
@@ -33,10 +34,12 @@ from .explain import NO_ESTIMATE
 from .fractions import MILLI
 from .placement import BucketIndex, Pool
 from .quota import QuotaBook
+from .teams import TeamBook
 from .types import PendingJob, RunningJob
 from .user_limits import UserBook
 
 DEPTH = 256  # jobs per flavor queue that get an estimate
+TEAM = "team"  # first item of a team's key among the holders (a member's is (department, user))
 HORIZON_S = 30 * 86400.0
 
 
@@ -61,6 +64,7 @@ class EstimateView:
     allowed: Callable[[PendingJob, str], bool] | None = None
     rank: Callable[[PendingJob, str], tuple] | None = None
     users: UserBook | None = None  # the members' GPU limits, and what they hold after this cycle's admissions
+    teams: TeamBook | None = None  # the teams' borrowing limits, and what they hold after this cycle's admissions
     late: frozenset[str] = frozenset()  # reason codes whose jobs are replayed after the others of their flavor
     # per (cluster, flavor), (node index, GPUs, until) held by the calendar (``bookings``): taken from now until
     # the window ends (an upper bound: a job that would end before a booking starts backfills in reality)
@@ -104,7 +108,10 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
                 released.append((until, pi, i, g, None))
     index = [BucketIndex(f, p.indexed, p.top) for f, p in zip(free, pools, strict=True)]
     users = view.users if view.users is not None and view.users.active else None
-    base, held, arrays = _events(view, flavor, pools, users)
+    teams = view.teams if view.teams is not None and view.teams.active else None
+    if teams is not None and not any(limit[1] is not None and key[2] == flavor for key, limit in teams.limits.items()):
+        teams = None  # no team has a borrowing limit of the flavor: nothing to replay
+    base, held, arrays = _events(view, flavor, pools, users, teams)
     if released:
         base = sorted(base + released, key=itemgetter(0))
     seq = 0
@@ -127,6 +134,11 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         if cap is not None and job.gpu_milli > cap * MILLI:
             continue  # more than its owner may ever hold: no honest estimate
         member = (job.department, job.user)
+        # a team's borrowing limit, as the cycle applies it (``teams.over_limit``): its team's GPUs of the flavor
+        tcap = None if teams is None else teams.cap(job.department, job.team, flavor)
+        if tcap is not None and job.total_gpus > tcap:
+            continue  # more than its team may ever hold: no honest estimate
+        team = (TEAM, job.department, job.team)
         # The earliest instant it fits on any cluster open to it (quota included: per-cluster quotas differ).
         scoped = (job.department, flavor) in book.scoped
         throttle = job.array_throttle if job.array_id is not None else None
@@ -134,6 +146,8 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
         while True:
             if cap is not None and held.get(member, 0) + job.gpu_milli > cap * MILLI:
                 pass  # its owner holds too much until some of their jobs end
+            elif tcap is not None and held.get(team, 0) + job.total_gpus > tcap:
+                pass  # its team holds too much of the flavor until some of its jobs end
             elif throttle and arrays[job.array_id] >= throttle:
                 pass  # its array runs its throttle's worth: wait for one of them to end
             elif scoped or book.check(job.department, flavor, job.gpu_milli)[0] is None:
@@ -186,6 +200,10 @@ def _simulate(view: EstimateView, flavor: str, pools, jobs, out: dict[int, float
             held[member] = held.get(member, 0) + job.gpu_milli
             heappush(heap, (end, seq, (end, -2, 0, job.gpu_milli, member)))
             seq += 1
+        if tcap is not None:
+            held[team] = held.get(team, 0) + job.total_gpus
+            heappush(heap, (end, seq, (end, -2, 0, job.total_gpus, team)))
+            seq += 1
 
 
 def _candidates(view: EstimateView, pools, job: PendingJob) -> list[int]:
@@ -199,12 +217,14 @@ def _candidates(view: EstimateView, pools, job: PendingJob) -> list[int]:
     return cand
 
 
-def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> tuple[list, dict, dict]:
+def _events(view: EstimateView, flavor: str, pools, users: UserBook | None,
+            teams: TeamBook | None = None) -> tuple[list, dict, dict]:
     """The future as a list of (time, pool, node, GPUs, owner) sorted by time: the pools' GPUs coming free (pool
     index), the flavor's quota and its array's task count given back (pool -1, owner (department, cluster, array
-    id or None)) and, for members with a limit, their GPUs given back (pool -2); what each limited member holds
-    now; how many tasks of each array run now. The pools' events count GPUs, the quota's and the members'
-    milli-GPUs (the quota book's unit: a fraction adds up exactly and cheaply)."""
+    id or None)) and, for members with a limit and teams, their GPUs given back (pool -2); what each limited
+    member and each team (``(TEAM, department, team)``, the flavor's GPUs) holds now; how many tasks of each
+    array run now. The pools' events and the teams' count GPUs, the quota's and the members' milli-GPUs (the
+    quota book's unit: a fraction adds up exactly and cheaply)."""
     base: list[tuple] = []
     for pi, pool in enumerate(pools):
         events = pool.events if view.events is None else view.events.get((pool.cluster, pool.flavor), ())
@@ -224,9 +244,11 @@ def _events(view: EstimateView, flavor: str, pools, users: UserBook | None) -> t
             base.append((end, -1, 0, gpus, (dept, cluster, array)))
             if array is not None:
                 arrays[array] += 1
-    held: dict[tuple[str, str], int] = {}
+    held: dict[tuple, int] = {}
     if users is not None:
         held = _members_holding(view, users, base)
+    if teams is not None:
+        held = {**held, **_teams_holding(view, teams, flavor, base)}
     base.sort(key=itemgetter(0))
     return base, held, arrays
 
@@ -241,6 +263,22 @@ def _members_holding(view: EstimateView, users: UserBook, base: list) -> dict:
         if users.limit(dept, user) is not None:
             held[(dept, user)] += gpus
             base.append((max(view.now, end), -2, 0, gpus, (dept, user)))
+    return held
+
+
+def _teams_holding(view: EstimateView, teams: TeamBook, flavor: str, base: list) -> dict:
+    """What each team holds of ``flavor`` after the cycle's admissions, as the team book counts it, and the
+    events (pool -2) that give it back as its jobs end."""
+    held: dict[tuple, int] = defaultdict(int)
+    for (d, t, f), gpus in teams.usage.items():
+        if f == flavor and gpus:
+            held[(TEAM, d, t)] += gpus
+    for job in teams.counted:
+        if job.flavor == flavor:
+            base.append((max(view.now, _likely_end(view, job)), -2, 0, job.total_gpus, (TEAM, job.department, job.team)))
+    for end, d, t, f, gpus in teams.ends:
+        if f == flavor:
+            base.append((max(view.now, end), -2, 0, gpus, (TEAM, d, t)))
     return held
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from . import reasons, tiers
+from .domains import victim_domains
 from .fractions import MILLI
 from .ordering import REALTIME, Scorer, tier_rank
 from .placement import Pool
@@ -174,7 +175,8 @@ class Evictions:
         end = self.now + job.max_runtime_s
         crossed = tuple(p.crossed(end) for p in pools)  # reservations it must keep off grow during the cycle
         own = job.own_preemptible  # (a preemptible realtime job may not evict its like: ``priority_victim``)
-        cache_key = (flavor, clusters, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient, crossed, own)
+        cache_key = (flavor, clusters, dept, realtime, borrows, job.gpus_per_pod, job.pods, patient, crossed, own,
+                     job.topology_level if job.topology_required else None)
         if cache_key in self.fail_cache:
             return self.fail_cache[cache_key]
 
@@ -203,11 +205,16 @@ class Evictions:
                 cands = self.cands.get((pool.cluster, flavor))
                 if not cands:
                     continue
-                found = self._search(job, pool, cands, eligible_for(relax_cooldown), budgets)
-                if found is not None and not fits_past_reservations(pool, found, job.gpus_per_pod, job.pods, end):
-                    found = None  # the GPUs it frees are a head's: the job could not start on them
-                if found is not None and (best is None or len(found) < len(best[1])):
-                    best = (pool, found)
+                # A job bound to one domain of a level looks for victims in each domain large enough for it
+                # (victims elsewhere would free GPUs it may not use); the smallest set wins, ties to the
+                # domain first in name order.
+                for within in victim_domains(pool, job):
+                    found = self._search(job, pool, cands, eligible_for(relax_cooldown), budgets, within)
+                    if found is not None and not fits_past_reservations(pool, found, job.gpus_per_pod, job.pods, end,
+                                                                        within):
+                        found = None  # the GPUs it frees are a head's: the job could not start on them
+                    if found is not None and (best is None or len(found) < len(best[1])):
+                        best = (pool, found)
             return best
 
         best = attempt(False, self.budget_left)
@@ -299,8 +306,9 @@ class Evictions:
             return None
         return self.commit(job, pool, victims, "drain")
 
-    def _search(self, job: PendingJob, pool: Pool, cands: list[Candidate], eligible, budgets):
-        """The smallest victim set in ``pool`` that lets the whole of ``job`` start (``preemption.search``)."""
+    def _search(self, job: PendingJob, pool: Pool, cands: list[Candidate], eligible, budgets, within=None):
+        """The smallest victim set in ``pool`` that lets the whole of ``job`` start (``preemption.search``),
+        within one domain's nodes when ``within`` names them."""
         return search(
             cands,
             pool=pool,
@@ -312,6 +320,7 @@ class Evictions:
             k=job.gpu_milli,
             eligible=eligible,
             budget_left=budgets,
+            within=within,
         )
 
     def commit(self, job: PendingJob, pool: Pool, victims: list[Candidate], why: str) -> Preemption:

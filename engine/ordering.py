@@ -159,7 +159,7 @@ class Scorer:
         """The job's score this cycle; with ``ratios``, as it would be with those use ratios (not cached)."""
         s = None if ratios is not None else self._scores.get(job.id)
         if s is None:
-            acct = _account(job)
+            acct = _account(job, self.ratios)
             ratio = (self.ratios if ratios is None else ratios).get(acct, 1.0)
             s = job_score(
                 self.policy,
@@ -180,7 +180,7 @@ class Scorer:
     def running_score(self, job: RunningJob) -> float:
         """A running job's score without aging or deadline (for the victim order): ``job_score``'s, whose terms
         but the bid are the same for every running job of an urgency, user tier, department and size."""
-        acct = _account(job)
+        acct = _account(job, self.ratios)
         combo = (job.urgency, job.user_tier, acct, len(job.placement) * job.gpus_per_pod * job.max_runtime_s)
         base = self._running.get(combo)
         if base is None:
@@ -234,7 +234,7 @@ class Scorer:
         limit = self.starvation_limit
         if limit <= 0 or tier_rank(job.tier) == REALTIME:
             return None
-        acct = _account(job)
+        acct = _account(job, self.ratios)
         if ratios is not None:
             fair = fair_factor(self.policy, ratios.get(acct, 1.0))
             delay = starvation_delay(self.policy, job.urgency, job.user_tier, fair, limit)
@@ -383,13 +383,17 @@ class Scorer:
         urgency, user tier and department."""
         policy = self.policy
         in_band = policy.priority_band_weight > 0 and in_priority_band(policy, job.urgency, job.user_tier)
-        fair = self.fair(_account(job))
+        fair = self.fair(_account(job, self.ratios))
         limit = self.starvation_limit
         delay = None if limit <= 0 else starvation_delay(policy, job.urgency, job.user_tier, fair, limit)
         weight = policy.weights.get((job.urgency, job.user_tier), policy.default_weight)
         return in_band, delay, weight * fair
 
 
-def _account(job) -> str:
-    """The job's fair-share account: its department, or its team's inside it (``teams.account``)."""
-    return job.department if not job.team else account(job.department, job.team)
+def _account(job, ratios) -> str:
+    """The job's fair-share account: its department, or its team's inside it (``teams.account``) when the team is
+    in the fair-share tree (a team named for its share of the budget alone is scored as its department)."""
+    if not job.team:
+        return job.department
+    acct = account(job.department, job.team)
+    return acct if acct in ratios else job.department

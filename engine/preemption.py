@@ -128,7 +128,8 @@ def drain_victim(
     return p.starving or vrank > p.rank or over
 
 
-def fits_past_reservations(pool: Pool, victims: list[Candidate], g: int, pods: int, end: float) -> bool:
+def fits_past_reservations(pool: Pool, victims: list[Candidate], g: int, pods: int, end: float,
+                           within: frozenset[int] | None = None) -> bool:
     """Whether a job of ``pods`` x ``g`` GPUs ending at ``end`` could start once ``victims`` are gone, keeping off
     the GPUs of every reservation it would run past (the search counts only free GPUs). A victim's GPUs count
     for such a job only beyond what the heads' plans already take: a victim due to end before a head's
@@ -142,7 +143,7 @@ def fits_past_reservations(pool: Pool, victims: list[Candidate], g: int, pods: i
             freed[i].append(c.job)
     reservations = pool.reservations[:m]
     fit = 0
-    for i in pool.indexed:
+    for i in (pool.indexed if within is None else sorted(within)):
         jobs = freed.get(i, ())
         value = pool.free[i] + sum(j.gpus_per_pod for j in jobs)
         for r in reservations:
@@ -186,16 +187,21 @@ def search(
     k: int,  # the preemptor's milli-GPUs (the quota book's unit)
     eligible: Callable[[RunningJob, Mapping[str, int]], bool],
     budget_left: Mapping[str, int] | None,
+    within: frozenset[int] | None = None,
 ) -> list[Candidate] | None:
-    """The victim set, or None. ``budget_left`` None ignores disruption budgets (explanations only).
+    """The victim set, or None. ``budget_left`` None ignores disruption budgets (explanations only). ``within``:
+    the nodes of the one domain the job must start in (a required topology level): only the GPUs its victims
+    free there count, and only jobs with a pod there are candidates.
 
     Greedy-then-prune in candidate order gives a minimal set; to find a *smallest* one it is repeated with
     each of the first ``SEEDS`` candidates forced first; the smallest result wins, ties to the earlier seed
     (so the preference order decides between equally small sets)."""
-    best = _greedy(cands, None, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+    if within is not None:
+        cands = [c for c in cands if not within.isdisjoint(c.nodes)]
+    best = _greedy(cands, None, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within)
     if not best:
         return None  # no set, or the job fits without victims (it waits on a reservation, not on capacity)
-    single = _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+    single = _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within)
     if single is not None:
         return single
     if len(best) > MAX_SET_FOR_SEEDS:
@@ -203,7 +209,7 @@ def search(
     for seed in cands[:SEEDS]:
         if any(seed is c for c in best):
             continue
-        found = _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
+        found = _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within)
         if found is not None and len(found) < len(best):
             best = found
             if len(best) == 1:
@@ -211,11 +217,19 @@ def search(
     return best
 
 
-def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left):
+def _capacity(pool: Pool, g: int, within: frozenset[int] | None) -> int:
+    """Pods of ``g`` GPUs that fit on the pool's free GPUs now (on ``within``'s nodes only, when given)."""
+    if within is None:
+        return pool.now.capacity(g)
+    free = pool.free
+    return sum(free[i] // g for i in within if free[i] > 0)
+
+
+def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within=None):
     """The candidate whose eviction alone lets the preemptor in and frees the fewest GPUs (the earliest in
     preference order among those), or None."""
     free = pool.free
-    base = pool.now.capacity(g)
+    base = _capacity(pool, g, within)
     best = None
     best_cost = None  # (work at risk, GPUs) of the best so far: only a cheaper candidate can replace it
     for c in cands:
@@ -223,7 +237,7 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
         if best_cost is not None and (c.key[2], len(c.job.placement) * c.job.gpus_per_pod) >= best_cost:
             continue
         # The physical test first: it is the cheapest, and most candidates alone free too little.
-        nodes = c.nodes
+        nodes = c.nodes if within is None else [i for i in c.nodes if i in within]
         h = job.gpus_per_pod
         if len(nodes) == 1:  # (most victims run one pod)
             old = free[nodes[0]]
@@ -245,12 +259,12 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left)
     return None if best is None else [best]
 
 
-def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left):
+def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within=None):
     free = pool.free
     delta: dict[int, int] = defaultdict(int)
     removed: dict[str, int] = defaultdict(int)
     used_budget: dict[str, int] = defaultdict(int)
-    cap = pool.now.capacity(g)
+    cap = _capacity(pool, g, within)
     # quota, incrementally, in every scope the preemptor's GPUs on this cluster count in: the cohort pool's
     # draw after the removals, and the preemptor's own limits. A victim's GPUs return to a scope only when its
     # department's use on this cluster counts there.
@@ -282,6 +296,8 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
             scope[1] += (after - gu if after > gu else 0) - (before - gu if before > gu else 0)
         h = sign * job.gpus_per_pod
         for i in c.nodes:
+            if within is not None and i not in within:
+                continue  # (its GPUs there are of no use to a job bound to the domain)
             old = free[i] + delta[i]
             delta[i] += h
             cap += (old + h if old + h > 0 else 0) // g - (old if old > 0 else 0) // g

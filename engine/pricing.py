@@ -21,6 +21,7 @@ from dataclasses import replace
 from .fractions import MILLI
 from .ordering import REALTIME, tier_rank
 from .state import CycleState
+from .teams import account
 from .types import PendingJob
 
 
@@ -55,7 +56,7 @@ def critical_bid(bid: int, wins: Callable[[int], bool]) -> int:
 # values depend on nothing a replay changes. Every other attribute is copied or replaced in ``fork``, and an
 # attribute that is in neither list stops the fork, so that new working state is never shared by mistake.
 SHARED = frozenset({"snap", "now", "policy", "running", "running_end", "order", "keys", "fork_prices", "user_limits",
-                    "resizer", "team_quotas", "calendar"})
+                    "resizer", "team_quotas", "calendar", "team_shares"})
 REPLACED = frozenset({
     "topology", "pools", "pools_by_flavor", "closed_for", "likely_events", "scorer", "quota", "users", "teams",
     "evictions", "headroom_held", "credits", "admissions", "reasons", "gates", "admitted_end", "heads",
@@ -167,6 +168,11 @@ def surely_wins(before: CycleState, job: PendingJob, between: list[PendingJob]) 
         holds = sum(x.hold for x in between if x.department == dept and x.hold > 0)
         if job.hold > before.credits.get(dept, 0) - holds:
             return False
+        share = before.credits.get(account(dept, job.team)) if job.team and before.team_shares else None
+        if share is not None:  # its team's share of the budget, after its team's jobs between
+            mates = sum(x.hold for x in between if x.department == dept and x.team == job.team and x.hold > 0)
+            if job.hold > share - mates:
+                return False
     limit = before.users.limit(dept, user) if before.user_limits else None
     if limit is not None:
         mates = sum(x.total_gpus for x in between if x.department == dept and x.user == user)

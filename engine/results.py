@@ -56,6 +56,7 @@ def start_estimates(cycle: CycleState, still: list[PendingJob]) -> tuple[dict[in
         allowed=cycle.topology.open_to,
         rank=cycle.topology.cluster_rank,
         users=cycle.users,
+        teams=cycle.teams if cycle.team_quotas else None,
         late=frozenset({reasons.WAITING_FOR_DEPENDENCY}),
         holds=cycle.calendar.replay_holds() if cycle.calendar.holds else None,
     )

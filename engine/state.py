@@ -46,6 +46,7 @@ class CycleState(Protocol):
     resizer: Resizing  # the resizable jobs' soft pods (``resize``; only the cycle itself settles them)
     team_quotas: bool  # whether any department has teams (``TeamBook.active``), asked by every job judged
     calendar: Calendar  # the bookings' and maintenance windows' holds (``bookings``)
+    team_shares: bool  # whether any team has a share of its department's budget (its own entry in ``credits``)
 
     # the working state (a fork copies or replaces each: ``pricing.REPLACED``)
     topology: Topology

@@ -54,7 +54,7 @@ def account(department: str, team: str) -> str:
 class TeamBook:
     """The cycle's team quotas and what each team holds (mutable working state; the snapshot is not changed)."""
 
-    __slots__ = ("limits", "guaranteed_teams", "usage", "departments", "held_keys", "distinct")
+    __slots__ = ("limits", "guaranteed_teams", "usage", "departments", "held_keys", "distinct", "counted", "ends")
 
     def __init__(self, quotas: Iterable[TeamQuota], running: Iterable[RunningJob]):
         # (nominal, borrowing_limit or None, guaranteed) per (department, team, flavor)
@@ -79,16 +79,22 @@ class TeamBook:
             if nominal - lendable > 0 or limit is not None:
                 self.distinct.add((q.department, q.team, q.flavor))
         self.usage: dict[Key, int] = defaultdict(int)
+        # For the start estimates: the running jobs counted in ``usage``, and (likely end, department, team,
+        # flavor, GPUs) of this cycle's admissions of teams' jobs (``add``), so a replay gives them back.
+        self.counted: list[RunningJob] = []
+        self.ends: list[tuple[float, str, str, str, int]] = []
         if self.departments:
             for job in running:
                 if job.team and job.department in self.departments:
                     self.usage[(job.department, job.team, job.flavor)] += job.total_gpus
+                    self.counted.append(job)
 
     def clone(self) -> TeamBook:
         other = TeamBook.__new__(TeamBook)
         other.limits, other.guaranteed_teams, other.departments = self.limits, self.guaranteed_teams, self.departments
         other.held_keys, other.distinct = self.held_keys, self.distinct
         other.usage = defaultdict(int, self.usage)
+        other.counted, other.ends = self.counted, list(self.ends)
         return other
 
     @property
@@ -192,9 +198,19 @@ class TeamBook:
             message = message.replace(held_note(detail), held_note(mine))
         return code, message, mine
 
-    def add(self, department: str, team: str, flavor: str, k: int) -> None:
+    def add(self, department: str, team: str, flavor: str, k: int, end: float | None = None) -> None:
+        """The team holds ``k`` more GPUs of ``flavor`` (an admission: until its likely ``end``, when given)."""
         if team and department in self.departments:
             self.usage[(department, team, flavor)] += k
+            if end is not None:
+                self.ends.append((end, department, team, flavor, k))
+
+    def cap(self, department: str, team: str, flavor: str) -> int | None:
+        """The most GPUs of ``flavor`` the team may ever hold (nominal + borrowing limit), None: no bound."""
+        found = self.limits.get((department, team, flavor)) if team else None
+        if found is None or found[1] is None:
+            return None
+        return found[0] + found[1]
 
 
 def limit_note(detail: Mapping[str, object]) -> str:
@@ -227,13 +243,15 @@ def tree_ratios(snapshot: Snapshot, ratios: Mapping[str, float]) -> dict[str, fl
     nominal: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for q in snapshot.team_quotas:
         nominal[q.department][q.team] += max(0, q.nominal)
+    # Only the teams with a split are in the tree: a team named for its share of the budget alone counts as
+    # no team here, as its jobs did before.
     running: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for job in snapshot.running:
-        if job.team and job.department in nominal:
+        if job.team and job.team in nominal.get(job.department, ()):
             running[job.department][job.team] += job.total_gpus
     usage: dict[str, dict[str, float]] = defaultdict(dict)
     for (d, t), seconds in snapshot.team_usage.items():
-        if d in nominal and t:
+        if t and t in nominal.get(d, ()):
             usage[d][t] = seconds
     out: dict[str, float] = {}
     for d in sorted(nominal):

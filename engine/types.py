@@ -424,8 +424,8 @@ class UserLimit:
 @dataclass(frozen=True, slots=True)
 class Booking:
     """``gpus`` GPUs of ``flavor`` on ``cluster`` held for their owners from ``start`` to ``end`` (``bookings``):
-    a department, a team (``teams``, for when departments have teams) or a list of users; ``purpose`` is what
-    the reasons show ("NLP course")."""
+    a department, a team (by its account, ``department/team``: ``teams.account``) or a list of users;
+    ``purpose`` is what the reasons show ("NLP course")."""
 
     id: int
     cluster: str
@@ -461,7 +461,9 @@ class Snapshot:
     pending: tuple[PendingJob, ...] = ()
     quotas: tuple[Quota, ...] = ()
     policy: Policy = field(default_factory=Policy)
-    credits: Mapping[str, int] | None = None  # available credits per department; None = not enforced
+    # Available credits per department; None = not enforced. A team with a share of its department's budget has
+    # an entry of its own under its account (``teams.account``: ``department/team``): what its share leaves.
+    credits: Mapping[str, int] | None = None
     usage: Mapping[str, float] = field(default_factory=lambda: _EMPTY)  # decayed GPU-seconds
     disruption_budgets: tuple[DisruptionBudget, ...] = ()
     recent_preemptions: int = 0  # victims preempted within policy.preemption_window_s before now

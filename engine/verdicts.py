@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import reasons
 from .outcomes import Outcome, Waiting
 from .state import CycleState
+from .teams import account
 from .tiers import REALTIME
 from .types import PendingJob
 
@@ -55,6 +56,8 @@ class Verdicts:
         return (
             job.tier != REALTIME_TIER
             and (job.hold <= 0 or cycle.credits is None or job.hold <= cycle.credits.get(job.department, 0))
+            and (not job.team or not cycle.team_shares or job.hold <= 0
+                 or job.hold <= cycle.credits.get(account(job.department, job.team), job.hold))
             and job.id not in cycle.evictions.inflight
             and (not cycle.quota.scoped or (job.department, job.flavor) not in cycle.quota.scoped)
             and cycle.scorer.quota_since(job) is None
@@ -66,6 +69,8 @@ class Verdicts:
         if not (  # (``applies``, inline: every job of the cycle comes here)
             job.tier != REALTIME_TIER
             and (job.hold <= 0 or cycle.credits is None or job.hold <= cycle.credits.get(job.department, 0))
+            and (not job.team or not cycle.team_shares or job.hold <= 0  # (its team's share of the budget)
+                 or job.hold <= cycle.credits.get(account(job.department, job.team), job.hold))
             and job.id not in cycle.evictions.inflight
             and (not cycle.quota.scoped or (job.department, job.flavor) not in cycle.quota.scoped)
             and (cycle.scorer.quota_age <= 0 or cycle.scorer.quota_since(job) is None)

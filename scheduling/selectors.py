@@ -397,15 +397,16 @@ def calendar_entries(user, start: datetime, end: datetime) -> dict:
     everything = m is not None and m.is_platform_admin
     own = None if m is None else m.department_id
     bookings = []
-    for b in (Booking.objects.overlapping(start, end).select_related("department", "cluster", "flavor")
+    for b in (Booking.objects.overlapping(start, end).select_related("department", "team", "cluster", "flavor")
               .prefetch_related("users")):
         row = {"kind": "booking", "id": b.pk, "cluster": b.cluster.name, "flavor": b.flavor.name, "gpus": b.gpus,
                "start": b.start, "end": b.end}
         if everything or b.department_id == own:
-            row.update(own=True, department=b.department.slug, purpose=b.purpose,
-                       users=sorted(u.username for u in b.users.all()))
+            row.update(own=True, department=b.department.slug, team=b.team.slug if b.team_id else None,
+                       purpose=b.purpose, users=sorted(u.username for u in b.users.all()))
         else:
-            row.update(own=False, department="another department", purpose="booked by another department", users=[])
+            row.update(own=False, department="another department", team=None, purpose="booked by another department",
+                       users=[])
         bookings.append(row)
     windows = [{"kind": "maintenance", "id": w.pk, "cluster": w.cluster.name, "nodes": list(w.nodes or []),
                 "selector": dict(w.selector or {}), "start": w.start, "end": w.end, "reason": w.reason}

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from lab.services.diffs import field_changes
 from lab.services.shape import calendar_key
-from portal.models import Department
+from portal.errors import ValidationFailed
+from portal.models import Department, Team
 from quotas.models import Flavor
 from scheduling.models import Booking, Cluster, MaintenanceWindow
 from scheduling.services import calendar
@@ -21,11 +22,23 @@ PRUNED = "pruned by the lab file"
 
 
 def booking_entry(b: Booking) -> dict:
-    """A booking as the file declares it (its users only when it names some)."""
+    """A booking as the file declares it (its team or its users only when it names them)."""
     users = sorted(u.username for u in b.users.all())
-    return {"department": b.department.slug, "cluster": b.cluster.name, "flavor": b.flavor.name, "gpus": b.gpus,
+    return {"department": b.department.slug, **({"team": b.team.slug} if b.team_id else {}),
+            "cluster": b.cluster.name, "flavor": b.flavor.name, "gpus": b.gpus,
             "start": b.start.isoformat(), "end": b.end.isoformat(), "purpose": b.purpose,
             **({"users": users} if users else {})}
+
+
+def _team(department: Department, slug: str | None) -> Team | None:
+    """The team a booking names, or a 400 on ``team`` when its department has none of that name."""
+    if slug is None:
+        return None
+    team = Team.objects.filter(department=department, slug=slug).first()
+    if team is None:
+        raise ValidationFailed(f"{department.slug} has no team {slug}.", fields={"team": [
+            {"code": "does_not_exist", "message": f"{department.slug} has no team {slug}."}]})
+    return team
 
 
 def maintenance_entry(w: MaintenanceWindow) -> dict:
@@ -44,7 +57,7 @@ def calendar_sections(now=None) -> dict:
     if windows:
         out["maintenance"] = windows
     bookings = [booking_entry(b) for b in Booking.objects.live().filter(end__gt=now)
-                .select_related("department", "cluster", "flavor").prefetch_related("users")
+                .select_related("department", "team", "cluster", "flavor").prefetch_related("users")
                 .order_by("start", "department__slug", "cluster__name", "flavor__name", "purpose", "id")]
     if bookings:
         out["bookings"] = bookings
@@ -70,7 +83,7 @@ class CalendarSections:
         windows = {_window_key(w): w for w in MaintenanceWindow.objects.live().filter(end__gt=now)
                    .select_related("cluster")}
         bookings = {_booking_key(b): b for b in Booking.objects.live().filter(end__gt=now)
-                    .select_related("department", "cluster", "flavor").prefetch_related("users")}
+                    .select_related("department", "team", "cluster", "flavor").prefetch_related("users")}
         declared_w = [(i, w, calendar_key("maintenance window", w)) for i, w in
                       enumerate(self.data.get("maintenance") or [])]
         declared_b = [(i, b, calendar_key("booking", b)) for i, b in enumerate(self.data.get("bookings") or [])]
@@ -117,16 +130,25 @@ class CalendarSections:
         flavor = Flavor.objects.filter(name=b["flavor"]).first()
         if dept is None or cluster is None or flavor is None:
             return  # what it names failed to be created: that error is reported already
-        want = {"gpus": b["gpus"], "end": b["end"], "users": sorted(set(b.get("users") or []))}
+        want = {"gpus": b["gpus"], "end": b["end"], "users": sorted(set(b.get("users") or [])),
+                "team": b.get("team")}
         what = f"booking {dept.slug} {flavor.name}@{cluster.name} ({b['purpose']}) from {b['start'].isoformat()}"
         if cur is None:
             self.run(path, "+", what, [f"{want['gpus']} GPUs", f"until {want['end'].isoformat()}"] + (
-                [f"users: {', '.join(want['users'])}"] if want["users"] else []),
+                [f"users: {', '.join(want['users'])}"] if want["users"] else []) + (
+                [f"team: {want['team']}"] if want["team"] else []),
                      lambda: calendar.booking_create(actor=self.actor, department=dept, cluster=cluster, flavor=flavor,
-                                                     start=b["start"], purpose=b["purpose"], **want))
+                                                     start=b["start"], purpose=b["purpose"],
+                                                     **{**want, "team": _team(dept, want["team"])}))
             return
-        old = {"gpus": cur.gpus, "end": cur.end, "users": sorted(u.username for u in cur.users.all())}
+        old = {"gpus": cur.gpus, "end": cur.end, "users": sorted(u.username for u in cur.users.all()),
+               "team": cur.team.slug if cur.team_id else None}
         if old != want:
             changes = {k: v for k, v in want.items() if old[k] != v}
-            self.run(path, "~", what, field_changes(old, want),
-                     lambda: calendar.booking_update(booking=cur, actor=self.actor, comment="lab file", **changes))
+
+            def update():
+                if "team" in changes:
+                    changes["team"] = _team(dept, changes["team"])
+                return calendar.booking_update(booking=cur, actor=self.actor, comment="lab file", **changes)
+
+            self.run(path, "~", what, field_changes(old, want), update)

@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from billing import money
+from portal.models import Team
 from portal.money import format_credits
 from quotas.models import LedgerEntry, Wallet
 from quotas.services.pricing import admission_rate, cpu_hourly, estimated_cost, read_all_prices
 from quotas.services.settlement import settle_attempt
-from quotas.services.wallets import hold_key, wallet_hold
+from quotas.services.wallets import hold_key, open_holds_in, wallet_hold
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,11 @@ class BudgetView:
     metered: frozenset[int]
     prices: dict[tuple[int, str], int]
     cpu_prices: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)  # CPU pools' per core/GiB-h
+    # The teams of metered departments with a share of the budget: (team id, department slug, team slug, the
+    # most their jobs may hold at once: the share of the department's balance), and the open holds by job
+    # (read only when there are such teams: which team a job holds for is scheduling's to say).
+    team_limits: tuple[tuple[int, str, str, int], ...] = ()
+    open_holds: dict[int, int] = field(default_factory=dict)
 
     def hold_for(self, job) -> int:
         """Credits a job needs available to be admitted: its quote (worst-case rate x GPUs x max runtime).
@@ -74,8 +80,20 @@ def read_for_cycle() -> BudgetView:
     if not wallets:
         return BudgetView(credits=None, metered=frozenset(), prices={})
     prices, cpu_prices = read_all_prices()
+    balances = {dept: balance for dept, _, balance, _ in wallets}
+    team_limits = tuple(
+        (team_id, dept_slug, slug, balances[dept] * pct // 100)
+        for team_id, dept, dept_slug, slug, pct in Team.objects.filter(
+            budget_share_pct__isnull=False, department_id__in=balances).order_by("pk")
+        .values_list("pk", "department_id", "department__slug", "slug", "budget_share_pct"))
+    open_holds: dict[int, int] = {}
+    if team_limits:
+        wallet_ids = list(Wallet.objects.filter(department_id__in=balances).values_list("pk", flat=True))
+        for job_id, amount in open_holds_in(wallet_ids=wallet_ids).values_list("job_id", "held_change"):
+            open_holds[job_id] = open_holds.get(job_id, 0) + amount
     return BudgetView(credits={slug: balance - held for _, slug, balance, held in wallets},
-                      metered=frozenset(d for d, *_ in wallets), prices=prices, cpu_prices=cpu_prices)
+                      metered=frozenset(d for d, *_ in wallets), prices=prices, cpu_prices=cpu_prices,
+                      team_limits=team_limits, open_holds=open_holds)
 
 
 def on_job_admitted(*, job, speedup: float = 1.0) -> BudgetNote | None:

@@ -89,12 +89,17 @@ def team_update(*, team: Team, actor, **changes) -> Team:
 
 
 def team_delete(*, team: Team, actor) -> None:
-    """Delete a team without jobs: its members go back to no team, its quota split back to the unassigned
-    share. A team with jobs is a 400 (its jobs name it in reports and the CSV)."""
+    """Delete a team without jobs or bookings: its members go back to no team, its quota split back to the
+    unassigned share. A team with jobs is a 400 (its jobs name it in reports and the CSV), and so is one with
+    bookings (they name it in the calendar's history)."""
     jobs = team.jobs.count()
     if jobs:
         raise field_error("team", f"Team {team.slug} has {jobs} job(s) on record and is kept; remove its members "
                                   "and its quota split instead.", code="has_jobs")
+    bookings = team.bookings.count()  # (the calendar's rows name it as its jobs do)
+    if bookings:
+        raise field_error("team", f"Team {team.slug} has {bookings} booking(s) on record and is kept; remove its "
+                                  "members and its quota split instead.", code="has_bookings")
     with transaction.atomic():
         Membership.objects.filter(team=team).update(team=None, team_admin=False)
         audit(actor=actor, action="team.delete", obj=team, department=team.department, old=_team_values(team))

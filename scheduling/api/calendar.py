@@ -12,9 +12,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api.serializers import StrictSerializer, validated
-from portal.errors import NotFound, ValidationFailed
-from portal.models import Department
-from portal.tenancy import ADMIN, CHANGE, member, require_role
+from portal.errors import Forbidden, NotFound, ValidationFailed
+from portal.models import Department, Team
+from portal.tenancy import ADMIN, member, require_role
 from quotas.models import Flavor
 from scheduling import selectors
 from scheduling.models import Booking, Cluster, MaintenanceWindow, label_problems
@@ -23,6 +23,7 @@ from scheduling.services import calendar
 
 class BookingSerializer(serializers.ModelSerializer):
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
     users = serializers.SerializerMethodField()
@@ -30,7 +31,7 @@ class BookingSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Booking
-        fields = ["id", "department", "users", "cluster", "flavor", "gpus", "start", "end", "purpose", "created_at",
+        fields = ["id", "department", "team", "users", "cluster", "flavor", "gpus", "start", "end", "purpose", "created_at",
                   "cancelled", "cancelled_at"]
         read_only_fields = fields
 
@@ -51,6 +52,7 @@ class BookingFieldsSerializer(StrictSerializer):
 
 class BookingCreateSerializer(BookingFieldsSerializer):
     department = serializers.SlugField(required=False, help_text="default: your own")
+    team = serializers.SlugField(required=False, help_text="one of the department's teams: for its members only")
     cluster = serializers.SlugField(required=False, help_text="default: the default cluster")
     flavor = serializers.CharField(max_length=40)
 
@@ -130,17 +132,22 @@ class BookingListView(APIView):
                                "window first; cancelled ones included.")
     def get(self, request):
         member(request.user)
-        rows = Booking.objects.restrict(request.user).select_related("department", "cluster", "flavor")
+        rows = Booking.objects.restrict(request.user).select_related("department", "team", "cluster", "flavor")
         return Response(BookingSerializer(rows.prefetch_related("users").order_by("-start", "-id"), many=True).data)
 
     @extend_schema(request=BookingCreateSerializer, responses={201: BookingSerializer})
     def post(self, request):
-        m = require_role(request.user, CHANGE, "Only platform admins and department admins book GPUs.")
+        m = member(request.user)  # who may book what is the service's rule (team admins book for their team)
         body = dict(validated(BookingCreateSerializer, request.data))
         slug = body.pop("department", None)
         department = Department.objects.filter(slug=slug).first() if slug else m.department
         if department is None:
             _missing("department", "No such department.")
+        team_slug = body.pop("team", None)
+        if team_slug is not None:
+            body["team"] = Team.objects.filter(department=department, slug=team_slug).first()
+            if body["team"] is None:
+                _missing("team", f"{department.slug} has no team {team_slug}.")
         flavor = Flavor.objects.filter(name=body.pop("flavor")).first()
         if flavor is None:
             _missing("flavor", "No such flavor.")
@@ -151,8 +158,12 @@ class BookingListView(APIView):
 
 
 class BookingDetailView(APIView):
-    def _get(self, request, pk, action="view") -> Booking:
-        return Booking.objects.get_or_404(request.user, action, pk=pk)
+    def _get(self, request, pk, change=False) -> Booking:
+        booking = Booking.objects.select_related("department", "team").get_or_404(request.user, "view", pk=pk)
+        if change and not calendar.may_change(request.user, booking):
+            raise Forbidden("Only platform admins, the department's admins and, for a team's booking, the team's "
+                            "admins change a booking.")
+        return booking
 
     @extend_schema(responses=BookingSerializer)
     def get(self, request, pk):
@@ -160,14 +171,14 @@ class BookingDetailView(APIView):
 
     @extend_schema(request=BookingUpdateSerializer, responses=BookingSerializer)
     def patch(self, request, pk):
-        booking = self._get(request, pk, CHANGE)
+        booking = self._get(request, pk, change=True)
         body = dict(validated(BookingUpdateSerializer, request.data))
         booking = calendar.booking_update(booking=booking, actor=request.user, **body)
         return Response(BookingSerializer(booking).data)
 
     @extend_schema(request=None, responses={204: None})
     def delete(self, request, pk):
-        calendar.booking_cancel(booking=self._get(request, pk, CHANGE), actor=request.user)
+        calendar.booking_cancel(booking=self._get(request, pk, change=True), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -225,6 +236,7 @@ class CalendarBookingSerializer(serializers.Serializer):
     end = serializers.DateTimeField()
     own = serializers.BooleanField()
     department = serializers.CharField()
+    team = serializers.CharField(allow_null=True)
     purpose = serializers.CharField()
     users = serializers.ListField(child=serializers.CharField())
 

@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from portal.models import Department
+from portal.models import Department, Team
 from portal.tenancy import DEPARTMENT, DEPARTMENT_ADMIN, PLATFORM, TenantQuerySet
 from quotas.models import Flavor
 from scheduling.models.clusters import Cluster
@@ -30,12 +30,12 @@ class BookingQuerySet(TenantQuerySet):
 
 class Booking(models.Model):
     """``gpus`` GPUs of ``flavor`` on ``cluster`` for ``department`` from ``start`` to ``end``: for every member,
-    or only for ``users`` when it names some. ``purpose`` is what its owners and the reasons read ("NLP
-    course")."""
+    only for the members of ``team`` (one of the department's) when it names one, or only for ``users`` when it
+    names some. ``purpose`` is what its owners and the reasons read ("NLP course")."""
 
     department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="bookings")
-    # When teams exist inside departments, a booking for one team names it here (the engine's owners have a
-    # ``teams`` seam); until then a booking is for the department or a list of its members.
+    # Protected: a team's bookings stay on record with it, as its jobs do (``team_delete`` refuses first).
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="bookings")
     users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="bookings")
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="bookings")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="bookings")

@@ -2,8 +2,9 @@
 its transaction; what the engine reads of them (``engine_calendar``); the notices they cause (``notify_due``).
 
 Who: platform admins book for any department and declare maintenance windows; a department admin books for
-their own department, within its nominal quota of the flavor (its bookings at any instant add up to at most
-that). A booking must fit the installed capacity at every instant of its window, with the other bookings and
+their own department (or one of its teams), within its nominal quota of the flavor (its bookings at any instant
+add up to at most that); a team admin books for their own team, within the team's nominal quota of the flavor
+(its split of the department's, every cluster together) the same way. A booking must fit the installed capacity at every instant of its window, with the other bookings and
 the maintenance windows that overlap it; a maintenance window must leave room for the bookings it overlaps.
 A conflict is a ``ValidationFailed`` naming the windows in the way and how many GPUs are left.
 """
@@ -17,12 +18,14 @@ from django.db import transaction
 from django.utils import timezone
 
 import engine as core
+from engine.teams import account
 from notifications.models import Event
 from notifications.services import emit
 from portal.audit import audit
 from portal.errors import Forbidden, ValidationFailed
+from portal.models import Membership
 from portal.tenancy import membership_of
-from quotas.models import Quota
+from quotas.models import Quota, TeamQuota
 from scheduling.models import ACTIVE_STATES, Booking, Cluster, Job, MaintenanceWindow, Node
 
 # How far ahead the owners of running jobs a maintenance window affects are told (and again at its start).
@@ -117,12 +120,33 @@ def _label(row, viewer_department_id: int | None) -> str:
 # ---------------------------------------------------------------- bookings
 
 
-def _booking_rules(*, actor, department, cluster, flavor, gpus, start, end, booking_id=None, now=None) -> None:
+def _team_admin_of(m, team) -> bool:
+    """Whether membership ``m`` is a team admin of ``team`` (and no more than that: department admins book as
+    such)."""
+    return (team is not None and m is not None and m.team_admin and m.team_id == team.pk
+            and not m.is_department_admin)
+
+
+def may_change(user, booking: Booking) -> bool:
+    """Whether ``user`` may edit or cancel ``booking``: its department's admins and platform admins (the
+    tenancy rule), and for a team's booking the team's admins."""
+    if Booking.objects.permits(user, booking, "change"):
+        return True
+    return booking.team_id is not None and _team_admin_of(membership_of(user), booking.team)
+
+
+def _booking_rules(*, actor, department, cluster, flavor, gpus, start, end, team=None, booking_id=None,
+                   now=None) -> None:
     """Raise unless ``actor`` may book this and it fits the capacity (see the module's rules)."""
     m = membership_of(actor)
     platform = _platform(actor)
-    if not platform and (m is None or not (m.is_department_admin and m.department_id == department.pk)):
-        raise Forbidden("Only platform admins, and department admins for their own department, book GPUs.")
+    team_admin = not platform and _team_admin_of(m, team)
+    if not platform and not team_admin and (
+            m is None or not (m.is_department_admin and m.department_id == department.pk)):
+        raise Forbidden("Only platform admins, department admins for their own department and team admins for "
+                        "their own team book GPUs.")
+    if team is not None and team.department_id != department.pk:
+        _fail("team", f"{department.slug} has no team {team.slug}.", "does_not_exist")
     now = now or timezone.now()
     if flavor.is_cpu:
         _fail("flavor", f"{flavor.name} is a CPU pool: bookings hold GPUs.")
@@ -138,7 +162,16 @@ def _booking_rules(*, actor, department, cluster, flavor, gpus, start, end, book
     if total == 0:
         _fail("flavor", f"{cluster.name} has no {flavor.name} GPUs.")
     viewer = None if platform else m.department_id
-    if not platform:
+    if team_admin:
+        nominal = _team_nominal(team, flavor)
+        own = [(b.start, b.end, b.gpus) for b in Booking.objects.overlapping(start, end)
+               .filter(team=team, flavor=flavor).exclude(pk=booking_id)]
+        peak, when = _peak(own + [(start, end, gpus)], start, end)
+        if peak > nominal:
+            left = max(0, nominal - (peak - gpus))
+            _fail("gpus", f"A team admin books within the team's nominal quota: {nominal} {flavor.name} GPUs, of "
+                          f"which {left} are not booked yet at {_when(when)}.", "over_quota")
+    elif not platform:
         nominal = _nominal(department, flavor, cluster)
         own = [(b.start, b.end, b.gpus) for b in Booking.objects.overlapping(start, end)
                .filter(department=department, flavor=flavor).exclude(pk=booking_id)]
@@ -167,6 +200,11 @@ def _nominal(department, flavor, cluster) -> int:
     return next((q.nominal for q in rows if q.cluster_id is None), 0)
 
 
+def _team_nominal(team, flavor) -> int:
+    row = TeamQuota.objects.filter(team=team, flavor=flavor).first()
+    return row.nominal if row is not None else 0
+
+
 def _owners(department, usernames) -> list:
     users = list(get_user_model().objects.filter(username__in=usernames, membership__department=department))
     missing = sorted(set(usernames) - {u.username for u in users})
@@ -176,18 +214,22 @@ def _owners(department, usernames) -> list:
 
 
 def _snapshot(b: Booking) -> dict:
-    return {"department": b.department.slug, "cluster": b.cluster.name, "flavor": b.flavor.name, "gpus": b.gpus,
+    return {"department": b.department.slug, "team": b.team.slug if b.team_id else None, "cluster": b.cluster.name, "flavor": b.flavor.name, "gpus": b.gpus,
             "start": b.start.isoformat(), "end": b.end.isoformat(), "purpose": b.purpose,
             "users": sorted(u.username for u in b.users.all())}
 
 
 @transaction.atomic
 def booking_create(*, actor, department, cluster, flavor, gpus: int, start, end, purpose: str,
-                   users=(), now=None) -> Booking:
+                   users=(), team=None, now=None) -> Booking:
+    """A booking for ``department``: all its members, the members of ``team`` (one of its teams), or ``users``."""
+    if team is not None and users:
+        _fail("users", "A booking is for a team or for some members, not both.")
     _booking_rules(actor=actor, department=department, cluster=cluster, flavor=flavor, gpus=gpus, start=start,
-                   end=end, now=now)
+                   end=end, team=team, now=now)
     owners = _owners(department, users) if users else []
-    booking = Booking.objects.create(department=department, cluster=cluster, flavor=flavor, gpus=gpus, start=start,
+    booking = Booking.objects.create(department=department, team=team, cluster=cluster, flavor=flavor, gpus=gpus,
+                                     start=start,
                                      end=end, purpose=purpose, created_by=actor if actor is not None and actor.pk else None)
     booking.users.set(owners)
     audit(actor=actor, action="booking.create", obj=booking, department=department, new=_snapshot(booking))
@@ -196,16 +238,21 @@ def booking_create(*, actor, department, cluster, flavor, gpus: int, start, end,
 
 @transaction.atomic
 def booking_update(*, booking: Booking, actor, comment: str = "", now=None, **changes) -> Booking:
-    """Change a live booking's GPUs, window, purpose or owners; the rules are checked again as for a new one."""
+    """Change a live booking's GPUs, window, purpose or owners (its ``users``, or its ``team``: the lab file's);
+    the rules are checked again as for a new one."""
     booking = Booking.objects.select_for_update().get(pk=booking.pk)
     if booking.cancelled_at is not None:
         _fail("booking", "The booking was cancelled.", "cancelled")
     old = _snapshot(booking)
     users = changes.pop("users", None)
+    team = changes.get("team", booking.team)
+    if team is not None and (users if users is not None else booking.users.exists()):
+        _fail("users", "A booking is for a team or for some members, not both.")
     for name, value in changes.items():
         setattr(booking, name, value)
     _booking_rules(actor=actor, department=booking.department, cluster=booking.cluster, flavor=booking.flavor,
-                   gpus=booking.gpus, start=booking.start, end=booking.end, booking_id=booking.pk, now=now)
+                   gpus=booking.gpus, start=booking.start, end=booking.end, team=booking.team,
+                   booking_id=booking.pk, now=now)
     booking.save()
     if users is not None:
         booking.users.set(_owners(booking.department, users))
@@ -306,13 +353,16 @@ def maintenance_cancel(*, window: MaintenanceWindow, actor, comment: str = "", n
 
 def engine_calendar(now: datetime) -> tuple[tuple[core.Booking, ...], tuple[core.MaintenanceWindow, ...]]:
     """The live bookings and maintenance windows not over yet, as the engine's types (two queries and the
-    owners'). A booking names its users when it has some, else its department."""
+    owners'). A booking names its team (by account) when it has one, its users when it has some, else its
+    department."""
     bookings = []
-    for b in (Booking.objects.live().filter(end__gt=now).select_related("department", "cluster", "flavor")
+    for b in (Booking.objects.live().filter(end__gt=now).select_related("department", "team", "cluster", "flavor")
               .prefetch_related("users")):
         users = tuple(sorted(u.username for u in b.users.all()))
+        teams = (account(b.department.slug, b.team.slug),) if b.team_id else ()
+        departments = () if users or teams else (b.department.slug,)
         bookings.append(core.Booking(b.pk, b.cluster.name, b.flavor.name, b.gpus, b.start.timestamp(),
-                                     b.end.timestamp(), b.purpose, () if users else (b.department.slug,), users))
+                                     b.end.timestamp(), b.purpose, departments, users, teams))
     windows = tuple(
         core.MaintenanceWindow(w.pk, w.cluster.name, w.start.timestamp(), w.end.timestamp(), tuple(w.nodes or ()),
                                tuple(sorted((str(k), str(v)) for k, v in (w.selector or {}).items())), w.reason)
@@ -355,6 +405,8 @@ def notify_due(*, now: datetime | None = None) -> dict[str, int]:
     for b in (Booking.objects.live().filter(start__lte=now, end__gt=now, started_notified_at__isnull=True)
               .select_related("cluster", "flavor").prefetch_related("users")):
         users = [u.pk for u in b.users.all()]
+        if b.team_id is not None:  # a team's booking: its team admins (else, as a department's, its admins)
+            users = list(Membership.objects.filter(team_id=b.team_id, team_admin=True).values_list("user_id", flat=True))
         emit(kind="booking.started", department_id=b.department_id, users=users, admins=not users,
              data={"booking_id": b.pk, "purpose": b.purpose, "gpus": b.gpus, "flavor": b.flavor.name,
                    "cluster": b.cluster.name, "end": _when(b.end)},

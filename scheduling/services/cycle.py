@@ -339,7 +339,8 @@ def _in_credits(pr: engine.PendingReason) -> engine.PendingReason:
     if pr.code != reasons.BUDGET_INSUFFICIENT or not {"hold", "available", "missing"} <= pr.detail.keys():
         return pr
     d = pr.detail
-    return replace(pr, message=f"needs {format_credits(d['hold'])}, has {format_credits(d['available'])}, "
+    whose = f"team {d['team']}'s share of the budget: " if d.get("team") else ""
+    return replace(pr, message=f"{whose}needs {format_credits(d['hold'])}, has {format_credits(d['available'])}, "
                                f"missing {format_credits(d['missing'])}")
 
 

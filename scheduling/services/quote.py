@@ -23,6 +23,7 @@ from engine import types as core_types
 from engine.explain import duration_text
 from engine.fractions import MILLI, plain
 from engine.quota import QuotaBook
+from engine.teams import account
 from portal.tenancy import member
 from portal.timestamps import from_epoch
 from quotas import budgets
@@ -72,7 +73,10 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     credits = snapshot.credits
     available = None if credits is None or dept not in credits else credits[dept]
     quota = _quota_use(snapshot, dept, flavor, gpus_total)
-    team = ctx.teams.get(membership.team_id, "")  # (a team without a quota split draws as no team does)
+    team = ctx.teams.get(membership.team_id, "")  # (a team with neither a quota split nor a budget share: none)
+    share = credits.get(account(dept, team)) if credits is not None and team else None
+    if share is not None and available is not None:  # its team's share of the budget binds it too
+        available = min(available, share)
     start = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor, ctx=ctx,
                             user=user.get_username(), approval=bool(approval), team=team)
     if start.get("borrowed"):  # priced as the engine would clear it now: the base price is the reserve

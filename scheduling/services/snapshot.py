@@ -34,6 +34,7 @@ from django.utils import timezone
 from engine import tiers
 from engine import types as core
 from engine.shapes import resource_key
+from engine.teams import account
 from portal.timestamps import to_epoch
 from quotas import selectors as quota_selectors
 from quotas.budgets import read_for_cycle
@@ -120,9 +121,10 @@ def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.
     ctx.roles = read_roles([j for j in (*active, *queued) if j.role_count > 1])
     # right-sizing's predicted run times, for the start estimates (one query; none without right-sizing)
     ctx.predicted = ports.sizing().predicted_runtimes((j.pk, j.owner_id, j.name, j.image) for j in (*active, *queued))
+    budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
+    credits = team_credits(ctx, budget)  # (before the jobs are read: a team with a share of the budget is named)
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
 
-    budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
     # Where each queued job's data sources are (one read for all of them; none when no job mounts any).
     sources = source_clusters((j.pk, j.department_id, j.mounts or [], j.checkpoint or {}) for j in queued)
     after, ended = read_dependencies([j.pk for j in queued if j.has_dependencies])
@@ -141,7 +143,7 @@ def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.
         pending=tuple(pending),
         quotas=quotas,
         policy=policy,
-        credits=budget.available_credits(),
+        credits=credits,
         usage=decayed_usage(now=now, half_life_s=policy.usage_half_life_s, teams=ctx.teams, by_team=team_usage),
         disruption_budgets=tuple(disruption),
         recent_preemptions=recent,
@@ -310,6 +312,24 @@ def read_team_quotas(ctx: SnapshotContext) -> tuple[core.TeamQuota, ...]:
         ctx.teams[team_id] = team
         out.append(core.TeamQuota(dept, team, flavor, nominal, borrowing, lending))
     return tuple(out)
+
+
+def team_credits(ctx: SnapshotContext, budget) -> dict[str, int] | None:
+    """The departments' available credits and, for each team with a share of its department's budget, what the
+    share leaves (the share less its jobs' open holds) under the team's account; such a team is named on its
+    jobs (``ctx.teams``) even without a quota split."""
+    credits = budget.available_credits()
+    if credits is None or not budget.team_limits:
+        return credits
+    team_of = dict(Job.objects.filter(pk__in=list(budget.open_holds)).values_list("pk", "team_id"))
+    held: dict[int | None, int] = {}
+    for job_id, amount in budget.open_holds.items():
+        team = team_of.get(job_id)
+        held[team] = held.get(team, 0) + amount
+    for team_id, department, team, limit in budget.team_limits:
+        credits[account(department, team)] = limit - held.get(team_id, 0)
+        ctx.teams.setdefault(team_id, team)
+    return credits
 
 
 def mark_evicting(ctx: SnapshotContext, active: list[Job]) -> None:

@@ -170,9 +170,11 @@ class Snap:
         return self
 
     def booking(self, id: int, gpus: int, start: float, end: float, *, flavor: str = "a100", cluster: str = "default",
-                purpose: str = "", departments: tuple[str, ...] = (), users: tuple[str, ...] = ()) -> Snap:
-        """GPUs booked from ``start`` to ``end`` (seconds, absolute) for ``departments`` or ``users``."""
-        self._bookings.append(Booking(id, cluster, flavor, gpus, start, end, purpose, departments, users))
+                purpose: str = "", departments: tuple[str, ...] = (), users: tuple[str, ...] = (),
+                teams: tuple[str, ...] = ()) -> Snap:
+        """GPUs booked from ``start`` to ``end`` (seconds, absolute) for ``departments``, ``users`` or ``teams``
+        (``department/team``)."""
+        self._bookings.append(Booking(id, cluster, flavor, gpus, start, end, purpose, departments, users, teams))
         return self
 
     def maintenance(self, id: int, start: float, end: float, *, nodes: tuple[str, ...] = (), cluster: str = "default",

@@ -113,6 +113,33 @@ def test_a_booking_for_users_lets_only_them_in():
     assert res.code(1) != "admitted"
 
 
+def test_a_booking_for_a_team_lets_only_its_members_in_outside_the_teams_share():
+    # B has a team of the same slug: a booking names its team by account (A/nlp), never by slug alone
+    snap = (Snap().nodes(1).quota("A", 8).quota("B", 8).team("A", "nlp", 2, borrow=0).team("A", "cv", 2)
+            .team("B", "nlp", 2)
+            .booking(1, 8, NOW, NOW + HOUR, purpose="the NLP course", teams=("A/nlp",))
+            .pending(job(1, dept="A", team="nlp", gpus=4, max_runtime_s=600, urgency="low"),
+                     job(2, dept="B", team="nlp", gpus=1, max_runtime_s=600, urgency="critical"),
+                     job(3, dept="A", team="cv", gpus=1, max_runtime_s=600, urgency="critical"),
+                     job(4, dept="A", gpus=1, max_runtime_s=600, urgency="critical")))
+    res = snap.decide()
+    assert res.code(1) == "admitted"  # 4 GPUs, its team's nominal 2 and no borrowing: the booking is its share
+    assert [res.code(i) for i in (2, 3, 4)] == [reasons.BOOKED] * 3
+
+
+def test_a_teams_jobs_inside_its_booking_count_against_it_not_the_teams_share():
+    started = NOW - HOUR
+    inside = replace(run(10, dept="A", on=("n0",), gpus=4, max_runtime_s=2 * HOUR, team="nlp"), started_at=started)
+    snap = (Snap().nodes(2).quota("A", 16).team("A", "nlp", 2, borrow=0).team("A", "cv", 2)
+            .booking(1, 4, started, NOW + 2 * HOUR, teams=("A/nlp",))
+            .running(inside)
+            .pending(job(1, dept="A", team="nlp", gpus=2, max_runtime_s=HOUR, urgency="critical"),
+                     job(2, dept="A", team="nlp", gpus=1, max_runtime_s=HOUR, urgency="low")))
+    res = snap.decide()
+    assert res.code(1) == "admitted"  # the booking is full; its team's own 2 are untouched by the 4 inside it
+    assert res.code(2) == reasons.TEAM_BORROW_LIMIT
+
+
 def test_at_the_end_the_capacity_is_everyones_again():
     res = _one_node(start=NOW - 3 * HOUR, end=NOW).pending(job(1, gpus=8, max_runtime_s=10 * HOUR)).decide()
     assert res.code(1) == "admitted"

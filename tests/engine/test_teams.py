@@ -204,8 +204,12 @@ def snapshots_with_teams(draw):
             quotas.append(TeamQuota(dept, team, "a100", nominal, draw(st.one_of(st.none(), st.integers(0, 4))),
                                     draw(st.one_of(st.none(), st.integers(0, nominal)))))
     teams = st.sampled_from(["", "x", "y"])
+    credits = snap.credits
+    if credits is not None:  # some teams with a share of their department's budget
+        credits = {**credits, **{f"{d}/{t}": draw(st.integers(0, 1500)) for d in ("A", "B") for t in ("x", "y")
+                                 if draw(st.booleans())}}
     return replace(
-        snap, team_quotas=tuple(quotas),
+        snap, team_quotas=tuple(quotas), credits=credits,
         pending=tuple(replace(j, team=draw(teams)) if j.department in ("A", "B") else j for j in snap.pending),
         running=tuple(replace(j, team=draw(teams)) if j.department in ("A", "B") else j for j in snap.running),
         team_usage={("A", "x"): draw(st.floats(0, 1e5)), ("B", "y"): draw(st.floats(0, 1e5))},
@@ -221,3 +225,86 @@ def test_with_teams_the_remembered_verdicts_and_the_forked_prices_decide_as_judg
     assert Cycle(snap).run() == full
     assert Cycle(snap, memo=False).run() == full
     assert all(r.code in reasons.CODES for r in full.pending)
+
+
+def test_a_team_with_a_share_of_the_budget_waits_when_its_share_is_spent():
+    snap = (lab(nodes=2).credits(**{"A": 10_000, "A/nlp": 3_000})
+            .pending(job(1, gpus=1, team="nlp", hold=2_000), job(2, gpus=1, team="nlp", hold=2_000),
+                     job(3, gpus=1, team="cv", hold=4_000), job(4, gpus=1, hold=1_000)))
+    res = snap.decide()
+    assert [res.code(i) for i in (1, 3, 4)] == ["admitted"] * 3  # cv and no team: the department's credits
+    assert res.code(2) == reasons.BUDGET_INSUFFICIENT
+    why = res.reason[2]
+    assert why.detail == {"hold": 2_000, "available": 1_000, "missing": 1_000, "team": "nlp"}
+    assert "team nlp's share of the budget" in why.message
+    assert why.estimated_start is None  # a refill is not predictable
+
+
+def test_a_teams_share_never_lends_it_more_than_its_department_has():
+    res = lab().credits(**{"A": 1_000, "A/nlp": 5_000}).pending(job(1, gpus=1, team="nlp", hold=2_000)).decide()
+    assert res.code(1) == reasons.BUDGET_INSUFFICIENT and "team" not in res.reason[1].detail
+
+
+@given(snapshots_with_teams())
+@SETTINGS
+def test_no_team_spends_more_than_its_share(snap):
+    res = schedule(snap)
+    if snap.credits is None:
+        return
+    jobs = {j.id: j for j in snap.pending}
+    spent: dict[str, int] = {}
+    for a in res.admissions:
+        j = jobs[a.job_id]
+        if j.team:
+            key = f"{j.department}/{j.team}"
+            spent[key] = spent.get(key, 0) + max(0, j.hold)
+    for key, amount in spent.items():
+        if key in snap.credits:
+            assert amount <= snap.credits[key], key
+
+
+def test_the_estimate_waits_for_the_teams_own_jobs_to_end_under_its_borrowing_limit():
+    """Plenty of GPUs are free: only nlp's borrowing limit (nominal 4 + 1) keeps its 3-GPU job out, until enough
+    of its running jobs end; a sibling's job ending changes nothing."""
+    r = (lab(nlp_borrow=1, nodes=3)
+         .running(run(50, on="n0", gpus=2, team="nlp", ran=600, max_runtime_s=3600),
+                  run(51, on="n1", gpus=2, team="nlp", ran=600, max_runtime_s=7200),
+                  run(52, on="n2", gpus=1, team="cv", ran=600, max_runtime_s=1800))
+         .pending(job(1, gpus=2, team="nlp"), job(2, gpus=5, team="nlp", submitted_at=NOW + 1)).decide())
+    assert r.code(1) == r.code(2) == reasons.TEAM_BORROW_LIMIT
+    assert r.reason[1].estimated_start == NOW - 600 + 3600  # 4 - 2 + 2 = 4 <= 5 once job 50 ends
+    # the 5-GPU job: once both have ended, and after job 1 (in order), which then holds 2 until it ends
+    assert r.reason[2].estimated_start is not None and r.reason[2].estimated_start >= NOW - 600 + 7200
+
+
+def test_a_job_larger_than_its_teams_cap_has_no_estimate():
+    r = lab(nlp_borrow=1).pending(job(1, gpus=6, team="nlp")).decide()
+    assert r.code(1) == reasons.TEAM_BORROW_LIMIT and r.reason[1].estimated_start is None
+
+
+@given(snapshots_with_teams())
+@SETTINGS
+def test_estimates_change_no_decision_and_never_start_a_team_past_its_borrowing_limit(snap):
+    """With and without estimates the cycle decides alike; a job of a team with a borrowing limit is never
+    estimated to start before its team's running jobs of the flavor (at their likely ends, here their max
+    runtime) have ended enough to let it in."""
+    full = schedule(snap)
+    quiet = schedule(replace(snap, estimates=False))
+    assert full.admissions == quiet.admissions and full.preemptions == quiet.preemptions
+    assert [(r.job_id, r.code) for r in full.pending] == [(r.job_id, r.code) for r in quiet.pending]
+    caps = {(q.department, q.team, q.flavor): q.nominal + q.borrowing_limit for q in snap.team_quotas
+            if q.borrowing_limit is not None}
+    jobs = {j.id: j for j in snap.pending}
+    admitted = {a.job_id for a in full.admissions}
+    for r in full.pending:
+        j = jobs[r.job_id]
+        cap = caps.get((j.department, j.team, j.flavor))
+        if cap is None or r.estimated_start is None:
+            continue
+        t = r.estimated_start
+        still = sum(x.total_gpus for x in snap.running
+                    if x.department == j.department and x.team == j.team and x.flavor == j.flavor
+                    and x.expected_end > t)
+        now = sum(jobs[a].total_gpus for a in admitted if jobs[a].department == j.department
+                  and jobs[a].team == j.team and jobs[a].flavor == j.flavor and snap.now + jobs[a].max_runtime_s > t)
+        assert still + now + j.total_gpus <= cap, (r.job_id, t, still, now, cap)

@@ -208,3 +208,74 @@ def test_rack_labels_without_declared_levels_change_no_decision():
     labelled = replace(racked(flat), clusters=())
     assert schedule(labelled) == schedule(flat)
     assert schedule(racked(flat)) != schedule(flat)  # (with the levels declared, gangs go elsewhere)
+
+
+def _busy_racks() -> Snap:
+    """Two racks of two 8-GPU nodes: B's backfill fills r0n0, r1n0 and half of r1n1; r0n1 is free."""
+    return (Snap().quota("A", 32).quota("B", 32).racks(2, 2).topology(DEFAULT_CLUSTER, *LEVELS)
+            .running(run(90, "B", on="r0n0", gpus=8, tier="backfill"),
+                     run(91, "B", on="r1n0", gpus=8, tier="backfill"),
+                     run(92, "B", on="r1n1", gpus=4, tier="backfill")))
+
+
+def test_a_realtime_gang_required_in_one_rack_preempts_within_one_rack():
+    r = _busy_racks().pending(job(1, gpus=8, pods=2, tier="realtime", topology_level=RACK,
+                                  topology_required=True)).decide()
+    assert r.code(1) == reasons.PREEMPTION_IN_PROGRESS
+    assert r.victims == {90}  # r0 is then whole; r1 would need two victims
+
+
+def test_victims_are_never_chosen_where_their_gpus_are_of_no_use_to_the_domain():
+    # 16 GPUs required in one rack: r0 holds 16, but the only evictable work is in r1 beside a realtime job
+    snap = (Snap().quota("A", 32).quota("B", 32).racks(2, 2).topology(DEFAULT_CLUSTER, *LEVELS)
+            .running(run(90, "B", on="r0n0", gpus=8, tier="realtime"),
+                     run(91, "B", on="r1n0", gpus=8, tier="backfill"),
+                     run(92, "B", on="r1n1", gpus=8, tier="realtime"))
+            .pending(job(1, gpus=8, pods=2, tier="realtime", topology_level=RACK, topology_required=True)))
+    r = snap.decide()
+    assert r.code(1) != "admitted" and not r.victims  # evicting 91 would leave no rack with 16 free
+
+
+def test_a_head_within_its_quota_reclaims_within_its_domain():
+    # A lends its nominal of 16 (and C its 8) to B, which runs on every node, r0n1 within its own nominal. A's
+    # gang, required in one rack and waiting past the reclaim delay, takes back a whole rack: r1's two
+    # borrowers, never r0n0's and r1n0's (16 GPUs too, but no rack whole).
+    snap = (Snap().quota("A", 16).quota("B", 8, borrow=32).quota("C", 8).racks(2, 2)
+            .topology(DEFAULT_CLUSTER, *LEVELS)
+            .running(run(90, "B", on="r0n0", gpus=8, borrowed=True, ran=7200, max_runtime_s=86400),
+                     run(91, "B", on="r0n1", gpus=8, ran=7200, max_runtime_s=86400),
+                     run(92, "B", on="r1n0", gpus=8, borrowed=True, ran=7200, max_runtime_s=86400),
+                     run(93, "B", on="r1n1", gpus=8, borrowed=True, ran=7200, max_runtime_s=86400))
+            .pending(job(1, gpus=8, pods=2, topology_level=RACK, topology_required=True,
+                         submitted_at=NOW - 3 * 3600)))
+    r = snap.decide()
+    assert r.code(1) == reasons.PREEMPTION_IN_PROGRESS, r.reason[1].message
+    assert r.victims == {92, 93}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(racks_st, busy_st, st.tuples(st.integers(2, 4), st.sampled_from([2, 4, 8])))
+def test_a_required_realtime_gangs_victims_make_room_in_one_rack(racks, busy, gang):
+    """Whatever the running backfill work, the victims a realtime gang required in one rack chooses all run in one
+    rack, and once they are gone that rack holds the whole gang."""
+    snap = Snap().quota("A", 256).quota("B", 256).racks(*racks).topology(DEFAULT_CLUSTER, *LEVELS)
+    names = [n.name for n in snap._nodes]
+    used: dict[str, int] = {}
+    running = {}
+    for k, (pos, g) in enumerate(busy):
+        name = names[pos % len(names)]
+        if used.get(name, 0) + g <= 8:
+            used[name] = used.get(name, 0) + g
+            running[1000 + k] = (name, g)
+            snap.running(run(1000 + k, "B", on=name, gpus=g, tier="backfill", max_runtime_s=86400.0))
+    pods, g = gang
+    snap.pending(job(1, gpus=g, pods=pods, tier="realtime", topology_level=RACK, topology_required=True))
+    r = snap.decide()
+    if not r.victims:
+        return
+    assert len({rack_of(running[v][0]) for v in r.victims}) == 1
+    rack = rack_of(running[next(iter(r.victims))][0])
+    free = {n: 8 - used.get(n, 0) for n in names if rack_of(n) == rack}
+    for v in r.victims:
+        free[running[v][0]] += running[v][1]
+    assert sum(f // g for f in free.values()) >= pods

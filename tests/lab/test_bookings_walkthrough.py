@@ -1,5 +1,5 @@
 """docs/bookings.md's walk-through, step by step, on the demo's lab file: a department admin books within its
-quota, a platform admin books for another department, the conflicts say what is in the way, the calendar hides
+quota, a platform admin books for another department, a department admin for one of its teams, the conflicts say what is in the way, the calendar hides
 another department's purpose, the quote warns of the booking, and a maintenance window drains a node."""
 
 from __future__ import annotations
@@ -53,6 +53,14 @@ def test_the_bookings_walk_through():
     assert q["start"]["code"] == "booked"
     assert "reserved for" in q["start"]["message"] and "could start before the window" in q["start"]["message"]
     assert q["start"]["calendar"]["max_runtime_s_to_start_before"] > 0
+    f = (hour + timedelta(hours=8)).isoformat()
+    team = {"team": "segmentation", "flavor": "a100-80gb", "gpus": 2, "start": e, "end": f,
+            "purpose": "MICCAI deadline"}
+    r = _as("alice").post("/api/v1/bookings", team, format="json")
+    assert r.status_code == 201 and r.json()["team"] == "segmentation"
+    assert bob.post("/api/v1/bookings", {**team, "team": "detection"}, format="json").status_code == 403
+    week = bob.get("/api/v1/calendar?days=7").json()
+    assert {row["team"] for row in week["bookings"] if row["department"] == "vision"} == {None, "segmentation"}
     friday = (hour + timedelta(days=4)).isoformat()
     r = admin.post("/api/v1/maintenance", {"nodes": ["sim-a100-1"], "start": friday,
                                            "end": (hour + timedelta(days=4, hours=4)).isoformat(),

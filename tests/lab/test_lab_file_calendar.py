@@ -171,3 +171,25 @@ def test_the_platform_admin_named_by_actor_is_recorded_and_audited():
     apply_lab(lab(booking()), actor=admin)
     assert Booking.objects.get().created_by == admin
     assert AuditEntry.objects.get(action="booking.create").actor == admin
+
+
+def test_a_booking_for_a_team_applies_exports_and_moves_to_another_team_in_place():
+    text = lab(booking(gpus=2, department="vision", purpose="Detection deadline", extra="    team: detection\n"))
+    apply_lab(text)
+    b = Booking.objects.get()
+    assert (b.department.slug, b.team.slug) == ("vision", "detection")
+    assert apply_lab(text).unchanged
+    doc = yaml.safe_load(dump(export_lab()))
+    assert doc["bookings"][0]["team"] == "detection"
+    apply_lab(text.replace("team: detection", "team: segmentation"))
+    b.refresh_from_db()
+    assert b.team.slug == "segmentation" and Booking.objects.count() == 1
+    assert AuditEntry.objects.get(action="booking.update").old["team"] == "detection"
+
+
+def test_a_booking_for_a_team_the_department_lacks_is_refused_with_its_line():
+    with pytest.raises(LabFileInvalid) as exc:
+        apply_lab(lab(booking(gpus=2, department="nlp", extra="    team: detection\n")))
+    text = str(exc.value)
+    assert "nlp has no team detection" in text and "line " in text, text
+    assert not Booking.objects.exists()

@@ -192,8 +192,8 @@ def test_snapshot_queries_stay_bounded_with_budgets(money, submit, go, django_as
     for i in range(20):
         go(submit, lab.alice if i % 2 else lab.bob, name=f"j{i}")
     # + the clusters (states, labels, cost ranks), the quota refusals, members' GPU limits, predicted run times,
-    # the teams' quota splits, the bookings and the maintenance windows
-    with django_assert_max_num_queries(17):
+    # the teams' quota splits, the teams' shares of the budget, the bookings and the maintenance windows
+    with django_assert_max_num_queries(18):
         snapshot, _ = build_snapshot(now=timezone.now())
     assert snapshot.credits == {"vision": 100_000, "nlp": 10_000}
     assert all(p.hold == 1000 for p in snapshot.pending)

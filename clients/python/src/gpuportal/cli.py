@@ -25,7 +25,7 @@ from pathlib import Path
 
 import click
 
-from gpuportal import __version__, cli_sweeps, config
+from gpuportal import __version__, cli_calendar, cli_sweeps, config
 from gpuportal.cli_base import (
     USAGE,
     State,
@@ -639,6 +639,8 @@ def completion(shell):
 
 for _sweep_command in cli_sweeps.COMMANDS:  # gpup hold, release, depend and array
     cli.add_command(_sweep_command)
+for _calendar_command in cli_calendar.COMMANDS:  # gpup bookings, maintenance and calendar
+    cli.add_command(_calendar_command)
 
 
 def main() -> None:

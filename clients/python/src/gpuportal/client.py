@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from gpuportal import config, errors
+from gpuportal.calendar import CalendarMixin
 from gpuportal.sweeps import SweepsMixin
 
 __all__ = ["Client", "FINAL_STATES", "JOB_DEFAULTS"]
@@ -74,7 +75,7 @@ def _decode(response: httpx.Response) -> Any:
         return response.text
 
 
-class Client(SweepsMixin):
+class Client(SweepsMixin, CalendarMixin):
     """A session with the portal.
 
     ``Client(url, token)``, or ``Client.from_env()`` for ``GPU_PORTAL_URL``/``GPU_PORTAL_TOKEN`` or the config
