@@ -199,7 +199,7 @@ def rendezvous_env(podset: PodSet, index: int) -> list[tuple[str, str]]:
         env += [("PORTAL_ARRAY_ID", str(podset.array_id)), ("PORTAL_ARRAY_INDEX", str(podset.array_index)),
                 ("PORTAL_ARRAY_COUNT", str(podset.array_count))]
     env += resize_env(podset)
-    if podset.pods < 2:
+    if podset.pods < 2 and podset.max_pods is None:  # (a resizable job at one pod still rendezvouses)
         return env
     pods, rank, first, nproc = str(podset.pods), str(index), 0, podset.gpus_per_pod
     if podset.roles:

@@ -1,0 +1,139 @@
+"""Resizable jobs in the portal's own cycle (simulated backend): admitted at the size that fits, grown into GPUs
+that free up and shrunk for a job that needs them, each resize decided by a cycle, applied at the job's
+checkpoint, with its pods, its placement, its size and its timeline following."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from engine import reasons
+from scheduling.models import JobState, SimPod
+from scheduling.services import resizes
+from scheduling.services.cycle import run_cycle
+from scheduling.services.inventory import sync_cluster
+from scheduling.services.jobs import job_cancel
+from scheduling.services.snapshot import build_snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def resizable(submit, user, **fields):
+    return submit(user, gpus=1, pods=8, min_pods=2, checkpoint_interval_s=600, **fields)
+
+
+def pods_of(job):
+    return list(SimPod.objects.filter(job_id=job.pk, attempt=job.attempt).order_by("index")
+                .values_list("index", "phase", "gated", "node"))
+
+
+def later(job, seconds):
+    """A time ``seconds`` after the job's decided resize is due."""
+    return timezone.datetime.fromisoformat(job.resize["due_at"]) + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def started(lab, submit, go):
+    """Bob's 4-GPU job holds one node; Alice's job of 2 to 8 one-GPU pods starts on the other, at 3: one GPU
+    stays free for realtime work (the policy's headroom, as Bob's job is within its cooldown)."""
+    blocker = submit(lab.bob, gpus=4)
+    go(run_cycle)
+    job = resizable(submit, lab.alice)
+    go(run_cycle)
+    go(sync_cluster)
+    job.refresh_from_db()
+    return blocker, job
+
+
+def test_a_resizable_job_is_admitted_at_the_largest_size_that_fits(started):
+    _, job = started
+    assert job.state == JobState.RUNNING
+    assert (job.current_pods, len(job.placement), job.size, job.total_gpus) == (3, 3, 3, 3)
+    assert [p[1] for p in pods_of(job)] == ["Running"] * 3
+    admitted = job.events.get(to_state=JobState.ADMITTED)
+    assert "at 3 pods (its size range: 2..8)" in admitted.message
+    assert admitted.data["size"] == {"pods": 3, "min_pods": 2, "max_pods": 8}
+
+
+def test_the_snapshot_gives_the_engine_the_range_and_the_size(started, lab, submit):
+    _, job = started
+    queued = resizable(submit, lab.amy)
+    snap, _ = build_snapshot(now=timezone.now())
+    running = next(r for r in snap.running if r.id == job.pk)
+    assert (running.min_pods, running.max_pods, running.pods, running.resizing) == (2, 8, 3, False)
+    pending = next(p for p in snap.pending if p.id == queued.pk)
+    assert (pending.min_pods, pending.pods) == (2, 8)
+
+
+def test_it_grows_into_freed_gpus_at_its_checkpoint(started, lab, go):
+    blocker, job = started
+    go(job_cancel, user=lab.bob, job=blocker)
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.resize["to"] == 8 and job.resize["direction"] == "up" and job.resize["state"] == resizes.DECIDED
+    decided = job.events.get(reason_code="resize_decided")
+    assert decided.data["from"] == 3 and decided.data["to"] == 8 and decided.data["reason"] == "idle"
+    assert "grows from 3 to 8 pods into GPUs no waiting job can use" in decided.message
+    # Until its checkpoint it keeps its 3 pods, and the engine sees the 8 GPUs held for it
+    assert len(pods_of(job)) == 3 and job.size == 3
+    snap, _ = build_snapshot(now=timezone.now())
+    running = next(r for r in snap.running if r.id == job.pk)
+    assert (running.pods, running.resizing) == (8, True)
+
+    go(run_cycle, now=later(job, 1))
+    job.refresh_from_db()
+    assert job.resize is None and job.current_pods == 8 and len(job.placement) == 8 and job.total_gpus == 8
+    assert [p[:3] for p in pods_of(job)] == [(i, "Running", False) for i in range(8)]
+    assert [p[3] for p in pods_of(job)] == job.placement
+    resized = job.events.get(reason_code="resized")
+    assert (resized.data["from"], resized.data["to"]) == (3, 8)
+    assert job.borrowed  # the grown pods are borrowed (preemptible) capacity
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING  # the sync reads the attempt at its new size, nothing broken
+
+
+def test_it_shrinks_for_a_realtime_job_instead_of_anyone_being_preempted(started, lab, submit, go):
+    blocker, job = started
+    go(job_cancel, user=lab.bob, job=blocker)
+    go(run_cycle)
+    job.refresh_from_db()
+    go(run_cycle, now=later(job, 1))
+    job.refresh_from_db()
+    assert job.size == 8
+
+    session = submit(lab.bob, gpus=2, tier="realtime")
+    go(run_cycle)
+    job.refresh_from_db()
+    session.refresh_from_db()
+    assert session.state == JobState.QUEUED and session.reason_code == reasons.WAITING_FOR_RESIZE
+    assert job.resize["direction"] == "down" and job.resize["for_job"] == session.pk
+    assert job.resize["to"] == 6
+    assert not job.events.filter(kind="preemption").exists()
+
+    go(run_cycle, now=later(job, 1))  # the checkpoint: the two highest ranks go
+    job.refresh_from_db()
+    assert job.resize is None and job.size == 6 and len(job.placement) == 6
+    assert [p[0] for p in pods_of(job)] == list(range(6))
+    assert "shrunk for job" in job.events.filter(reason_code="resized").latest("id").message
+    go(run_cycle)
+    session.refresh_from_db()
+    assert session.state == JobState.ADMITTED
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+
+
+def test_a_new_attempt_starts_with_no_size_and_no_resize(started, lab, go):
+    from scheduling.services.lifecycle import requeue
+
+    blocker, job = started
+    go(job_cancel, user=lab.bob, job=blocker)
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.resize is not None
+    go(requeue, job=job, outcome="platform_failure", reason="NodeLost", message="node lost")
+    job.refresh_from_db()
+    assert (job.state, job.current_pods, job.resize, job.size) == (JobState.QUEUED, None, None, 8)
