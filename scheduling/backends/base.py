@@ -56,6 +56,11 @@ class QuotaExceeded(BackendError):
 NOTICE_ANNOTATION = "gpu-portal.io/preemption-notice"
 NOTICE_DIR = "/etc/gpu-portal/notice"
 NOTICE_FILE = f"{NOTICE_DIR}/preemption"
+# A resizable job's size now, told to its running pods the same way (environment variables cannot change in a
+# running container): the annotation, shown as the file ``SIZE_FILE`` (JSON: pods, world size, per-worker batch
+# and accumulation steps).
+SIZE_ANNOTATION = "gpu-portal.io/size"
+SIZE_FILE = f"{NOTICE_DIR}/size"
 
 
 @dataclass(frozen=True, slots=True)
