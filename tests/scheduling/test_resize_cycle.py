@@ -137,3 +137,31 @@ def test_a_new_attempt_starts_with_no_size_and_no_resize(started, lab, go):
     go(requeue, job=job, outcome="platform_failure", reason="NodeLost", message="node lost")
     job.refresh_from_db()
     assert (job.state, job.current_pods, job.resize, job.size) == (JobState.QUEUED, None, None, 8)
+
+
+def test_the_api_and_the_page_show_the_size_now_the_range_and_the_resize(started, lab, go, client_for):
+    from django.urls import reverse
+
+    blocker, job = started
+    body = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}").json()
+    assert body["size"] == {"pods": 3, "min_pods": 2, "max_pods": 8, "resize": None}
+    go(job_cancel, user=lab.bob, job=blocker)
+    go(run_cycle)
+    size = client_for(lab.alice).get(f"/api/v1/jobs/{job.pk}").json()["size"]
+    assert size["pods"] == 3 and size["resize"]["to"] == 8 and size["resize"]["state"] == "decided"
+    c = client_for()
+    c.force_login(lab.alice)
+    page = c.get(reverse("dashboard:job", args=[job.pk])).content.decode()
+    assert "resizable, 2 to 8 pods" in page and "3 pods now" in page and "growing to 8 at its checkpoint" in page
+    fixed = client_for(lab.bob).get(f"/api/v1/jobs/{blocker.pk}").json()
+    assert fixed["size"] is None
+
+
+def test_the_quote_judges_a_resizable_job_at_the_size_the_cycle_would_start_it_at(started, lab, client_for, payload):
+    # 1 GPU is free beside Alice's 3 and Bob's 4: a fixed 2-pod job waits, a 1..2 one starts now at 1
+    fixed = client_for(lab.amy).post("/api/v1/jobs/quote", payload(pods=2), format="json").json()
+    assert not fixed["start"]["starts_now"]
+    body = client_for(lab.amy).post("/api/v1/jobs/quote", payload(pods=2, min_pods=1, checkpoint_interval_s=600),
+                                    format="json").json()
+    assert body["start"]["starts_now"] and len(body["start"]["nodes"]) == 1
+    assert "at 1 of its 1..2 pods" in body["start"]["message"]
