@@ -138,7 +138,9 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
     # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
     unsatisfiable = [pr for pr in result.pending if pr.code == reasons.DEPENDENCY_NEVER_SATISFIED
                      and pr.job_id in ctx.jobs and ctx.jobs[pr.job_id].state == JobState.QUEUED]
-    kept = [pr for pr in result.pending if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED]
+    shrinking = _shrinking_for(ctx)
+    kept = [_resize_in_flight(pr, shrinking) for pr in result.pending
+            if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED]
     pending = _pending_changes(kept, ctx)
     ranks = _rank_changes(kept, ctx)
     with transaction.atomic():
@@ -177,6 +179,29 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
         version = _transaction_version() if rewritten else None
     touched = others | set(pending) | set(ranks)
     return Applied(admitted, preempted, changed, frozenset(touched - rewritten), frozenset(rewritten), version)
+
+
+def _shrinking_for(ctx: SnapshotContext) -> dict[int, list[int]]:
+    """Per waiting job, the resizable jobs whose decided shrink gives GPUs back to it (in id order)."""
+    out: dict[int, list[int]] = {}
+    for job in ctx.jobs.values():
+        if job.resize and job.resize.get("for_job") is not None and job.state in resizes.ACTIVE:
+            out.setdefault(job.resize["for_job"], []).append(job.pk)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _resize_in_flight(pr: engine.PendingReason, shrinking: dict[int, list[int]]) -> engine.PendingReason:
+    """A job that resizable jobs shrink for waits for their checkpoints: once the shrink is decided the engine
+    holds those jobs whole (``resizing``) and, deciding nothing new for them, would give the job another
+    reason (a cooldown, no capacity) although its GPUs are on their way."""
+    ids = shrinking.get(pr.job_id)
+    if not ids or pr.code == reasons.WAITING_FOR_RESIZE:
+        return pr
+    names = ", ".join(map(str, ids))
+    message = (f"resizable jobs {names} give back GPUs at their next checkpoints" if len(ids) > 1
+               else f"resizable job {names} gives back GPUs at its next checkpoint")
+    return replace(pr, code=reasons.WAITING_FOR_RESIZE, message=message, detail={"resizing": ids},
+                   estimated_start=None)
 
 
 def _transaction_version() -> int:

@@ -112,6 +112,10 @@ def test_it_shrinks_for_a_realtime_job_instead_of_anyone_being_preempted(started
     assert job.resize["direction"] == "down" and job.resize["for_job"] == session.pk
     assert job.resize["to"] == 6
     assert not job.events.filter(kind="preemption").exists()
+    go(run_cycle)  # the shrink is under way: the session still waits for it, not for a cooldown or capacity
+    session.refresh_from_db()
+    assert session.reason_code == reasons.WAITING_FOR_RESIZE and session.reason_detail == {"resizing": [job.pk]}
+    assert f"resizable job {job.pk} gives back GPUs" in session.reason_message
 
     go(run_cycle, now=later(job, 1))  # the checkpoint: the two highest ranks go
     job.refresh_from_db()
@@ -165,3 +169,34 @@ def test_the_quote_judges_a_resizable_job_at_the_size_the_cycle_would_start_it_a
                                     format="json").json()
     assert body["start"]["starts_now"] and len(body["start"]["nodes"]) == 1
     assert "at 1 of its 1..2 pods" in body["start"]["message"]
+
+
+def test_a_grow_the_cluster_keeps_refusing_is_rolled_back_and_the_job_keeps_one_size(started, lab, go, monkeypatch):
+    from scheduling.backends.base import BackendError
+    from scheduling.backends.simulated import SimulatedBackend
+
+    blocker, job = started
+    go(job_cancel, user=lab.bob, job=blocker)
+    go(run_cycle)
+    job.refresh_from_db()
+    made = []
+
+    def refuse(self, podset, before, after):
+        # the first new rank is made, then the cluster refuses the next: a half-made grow
+        made.append(SimPod.objects.get_or_create(cluster=self.name, namespace=podset.namespace,
+                                                 name=podset.pod_name(3), job_id=podset.job_id,
+                                                 attempt=podset.attempt, index=3))
+        raise BackendError("the namespace's quota refused pod 4")
+
+    monkeypatch.setattr(SimulatedBackend, "resize", refuse)
+    for k in range(resizes.MAX_TRIES):
+        go(run_cycle, now=later(job, 1 + k * (resizes.RETRY_S + 1)))
+    job.refresh_from_db()
+    assert job.resize is None and job.size == 3 and len(job.placement) == 3
+    assert [p[0] for p in pods_of(job)] == [0, 1, 2]  # the half-made rank is gone: one size of pods
+    rolled = job.events.get(reason_code="resize_rolled_back")
+    assert f"after {resizes.MAX_TRIES} refused tries" in rolled.message and "quota refused" in rolled.message
+    assert not job.events.filter(reason_code="resized").exists()
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
