@@ -7,6 +7,7 @@ cancelled job), so running it twice is harmless. Cluster errors are raised for t
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 
@@ -17,6 +18,7 @@ from engine import reasons
 from scheduling.backends import get_backend
 from scheduling.backends.base import (
     EVERY_OBJECT,
+    SIZE_ANNOTATION,
     AttemptObjects,
     BackendError,
     ClusterBackend,
@@ -26,6 +28,7 @@ from scheduling.backends.base import (
     PodSet,
     QuotaExceeded,
 )
+from scheduling.backends.kube.podspec import size_text
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, NamespaceQuotaRefusal, PreemptionVictim
 from scheduling.services import logs, namespace_quotas, podsets, resizes, run_cache
 from scheduling.services.cluster_binding import cluster_of, default_cluster
@@ -384,6 +387,22 @@ def resize_pods(*, job_id: int, attempt: int, resize_id: int) -> str:
                                  f"({outcome.message or 'a PodDisruptionBudget forbids it'}); asking again, "
                                  "never deleting it"[:500], data={"pod": pod, "resize": resize_id})
     return outcome.status
+
+
+def tell_resize(*, job_id: int, attempt: int, resize_id: int) -> str:
+    """Tell a job that writes a checkpoint when asked (``notice_s``) that a resize waits for one: its size file
+    says the size it goes to and by when (``checkpoint_by``: the notice's end, when the resize goes ahead
+    anyway); it may answer "checkpoint written" sooner. Nothing once the resize has moved on."""
+    job = Job.objects.select_related("department", "flavor", "owner", "cluster").filter(
+        pk=job_id, attempt=attempt, state__in=(JobState.ADMITTED, JobState.RUNNING)).first()
+    if job is None or not job.resize or job.resize.get("id") != resize_id or job.resize.get("state") != "decided":
+        return "stale"
+    podset = podsets.podset_for(job)
+    told = {**json.loads(size_text(podset)), "resize": {"to": job.resize["to"], "checkpoint_by": job.resize["due_at"],
+                                                        "answer": "POST $PORTAL_NOTICE_ANSWER_URL"}}
+    pods = get_backend(cluster_of(job)).notify(job_id=job_id, attempt=attempt, namespace=podset.namespace,
+                                               annotations={SIZE_ANNOTATION: json.dumps(told, sort_keys=True)})
+    return "told" if pods else "no_pod"
 
 
 def delete_department_secret(*, department_slug: str, secret_name: str, kube_name: str) -> list[str]:

@@ -121,6 +121,8 @@ def record_decisions(resizes: tuple[core.Resize, ...], jobs: dict[int, Job], *, 
             continue
         job.resize = decision
         written.add(job.pk)
+        if job.notice_s:  # it writes a checkpoint when asked: it is asked now (its size file), and may answer
+            dispatch.after_commit("scheduling.pods.tell_resize", job.pk, job.attempt, event.pk)
     return written
 
 
@@ -133,6 +135,26 @@ def _decided_message(job: Job, rz: core.Resize, before: int, due: datetime) -> s
 
 def _event_data(decision: dict) -> dict:
     return {k: decision[k] for k in ("from", "to", "direction", "reason", "for_job", "price", "due_at")}
+
+
+def checkpoint_written(*, job_id: int, attempt: int, now: datetime | None = None) -> dict | None:
+    """The job answers "checkpoint written" while a resize decided for it waits for its checkpoint: the resize
+    is due now (the next cycle starts it). The decision as it stands, or None when none waits (a second answer
+    finds it started already and changes nothing)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update(no_key=True).filter(pk=job_id, attempt=attempt,
+                                                                state__in=ACTIVE).first()
+        if job is None or not job.resize or job.resize.get("state") != DECIDED:
+            return None
+        rz = {**job.resize, "due_at": min(datetime.fromisoformat(job.resize["due_at"]), now).isoformat(),
+              "answered_at": now.isoformat()}
+        Job.objects.filter(pk=job_id, attempt=attempt).update(resize=rz)
+        job.resize = rz
+        record_event(job=job, kind="resize", reason_code="checkpoint_written", attempt=attempt, at=now,
+                     message=f"answered: checkpoint written; the resize to {rz['to']} pods starts at the next cycle",
+                     data=_event_data(rz))
+    return rz
 
 
 # ------------------------------------------------------------------ 2. applying (after each cycle)

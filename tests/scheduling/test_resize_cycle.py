@@ -200,3 +200,32 @@ def test_a_grow_the_cluster_keeps_refusing_is_rolled_back_and_the_job_keeps_one_
     go(sync_cluster)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
+
+
+def test_a_job_that_checkpoints_when_asked_is_told_and_its_answer_applies_the_resize_at_once(lab, submit, go):
+    from rest_framework.test import APIClient
+
+    from scheduling.services import notice
+
+    blocker = submit(lab.bob, gpus=4)
+    go(run_cycle)
+    job = resizable(submit, lab.alice, notice_s=120)
+    go(run_cycle)
+    go(sync_cluster)
+    go(job_cancel, user=lab.bob, job=blocker)
+    go(run_cycle)
+    job.refresh_from_db()
+    assert job.resize["to"] == 8
+    told = job.events.get(reason_code="resize_decided")
+    # due at the notice's end at the latest (its periodic checkpoint is ten minutes away)
+    assert timezone.datetime.fromisoformat(job.resize["due_at"]) <= told.at + timedelta(seconds=120)
+    token = notice.attempt_token(job.pk, job.attempt)
+    answer = go(APIClient().post, f"/api/v1/jobs/{job.pk}/checkpoint-written", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert answer.status_code == 200, answer.content
+    assert (answer.json()["resize_to"], answer.json()["preemption"]) == (8, None)
+    go(run_cycle)  # no waiting for the notice's end
+    job.refresh_from_db()
+    assert job.size == 8 and job.resize is None
+    assert job.events.filter(reason_code="checkpoint_written", kind="resize").count() == 1
+    again = APIClient().post(f"/api/v1/jobs/{job.pk}/checkpoint-written", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert again.status_code == 409  # nothing waits for an answer any more
