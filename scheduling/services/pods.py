@@ -366,6 +366,10 @@ def resize_pods(*, job_id: int, attempt: int, resize_id: int) -> str:
     before, after = tuple(job.placement or ()), tuple(resizes.target(job))
     podset = replace(podsets.podset_for(job), pods=len(after))
     backend = get_backend(cluster_of(job))
+    if len(after) > len(before) and job.started_at is not None:
+        # the new ranks end with the attempt, not a whole max runtime after they start (their deadline)
+        ran = (timezone.now() - job.started_at).total_seconds() * float(getattr(backend, "speedup", 1.0) or 1.0)
+        podset = replace(podset, max_runtime_s=max(1, int(job.max_runtime_s - ran)))
     try:
         outcome = backend.resize(podset, before, after)
     except BackendError as exc:

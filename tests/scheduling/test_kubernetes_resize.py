@@ -90,6 +90,8 @@ def test_a_grow_makes_the_new_ranks_gated_then_ungates_them_all_and_widens_the_b
         pod = kube.pod(NS, name(job, i))
         assert not pod["spec"].get("schedulingGates")
     assert kube.pdbs[(NS, f"job-{job.pk}-a1")]["spec"]["minAvailable"] == 6
+    # the new ranks end with the attempt (which started 5 minutes before), not a whole max runtime later
+    assert kube.pod(NS, name(job, 7))["spec"]["activeDeadlineSeconds"] <= job.max_runtime_s - 300
     told = json.loads(kube.pod(NS, name(job, 0))["metadata"]["annotations"][SIZE_ANNOTATION])
     assert told == {"pods": 8, "world_size": 8}
     env = dict((e["name"], e.get("value")) for e in kube.pod(NS, name(job, 7))["spec"]["containers"][0]["env"])
