@@ -66,15 +66,21 @@ def held_placement(job: Job) -> tuple[str, ...]:
     return after if len(after) > len(now) else now
 
 
+def pods_expected(job: Job) -> int:
+    """The pods the job's attempt is read against: a resizable job's during a shrink being applied are those of
+    its new size (the others are leaving), every other job's all of its pods."""
+    if job.min_pods is None or job.role_count > 1 or not job.resize or job.resize.get("state") != APPLYING:
+        return job.all_pods
+    return min(job.size, len(target(job)))
+
+
 def in_size(job: Job, pods: list[PodState]) -> list[PodState]:
     """The pods of a resizable job that its state is read from: those of its size now, without the new ones of
     a grow under way (gated until all exist) and the leaving ones of a shrink being applied (evicted by the
     portal itself; their end is not the job's)."""
     if job.min_pods is None or job.role_count > 1:
         return pods
-    limit = job.size
-    if job.resize and job.resize.get("state") == APPLYING:
-        limit = min(limit, len(target(job)))
+    limit = pods_expected(job)
     return [p for p in pods if p.index < limit]
 
 

@@ -18,6 +18,7 @@ from scheduling.services import resizes
 from scheduling.services.cycle import run_cycle
 from scheduling.services.inventory import sync_cluster
 from scheduling.services.jobs import job_cancel
+from scheduling.services.reconcile import reconcile
 
 pytestmark = pytest.mark.django_db
 
@@ -118,6 +119,9 @@ def test_a_shrink_evicts_the_highest_ranks_and_waits_for_them_to_be_gone(kube, l
     go(sync_cluster)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING  # the leaving ranks are not the job's state
+    before = len(kube.requests)
+    go(reconcile)  # nor a broken gang whose other ranks the reconciler would evict
+    assert not [r for r in kube.requests[before:] if r.path.endswith("/eviction")]
 
     kube.advance(31)
     go(run_cycle, now=due(job) + timedelta(seconds=resizes.RETRY_S + 1))
