@@ -104,3 +104,23 @@ def test_grown_gpus_cost_their_own_rate_and_a_shrink_takes_the_newest_off_first(
     resize(job, to=4, at=t0 + timedelta(minutes=110), resize_id=3)
     assert LedgerEntry.objects.filter(job=job, kind="resize").count() == 3
     consistent()
+
+
+def test_a_job_cancelled_while_its_resize_is_applied_is_settled_at_its_size_and_the_resize_goes_stale(
+        running, go, consistent):
+    from scheduling.services import pods, resizes
+
+    lab, blocker, job = running
+    go(job_cancel, user=lab.bob, job=blocker)
+    go(run_cycle)
+    job.refresh_from_db()
+    resizes.start_due(now=datetime.fromisoformat(job.resize["due_at"]) + timedelta(seconds=1))  # (not sent yet)
+    job.refresh_from_db()
+    assert job.resize["state"] == resizes.APPLYING
+    go(job_cancel, user=lab.alice, job=job)
+    assert pods.resize_pods(job_id=job.pk, attempt=job.attempt, resize_id=job.resize["id"]) == "stale"
+    assert not LedgerEntry.objects.filter(job=job, kind="resize").exists()
+    settle = LedgerEntry.objects.get(job=job, kind="settle")
+    assert settle.gpus == 3  # charged at the size it ran at
+    assert Wallet.objects.get(department=lab.vision).held == 0
+    consistent()
