@@ -9,6 +9,8 @@ pyproject.toml checks it), and quotas never imports scheduling's services or tas
 * ``lock_department_wallets(department_ids)``: lock the wallets a transaction may move money in, before any
   job row (the portal's one lock order: wallets, then jobs, each in primary-key order).
 * ``on_job_admitted(job=...)`` (admit): place the hold, inside the admitting transaction.
+* ``on_job_resized(job=..., ...)`` (a resize applied): the attempt's GPUs change size in the ledger, a grow
+  held at the clearing price, inside the transaction that applies it.
 * ``on_attempt_ended(job=..., attempt=..., outcome=...)`` (attempt ended): settle, release, refund, inside the
   transaction that ends the attempt. Idempotent.
 * ``submission_check_inputs(...)`` / ``needs_approval(job=..., inputs=...)``: whether a submission waits for
@@ -29,7 +31,14 @@ job's timeline. Budgets never write a job or its events.
 
 from __future__ import annotations
 
-from quotas.services.hooks import BudgetNote, BudgetView, on_attempt_ended, on_job_admitted, read_for_cycle
+from quotas.services.hooks import (
+    BudgetNote,
+    BudgetView,
+    on_attempt_ended,
+    on_job_admitted,
+    on_job_resized,
+    read_for_cycle,
+)
 from quotas.services.preemption_limits import PreemptionTerms, preemption_terms
 from quotas.services.pricing import cost_of, estimated_cost, price_for, read_prices
 from quotas.services.reports import burn_rate, job_cost, spend_by_department
@@ -50,6 +59,7 @@ __all__ = [
     "preemption_terms",
     "on_attempt_ended",
     "on_job_admitted",
+    "on_job_resized",
     "price_for",
     "read_for_cycle",
     "read_prices",

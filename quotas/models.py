@@ -381,6 +381,7 @@ class LedgerKind(models.TextChoices):
     SETTLE = "settle", "Settle"
     RELEASE = "release", "Release"
     REFUND = "refund", "Refund"
+    RESIZE = "resize", "Resize"
     ADJUSTMENT = "adjustment", "Adjustment"
 
 
@@ -441,6 +442,8 @@ class LedgerEntry(AppendOnlyModel):
                     | Q(kind="settle", amount__lte=0, held_change=F("amount"))
                     | Q(kind="release", amount=0, held_change__lt=0)
                     | Q(kind="refund", amount__gt=0, held_change=0)
+                    # a resizable attempt's new size: a grow's GPUs held more, a shrink's nothing (settled at the end)
+                    | Q(kind="resize", amount=0, held_change__gte=0)
                     | Q(kind="adjustment", held_change=0)
                 ),
                 name="ledger_kind_signs",

@@ -54,6 +54,7 @@ def queue_position(*, job: Job) -> int | None:
 # What the whole queue reads of a job: its place and size for everyone, its name and owner for its own
 # department. Nothing else is loaded (no image, command or environment), so nothing else can be shown.
 QUEUE_FIELDS = ("id", "department__slug", "team__slug", "flavor__name", "owner__username", "name", "tier", "gpus_per_pod", "pods",
+                "current_pods",  # (``total_gpus`` counts a resizable job at its size)
                 "submitted_at", "estimated_start", "reason_code", "reason_message", "queue_rank", "state")
 
 

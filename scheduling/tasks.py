@@ -223,6 +223,19 @@ def replace_pod(job_id: int, attempt: int, index: int) -> str:
     return pods.replace_pod(job_id=job_id, attempt=attempt, index=index)
 
 
+@shared_task(name="scheduling.pods.resize", time_limit=60, soft_time_limit=50)
+def resize_pods(job_id: int, attempt: int, resize_id: int) -> str:
+    """Add or remove a resizable job's pods at its checkpoint. Not retried by itself: the cycle sends a resize
+    that is not done yet again after ``resizes.RETRY_S``, for as long as it is under way."""
+    return pods.resize_pods(job_id=job_id, attempt=attempt, resize_id=resize_id)
+
+
+@shared_task(name="scheduling.pods.tell_resize", time_limit=60, soft_time_limit=50, **RETRY)
+def tell_resize(job_id: int, attempt: int, resize_id: int) -> str:
+    """Tell a job that checkpoints when asked that a resize waits for its checkpoint (its size file)."""
+    return pods.tell_resize(job_id=job_id, attempt=attempt, resize_id=resize_id)
+
+
 @shared_task(name="scheduling.pods.remove", time_limit=60, soft_time_limit=50, **RETRY)
 def remove_pods(job_id: int, attempt: int, namespace: str, cluster: str | None = None, failed: bool = False) -> str:
     """Clear the pods of an attempt that has ended, through the Eviction API where they still run. ``failed``:

@@ -56,7 +56,7 @@ def allowance_used(*, allowance: Allowance, now: datetime | None = None) -> int:
     rows = LedgerEntry.objects.filter(wallet_id=allowance.wallet_id, user_id=allowance.user_id)
     charged = rows.filter(created_at__gte=start, kind__in=(LedgerKind.SETTLE, LedgerKind.REFUND)).aggregate(
         s=Sum("amount"))["s"] or 0
-    held = rows.filter(kind__in=(LedgerKind.HOLD, LedgerKind.SETTLE, LedgerKind.RELEASE)).aggregate(
+    held = rows.filter(kind__in=(LedgerKind.HOLD, LedgerKind.RESIZE, LedgerKind.SETTLE, LedgerKind.RELEASE)).aggregate(
         s=Sum("held_change"))["s"] or 0
     # Queued jobs are scheduling's: it tells what they would cost (quotas.ports), quotas never reads a job.
     queued = ports.facts().queued_costs(owner_id=allowance.user_id, wallet_id=allowance.wallet_id)

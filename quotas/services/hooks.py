@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.utils import timezone
 
@@ -28,9 +29,16 @@ from billing import money
 from portal.models import Team
 from portal.money import format_credits
 from quotas.models import LedgerEntry, Wallet
-from quotas.services.pricing import admission_rate, cpu_hourly, estimated_cost, read_all_prices
-from quotas.services.settlement import settle_attempt
-from quotas.services.wallets import hold_key, open_holds_in, wallet_hold
+from quotas.services.pricing import (
+    admission_rate,
+    cpu_hourly,
+    estimated_cost,
+    job_base_rate,
+    price_for,
+    read_all_prices,
+)
+from quotas.services.settlement import resize_lots, settle_attempt
+from quotas.services.wallets import entry_for, hold_key, open_holds_in, wallet_hold, wallet_resize
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +120,7 @@ def on_job_admitted(*, job, speedup: float = 1.0) -> BudgetNote | None:
                         data={"basis": basis, "borrowed": bool(job.borrowed), "price": job.price,
                               "admitted_at": admitted_at.isoformat(), "max_runtime_s": job.max_runtime_s,
                               "wanted": amount, "speedup": float(speedup), "cpu_per_hour": cpu_per_hour,
+                              **({"resizable": True} if job.min_pods is not None else {}),
                               **({"gpu_milli": job.pods * job.share_milli} if job.share_milli else {})})
     held = -1 if entry is None else entry.held_change
     if amount == 0:
@@ -145,3 +154,52 @@ def on_attempt_ended(*, job, attempt: int, outcome: str, preempted_by_portal: bo
     return BudgetNote(reason_code="settle", message=message, attempt=attempt,
                       data={"charged": result.charged, "refunded": result.refunded,
                             "gpu_seconds": result.gpu_seconds})
+
+
+def on_job_resized(*, job, attempt: int, resize_id: int, pods_before: int, pods_after: int, price: int | None,
+                   at) -> BudgetNote | None:
+    """A resizable attempt changed size at ``at`` (inside the transaction that applies the resize, its wallet
+    locked first). Its GPUs are lots, the admitted ones first: a grow adds a lot at the rate of borrowed,
+    preemptible capacity (the cycle's clearing price ``price``, at least the base price) and holds it for the
+    rest of the max runtime; a shrink takes the newest lots off first (its highest ranks go first). Settlement
+    charges each size from its resize on (``settlement.attempt_usage``)."""
+    hold = entry_for(hold_key(job.pk, attempt))
+    if hold is None or not (hold.data or {}).get("resizable"):
+        return None
+    g = job.gpus_per_pod
+    lots = [list(lot) for lot in resize_lots(hold)[-1][1]]
+    have = sum(n for n, _ in lots)
+    want = pods_after * g
+    amount = rate = 0
+    if want > have:
+        base = job_base_rate(job=job, base=price_for(flavor_id=job.flavor_id, tier=job.tier))
+        rate, _ = money.admission_rate(base, borrowed=True, price=price)
+        lots.append([want - have, rate])
+        left = float(hold.data.get("max_runtime_s") or job.max_runtime_s)
+        admitted = hold.data.get("admitted_at")
+        if admitted:
+            ran = (at - datetime.fromisoformat(admitted)).total_seconds() * float(hold.data.get("speedup") or 1.0)
+            left = max(0.0, left - ran)
+        amount = money.hold_of(rate, total_gpus=want - have, max_runtime_s=left)
+    else:
+        cut = have - want
+        while cut > 0 and lots:
+            n, r = lots[-1]
+            if n <= cut:
+                lots.pop()
+                cut -= n
+            else:
+                lots[-1] = [n - cut, r]
+                cut = 0
+    entry = wallet_resize(job=job, attempt=attempt, resize_id=resize_id, amount=amount, rate=rate or hold.rate,
+                          gpus=want, data={"at": at.isoformat(), "lots": lots, "pods_before": pods_before,
+                                           "pods_after": pods_after})
+    if entry is None:
+        return None
+    per_hour = sum(n * r for n, r in lots)
+    message = (f"size {pods_before} -> {pods_after} pods: {want} GPU(s) at {format_credits(per_hour)}/h from now")
+    if amount:
+        message += (f"; the {want - have} grown GPU(s) at {format_credits(rate)}/GPU-h (borrowed), "
+                    f"hold {format_credits(entry.held_change)} more")
+    return BudgetNote(reason_code="resize", message=message, attempt=attempt,
+                      data={"lots": lots, "held": entry.held_change, "rate": rate})

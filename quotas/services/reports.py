@@ -76,6 +76,8 @@ def job_cost(*, job, now: datetime | None = None) -> dict[str, Any]:
             a["rate"] = e.rate
             a["basis"] = (e.data or {}).get("basis")
             holds[e.attempt or 0] = e
+        elif e.kind == LedgerKind.RESIZE:  # a grow's GPUs held beside the admission's
+            a["held"] += e.held_change
         elif e.kind == LedgerKind.SETTLE:
             a["charged"] += -e.amount
         elif e.kind == LedgerKind.RELEASE:

@@ -140,6 +140,30 @@ def wallet_hold(*, job, attempt: int, amount: int, rate: int, actor=None, allow_
                        gpus=job.total_gpus, data=data or {})
 
 
+def resize_key(job_id: int, attempt: int, resize_id: int) -> str:
+    return f"resize:{job_id}:{attempt}:{resize_id}"
+
+
+def wallet_resize(*, job, attempt: int, resize_id: int, amount: int, rate: int, gpus: int, data: dict,
+                  actor=None) -> LedgerEntry | None:
+    """Record that a resizable attempt changed size (``data``: when, and the lots of GPUs it holds from then
+    on) and hold ``amount`` mcr more for a grow's GPUs (what is available when less is: the charge can never
+    exceed the hold; 0 for a shrink, whose GPUs stop costing from then on). Idempotent per resize. None when
+    the attempt has no hold (its department is not metered)."""
+    hold = entry_for(hold_key(job.pk, attempt))
+    if hold is None:
+        return None
+    key = resize_key(job.pk, attempt, resize_id)
+    with transaction.atomic():
+        wallet, existing = _locked_once(hold.wallet_id, key)
+        if existing is not None:
+            return existing
+        held = max(0, min(int(amount), wallet.available))
+        return _append(wallet, kind=LedgerKind.RESIZE, held_change=held, key=key, job_id=job.pk, attempt=attempt,
+                       user_id=hold.user_id, flavor_id=hold.flavor_id, actor=actor, rate=rate, gpus=gpus,
+                       data={**data, "wanted": int(amount)})
+
+
 def open_hold(*, job_id: int, attempt: int) -> int:
     """What is still held for one attempt (hold minus settled and released)."""
     return LedgerEntry.objects.filter(job_id=job_id, attempt=attempt).aggregate(s=Sum("held_change"))["s"] or 0

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import Conflict, NotFound
-from scheduling.services import notice
+from scheduling.services import notice, resizes
 
 NOT_FOUND = "No such job, or no credential of its current attempt."
 
@@ -22,14 +22,18 @@ NOT_FOUND = "No such job, or no credential of its current attempt."
 class AnswerOutSerializer(serializers.Serializer):
     job = serializers.IntegerField()
     attempt = serializers.IntegerField()
-    preemption = serializers.IntegerField()
+    preemption = serializers.IntegerField(allow_null=True, help_text="null: the answer was to a resize")
     checkpoint_at = serializers.DateTimeField()
-    evict_at = serializers.DateTimeField(help_text="the notice's end; the eviction is asked for now instead")
+    evict_at = serializers.DateTimeField(allow_null=True,
+                                         help_text="the notice's end; the eviction is asked for now instead")
+    resize_to = serializers.IntegerField(allow_null=True, help_text="a resizable job: the size it goes to now "
+                                                                    "(null: the answer was to a preemption)")
 
 
 class CheckpointWrittenView(APIView):
     """POST (the job's own pods, with ``PORTAL_JOB_TOKEN``): "checkpoint written": the eviction its notice
-    announced goes ahead now. 409 when no notice is in force (none was sent, or its eviction already began)."""
+    announced goes ahead now, or, for a resizable job told of a resize, the resize. 409 when nothing waits for
+    its answer (no notice was sent, its eviction or its resize already began)."""
 
     authentication_classes: tuple = ()  # the attempt's credential is read below, never a member's
     permission_classes = (AllowAny,)
@@ -47,6 +51,11 @@ class CheckpointWrittenView(APIView):
         try:
             victim = notice.checkpoint_written(job_id=job_id, attempt=attempt)
         except notice.NoNotice as exc:
-            raise Conflict(str(exc)) from None
+            rz = resizes.checkpoint_written(job_id=job_id, attempt=attempt)
+            if rz is None:
+                raise Conflict(str(exc)) from None
+            return Response({"job": job_id, "attempt": attempt, "preemption": None,
+                             "checkpoint_at": rz["answered_at"], "evict_at": None, "resize_to": rz["to"]})
         return Response({"job": job_id, "attempt": attempt, "preemption": victim.preemption_id,
-                         "checkpoint_at": victim.checkpoint_at, "evict_at": victim.notice_ends_at})
+                         "checkpoint_at": victim.checkpoint_at, "evict_at": victim.notice_ends_at,
+                         "resize_to": None})

@@ -779,6 +779,9 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     after = serializers.SerializerMethodField()
     fraction = serializers.SerializerMethodField(
         help_text="a fraction of one GPU per pod (null: whole GPUs): what was asked and the share of a GPU it is")
+    size = serializers.SerializerMethodField(
+        help_text="a resizable job (null: a fixed size): its pods now (null while queued), its range, and the "
+                  "resize under way (null: none)")
 
     class Meta:
         model = Job
@@ -788,7 +791,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "command",
             "env", "secrets", "flavor", "gpus", "pods", "fraction", "cpu", "memory", "tier", "urgency", "task_type", "user_tier",
             "deadline", "max_runtime_s", "bid", "termination_grace_s", "checkpoint_interval_s", "pdb_min_available",
-            "min_pods", "global_batch_size",
+            "min_pods", "global_batch_size", "size",
             "preemptible", "price_surcharge_pct", "notice_s", "expedited_requeues",
             "cluster_selector", "cluster_preference", "topology_level", "topology_required", "mounts", "checkpoint",
             "shm_mb", "max_retries", "retry_on_exit_codes", "retries", "attempt",
@@ -813,6 +816,17 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     def get_after(self, job) -> list[dict]:
         """What the job waits for, as submitted (``{"condition", "job" | "array"}``)."""
         return dependencies_of(job)
+
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "pods": {"type": "integer", "nullable": True}, "min_pods": {"type": "integer"}, "max_pods": {"type": "integer"},
+        "resize": {"type": "object", "nullable": True}}})
+    def get_size(self, job) -> dict | None:
+        if job.min_pods is None:
+            return None
+        rz = job.resize
+        return {"pods": job.current_pods, "min_pods": job.min_pods, "max_pods": job.pods,
+                "resize": None if not rz else {k: rz.get(k) for k in (
+                    "from", "to", "direction", "reason", "for_job", "price", "due_at", "state")}}
 
     def get_reason(self, job) -> dict:
         return {"code": job.reason_code, "message": job.reason_message, "detail": job.reason_detail}

@@ -57,6 +57,11 @@ class QuotaExceeded(BackendError):
 NOTICE_ANNOTATION = "gpu-portal.io/preemption-notice"
 NOTICE_DIR = "/etc/gpu-portal/notice"
 NOTICE_FILE = f"{NOTICE_DIR}/preemption"
+# A resizable job's size now, told to its running pods the same way (environment variables cannot change in a
+# running container): the annotation, shown as the file ``SIZE_FILE`` (JSON: pods, world size, per-worker batch
+# and accumulation steps).
+SIZE_ANNOTATION = "gpu-portal.io/size"
+SIZE_FILE = f"{NOTICE_DIR}/size"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +186,8 @@ class PodSet:
 
     def pod_name(self, index: int) -> str:
         base = f"job-{self.job_id}-a{self.attempt}"
-        return base if self.pods == 1 else f"{base}-{index}"
+        # (a resizable job's pods keep their names whatever its size: always numbered)
+        return base if self.pods == 1 and self.max_pods is None else f"{base}-{index}"
 
     @property
     def pod_names(self) -> tuple[str, ...]:
@@ -247,7 +253,7 @@ EVERY_OBJECT = AttemptObjects()
 @dataclass(frozen=True, slots=True)
 class EvictionOutcome:
     """``status``: "accepted" (eviction created), "blocked" (429: a PodDisruptionBudget forbids it),
-    "gone" (no such pod any more)."""
+    "gone" (no such pod any more); a resize's: "done", "pending" (pods on their way) or "blocked"."""
 
     status: str
     pods: tuple[str, ...] = ()
@@ -349,6 +355,16 @@ class ClusterBackend(abc.ABC):
         disruption budgets simply delete."""
         self.delete_pods(job_id=job_id, attempt=attempt, namespace=namespace, objects=objects)
         return EvictionOutcome("gone")
+
+    def resize(self, podset: PodSet, before: tuple[str, ...], after: tuple[str, ...]) -> EvictionOutcome:
+        """Take a running resizable attempt from the pods on ``before`` to the pods on ``after`` (``podset``: the
+        attempt at its new size). A grow makes the new pods (ranks ``len(before)`` on) gated, ungates them only
+        once all of them exist, on their nodes, with the tier's PriorityClass, and widens the attempt's
+        PodDisruptionBudget; a shrink narrows the budget first, then evicts the highest ranks through the
+        Eviction API. Answers "done" once every pod of the new size runs and every removed one is gone,
+        "pending" while some are on their way, "blocked" when an eviction was refused (429: asked again later,
+        never deleted around). Idempotent: a pod already made or already gone counts as done."""
+        raise BackendError(f"{type(self).__name__} cannot resize an attempt")
 
     def namespace_quota_version(self, namespace: str) -> str:
         """The namespace's ResourceQuotas as ``name@resourceVersion`` (sorted, comma-separated): what a quota

@@ -157,6 +157,39 @@ class SimulatedBackend(ClusterBackend):
             transaction.set_rollback(True)  # a gang is started whole or not at all
         return False
 
+    def resize(self, podset: PodSet, before: tuple[str, ...], after: tuple[str, ...]) -> EvictionOutcome:
+        """A grow makes the new ranks gated, then ungates them all at once on their nodes, running until the
+        attempt's other pods end (the job's work is shared, not lengthened); a shrink evicts the highest ranks,
+        which the simulated kubelet ends at once (no disruption budget of its own: the cycle's snapshot holds
+        the job's ``pdb_min_available``, which the engine never lets a shrink go below)."""
+        pods = SimPod.objects.filter(cluster=self.name, namespace=podset.namespace, job_id=podset.job_id,
+                                     attempt=podset.attempt)
+        if len(after) < len(before):
+            leaving = pods.filter(index__gte=len(after))
+            names = tuple(leaving.order_by("-index").values_list("name", flat=True))
+            stop_standins(leaving)
+            leaving.delete()
+            return EvictionOutcome("done", pods=names)
+        first = pods.filter(index=0, phase="Running").first()
+        if first is None:
+            raise BackendError(f"job {podset.job_id}: no running pod to grow from")
+        now = self.clock.now()
+        end = first.started_at + timedelta(seconds=first.runtime_s / self.speedup)
+        left = max(0.0, (end - now).total_seconds() * self.speedup)
+        new = range(len(before), len(after))
+        SimPod.objects.bulk_create([
+            SimPod(cluster=self.name, namespace=podset.namespace, name=podset.pod_name(i), job_id=podset.job_id,
+                   attempt=podset.attempt, index=i, runtime_s=left, exit_code=first.exit_code, created_at=now,
+                   log=f"$ {' '.join(podset.command)}\njoined the rendezvous at size {len(after)}\n",
+                   mounts=first.mounts, env=dict((*podset.env, *podset.workload.env, *rendezvous_env(podset, i))))
+            for i in new], ignore_conflicts=True)
+        gated = pods.filter(index__in=list(new), gated=True)
+        if pods.filter(index__in=list(new)).count() < len(new):
+            return EvictionOutcome("pending")  # (all of them exist before any is ungated)
+        node = Case(*[When(index=i, then=Value(after[i])) for i in new], output_field=SimPod._meta.get_field("node"))
+        gated.update(gated=False, node=node, phase="Running", started_at=now)
+        return EvictionOutcome("done", pods=tuple(podset.pod_name(i) for i in new))
+
     def make_mounts(self, podset: PodSet) -> list[dict]:
         """The simulated kubelet's volumes: one real directory per source under DATA_DIR (the same for every
         pod and attempt that mounts it), created when missing, as a provisioner's claim would be."""

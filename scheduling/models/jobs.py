@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Case, F, FloatField, Q, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from engine import tiers as tier_table
@@ -163,6 +164,11 @@ class Job(models.Model):
     # batch and gradient-accumulation steps at every size (null: not declared).
     min_pods = models.PositiveIntegerField(null=True, blank=True)
     global_batch_size = models.PositiveIntegerField(null=True, blank=True)
+    # A resizable job's size in the current attempt (null: ``pods``; set when it is admitted, changed by each
+    # resize applied, cleared with the attempt), and the resize decided for it that waits for its checkpoint
+    # or for its pods to be added or removed (null: none; ``scheduling.services.resizes`` says what it holds).
+    current_pods = models.PositiveIntegerField(null=True, blank=True)
+    resize = models.JSONField(null=True, blank=True)
     # What the job runs with besides its image (workloads app, checked at submission): data sources mounted by
     # name ([{"source", "path", "read_only"}]), its checkpoint directory ({"source", "source_id", "cluster",
     # "path"}, {} for none) and the size of its memory-backed /dev/shm (MiB, counted in the pod's memory).
@@ -272,8 +278,13 @@ class Job(models.Model):
         return f"job {self.pk} ({self.name})"
 
     @property
+    def size(self) -> int:
+        """Its GPU gang's pods now: a resizable job's current size, ``pods`` for every other."""
+        return self.pods if self.current_pods is None else self.current_pods
+
+    @property
     def total_gpus(self) -> int:
-        return self.gpus_per_pod * self.pods
+        return self.gpus_per_pod * self.size
 
     @property
     def is_fractional(self) -> bool:
@@ -294,8 +305,8 @@ class Job(models.Model):
     def gpu_share(self) -> float:
         """The GPUs its quota, price and ledger count: whole GPUs, or its pods' fractions of one."""
         if self.share_milli:
-            return self.pods * self.share_milli / 1000
-        return float(self.gpus_per_pod * self.pods)
+            return self.size * self.share_milli / 1000
+        return float(self.gpus_per_pod * self.size)
 
     def cpu_work(self) -> tuple[tuple[int, int, int], ...]:
         """Per CPU pool, (flavor id, millicores, MiB) of the roles without GPUs, all pods together (what its CPU
@@ -319,8 +330,8 @@ class Job(models.Model):
 
     @property
     def all_pods(self) -> int:
-        """Every pod of an attempt, all roles together (``pods`` is the GPU gang's)."""
-        return self.pods + self.cpu_pods
+        """Every pod of an attempt, all roles together (``size`` is the GPU gang's now)."""
+        return self.size + self.cpu_pods
 
     @property
     def is_final(self) -> bool:
@@ -378,8 +389,10 @@ class JobRole(models.Model):
 # ``Job.total_gpus`` in SQL, for sums and reads over many jobs (``Sum(TOTAL_GPUS)``, ``values_list(..., TOTAL_GPUS)``).
 TOTAL_GPUS = F("gpus_per_pod") * F("pods")
 # ``Job.gpu_share`` in SQL (what quotas, fair share and prices count: a fractional job's share of a GPU per pod).
+# A resizable job counts its size now (``current_pods``), every other job its ``pods``.
 GPU_SHARE = Case(When(share_milli__gt=0, then=F("pods") * F("share_milli") / Value(1000.0)),
-                 default=F("gpus_per_pod") * F("pods") * Value(1.0), output_field=FloatField())
+                 default=F("gpus_per_pod") * Coalesce(F("current_pods"), F("pods")) * Value(1.0),
+                 output_field=FloatField())
 
 class JobRelatedQuerySet(TenantQuerySet):
     """Rows about a job (its timeline, its preemptions) are read like the job."""

@@ -24,7 +24,7 @@ from portal.money import format_credits
 from portal.timestamps import from_epoch
 from quotas import budgets
 from scheduling.models import Cluster, Job, JobEvent, JobState, Preemption, PreemptionVictim
-from scheduling.services import notice, notify
+from scheduling.services import notice, notify, resizes
 from scheduling.services.job_rows import VERSION, JobRows
 from scheduling.services.jobs import (
     budget_admitted,
@@ -125,6 +125,8 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
     # Victims whose notice of preemption ended unanswered: their eviction is due now (every cycle, so it waits
     # at most one cycle past the notice).
     notice.evict_at_notice_end(now=now)
+    # Resizes whose checkpoint has come, and those whose pods are not all there (or gone) yet.
+    resizes.start_due(now=now)
     return outcome
 
 
@@ -136,7 +138,9 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
     # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
     unsatisfiable = [pr for pr in result.pending if pr.code == reasons.DEPENDENCY_NEVER_SATISFIED
                      and pr.job_id in ctx.jobs and ctx.jobs[pr.job_id].state == JobState.QUEUED]
-    kept = [pr for pr in result.pending if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED]
+    shrinking = _shrinking_for(ctx)
+    kept = [_resize_in_flight(pr, shrinking) for pr in result.pending
+            if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED]
     pending = _pending_changes(kept, ctx)
     ranks = _rank_changes(kept, ctx)
     with transaction.atomic():
@@ -158,6 +162,8 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
         explained: set[int] = set()  # preemptors whose reason _record_preemption wrote from what it recorded
         for pre in result.preemptions:
             preempted += _record_preemption(pre, ctx, explained)
+        # Running resizable jobs that grow or shrink at their next checkpoint (``resizes``)
+        resized = resizes.record_decisions(result.resizes, ctx.jobs, now=ctx.now, policy_version=ctx.policy_version)
 
         changed, written = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
         for pr in unsatisfiable:
@@ -165,7 +171,7 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
         # Rows the reasons and ranks alone wrote, still at the version the decision read when they were locked
         # (no one else wrote them in between, no one can until the commit): what they hold now is the kept row
         # with the values written, as in memory.
-        others = {a.job_id for a in result.admissions} | {pr.job_id for pr in unsatisfiable}
+        others = {a.job_id for a in result.admissions} | {pr.job_id for pr in unsatisfiable} | resized
         for pre in result.preemptions:
             others |= {pre.preemptor_id, *pre.victim_ids}
         rewritten = {pk for pk in written - others if locked.get(pk) is not None
@@ -173,6 +179,29 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
         version = _transaction_version() if rewritten else None
     touched = others | set(pending) | set(ranks)
     return Applied(admitted, preempted, changed, frozenset(touched - rewritten), frozenset(rewritten), version)
+
+
+def _shrinking_for(ctx: SnapshotContext) -> dict[int, list[int]]:
+    """Per waiting job, the resizable jobs whose decided shrink gives GPUs back to it (in id order)."""
+    out: dict[int, list[int]] = {}
+    for job in ctx.jobs.values():
+        if job.resize and job.resize.get("for_job") is not None and job.state in resizes.ACTIVE:
+            out.setdefault(job.resize["for_job"], []).append(job.pk)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _resize_in_flight(pr: engine.PendingReason, shrinking: dict[int, list[int]]) -> engine.PendingReason:
+    """A job that resizable jobs shrink for waits for their checkpoints: once the shrink is decided the engine
+    holds those jobs whole (``resizing``) and, deciding nothing new for them, would give the job another
+    reason (a cooldown, no capacity) although its GPUs are on their way."""
+    ids = shrinking.get(pr.job_id)
+    if not ids or pr.code == reasons.WAITING_FOR_RESIZE:
+        return pr
+    names = ", ".join(map(str, ids))
+    message = (f"resizable jobs {names} give back GPUs at their next checkpoints" if len(ids) > 1
+               else f"resizable job {names} gives back GPUs at its next checkpoint")
+    return replace(pr, code=reasons.WAITING_FOR_RESIZE, message=message, detail={"resizing": ids},
+                   estimated_start=None)
 
 
 def _transaction_version() -> int:
@@ -199,6 +228,7 @@ def _lock_in_order(result: engine.CycleResult, ctx: SnapshotContext, pending: se
     metered = set(budgets.lock_department_wallets([j.department_id for j in admitted + ended]))
     ids = {j.pk for j in admitted + ended} | set(pending)
     ids |= {p.preemptor_id for p in result.preemptions if p.preemptor_id in ctx.jobs}
+    ids |= {r.job_id for r in result.resizes if r.job_id in ctx.jobs}
     if not ids:
         return metered, {}
     rows = Job.objects.select_for_update(no_key=True).filter(pk__in=sorted(ids)).order_by("pk")
@@ -219,12 +249,18 @@ def _admit(result: engine.CycleResult, ctx: SnapshotContext, clusters: dict[str,
         if job is None or job.pk in held:
             continue
         own = {"placement": list(adm.placement), "cluster": clusters.get(adm.cluster), "borrowed": adm.borrowed,
-               "price": adm.price, "gpu_devices": list(adm.devices)}
+               "price": adm.price, "gpu_devices": list(adm.devices),
+               # a resizable job starts at the size the engine chose (its hold and its pods follow it)
+               "current_pods": len(adm.placement) if job.min_pods is not None and job.role_count == 1 else None}
         data = {"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
                 "cluster": adm.cluster, "policy_version": ctx.policy_version}
         if adm.devices:
             data["gpu_devices"] = list(adm.devices)
-        moves.append((job, own, _admission_message(adm), data))
+        message = _admission_message(adm)
+        if own["current_pods"] is not None:
+            data["size"] = {"pods": own["current_pods"], "min_pods": job.min_pods, "max_pods": job.pods}
+            message += f" at {own['current_pods']} pods (its size range: {job.min_pods}..{job.pods})"
+        moves.append((job, own, message, data))
     with inserted_together():  # two rows per admitted job: inserted together, not one by one
         admitted = transition_each(moves, to=JobState.ADMITTED, from_state=JobState.QUEUED, reason_code="admitted",
                                    admitted_at=ctx.now, estimated_start=None, reason_detail={}, queue_rank=None)

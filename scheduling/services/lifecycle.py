@@ -219,6 +219,7 @@ def _next_attempt(old_attempt: int, now) -> dict:
     ended (placement, cluster, price, times). A requeue writes the state with its own compare-and-set rather
     than through ``transition``, whose guard is the attempt: this one also moves the attempt it guards on."""
     return {"state": JobState.QUEUED, "attempt": old_attempt + 1, "placement": [], "gpu_devices": [], "cluster": None,
+            "current_pods": None, "resize": None,
             "borrowed": False, "price": None, "admitted_at": None, "started_at": None, "queued_at": now,
             "updated_at": now}
 

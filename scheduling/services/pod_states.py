@@ -34,6 +34,7 @@ from scheduling.services.lifecycle import (
     requeue,
     start_running,
 )
+from scheduling.services.resizes import in_size
 from scheduling.services.sessions import note_readiness
 from scheduling.services.sync_batches import apply_batched
 
@@ -168,6 +169,9 @@ def _wait_for_the_rest(job: Job, pods: list[PodState], lost: PodState, now: date
 
 
 def _apply_job(job: Job, pods: list[PodState]) -> str | None:
+    pods = in_size(job, pods)  # (a resizable job's pods coming or going in a resize are not its state)
+    if not pods:
+        return None
     if job.has_route:  # a session's or service's readiness, as its pods' Ready conditions say
         note_readiness(job, pods)
     now = timezone.now()

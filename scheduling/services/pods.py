@@ -7,8 +7,9 @@ cancelled job), so running it twice is harmless. Cluster errors are raised for t
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -17,6 +18,7 @@ from engine import reasons
 from scheduling.backends import get_backend
 from scheduling.backends.base import (
     EVERY_OBJECT,
+    SIZE_ANNOTATION,
     AttemptObjects,
     BackendError,
     ClusterBackend,
@@ -26,8 +28,9 @@ from scheduling.backends.base import (
     PodSet,
     QuotaExceeded,
 )
+from scheduling.backends.kube.podspec import size_text
 from scheduling.models import IN_FLIGHT, Cluster, Job, JobState, NamespaceQuotaRefusal, PreemptionVictim
-from scheduling.services import logs, namespace_quotas, podsets, run_cache
+from scheduling.services import logs, namespace_quotas, podsets, resizes, run_cache
 from scheduling.services.cluster_binding import cluster_of, default_cluster
 from scheduling.services.jobs import namespace_for, pods_at_submission, record_event
 from scheduling.services.lifecycle import finish
@@ -349,6 +352,61 @@ def remove_pods(*, job_id: int, attempt: int, namespace: str, cluster: str | Non
                              f"({outcome.message or 'a PodDisruptionBudget forbids it'}); asking again, "
                              "never deleting it"[:500], data={"pod": pod})
     return "blocked"
+
+
+def resize_pods(*, job_id: int, attempt: int, resize_id: int) -> str:
+    """Add or remove the pods of a resize whose checkpoint has come (``resizes``), and once every pod of the
+    new size runs and every removed one is gone, apply it to the job. ``pending`` (pods on their way) and
+    ``blocked`` (a PodDisruptionBudget refused an eviction) are asked again by the next cycles; a grow the
+    cluster keeps refusing is rolled back, its new pods (which never ran) deleted, so that no attempt is left
+    with pods of two sizes."""
+    job = resizes.current(job_id, attempt, resize_id)
+    if job is None:
+        return "stale"
+    before, after = tuple(job.placement or ()), tuple(resizes.target(job))
+    podset = replace(podsets.podset_for(job), pods=len(after))
+    backend = get_backend(cluster_of(job))
+    if len(after) > len(before) and job.started_at is not None:
+        # the new ranks end with the attempt, not a whole max runtime after they start (their deadline)
+        ran = (timezone.now() - job.started_at).total_seconds() * float(getattr(backend, "speedup", 1.0) or 1.0)
+        podset = replace(podset, max_runtime_s=max(1, int(job.max_runtime_s - ran)))
+    try:
+        outcome = backend.resize(podset, before, after)
+    except BackendError as exc:
+        log.warning("job %s attempt %s: resize %s refused: %s", job_id, attempt, resize_id, exc)
+        if resizes.failed_try(job_id=job_id, attempt=attempt, resize_id=resize_id, error=str(exc)) != "roll_back":
+            return "retry"
+        for index in range(len(before), len(after)):
+            backend.delete_pod(job_id=job_id, attempt=attempt, namespace=podset.namespace, index=index)
+        resizes.roll_back(job_id=job_id, attempt=attempt, resize_id=resize_id)
+        return "rolled_back"
+    if outcome.status == "done":
+        return "resized" if resizes.finish(job_id=job_id, attempt=attempt, resize_id=resize_id) else "stale"
+    if outcome.status == "blocked":
+        pod = outcome.pods[0] if outcome.pods else ""
+        if not job.events.filter(attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET, data__pod=pod,
+                                 data__resize=resize_id).exists():
+            record_event(job=job, kind="eviction", attempt=attempt, reason_code=reasons.DISRUPTION_BUDGET,
+                         message=f"shrinking to {len(after)} pods: the eviction of {pod} was refused "
+                                 f"({outcome.message or 'a PodDisruptionBudget forbids it'}); asking again, "
+                                 "never deleting it"[:500], data={"pod": pod, "resize": resize_id})
+    return outcome.status
+
+
+def tell_resize(*, job_id: int, attempt: int, resize_id: int) -> str:
+    """Tell a job that writes a checkpoint when asked (``notice_s``) that a resize waits for one: its size file
+    says the size it goes to and by when (``checkpoint_by``: the notice's end, when the resize goes ahead
+    anyway); it may answer "checkpoint written" sooner. Nothing once the resize has moved on."""
+    job = Job.objects.select_related("department", "flavor", "owner", "cluster").filter(
+        pk=job_id, attempt=attempt, state__in=(JobState.ADMITTED, JobState.RUNNING)).first()
+    if job is None or not job.resize or job.resize.get("id") != resize_id or job.resize.get("state") != "decided":
+        return "stale"
+    podset = podsets.podset_for(job)
+    told = {**json.loads(size_text(podset)), "resize": {"to": job.resize["to"], "checkpoint_by": job.resize["due_at"],
+                                                        "answer": "POST $PORTAL_NOTICE_ANSWER_URL"}}
+    pods = get_backend(cluster_of(job)).notify(job_id=job_id, attempt=attempt, namespace=podset.namespace,
+                                               annotations={SIZE_ANNOTATION: json.dumps(told, sort_keys=True)})
+    return "told" if pods else "no_pod"
 
 
 def delete_department_secret(*, department_slug: str, secret_name: str, kube_name: str) -> list[str]:

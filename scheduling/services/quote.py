@@ -193,6 +193,8 @@ def _start_estimate(snapshot: engine.Snapshot, job: Job, *, hold: int, dept: str
         cluster_selector=label_pairs(job.cluster_selector), cluster_preference=label_pairs(job.cluster_preference),
         own_preemptible=job.preemptible, team=team,
         topology_level=job.topology_level or "", topology_required=bool(job.topology_required),
+        # a resizable job is judged as the cycle judges it: at the largest size of its range that fits now
+        min_pods=job.min_pods if job.min_pods is not None and job.gpus_per_pod else None,
     )
     started = time.perf_counter()
     result = engine.schedule(replace(snapshot, pending=(*snapshot.pending, pending)))
@@ -200,8 +202,11 @@ def _start_estimate(snapshot: engine.Snapshot, job: Job, *, hold: int, dept: str
     admission = next((a for a in result.admissions if a.job_id == QUOTE_JOB_ID), None)
     after = " once a department admin approves it" if approval else ""
     if admission is not None:
+        size = ""
+        if job.min_pods is not None:  # (its hold and its cost are quoted at its largest size: the worst case)
+            size = f" at {len(admission.placement)} of its {job.min_pods}..{job.pods} pods"
         return {"estimated_start": from_epoch(snapshot.now), "starts_now": True, "code": "admitted",
-                "message": "It would start at the next admission cycle" + after + ".",
+                "message": "It would start at the next admission cycle" + size + after + ".",
                 "borrowed": admission.borrowed, "price": admission.price, "nodes": list(admission.placement),
                 "skipped": False, "elapsed_ms": elapsed_ms}
     why = next((r for r in result.pending if r.job_id == QUOTE_JOB_ID), None)

@@ -18,6 +18,7 @@ from scheduling.services.inventory import read_inventory, under_cluster_lock
 from scheduling.services.lifecycle import GANG_BROKEN, attempt_gone, note_not_started, requeue
 from scheduling.services.namespace_quotas import ADMIT_RETRY, quota_chain_pending
 from scheduling.services.pod_states import EVICTION_REASONS, evicting_jobs
+from scheduling.services.resizes import in_size, pods_expected
 
 # A job admitted longer ago than this whose pods are missing from the cluster is treated as lost.
 LOST_GRACE = timedelta(seconds=60)
@@ -66,7 +67,8 @@ def reconcile(*, cluster: Cluster | None = None) -> dict[str, int]:
             continue  # bound to another cluster: its pods here, if any, are strays (deleted below)
         live_keys.add(key)
         # a look-alike of a live attempt in another of the portal's namespaces is neither the job's nor deleted
-        mine = owned_pods(job, pods.get(key, []), cluster)
+        # (a resizable job's ranks coming or going in a resize are the resize's, not a broken gang's or missing)
+        mine = in_size(job, owned_pods(job, pods.get(key, []), cluster))
         _reconcile_pods(job, mine, cluster=cluster, at_admission=at_admission, evicting=evicting, now=now,
                         counts=counts)
         _reconcile_evictions(job, mine, evicting=evicting, now=now, counts=counts)
@@ -143,7 +145,7 @@ def _broken_gang(job: Job, pods: list[PodState], evicting: set[int]) -> bool:
     running = any(not p.deleting and p.phase not in ("Succeeded", "Failed") for p in pods)
     disrupted = (any(p.reason in EVICTION_REASONS for p in pods) or job.pk in evicting
                  or job.reason_code in (GANG_BROKEN, reasons.DISRUPTION_BUDGET)
-                 or (job.state == JobState.RUNNING and len(pods) < job.all_pods))
+                 or (job.state == JobState.RUNNING and len(pods) < pods_expected(job)))
     return running and disrupted
 
 

@@ -58,6 +58,7 @@ from scheduling.services.calendar import engine_calendar
 from scheduling.services.fractions import share_of
 from scheduling.services.job_rows import JobRows, read_uncached
 from scheduling.services.policy import current_policy
+from scheduling.services.resizes import held_placement
 from workloads.services.resolve import source_clusters
 
 log = logging.getLogger(__name__)
@@ -369,7 +370,7 @@ def running_jobs(
         elif j.pdb_min_available is not None:
             pdbs = (f"job-{j.pk}",)
             disruption.append(
-                core.DisruptionBudget(name=pdbs[0], disruptions_allowed=max(0, j.pods - j.pdb_min_available))
+                core.DisruptionBudget(name=pdbs[0], disruptions_allowed=max(0, j.size - j.pdb_min_available))
             )
         running.append(running_job(j, ctx, cluster=cluster, pdbs=pdbs))
     return running, disruption
@@ -377,7 +378,8 @@ def running_jobs(
 
 def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, pdbs: tuple[str, ...]) -> core.RunningJob:
     roles = engine_roles(j, ctx)
-    placement, cpu_pods = split_placement(roles, tuple(j.placement or ())) if roles else (tuple(j.placement or ()), ())
+    # (a resizable job is of one role: ``held_placement`` is the larger of its two sizes while one is under way)
+    placement, cpu_pods = split_placement(roles, tuple(j.placement or ())) if roles else (held_placement(j), ())
     return core.RunningJob(
         id=j.pk,
         department=j.department.slug,
@@ -408,6 +410,11 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, pdbs: tuple[str, 
         array_id=j.array_id,
         predicted_runtime_s=ctx.predicted_wall(j.pk, cluster, routed=j.has_route),
         team=ctx.teams.get(j.team_id, ""),
+        # A resizable job: its range, and whether a resize decided earlier still waits for its checkpoint or its
+        # pods (the engine then decides nothing new for it)
+        min_pods=j.min_pods if j.min_pods is not None and not roles else None,
+        max_pods=j.pods if j.min_pods is not None and not roles else None,
+        resizing=bool(j.resize),
     )
 
 
@@ -471,6 +478,8 @@ def pending_job(j: Job, *, hold: int, ctx: SnapshotContext, data_sources: tuple 
         array_id=j.array_id,
         array_throttle=j.array.throttle if j.array_id else None,
         predicted_runtime_s=ctx.predicted_wall(j.pk, routed=j.has_route),
+        # a resizable job is judged at the largest size of its range that fits now (``engine.resize``)
+        min_pods=j.min_pods if j.min_pods is not None and j.gpus_per_pod and not roles else None,
     )
 
 

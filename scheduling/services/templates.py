@@ -156,6 +156,10 @@ def spec_of_job(job: Job) -> dict:
             spec.pop("command", None)
     if job.preemptible is not None:  # the owner's own choice apart from the tier's
         spec["preemptible"] = job.preemptible
+    if job.min_pods is not None:  # a resizable job's size range, and the batch it keeps across sizes
+        spec["min_pods"] = job.min_pods
+        if job.global_batch_size:
+            spec["global_batch_size"] = job.global_batch_size
     if job.share_milli:  # a fraction of one GPU per pod (docs/fractions.md), asked for as it was
         if job.gpu_replicas:
             spec["gpu_replicas"] = job.gpu_replicas

@@ -72,10 +72,11 @@ def jobs(request):
 # The job's own size as the form starts it (the serializer's defaults, and one GPU on one pod).
 SIZE_DEFAULTS = {"gpus": "1", "pods": "1", "cpu": "4", "memory": "16Gi"}
 FORM_FIELDS = ("name", "kind", "session_image", "image", "port", "readiness_path", "flavor", "gpus", "pods",
+               "min_pods", "global_batch_size",
                "gpu_memory_gib", "gpu_cores", "gpu_replicas", "cpu",
                "memory", "tier", "urgency", "task_type", "deadline", "max_runtime_s", "checkpoint_interval_s", "bid",
                "shm_mb", "max_retries", "topology_level", "topology_required")
-INT_FIELDS = ("gpus", "pods", "port", "max_runtime_s", "checkpoint_interval_s", "shm_mb", "max_retries", "gpu_cores",
+INT_FIELDS = ("gpus", "pods", "min_pods", "global_batch_size", "port", "max_runtime_s", "checkpoint_interval_s", "shm_mb", "max_retries", "gpu_cores",
               "gpu_replicas")
 
 

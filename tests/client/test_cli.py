@@ -308,6 +308,18 @@ def test_get_shows_the_roles_of_a_job_of_roles(capsys):
     assert "trainer 2 x 4 GPUs, cpu 16, memory 64Gi; data 4 x cpu 4, memory 8Gi (restart-pod)" in out
 
 
+def test_get_shows_a_resizable_jobs_size_now_its_range_and_a_resize_under_way(capsys):
+    from gpuportal.cli import print_job
+
+    job = {"id": 9, "name": "llm", "state": "running", "owner": "alice", "department": "vision", "pods": 8,
+           "gpus": 1, "flavor": "a100-80gb", "tier": "elastic", "urgency": "normal", "image": "img", "command": ["sh"]}
+    print_job(job)
+    assert "size" not in capsys.readouterr().out  # a fixed size says nothing more
+    print_job({**job, "size": {"pods": 3, "min_pods": 2, "max_pods": 8, "resize": {
+        "from": 3, "to": 8, "direction": "up", "reason": "idle", "state": "decided"}}})
+    assert "3 of 2..8 pods (growing to 8 at its checkpoint, decided)" in capsys.readouterr().out
+
+
 def test_a_job_file_and_an_array_carry_roles(gpup, job_file, lab):
     text = JOB_YAML.replace("gpus: 2\n", "") + ("roles:\n  - {name: trainer, pods: 2, gpus: 1}\n"
                                                  "  - {name: eval, pods: 1, gpus: 1, command: [python, eval.py, '{{index}}']}\n")

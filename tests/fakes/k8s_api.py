@@ -421,6 +421,8 @@ class FakeKube:
         ("POST", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", "create_pdb"),
         ("GET", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "get_pdb"),
         ("DELETE", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "delete_pdb"),
+        ("PUT", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "update_pdb"),
+        ("PATCH", r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets/(?P<name>[^/]+)", "update_pdb"),
         ("GET", r"/api/v1/services", "list_services"),
         ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/services", "list_services"),
         ("POST", r"/api/v1/namespaces/(?P<ns>[^/]+)/services", "create_service"),
@@ -1217,6 +1219,26 @@ class FakeKube:
             raise not_found("poddisruptionbudgets.policy", name)
         return Response(200, self._pdb_with_status(self.pdbs[(ns, name)]))
 
+    def _update_pdb(self, *, ns: str, name: str, body: Any, content_type: str, **_: Any) -> Response:
+        """A PUT (whose stale resourceVersion is a 409) or a patch of a budget; its spec is validated as on
+        create, and a changed spec is a new generation."""
+        current = self.pdbs.get((ns, name))
+        if current is None:
+            raise not_found("poddisruptionbudgets.policy", name)
+        method = "PUT" if not content_type.endswith("patch+json") else "PATCH"
+        new = self._apply_update(current, body, content_type, method)
+        self._check_meta_update("poddisruptionbudgets", current, new)
+        spec = new.get("spec") or {}
+        if ("minAvailable" in spec) == ("maxUnavailable" in spec):
+            raise invalid("poddisruptionbudgets", name, ["spec: minAvailable and maxUnavailable cannot be both set"
+                                                         " or both unset"])
+        new.pop("status", None)
+        if spec != current.get("spec"):
+            new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        self.pdbs[(ns, name)] = new
+        return Response(200, self._pdb_with_status(new))
+
     def _delete_pdb(self, *, ns: str, name: str, **_: Any) -> Response:
         if (ns, name) not in self.pdbs:
             raise not_found("poddisruptionbudgets.policy", name)
@@ -1671,6 +1693,14 @@ class FakeKube:
             if (old.get("status") or {}).get("phase") not in terminal and pod["status"].get("phase") in terminal:
                 self.resync_quotas(ns)  # replenishment: a pod that ended frees its quota
             return copy.deepcopy(pod)
+
+    def unready(self, ns: str, name: str) -> None:
+        """The kubelet: the pod's readiness probe fails (it still runs, but no disruption budget counts it
+        healthy)."""
+        def change(p: dict[str, Any]) -> None:
+            p["status"]["conditions"] = [c for c in p["status"].get("conditions") or [] if c["type"] != "Ready"]
+            p["status"]["conditions"].append({"type": "Ready", "status": "False", "reason": "ReadinessProbeFailed"})
+        self._mutate_pod(ns, name, change)
 
     def touch(self, ns: str, name: str) -> None:
         """A concurrent writer (another controller) changes the pod: its resourceVersion moves on."""

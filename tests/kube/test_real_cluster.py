@@ -746,3 +746,38 @@ def test_a_failed_worker_of_a_restart_pod_role_is_replaced_alone(backend, core, 
         assert read(core, job.pod_name(0)).metadata.uid == running.metadata.uid
     finally:
         backend.remove_pods(job_id=job.job_id, attempt=1, namespace=NS)
+
+
+def test_a_resizable_job_grows_and_shrinks_under_gates_budgets_and_the_eviction_api(backend, core, node):
+    """A job of 1 to 3 pods (its own budget: 2 available) grows to 3 (the new ranks gated until both exist, then
+    running with its PriorityClass, its budget at 2) and shrinks to 2 (rank 2 evicted through the Eviction
+    API, asked again while the disruption controller has not seen the budget yet), each running pod told its
+    size in its annotation (the size file)."""
+    from scheduling.backends.base import SIZE_ANNOTATION
+
+    one = podset(pods=1, min_pods=1, max_pods=3, pdb_min_available=2)
+    backend.start(one, (node,))
+    base = f"job-{one.job_id}-a1"
+    assert one.pod_name(0) == f"{base}-0"  # numbered whatever its size: the names stay across resizes
+    wait_for(lambda: read(core, one.pod_name(0)).status.phase == "Running", what="rank 0 Running")
+    pdbs = k8s.PolicyV1Api(backend.api_client)
+    assert pdbs.read_namespaced_pod_disruption_budget(base, NS).spec.min_available == 1
+
+    three = replace(one, pods=3)
+    assert backend.resize(three, (node,), (node, node, node)).status == "done"
+    for i in range(3):
+        pod = wait_for(lambda i=i: (p := read(core, one.pod_name(i))).status.phase == "Running" and p,
+                       what=f"rank {i} Running")
+        assert not pod.spec.scheduling_gates and pod.spec.priority_class_name == ELASTIC
+        assert pod.spec.subdomain == base
+        assert json.loads(pod.metadata.annotations[SIZE_ANNOTATION])["pods"] == 3
+    assert env_of(read(core, one.pod_name(2)))["PORTAL_WORLD_SIZE"] == "3"
+    assert pdbs.read_namespaced_pod_disruption_budget(base, NS).spec.min_available == 2
+
+    two = replace(one, pods=2)
+    wait_for(lambda: backend.resize(two, (node, node, node), (node, node)).status == "done", timeout=120,
+             what="rank 2 evicted and gone")
+    names = {p.metadata.name for p in core.list_namespaced_pod(NS).items if p.metadata.name.startswith(f"{base}-")}
+    assert names == {one.pod_name(0), one.pod_name(1)}
+    assert json.loads(read(core, one.pod_name(1)).metadata.annotations[SIZE_ANNOTATION])["pods"] == 2
+    backend.remove_pods(job_id=one.job_id, attempt=1, namespace=NS)

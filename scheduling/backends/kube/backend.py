@@ -19,11 +19,12 @@ from .eviction import PodEviction
 from .inventory import InventoryReader
 from .logs import PodLogs
 from .priority_classes import PriorityClasses
+from .resize import PodResizing
 from .secrets import OwnedSecrets
 from .watch import PodWatching
 
 
-class KubernetesBackend(PodCreation, PodEviction, InventoryReader, PodLogs, PriorityClasses, PodWatching,
+class KubernetesBackend(PodResizing, PodCreation, PodEviction, InventoryReader, PodLogs, PriorityClasses, PodWatching,
                         CheckpointCleaning, OwnedSecrets, ClusterBackend):
     """One Kubernetes cluster behind the portal's ``ClusterBackend`` interface.
 
@@ -38,7 +39,8 @@ class KubernetesBackend(PodCreation, PodEviction, InventoryReader, PodLogs, Prio
     flavor is derived from the node's ``gpu-type`` label (``a100`` or ``a100-mig-3g.40gb``).
 
     Each part lives in its own module: reading nodes and pods (``inventory``), disruption budgets
-    (``pdbs``), creating and starting pods (``creation``), evictions and deletions (``eviction``), namespace
+    (``pdbs``), creating and starting pods (``creation``), evictions and deletions (``eviction``), resizing a
+    running attempt (``resize``), namespace
     quotas (``quotas``), logs, priority classes and the pod watch; ``connection`` holds what they share.
     """
 

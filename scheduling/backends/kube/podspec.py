@@ -8,6 +8,7 @@ namespaces, no hostPath, no service-account token).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -17,6 +18,8 @@ from scheduling.backends.base import (
     NOTICE_ANNOTATION,
     NOTICE_DIR,
     NOTICE_FILE,
+    SIZE_ANNOTATION,
+    SIZE_FILE,
     InvalidPodSpec,
     PodSet,
 )
@@ -131,22 +134,39 @@ NOTICE_VOLUME = "portal-notice"
 def notice_env(podset: PodSet) -> list[tuple[str, str]]:
     """A job that asked for notice before preemption: where the notice appears (``PORTAL_NOTICE_FILE``, empty
     until the portal sets the annotation), how much it asked for, and where and with what to answer
-    "checkpoint written" (its attempt's own credential, valid for nothing else)."""
+    "checkpoint written" (its attempt's own credential, valid for nothing else). A resizable job: where its size
+    now appears (``PORTAL_SIZE_FILE``, rewritten at each resize)."""
+    env = [("PORTAL_SIZE_FILE", SIZE_FILE)] if podset.max_pods is not None else []
     if not podset.notice_s:
-        return []
-    return [("PORTAL_NOTICE_FILE", NOTICE_FILE), ("PORTAL_NOTICE_S", str(podset.notice_s)),
-            ("PORTAL_NOTICE_ANSWER_URL", podset.notice_answer_url), ("PORTAL_JOB_TOKEN", podset.notice_token)]
+        return env
+    return env + [("PORTAL_NOTICE_FILE", NOTICE_FILE), ("PORTAL_NOTICE_S", str(podset.notice_s)),
+                  ("PORTAL_NOTICE_ANSWER_URL", podset.notice_answer_url), ("PORTAL_JOB_TOKEN", podset.notice_token)]
+
+
+def size_text(podset: PodSet) -> str:
+    """What a resizable job's size file says at ``podset.pods`` pods: one JSON object."""
+    out: dict[str, int] = {"pods": podset.pods, "world_size": podset.pods * max(1, podset.gpus_per_pod)}
+    env = dict(resize_env(podset))
+    if "PORTAL_PER_WORKER_BATCH" in env:
+        out["per_worker_batch"] = int(env["PORTAL_PER_WORKER_BATCH"])
+        out["grad_accum_steps"] = int(env["PORTAL_GRAD_ACCUM_STEPS"])
+    return json.dumps(out, sort_keys=True)
 
 
 def notice_volume(podset: PodSet) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The downward-API volume that shows the notice annotation as a file (a volume type the restricted Pod
-    Security profile allows), mounted read-only: the kubelet rewrites the file when the annotation changes,
-    while the container runs."""
-    if not podset.notice_s:
+    """The downward-API volume that shows the notice annotation (and a resizable job's size annotation) as
+    files (a volume type the restricted Pod Security profile allows), mounted read-only: the kubelet rewrites
+    a file when its annotation changes, while the container runs."""
+    items = []
+    if podset.notice_s:
+        items.append({"path": NOTICE_FILE.rsplit("/", 1)[1],
+                      "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{NOTICE_ANNOTATION}']"}})
+    if podset.max_pods is not None:
+        items.append({"path": SIZE_FILE.rsplit("/", 1)[1],
+                      "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{SIZE_ANNOTATION}']"}})
+    if not items:
         return [], []
-    item = {"path": NOTICE_FILE.rsplit("/", 1)[1],
-            "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{NOTICE_ANNOTATION}']"}}
-    return ([{"name": NOTICE_VOLUME, "downwardAPI": {"items": [item], "defaultMode": 0o444}}],
+    return ([{"name": NOTICE_VOLUME, "downwardAPI": {"items": items, "defaultMode": 0o444}}],
             [{"name": NOTICE_VOLUME, "mountPath": NOTICE_DIR, "readOnly": True}])
 
 
@@ -199,7 +219,7 @@ def rendezvous_env(podset: PodSet, index: int) -> list[tuple[str, str]]:
         env += [("PORTAL_ARRAY_ID", str(podset.array_id)), ("PORTAL_ARRAY_INDEX", str(podset.array_index)),
                 ("PORTAL_ARRAY_COUNT", str(podset.array_count))]
     env += resize_env(podset)
-    if podset.pods < 2:
+    if podset.pods < 2 and podset.max_pods is None:  # (a resizable job at one pod still rendezvouses)
         return env
     pods, rank, first, nproc = str(podset.pods), str(index), 0, podset.gpus_per_pod
     if podset.roles:
@@ -257,6 +277,8 @@ def pod_annotations(podset: PodSet) -> dict[str, str]:
         annotations[ANNOTATION_DEADLINE] = podset.deadline
     if podset.checkpoint_interval_s:
         annotations[ANNOTATION_CHECKPOINT_INTERVAL] = str(podset.checkpoint_interval_s)
+    if podset.max_pods is not None:  # a resizable job's size now (its size file; rewritten at each resize)
+        annotations[SIZE_ANNOTATION] = size_text(podset)
     return annotations
 
 
@@ -417,7 +439,8 @@ def validate_podset(podset: PodSet) -> None:
         problems.append("a session or a service needs a container port from 1 to 65535")
     if podset.termination_grace_s < 0:
         problems.append("termination_grace_s must be >= 0")
-    if podset.pdb_min_available is not None and not (0 <= podset.pdb_min_available <= podset.pods):
+    # (a resizable job's budget is checked against its largest size: at a smaller one it keeps at most all)
+    if podset.pdb_min_available is not None and not (0 <= podset.pdb_min_available <= (podset.max_pods or podset.pods)):
         problems.append("pdb_min_available must be between 0 and pods")
     paths = [m.path for m in podset.workload.mounts]
     if len(set(paths)) != len(paths) or any(not p.startswith("/") or ".." in p.split("/") for p in paths):
@@ -480,7 +503,8 @@ def pod_manifest(
     }
     if volumes:
         spec["volumes"] = volumes
-    if podset.pods > 1:  # a stable DNS name per pod, <pod>.<service>, through the gang's headless Service
+    if podset.pods > 1 or podset.max_pods is not None:  # a stable DNS name per pod, <pod>.<service>, through the
+        # gang's headless Service (a resizable job's too, whatever its size now)
         spec["hostname"] = podset.pod_name(index)
         spec["subdomain"] = service_name(podset)
     apply_secrets(podset, spec, container)
@@ -514,6 +538,13 @@ def pod_manifest(
     }
 
 
+def pdb_min_available(podset: PodSet) -> int:
+    """The job's own budget's ``minAvailable``: what it asked for, at most its size now when it is resizable
+    (a budget above its pods would refuse every eviction, the portal's own shrink included)."""
+    wanted = int(podset.pdb_min_available or 0)
+    return min(wanted, podset.pods) if podset.max_pods is not None else wanted
+
+
 def pdb_manifest(podset: PodSet, installation: str = DEFAULT_INSTALLATION) -> dict[str, Any]:
     name = attempt_base_name(podset.job_id, podset.attempt)
     labels = attempt_labels(podset.job_id, podset.attempt, installation)
@@ -521,7 +552,7 @@ def pdb_manifest(podset: PodSet, installation: str = DEFAULT_INSTALLATION) -> di
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": name, "namespace": podset.namespace, "labels": dict(labels)},
-        "spec": {"minAvailable": int(podset.pdb_min_available or 0), "selector": {"matchLabels": dict(labels)}},
+        "spec": {"minAvailable": pdb_min_available(podset), "selector": {"matchLabels": dict(labels)}},
     }
 
 

@@ -16,8 +16,9 @@ from .podspec import attempt_base_name, service_manifest
 
 
 def ensure_service(backend: Any, podset: PodSet) -> str:
-    """Create the attempt's headless Service when it is a gang; returns "created", "adopted" or "" (one pod)."""
-    if podset.pods < 2:
+    """Create the attempt's headless Service when it is a gang, or resizable (it may become one: its ranks find
+    rank 0 through the Service); returns "created", "adopted" or "" (one pod)."""
+    if podset.pods < 2 and podset.max_pods is None:
         return ""
     return create_or_adopt(backend, backend.core.create_namespaced_service, backend.core.read_namespaced_service,
                            podset, service_manifest(podset, backend.installation), "Service")

@@ -109,6 +109,15 @@ def print_job(job: dict) -> None:
         ("image", job["image"]),
         ("command", " ".join(job.get("command") or [])),
     ]
+    size = job.get("size")
+    if size:  # a resizable job: its size now (none while queued), its range, a resize under way
+        now = f"{size['pods']} of " if size.get("pods") is not None else ""
+        text = f"{now}{size['min_pods']}..{size['max_pods']} pods"
+        rz = size.get("resize")
+        if rz:
+            text += (f" ({'growing' if rz['to'] > rz['from'] else 'shrinking'} to {rz['to']} at its checkpoint, "
+                     f"{rz['state']})")
+        rows.append(("size", text))
     roles = job.get("roles") or []
     if len(roles) > 1 or (roles and roles[0].get("name") != "main"):  # a job of roles: its size is theirs
         rows.append(("roles", "; ".join(
