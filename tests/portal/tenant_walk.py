@@ -278,6 +278,21 @@ VISION_NUMBERS = (777777001, 4242421, 5353531, 6464641, 8181811, 8585851, 737373
 NLP_NUMBERS = (100000, 2000, 3000, 4000, 5000, 6000, 7000, 8000)
 
 
+NOTHING_FOUND = {"errors": [], "leaks": [], "wrong": [], "changed": []}
+
+
+def walk_as(lab, walker) -> dict:
+    """Seed both departments, walk as ``walker`` (a member of nlp) and say what the walk found: 5xx answers
+    (``errors``), vision's secrets in a response (``leaks``), answers but 404/405 to a URL naming vision's
+    object (``wrong``), and what of vision changed (``changed``: each part of ``state`` as before and after)."""
+    seeded = seed(lab, lab.vision, lab.alice, lab.vadmin, "vision", VISION_NUMBERS)
+    seed(lab, lab.nlp, lab.bob, lab.nadmin, "nlp", NLP_NUMBERS)
+    before = state(lab)
+    leaks, errors, wrong = walk(lab, seeded, (walker,))
+    changed = [(old, new) for old, new in zip(before, state(lab), strict=True) if old != new]
+    return {"errors": errors, "leaks": leaks, "wrong": wrong, "changed": changed}
+
+
 def state(lab):
     """Everything of the vision department a walk could change."""
     vision_jobs = Job.objects.filter(department=lab.vision)
