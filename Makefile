@@ -29,7 +29,7 @@ QUICK_TESTS := tests/engine/test_placement.py tests/engine/test_policy.py tests/
 	tests/workloads/test_walkthrough.py
 
 test-quick: $(VENV_STAMP)    ## the quick subset (about 1 minute, one process): engine rules, API contract, one job end to end
-	$(PY) -m pytest -p no:cacheprovider $(QUICK_TESTS) -k "not fuzz"
+	$(PY) -m pytest -p no:cacheprovider $(QUICK_TESTS)
 
 lint: $(VENV_STAMP)
 	$(PY) -m ruff check .
