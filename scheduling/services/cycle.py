@@ -47,6 +47,10 @@ ESTIMATE_SLACK = timedelta(seconds=30)
 # department's GPUs in use move with every admission and every end: every waiting job of that department),
 # is rewritten at most this often by the process that wrote it last.
 REASON_SLACK = timedelta(seconds=30)
+# The whole queue's ranks are written at most this often by one cycle worker; in between, only the first
+# RANK_HEAD jobs of the engine's order are ranked again.
+RANK_SLACK = timedelta(seconds=30)
+RANK_HEAD = 256
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class Applied(NamedTuple):
     version: int | None = None
     # the waiting jobs whose explanation it wrote (``JobRows.explained``)
     explained: frozenset[int] = frozenset()
+    # whether it ranked the whole queue (``JobRows.ranked_at``)
+    ranked_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,13 +108,15 @@ def decide_and_apply(*, now: datetime | None) -> Decided:
     result = engine.schedule(snapshot)
     t2 = time.perf_counter()
     try:
-        applied = apply_result(result=result, ctx=ctx, explained_at=ROWS.explained)
+        applied = apply_result(result=result, ctx=ctx, explained_at=ROWS.explained, ranked_at=ROWS.ranked_at)
     except BaseException:
         ROWS.clear()  # rolled back: rows may have been changed in memory and not in the database
         raise
     ROWS.forget(applied.touched)  # changed in memory by the apply: read again next cycle
     ROWS.renew(applied.rewritten, applied.version)
     ROWS.explained.update(dict.fromkeys(applied.explained, ctx.now))
+    if applied.ranked_all:
+        ROWS.ranked_at = ctx.now
     return Decided(ctx, result, applied, fair_standing(snapshot), t0, t1, t2, time.perf_counter())
 
 
@@ -136,11 +144,12 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
 
 
 def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
-                 explained_at: Mapping[int, datetime] | None = None) -> Applied:
+                 explained_at: Mapping[int, datetime] | None = None, ranked_at: datetime | None = None) -> Applied:
     """Apply a decision in one transaction. Every state change is compare-and-set against the state the
     decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit.
     ``explained_at``: when this process last wrote each waiting job's explanation (``JobRows.explained``; none:
-    every explanation that changed is written)."""
+    every explanation that changed is written). ``ranked_at``: when this process last ranked the whole queue
+    (``_rank_changes``; none: the whole queue is ranked)."""
     preempted = changed = 0
     clusters = {c.name: c for c in Cluster.objects.all()}
     # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
@@ -148,7 +157,7 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
                      and pr.job_id in ctx.jobs and ctx.jobs[pr.job_id].state == JobState.QUEUED]
     kept = [pr for pr in result.pending if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED]
     pending = _pending_changes(kept, ctx, explained_at or {})
-    ranks = _rank_changes(kept, ctx)
+    ranks, ranked_all = _rank_changes(kept, ctx, ranked_at)
     with transaction.atomic():
         metered, locked = _lock_in_order(result, ctx, set(pending) | set(ranks),
                                          [ctx.jobs[pr.job_id] for pr in unsatisfiable])
@@ -184,7 +193,7 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
         version = _transaction_version() if rewritten else None
     touched = others | set(pending) | set(ranks)
     return Applied(admitted, preempted, changed, frozenset(touched - rewritten), frozenset(rewritten), version,
-                   frozenset(reasons_written - others))
+                   frozenset(reasons_written - others), ranked_all)
 
 
 def _transaction_version() -> int:
@@ -279,11 +288,21 @@ def _pending_changes(pending, ctx: SnapshotContext, explained: Mapping[int, date
     return wanted
 
 
-def _rank_changes(pending, ctx: SnapshotContext) -> dict[int, int]:
+def _rank_changes(pending, ctx: SnapshotContext, ranked_at: datetime | None) -> tuple[dict[int, int], bool]:
     """The queued jobs whose place in the engine's order (``queue_rank``) must be written: only those out of
-    order (``queue_ranks.reranked``; read only, nothing locked)."""
-    order = [pr.job_id for pr in pending if pr.job_id in ctx.jobs and ctx.jobs[pr.job_id].state == JobState.QUEUED]
-    return reranked(order, {pk: ctx.jobs[pk].queue_rank for pk in order})
+    order (``queue_ranks.reranked``; read only, nothing locked), and whether that was the whole queue.
+
+    Fair share moves with every admission and every end, and with it the interleaving of the departments'
+    jobs: a long queue had thousands of ranks out of order every cycle, more the longer it was. The whole
+    queue is ranked at most every ``RANK_SLACK`` when this process did it last (``ranked_at``); in between,
+    the first ``RANK_HEAD`` jobs only, among themselves (a deeper job's position is then up to
+    ``RANK_SLACK`` old)."""
+    jobs = ctx.jobs
+    order = [pr.job_id for pr in pending if pr.job_id in jobs and jobs[pr.job_id].state == JobState.QUEUED]
+    whole = ranked_at is None or ctx.now - ranked_at >= RANK_SLACK or len(order) <= RANK_HEAD
+    if not whole:
+        order = order[:RANK_HEAD]
+    return reranked(order, {pk: jobs[pk].queue_rank for pk in order}), whole
 
 
 def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ctx: SnapshotContext,

@@ -77,6 +77,7 @@ class JobRows:
         # when this process last wrote each kept waiting job's explanation (the cycle's ``REASON_SLACK``); a
         # row read again in full (someone else wrote it) is not in it
         self.explained: dict[int, datetime] = {}
+        self.ranked_at: datetime | None = None  # when this process last ranked the whole queue
         self.clock = clock
         self.filled_at = clock()
         self.fetched = 0  # rows read in full by the last ``read`` (what the tests pin)
@@ -86,6 +87,7 @@ class JobRows:
 
     def clear(self) -> None:
         self.rows, self.pending, self.related, self.explained = {}, {}, {}, {}
+        self.ranked_at = None
         self.filled_at = self.clock()
 
     def forget(self, ids) -> None:

@@ -167,3 +167,31 @@ def test_figures_alone_are_rewritten_at_most_every_reason_slack(lab, submit, fre
     Job.objects.filter(pk=running[1].pk).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
     cycle.run_cycle(now=start + cycle.REASON_SLACK + timedelta(seconds=3))
     assert Job.objects.get(pk=waiting.pk).reason_message != later.reason_message
+
+
+def test_past_the_head_the_queue_is_ranked_again_at_most_every_rank_slack(lab, submit, fresh_rows, monkeypatch):
+    """Between two rankings of the whole queue, ``RANK_SLACK`` apart, a cycle ranks only the first ``RANK_HEAD``
+    jobs of the engine's order: a job that fell out of the head keeps its place on the pages until then."""
+    monkeypatch.setattr(cycle, "RANK_HEAD", 2)
+    jobs = _waiting(lab, submit, 6)
+    start = timezone.now()
+    cycle.run_cycle(now=start)
+    cycle.run_cycle(now=start + timedelta(seconds=1))
+
+    def by_rank():
+        return list(Job.objects.filter(state=JobState.QUEUED).order_by("queue_rank", "id").values_list("pk", flat=True))
+
+    first = by_rank()
+    assert len(first) == 5 and {j.pk for j in jobs} > set(first)
+    Job.objects.filter(pk=first[0]).update(urgency="low")  # the head leaves the head
+
+    def engine_order(now):
+        return [p.job_id for p in cycle.engine.schedule(build_snapshot(now=now)[0]).pending]
+
+    cycle.run_cycle(now=start + timedelta(seconds=2))
+    assert engine_order(start + timedelta(seconds=2))[:2] != first[:2]
+    assert by_rank() == first  # the new head was in order already; the job that left it keeps its rank
+
+    later = start + timedelta(seconds=1) + cycle.RANK_SLACK
+    cycle.run_cycle(now=later)
+    assert by_rank() == engine_order(later) != first
