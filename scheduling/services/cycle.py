@@ -43,6 +43,14 @@ log = logging.getLogger(__name__)
 ADMIT_BATCH = 8
 # An estimated start that moved less than this is not rewritten (avoids a write per job per cycle).
 ESTIMATE_SLACK = timedelta(seconds=30)
+# A waiting job's explanation whose code and estimate did not change, only the figures in its words (its
+# department's GPUs in use move with every admission and every end: every waiting job of that department),
+# is rewritten at most this often by the process that wrote it last.
+REASON_SLACK = timedelta(seconds=30)
+# The whole queue's ranks are written at most this often by one cycle worker; in between, only the first
+# RANK_HEAD jobs of the engine's order are ranked again.
+RANK_SLACK = timedelta(seconds=30)
+RANK_HEAD = 256
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,10 @@ class Applied(NamedTuple):
     # (transaction id) it wrote them in: the rows in memory are those rows now
     rewritten: frozenset[int] = frozenset()
     version: int | None = None
+    # the waiting jobs whose explanation it wrote (``JobRows.explained``)
+    explained: frozenset[int] = frozenset()
+    # whether it ranked the whole queue (``JobRows.ranked_at``)
+    ranked_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,12 +108,15 @@ def decide_and_apply(*, now: datetime | None) -> Decided:
     result = engine.schedule(snapshot)
     t2 = time.perf_counter()
     try:
-        applied = apply_result(result=result, ctx=ctx)
+        applied = apply_result(result=result, ctx=ctx, explained_at=ROWS.explained, ranked_at=ROWS.ranked_at)
     except BaseException:
         ROWS.clear()  # rolled back: rows may have been changed in memory and not in the database
         raise
     ROWS.forget(applied.touched)  # changed in memory by the apply: read again next cycle
     ROWS.renew(applied.rewritten, applied.version)
+    ROWS.explained.update(dict.fromkeys(applied.explained, ctx.now))
+    if applied.ranked_all:
+        ROWS.ranked_at = ctx.now
     return Decided(ctx, result, applied, fair_standing(snapshot), t0, t1, t2, time.perf_counter())
 
 
@@ -130,9 +145,13 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
     return outcome
 
 
-def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied:
+def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
+                 explained_at: Mapping[int, datetime] | None = None, ranked_at: datetime | None = None) -> Applied:
     """Apply a decision in one transaction. Every state change is compare-and-set against the state the
-    decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit."""
+    decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit.
+    ``explained_at``: when this process last wrote each waiting job's explanation (``JobRows.explained``; none:
+    every explanation that changed is written). ``ranked_at``: when this process last ranked the whole queue
+    (``_rank_changes``; none: the whole queue is ranked)."""
     preempted = changed = 0
     clusters = {c.name: c for c in Cluster.objects.all()}
     # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
@@ -141,8 +160,8 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
     shrinking = _shrinking_for(ctx)
     kept = [_resize_in_flight(pr, shrinking) for pr in result.pending
             if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED]
-    pending = _pending_changes(kept, ctx)
-    ranks = _rank_changes(kept, ctx)
+    pending = _pending_changes(kept, ctx, explained_at or {})
+    ranks, ranked_all = _rank_changes(kept, ctx, ranked_at)
     with transaction.atomic():
         metered, locked = _lock_in_order(result, ctx, set(pending) | set(ranks),
                                          [ctx.jobs[pr.job_id] for pr in unsatisfiable])
@@ -165,7 +184,8 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
         # Running resizable jobs that grow or shrink at their next checkpoint (``resizes``)
         resized = resizes.record_decisions(result.resizes, ctx.jobs, now=ctx.now, policy_version=ctx.policy_version)
 
-        changed, written = _apply_pending({pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
+        changed, written, reasons_written = _apply_pending(
+            {pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
         for pr in unsatisfiable:
             changed += end_unsatisfiable(job=ctx.jobs[pr.job_id], message=pr.message, detail=_jsonable(pr.detail))
         # Rows the reasons and ranks alone wrote, still at the version the decision read when they were locked
@@ -178,7 +198,8 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext) -> Applied
                      and getattr(ctx.jobs[pk], "v", None) == locked[pk]}
         version = _transaction_version() if rewritten else None
     touched = others | set(pending) | set(ranks)
-    return Applied(admitted, preempted, changed, frozenset(touched - rewritten), frozenset(rewritten), version)
+    return Applied(admitted, preempted, changed, frozenset(touched - rewritten), frozenset(rewritten), version,
+                   frozenset(reasons_written - others), ranked_all)
 
 
 def _shrinking_for(ctx: SnapshotContext) -> dict[int, list[int]]:
@@ -272,11 +293,19 @@ def _admit(result: engine.CycleResult, ctx: SnapshotContext, clusters: dict[str,
     return admitted
 
 
-def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any, datetime | None, bool]]:
-    """The queued jobs whose reason or estimated start the decision changes (read only; nothing locked)."""
+def _pending_changes(pending, ctx: SnapshotContext, explained: Mapping[int, datetime]
+                     ) -> dict[int, tuple[Job, Any, datetime | None, bool]]:
+    """The queued jobs whose reason or estimated start the decision changes (read only; nothing locked).
+
+    A job whose code and estimate stand, whose words alone moved (the figures in them), is left as stored
+    when this process wrote its explanation less than ``REASON_SLACK`` ago (``explained``), unless its
+    deadline is newly at risk (its owner is told now). Otherwise a long queue had every waiting job of each
+    department whose GPUs in use moved rewritten every cycle: hundreds of rows, each read back, per cycle."""
     wanted: dict[int, tuple[Job, Any, datetime | None, bool]] = {}
+    recent = ctx.now - REASON_SLACK
+    jobs = ctx.jobs
     for pr in pending:
-        job = ctx.jobs.get(pr.job_id)
+        job = jobs.get(pr.job_id)
         if job is None or job.state != JobState.QUEUED:
             continue
         pr = _in_credits(_unreachable_reason(pr, job, ctx))
@@ -285,16 +314,31 @@ def _pending_changes(pending, ctx: SnapshotContext) -> dict[int, tuple[Job, Any,
         est_changed = (est is None) != (job.estimated_start is None) or (
             est is not None and abs(est - job.estimated_start) > ESTIMATE_SLACK
         )
-        if code_changed or est_changed or job.reason_message != pr.message:
-            wanted[job.pk] = (job, pr, est, code_changed)
+        if code_changed or est_changed:
+            wanted[job.id] = (job, pr, est, code_changed)
+        elif job.reason_message != pr.message:
+            written = explained.get(job.id)
+            if written is None or written <= recent or (
+                    "deadline_miss" in pr.detail and DEADLINE_NOTE not in job.reason_message):
+                wanted[job.id] = (job, pr, est, code_changed)
     return wanted
 
 
-def _rank_changes(pending, ctx: SnapshotContext) -> dict[int, int]:
+def _rank_changes(pending, ctx: SnapshotContext, ranked_at: datetime | None) -> tuple[dict[int, int], bool]:
     """The queued jobs whose place in the engine's order (``queue_rank``) must be written: only those out of
-    order (``queue_ranks.reranked``; read only, nothing locked)."""
-    order = [pr.job_id for pr in pending if pr.job_id in ctx.jobs and ctx.jobs[pr.job_id].state == JobState.QUEUED]
-    return reranked(order, {pk: ctx.jobs[pk].queue_rank for pk in order})
+    order (``queue_ranks.reranked``; read only, nothing locked), and whether that was the whole queue.
+
+    Fair share moves with every admission and every end, and with it the interleaving of the departments'
+    jobs: a long queue had thousands of ranks out of order every cycle, more the longer it was. The whole
+    queue is ranked at most every ``RANK_SLACK`` when this process did it last (``ranked_at``); in between,
+    the first ``RANK_HEAD`` jobs only, among themselves (a deeper job's position is then up to
+    ``RANK_SLACK`` old)."""
+    jobs = ctx.jobs
+    order = [pr.job_id for pr in pending if pr.job_id in jobs and jobs[pr.job_id].state == JobState.QUEUED]
+    whole = ranked_at is None or ctx.now - ranked_at >= RANK_SLACK or len(order) <= RANK_HEAD
+    if not whole:
+        order = order[:RANK_HEAD]
+    return reranked(order, {pk: jobs[pk].queue_rank for pk in order}), whole
 
 
 def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ctx: SnapshotContext,
@@ -304,9 +348,10 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
     The estimates of a long queue move every cycle, so this can be most of the queue: one UPDATE per job made
     the cycle's cost grow with the backlog. Compare-and-set as before: only the rows still queued in the
     attempt the decision saw (locked by ``_lock_in_order``) are written. A changed reason code is recorded on
-    the job's timeline. Answers how many codes changed and the jobs written."""
+    the job's timeline. Answers how many codes changed, the jobs written and, of them, those whose reason
+    was."""
     if not wanted and not ranks:
-        return 0, set()
+        return 0, set(), set()
     current = dict(Job.objects.filter(pk__in=list(set(wanted) | set(ranks)), state=JobState.QUEUED)
                    .values_list("pk", "attempt"))
     rows, events = [], []
@@ -328,8 +373,9 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
                 data={"detail": detail, "estimated_start": est.isoformat() if est else None},
             ))
     fields = ["reason_code", "reason_message", "reason_detail", "estimated_start"]
-    written = set(update_each(Job, [{"pk": job.pk, **{f: getattr(job, f) for f in fields}} for job in rows],
-                              fields=fields, where={"state": JobState.QUEUED}))
+    explained = set(update_each(Job, [{"pk": job.pk, **{f: getattr(job, f) for f in fields}} for job in rows],
+                                fields=fields, where={"state": JobState.QUEUED}))
+    written = set(explained)
     JobEvent.objects.bulk_create(events, batch_size=500)
     # The ranks on their own rows, only them: a preemptor's reason written by _record_preemption stays.
     ranked = []
@@ -339,7 +385,7 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
             job.queue_rank = rank
             ranked.append({"pk": pk, "queue_rank": rank})
     written |= set(update_each(Job, ranked, fields=["queue_rank"], where={"state": JobState.QUEUED}))
-    return len(events), written
+    return len(events), written, explained
 
 
 # What the engine's feasibility check adds to a waiting job's message when it would miss its deadline.

@@ -28,6 +28,7 @@ kept at its transaction's id (``renew``); an apply that fails drops everything (
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 from django.db import connection
 from django.db.models import Exists, OuterRef
@@ -73,6 +74,10 @@ class JobRows:
         self.pending: dict[int, tuple] = {}
         # each relation's rows as last read, by relation and id (``_attach_related``)
         self.related: dict[str, dict] = {}
+        # when this process last wrote each kept waiting job's explanation (the cycle's ``REASON_SLACK``); a
+        # row read again in full (someone else wrote it) is not in it
+        self.explained: dict[int, datetime] = {}
+        self.ranked_at: datetime | None = None  # when this process last ranked the whole queue
         self.clock = clock
         self.filled_at = clock()
         self.fetched = 0  # rows read in full by the last ``read`` (what the tests pin)
@@ -81,7 +86,8 @@ class JobRows:
         return connection.vendor == "postgresql" and not connection.in_atomic_block
 
     def clear(self) -> None:
-        self.rows, self.pending, self.related = {}, {}, {}
+        self.rows, self.pending, self.related, self.explained = {}, {}, {}, {}
+        self.ranked_at = None
         self.filled_at = self.clock()
 
     def forget(self, ids) -> None:
@@ -90,12 +96,19 @@ class JobRows:
 
     def renew(self, ids, version: int | None) -> None:
         """These kept rows were written in memory as the committed transaction ``version`` wrote them in the
-        database (the cycle's own reasons and ranks): they are current at that version."""
+        database (the cycle's own reasons and ranks): they are current at that version. Their kept pending
+        jobs stay theirs: a pending job is made of none of the columns written (the reason, its detail, the
+        estimate, the rank), so only the version it is keyed by moves. Without this a queue whose ranks moved
+        (a department's fair share going up and down reorders it) made hundreds of pending jobs again every
+        cycle for rows that had changed in nothing they are made of."""
         for pk in ids:
             if pk in self.rows:
-                job = self.rows[pk][1]
+                old, job = self.rows[pk]
                 job.v = version
                 self.rows[pk] = (version, job)
+                kept = self.pending.get(pk)
+                if kept is not None and kept[0][0] == old:
+                    self.pending[pk] = ((version, *kept[0][1:]), kept[1])
 
     def read(self) -> tuple[list[Job], list[Job]]:
         """What ``read_uncached`` returns, from the kept rows that are still current and a read of the rest."""
@@ -119,6 +132,8 @@ class JobRows:
             row[1].has_dependencies = has_deps
             kept[pk] = row
         self.rows, self.fetched = kept, len(fresh)
+        explained = self.explained
+        self.explained = {pk: at for pk, at in explained.items() if pk in kept and pk not in missing}
         jobs = [job for _, job in kept.values()]
         self._attach_related(jobs, [job for _, job in fresh.values()])
         active = sorted((j for j in jobs if j.state in ACTIVE), key=lambda j: (j.submitted_at, j.pk), reverse=True)

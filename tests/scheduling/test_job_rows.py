@@ -5,6 +5,8 @@ every row is read in full)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -124,6 +126,7 @@ def test_a_row_written_by_another_between_the_read_and_the_apply_is_read_again(l
     def meanwhile(snapshot):  # after the snapshot, before the apply: another process writes a waiting job
         Job.objects.filter(pk=jobs[4].pk).update(urgency="high")
         fresh_rows.rows[jobs[4].pk][1].reason_message = "as read"  # so that the apply rewrites its reason
+        fresh_rows.explained.pop(jobs[4].pk, None)  # (at once: not as if written a moment ago)
         return real(snapshot)
 
     monkeypatch.setattr(cycle.engine, "schedule", meanwhile)
@@ -134,3 +137,61 @@ def test_a_row_written_by_another_between_the_read_and_the_apply_is_read_again(l
     snapshot, ctx = build_snapshot(now=now, rows=fresh_rows)
     assert snapshot == build_snapshot(now=now)[0] and ctx.jobs[jobs[4].pk].urgency == "high"
     assert fresh_rows.fetched >= 1
+
+
+def test_figures_alone_are_rewritten_at_most_every_reason_slack(lab, submit, fresh_rows):
+    """A waiting job whose code and estimate stand, whose message's figures alone moved (its department's GPUs
+    in use), keeps its stored words for ``REASON_SLACK`` after this process wrote them; then they are written.
+    A new code is written at once."""
+    running = [submit(lab.alice, name=f"r{i}", gpus=1) for i in range(2)]
+    blocker = submit(lab.bob, name="bob-4", gpus=4)
+    start = timezone.now()
+    cycle.run_cycle(now=start)
+    assert {j.state for j in Job.objects.filter(pk__in=[*map(lambda j: j.pk, running), blocker.pk])} == {
+        JobState.ADMITTED}
+    waiting = submit(lab.alice, name="gang", gpus=4, pods=2)  # 8 GPUs: over what vision may hold beside its 2
+    cycle.run_cycle(now=start + timedelta(seconds=1))
+    stored = Job.objects.get(pk=waiting.pk)
+    assert stored.state == JobState.QUEUED and "2 of nominal 4 in use" in stored.reason_message
+    Job.objects.filter(pk=running[0].pk).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
+
+    cycle.run_cycle(now=start + timedelta(seconds=2))  # 1 in use now: only the figure moved
+    again = Job.objects.get(pk=waiting.pk)
+    assert (again.reason_code, again.reason_message) == (stored.reason_code, stored.reason_message)
+
+    cycle.run_cycle(now=start + timedelta(seconds=1) + cycle.REASON_SLACK + timedelta(seconds=1))
+    later = Job.objects.get(pk=waiting.pk)
+    assert later.reason_code == stored.reason_code and "1 of nominal 4 in use" in later.reason_message
+
+    fresh_rows.clear()  # another process (nothing remembered): what changed is written at once
+    Job.objects.filter(pk=running[1].pk).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
+    cycle.run_cycle(now=start + cycle.REASON_SLACK + timedelta(seconds=3))
+    assert Job.objects.get(pk=waiting.pk).reason_message != later.reason_message
+
+
+def test_past_the_head_the_queue_is_ranked_again_at_most_every_rank_slack(lab, submit, fresh_rows, monkeypatch):
+    """Between two rankings of the whole queue, ``RANK_SLACK`` apart, a cycle ranks only the first ``RANK_HEAD``
+    jobs of the engine's order: a job that fell out of the head keeps its place on the pages until then."""
+    monkeypatch.setattr(cycle, "RANK_HEAD", 2)
+    jobs = _waiting(lab, submit, 6)
+    start = timezone.now()
+    cycle.run_cycle(now=start)
+    cycle.run_cycle(now=start + timedelta(seconds=1))
+
+    def by_rank():
+        return list(Job.objects.filter(state=JobState.QUEUED).order_by("queue_rank", "id").values_list("pk", flat=True))
+
+    first = by_rank()
+    assert len(first) == 5 and {j.pk for j in jobs} > set(first)
+    Job.objects.filter(pk=first[0]).update(urgency="low")  # the head leaves the head
+
+    def engine_order(now):
+        return [p.job_id for p in cycle.engine.schedule(build_snapshot(now=now)[0]).pending]
+
+    cycle.run_cycle(now=start + timedelta(seconds=2))
+    assert engine_order(start + timedelta(seconds=2))[:2] != first[:2]
+    assert by_rank() == first  # the new head was in order already; the job that left it keeps its rank
+
+    later = start + timedelta(seconds=1) + cycle.RANK_SLACK
+    cycle.run_cycle(now=later)
+    assert by_rank() == engine_order(later) != first

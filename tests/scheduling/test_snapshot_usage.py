@@ -88,3 +88,38 @@ def test_a_bad_checkpoint_interval_is_a_field_error(lab, client_for, payload, va
     assert res.status_code == 400
     assert "checkpoint_interval_s" in res.json()["error"]["fields"]
     assert not Job.objects.exists()
+
+
+@pytest.mark.postgres
+def test_the_database_sums_what_the_rows_add_up_to(lab, submit, monkeypatch):
+    """On PostgreSQL the weighted GPU-seconds are summed per department and team in the query: the same
+    figures as adding each job's row up here (fractions of a GPU, a team, a run cut by the horizon)."""
+    from portal.models import Team
+    from scheduling.services import snapshot
+
+    now = timezone.now()
+    cv = Team.objects.create(department=lab.vision, slug="cv", name="CV")
+    shared = submit(lab.alice, gpus=2)
+    _ran(shared, now - timedelta(hours=2), now - timedelta(minutes=10))
+    Job.objects.filter(pk=shared.pk).update(share_milli=250, team=cv)
+    whole = submit(lab.amy, gpus=1)
+    _ran(whole, now - timedelta(minutes=40), None)
+    cut = submit(lab.bob, gpus=4)  # started before the horizon, ended after it
+    _ran(cut, now - timedelta(hours=5), now - timedelta(hours=3))
+    gone = submit(lab.bob, gpus=4)
+    _ran(gone, now - timedelta(hours=9), now - timedelta(hours=8))
+
+    def usage():
+        by_team: dict = {}
+        return decayed_usage(now=now, half_life_s=HOUR, teams={cv.pk: "cv"}, by_team=by_team), by_team
+
+    in_sql = usage()
+
+    class Elsewhere:  # the per-row arithmetic every other database runs
+        vendor = "sqlite"
+
+    monkeypatch.setattr(snapshot, "connection", Elsewhere())
+    by_rows = usage()
+    assert in_sql[0].keys() == by_rows[0].keys() == {"vision", "nlp"}
+    assert all(in_sql[0][d] == pytest.approx(by_rows[0][d], rel=1e-12) for d in by_rows[0])
+    assert in_sql[1] == pytest.approx(by_rows[1], rel=1e-12) and set(in_sql[1]) == {("vision", "cv")}
