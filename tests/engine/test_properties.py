@@ -323,13 +323,14 @@ def test_the_input_is_not_mutated_and_estimates_are_not_in_the_past(snap):
 @given(snapshots())
 def test_no_winner_pays_more_than_it_bid_and_the_price_is_the_highest_paid(snap):
     # Inside its quota as on borrowed capacity: a winner whose bid decided pays its critical bid either way,
-    # so a price on an admission that borrowed nothing is right, never one above the bid.
+    # so a price on an admission that borrowed nothing is right, never one above the bid. The clearing price
+    # is that of spare GPUs: the highest a winner on borrowed capacity pays.
     res = schedule(snap)
     jobs = {j.id: j for j in snap.pending}
     paid: dict[str, int] = {}
     for a in res.admissions:
         assert a.price is None or 0 < a.price <= jobs[a.job_id].bid
-        if a.price is not None:
+        if a.price is not None and a.borrowed:
             paid[jobs[a.job_id].flavor] = max(a.price, paid.get(jobs[a.job_id].flavor, 0))
     assert res.clearing_prices == paid
 
