@@ -222,9 +222,10 @@ def lent_gpu_nodes(*, flavor_id: int) -> list[tuple[int, int]]:
     """The (millicores, MiB) a CPU pool's pod could ever have on each GPU node of a cluster that lends its GPU
     nodes to the pool (the node's cores and memory less the reserve of all its GPUs); one query."""
     rows = (Node.objects.filter(cluster__cpu_on_gpu_nodes_id=flavor_id).exclude(flavor__kind="cpu")
-            .values_list("cpu_millicores", "memory_mib", "gpus", "cluster__gpu_reserve_cpu_millicores",
-                         "cluster__gpu_reserve_memory_mib"))
-    return sorted({(c - g * rc, m - g * rm) for c, m, g, rc, rm in rows if c - g * rc > 0 and m - g * rm > 0})
+            .values_list("cpu_millicores", "memory_mib", "gpus", "cluster__gpu_reserve_cores",
+                         "cluster__gpu_reserve_memory_gib"))
+    sizes = {(c - g * rc * 1000, m - g * rm * 1024) for c, m, g, rc, rm in rows}
+    return sorted((c, m) for c, m in sizes if c > 0 and m > 0)
 
 
 def lent_shares(keys, quotas, busy, borrowed) -> dict[tuple[int, int], int]:

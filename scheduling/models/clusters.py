@@ -106,8 +106,8 @@ class Cluster(models.Model):
     # GPU work arriving later still finds the CPU and memory it needs beside its GPU.
     cpu_on_gpu_nodes = models.ForeignKey(Flavor, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
                                          help_text="CPU pool that may use the GPU nodes' spare CPU (blank: off)")
-    gpu_reserve_cpu_millicores = models.PositiveIntegerField(default=4000)
-    gpu_reserve_memory_mib = models.PositiveIntegerField(default=32 * 1024)
+    gpu_reserve_cores = models.PositiveIntegerField(default=4, help_text="cores kept per GPU for its GPU pods")
+    gpu_reserve_memory_gib = models.PositiveIntegerField(default=32, help_text="GiB kept per GPU for its GPU pods")
     reachable = models.BooleanField(default=True)
     last_sync_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)

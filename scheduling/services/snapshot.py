@@ -338,8 +338,8 @@ def spare_cpu_nodes(ctx: SnapshotContext, active: list[Job]) -> tuple[core.Node,
             cpu, mem = max(n.cpu_millicores for n in rows), max(n.memory_mib for n in rows)
             used_gpus, used_cpu, used_mem = held.get((cluster, name), (0, 0, 0))
             free_gpus = max(0, gpus - used_gpus)
-            spare_cpu = cpu - used_cpu - free_gpus * c.gpu_reserve_cpu_millicores
-            spare_mem = mem - used_mem - free_gpus * c.gpu_reserve_memory_mib
+            spare_cpu = cpu - used_cpu - free_gpus * c.gpu_reserve_cores * 1000
+            spare_mem = mem - used_mem - free_gpus * c.gpu_reserve_memory_gib * 1024
             if cpu <= 0 or spare_cpu <= 0 or spare_mem <= 0:
                 continue
             out.append(core.Node(

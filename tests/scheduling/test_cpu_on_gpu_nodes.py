@@ -30,8 +30,8 @@ def cpu_lab(lab):
 
 def switch_on(lab, cores=4, gib=32):
     lab.cluster.cpu_on_gpu_nodes = lab.cpu
-    lab.cluster.gpu_reserve_cpu_millicores = cores * 1000
-    lab.cluster.gpu_reserve_memory_mib = gib * 1024
+    lab.cluster.gpu_reserve_cores = cores
+    lab.cluster.gpu_reserve_memory_gib = gib
     lab.cluster.save()
 
 
