@@ -314,7 +314,7 @@ def spare_cpu_nodes(ctx: SnapshotContext, active: list[Job]) -> tuple[core.Node,
     (their ``cpu_pods``), as on any node of the pool. A node whose cores are unknown (0) offers nothing."""
     if not ctx.gpu_hosts:
         return ()
-    held: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # (cluster, node) -> GPUs, m, MiB
+    held: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0])  # (cluster, node) -> GPUs, m, MiB
     for j in active:
         cluster = j.cluster.name if j.cluster else core.DEFAULT_CLUSTER
         if cluster not in ctx.gpu_hosts:
@@ -322,11 +322,13 @@ def spare_cpu_nodes(ctx: SnapshotContext, active: list[Job]) -> tuple[core.Node,
         roles = engine_roles(j, ctx) or (core.Role("main", j.pods, j.gpus_per_pod, j.cpu_millicores,
                                                    j.memory_mib + j.shm_mb, j.flavor.name),)
         at, placement = 0, tuple(j.placement or ())
+        # (a fraction's pod holds its share of one GPU: the rest of that GPU keeps its share of the reserve)
+        share = j.share_milli / 1000 if j.share_milli else 1
         for r in roles:
             for node in placement[at:at + r.pods]:
                 if r.gpus_per_pod:
                     h = held[(cluster, node)]
-                    h[0] += r.gpus_per_pod
+                    h[0] += r.gpus_per_pod * share
                     h[1] += r.cpu_m
                     h[2] += r.memory_mib
             at += r.pods
@@ -337,9 +339,9 @@ def spare_cpu_nodes(ctx: SnapshotContext, active: list[Job]) -> tuple[core.Node,
             gpus = sum(n.gpus for n in rows)
             cpu, mem = max(n.cpu_millicores for n in rows), max(n.memory_mib for n in rows)
             used_gpus, used_cpu, used_mem = held.get((cluster, name), (0, 0, 0))
-            free_gpus = max(0, gpus - used_gpus)
-            spare_cpu = cpu - used_cpu - free_gpus * c.gpu_reserve_cores * 1000
-            spare_mem = mem - used_mem - free_gpus * c.gpu_reserve_memory_gib * 1024
+            free_gpus = max(0.0, gpus - used_gpus)
+            spare_cpu = int(cpu - used_cpu - math.ceil(free_gpus * c.gpu_reserve_cores * 1000))
+            spare_mem = int(mem - used_mem - math.ceil(free_gpus * c.gpu_reserve_memory_gib * 1024))
             if cpu <= 0 or spare_cpu <= 0 or spare_mem <= 0:
                 continue
             out.append(core.Node(

@@ -203,3 +203,28 @@ def test_a_jobs_data_workers_run_beside_its_trainers_on_the_gpu_nodes(cpu_lab, c
     worker = pod_manifest(podset, 2, node=job.placement[2])
     assert "matchExpressions" not in str(worker["spec"]["affinity"])
     assert "nvidia.com/gpu" not in worker["spec"]["containers"][0]["resources"]["limits"]
+
+
+def test_a_fraction_of_a_gpu_keeps_the_rest_of_its_gpus_reserve(cpu_lab, client_for, go):
+    """Two notebooks of half an A100 each on one node hold one GPU between them: the node's other three GPUs
+    and none of the shared one are still reserved (64 - 2 x 4 cores asked - 3 x 4 cores kept = 44)."""
+    from quotas.models import GpuSharing
+
+    cpu_lab.a100.sharing = GpuSharing.HAMI
+    cpu_lab.a100.save()
+    switch_on(cpu_lab)
+    ids = []
+    for name in ("nb1", "nb2"):
+        r = client_for(cpu_lab.alice).post("/api/v1/jobs", {
+            "name": name, "image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": ["python", "nb.py"],
+            "flavor": "a100-80gb", "gpu_memory_gib": 40, "gpu_cores": 50, "cpu": "4", "memory": "16Gi"},
+            format="json")
+        assert r.status_code == 201, r.json()
+        ids.append(r.json()["id"])
+    run(go)
+    jobs = list(Job.objects.filter(pk__in=ids))
+    assert all(j.state == JobState.RUNNING for j in jobs)
+    assert jobs[0].placement == jobs[1].placement and jobs[0].gpu_devices == jobs[1].gpu_devices
+    snapshot, _ = build_snapshot(now=jobs[0].started_at)
+    twin = next(n for n in snapshot.nodes if n.name == jobs[0].placement[0] + "+cpu")
+    assert twin.cpu_m == 64_000 - 2 * 4000 - 3 * 4000
