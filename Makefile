@@ -4,7 +4,7 @@ VENV_STAMP := .venv/.installed
 # the labs' seeded traces the diagnostics replay (the same 12 as make bench)
 BENCH_SEEDS := 1,2,3,4,5,6,7,8,9,10,11,12
 
-.PHONY: arch demo test test-quick lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-notice bench-idle bench-resizable bench-engine bench-shapes bench-cpu-pools bench-pages bench-e2e bench-e2e-kube soak-demo ci clean bench-topology bench-teams bench-fractions bench-notebooks bench-bookings bench-tuner
+.PHONY: arch demo test test-quick lint vendor-js screenshots bench bench-philly bench-traces bench-quick bench-realtime-cost bench-notice bench-idle bench-resizable bench-engine bench-shapes bench-cpu-pools bench-cpu-on-gpu-nodes bench-pages bench-e2e bench-e2e-kube soak-demo ci clean bench-topology bench-teams bench-fractions bench-notebooks bench-bookings bench-tuner
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -56,6 +56,9 @@ bench-notebooks: $(VENV_STAMP)  ## lab1node, training at load 0.6 with a noteboo
 
 bench-cpu-pools: $(VENV_STAMP)  ## GPU-hours and waits of GPU jobs when a third of the jobs are CPU-only: on a CPU pool vs one GPU forced on them; --seeds, --jobs, --load via CPU_POOLS_ARGS
 	$(PY) -m benchmarks.cpu_pools $(CPU_POOLS_ARGS)
+
+bench-cpu-on-gpu-nodes: $(VENV_STAMP)  ## engine CPU time with every GPU node lending its spare CPU to the CPU pool against the shapes mix without it; --cells, --runs via CPU_ON_GPU_ARGS
+	$(PY) -m benchmarks.cpu_on_gpu_nodes $(CPU_ON_GPU_ARGS)
 
 # The policy comparisons write report.md (with its Targets section), results.json and PNG plots to reports/<name>/
 # and are resumable (an interrupted run continues from reports/<name>/replays.jsonl; --fresh starts over).

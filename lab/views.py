@@ -39,7 +39,7 @@ from quotas.api.views import (
     FlavorInputSerializer,
     QuotaRequestDecisionSerializer,
 )
-from quotas.models import Flavor, Quota, QuotaChangeRequest
+from quotas.models import Flavor, FlavorKind, Quota, QuotaChangeRequest
 from quotas.services import flavors as flavor_services
 from quotas.services import quota_requests as quota_requests_service
 from quotas.services import rules
@@ -360,6 +360,20 @@ def clusters(request):
                 messages.success(request, f"Cluster {cluster.name}'s topology levels saved.")
 
             errors = submit_form(ClusterUpdateSerializer, {"topology_levels": levels}, apply)
+        elif request.POST.get("action") == "cpu_on_gpu_nodes":  # lend the GPU nodes' spare CPU to a CPU pool
+            cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
+            if cluster is None:
+                raise NotFound("No such cluster.")
+
+            def apply(data):
+                cluster_config.cluster_update(cluster=cluster, actor=request.user, **data)
+                pool = data.get("cpu_on_gpu_nodes")
+                messages.success(request, f"Cluster {cluster.name}: " + (
+                    f"CPU pool {pool} may use its GPU nodes' spare CPU." if pool else "no CPU work on its GPU nodes."))
+
+            errors = submit_form(ClusterUpdateSerializer, form_payload(
+                request.POST, ("cpu_on_gpu_nodes", "gpu_reserve_cores", "gpu_reserve_memory_gib"),
+                integers=("gpu_reserve_cores", "gpu_reserve_memory_gib"), nullable=("cpu_on_gpu_nodes",)), apply)
         elif request.POST.get("action") == "state":  # drain, cordon or reopen a cluster
             cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
             if cluster is None:
@@ -394,7 +408,8 @@ def clusters(request):
              c.nodes.select_related("flavor").order_by("name")) for c in Cluster.objects.order_by("name")]
     return render_form(request, "lab/clusters.html", {
         "membership": m, "rows": rows, "values": values, "backends": cluster_config.BACKENDS, "states": cluster_config.STATES,
-        "flavors": Flavor.objects.order_by("name"), "clusters": Cluster.objects.order_by("name")}, errors)
+        "flavors": Flavor.objects.order_by("name"), "clusters": Cluster.objects.order_by("name"),
+        "cpu_pools": Flavor.objects.filter(kind=FlavorKind.CPU).order_by("name")}, errors)
 
 
 @login_required

@@ -215,7 +215,18 @@ def topology_domains(*, flavor_id: int, clusters: list[str]) -> dict[str, dict[s
 def cpu_pool_nodes(*, flavor_id: int) -> list[tuple[int, int]]:
     """The (millicores, MiB) of every node size of a CPU pool, across clusters (one query): a CPU role whose
     pod is larger than every node could never start."""
-    return list(Node.objects.filter(flavor_id=flavor_id).values_list("cpu_millicores", "memory_mib").distinct())
+    own = list(Node.objects.filter(flavor_id=flavor_id).values_list("cpu_millicores", "memory_mib").distinct())
+    return own + lent_gpu_nodes(flavor_id=flavor_id)
+
+
+def lent_gpu_nodes(*, flavor_id: int) -> list[tuple[int, int]]:
+    """The (millicores, MiB) a CPU pool's pod could ever have on each GPU node of a cluster that lends its GPU
+    nodes to the pool (the node's cores and memory less the reserve of all its GPUs); one query."""
+    rows = (Node.objects.filter(cluster__cpu_on_gpu_nodes_id=flavor_id).exclude(flavor__kind="cpu")
+            .values_list("cpu_millicores", "memory_mib", "gpus", "cluster__gpu_reserve_cores",
+                         "cluster__gpu_reserve_memory_gib"))
+    sizes = {(c - g * rc * 1000, m - g * rm * 1024) for c, m, g, rc, rm in rows}
+    return sorted((c, m) for c, m in sizes if c > 0 and m > 0)
 
 
 def lent_shares(keys, quotas, busy, borrowed) -> dict[tuple[int, int], int]:

@@ -48,8 +48,8 @@ def export_lab() -> dict:
         if c.is_default:
             entry["default"] = True
         # the settings that differ from a new cluster's (connection settings are references, not secrets)
-        fresh = Cluster()
-        entry.update({f: getattr(c, f) for f in cluster_config.CLUSTER_SETTINGS if getattr(c, f) != getattr(fresh, f)})
+        fresh, own = cluster_config.cluster_settings(Cluster()), cluster_config.cluster_settings(c)
+        entry.update({f: own[f] for f in cluster_config.CLUSTER_SETTINGS if own[f] != fresh[f]})
         groups = cluster_config.node_groups(c)
         if groups and not cluster_config.inventory_owned(c):
             entry["node_groups"] = [_group_entry(n, g) for n, g in sorted(groups.items())]
@@ -153,7 +153,8 @@ def _group_entry(name: str, g: dict) -> dict:
     """A node group as the file declares it: a CPU pool's sized in whole cores and GiB, without GPUs."""
     if "cpu_millicores" not in g:
         return {"name": name, **g}
-    return {"name": name, "flavor": g["flavor"], "nodes": g["nodes"], "cores": g["cpu_millicores"] // 1000,
+    gpus = {"gpus_per_node": g["gpus_per_node"]} if g["gpus_per_node"] else {}  # (a GPU group's own size)
+    return {"name": name, "flavor": g["flavor"], "nodes": g["nodes"], **gpus, "cores": g["cpu_millicores"] // 1000,
             "memory_gib": g["memory_mib"] // 1024, "labels": g["labels"]}
 
 

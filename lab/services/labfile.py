@@ -162,7 +162,8 @@ class _Applier(WorkloadSections, CalendarSections):
                 self.run(path, "+", f"cluster {c['name']}", field_changes({}, want),
                          lambda c=c, w=want: cluster_config.cluster_create(actor=self.actor, name=c["name"], **w))
             else:
-                old = {k: getattr(cur, k) for k in want}
+                settings = cluster_config.cluster_settings(cur)
+                old = {k: settings[k] if k in settings else getattr(cur, k) for k in want}
                 if old != want and (any(old[k] != want[k] for k in want if k != "is_default") or want["is_default"]):
                     w = {k: v for k, v in want.items() if old[k] != v}
                     self.run(path, "~", f"cluster {c['name']}", field_changes(old, want),
@@ -182,7 +183,8 @@ class _Applier(WorkloadSections, CalendarSections):
                 labels = {str(k): str(v) for k, v in (g.get("labels") or flavor.node_labels or {}).items()}
                 want_g = {"flavor": flavor.name, "nodes": g["nodes"], "gpus_per_node": g.get("gpus_per_node", 0),
                           "labels": labels}
-                if flavor.is_cpu:  # a CPU pool's nodes are sized in cores and memory
+                if flavor.is_cpu or "cores" in g:  # a CPU pool's nodes are sized in cores and memory (a GPU
+                    # group's may say theirs, for CPU work on GPU nodes)
                     want_g.update(cpu_millicores=g.get("cores", 0) * 1000, memory_mib=g.get("memory_gib", 0) * 1024)
                 old_g = current.get(g["name"])
                 if old_g == want_g:

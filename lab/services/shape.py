@@ -413,8 +413,9 @@ class _LabShape(_Shape):
         if isinstance(v, dict):
             if "gpus_per_node" not in v and not {"cores", "memory_gib"} <= set(v):
                 self.err(p, "gpus_per_node is required (a CPU pool's group: cores and memory_gib)")
-            elif "gpus_per_node" in v and ({"cores", "memory_gib"} & set(v)):
-                self.err(p, "a group has gpus_per_node (GPU nodes) or cores and memory_gib (a CPU pool), not both")
+            elif "gpus_per_node" in v and len({"cores", "memory_gib"} & set(v)) == 1:
+                self.err(p, "a GPU group states both cores and memory_gib of its nodes (for CPU work on GPU "
+                            "nodes), or neither")
             if isinstance(v.get("name"), str):
                 try:
                     cluster_config.validate_group_name(v["name"])

@@ -54,13 +54,17 @@ class ClusterSerializer(serializers.ModelSerializer):
     node_groups = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
     inventory_owned = serializers.SerializerMethodField(help_text="nodes come from the cluster's own inventory")
+    cpu_on_gpu_nodes = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True,
+        help_text="the CPU pool whose pods may run on this cluster's GPU nodes' spare CPU (null: off)")
 
     class Meta:
         model = Cluster
         fields = ["name", "backend", "is_default", "state", "labels", "topology_levels", "cost_rank", "kubeconfig",
                   "kubeconfig_env",
                   "context", "in_cluster", "namespace_template", "reachable", "last_sync_at", "last_error",
-                  "inventory_owned", "nodes", "node_groups"]
+                  "inventory_owned", "nodes", "node_groups", "cpu_on_gpu_nodes", "gpu_reserve_cores",
+                  "gpu_reserve_memory_gib"]
         read_only_fields = fields
 
     def get_node_groups(self, cluster) -> list[dict]:
@@ -94,6 +98,18 @@ class ClusterFieldsSerializer(StrictSerializer):
     context = serializers.CharField(max_length=253, required=False, allow_blank=True)
     in_cluster = serializers.BooleanField(required=False)
     namespace_template = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    cpu_on_gpu_nodes = serializers.CharField(
+        max_length=40, required=False, allow_null=True,
+        help_text="CPU work on GPU nodes: the CPU pool (a flavor of kind cpu) whose pods may also run on this "
+                  "cluster's GPU nodes, in what each has beyond its GPU pods and the reserve per GPU; null: off")
+    gpu_reserve_cores = serializers.IntegerField(
+        min_value=cluster_config.RESERVE_RANGES["gpu_reserve_cores"][0],
+        max_value=cluster_config.RESERVE_RANGES["gpu_reserve_cores"][1], required=False,
+        help_text="cores each GPU node keeps per GPU for its GPU pods (default 4)")
+    gpu_reserve_memory_gib = serializers.IntegerField(
+        min_value=cluster_config.RESERVE_RANGES["gpu_reserve_memory_gib"][0],
+        max_value=cluster_config.RESERVE_RANGES["gpu_reserve_memory_gib"][1], required=False,
+        help_text="GiB of memory each GPU node keeps per GPU for its GPU pods (default 32)")
 
     def validate_labels(self, labels):
         problems = label_problems(labels)

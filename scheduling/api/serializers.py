@@ -33,7 +33,13 @@ from scheduling.models import (
     Urgency,
     label_problems,
 )
-from scheduling.selectors import cpu_pool_nodes, flavor_pools, queue_position, topology_domains
+from scheduling.selectors import (
+    cpu_pool_nodes,
+    flavor_pools,
+    lent_gpu_nodes,
+    queue_position,
+    topology_domains,
+)
 from scheduling.services import fractions
 from scheduling.services.dependencies import dependencies_of
 from scheduling.services.sessions import route_url
@@ -558,7 +564,7 @@ class JobSubmitSerializer(FieldsBuiltOnce, StrictSerializer):
         return value
 
     def validate_flavor(self, flavor):
-        if flavor.largest_node_gpus is None:
+        if flavor.largest_node_gpus is None and not (flavor.is_cpu and lent_gpu_nodes(flavor_id=flavor.pk)):
             raise serializers.ValidationError(f"No node offers flavor {flavor.name!r}.", code="no_nodes")
         return flavor
 

@@ -149,6 +149,10 @@ class PodSet:
     min_pods: int | None = None
     max_pods: int | None = None
     global_batch_size: int | None = None
+    # CPU work on GPU nodes (docs/workloads.md, "CPU work on GPU nodes"): the indices of the CPU pods the portal
+    # placed on a GPU node's spare CPU. Such a pod is pinned to its node alone, without its CPU pool's labels
+    # (which the GPU node does not carry), and asks for no GPU.
+    on_gpu_nodes: tuple[int, ...] = ()
 
     def role_of(self, index: int) -> tuple[PodRole | None, int]:
         """The role of pod ``index`` and its rank in the role (None, index for a job of one role)."""
@@ -172,8 +176,13 @@ class PodSet:
         """The pod set as pod ``index`` is made: its role's image (the job's when blank), command, GPUs, CPU,
         memory, /dev/shm and node labels."""
         role, _ = self.role_of(index)
-        if role is None:
-            return self
+        if index in self.on_gpu_nodes:  # pinned to a GPU node by name: no CPU pool labels to match
+            own = replace(self, node_labels=())
+            return own if role is None else own.for_pod_of(replace(role, node_labels=()))
+        return self if role is None else self.for_pod_of(role)
+
+    def for_pod_of(self, role: PodRole) -> PodSet:
+        """The pod set as a pod of ``role`` is made."""
         workload = self.workload if role.shm_mb == self.workload.shm_mb else replace(self.workload, shm_mb=role.shm_mb)
         return replace(self, image=role.image or self.image, command=role.command or self.command,
                        gpus_per_pod=role.gpus_per_pod, cpu_millicores=role.cpu_millicores,

@@ -101,6 +101,13 @@ class Cluster(models.Model):
     state = models.CharField(max_length=10, choices=ClusterState.choices, default=ClusterState.ACTIVE)
     # Lower is cheaper: among clusters that fit a job equally, the engine prefers the lowest rank.
     cost_rank = models.IntegerField(default=0)
+    # CPU work on GPU nodes (off while blank): the CPU pool whose CPU-only pods may also run on this cluster's GPU
+    # nodes, in what each node has beyond its GPU pods' requests and a reserve per GPU not held by them, so that
+    # GPU work arriving later still finds the CPU and memory it needs beside its GPU.
+    cpu_on_gpu_nodes = models.ForeignKey(Flavor, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                         help_text="CPU pool that may use the GPU nodes' spare CPU (blank: off)")
+    gpu_reserve_cores = models.PositiveIntegerField(default=4, help_text="cores kept per GPU for its GPU pods")
+    gpu_reserve_memory_gib = models.PositiveIntegerField(default=32, help_text="GiB kept per GPU for its GPU pods")
     reachable = models.BooleanField(default=True)
     last_sync_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -125,8 +132,9 @@ class Node(models.Model):
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="nodes")
     gpus = models.PositiveIntegerField()
     used_by_others = models.PositiveIntegerField(default=0)
-    # What the node offers CPU work (a CPU pool's node: its allocatable cores and memory; 0 on a GPU node,
-    # whose CPU and memory belong to its GPUs' jobs).
+    # The node's allocatable cores and memory: a CPU pool's node offers them to CPU work; a GPU node's (0 when
+    # unknown) go to its GPUs' jobs, and beyond their reserve to CPU work only where the cluster allows it
+    # (``Cluster.cpu_on_gpu_nodes``).
     cpu_millicores = models.PositiveIntegerField(default=0)
     memory_mib = models.PositiveIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True)

@@ -21,7 +21,7 @@ from django.db.models import ProtectedError
 from portal.audit import audit
 from portal.errors import Conflict, ValidationFailed
 from quotas import selectors as quota_selectors
-from quotas.models import Flavor
+from quotas.models import Flavor, FlavorKind
 from scheduling.backends import owns_inventory
 from scheduling.models import (
     ACTIVE_STATES,
@@ -40,12 +40,15 @@ STATES = tuple(ClusterState.values)
 # Everything an admin sets on a cluster. The connection settings are references (a file path, a variable's
 # name), never credentials, so they may be audited and shown to platform admins.
 CLUSTER_FIELDS = ("backend", "is_default", "kubeconfig", "kubeconfig_env", "context", "in_cluster",
-                  "namespace_template", "labels", "state", "cost_rank", "topology_levels")
+                  "namespace_template", "labels", "state", "cost_rank", "topology_levels", "cpu_on_gpu_nodes",
+                  "gpu_reserve_cores", "gpu_reserve_memory_gib")
 # What a lab file may state besides the backend and whether a cluster is the default.
 CLUSTER_SETTINGS = tuple(f for f in CLUSTER_FIELDS if f not in ("backend", "is_default"))
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 COST_RANK_RANGE = (-1000, 1000)
+# What a GPU node may keep per GPU for its GPU pods (CPU work on GPU nodes): up to a large node's all.
+RESERVE_RANGES = {"gpu_reserve_cores": (0, 256), "gpu_reserve_memory_gib": (0, 4096)}
 
 
 def _error(field: str, message: str, code: str = "invalid") -> ValidationFailed:
@@ -91,11 +94,30 @@ def _cluster_problems(values: dict) -> dict[str, list[dict]]:
     rank = values["cost_rank"]
     if isinstance(rank, bool) or not isinstance(rank, int) or not COST_RANK_RANGE[0] <= rank <= COST_RANK_RANGE[1]:
         bad("cost_rank", f"A whole number from {COST_RANK_RANGE[0]} to {COST_RANK_RANGE[1]} (lower is cheaper).")
+    pool = values["cpu_on_gpu_nodes"]
+    if pool is not None and not Flavor.objects.filter(name=pool, kind=FlavorKind.CPU).exists():
+        bad("cpu_on_gpu_nodes", f"No CPU pool named {pool!r}: name a flavor of kind cpu, or null to switch it off.",
+            "not_cpu_pool")
+    for field, (low, high) in RESERVE_RANGES.items():
+        v = values[field]
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            bad(field, f"A whole number from {low} to {high} per GPU.")
     return errors
 
 
 def cluster_settings(cluster: Cluster) -> dict:
-    return {f: getattr(cluster, f) for f in CLUSTER_FIELDS}
+    """A cluster's settings as an admin states them (the CPU pool its GPU nodes lend to by name)."""
+    out = {f: getattr(cluster, f) for f in CLUSTER_FIELDS if f != "cpu_on_gpu_nodes"}
+    out["cpu_on_gpu_nodes"] = cluster.cpu_on_gpu_nodes.name if cluster.cpu_on_gpu_nodes_id else None
+    return out
+
+
+def _model_values(settings: dict) -> dict:
+    """Settings as the model's fields (the CPU pool's name as its row, checked to exist by then)."""
+    out = dict(settings)
+    pool = out.pop("cpu_on_gpu_nodes", None)
+    out["cpu_on_gpu_nodes"] = Flavor.objects.get(name=pool) if pool else None
+    return out
 
 
 def cluster_create(*, actor, name: str, **values) -> Cluster:
@@ -114,7 +136,7 @@ def cluster_create(*, actor, name: str, **values) -> Cluster:
             raise _error("name", f"A cluster named {name} exists already.", "unique")
         if settings["is_default"]:
             Cluster.objects.filter(is_default=True).update(is_default=False)
-        cluster = Cluster.objects.create(name=name, **settings)
+        cluster = Cluster.objects.create(name=name, **_model_values(settings))
         audit(actor=actor, action="cluster.create", obj=cluster, new={"name": name, **settings})
     return cluster
 
@@ -131,7 +153,7 @@ def cluster_update(*, cluster: Cluster, actor, comment: str = "", **values) -> C
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
         old = cluster_settings(cluster)
-        new = {**old, **{k: v for k, v in values.items() if v is not None or k == "labels"}}
+        new = {**old, **{k: v for k, v in values.items() if v is not None or k in ("labels", "cpu_on_gpu_nodes")}}
         if new["labels"] is None:
             new["labels"] = {}
         errors = _cluster_problems(new)
@@ -140,7 +162,7 @@ def cluster_update(*, cluster: Cluster, actor, comment: str = "", **values) -> C
         if new["is_default"] and not cluster.is_default:
             Cluster.objects.filter(is_default=True).update(is_default=False)
         if new != old:
-            for f, v in new.items():
+            for f, v in _model_values(new).items():
                 setattr(cluster, f, v)
             cluster.save(update_fields=list(CLUSTER_FIELDS))
             changed = [f for f in CLUSTER_FIELDS if old[f] != new[f]]
@@ -167,7 +189,7 @@ def cluster_delete(*, cluster: Cluster, actor, comment: str = "") -> None:
         raise Conflict(f"{cluster.name} is the default cluster: make another one the default first.")
     with transaction.atomic():
         audit(actor=actor, action="cluster.delete", obj=cluster,
-              old={"name": cluster.name, **{f: getattr(cluster, f) for f in CLUSTER_FIELDS},
+              old={"name": cluster.name, **cluster_settings(cluster),
                    "nodes": list(cluster.nodes.values_list("name", flat=True))}, comment=comment)
         try:
             with transaction.atomic():
@@ -179,7 +201,8 @@ def cluster_delete(*, cluster: Cluster, actor, comment: str = "") -> None:
 
 def node_groups(cluster: Cluster) -> dict[str, dict]:
     """The cluster's node groups, read back from its nodes: {name: {flavor, nodes, gpus_per_node, labels}}, and
-    a CPU pool's group its nodes' ``cpu_millicores`` and ``memory_mib`` (its size: it has no GPUs)."""
+    a CPU pool's group its nodes' ``cpu_millicores`` and ``memory_mib`` (its size: it has no GPUs), as a GPU
+    group's whose nodes state theirs (what CPU work on GPU nodes may use)."""
     groups: dict[str, dict] = {}
     for n in cluster.nodes.select_related("flavor").order_by("name"):
         group = (n.labels or {}).get(NODE_GROUP_LABEL)
@@ -188,7 +211,7 @@ def node_groups(cluster: Cluster) -> dict[str, dict]:
         g = groups.setdefault(group, {"flavor": n.flavor.name, "nodes": 0, "gpus_per_node": n.gpus,
                                       "labels": {k: v for k, v in n.labels.items() if k != NODE_GROUP_LABEL},
                                       **({"cpu_millicores": n.cpu_millicores, "memory_mib": n.memory_mib}
-                                         if n.flavor.is_cpu else {})})
+                                         if n.flavor.is_cpu or n.cpu_millicores else {})})
         g["nodes"] += 1
     return groups
 

@@ -35,7 +35,7 @@ from scheduling.services.jobs import (
 )
 from scheduling.services.locks import exclusive
 from scheduling.services.queue_ranks import reranked
-from scheduling.services.snapshot import SnapshotContext, build_snapshot
+from scheduling.services.snapshot import SnapshotContext, build_snapshot, host_name
 
 log = logging.getLogger(__name__)
 
@@ -269,11 +269,12 @@ def _admit(result: engine.CycleResult, ctx: SnapshotContext, clusters: dict[str,
         job = ctx.jobs.get(adm.job_id)
         if job is None or job.pk in held:
             continue
-        own = {"placement": list(adm.placement), "cluster": clusters.get(adm.cluster), "borrowed": adm.borrowed,
+        placement = [host_name(n) for n in adm.placement]  # (a GPU node's CPU twin is that node)
+        own = {"placement": placement, "cluster": clusters.get(adm.cluster), "borrowed": adm.borrowed,
                "price": adm.price, "gpu_devices": list(adm.devices),
                # a resizable job starts at the size the engine chose (its hold and its pods follow it)
                "current_pods": len(adm.placement) if job.min_pods is not None and job.role_count == 1 else None}
-        data = {"placement": list(adm.placement), "borrowed": adm.borrowed, "price": adm.price,
+        data = {"placement": placement, "borrowed": adm.borrowed, "price": adm.price,
                 "cluster": adm.cluster, "policy_version": ctx.policy_version}
         if adm.devices:
             data["gpu_devices"] = list(adm.devices)
@@ -427,7 +428,7 @@ def _in_credits(pr: engine.PendingReason) -> engine.PendingReason:
 
 
 def _admission_message(adm: engine.Admission) -> str:
-    where = ", ".join(adm.placement)
+    where = ", ".join(host_name(n) for n in adm.placement)
     # The rate actually held (the clearing price or the base price under it) is on the budget event.
     if adm.borrowed and adm.price:
         extra = f" on borrowed capacity (contested, clearing price {format_credits(adm.price)}/GPU-h)"

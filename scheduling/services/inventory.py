@@ -147,7 +147,8 @@ def store_nodes(*, cluster: Cluster, inventory: Inventory, terminating: dict[tup
             seen.add((cn.name, cn.flavor))
             used = min(cn.gpus, cn.used_by_others + terminating.get((cn.name, flavor.resource_name), 0))
             values = {"gpus": cn.gpus, "used_by_others": used, "labels": dict(cn.labels),
-                      "taints": list(cn.taints), "schedulable": cn.schedulable}
+                      "taints": list(cn.taints), "schedulable": cn.schedulable, "cpu_millicores": cn.cpu_m,
+                      "memory_mib": cn.memory_mib}
             row = existing.get((cn.name, cn.flavor))
             if row is None:
                 Node.objects.create(cluster=cluster, name=cn.name, flavor=flavor, **values)

@@ -8,9 +8,10 @@ import logging
 from django.conf import settings
 
 from engine import tiers
+from quotas.models import FlavorKind
 from scheduling.backends import get_backend
 from scheduling.backends.base import ClusterUnavailable, PodRole, PodSet
-from scheduling.models import Cluster, FailurePolicy, Job
+from scheduling.models import Cluster, FailurePolicy, Job, Node
 from scheduling.services import notice, run_cache
 from scheduling.services.cluster_binding import cluster_of, default_cluster
 from scheduling.services.jobs import namespace_for
@@ -70,7 +71,25 @@ def podset_for(job: Job) -> PodSet:
         min_pods=job.min_pods,
         max_pods=job.pods if job.min_pods is not None else None,
         global_batch_size=job.global_batch_size,
+        on_gpu_nodes=cpu_pods_on_gpu_nodes(job, cluster, roles),
     )
+
+
+def cpu_pods_on_gpu_nodes(job: Job, cluster: Cluster, roles: tuple[PodRole, ...]) -> tuple[int, ...]:
+    """The indices of the job's CPU pods placed on GPU nodes (one query, none unless the cluster lends its GPU
+    nodes to CPU work and the job has CPU pods placed)."""
+    if cluster.cpu_on_gpu_nodes_id is None or not job.placement:
+        return ()
+    if roles:
+        cpu = [i for i, r in enumerate(r for r in roles for _ in range(r.pods)) if r.gpus_per_pod == 0]
+    else:
+        cpu = list(range(job.all_pods)) if job.gpus_per_pod == 0 else []
+    cpu = [i for i in cpu if i < len(job.placement)]
+    if not cpu:
+        return ()
+    gpu_nodes = set(Node.objects.filter(cluster=cluster, name__in={job.placement[i] for i in cpu})
+                    .exclude(flavor__kind=FlavorKind.CPU).values_list("name", flat=True))
+    return tuple(i for i in cpu if job.placement[i] in gpu_nodes)
 
 
 def fraction_fields(job: Job) -> dict:

@@ -29,7 +29,7 @@ from portal.timestamps import from_epoch
 from quotas import budgets
 from scheduling import ports
 from scheduling.models import Job, JobState
-from scheduling.services.snapshot import SnapshotContext, build_snapshot, label_pairs
+from scheduling.services.snapshot import SnapshotContext, build_snapshot, host_name, label_pairs
 
 # The hypothetical job's id in the snapshot: no stored job has a negative id.
 QUOTE_JOB_ID = -1
@@ -207,7 +207,8 @@ def _start_estimate(snapshot: engine.Snapshot, job: Job, *, hold: int, dept: str
             size = f" at {len(admission.placement)} of its {job.min_pods}..{job.pods} pods"
         return {"estimated_start": from_epoch(snapshot.now), "starts_now": True, "code": "admitted",
                 "message": "It would start at the next admission cycle" + size + after + ".",
-                "borrowed": admission.borrowed, "price": admission.price, "nodes": list(admission.placement),
+                "borrowed": admission.borrowed, "price": admission.price,
+                "nodes": [host_name(n) for n in admission.placement],
                 "skipped": False, "elapsed_ms": elapsed_ms}
     why = next((r for r in result.pending if r.job_id == QUOTE_JOB_ID), None)
     code = why.code if why else reasons.QUEUED

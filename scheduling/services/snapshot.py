@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from engine import tiers
 from engine import types as core
-from engine.shapes import resource_key
+from engine.shapes import CPU_KIND, resource_key
 from engine.teams import account
 from portal.timestamps import to_epoch
 from quotas import selectors as quota_selectors
@@ -96,6 +96,8 @@ class SnapshotContext:
     roles: dict[int, tuple[core.Role, ...]] = field(default_factory=dict)
     # The teams with a quota split, by id -> slug (a job of another team, or of none, is the engine's team "")
     teams: dict[int, str] = field(default_factory=dict)
+    # CPU work on GPU nodes: per cluster that allows it, its setting, and its GPU nodes by name (the rows read)
+    gpu_hosts: dict[str, tuple[Cluster, dict[str, list[Node]]]] = field(default_factory=dict)
 
     def predicted_wall(self, job_id: int, cluster: str | None = None, *, routed: bool = False) -> float | None:
         """The job's predicted run time on the wall clock, None when right-sizing knows none."""
@@ -127,6 +129,7 @@ def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.
     budget = read_for_cycle()  # one consistent read of the holds and the credits they draw on
     credits = team_credits(ctx, budget)  # (before the jobs are read: a team with a share of the budget is named)
     running, disruption = running_jobs(ctx, active, any_queued=bool(queued))
+    nodes += spare_cpu_nodes(ctx, active)
 
     # Where each queued job's data sources are (one read for all of them; none when no job mounts any).
     sources = source_clusters((j.pk, j.department_id, j.mounts or [], j.checkpoint or {}) for j in queued)
@@ -246,7 +249,7 @@ def split_placement(roles: tuple[core.Role, ...], placement: tuple[str, ...]
 def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.ClusterInfo, ...]]:
     """Every node and cluster; a node of a cluster the cycle may not use now is unschedulable (``ctx`` says
     which clusters, why, and which flavors and (cluster, flavor) pairs remain)."""
-    cluster_rows = {c.pk: c for c in Cluster.objects.order_by("name")}
+    cluster_rows = {c.pk: c for c in Cluster.objects.select_related("cpu_on_gpu_nodes").order_by("name")}
     node_rows = list(Node.objects.select_related("flavor"))
     for n in node_rows:  # the rows just read, not one query per node
         n.cluster = cluster_rows[n.cluster_id]
@@ -271,13 +274,88 @@ def read_nodes(ctx: SnapshotContext) -> tuple[tuple[core.Node, ...], tuple[core.
         )
         for n in node_rows
     )
+    for n in node_rows:
+        c = n.cluster
+        if c.cpu_on_gpu_nodes_id is not None and n.flavor.kind != CPU_KIND and c.name not in ctx.unavailable_clusters:
+            ctx.gpu_hosts.setdefault(c.name, (c, {}))[1].setdefault(n.name, []).append(n)
     ctx.available_flavors = {n.flavor for n in nodes if n.cluster not in ctx.unavailable_clusters}
     ctx.available_pairs = {(n.cluster, n.flavor) for n in nodes if n.cluster not in ctx.unavailable_clusters}
+    for name, (c, _) in ctx.gpu_hosts.items():  # the pool runs there even without a node of its own
+        ctx.available_flavors.add(c.cpu_on_gpu_nodes.name)
+        ctx.available_pairs.add((name, c.cpu_on_gpu_nodes.name))
     ctx.cluster_labels = {c.name: dict(c.labels or {}) for c in cluster_rows.values()}
     ctx.speedup = {c.name: _speedup(c) for c in cluster_rows.values()}
     default = next((c.name for c in cluster_rows.values() if c.is_default), core.DEFAULT_CLUSTER)
     ctx.default_speedup = ctx.speedup.get(default, 1.0)
     return nodes, cluster_infos(cluster_rows.values())
+
+
+# A GPU node's spare CPU offered to a CPU pool is the engine's node ``<name>+cpu`` of that pool: a name of its own,
+# because the engine keys some of its books by node name alone (the FIFO baseline's free GPUs), where the GPU
+# node and its CPU twin would overwrite each other. "+" is never in a Kubernetes node name, so the twin's name
+# cannot be a real node's; the placements applied name the real node (``host_name``).
+GPU_HOST_SUFFIX = "+cpu"
+
+
+def host_name(node: str) -> str:
+    """The real node a placement's node stands for (a GPU node's CPU twin is that GPU node)."""
+    return node.removesuffix(GPU_HOST_SUFFIX)
+
+
+def on_gpu_node(ctx: SnapshotContext, cluster: str, flavor: str, node: str) -> str:
+    """The engine's node of a running CPU pod of ``flavor`` stored on ``node``: the GPU node's CPU twin when the
+    pod runs on a GPU node of a cluster that lends it to that pool, else ``node``."""
+    c, hosts = ctx.gpu_hosts[cluster]
+    if c.cpu_on_gpu_nodes.name == flavor and node in hosts:
+        return node + GPU_HOST_SUFFIX
+    return node
+
+
+def spare_cpu_nodes(ctx: SnapshotContext, active: list[Job]) -> tuple[core.Node, ...]:
+    """Each GPU node of a cluster that lends its GPU nodes to a CPU pool, as a node of that pool offering the
+    node's allocatable CPU and memory minus what the GPU pods placed there request, minus the cluster's reserve
+    for every GPU of the node those pods do not hold (free, or held by pods the portal does not own): CPU work
+    never takes what a GPU job admitted there later needs. The CPU pods already there are the engine's to count
+    (their ``cpu_pods``), as on any node of the pool. A node whose cores are unknown (0) offers nothing."""
+    if not ctx.gpu_hosts:
+        return ()
+    held: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0])  # (cluster, node) -> GPUs, m, MiB
+    for j in active:
+        cluster = j.cluster.name if j.cluster else core.DEFAULT_CLUSTER
+        if cluster not in ctx.gpu_hosts:
+            continue
+        roles = engine_roles(j, ctx) or (core.Role("main", j.pods, j.gpus_per_pod, j.cpu_millicores,
+                                                   j.memory_mib + j.shm_mb, j.flavor.name),)
+        at, placement = 0, tuple(j.placement or ())
+        # (a fraction's pod holds its share of one GPU: the rest of that GPU keeps its share of the reserve)
+        share = j.share_milli / 1000 if j.share_milli else 1
+        for r in roles:
+            for node in placement[at:at + r.pods]:
+                if r.gpus_per_pod:
+                    h = held[(cluster, node)]
+                    h[0] += r.gpus_per_pod * share
+                    h[1] += r.cpu_m
+                    h[2] += r.memory_mib
+            at += r.pods
+    out = []
+    for cluster, (c, hosts) in sorted(ctx.gpu_hosts.items()):
+        for name, rows in sorted(hosts.items()):
+            first = rows[0]  # (a node of two GPU flavors is one machine: its cores counted once)
+            gpus = sum(n.gpus for n in rows)
+            cpu, mem = max(n.cpu_millicores for n in rows), max(n.memory_mib for n in rows)
+            used_gpus, used_cpu, used_mem = held.get((cluster, name), (0, 0, 0))
+            free_gpus = max(0.0, gpus - used_gpus)
+            spare_cpu = int(cpu - used_cpu - math.ceil(free_gpus * c.gpu_reserve_cores * 1000))
+            spare_mem = int(mem - used_mem - math.ceil(free_gpus * c.gpu_reserve_memory_gib * 1024))
+            if cpu <= 0 or spare_cpu <= 0 or spare_mem <= 0:
+                continue
+            out.append(core.Node(
+                name=name + GPU_HOST_SUFFIX, flavor=c.cpu_on_gpu_nodes.name, gpus=0, cluster=cluster,
+                labels=tuple(sorted((str(k), str(v)) for k, v in (first.labels or {}).items())),
+                taints=tuple(sorted({str(t) for n in rows for t in (n.taints or [])})),
+                schedulable=all(n.schedulable for n in rows), kind=CPU_KIND, cpu_m=spare_cpu, memory_mib=spare_mem,
+            ))
+    return tuple(out)
 
 
 def _speedup(cluster) -> float:
@@ -382,6 +460,8 @@ def running_job(j: Job, ctx: SnapshotContext, *, cluster: str, pdbs: tuple[str, 
     roles = engine_roles(j, ctx)
     # (a resizable job is of one role: ``held_placement`` is the larger of its two sizes while one is under way)
     placement, cpu_pods = split_placement(roles, tuple(j.placement or ())) if roles else (held_placement(j), ())
+    if cpu_pods and cluster in ctx.gpu_hosts:
+        cpu_pods = tuple((f, on_gpu_node(ctx, cluster, f, n), c, m) for f, n, c, m in cpu_pods)
     return core.RunningJob(
         id=j.pk,
         department=j.department.slug,

@@ -320,6 +320,21 @@ def test_get_shows_a_resizable_jobs_size_now_its_range_and_a_resize_under_way(ca
     assert "3 of 2..8 pods (growing to 8 at its checkpoint, decided)" in capsys.readouterr().out
 
 
+def test_get_shows_each_events_role(capsys):
+    from gpuportal.cli import print_job
+
+    job = {"id": 9, "name": "train", "state": "running", "owner": "bob", "department": "vision", "pods": 2,
+           "gpus": 4, "flavor": "a100-80gb", "tier": "elastic", "urgency": "normal", "image": "img", "command": ["sh"],
+           "events": [{"at": "2026-01-01T00:00:00Z", "kind": "transition", "from_state": "queued",
+                       "to_state": "admitted", "message": "admitted", "role": ""},
+                      {"at": "2026-01-01T00:05:00Z", "kind": "pod_replaced", "message": "pod 3 failed, replaced",
+                       "role": "data"}]}
+    print_job(job)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert "[" not in lines[0]  # an event of the whole job names no role
+    assert lines[1].endswith("pod_replaced  [data]  pod 3 failed, replaced")
+
+
 def test_a_job_file_and_an_array_carry_roles(gpup, job_file, lab):
     text = JOB_YAML.replace("gpus: 2\n", "") + ("roles:\n  - {name: trainer, pods: 2, gpus: 1}\n"
                                                  "  - {name: eval, pods: 1, gpus: 1, command: [python, eval.py, '{{index}}']}\n")

@@ -18,6 +18,7 @@ from .connection import KubeConnection
 from .errors import backend_errors
 
 NOT_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
+MIB = 1024 * 1024
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/")
 
 
@@ -28,9 +29,10 @@ def _quantity(value: Any) -> Decimal:
         return Decimal(0)
 
 
-def pod_request(pod: Mapping[str, Any], resource: str) -> int:
+def pod_request(pod: Mapping[str, Any], resource: str, *, unit: int = 1) -> int:
     """Effective request of ``resource`` by a pod: max(sum over containers, any init container), as the
-    scheduler counts it. Extended resources have requests == limits, so limits stand in for absent requests."""
+    scheduler counts it. Extended resources have requests == limits, so limits stand in for absent requests.
+    ``unit``: how many of the answer make one of the quantity (1000 for millicores of ``cpu``)."""
 
     def one(container: Mapping[str, Any]) -> Decimal:
         res = container.get("resources") or {}
@@ -42,7 +44,7 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> int:
     spec = pod.get("spec") or {}
     total = sum((one(c) for c in spec.get("containers") or []), Decimal(0))
     init = max((one(c) for c in spec.get("initContainers") or []), default=Decimal(0))
-    return int(max(total, init))
+    return int(max(total, init) * unit)
 
 
 def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
@@ -133,8 +135,14 @@ class InventoryReader(KubeConnection):
             t["key"] for t in spec.get("taints") or []
             if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(self.tolerations, t)
         }))
+        # What the node has for pods besides its GPUs: allocatable cores and memory less what pods the portal
+        # does not own request (daemon sets, others' work); only CPU work on GPU nodes uses it.
+        allocatable = status.get("allocatable") or {}
+        cpu_m = int(_quantity(allocatable.get("cpu", 0)) * 1000) - sum(pod_request(p, "cpu", unit=1000) for p in others)
+        memory_mib = (int(_quantity(allocatable.get("memory", 0)) / MIB)
+                      - sum(pod_request(p, "memory") for p in others) // MIB)
         out = []
-        for resource, amount in sorted((status.get("allocatable") or {}).items()):
+        for resource, amount in sorted(allocatable.items()):
             if not self._is_gpu_resource(resource):
                 continue
             flavor = self.resolve_flavor(resource, labels)
@@ -148,6 +156,7 @@ class InventoryReader(KubeConnection):
             out.append(Node(
                 name=meta["name"], flavor=flavor, gpus=gpus, used_by_others=min(used, gpus), cluster=self.name,
                 labels=tuple(sorted(labels.items())), taints=taints, schedulable=schedulable,
+                cpu_m=max(0, cpu_m), memory_mib=max(0, memory_mib),
             ))
         return out
 

@@ -155,7 +155,8 @@ def print_job(job: dict) -> None:
         click.echo("timeline")
         for e in job["events"]:
             move = f"{e.get('from_state') or 'new'} -> {e.get('to_state')}" if e.get("to_state") else e.get("kind")
-            click.echo(f"  {when(e['at'])}  {move}  {e.get('message') or ''}".rstrip())
+            role = f"[{e['role']}]  " if e.get("role") else ""  # a job of several roles: whose pod it was
+            click.echo(f"  {when(e['at'])}  {move}  {role}{e.get('message') or ''}".rstrip())
 
 
 # ------------------------------------------------------------------------------------------ commands
