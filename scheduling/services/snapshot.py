@@ -139,6 +139,8 @@ def build_snapshot(*, now: datetime, rows: JobRows | None = None) -> tuple[core.
 
     team_usage: dict[tuple[str, str], float] = {}
     bookings, maintenance = engine_calendar(now)
+    if ctx.gpu_hosts:
+        maintenance = tuple(closing_twins(w, ctx) for w in maintenance)
     window_start = now - timedelta(seconds=policy.preemption_window_s)
     recent = PreemptionVictim.objects.filter(preemption__decided_at__gte=window_start).count()
 
@@ -300,6 +302,14 @@ GPU_HOST_SUFFIX = "+cpu"
 def host_name(node: str) -> str:
     """The real node a placement's node stands for (a GPU node's CPU twin is that GPU node)."""
     return node.removesuffix(GPU_HOST_SUFFIX)
+
+
+def closing_twins(window: core.MaintenanceWindow, ctx: SnapshotContext) -> core.MaintenanceWindow:
+    """A window that names GPU nodes names their CPU twins too: a node in maintenance lends no spare CPU. (A
+    window selecting by labels closes the twins already: they carry their GPU node's labels.)"""
+    hosts = ctx.gpu_hosts.get(window.cluster, (None, {}))[1]
+    twins = tuple(n + GPU_HOST_SUFFIX for n in window.nodes if n in hosts)
+    return replace(window, nodes=window.nodes + twins) if twins else window
 
 
 def on_gpu_node(ctx: SnapshotContext, cluster: str, flavor: str, node: str) -> str:

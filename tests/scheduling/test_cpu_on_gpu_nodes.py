@@ -228,3 +228,25 @@ def test_a_fraction_of_a_gpu_keeps_the_rest_of_its_gpus_reserve(cpu_lab, client_
     snapshot, _ = build_snapshot(now=jobs[0].started_at)
     twin = next(n for n in snapshot.nodes if n.name == jobs[0].placement[0] + "+cpu")
     assert twin.cpu_m == 64_000 - 2 * 4000 - 3 * 4000
+
+
+def test_a_maintenance_window_naming_a_gpu_node_closes_its_spare_cpu_too(cpu_lab, client_for, go):
+    """A window names the GPU node, not its CPU twin: the twin is closed with it (the node is being serviced)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.models import MaintenanceWindow
+
+    switch_on(cpu_lab)
+    now = timezone.now()
+    MaintenanceWindow.objects.create(cluster=cpu_lab.cluster, nodes=["n0"], start=now - timedelta(days=1),
+                                     end=now + timedelta(days=30), reason="firmware")
+    job = submit(client_for, cpu_lab.alice, pods=2, cpu="40", memory="64Gi")  # one pod per node's spare
+    run(go)
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED, (job.state, job.placement)
+    one = submit(client_for, cpu_lab.alice, pods=1, cpu="40", memory="64Gi")
+    run(go)
+    one.refresh_from_db()
+    assert one.state == JobState.RUNNING and one.placement == ["n1"], (one.state, one.reason_message)
