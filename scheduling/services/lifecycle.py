@@ -19,7 +19,7 @@ from portal.timestamps import from_epoch
 from quotas import budgets
 from scheduling.backends.base import PodState
 from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
-from scheduling.services import notify
+from scheduling.services import notify, resizes
 from scheduling.services.cluster_binding import cluster_of
 from scheduling.services.jobs import (
     budget_attempt_ended,
@@ -248,6 +248,8 @@ def start_running(*, job: Job, nodes: list[str], started_at) -> bool:
                     reason_code="running", message="pods running on " + ", ".join(nodes), started_at=started_at)
     if ok:
         _mark_restarted(job)
+        if job.resize:
+            resizes.count_from_start(job=job, started_at=started_at)
     return ok
 
 
