@@ -106,18 +106,19 @@ def count_from_start(*, job: Job, started_at: datetime) -> dict | None:
     from admission, which the job never wrote (its training loop had not begun); it is due at the first
     checkpoint counted from the pods' start instead (or the end of a notice from then). The decision as it
     stands, or None when none waits."""
-    rz = job.resize
-    if not rz or rz.get("state") != DECIDED or rz.get("answered_at"):
-        return None
-    job.started_at = started_at
-    due = next_checkpoint(job, max(started_at, datetime.fromisoformat(rz["decided_at"])))
-    rz = {**rz, "due_at": due.isoformat()}
-    if not Job.objects.filter(pk=job.pk, attempt=job.attempt, resize=job.resize).update(resize=rz):
-        return None
-    job.resize = rz
-    record_event(job=job, kind="resize", reason_code="resize_due", attempt=job.attempt,
-                 message=f"pods running: the resize to {rz['to']} pods waits for the checkpoint due "
-                         f"{due:%H:%M:%S} UTC, counted from their start", data=_event_data(rz))
+    with transaction.atomic():
+        row = Job.objects.select_for_update(no_key=True).filter(pk=job.pk, attempt=job.attempt).first()
+        rz = row.resize if row is not None else None
+        if not rz or rz.get("state") != DECIDED or rz.get("answered_at"):
+            return None
+        job.started_at = started_at
+        due = next_checkpoint(job, max(started_at, datetime.fromisoformat(rz["decided_at"])))
+        rz = {**rz, "due_at": due.isoformat()}
+        Job.objects.filter(pk=job.pk, attempt=job.attempt).update(resize=rz)
+        job.resize = rz
+        record_event(job=job, kind="resize", reason_code="resize_due", attempt=job.attempt,
+                     message=f"pods running: the resize to {rz['to']} pods waits for the checkpoint due "
+                             f"{due:%H:%M:%S} UTC, counted from their start", data=_event_data(rz))
     return rz
 
 
