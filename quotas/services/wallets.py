@@ -229,8 +229,10 @@ def _release(wallet, hold, *, job, attempt: int, amount: int, actor, memo: str, 
                    rate=hold.rate, gpus=hold.gpus, outcome=outcome, memo=memo)
 
 
-def wallet_refund(*, job, attempt: int, amount: int, reason: str, actor=None) -> LedgerEntry | None:
-    """Give back up to what one attempt was charged. Idempotent per (job, attempt)."""
+def wallet_refund(*, job, attempt: int, amount: int, reason: str, actor=None,
+                  data: dict | None = None) -> LedgerEntry | None:
+    """Give back up to what one attempt was charged (``data``: how it was reckoned, e.g. lot by lot).
+    Idempotent per (job, attempt)."""
     settle = entry_for(f"settle:{job.pk}:{attempt}")
     if settle is None:
         return None
@@ -244,7 +246,7 @@ def wallet_refund(*, job, attempt: int, amount: int, reason: str, actor=None) ->
             return None
         return _append(wallet, kind=LedgerKind.REFUND, amount=amount, key=key, job_id=job.pk, attempt=attempt,
                        user_id=settle.user_id, flavor_id=settle.flavor_id, actor=actor, rate=settle.rate,
-                       gpus=settle.gpus, outcome=settle.outcome, memo=reason[:300])
+                       gpus=settle.gpus, outcome=settle.outcome, memo=reason[:300], data=data or {})
 
 
 def wallet_refill(*, department: Department, period: str, amount: int, actor=None) -> LedgerEntry | None:

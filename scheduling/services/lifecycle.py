@@ -19,7 +19,7 @@ from portal.timestamps import from_epoch
 from quotas import budgets
 from scheduling.backends.base import PodState
 from scheduling.models import IN_FLIGHT, Job, JobState, PreemptionVictim
-from scheduling.services import notify
+from scheduling.services import notify, resizes
 from scheduling.services.cluster_binding import cluster_of
 from scheduling.services.jobs import (
     budget_attempt_ended,
@@ -244,8 +244,17 @@ def _requeue_cas(job: Job, old_attempt: int, message: str, now, fast: retries.Ex
 def start_running(*, job: Job, nodes: list[str], started_at) -> bool:
     """The admitted attempt's pods run on ``nodes``: the job is running; an attempt that follows a preemption
     closes that preemption's audit chain (its victim restarted)."""
-    ok = transition(job=job, to=JobState.RUNNING, allowed_from=[JobState.ADMITTED], attempt=job.attempt,
-                    reason_code="running", message="pods running on " + ", ".join(nodes), started_at=started_at)
+    def run() -> bool:
+        return transition(job=job, to=JobState.RUNNING, allowed_from=[JobState.ADMITTED], attempt=job.attempt,
+                          reason_code="running", message="pods running on " + ", ".join(nodes), started_at=started_at)
+
+    if job.min_pods is None:  # (no savepoint for the many jobs that never resize: the sync batches them)
+        ok = run()
+    else:
+        with transaction.atomic():  # a resize decided before its pods ran counts its checkpoint from their start
+            ok = run()
+            if ok:
+                resizes.count_from_start(job=job, started_at=started_at)
     if ok:
         _mark_restarted(job)
     return ok

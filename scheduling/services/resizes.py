@@ -101,6 +101,27 @@ def next_checkpoint(job: Job, now: datetime) -> datetime:
     return due
 
 
+def count_from_start(*, job: Job, started_at: datetime) -> dict | None:
+    """The job's pods run from ``started_at``: a resize decided before they ran waited for a checkpoint counted
+    from admission, which the job never wrote (its training loop had not begun); it is due at the first
+    checkpoint counted from the pods' start instead (or the end of a notice from then). The decision as it
+    stands, or None when none waits."""
+    with transaction.atomic():
+        row = Job.objects.select_for_update(no_key=True).filter(pk=job.pk, attempt=job.attempt).first()
+        rz = row.resize if row is not None else None
+        if not rz or rz.get("state") != DECIDED or rz.get("answered_at"):
+            return None
+        job.started_at = started_at
+        due = next_checkpoint(job, max(started_at, datetime.fromisoformat(rz["decided_at"])))
+        rz = {**rz, "due_at": due.isoformat()}
+        Job.objects.filter(pk=job.pk, attempt=job.attempt).update(resize=rz)
+        job.resize = rz
+        record_event(job=job, kind="resize", reason_code="resize_due", attempt=job.attempt,
+                     message=f"pods running: the resize to {rz['to']} pods waits for the checkpoint due "
+                             f"{due:%H:%M:%S} UTC, counted from their start", data=_event_data(rz))
+    return rz
+
+
 def record_decisions(resizes: tuple[core.Resize, ...], jobs: dict[int, Job], *, now: datetime,
                      policy_version: int) -> set[int]:
     """Record each resize the engine decided on its job (locked by the cycle's apply), with an event on the
@@ -169,12 +190,14 @@ def start_due(*, now: datetime | None = None) -> int:
     """Send the pod worker the resizes whose checkpoint has come, and again those applying whose pods were not
     all there (or gone) when last asked. One query when no resize is under way."""
     now = now or timezone.now()
-    rows = list(Job.objects.filter(state__in=ACTIVE, resize__isnull=False).values_list("pk", "attempt", "resize"))
+    rows = list(Job.objects.filter(state__in=ACTIVE, resize__isnull=False).values_list("pk", "attempt", "resize",
+                                                                                          "state"))
     sent = 0
-    for pk, attempt, rz in rows:
+    for pk, attempt, rz, state in rows:
         due = datetime.fromisoformat(rz["due_at"])
         tried = datetime.fromisoformat(rz["tried_at"]) if rz.get("tried_at") else None
-        if rz.get("state") == DECIDED and due > now:
+        # (a job whose pods do not run yet has written no checkpoint: its is counted once they start)
+        if rz.get("state") == DECIDED and (due > now or state == JobState.ADMITTED):
             continue
         if rz.get("state") == APPLYING and tried is not None and (now - tried).total_seconds() < RETRY_S:
             continue

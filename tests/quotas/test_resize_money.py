@@ -13,7 +13,7 @@ from django.db import transaction
 from quotas import budgets
 from quotas.models import LedgerEntry, Wallet
 from quotas.services import reports, settlement
-from quotas.services.wallets import hold_key
+from quotas.services.wallets import hold_key, wallet_resize
 from scheduling.models import Job, JobState
 from scheduling.services.cycle import run_cycle
 from scheduling.services.inventory import sync_cluster
@@ -64,7 +64,7 @@ def test_a_grow_applied_by_the_cycle_holds_its_gpus_and_the_wallet_stays_consist
     entry = LedgerEntry.objects.get(job=job, kind="resize")
     hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
     left_h = (7200 - (due - datetime.fromisoformat(hold.data["admitted_at"])).total_seconds()) / 3600
-    assert entry.data["lots"] == [[3, 1000], [5, 1000]] and entry.gpus == 8
+    assert entry.data["lots"] == [[3, 1000, 0], [5, 1000, 1]] and entry.gpus == 8
     assert entry.held_change == pytest.approx(5 * 1000 * left_h, abs=2)
     assert Wallet.objects.get(department=lab.vision).held == held + entry.held_change
     note = job.events.get(kind="budget", reason_code="resize")
@@ -86,14 +86,14 @@ def test_grown_gpus_cost_their_own_rate_and_a_shrink_takes_the_newest_off_first(
     t0 = datetime.fromisoformat(hold.data["admitted_at"])
     resize(job, to=8, price=2500, at=t0 + timedelta(hours=1), resize_id=1)
     grown = LedgerEntry.objects.get(job=job, kind="resize")
-    assert grown.data["lots"] == [[3, 1000], [5, 2500]]
+    assert grown.data["lots"] == [[3, 1000, 0], [5, 2500, 1]]
     assert grown.held_change == 5 * 2500 * 1  # one hour of the two left
     job.current_pods = 8
     resize(job, to=4, at=t0 + timedelta(minutes=90), resize_id=2)
     job.current_pods = 4
     resize(job, to=2, at=t0 + timedelta(minutes=105), resize_id=3)
     lots = [e.data["lots"] for e in LedgerEntry.objects.filter(job=job, kind="resize").order_by("id")]
-    assert lots == [[[3, 1000], [5, 2500]], [[3, 1000], [1, 2500]], [[2, 1000]]]
+    assert lots == [[[3, 1000, 0], [5, 2500, 1]], [[3, 1000, 0], [1, 2500, 1]], [[2, 1000, 0]]]
     # 3 GPUs for 1 h at 1000, 8 for 30 min (3 at 1000, 5 at 2500), 4 for 15 min, 2 for the last 15 min (capped
     # at the 2-hour max runtime however late it ends)
     gpu_seconds, cost = settlement.attempt_usage(hold=hold, end=t0 + timedelta(hours=5))
@@ -124,3 +124,100 @@ def test_a_job_cancelled_while_its_resize_is_applied_is_settled_at_its_size_and_
     assert settle.gpus == 3  # charged at the size it ran at
     assert Wallet.objects.get(department=lab.vision).held == 0
     consistent()
+
+
+# Refunds on preemption, lot by lot: the admitted GPUs on the admission's terms, each grow's as borrowed capacity,
+# each from its own start at its own rate.
+
+def preempt(job, *, at):
+    return settlement.settle_attempt(job=job, attempt=job.attempt, outcome="preempted", end=at,
+                                     preempted_by_portal=True)
+
+
+def test_a_job_admitted_inside_its_quota_gets_back_its_admitted_gpus_not_its_borrowed_grow(running, consistent):
+    lab, _, job = running
+    hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
+    assert hold.data["borrowed"] is False  # 3 of vision's nominal 4
+    t0 = datetime.fromisoformat(hold.data["admitted_at"])
+    resize(job, to=8, price=2500, at=t0 + timedelta(hours=1), resize_id=1)
+    done = preempt(job, at=t0 + timedelta(minutes=90))
+    # 3 admitted GPUs for 1.5 h at 1000 (refunded: inside the quota), 5 grown ones for 30 min at 2500 (kept)
+    assert (done.charged, done.refunded) == (4500 + 6250, 4500)
+    refund = LedgerEntry.objects.get(job=job, kind="refund")
+    assert refund.amount == 4500
+    assert [(lot["gpus"], lot["rate"], lot["borrowed"], lot["since"], lot["charged"], lot["refunded"])
+            for lot in refund.data["lots"]] == [
+        (3, 1000, False, t0.isoformat(), 4500, 4500),
+        (5, 2500, True, (t0 + timedelta(hours=1)).isoformat(), 6250, 0)]
+    assert refund.memo == (f"by lot: 3 GPU(s) inside the quota since {t0.isoformat()[11:19]} 4.500 cr of 4.500 cr; "
+                           f"5 GPU(s) borrowed since {(t0 + timedelta(hours=1)).isoformat()[11:19]} 0.000 cr of 6.250 cr")
+    assert Wallet.objects.get(department=lab.vision).held == 0
+    consistent()
+
+
+def test_a_job_admitted_on_borrowed_capacity_and_grown_gets_nothing_back_for_either_lot(
+        money, submit, go, consistent):
+    lab = money
+    go(run_cycle)
+    submit(lab.amy, gpus=4, max_runtime_s=7200)  # vision's nominal 4 in use
+    go(run_cycle)
+    job = submit(lab.alice, gpus=1, pods=8, min_pods=2, checkpoint_interval_s=600, max_runtime_s=7200)
+    go(run_cycle)
+    go(sync_cluster)
+    job.refresh_from_db()
+    hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
+    assert hold.data["borrowed"] is True and (job.size, hold.rate) == (3, 1000)
+    t0 = datetime.fromisoformat(hold.data["admitted_at"])
+    resize(job, to=5, price=2500, at=t0 + timedelta(hours=1), resize_id=1)
+    done = preempt(job, at=t0 + timedelta(minutes=90))
+    assert (done.charged, done.refunded) == (3 * 1500 + 2 * 1250, 0)
+    assert not LedgerEntry.objects.filter(job=job, kind="refund").exists()
+    consistent()
+
+
+def test_a_grow_shrunk_away_before_the_preemption_is_charged_its_time_and_the_admitted_lot_refunded_from_admission(
+        running, consistent):
+    lab, _, job = running
+    hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
+    t0 = datetime.fromisoformat(hold.data["admitted_at"])
+    resize(job, to=8, price=2500, at=t0 + timedelta(hours=1), resize_id=1)
+    job.current_pods = 8
+    resize(job, to=3, at=t0 + timedelta(minutes=90), resize_id=2)
+    done = preempt(job, at=t0 + timedelta(hours=2))
+    # 3 admitted GPUs for 2 h at 1000, refunded in full; the grown 5 for their 30 min at 2500, not refunded
+    assert (done.charged, done.refunded) == (6000 + 6250, 6000)
+    refund = LedgerEntry.objects.get(job=job, kind="refund")
+    assert [(lot["gpus"], lot["borrowed"], lot["charged"], lot["refunded"]) for lot in refund.data["lots"]] == [
+        (5, True, 6250, 0), (3, False, 6000, 6000)]
+    consistent()
+
+
+def test_a_cluster_eviction_of_a_grown_job_is_refunded_in_full_lot_by_lot(running, consistent):
+    lab, _, job = running
+    hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
+    t0 = datetime.fromisoformat(hold.data["admitted_at"])
+    resize(job, to=8, price=2500, at=t0 + timedelta(hours=1), resize_id=1)
+    done = settlement.settle_attempt(job=job, attempt=job.attempt, outcome="preempted",
+                                     end=t0 + timedelta(minutes=90), preempted_by_portal=False)
+    assert (done.charged, done.refunded) == (10750, 10750)
+    consistent()
+
+
+def test_entries_written_before_lots_carried_their_terms_read_the_first_lot_as_the_admitted_one(running):
+    lab, _, job = running
+    hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
+    t0 = datetime.fromisoformat(hold.data["admitted_at"])
+    wallet_resize(job=job, attempt=job.attempt, resize_id=1, amount=0, rate=2500, gpus=8,
+                  data={"at": (t0 + timedelta(hours=1)).isoformat(), "lots": [[3, 1000], [5, 2500]]})
+    assert settlement.resize_lots(hold)[-1][1] == [[3, 1000, 0], [5, 2500, 1]]
+
+
+def test_the_timeline_note_of_a_grown_job_preempted_says_what_each_lot_got_back(running):
+    lab, _, job = running
+    hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
+    t0 = datetime.fromisoformat(hold.data["admitted_at"])
+    resize(job, to=8, price=2500, at=t0 + timedelta(hours=1), resize_id=1)
+    job.last_preempted_at = t0 + timedelta(minutes=90)
+    note = budgets.on_attempt_ended(job=job, attempt=job.attempt, outcome="preempted", preempted_by_portal=True)
+    assert "refunded 4.500 cr" in note.message
+    assert [(lot["borrowed"], lot["refunded"]) for lot in note.data["lots"]] == [(False, 4500), (True, 0)]

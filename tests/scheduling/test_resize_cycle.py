@@ -229,3 +229,34 @@ def test_a_job_that_checkpoints_when_asked_is_told_and_its_answer_applies_the_re
     assert job.events.filter(reason_code="checkpoint_written", kind="resize").count() == 1
     again = APIClient().post(f"/api/v1/jobs/{job.pk}/checkpoint-written", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert again.status_code == 409  # nothing waits for an answer any more
+
+
+def test_a_resize_decided_before_the_pods_run_waits_for_a_checkpoint_counted_from_their_start(
+        lab, submit, go):
+    blocker = submit(lab.bob, gpus=4)
+    go(run_cycle)
+    go(sync_cluster)
+    job = resizable(submit, lab.alice)
+    go(run_cycle)
+    go(job_cancel, user=lab.bob, job=blocker)
+    go(run_cycle)  # decided while its pods are not running yet
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED and job.resize["state"] == resizes.DECIDED
+    every = timezone.datetime.fromisoformat(job.resize["due_at"]) - job.admitted_at  # 600 job-s on this cluster
+    resizes.start_due(now=later(job, 1))  # its checkpoint counted from admission has come: it has written none
+    job.refresh_from_db()
+    assert job.resize["state"] == resizes.DECIDED
+    # the pods start 5 minutes after admission (an image pulled slowly)
+    start = job.admitted_at + timedelta(minutes=5)
+    SimPod.objects.filter(job_id=job.pk, attempt=job.attempt).update(started_at=start)
+    go(sync_cluster)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.started_at == start
+    assert timezone.datetime.fromisoformat(job.resize["due_at"]) == start + every
+    assert "counted from their start" in job.events.get(reason_code="resize_due").message
+    go(run_cycle, now=start + every - timedelta(seconds=1))
+    job.refresh_from_db()
+    assert job.resize["state"] == resizes.DECIDED
+    go(run_cycle, now=later(job, 1))
+    job.refresh_from_db()
+    assert job.resize is None and job.current_pods == 8
