@@ -246,6 +246,17 @@ def shape_problems(attrs: dict, given: set[str]) -> dict[str, list]:
         if flavor is not None and flavor.is_cpu and g > 0:
             errors["gpus"] = [serializers.ErrorDetail(
                 f"{flavor.name!r} is a CPU pool: its nodes have no GPUs. Ask for 0, or a GPU flavor.", code="cpu_pool")]
+        elif flavor is not None and flavor.is_cpu:
+            # A pod larger than every node of its pool would wait forever: refused now, as a role's is. Nodes
+            # whose size the inventory has not reported yet say nothing either way.
+            sizes = [(c, m) for c, m in cpu_pool_nodes(flavor_id=flavor.pk) if c > 0 and m > 0]
+            cpu, mem = attrs.get("cpu_millicores", 0), attrs.get("memory_mib", 0)
+            if sizes and not any(c >= cpu and m >= mem for c, m in sizes):
+                most = max(sizes)
+                short = "cpu" if not any(c >= cpu for c, _ in sizes) else "memory"  # (the field to change)
+                errors[short] = [serializers.ErrorDetail(
+                    f"One pod of {cpu}m and {mem}Mi fits no node of {flavor.name!r} (its largest: {most[0]}m, "
+                    f"{most[1]}Mi).", code="exceeds_largest_node")]
         return errors
     for name in sorted(ROLE_SIZED.keys() & given):
         errors[name] = [serializers.ErrorDetail("A job of roles sets this per role.", code="set_per_role")]

@@ -64,6 +64,19 @@ def test_a_cpu_only_job_runs_on_the_cpu_pool(pool, client_for, go):
     assert set(job.placement) <= {"c0", "c1"} and len(job.placement) == 3
 
 
+@pytest.mark.parametrize(("cpu", "memory", "field"), [("17", "4Gi", "cpu"), ("2", "65Gi", "memory")])
+def test_a_cpu_only_pod_larger_than_every_node_of_its_pool_is_a_400(pool, client_for, cpu, memory, field):
+    # The pool's nodes have 16 cores and 64 GiB: such a pod would wait forever, so it is refused at once, as a
+    # role's is, and nothing is written.
+    before = Job.objects.count()
+    r = post(client_for, pool.alice, flavor="cpu", gpus=0, cpu=cpu, memory=memory)
+    assert r.status_code == 400, r.json()
+    error = r.json()["error"]["fields"][field][0]
+    assert error["code"] == "exceeds_largest_node" and "16000m, 65536Mi" in error["message"]
+    assert Job.objects.count() == before
+    assert post(client_for, pool.alice, flavor="cpu", gpus=0, cpu="16", memory="64Gi").status_code == 201
+
+
 def test_a_two_role_job_starts_whole_with_each_pods_role_and_rendezvous(pool, client_for, go):
     r = post(client_for, pool.alice, roles=roles(TRAIN, DATA), gpus=None)
     assert r.status_code == 201, r.json()
