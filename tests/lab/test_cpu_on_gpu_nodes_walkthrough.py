@@ -35,14 +35,13 @@ def test_a_cpu_job_runs_on_a_gpu_nodes_spare_cpu_once_the_cluster_lends_it(go):
     apply_lab(demo.LAB_FILE.read_text())
     demo.add_cpu_pool()
     dave, admin = _as("dave"), _as("admin")
-    # 1. dave's conversion asks for one 40-core pod: more than a CPU node has (32); it waits
-    r = dave.post("/api/v1/jobs", {"name": "convert", "image": IMAGE, "command": ["python", "convert.py"],
-                                   "flavor": "cpu", "gpus": 0, "cpu": "40", "memory": "32Gi"}, format="json")
-    assert r.status_code == 201, r.json()
-    convert = r.json()["id"]
-    step(go)
-    waiting = Job.objects.get(pk=convert)
-    assert (waiting.state, waiting.reason_code) == (JobState.QUEUED, "exceeds_capacity")
+    # 1. dave's conversion asks for one 40-core pod: more than a CPU node has (32); it could never start there
+    body = {"name": "convert", "image": IMAGE, "command": ["python", "convert.py"], "flavor": "cpu", "gpus": 0,
+            "cpu": "40", "memory": "32Gi"}
+    r = dave.post("/api/v1/jobs", body, format="json")
+    assert r.status_code == 400, r.json()
+    error = r.json()["error"]["fields"]["cpu"][0]
+    assert error["code"] == "exceeds_largest_node" and "its largest: 32000m, 131072Mi" in error["message"]
     # 2. the platform admin states the GPU nodes' size in the lab file and lends their spare CPU to the pool
     text = dump(export_lab())
     text = text.replace("    gpus_per_node: 4\n", "    gpus_per_node: 4\n    cores: 64\n    memory_gib: 512\n", 1)
@@ -51,6 +50,9 @@ def test_a_cpu_job_runs_on_a_gpu_nodes_spare_cpu_once_the_cluster_lends_it(go):
     r = admin.patch("/api/v1/clusters/default", {"cpu_on_gpu_nodes": "cpu", "gpu_reserve_cores": 4,
                                                  "gpu_reserve_memory_gib": 32}, format="json")
     assert r.status_code == 200, r.json()
+    r = dave.post("/api/v1/jobs", body, format="json")  # accepted now: the GPU nodes offer 48 cores each
+    assert r.status_code == 201, r.json()
+    convert = r.json()["id"]
     step(go)
     job = Job.objects.get(pk=convert)
     assert job.state == JobState.RUNNING, (job.state, job.reason_message)
