@@ -12,25 +12,9 @@ from lab import demo
 from lab.services.labfile import apply_lab
 from scheduling.backends import get_backend
 from scheduling.models import Job, JobState
-from scheduling.services.cycle import run_cycle
-from scheduling.services.inventory import sync_cluster
+from tests.scheduling.two_roles import TRAIN, step
 
 pytestmark = pytest.mark.django_db
-
-TRAIN = {"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": ["python", "train.py"],
-         "flavor": "a100-80gb", "env": {"SIM_DURATION_S": "600"},
-         "roles": [{"name": "trainer", "pods": 1, "gpus": 4, "cpu": "16", "memory": "64Gi"},
-                   {"name": "data", "pods": 2, "cpu": "4", "memory": "8Gi", "failure_policy": "restart-pod",
-                    "command": ["python", "loader.py"]}]}
-
-
-def step(go, sim_clock, seconds=0):
-    if seconds:
-        sim_clock.advance(seconds)
-    go(sync_cluster)
-    go(run_cycle)
-    go(sync_cluster)
-
 
 @pytest.fixture
 def bob():
