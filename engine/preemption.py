@@ -332,12 +332,15 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
             break
     else:
         return None
-    # Drop every victim that can be spared, last added first (incremental: O(victims)).
-    kept = list(chosen)
-    for c in reversed(chosen):
+    # Drop every victim that can be spared, last added first (incremental: O(victims)). The spared are marked
+    # and left out at the end: removing each from a list was quadratic, and a long walk on a full pool chooses
+    # thousands before the set fits.
+    spared = [False] * len(chosen)
+    for at in range(len(chosen) - 1, -1, -1):
+        c = chosen[at]
         apply(c, -1)
         if fits():
-            kept.remove(c)
+            spared[at] = True
         else:
             apply(c, 1)
-    return kept
+    return [c for c, gone in zip(chosen, spared, strict=True) if not gone]
