@@ -7,11 +7,16 @@ change little) and as wall time (``time.perf_counter``, median of the same runs)
 (``/proc/loadavg``) when the row was measured, and the cycle's peak Python memory (``tracemalloc``, measured in
 a separate run because tracing slows the cycle down), as a markdown table, plus the growth from 1k to 50k
 pending. ``--cells 10000x1000,50000x5000`` measures only those cells.
+
+``--steady`` measures the steady state instead: cycle 1 on the cell's snapshot, then the next snapshot as the
+portal would read it ten seconds later (``next_snapshot``: cycle 1's admissions running, its victims leaving,
+a few dozen jobs ended and as many submitted), and cycle 2 on it, the CPU of each (cycle 2's a median).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import random
 import resource
@@ -22,7 +27,7 @@ import tracemalloc
 
 from engine import schedule
 from engine.policy import DEFAULT_POLICY
-from engine.types import TIERS, URGENCIES, USER_TIERS, Node, PendingJob, Quota, RunningJob, Snapshot
+from engine.types import TIERS, URGENCIES, USER_TIERS, CycleResult, Node, PendingJob, Quota, RunningJob, Snapshot
 
 NOW = 1_000_000.0
 DEPTS = tuple(f"dept{i}" for i in range(10))
@@ -90,6 +95,63 @@ def make_snapshot(pending: int, nodes: int, seed: int = 7) -> Snapshot:
     )
 
 
+def next_snapshot(snap: Snapshot, result: CycleResult, *, seed: int = 1, ends: int = 30, submissions: int = 30,
+                  after_s: float = 10.0) -> Snapshot:
+    """The snapshot of the cycle after ``result``, ``after_s`` seconds on, as the adapter would build it: each
+    admitted job running on its nodes since the last cycle, each victim still running while it leaves (no longer
+    preemptible, evicting for its preemptor, counted in the window's preemptions), ``ends`` running jobs ended
+    and ``submissions`` new jobs, each a copy of a waiting one submitted now."""
+    rnd = random.Random(seed)
+    waiting = {job.id: job for job in snap.pending}
+    leaving = {v: p.preemptor_id for p in result.preemptions for v in p.victim_ids}
+    running = [dataclasses.replace(r, evicting_for=leaving[r.id], preemptible=False) if r.id in leaving else r
+               for r in snap.running]
+    for adm in result.admissions:
+        job = waiting.pop(adm.job_id)
+        running.append(RunningJob(
+            id=job.id, department=job.department, flavor=job.flavor, tier=job.tier, placement=adm.placement,
+            gpus_per_pod=job.gpus_per_pod, started_at=snap.now, max_runtime_s=job.max_runtime_s,
+            borrowed=adm.borrowed, urgency=job.urgency, user_tier=job.user_tier, submitted_at=job.submitted_at,
+            bid=job.bid, cluster=adm.cluster, preemptible=job.tier != "realtime",
+        ))
+    ended = set(rnd.sample(sorted(r.id for r in running if r.id not in leaving), min(ends, len(running))))
+    now = snap.now + after_s
+    pending = list(waiting.values())
+    first = max((job.id for job in snap.pending), default=0) + 1
+    if pending:
+        pending += [dataclasses.replace(rnd.choice(pending), id=first + k, submitted_at=now) for k in range(submissions)]
+    return dataclasses.replace(
+        snap, now=now, running=tuple(sorted((r for r in running if r.id not in ended), key=lambda r: r.id)),
+        pending=tuple(pending), recent_preemptions=snap.recent_preemptions + len(leaving),
+    )
+
+
+def measure_steady(pending: int, nodes: int, runs: int) -> dict[str, float]:
+    """Cycle 1 on the cell's snapshot (once), then cycle 2 on the next one (``next_snapshot``), ``runs`` times."""
+    first = make_snapshot(pending, nodes)
+    gc.collect()
+    start = time.process_time()
+    result = schedule(first)
+    cold_cpu = time.process_time() - start
+    second = next_snapshot(first, result)
+    cpu, results = [], []
+    for _ in range(runs):
+        gc.collect()
+        start = time.process_time()
+        results.append(schedule(second))
+        cpu.append(time.process_time() - start)
+    assert all(r == results[0] for r in results), "the same snapshot gave different decisions"
+    return {
+        "first_cpu_ms": cold_cpu * 1000,
+        "cpu_ms": statistics.median(cpu) * 1000,
+        "load": load_average(),
+        "pending": len(second.pending),
+        "running": len(second.running),
+        "admitted": len(results[0].admissions),
+        "preemptions": len(results[0].preemptions),
+    }
+
+
 def measure(pending: int, nodes: int, runs: int) -> dict[str, float]:
     snap = make_snapshot(pending, nodes)
     times, cpu = [], []
@@ -138,12 +200,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one run each, skip 50k x 5000")
     parser.add_argument("--runs", type=int, help="cycles per cell (default 3, 1 with --quick)")
     parser.add_argument("--cells", type=parse_cells, help="only these PENDINGxNODES cells, comma-separated")
+    parser.add_argument("--steady", action="store_true", help="cycle 2 after cycle 1's decisions and a small delta")
     args = parser.parse_args(argv)
     runs = args.runs or (1 if args.quick else 3)
     pendings = (1_000, 10_000, 50_000)
     node_counts = (100, 1_000, 5_000)
     cells = args.cells or [(p, n) for p in pendings for n in node_counts if not (args.quick and (p, n) == (50_000, 5_000))]
     rows = {}
+    if args.steady:
+        print("| pending | nodes | cycle 1 CPU ms | cycle 2 CPU ms (median) | load (1 min) | cycle 2 pending | cycle 2 running "
+              "| cycle 2 admitted | cycle 2 preemptions |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for p, n in cells:
+            r = measure_steady(p, n, runs)
+            print(f"| {p:,} | {n:,} | {r['first_cpu_ms']:.0f} | {r['cpu_ms']:.0f} | {r['load']} | {r['pending']:,} "
+                  f"| {r['running']:,} | {r['admitted']} | {r['preemptions']} |")
+            sys.stdout.flush()
+        return 0
     print(
         "| pending | nodes | cycle CPU ms (median) | cycle wall ms (median) | load (1 min) "
         "| cycle peak MB (tracemalloc) | admitted | preemptions |"
