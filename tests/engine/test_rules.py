@@ -962,3 +962,16 @@ def test_the_reserved_head_is_told_when_in_words_a_person_reads(ahead_s, text):
         .pending(job(1, gpus=4)).decide()
     )  # fmt: skip
     assert f"GPUs are reserved for it {text}." in res.reason[1].message
+
+
+def test_realtime_gang_victims_spared_by_the_prune():
+    # An 8-GPU realtime pod needs a whole node. In the preference order (least work lost first) the walk takes
+    # victims from both nodes, alternately, until n0 is empty, then spares the ones on n1 (they free no node)
+    # and keeps the four on n0: the set is the prune's, last taken first spared.
+    on_n0 = [run(10 + i, dept="B", gpus=2, on="n0", ran=700 + 200 * i) for i in range(4)]
+    on_n1 = [run(20 + i, dept="B", gpus=2, on="n1", ran=800 + 200 * i) for i in range(4)]
+    res = Snap().nodes(2).quota("A", 8).quota("B", 8).running(*on_n0, *on_n1).pending(
+        job(1, gpus=8, tier="realtime")
+    ).decide()
+    (p,) = res.raw.preemptions
+    assert sorted(p.victim_ids) == [10, 11, 12, 13] and p.reason == "priority"
