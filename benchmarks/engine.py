@@ -27,7 +27,17 @@ import tracemalloc
 
 from engine import schedule
 from engine.policy import DEFAULT_POLICY
-from engine.types import TIERS, URGENCIES, USER_TIERS, CycleResult, Node, PendingJob, Quota, RunningJob, Snapshot
+from engine.types import (
+    TIERS,
+    URGENCIES,
+    USER_TIERS,
+    CycleResult,
+    Node,
+    PendingJob,
+    Quota,
+    RunningJob,
+    Snapshot,
+)
 
 NOW = 1_000_000.0
 DEPTS = tuple(f"dept{i}" for i in range(10))

@@ -3,8 +3,8 @@ decisions applied as the adapter applies them, ten seconds on, with a few jobs e
 
 from __future__ import annotations
 
-from engine import schedule
 from benchmarks.engine import make_snapshot, next_snapshot
+from engine import schedule
 
 
 def test_next_snapshot_applies_the_decisions_and_the_delta():
