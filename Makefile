@@ -34,7 +34,7 @@ test-quick: $(VENV_STAMP)    ## the quick subset (about 1 minute, one process): 
 lint: $(VENV_STAMP)
 	$(PY) -m ruff check .
 
-bench-engine: $(VENV_STAMP)  ## engine cycle CPU and wall time (with the load average) and memory for 1k-50k pending x 100-5000 nodes; --cells, --runs via ENGINE_ARGS
+bench-engine: $(VENV_STAMP)  ## engine cycle CPU and wall time (with the load average) and memory for 1k-50k pending x 100-5000 nodes; --cells, --runs, --steady (cycle 2 after cycle 1) via ENGINE_ARGS
 	$(PY) -m benchmarks.engine $(ENGINE_ARGS)
 
 bench-teams: $(VENV_STAMP)  ## engine CPU time with every department split into three teams against the same snapshot without teams (the bound: 1.2x); --cells, --runs via TEAMS_ARGS
