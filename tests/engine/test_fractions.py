@@ -215,6 +215,20 @@ def test_each_member_keeps_the_cooldown_its_budgets_and_counts_in_the_window():
     assert r.reason[3].detail["victims_needed"] == 2 and r.reason[3].detail["allowed_now"] == 1
 
 
+def test_a_job_with_fractions_on_two_gpus_links_their_groups():
+    # job 1's two quarters sit on both GPUs of n0, job 2's beside one of them: freeing both GPUs for a 2-GPU
+    # realtime job takes all three together; with job 2 a realtime session, none of them goes
+    two = dict(dept="B", on=("n0", "n0"), gpus=1, share=hami(10), devices=(0, 1), ran=2 * HOUR, max_runtime_s=9 * HOUR)
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, **two), quarter(2, device=1))
+         .pending(job(3, gpus=2, tier="realtime")).decide())
+    assert [p.victim_ids for p in r.raw.preemptions] == [(1, 2)]
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, **two), quarter(2, device=1, tier="realtime"))
+         .pending(job(3, gpus=1, tier="realtime")).decide())
+    assert not r.raw.preemptions
+
+
 def test_a_lender_reclaims_a_gpu_its_borrowers_share():
     # A lent its nominal GPU: B holds its own whole GPU and borrows A's as two quarters. A's job, patient past
     # the reclaim delay, takes it back by evicting both (the GPUs they free, one, are not too many for it)
