@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -26,6 +27,7 @@ from .preemption import (
     Preemptor,
     at_risk_s,
     drain_victim,
+    evicted,
     fits_past_reservations,
     priority_victim,
     reclaim_victim,
@@ -49,21 +51,48 @@ class Chosen:
     cluster: str
 
 
-def frees_its_gpus(job: RunningJob, pool: Pool) -> bool:
-    """Whether evicting the fractional ``job`` frees whole GPUs, one per pod: each pod sits on a shared GPU of
-    its own (its device known) that holds no other fraction. A fraction beside others frees nothing alone (its
-    GPU stays shared until the last of them leaves), and is no victim yet."""
+def share_groups(pool: Pool, ok: Mapping[int, RunningJob]) -> list[tuple[list[RunningJob], list[tuple[int, int]]]]:
+    """The fractions of ``pool`` that leave together, by their smallest id, each with the shared GPUs (node
+    index, device index) its eviction frees: a fraction's GPUs, every fraction on them, their GPUs, and so on (a
+    job with pods on two shared GPUs links them). Evicting all of a group frees its GPUs; evicting part of it
+    frees none while a member stays. Only groups whose every job is in ``ok`` (each a victim by itself:
+    preemptible, of a tier that may be evicted) and whose devices are known; one protected member keeps the
+    whole group off. A group of one is a fraction alone on its GPUs."""
     book = pool.shares
-    if book is None or len(job.devices) != len(job.placement):
-        return False
-    seen = set()
-    for name, device in zip(job.placement, job.devices, strict=True):
-        i = pool.pos.get(name)
-        gpu = None if i is None else book.gpus.get((i, device))
-        if gpu is None or (i, device) in seen or any(h != job.id for h in gpu.holders):
-            return False
-        seen.add((i, device))
-    return True
+    if book is None:
+        return []
+    pos = pool.pos
+    on: dict[int, list[tuple[int, int]]] = {}  # job -> its shared GPUs
+    for jid, job in ok.items():
+        if len(job.devices) != len(job.placement):
+            continue
+        keys = [(pos.get(name), device) for name, device in zip(job.placement, job.devices, strict=True)]
+        if all(key in book.gpus for key in keys):
+            on[jid] = keys
+    groups = []
+    done: set[int] = set()
+    for first in sorted(on):
+        if first in done:
+            continue
+        members: set[int] = set()
+        gpus: set[tuple[int, int]] = set()
+        stack, whole = [first], True
+        while stack:
+            jid = stack.pop()
+            if jid in members:
+                continue
+            members.add(jid)
+            if jid not in on:
+                whole = False  # a holder that may not be evicted (or whose device is unknown)
+                continue
+            for key in on[jid]:
+                if key not in gpus:
+                    gpus.add(key)
+                    stack.extend(book.gpus[key].holders)
+        done |= members
+        if whole:
+            groups.append(([ok[jid] for jid in sorted(members)], sorted(gpus)))
+    return groups
 
 
 class Evictions:
@@ -93,6 +122,7 @@ class Evictions:
         self.cands: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
         now, running_score = self.now, scorer.running_score
         by_tier: dict[str, tuple[bool, int]] = {}  # tier -> (whether it may be evicted, minus its rank)
+        fractional: dict[tuple[str, str], dict[int, tuple[RunningJob, tuple]]] = defaultdict(dict)
         for job in running:
             if not job.preemptible:
                 continue
@@ -103,8 +133,6 @@ class Evictions:
             pool = pools.get(key)
             # the job's own choice, when it made one, instead of its tier's
             if not (facts[0] if job.own_preemptible is None else job.own_preemptible) or pool is None:
-                continue
-            if job.share is not None and not frees_its_gpus(job, pool):
                 continue
             taints = pool.taints
             if nodes_of is None:
@@ -124,13 +152,18 @@ class Evictions:
                 running_score(job),
                 job.id,
             )
+            if job.share is not None:  # (a fraction is a victim with every fraction on its GPUs: below)
+                fractional[key][job.id] = (job, order)
+                continue
             self.cands[key].append(Candidate(job, nodes, order))
+        for key, found in fractional.items():
+            self.cands[key].extend(_fraction_candidates(pools[key], found))
         for cands in self.cands.values():
             cands.sort(key=attrgetter("key"))
         # Running jobs a realtime arrival could preempt within half its start target (realtime headroom).
         soon = self.now + self.policy.realtime_start_target_s / 2 - self.policy.min_runtime_s
         self.evictable_soon: dict[tuple[str, str], int] = {
-            key: sum(1 for c in cands if c.job.started_at <= soon) for key, cands in self.cands.items()
+            key: sum(1 for c in cands if c.started_at <= soon) for key, cands in self.cands.items()
         }
         self.budget_left = {
             b.name: b.disruptions_allowed for b in sorted(snapshot.disruption_budgets, key=lambda b: b.name)
@@ -213,14 +246,13 @@ class Evictions:
                     if found is not None and not fits_past_reservations(pool, found, job.gpus_per_pod, job.pods, end,
                                                                         within):
                         found = None  # the GPUs it frees are a head's: the job could not start on them
-                    if found is not None and (best is None or len(found) < len(best[1])):
+                    if found is not None and (best is None or evicted(found) < evicted(best[1])):
                         best = (pool, found)
             return best
 
         best = attempt(False, self.budget_left)
-        # (what the victims free, in whole GPUs: a fraction alone on its GPU frees all of it)
-        if best is not None and not realtime and (
-                not patient or sum(len(c.job.placement) * c.job.gpus_per_pod for c in best[1]) > 2 * k):
+        # (what the victims free, in whole GPUs: fractions that leave together free their GPUs)
+        if best is not None and not realtime and (not patient or sum(c.gpus for c in best[1]) > 2 * k):
             best = None  # too wasteful for now: wait (reserved) and retry once patient
             wasteful = True
         else:
@@ -229,9 +261,9 @@ class Evictions:
             pool, victims = best
             # Reclaims may use only half of the window's preemptions: realtime work keeps the rest.
             allowed = self.rate_left if realtime else self._reclaim_share()
-            if len(victims) <= allowed:
+            if evicted(victims) <= allowed:
                 return Chosen(self.commit(job, pool, victims, "priority" if realtime else "reclaim"), pool.cluster)
-            return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(len(victims)))  # not cached: the rate blocks
+            return (reasons.PREEMPTION_RATE_LIMIT, self.rate_detail(evicted(victims)))  # not cached: the rate blocks
         result = (None, {}) if wasteful else self._blocked_by(pools, flavor, attempt)
         self.fail_cache[cache_key] = result
         return result
@@ -243,10 +275,10 @@ class Evictions:
         min_run = self.policy.min_runtime_s
         relaxed = attempt(True, self.budget_left)
         if relaxed is not None:
-            at = max(c.job.started_at + min_run for c in relaxed[1])
+            at = max(c.started_at + min_run for c in relaxed[1])
             return (
                 reasons.PREEMPTION_COOLDOWN,
-                {"victims_needed": len(relaxed[1]), "min_runtime_s": min_run, "preemptible_at": at},
+                {"victims_needed": evicted(relaxed[1]), "min_runtime_s": min_run, "preemptible_at": at},
             )
         if attempt(True, None) is None:
             return (None, {})
@@ -254,10 +286,10 @@ class Evictions:
         # are), not every budget of the snapshot: with the cluster's own PDBs read, that may be every PDB of
         # every job namespace.
         covering = {
-            (b, self.budget_left[b] < c.job.pods)
+            (b, self.budget_left[b] < n)
             for pool in pools
             for c in self.cands.get((pool.cluster, flavor), ())
-            for b in c.job.disruption_budgets
+            for b, n in c.budgets
             if b in self.budget_left
         }
         short = sorted({b for b, is_short in covering if is_short}) or sorted({b for b, _ in covering})
@@ -301,8 +333,8 @@ class Evictions:
         victims = self._search(job, pool, cands, eligible, self.budget_left)
         if not victims:
             return None
-        lost = sum(c.job.total_gpus * at_risk_s(c.job, now) for c in victims)
-        if lost > ratio * idle or len(victims) > self._reclaim_share():
+        lost = sum(m.total_gpus * at_risk_s(m, now) for c in victims for m in c.members)
+        if lost > ratio * idle or evicted(victims) > self._reclaim_share():
             return None
         return self.commit(job, pool, victims, "drain")
 
@@ -324,15 +356,15 @@ class Evictions:
         )
 
     def commit(self, job: PendingJob, pool: Pool, victims: list[Candidate], why: str) -> Preemption:
-        ids = tuple(sorted(c.job.id for c in victims))
+        ids = tuple(sorted(m.id for c in victims for m in c.members))
         for c in victims:
-            self.taken.add(c.job.id)
-            for b in c.job.disruption_budgets:
+            self.taken.update(m.id for m in c.members)
+            for b, n in c.budgets:
                 if b in self.budget_left:
-                    self.budget_left[b] -= c.job.pods
-        self.rate_left -= len(victims)
+                    self.budget_left[b] -= n
+        self.rate_left -= len(ids)  # (each job of a group counts: the window counts victims, as the portal does)
         message = (
-            f"Job {job.id} ({job.tier}) preempts {len(victims)} job(s) on {pool.cluster}/{job.flavor} "
+            f"Job {job.id} ({job.tier}) preempts {len(ids)} job(s) on {pool.cluster}/{job.flavor} "
             f"to {_PURPOSE[why]}."
         )
         preemption = Preemption(job.id, ids, why, message)
@@ -348,3 +380,25 @@ class Evictions:
         if needed:
             detail["victims_needed"] = needed
         return detail
+
+
+def _fraction_candidates(pool: Pool, found: dict[int, tuple[RunningJob, tuple]]) -> list[Candidate]:
+    """The victims the pool's fractions make (``found``: each fraction that may be evicted, with its own key):
+    one per group that leaves together (``share_groups``), freeing its shared GPUs, 1 GPU each. A group sits in
+    the total order where its most protected member would (not borrowed before borrowed, the higher tier), with
+    the work its members lose together (their shares of their GPUs' work at risk, summed), then the highest
+    score among them, then its smallest id: it goes after every job its most protected member goes after, and
+    before a lone job of that kind only where it loses less work."""
+    taints = pool.taints
+    out = []
+    for members, gpus in share_groups(pool, {jid: job for jid, (job, _) in found.items()}):
+        nodes = [i for i, _ in gpus if not taints[i]]
+        if len(members) == 1:
+            job = members[0]
+            out.append(Candidate(job, nodes, found[job.id][1], h=1, gpus=len(gpus)))
+            continue
+        keys = [found[m.id][1] for m in members]
+        top = max(k[:2] for k in keys)
+        key = (top[0], top[1], sum(k[2] for k in keys), max(k[3] for k in keys), min(k[4] for k in keys))
+        out.append(Candidate(None, nodes, key, members=tuple(members), gpus=len(gpus)))
+    return out

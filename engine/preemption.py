@@ -9,22 +9,28 @@ drain for it). The rules are pure functions of the victim, the preemptor and the
 Candidates (per pool, computed once a cycle) are ordered by the total order
 ``(not borrowed, -tier rank, work at risk, score, id)``: borrowers first, then lower tiers (backfill before
 elastic), then the least work lost since the last checkpoint (GPUs x seconds, ``at_risk_s``), then lower
-score, then the smaller id.
+score, then the smaller id. A *group* of fractions that leave together (below) is one candidate: its first two
+fields are its most protected member's, its work at risk the sum of its members', its score the highest of
+theirs, its id the smallest.
 
 The search walks the candidates in that order, adding each *eligible* one until the preemptor fits physically
 (enough pods of its size on the pool's nodes) and quota-wise (its department's limits and the cohort pool
 after the victims' GPUs return), then drops every victim it can spare, last added first. The result is
 minimal (no victim can be removed) and, among minimal sets, prefers the cheapest victims by the order above.
-A single sufficient victim always wins, and among those the one that loses the least work, then frees the
-fewest GPUs (evicting a 4-GPU gang for a 1-GPU job leaves 3 GPUs idle until a job of that size comes along).
+A single sufficient victim (a job, or a group) always wins, and among those the one that loses the least work,
+then frees the fewest GPUs (evicting a 4-GPU gang for a 1-GPU job leaves 3 GPUs idle until a job of that size
+comes along).
 
 Never a victim: realtime jobs, ``preemptible=False`` jobs (being evicted already), jobs taken as victims
 earlier in the cycle, jobs that have run less than ``policy.min_runtime_s`` (relaxed only to *explain* a
 wait), jobs of which any disruption budget has no room left for their pods (a pod may be covered by several
 budgets; the Eviction API refuses if any of them has no room, so every one of the job's budgets is charged all
-of its pods), fractions of a GPU that share it with another fraction (evicting one frees no whole GPU while the
-others stay; ``eviction.frees_its_gpus``). A fraction alone on its GPU is a victim as a one-GPU job is: it frees
-that GPU, gives back its share of the quota, and loses its share of the GPU's work (its place in the order).
+of its pods). Fractions of a GPU are victims by their GPUs (``eviction.share_groups``): a fraction alone on its
+GPU is a victim as a one-GPU job is (it frees that GPU, gives back its share of the quota and loses its share of
+the GPU's work); fractions sharing a GPU are one victim *group*, evicted together or not at all (evicting some
+frees nothing while the others stay): each member passes the rule, the cooldown and its disruption budgets, one
+protected member (realtime, ``preemptible=False``) keeps the group off, the set's size counts each member
+(``evicted``), and so does the rate window.
 """
 
 from __future__ import annotations
@@ -137,19 +143,19 @@ def fits_past_reservations(pool: Pool, victims: list[Candidate], g: int, pods: i
     m = pool.crossed(end)
     if m == 0:
         return True
-    freed: dict[int, list[RunningJob]] = defaultdict(list)
+    freed: dict[int, list[Candidate]] = defaultdict(list)
     for c in victims:
         for i in c.nodes:
-            freed[i].append(c.job)
+            freed[i].append(c)
     reservations = pool.reservations[:m]
     fit = 0
     for i in (pool.indexed if within is None else sorted(within)):
-        jobs = freed.get(i, ())
-        value = pool.free[i] + sum(j.gpus_per_pod for j in jobs)
+        units = freed.get(i, ())
+        value = pool.free[i] + sum(c.h for c in units)
         for r in reservations:
             left = r.spare.get(i)
             if left is not None:
-                left += sum(j.gpus_per_pod for j in jobs if j.expected_end > r.until)
+                left += sum(c.h for c in units if c.end > r.until)
                 if left < value:
                     value = left
         if value > 0:
@@ -163,12 +169,68 @@ def fits_past_reservations(pool: Pool, victims: list[Candidate], g: int, pods: i
 
 
 class Candidate:
-    __slots__ = ("job", "nodes", "key")
+    """One victim of the search: a running job, or a *group* of fractions that leave together (every job on a
+    set of shared GPUs: evicting them all frees those GPUs, evicting some frees nothing). A group is evicted
+    whole or not at all, each member under the victim rules, the cooldown and its disruption budgets.
 
-    def __init__(self, job: RunningJob, nodes: list[int], key: tuple):
+    ``job``: the job of a one-job candidate, None for a group; ``members``: its jobs (by id); ``nodes``: the
+    pool's index of each unit it frees on an untainted indexed node, ``h`` GPUs each (a pod of a whole-GPU job,
+    a shared GPU of fractions: 1); ``gpus``: the GPUs it frees in all; ``end``: when they would be free anyway
+    (its members' latest expected end); ``gone``: milli-GPUs it gives back per department; ``budgets``: the pods
+    it charges to each disruption budget; ``key``: its place in the total order."""
+
+    __slots__ = ("job", "members", "nodes", "h", "gpus", "end", "gone", "budgets", "key")
+
+    def __init__(self, job: RunningJob | None, nodes: list[int], key: tuple, *,
+                 members: tuple[RunningJob, ...] | None = None, h: int | None = None, gpus: int | None = None):
         self.job = job
-        self.nodes = nodes  # indices in the pool, one per pod on an indexed node
+        self.members = (job,) if members is None else members
+        self.nodes = nodes
         self.key = key
+        if job is not None:
+            self.h = job.gpus_per_pod if h is None else h
+            self.gpus = len(job.placement) * job.gpus_per_pod if gpus is None else gpus
+            self.end = job.expected_end
+            self.gone = {job.department: job.gpu_milli}
+            self.budgets = tuple((b, job.pods) for b in job.disruption_budgets)
+        else:
+            self.h = 1 if h is None else h
+            self.gpus = len(nodes) if gpus is None else gpus
+            self.end = max(m.expected_end for m in self.members)
+            gone: dict[str, int] = {}
+            budgets: dict[str, int] = {}
+            for m in self.members:
+                gone[m.department] = gone.get(m.department, 0) + m.gpu_milli
+                for b in m.disruption_budgets:
+                    budgets[b] = budgets.get(b, 0) + m.pods
+            self.gone = gone
+            self.budgets = tuple(sorted(budgets.items()))
+
+    @property
+    def started_at(self) -> float:
+        """When its last member started (the cooldown holds for each member)."""
+        return max(m.started_at for m in self.members)
+
+
+def evicted(victims: list[Candidate]) -> int:
+    """How many jobs a victim set evicts (a group counts each of its members): the size the search minimises
+    and the preemption rate window counts."""
+    return sum(len(c.members) for c in victims)
+
+
+def all_eligible(c: Candidate, eligible: Callable[[RunningJob, Mapping[str, int]], bool],
+                 removed: Mapping[str, int]) -> bool:
+    """Whether every member of ``c`` is a victim under the rule ``eligible``, each judged with the members
+    before it gone (as the search would judge them as victims one after another)."""
+    job = c.job
+    if job is not None:
+        return eligible(job, removed)
+    seen = dict(removed)
+    for m in c.members:
+        if not eligible(m, seen):
+            return False
+        seen[m.department] = seen.get(m.department, 0) + m.gpu_milli
+    return True
 
 
 MAX_SET_FOR_SEEDS = 4  # beyond this size the seeded retries cost more than they save
@@ -204,15 +266,16 @@ def search(
     single = _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within)
     if single is not None:
         return single
-    if len(best) > MAX_SET_FOR_SEEDS:
+    size = evicted(best)
+    if size > MAX_SET_FOR_SEEDS:
         return best
     for seed in cands[:SEEDS]:
         if any(seed is c for c in best):
             continue
         found = _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within)
-        if found is not None and len(found) < len(best):
-            best = found
-            if len(best) == 1:
+        if found is not None and evicted(found) < size:
+            best, size = found, evicted(found)
+            if size == 1:
                 break
     return best
 
@@ -233,12 +296,11 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left,
     best = None
     best_cost = None  # (work at risk, GPUs) of the best so far: only a cheaper candidate can replace it
     for c in cands:
-        job = c.job
-        if best_cost is not None and (c.key[2], len(c.job.placement) * c.job.gpus_per_pod) >= best_cost:
+        if best_cost is not None and (c.key[2], c.gpus) >= best_cost:
             continue
         # The physical test first: it is the cheapest, and most candidates alone free too little.
         nodes = c.nodes if within is None else [i for i in c.nodes if i in within]
-        h = job.gpus_per_pod
+        h = c.h
         if len(nodes) == 1:  # (most victims run one pod)
             old = free[nodes[0]]
             cap = base + (old + h if old + h > 0 else 0) // g - (old if old > 0 else 0) // g
@@ -249,13 +311,13 @@ def _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left,
                 old = free[i] + seen.get(i, 0)
                 seen[i] = seen.get(i, 0) + h
                 cap += max(0, old + h) // g - max(0, old) // g
-        if cap < pods or not eligible(job, {}):
+        if cap < pods or not all_eligible(c, eligible, {}):
             continue
-        if budget_left is not None and any(job.pods > budget_left.get(b, job.pods) for b in job.disruption_budgets):
+        if budget_left is not None and any(n > budget_left.get(b, n) for b, n in c.budgets):
             continue
-        if quota.check(dept, flavor, k, {job.department: job.gpu_milli}, pool.cluster)[0] is None:
+        if quota.check(dept, flavor, k, c.gone, pool.cluster)[0] is None:
             best = c
-            best_cost = (c.key[2], len(job.placement) * job.gpus_per_pod)  # (the GPUs it frees)
+            best_cost = (c.key[2], c.gpus)
     return None if best is None else [best]
 
 
@@ -279,22 +341,21 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
 
     def apply(c: Candidate, sign: int) -> None:  # (quota.over inline: every candidate walked comes here)
         nonlocal cap
-        job = c.job
-        d = job.department
-        change = sign * job.gpu_milli
-        removed[d] += change
-        for scope in scopes:
-            key, gone = scope[0], scope[4]
-            found = counts.get((d, key))
-            if found is None:
-                found = counts[(d, key)] = (quota.counts(d, flavor, pool.cluster, key), quota.guaranteed(d, key))
-            if not found[0]:
-                continue
-            before = usage[(d, key)] - gone[d]
-            gone[d] += change
-            gu, after = found[1], before - change  # (max(0, used - guaranteed) before and after)
-            scope[1] += (after - gu if after > gu else 0) - (before - gu if before > gu else 0)
-        h = sign * job.gpus_per_pod
+        for d, milli in c.gone.items():
+            change = sign * milli
+            removed[d] += change
+            for scope in scopes:
+                key, gone = scope[0], scope[4]
+                found = counts.get((d, key))
+                if found is None:
+                    found = counts[(d, key)] = (quota.counts(d, flavor, pool.cluster, key), quota.guaranteed(d, key))
+                if not found[0]:
+                    continue
+                before = usage[(d, key)] - gone[d]
+                gone[d] += change
+                gu, after = found[1], before - change  # (max(0, used - guaranteed) before and after)
+                scope[1] += (after - gu if after > gu else 0) - (before - gu if before > gu else 0)
+        h = sign * c.h
         for i in c.nodes:
             if within is not None and i not in within:
                 continue  # (its GPUs there are of no use to a job bound to the domain)
@@ -317,15 +378,14 @@ def _greedy(cands, seed, pool, g, pods, quota, dept, flavor, k, eligible, budget
     # (lazily: the walk usually stops long before the end of the candidates)
     order = cands if seed is None else chain((seed,), (c for c in cands if c is not seed))
     for c in order:
-        job = c.job
-        if not eligible(job, removed):
+        if not all_eligible(c, eligible, removed):
             continue
-        if budget_left is not None and job.disruption_budgets:
-            budgets = [b for b in job.disruption_budgets if b in budget_left]
-            if any(used_budget[b] + job.pods > budget_left[b] for b in budgets):
+        if budget_left is not None and c.budgets:
+            budgets = [(b, n) for b, n in c.budgets if b in budget_left]
+            if any(used_budget[b] + n > budget_left[b] for b, n in budgets):
                 continue
-            for b in budgets:
-                used_budget[b] += job.pods
+            for b, n in budgets:
+                used_budget[b] += n
         chosen.append(c)
         apply(c, 1)
         if fits():

@@ -160,3 +160,23 @@ def test_candidates_and_inflight():
     )
     assert [cand.job.id for cand in c.evictions.cands[("default", "a100")]] == [11, 14, 10]
     assert dict(c.evictions.inflight) == {7: [13]}
+
+
+def test_a_drain_takes_the_fractions_of_a_gpu_together_each_within_the_loss_bound():
+    # A's 3-GPU job and two of A's quarters sharing the node's fourth busy GPU, all 5 minutes past a
+    # checkpoint: the head of 8 GPUs drains all three rather than idle the 4 free GPUs for hours
+    from engine.fractions import HAMI, Share
+
+    def quarter(id, ran):
+        return run(id, dept="A", gpus=1, share=Share(HAMI, 40 * 1024, memory_mib=10 * 1024), devices=(0,),
+                   ran=ran, checkpoint_interval_s=HOUR, max_runtime_s=10 * HOUR)
+
+    whole = run(10, dept="A", gpus=3, ran=HOUR + 5 * MIN, checkpoint_interval_s=HOUR, max_runtime_s=10 * HOUR)
+    c = cycle(whole, quarter(11, HOUR + 5 * MIN), quarter(12, HOUR + 5 * MIN))
+    drained = c.evictions.drain(job(1, gpus=8, submitted_at=NOW - 8 * HOUR), pool_of(c), NOW + 5 * HOUR, False)
+    assert drained is not None and drained.victim_ids == (10, 11, 12)
+    assert c.evictions.rate_left == 10 - 3
+    # one quarter 20 minutes past its checkpoint (over drain_max_loss_s): its GPU stays, and so no drain
+    c = cycle(whole, quarter(11, HOUR + 5 * MIN), quarter(12, HOUR + 20 * MIN))
+    assert c.evictions.drain(job(1, gpus=8, submitted_at=NOW - 8 * HOUR), pool_of(c), NOW + 5 * HOUR, False) is None
+    assert not c.evictions.taken

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import schedule
+from engine.cycle import Cycle
 from engine.fractions import HAMI, REPLICAS, Share, fraction, fraction_of
 from engine.types import Node, PendingJob, Quota, RunningJob, Snapshot
 
@@ -129,16 +130,113 @@ def test_a_fraction_alone_on_its_gpu_is_a_victim_and_loses_the_least_work():
     assert r.victims == {2}
 
 
-def test_fractions_sharing_a_gpu_are_no_victims():
-    # the same, with two quarters on that GPU: evicting one frees nothing, so the whole-GPU job goes
+def quarter(id: int, device: int = 0, dept: str = "B", ran: float = 2 * HOUR, **kw) -> RunningJob:
+    """A running quarter of an A100 on n0's shared GPU ``device``."""
+    kw.setdefault("max_runtime_s", 9 * HOUR)
+    return run(id, dept=dept, on="n0", gpus=1, share=hami(10), devices=(device,), ran=ran, **kw)
+
+
+def test_fractions_sharing_a_gpu_leave_together_for_a_whole_gpu_job():
+    # one GPU shared by two of B's quarters and nothing else to take: evicting one would free nothing, so the
+    # realtime job evicts both together, in one preemption, and waits for them in the words of any eviction
+    r = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1)
+         .running(quarter(1), quarter(2))
+         .pending(job(3, tier="realtime")).decide())
+    assert [p.victim_ids for p in r.raw.preemptions] == [(1, 2)]
+    assert r.raw.preemptions[0].preemptor_id == 3 and r.raw.preemptions[0].reason == "priority"
+    assert r.code(3) == "preemption_in_progress" and r.reason[3].detail["victims"] == [1, 2]
+    alone = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).running(quarter(1))
+             .pending(job(3, tier="realtime")).decide())
+    assert r.reason[3].message == alone.reason[3].message.replace("1 job(s)", "2 job(s)")
+
+
+def test_the_group_loses_its_members_work_together_in_the_order():
+    # B's whole-GPU job and two quarters sharing the other GPU, all two hours in: the quarters lose half a
+    # GPU's work together, less than the whole job's, so they go
     r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
          .running(run(1, dept="B", on="n0", gpus=1, ran=2 * HOUR, max_runtime_s=9 * HOUR),
-                  run(2, dept="B", on="n0", gpus=1, share=hami(10), devices=(1,), ran=2 * HOUR,
-                      max_runtime_s=9 * HOUR),
-                  run(4, dept="B", on="n0", gpus=1, share=hami(10), devices=(1,), ran=2 * HOUR,
-                      max_runtime_s=9 * HOUR))
+                  quarter(2, device=1), quarter(4, device=1))
+         .pending(job(3, tier="realtime")).decide())
+    assert r.victims == {2, 4}
+    # four quarters that ran three hours lose three GPU-hours together, the whole job two: it goes instead
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, dept="B", on="n0", gpus=1, ran=2 * HOUR, max_runtime_s=9 * HOUR),
+                  *(quarter(i, device=1, ran=3 * HOUR) for i in (2, 4, 5, 6)))
          .pending(job(3, tier="realtime")).decide())
     assert r.victims == {1}
+
+
+def test_a_group_sits_where_its_most_protected_member_would():
+    # the candidates in their total order: borrowers first, then lower tiers, then the work lost. The group of
+    # a borrowed backfill quarter and an elastic one that does not borrow sits with non-borrowing elastic work,
+    # and loses their two shares' work: half a GPU for two hours, one GPU-hour (the lone elastic job, two)
+    snap = (Snap().nodes(1, gpus=4).quota("A", 4).quota("B", 4)
+            .running(run(1, dept="B", on="n0", gpus=1, ran=5 * HOUR, max_runtime_s=9 * HOUR, borrowed=True),
+                     run(5, dept="B", on="n0", gpus=1, ran=2 * HOUR, max_runtime_s=9 * HOUR),
+                     run(6, dept="B", on="n0", gpus=1, ran=0.5 * HOUR, max_runtime_s=9 * HOUR, tier="backfill"),
+                     quarter(2, device=1, borrowed=True, tier="backfill"), quarter(4, device=1))
+            .build())
+    cands = Cycle(snap).evictions.cands[("default", "a100")]
+    assert [tuple(m.id for m in c.members) for c in cands] == [(1,), (6,), (2, 4), (5,)]
+    group = cands[2]
+    assert group.job is None and group.key[:3] == (1, -1, 0.5 * 2 * HOUR) and group.gpus == 1 and group.h == 1
+    assert group.gone == {"B": 500}
+
+
+def test_one_protected_member_keeps_the_whole_group():
+    # the same GPU shared with a realtime session, or with a job that chose not to be preempted: nothing goes
+    for other in (quarter(2, tier="realtime"), quarter(2, own_preemptible=False), quarter(2, preemptible=False)):
+        r = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).running(quarter(1), other)
+             .pending(job(3, tier="realtime")).decide())
+        assert not r.raw.preemptions and r.code(3) != "preemption_in_progress", other
+
+
+def test_each_member_keeps_the_cooldown_its_budgets_and_counts_in_the_window():
+    base = Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1)
+    # one member started 5 minutes ago: the group waits for its cooldown, and the reason says when
+    r = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).running(quarter(1), quarter(2, ran=300.0))
+         .pending(job(3, tier="realtime")).decide())
+    assert not r.victims and r.code(3) == "preemption_cooldown"
+    assert r.reason[3].detail["victims_needed"] == 2
+    assert r.reason[3].detail["preemptible_at"] == NOW - 300.0 + r.raw.figures.get("min_runtime_s", 600.0)
+    # one member's budget has room for one pod, and both are covered by it: neither goes
+    r = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).budget("lab", 1)
+         .running(quarter(1, disruption_budgets=("lab",)), quarter(2, disruption_budgets=("lab",)))
+         .pending(job(3, tier="realtime")).decide())
+    assert not r.victims and r.code(3) == "disruption_budget" and r.reason[3].detail["budgets"] == ["lab"]
+    # room for both: they go, and the budget is charged a pod each
+    r = (Snap().nodes(1, gpus=1).quota("A", 1).quota("B", 1).budget("lab", 2)
+         .running(quarter(1, disruption_budgets=("lab",)), quarter(2, disruption_budgets=("lab",)))
+         .pending(job(3, tier="realtime")).decide())
+    assert r.victims == {1, 2}
+    # the window has room for one more eviction: the group needs two
+    r = base.running(quarter(1), quarter(2)).recent_preemptions(9).pending(job(3, tier="realtime")).decide()
+    assert not r.victims and r.code(3) == "preemption_rate_limit"
+    assert r.reason[3].detail["victims_needed"] == 2 and r.reason[3].detail["allowed_now"] == 1
+
+
+def test_a_job_with_fractions_on_two_gpus_links_their_groups():
+    # job 1's two quarters sit on both GPUs of n0, job 2's beside one of them: freeing both GPUs for a 2-GPU
+    # realtime job takes all three together; with job 2 a realtime session, none of them goes
+    two = dict(dept="B", on=("n0", "n0"), gpus=1, share=hami(10), devices=(0, 1), ran=2 * HOUR, max_runtime_s=9 * HOUR)
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, **two), quarter(2, device=1))
+         .pending(job(3, gpus=2, tier="realtime")).decide())
+    assert [p.victim_ids for p in r.raw.preemptions] == [(1, 2)]
+    r = (Snap().nodes(1, gpus=2).quota("A", 2).quota("B", 2)
+         .running(run(1, **two), quarter(2, device=1, tier="realtime"))
+         .pending(job(3, gpus=1, tier="realtime")).decide())
+    assert not r.raw.preemptions
+
+
+def test_a_lender_reclaims_a_gpu_its_borrowers_share():
+    # A lent its nominal GPU: B holds its own whole GPU and borrows A's as two quarters. A's job, patient past
+    # the reclaim delay, takes it back by evicting both (the GPUs they free, one, are not too many for it)
+    r = (Snap().nodes(1, gpus=2).quota("A", 1).quota("B", 1)
+         .running(run(1, dept="B", on="n0", gpus=1, ran=2 * HOUR, max_runtime_s=9 * HOUR),
+                  quarter(2, device=1, borrowed=True), quarter(4, device=1, borrowed=True))
+         .pending(job(3, submitted_at=NOW - HOUR)).decide())
+    assert [(p.victim_ids, p.reason) for p in r.raw.preemptions] == [((2, 4), "reclaim")]
 
 
 def test_a_fraction_keeps_the_cooldown_and_its_disruption_budget():
@@ -204,7 +302,10 @@ def mixed(draw):
 @SETTINGS
 @given(mixed())
 def test_never_oversubscribed_and_a_shared_gpu_never_given_whole(snap):
-    result = schedule(snap)
+    assert_never_oversubscribed(snap, schedule(snap))
+
+
+def assert_never_oversubscribed(snap, result):
     gpus = {n.name: n.gpus for n in snap.nodes}
     whole = defaultdict(int)
     shared: dict[tuple[str, int], list[Share]] = defaultdict(list)
@@ -257,17 +358,25 @@ def test_without_fractions_the_decisions_are_those_of_before(snap):
 
 @SETTINGS
 @given(mixed())
-def test_a_fraction_is_a_victim_only_alone_on_its_gpu(snap):
-    # the mixed snapshots' running fractions made evictable (elastic): a realtime arrival may take them, but
-    # only where the fraction is the one holder of every GPU it sits on
-    running = tuple(replace(r, tier="elastic") if r.share is not None else r for r in snap.running)
-    result = schedule(replace(snap, running=running))
+def test_fractions_are_victims_only_with_every_fraction_on_their_gpus(snap):
+    # the mixed snapshots' running fractions made evictable (elastic) on every shared GPU of even index, and on
+    # the others those of even id, the rest left realtime (sessions): a realtime arrival may take fractions, but
+    # a realtime one never, and a fraction only with every other fraction on each GPU it holds (the GPU is freed
+    # whole or not touched); the admissions stay within every GPU's memory and compute
+    running = tuple(replace(r, tier="elastic") if r.share is not None and (r.devices[0] % 2 == 0 or r.id % 2 == 0)
+                    else r for r in snap.running)
+    snap = replace(snap, running=running)
+    result = schedule(snap)
+    assert_never_oversubscribed(snap, result)
     holders: dict[tuple[str, int], set[int]] = defaultdict(set)
     for r in running:
         if r.share is not None:
             for name, d in zip(r.placement, r.devices, strict=True):
                 holders[(name, d)].add(r.id)
     victims = {v for p in result.preemptions for v in p.victim_ids}
-    for r in running:
-        if r.id in victims and r.share is not None:
-            assert all(holders[(name, d)] == {r.id} for name, d in zip(r.placement, r.devices, strict=True))
+    by_id = {r.id: r for r in running}
+    for v in victims:
+        r = by_id[v]
+        assert r.tier != "realtime"
+        if r.share is not None:
+            assert all(holders[(name, d)] <= victims for name, d in zip(r.placement, r.devices, strict=True))

@@ -606,3 +606,75 @@ def test_an_admitted_job_whose_pods_never_start_says_so_and_shows_in_the_metric(
     value = float(next(line.split()[-1] for line in text.splitlines()
                        if line.startswith("portal_admitted_not_started_oldest_seconds ")))
     assert value >= 150
+
+
+# ------------------------------------------------------------------------------------------- fractions
+
+
+@pytest.fixture
+def shared_gpu(kube, lab, submit, go):
+    """The lab's A100s shared through HAMi; nlp holds seven GPUs whole and two quarters (nb1, nb2) on the last,
+    all elastic and an hour in: a whole GPU for vision's realtime job must come from the quarters together."""
+    import json
+
+    from quotas.models import GpuSharing
+
+    lab.a100.sharing = GpuSharing.HAMI
+    lab.a100.save()
+    for i in range(2):  # HAMi advertises each of a node's 4 GPUs as 10 units, and registers the 4 GPUs
+        kube.add_node(f"gpu-{i}", gpus=40, labels={"gpu-type": "a100"})
+        kube.nodes[f"gpu-{i}"]["metadata"]["annotations"] = {"hami.io/node-nvidia-register": json.dumps(
+            [{"id": f"GPU-{i}-{d}", "index": d, "count": 10, "devmem": 81920} for d in range(4)])}
+    go(sync_cluster)
+    whole = [go(submit, lab.bob, gpus=g, name=f"w{g}") for g in (4, 3)]
+    started(kube, go, *whole)
+    quarters = [go(submit, lab.bob, gpus=1, gpu_memory_gib=20, name=f"nb{i}") for i in (1, 2)]
+    started(kube, go, *quarters)
+    for q in quarters:
+        q.refresh_from_db()
+    assert quarters[0].placement == quarters[1].placement and quarters[0].gpu_devices == quarters[1].gpu_devices
+    return quarters
+
+
+def test_the_fractions_sharing_a_gpu_are_evicted_together_through_the_eviction_api(kube, lab, submit, go,
+                                                                                   shared_gpu):
+    nb1, nb2 = shared_gpu
+    where = nb1.placement
+    rt = go(submit, lab.alice, gpus=1, tier="realtime", name="rt")
+    go(run_cycle)
+    # one preemption, each quarter a victim of it, each pod asked to leave through the Eviction API
+    victims = PreemptionVictim.objects.select_related("preemption").order_by("job_id")
+    assert [(v.job_id, v.preemption.preemptor_id, v.status) for v in victims] == [
+        (nb1.pk, rt.pk, PreemptionVictim.Status.EVICTED), (nb2.pk, rt.pk, PreemptionVictim.Status.EVICTED)]
+    for q in (nb1, nb2):
+        assert kube.count("POST", f"/pods/{pod_name(q)}/eviction$") == 1
+        assert kube.pod("gpu-nlp", pod_name(q))["metadata"]["deletionTimestamp"]
+    assert kube.count("DELETE") == 0
+    rt.refresh_from_db()
+    assert rt.reason_code == "preemption_in_progress" and rt.reason_detail["victims"] == [nb1.pk, nb2.pk]
+    assert rt.reason_message == f"preempting job(s) {nb1.pk}, {nb2.pk} (priority)"
+
+    kube.advance(31)  # both pods are gone: both requeued, and the GPU is whole again
+    go(sync_cluster)
+    for q in (nb1, nb2):
+        q.refresh_from_db()
+        assert (q.state, q.attempt, q.preemption_count) == (JobState.QUEUED, 2, 1)
+    go(run_cycle)
+    rt.refresh_from_db()
+    assert rt.state == JobState.ADMITTED and rt.placement == where
+
+
+def test_a_budget_that_protects_one_fraction_keeps_both_from_being_evicted(kube, lab, submit, go, shared_gpu):
+    nb1, nb2 = shared_gpu
+    # a team's PDB guards nb1's pod alone: evicting nb2 alone would free nothing, so neither quarter goes and
+    # the realtime job takes the next way in, the 3-GPU job (it loses more work, but may be evicted)
+    kube.add_pdb("gpu-nlp", "nb1", {"minAvailable": 1, "selector": {
+        "matchLabels": {"gpu-portal.io/job-id": str(nb1.pk)}}})
+    rt = go(submit, lab.alice, gpus=1, tier="realtime", name="rt")
+    go(run_cycle)
+    assert list(PreemptionVictim.objects.values_list("job__name", flat=True)) == ["w3"]
+    for q in (nb1, nb2):
+        assert kube.count("POST", f"/pods/{pod_name(q)}/eviction$") == 0
+        assert not kube.pod("gpu-nlp", pod_name(q))["metadata"].get("deletionTimestamp")
+    rt.refresh_from_db()
+    assert rt.reason_code == "preemption_in_progress"

@@ -55,3 +55,25 @@ def test_a_fraction_joins_a_shared_gpu_on_a_node_with_no_whole_gpu_free():
     by_key = {r.spec.key: r for r in res.jobs}
     assert (by_key["w"].first_start, by_key["nb1"].first_start) == (5, 10)
     assert res.invalid["admission"] == 0
+
+
+def test_a_realtime_job_evicts_the_quarters_sharing_a_gpu_together():
+    # a's two elastic quarters share GPU 0 and a's whole-GPU job holds GPU 1, all for two hours, checkpointing
+    # every 30 minutes (the trace's default); b's realtime job arrives 15 minutes past a checkpoint: the quarters
+    # lose half of the whole job's work together, so both leave (the GPU frees once the second has gone) and
+    # the realtime job starts on it
+    sc = parse_scenario({
+        "name": "fractions-evicted",
+        "cluster": {"node_groups": [{"name": "g", "count": 1, "gpus_per_node": 2, "flavor": "a100"}]},
+        "departments": {"a": {"quotas": {"a100": {"nominal": 1}}}, "b": {"quotas": {"a100": {"nominal": 1}}}},
+        "simulation": {"tick_s": 60, "strict": True},
+    })
+    text = (HEADER + "q1,0,7200,1,a,elastic,0.25\nq2,0,7200,1,a,elastic,0.25\nw,0,7200,1,a,elastic,\n"
+            "rt,4500,600,1,b,realtime,\n")
+    sc, jobs, _ = prepare(sc, rows=parse_rows(io.StringIO(text)), seed=1)
+    res = simulate(scenario=sc, jobs=jobs, policy=policies.make("portal"))
+    by_key = {r.spec.key: r for r in res.jobs}
+    assert (by_key["q1"].preemptions, by_key["q2"].preemptions, by_key["w"].preemptions) == (1, 1, 0)
+    assert by_key["rt"].first_start - 4500 <= 300 and by_key["rt"].preemptions == 0
+    assert all(r.state == "done" for r in res.jobs) and res.invalid["admission"] == 0
+    assert res.realtime_preempted == 0
