@@ -30,6 +30,22 @@ def test_shaped_queues_decide_alike_with_and_without_the_remembered_verdicts(pen
     assert Cycle(mixed).run() == Cycle(mixed, memo=False).run()
 
 
+@pytest.mark.parametrize("pending,nodes,seed", [(300, 30, 1), (600, 40, 3)])
+def test_cpu_only_verdicts_taken_across_departments_decide_alike_under_tight_cpu_quotas(pending, nodes, seed):
+    # A CPU-only job takes the room verdict of a job of another department, its own quotas checked afresh: with
+    # half the departments held to a few cores (no borrowing) and two CPU nodes, their jobs wait on quota
+    # between the others' that wait for room.
+    mixed = shaped(make_snapshot(pending, nodes, seed=seed), seed=seed)
+    tight = tuple(replace(q, nominal=4000 * (i % 3), borrowing_limit=0) if q.flavor.endswith("#cpu") and i % 2
+                  else q for i, q in enumerate(mixed.quotas))
+    cpu_nodes = [n for n in mixed.nodes if n.kind == "cpu"]
+    mixed = replace(mixed, quotas=tight, nodes=tuple(n for n in mixed.nodes if n not in cpu_nodes[2:]))
+    fast = Cycle(mixed).run()
+    codes = {p.code for p in fast.pending}
+    assert {"quota_exhausted", "no_capacity"} <= codes  # (both kinds of wait, among CPU-only jobs too)
+    assert fast == Cycle(mixed, memo=False).run()
+
+
 @pytest.mark.parametrize("seed", [4, 5])
 def test_shaped_queues_price_alike_from_forks_and_from_full_replays(seed):
     mixed = shaped(make_snapshot(250, 60, seed=seed), seed=seed)
