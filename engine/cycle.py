@@ -39,7 +39,7 @@ from .pricing import critical_bid, fork, price_from, wins_bidding_nothing, wins_
 from .quota import QuotaBook
 from .resize import Resizer
 from .results import pending_reasons, priced_admissions
-from .shapes import CPU, MEMORY, cpu_roles, demand, place_roles, resource_key, role_text, roles_fit
+from .shapes import CPU, MEMORY, demand, place_roles, resource_key, role_text, roles_fit
 from .sweeps import Gates
 from .teams import SEPARATOR, TeamBook, account
 from .teams import limit_note as team_limit_note
@@ -100,6 +100,8 @@ class Cycle:
         # Jobs whose GPU gang had room but a CPU role of theirs did not: the role and why (``blocked`` says so).
         self.cpu_short: dict[int, tuple[Role, dict]] = {}
         self.cpu_only_admitted = 0  # CPU-only admissions: they change no GPU pool (``Verdicts``)
+        # Per job: its CPU roles and what they ask per CPU flavor, with their quota keys (``cpu_needs``).
+        self.needs: dict[int, tuple] = {}
         self.cpu_admitted = 0  # admissions that took CPU pods or CPU quota: all a CPU-only job's verdict reads
 
         self.scorer = Scorer(snapshot)
@@ -386,14 +388,38 @@ class Cycle:
 
     # ------------------------------------------------------------ roles on CPU pools (``shapes``)
 
+    def cpu_needs(self, job: PendingJob) -> tuple[tuple[Role, ...], tuple[tuple[str, int, int, str, str | None], ...]]:
+        """The job's CPU roles, and per CPU flavor of them (sorted) the millicores and MiB they ask for in all,
+        with the quota book's keys of the two (the memory key None where the department has no memory row: its
+        memory is not limited there). The quota check, the fit and the admission of a job all read them, so
+        they are worked out once per job, kept by its roles' identity (hashing roles by value, as a cache by
+        value must, cost more than the work)."""
+        found = self.needs.get(job.id)
+        if found is not None and found[0] is job.roles:
+            return found[1], found[2]
+        roles = tuple([r for r in job.roles if r.gpus_per_pod == 0])
+        if len(roles) == 1:  # (most jobs: one CPU role, nothing to add up)
+            r = roles[0]
+            asked = ((r.flavor, r.pods * r.cpu_m, r.pods * r.memory_mib),)
+        else:
+            asked = demand(roles)
+        dept, has = job.department, self.quota.has
+        rows = tuple([(flavor, cores, mib, resource_key(flavor, CPU),
+                       mem if has(dept, mem := resource_key(flavor, MEMORY)) else None)
+                      for flavor, cores, mib in asked])
+        self.needs[job.id] = (job.roles, roles, rows)
+        return roles, rows
+
     def cpu_quota(self, job: PendingJob) -> Waiting | None:
         """Why the cores or memory of the job's CPU roles (added up per pool) exceed its department's quota, or
         None. A pool's cores need a quota row, as GPUs do; its memory is limited only where a row says so."""
-        dept = job.department
-        for flavor, cores, mib in demand(cpu_roles(job)):
-            for resource, k in ((CPU, cores), (MEMORY, mib)):
-                key = resource_key(flavor, resource)
-                if resource == MEMORY and not self.quota.has(dept, key):
+        dept, check = job.department, self.quota.check
+        for flavor, cores, mib, cpu_key, mem_key in self.cpu_needs(job)[1]:
+            # (both checks at once where both pass, as most jobs' do; else the cause, in order, below)
+            if check(dept, cpu_key, cores)[0] is None and (mem_key is None or check(dept, mem_key, mib)[0] is None):
+                continue
+            for resource, k, key in ((CPU, cores, cpu_key), (MEMORY, mib, mem_key)):
+                if key is None:
                     continue
                 # (the full check first: it passes only where the two that name a lasting cause would, and most
                 # jobs pass)
@@ -404,7 +430,7 @@ class Cycle:
                 if lasting is not None:
                     code, detail = lasting, self.quota.detail(dept, key, k)
                 detail.update({"resource": resource, "flavor": flavor,
-                               "roles": [r.name for r in cpu_roles(job) if r.flavor == flavor]})
+                               "roles": [r.name for r in self.cpu_needs(job)[0] if r.flavor == flavor]})
                 unit = "millicores" if resource == CPU else "MiB"
                 return self.pend(job, code, detail, f"{flavor} {resource}: {quota_note(detail)} {unit}")
         return None
@@ -465,10 +491,10 @@ class Cycle:
             else:
                 names = self.cpu_pools[(cluster, role.flavor)].names
                 placement += [names[i] for i in next(cpu)]
-        for flavor, cores, mem in demand(cpu_roles(job)):
-            self.quota.add(dept, resource_key(flavor, CPU), cores, cluster)
-            if self.quota.has(dept, resource_key(flavor, MEMORY)):
-                self.quota.add(dept, resource_key(flavor, MEMORY), mem, cluster)
+        for _, cores, mib, cpu_key, mem_key in self.cpu_needs(job)[1]:
+            self.quota.add(dept, cpu_key, cores, cluster)
+            if mem_key is not None:
+                self.quota.add(dept, mem_key, mib, cluster)
         if cpu_placed:
             self.cpu_admitted += 1
         if job.pods == 0:  # (a job with GPUs has done this in ``admit``)
@@ -483,7 +509,7 @@ class Cycle:
     def cpu_fits(self, job: PendingJob, cluster: str) -> bool:
         """Whether the job's CPU roles fit on ``cluster`` now (nothing is taken; the first role that does not
         is remembered for ``blocked``)."""
-        roles = cpu_roles(job)
+        roles = self.cpu_needs(job)[0]
         if roles_fit(self.cpu_pools, cluster, roles):
             return True
         placed, missing = place_roles(self.cpu_pools, cluster, roles)  # (it fails too: for what to say)
@@ -670,7 +696,7 @@ class Cycle:
         g, n = job.gpus_per_pod, job.pods
         end = self.now + job.max_runtime_s
         share = job.share  # a fraction per pod: on shared GPUs first (``fractions``)
-        shaped = bool(job.roles) and any(r.gpus_per_pod == 0 for r in job.roles)
+        shaped = bool(job.roles) and bool(self.cpu_needs(job)[0])
         if shaped:  # only the clusters whose CPU pools take the job's CPU roles now
             pools = [p for p in pools if self.cpu_fits(job, p.cluster)]
             if not pools:
@@ -757,7 +783,7 @@ class Cycle:
             self.gates.admitted(job)
         names = pool.names
         if job.roles:
-            cpu_placed, _ = place_roles(self.cpu_pools, pool.cluster, cpu_roles(job)) if shaped else ([], None)
+            cpu_placed, _ = place_roles(self.cpu_pools, pool.cluster, self.cpu_needs(job)[0]) if shaped else ([], None)
             self.admit_roles(job, pool.cluster, [names[i] for i in placed], cpu_placed or [], end=end, borrows=borrows)
             if devices:  # (one per GPU pod, in the order of the gang)
                 self.admissions[job.id] = replace(self.admissions[job.id], devices=tuple(devices))

@@ -257,18 +257,22 @@ def search(
 
     Greedy-then-prune in candidate order gives a minimal set; to find a *smallest* one it is repeated with
     each of the first ``SEEDS`` candidates forced first; the smallest result wins, ties to the earlier seed
-    (so the preference order decides between equally small sets)."""
+    (so the preference order decides between equally small sets). Neither the single-victim walk nor the
+    seeds are tried where they cannot find a smaller set than the first one: every set has at least
+    ``_fewest`` victims."""
     if within is not None:
         cands = [c for c in cands if not within.isdisjoint(c.nodes)]
     best = _greedy(cands, None, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within)
     if not best:
         return None  # no set, or the job fits without victims (it waits on a reservation, not on capacity)
-    single = _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within)
-    if single is not None:
-        return single
     size = evicted(best)
-    if size > MAX_SET_FOR_SEEDS:
-        return best
+    fewest = _fewest(cands, pool, g, pods, within) if len(best) > 1 else 1
+    if fewest < 2:
+        single = _single(cands, pool, g, pods, quota, dept, flavor, k, eligible, budget_left, within)
+        if single is not None:
+            return single
+    if size > MAX_SET_FOR_SEEDS or size <= fewest:
+        return best  # (no seed can find a smaller set than one of the fewest victims any set needs)
     for seed in cands[:SEEDS]:
         if any(seed is c for c in best):
             continue
@@ -278,6 +282,20 @@ def search(
             if size == 1:
                 break
     return best
+
+
+def _fewest(cands: list[Candidate], pool: Pool, g: int, pods: int, within: frozenset[int] | None) -> int:
+    """A lower bound on the victims of any set that lets ``pods`` x ``g`` GPUs in: a victim's pod of ``h`` GPUs
+    adds at most ``ceil(h / g)`` pods of ``g`` to its node's room, whatever else leaves that node (the room of
+    a node freed of ``H`` GPUs grows by at most ``ceil(H / g)``, and ``ceil`` adds up to no less), so each victim
+    adds at most the most any candidate's pods do, and the pods missing now need that many victims at least.
+    A gang of whole nodes on half-busy nodes needs a victim per node; the search then stops at the first set
+    of that size instead of trying its seeds, and skips the single-victim walk when one cannot be enough."""
+    missing = pods - _capacity(pool, g, within)
+    if missing <= 0:
+        return 1  # (its quota alone may want victims: one may do)
+    most = max((len(c.nodes) * -(-c.h // g) for c in cands), default=0)
+    return -(-missing // most) if most > 0 else 1
 
 
 def _capacity(pool: Pool, g: int, within: frozenset[int] | None) -> int:

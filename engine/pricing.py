@@ -56,7 +56,7 @@ def critical_bid(bid: int, wins: Callable[[int], bool]) -> int:
 # values depend on nothing a replay changes. Every other attribute is copied or replaced in ``fork``, and an
 # attribute that is in neither list stops the fork, so that new working state is never shared by mistake.
 SHARED = frozenset({"snap", "now", "policy", "running", "running_end", "order", "keys", "fork_prices", "user_limits",
-                    "resizer", "team_quotas", "calendar", "team_shares"})
+                    "resizer", "team_quotas", "calendar", "team_shares", "needs"})
 REPLACED = frozenset({
     "topology", "pools", "pools_by_flavor", "closed_for", "likely_events", "scorer", "quota", "users", "teams",
     "evictions", "headroom_held", "credits", "admissions", "reasons", "gates", "admitted_end", "heads",

@@ -23,7 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from functools import lru_cache
 
-from .types import Node, PendingJob, Role
+from .types import Node, Role
 
 CPU_KIND = "cpu"
 CPU, MEMORY = "cpu", "memory"
@@ -32,16 +32,6 @@ CPU, MEMORY = "cpu", "memory"
 def resource_key(flavor: str, resource: str) -> str:
     """The quota book's key of a CPU pool's cores (``cpu``, in millicores) or memory (``memory``, in MiB)."""
     return f"{flavor}#{resource}"
-
-
-def cpu_roles(job: PendingJob) -> tuple[Role, ...]:
-    return _cpu_roles(job.roles)
-
-
-@lru_cache(maxsize=4096)
-def _cpu_roles(roles: tuple[Role, ...]) -> tuple[Role, ...]:
-    # (by the roles' value: a queue holds few distinct shapes, each asked for by many jobs, several times each)
-    return tuple(r for r in roles if r.gpus_per_pod == 0)
 
 
 @lru_cache(maxsize=4096)

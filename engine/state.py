@@ -47,6 +47,7 @@ class CycleState(Protocol):
     team_quotas: bool  # whether any department has teams (``TeamBook.active``), asked by every job judged
     calendar: Calendar  # the bookings' and maintenance windows' holds (``bookings``)
     team_shares: bool  # whether any team has a share of its department's budget (its own entry in ``credits``)
+    needs: dict[int, tuple]  # per job: its CPU roles and what they ask, with quota keys (``Cycle.cpu_needs``)
 
     # the working state (a fork copies or replaces each: ``pricing.REPLACED``)
     topology: Topology
@@ -91,3 +92,5 @@ class CycleState(Protocol):
     def across_quota(self, job: PendingJob) -> bool: ...
 
     def pend(self, job: PendingJob, code: str, detail: dict, note: str | None = None) -> Waiting: ...
+
+    def cpu_quota(self, job: PendingJob) -> Waiting | None: ...

@@ -34,6 +34,10 @@ MEMO_CODES = frozenset(
 )
 
 
+# The reasons a CPU-only job's remembered verdict may carry: no room on its CPU pools, now or ever (``shapes.why``).
+ROOM_CODES = frozenset({reasons.NO_CAPACITY, reasons.EXCEEDS_CAPACITY})
+
+
 class Verdicts:
     """Why a job waits, remembered by its shape: a later job of the same department, flavor, tier, size, run
     time and cluster constraints (and the same member, where the member has a GPU limit) waits for the same reason with the same detail as long as nothing changed in
@@ -42,7 +46,8 @@ class Verdicts:
     cost a lookup instead of the quota, capacity and reservation checks. Only the plain path is remembered:
     realtime jobs (they may preempt), jobs whose victims are already leaving, jobs short of credits, jobs
     under per-cluster quotas, jobs that reserve across their quota (their age decides it, not their shape)
-    and jobs with closed matching clusters (their detail names them) are judged in full every time."""
+    and jobs with closed matching clusters (their detail names them) are judged in full every time. A CPU-only
+    job's verdict is kept by what it is judged on, its department apart (``judge_cpu_only``)."""
 
     __slots__ = ("seen",)
 
@@ -77,21 +82,16 @@ class Verdicts:
         ):
             return cycle.judge(job)
         if job.roles and job.pods == 0:
-            # A CPU-only job is judged on its roles, its department's CPU quotas and the clusters it may run on,
-            # nothing else: it neither reserves nor preempts, so its tier and run time do not change why it
-            # waits, and jobs that differ only in them share a verdict.
-            key = (job.department, job.flavor, job.cluster, job.cluster_selector, job.cluster_preference,
-                   job.data_sources, job.roles)
-        else:
-            key = (
-                job.department, job.flavor, job.tier, job.pods, job.gpus_per_pod, job.max_runtime_s, job.cluster,
-                job.cluster_selector, job.cluster_preference, job.data_sources, job.roles, job.share,
-                job.topology_level, job.topology_required,
-                # a member with a GPU limit is judged as themselves: their holdings differ from a colleague's
-                job.user if cycle.user_limits and cycle.users.limit(job.department, job.user) is not None else None,
-                # a team with a guaranteed part or a borrowing limit is judged as itself, any other as no team
-                cycle.teams.verdict_team(job) if cycle.team_quotas else "",
-            )  # fmt: skip
+            return self.judge_cpu_only(cycle, job)
+        key = (
+            job.department, job.flavor, job.tier, job.pods, job.gpus_per_pod, job.max_runtime_s, job.cluster,
+            job.cluster_selector, job.cluster_preference, job.data_sources, job.roles, job.share,
+            job.topology_level, job.topology_required,
+            # a member with a GPU limit is judged as themselves: their holdings differ from a colleague's
+            job.user if cycle.user_limits and cycle.users.limit(job.department, job.user) is not None else None,
+            # a team with a guaranteed part or a borrowing limit is judged as itself, any other as no team
+            cycle.teams.verdict_team(job) if cycle.team_quotas else "",
+        )  # fmt: skip
         mark = _mark(cycle, job)
         seen = self.seen.get(key)
         if seen is not None and seen[0] == mark:
@@ -112,13 +112,32 @@ class Verdicts:
             self.seen[key] = (mark, cycle.reasons[job.id], outcome, job.id in cycle.headroom_held)
         return outcome
 
+    def judge_cpu_only(self, cycle: CycleState, job: PendingJob) -> Outcome:
+        """A CPU-only job waits for room on its CPU pools for a reason that its roles and the clusters it may run
+        on decide, nothing else: it neither reserves nor preempts (so its tier and run time do not count), and
+        its department counts only in its cores and memory quotas. Those are checked afresh (they change with
+        every CPU admission of any department, and a job they stop waits for them, judged in full); where they
+        pass, the job takes the room verdict of the last job of its shape, of any department, while no
+        admission has taken CPU pods since. Only room verdicts are remembered so: a quota verdict names its
+        department's figures."""
+        key = (job.flavor, job.cluster, job.cluster_selector, job.cluster_preference, job.data_sources, job.roles)
+        mark = cycle.cpu_admitted  # (``_mark``'s, inline)
+        seen = self.seen.get(key)
+        if seen is not None and seen[0] == mark:
+            waits = cycle.cpu_quota(job)
+            if waits is not None:
+                return waits
+            cycle.reasons[job.id] = seen[1]
+            return seen[2]
+        outcome = cycle.judge(job)
+        if outcome.__class__ is Waiting and outcome.code in ROOM_CODES and cycle.cpu_admitted == mark:
+            self.seen[key] = (mark, cycle.reasons[job.id], outcome, False)
+        return outcome
+
 
 def _mark(cycle: CycleState, job: PendingJob) -> int:
-    """The count of the changes that may turn ``job``'s verdict. A CPU-only job reads only the CPU pools and
-    their quotas (and its credits, which ``applies`` checks): only the admissions that took CPU pods count for
-    it; a GPU admission, a reservation or an eviction changes none of them. A job without roles does not count
-    the CPU-only admissions (they change no GPU pool), and a job with CPU roles beside its GPUs counts all."""
-    if job.roles and job.pods == 0:
-        return cycle.cpu_admitted
+    """The count of the changes that may turn a GPU job's verdict: admissions, reservations and evictions. A
+    job without roles does not count the CPU-only admissions (they change no GPU pool), and a job with CPU roles
+    beside its GPUs counts all (a CPU-only job's mark is its own: ``Verdicts.judge_cpu_only``)."""
     return len(cycle.admissions) + len(cycle.heads) + len(cycle.evictions.preemptions) - (
         0 if job.roles else cycle.cpu_only_admitted)

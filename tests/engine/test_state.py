@@ -37,7 +37,7 @@ def _methods(protocol: type) -> set[str]:
 
 def test_a_cycle_and_a_fork_have_the_methods_the_modules_call():
     cycle = _a_cycle()
-    assert _methods(CycleState) == {"consider", "judge", "price_of", "across_quota", "pend"}
+    assert _methods(CycleState) == {"consider", "judge", "price_of", "across_quota", "pend", "cpu_quota"}
     for state in (cycle, pricing.fork(cycle)):
         assert all(callable(getattr(state, name)) for name in _methods(CycleState))
         assert set(vars(state)) == _declared()
