@@ -973,7 +973,7 @@ class QuoteSizeRangeSerializer(serializers.Serializer):
     min_pods = serializers.IntegerField()
     max_pods = serializers.IntegerField()
     start_pods = serializers.IntegerField(help_text="The size it would start at now (its minimum when it would "
-                                          "wait: the size it waits at).")
+                                          "wait, the size it waits at, or when the estimate is skipped).")
     start_gpus = serializers.IntegerField()
     max_gpus = serializers.IntegerField()
     cost_at_start = serializers.IntegerField(help_text="At `start_pods`, at the job's own rate.")

@@ -116,14 +116,20 @@ def _size_range(job: Job, *, start: dict, rate: int, base: int, clearing: int | 
     start_gpus, max_gpus = start_pods * g, job.pods * g
     at_start = budgets.cost_of(rate=rate, gpu_seconds=start_gpus * runtime)
     at_largest = at_start + budgets.cost_of(rate=grow_rate, gpu_seconds=(max_gpus - start_gpus) * runtime)
-    when = "It would start at" if start.get("starts_now") else "It waits at its minimum and would start at"
+    if start.get("starts_now"):
+        when = "It would start at"
+    elif start.get("skipped"):  # (no estimate: the size it would start at is not known, its minimum is quoted)
+        when = "Quoted at its minimum,"
+    else:
+        when = "It waits at its minimum and would start at"
     message = (f"{when} {start_pods} of its {job.min_pods}..{job.pods} pods: {format_credits(at_start)} for "
                f"{start_gpus} GPU(s) for up to {runtime / 3600:g} h.")
     if max_gpus > start_gpus:
+        now = "the clearing price" if grow_basis == "clearing" else "the base price"
         message += (f" Grown to {job.pods} pods: {format_credits(at_largest)}; the {max_gpus - start_gpus} grown "
                     f"GPU(s) are borrowed, preemptible capacity at the clearing price of the cycle that grows it "
-                    f"({format_credits(grow_rate)}/GPU-h now, {'the clearing price' if grow_basis == 'clearing' else 'the base price'}"
-                    "); the portal refunds nothing of them when it preempts the job.")
+                    f"({format_credits(grow_rate)}/GPU-h now, {now}); the portal refunds nothing of them when it "
+                    "preempts the job.")
     message += f" The hold is the worst case: {format_credits(cost)}."
     return {"min_pods": job.min_pods, "max_pods": job.pods, "start_pods": start_pods, "start_gpus": start_gpus,
             "max_gpus": max_gpus, "cost_at_start": at_start, "cost_at_largest": at_largest, "hold": cost,

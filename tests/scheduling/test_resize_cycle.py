@@ -263,7 +263,7 @@ def test_a_resize_decided_before_the_pods_run_waits_for_a_checkpoint_counted_fro
 
 
 def test_the_quote_of_a_resizable_job_covers_its_range_and_says_grown_gpus_are_borrowed(started, lab, client_for,
-                                                                                        payload, client):
+                                                                                        payload, client, settings):
     from quotas.models import Price
     from scheduling.api.serializers import QuoteSerializer
 
@@ -288,6 +288,12 @@ def test_the_quote_of_a_resizable_job_covers_its_range_and_says_grown_gpus_are_b
     assert not wide["start"]["starts_now"]
     assert (wide["size_range"]["start_pods"], wide["size_range"]["cost_at_start"],
             wide["size_range"]["cost_at_largest"]) == (2, 2000, 8000)
+    # with the estimate skipped, the size it would start at is not known: its minimum is quoted
+    limit, settings.QUOTE_ESTIMATE_MAX_JOBS = settings.QUOTE_ESTIMATE_MAX_JOBS, 1
+    skipped = client_for(lab.amy).post("/api/v1/jobs/quote", body, format="json").json()
+    assert skipped["start"]["skipped"] and skipped["size_range"]["start_pods"] == 1
+    assert skipped["size_range"]["message"].startswith("Quoted at its minimum, 1 of its 1..2 pods")
+    settings.QUOTE_ESTIMATE_MAX_JOBS = limit
     # bad ranges are the submit's 400s, with the field
     for bad, field in (({"pods": 2, "min_pods": 3}, "min_pods"), ({"pods": 2, "min_pods": 0}, "min_pods")):
         r = client_for(lab.amy).post("/api/v1/jobs/quote", payload(**bad, checkpoint_interval_s=600), format="json")
