@@ -13,12 +13,17 @@ Units: rates in milli-credits (mcr) per GPU-hour, amounts in integer mcr, time i
 * An attempt is charged its GPU-seconds from admission to its end, capped at its max runtime, at the rate of
   its hold, and never more than the hold (``attempt_charge``); the rest of the hold is released.
 * Refunds follow ``REFUND_POLICY`` (``refund_share``) and never exceed the charge (``refund_of``).
+* A resizable attempt's GPUs are *lots* ``[GPUs, rate, borrowed]``, the admitted ones first on the admission's
+  terms: a grow adds a lot of borrowed capacity at its own rate, a shrink takes the newest lots off first
+  (``resized_lots``); each lot is charged from its own start at its own rate (``lot_usage``) and refunded on
+  its own terms (``lot_settlement``: a preemption gives back the lots inside the quota, not the borrowed ones).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from engine import tiers
@@ -127,3 +132,96 @@ def price_order_conflict(tier: str, rate: int, others: Mapping[str, int]) -> tup
         if tiers.is_premium(t) and rate >= v:
             return "below", v
     return None
+
+
+# ------------------------------------------------------------------ a resizable attempt's lots
+
+
+@dataclass(frozen=True, slots=True)
+class Lot:
+    """GPUs of one attempt held on the same terms from the same moment: the admitted ones (borrowed or inside the
+    quota as the admission was, at the admission's rate) or one grow's (always borrowed, at its cycle's clearing
+    price), with the GPU-seconds and the cost they ran up. ``since``: when the lot was added, on the caller's clock
+    (seconds)."""
+
+    gpus: int
+    rate: int
+    borrowed: bool
+    since: float
+    gpu_seconds: int = 0
+    cost: int = 0
+
+
+def resized_lots(lots: Sequence[Sequence[int]], *, gpus: int, rate: int) -> list[list[int]]:
+    """The lots ``[GPUs, rate, borrowed (1 or 0)]`` an attempt holds once resized to ``gpus`` GPUs: a grow appends
+    one lot of the added GPUs, borrowed capacity at ``rate`` (the grow's clearing price, at least the base price); a
+    shrink takes the newest lots off first (the pods a shrink removes are the last ranks, the ones added last)."""
+    out = [[int(n), int(r), int(b)] for n, r, b in lots]
+    have = sum(lot[0] for lot in out)
+    if gpus > have:
+        out.append([gpus - have, int(rate), 1])
+        return out
+    cut = have - gpus
+    while cut > 0 and out:
+        n = out[-1][0]
+        if n <= cut:
+            out.pop()
+            cut -= n
+        else:
+            out[-1][0] = n - cut
+            cut = 0
+    return out
+
+
+def lot_usage(sizes: Sequence[tuple[float, Sequence[Sequence[int]]]], *, start: float, end: float,
+              max_runtime_s: float | None, speedup: float = 1.0) -> tuple[int, int, list[Lot]]:
+    """(GPU-seconds, cost, lots) of a resizable attempt admitted at ``start`` and ended at ``end``: ``sizes`` are
+    its sizes as (from when, lots), oldest first, the first the admission's. Each size counts from its resize to
+    the next (or the end), all of them together capped at the max runtime from admission, each lot of GPUs at its
+    own rate. A lot stays the same from one size to the next while it keeps its place on the same terms with no
+    more GPUs (a shrink only takes GPUs off); a grow always adds a new one. ``speedup``: seconds of the job's time
+    per second of the clock (the lots are charged the job's time). The lots come back in the order they stopped
+    being held, the ones held to the end last."""
+    limit = start + (float(max_runtime_s) / speedup if max_runtime_s else float("inf"))
+    stop = min(end, limit)
+    gpu_seconds = cost = 0
+    done: list[Lot] = []  # lots no longer held
+    live: list[Lot] = []  # the lots of the size before, with what they ran up so far
+    for k, (at, lots) in enumerate(sizes):
+        now = []
+        for i, (gpus, rate, borrowed) in enumerate(lots):
+            same = i < len(live) and gpus <= live[i].gpus and (rate, bool(borrowed)) == (live[i].rate,
+                                                                                             live[i].borrowed)
+            old = live[i] if same else None
+            now.append(Lot(int(gpus), int(rate), bool(borrowed), old.since if old else at,
+                           old.gpu_seconds if old else 0, old.cost if old else 0))
+        done.extend(lot for i, lot in enumerate(live) if i >= len(now) or now[i].since != lot.since)
+        live = now
+        a = max(start, at)
+        b = min(stop, sizes[k + 1][0] if k + 1 < len(sizes) else stop)
+        if b <= a:
+            continue
+        ran_s = (b - a) * speedup
+        for i, lot in enumerate(live):
+            used = attempt_gpu_seconds(total_gpus=lot.gpus, ran_s=ran_s, max_runtime_s=None)
+            charge = attempt_charge(lot.rate, gpu_seconds=used)
+            gpu_seconds += used
+            cost += charge
+            live[i] = Lot(lot.gpus, lot.rate, lot.borrowed, lot.since, lot.gpu_seconds + used, lot.cost + charge)
+    return gpu_seconds, cost, done + live
+
+
+def lot_settlement(lots: Sequence[Lot], *, outcome: str, decided_by_portal: bool, charged: int
+                   ) -> list[tuple[int, int, str]]:
+    """(charge, refund, why) of each lot of an ended attempt that was charged ``charged`` in all: each lot pays its
+    cost, or its share of ``charged`` when the charge was capped at the hold, and is refunded on its own terms
+    (``refund_share``: a preemption by the portal gives back a lot inside the quota in full and a borrowed one not
+    at all; a platform failure or an eviction the portal did not decide gives back every lot)."""
+    cost = sum(lot.cost for lot in lots)
+    out = []
+    for lot in lots:
+        share, why = refund_share(outcome, decided_by_portal=decided_by_portal or outcome != "preempted",
+                                  borrowed=lot.borrowed)
+        charge = lot.cost if charged >= cost or cost <= 0 else lot.cost * charged // cost
+        out.append((charge, refund_of(charge, share), why))
+    return out

@@ -36,7 +36,7 @@ from quotas.api.budgets import (
 )
 from quotas.models import TIER_NAMES, Allowance, ApprovalRule, Flavor, LedgerEntry, Price, RefillRule, Wallet
 from quotas.services import allowances as allowance_services
-from quotas.services import periodic, pricing, reports, rules
+from quotas.services import periodic, pricing, reports, rules, settlement
 from quotas.services import wallets as wallet_services
 
 
@@ -61,11 +61,14 @@ def wallet(request, slug: str):
     m = member(request.user)
     month = timezone.localdate().replace(day=1)
     since, _ = reports.month_bounds(month)
+    entries = list(LedgerEntry.objects.restrict(request.user, VIEW).filter(wallet=w)
+                   .select_related("wallet__department", "user", "actor", "flavor").order_by("-created_at", "-id")[:30])
+    for e in entries:  # a resizable attempt's entries say what each lot held, was charged and got back
+        e.lots = settlement.entry_lots(e)
     return render(request, "quotas/wallet.html", {
         "membership": m, "wallet": w, "burn": reports.burn_rate(wallet=w),
         "holds": wallet_services.open_holds(wallet=w),
-        "entries": LedgerEntry.objects.restrict(request.user, VIEW).filter(wallet=w)
-        .select_related("wallet__department", "user", "actor", "flavor").order_by("-created_at", "-id")[:30],
+        "entries": entries,
         "usage": reports.usage_report(entries=LedgerEntry.objects.restrict(request.user, VIEW), group_by=["user", "flavor"], period="month",
                                        since=since, department=slug),
         "refill_rule": RefillRule.objects.filter(department=w.department).first(),

@@ -16,7 +16,11 @@ carries each metered department's available credits (balance minus open holds) a
 attempt holds its admission rate (the base price, or the cycle's clearing price when borrowing was contested
 and that is higher) x GPUs x max runtime, at most what is available; when the attempt ends it is charged its GPU-seconds (up to the end, or up to
 the eviction decision) at that rate, capped at the hold, and the rest is released. A preemption refunds the
-charge in full when the attempt ran inside its department's nominal quota and nothing when it borrowed. Budgets
+charge in full when the attempt ran inside its department's nominal quota and nothing when it borrowed. A
+resizable job is settled per lot, as the ledger settles it (``money.resized_lots``, ``lot_usage``,
+``lot_settlement``): it holds for the size it was admitted at, each grow adds a lot of borrowed GPUs at the
+clearing price of the cycle that decided it (held for the rest of the max runtime), each shrink takes the newest
+lots off, and each lot is charged from its own start at its own rate and refunded on its own terms. Budgets
 are added again every ``budget_refill`` period counted from the first submission (the portal uses calendar
 weeks or months).
 """
@@ -102,6 +106,10 @@ class JobRecord:
     attempt_start: float | None = None
     grows: int = 0
     shrinks: int = 0
+    # A metered resizable job's money, as the portal's ledger keeps it: the attempt's sizes as (from when, lots
+    # [GPUs, rate, borrowed]), the admission's first, and the clearing price of the grow waiting for its checkpoint.
+    sizes: list[tuple[float, list[list[int]]]] = field(default_factory=list)
+    resize_price: int | None = None
     # Topology: the run-time factor of the current attempt (above 1 when its gang spans domains of a level the
     # scenario slows down), and of all its gang's starts, those spread over such a level.
     slowdown: float = 1.0
@@ -381,10 +389,33 @@ class Simulator:
         if d not in self.budgets:
             return
         rate, _ = money.admission_rate(self._base_price(s), borrowed=rec.borrowed, price=price)
-        want = money.hold_of(rate, total_gpus=s.total_gpus, max_runtime_s=s.max_runtime_s)
+        # a resizable job holds for the size it was admitted at (its grows hold more, ``_resized``)
+        want = money.hold_of(rate, total_gpus=self._gpus(rec), max_runtime_s=s.max_runtime_s)
         rec.rate = rate
         rec.hold = max(0, min(want, self.balance[d] - self.held_credits[d]))
         self.held_credits[d] += rec.hold
+        if s.min_pods is not None:
+            rec.sizes = [(rec.start, [[self._gpus(rec), rate, int(rec.borrowed)]])]
+
+    def _hold_grow(self, rec: JobRecord, t: float, gpus: int) -> None:
+        """quotas.services.on_job_resized: the attempt's lots at its new size of ``gpus`` GPUs (``money.resized_lots``:
+        a grow's GPUs borrowed at the clearing price it was decided at, a shrink taking the newest off), and a grow's
+        GPUs held for the rest of the max runtime (partial if short)."""
+        s = rec.spec
+        d = s.department
+        if d not in self.budgets or not rec.sizes:
+            return
+        lots = rec.sizes[-1][1]
+        have = sum(lot[0] for lot in lots)
+        rate = 0
+        if gpus > have:
+            rate, _ = money.admission_rate(self._base_price(s), borrowed=True, price=rec.resize_price)
+            left = max(0.0, s.max_runtime_s - (t - rec.attempt_start)) if s.max_runtime_s else 0.0
+            want = money.hold_of(rate, total_gpus=gpus - have, max_runtime_s=left)
+            extra = max(0, min(want, self.balance[d] - self.held_credits[d]))
+            rec.hold += extra
+            self.held_credits[d] += extra
+        rec.sizes.append((t, money.resized_lots(lots, gpus=gpus, rate=rate)))
 
     def _settle(self, rec: JobRecord, end: float, preempted: bool, outcome: str | None = None) -> None:
         """quotas' settle_attempt: charge the GPU-seconds used at the held rate (capped at the hold), release
@@ -395,14 +426,23 @@ class Simulator:
         d = s.department
         if d not in self.budgets:
             return
-        used = rec.prior_gpu_s + money.attempt_gpu_seconds(total_gpus=self._gpus(rec), ran_s=end - rec.start,
-                                                          max_runtime_s=s.max_runtime_s)
-        charge = money.attempt_charge(rec.rate, gpu_seconds=used, hold=rec.hold)
+        outcome = outcome or ("preempted" if preempted else "succeeded")
+        if rec.sizes:  # a resizable job: lot by lot, each from its own start at its own rate, on its own terms
+            _, cost, lots = money.lot_usage(rec.sizes, start=rec.attempt_start, end=end,
+                                            max_runtime_s=s.max_runtime_s)
+            charge = min(cost, rec.hold)
+            refund = min(charge, sum(back for _, back, _ in money.lot_settlement(
+                lots, outcome=outcome, decided_by_portal=True, charged=charge)))
+            rec.sizes = []
+        else:
+            used = rec.prior_gpu_s + money.attempt_gpu_seconds(total_gpus=self._gpus(rec), ran_s=end - rec.start,
+                                                              max_runtime_s=s.max_runtime_s)
+            charge = money.attempt_charge(rec.rate, gpu_seconds=used, hold=rec.hold)
+            share, _ = money.refund_share(outcome, borrowed=rec.borrowed)
+            refund = money.refund_of(charge, share)
         self.held_credits[d] -= rec.hold
         self.balance[d] -= charge
         self.spent[d]["charged"] += charge
-        share, _ = money.refund_share(outcome or ("preempted" if preempted else "succeeded"), borrowed=rec.borrowed)
-        refund = money.refund_of(charge, share)
         if refund:
             self.balance[d] += refund
             self.spent[d]["refunded"] += refund
@@ -491,7 +531,7 @@ class Simulator:
         return any(rec.size and rec.size < rec.spec.pods and rec.resize_to is None
                    for rec in map(self.records.get, self.running) if rec is not None and rec.state == "running")
 
-    def _resize(self, rec: JobRecord, placement: tuple[str, ...], t: float) -> None:
+    def _resize(self, rec: JobRecord, placement: tuple[str, ...], t: float, price: int | None = None) -> None:
         """The engine decided a resize: it waits for the job's next checkpoint, or for its answer to a notice
         when it declares one (it writes a checkpoint on demand). A grow's new GPUs are held from now (promised to
         it); a shrink's stay in use until then."""
@@ -515,6 +555,7 @@ class Simulator:
         self.running[s.id] = replace(rj, placement=union, resizing=True)
         rec.resize_to = tuple(placement)
         rec.resize_at = at
+        rec.resize_price = price
         self._push(at, RESIZE, s.id, rec.attempt)
 
     def _resized(self, rec: JobRecord, t: float) -> None:
@@ -542,6 +583,7 @@ class Simulator:
         self.held[s.department] += delta
         self.busy += delta
         rec.size = new_size
+        self._hold_grow(rec, t, self._gpus(rec))
         rec.start = t
         rec.resize_to = rec.resize_at = None
         self.running[s.id] = replace(rj, placement=tuple(target), resizing=False)
@@ -839,7 +881,7 @@ class Simulator:
             if any(k > 0 and self.node_free[n] < k * s.gpus_per_pod for n, k in need.items()):
                 self._bad("admission", f"job {s.id}: grown pods do not fit on {rz.placement}")
                 continue
-            self._resize(rec, tuple(rz.placement), t)
+            self._resize(rec, tuple(rz.placement), t, rz.price)
         self._check_idle(res.pending)
         return n_adm, n_pre
 

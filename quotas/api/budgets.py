@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, time
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
 from rest_framework.renderers import JSONRenderer
@@ -35,7 +35,7 @@ from quotas.models import (
     RefillRule,
     Wallet,
 )
-from quotas.services import allowances, periodic, pricing, reports, rules, wallets
+from quotas.services import allowances, periodic, pricing, reports, rules, settlement, wallets
 
 # ------------------------------------------------------------------------------------------ plumbing
 
@@ -168,18 +168,47 @@ class AdjustSerializer(StrictSerializer):
     comment = serializers.CharField(max_length=300)
 
 
+class LedgerLotSerializer(serializers.Serializer):
+    """One lot of a resizable attempt: GPUs held on the same terms from the same moment (the admitted ones, or one
+    grow's, which are always borrowed at the clearing price of the cycle that grew the job)."""
+
+    gpus = serializers.IntegerField(help_text="GPUs of the lot.")
+    rate = serializers.IntegerField(help_text="What the lot costs, in milli-credits per GPU-hour.")
+    borrowed = serializers.BooleanField(
+        help_text="Borrowed, preemptible capacity (a preemption by the portal refunds nothing of it), or inside the "
+                  "department's nominal quota (a preemption by the portal refunds it in full).")
+    since = serializers.DateTimeField(allow_null=True, help_text="When the lot was added (its admission or its "
+                                      "grow); null on a resize entry.")
+    gpu_seconds = serializers.IntegerField(allow_null=True, help_text="GPU-seconds the lot was charged for "
+                                           "(settle and refund entries; null on older ones and on the others).")
+    charged = serializers.IntegerField(allow_null=True, help_text="Milli-credits the lot was charged (settle and "
+                                       "refund entries; its share of the charge when the charge was capped at the "
+                                       "hold).")
+    refunded = serializers.IntegerField(allow_null=True, help_text="Milli-credits the lot got back (settle and "
+                                        "refund entries).")
+
+
 class LedgerEntrySerializer(serializers.ModelSerializer):
     department = serializers.CharField(source="wallet.department.slug", read_only=True)
     # null for entries of no user (adjustments, refills), the platform as actor, or no flavor
     user = serializers.CharField(source="user.username", read_only=True, default=None, allow_null=True)
     actor = serializers.CharField(source="actor.username", read_only=True, default=None, allow_null=True)
     flavor = serializers.CharField(source="flavor.name", read_only=True, default=None, allow_null=True)
+    lots = serializers.SerializerMethodField()
 
     class Meta:
         model = LedgerEntry
         fields = ["id", "created_at", "department", "kind", "amount", "held_change", "balance_after",
                   "held_after", "job", "attempt", "user", "flavor", "actor", "rate", "gpus", "gpu_seconds",
-                  "outcome", "memo", "idempotency_key"]
+                  "outcome", "memo", "idempotency_key", "lots"]
+
+    @extend_schema_field(LedgerLotSerializer(many=True, allow_null=True, help_text=(
+        "A resizable attempt's GPUs lot by lot: on its settle and refund entries what each lot was charged and got "
+        "back, on a resize entry the lots it holds from then on, on its hold the admitted lot; null on every other "
+        "entry.")))
+    def get_lots(self, entry) -> list[dict] | None:
+        lots = settlement.entry_lots(entry)
+        return None if lots is None else LedgerLotSerializer(lots, many=True).data
 
 
 class WalletAdjustView(APIView):

@@ -161,36 +161,27 @@ def on_job_resized(*, job, attempt: int, resize_id: int, pods_before: int, pods_
     """A resizable attempt changed size at ``at`` (inside the transaction that applies the resize, its wallet
     locked first). Its GPUs are lots ([GPUs, rate, borrowed]), the admitted ones first, on the admission's terms:
     a grow adds a lot of borrowed, preemptible capacity at its rate (the cycle's clearing price ``price``, at
-    least the base price) and holds it for the rest of the max runtime; a shrink takes the newest lots off first (its highest ranks go first). Settlement
-    charges each size from its resize on (``settlement.attempt_usage``)."""
+    least the base price) and holds it for the rest of the max runtime; a shrink takes the newest lots off first
+    (its highest ranks go first): ``money.resized_lots``, as the simulator resizes. Settlement charges each size
+    from its resize on (``settlement.attempt_usage``)."""
     hold = entry_for(hold_key(job.pk, attempt))
     if hold is None or not (hold.data or {}).get("resizable"):
         return None
     g = job.gpus_per_pod
-    lots = [list(lot) for lot in resize_lots(hold)[-1][1]]
+    lots = resize_lots(hold)[-1][1]
     have = sum(lot[0] for lot in lots)
     want = pods_after * g
     amount = rate = 0
     if want > have:
         base = job_base_rate(job=job, base=price_for(flavor_id=job.flavor_id, tier=job.tier))
         rate, _ = money.admission_rate(base, borrowed=True, price=price)
-        lots.append([want - have, rate, 1])  # a grow's GPUs are borrowed, preemptible capacity
         left = float(hold.data.get("max_runtime_s") or job.max_runtime_s)
         admitted = hold.data.get("admitted_at")
         if admitted:
             ran = (at - datetime.fromisoformat(admitted)).total_seconds() * float(hold.data.get("speedup") or 1.0)
             left = max(0.0, left - ran)
         amount = money.hold_of(rate, total_gpus=want - have, max_runtime_s=left)
-    else:
-        cut = have - want
-        while cut > 0 and lots:
-            n = lots[-1][0]
-            if n <= cut:
-                lots.pop()
-                cut -= n
-            else:
-                lots[-1] = [n - cut, *lots[-1][1:]]
-                cut = 0
+    lots = money.resized_lots(lots, gpus=want, rate=rate)
     entry = wallet_resize(job=job, attempt=attempt, resize_id=resize_id, amount=amount, rate=rate or hold.rate,
                           gpus=want, data={"at": at.isoformat(), "lots": lots, "pods_before": pods_before,
                                            "pods_after": pods_after})

@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db import transaction
@@ -25,7 +25,8 @@ from portal.money import format_credits
 from quotas.models import LedgerEntry, LedgerKind
 from quotas.services.wallets import entry_for, hold_key, wallet_refund, wallet_settle
 
-__all__ = ["REFUND_POLICY", "Lot", "Settlement", "attempt_lots", "attempt_usage", "resize_lots", "settle_attempt"]
+__all__ = ["REFUND_POLICY", "Settlement", "attempt_lots", "attempt_usage", "entry_lots", "lot_lines", "resize_lots",
+           "settle_attempt"]
 
 
 @dataclass(frozen=True)
@@ -33,26 +34,13 @@ class Settlement:
     charged: int
     refunded: int
     gpu_seconds: int
-    lots: tuple[dict, ...] = ()  # what each lot was charged and refunded, when the attempt had more than one
+    lots: tuple[dict, ...] = ()  # a resizable attempt's: what each lot was charged and refunded
 
 
 def hold_speedup(hold: LedgerEntry) -> float:
     """Seconds of the job's time per wall second on the cluster the attempt ran on, as its hold recorded (1
     for a real cluster and for holds placed before it was recorded)."""
     return float((hold.data or {}).get("speedup") or 1.0)
-
-
-@dataclass(frozen=True)
-class Lot:
-    """GPUs of one attempt held on the same terms from the same moment: the admitted ones (borrowed or inside
-    the quota as the admission was, at the hold's rate, from admission) or one grow's (always borrowed, at its
-    cycle's clearing price, from its resize), with what they cost up to the end of the attempt."""
-
-    gpus: int
-    rate: int
-    borrowed: bool
-    since: str
-    cost: int
 
 
 def attempt_usage(*, hold: LedgerEntry, end: datetime) -> tuple[int, int]:
@@ -64,9 +52,10 @@ def attempt_usage(*, hold: LedgerEntry, end: datetime) -> tuple[int, int]:
     return gpu_seconds, cost
 
 
-def attempt_lots(*, hold: LedgerEntry, end: datetime) -> tuple[int, int, list[Lot]]:
-    """``attempt_usage`` with the cost of each lot: one lot for a job that never resized (its CPU work
-    included), each resizable lot apart (the CPU work with the admitted lot, whose terms it was admitted on)."""
+def attempt_lots(*, hold: LedgerEntry, end: datetime) -> tuple[int, int, list[tuple[money.Lot, str]]]:
+    """``attempt_usage`` with each lot (``money.Lot``) and when it was added (ISO, as the ledger wrote it): one lot
+    for a job that never resized (its CPU work included), each resizable lot apart (the CPU work with the
+    admitted lot, whose terms it was admitted on)."""
     start_s = (hold.data or {}).get("admitted_at")
     start = datetime.fromisoformat(start_s) if start_s else hold.created_at
     data = hold.data or {}
@@ -77,17 +66,23 @@ def attempt_lots(*, hold: LedgerEntry, end: datetime) -> tuple[int, int, list[Lo
     ran = money.attempt_gpu_seconds(total_gpus=1, ran_s=ran_s, max_runtime_s=data.get("max_runtime_s"))
     cpu = money.cost_of(int(data.get("cpu_per_hour") or 0), ran)
     if data.get("resizable"):
-        gpu_seconds, cost, lots = _sized_usage(hold=hold, start=start, end=end)
-        if lots and lots[0].since == since:
-            lots[0] = Lot(lots[0].gpus, lots[0].rate, lots[0].borrowed, since, lots[0].cost + cpu)
+        sizes = resize_lots(hold)
+        when = {datetime.fromisoformat(at).timestamp(): at for at, _ in sizes}
+        gpu_seconds, cost, lots = money.lot_usage(
+            [(datetime.fromisoformat(at).timestamp(), lots) for at, lots in sizes], start=start.timestamp(),
+            end=end.timestamp(), max_runtime_s=data.get("max_runtime_s"), speedup=hold_speedup(hold))
+        out = [(lot, when[lot.since]) for lot in lots]
+        if out and out[0][1] == since:
+            out[0] = (replace(out[0][0], cost=out[0][0].cost + cpu), since)
         elif cpu:
-            lots.insert(0, Lot(0, 0, borrowed, since, cpu))
-        return gpu_seconds, cost + cpu, lots
+            out.insert(0, (money.Lot(0, 0, borrowed, start.timestamp(), 0, cpu), since))
+        return gpu_seconds, cost + cpu, out
     # a fraction's hold records its share in milli-GPUs: it is charged that share of the GPU-seconds
     gpus = data["gpu_milli"] / 1000 if data.get("gpu_milli") else hold.gpus
     gpu_seconds = money.attempt_gpu_seconds(total_gpus=gpus, ran_s=ran_s, max_runtime_s=data.get("max_runtime_s"))
     cost = money.attempt_charge(hold.rate or 0, gpu_seconds=gpu_seconds) + cpu
-    return gpu_seconds, cost, [Lot(int(hold.gpus or 0), int(hold.rate or 0), borrowed, since, cost)]
+    return gpu_seconds, cost, [(money.Lot(int(hold.gpus or 0), int(hold.rate or 0), borrowed, start.timestamp(),
+                                          gpu_seconds, cost), since)]
 
 
 def resize_lots(hold: LedgerEntry) -> list[tuple[str, list[list[int]]]]:
@@ -107,65 +102,56 @@ def resize_lots(hold: LedgerEntry) -> list[tuple[str, list[list[int]]]]:
     return out
 
 
-def _sized_usage(*, hold: LedgerEntry, start: datetime, end: datetime) -> tuple[int, int, list[Lot]]:
-    """GPU-seconds, cost and lots of a resizable attempt: each size from its resize to the next (or ``end``),
-    capped as a whole at the max runtime, each lot of GPUs at its own rate (a grown pod is borrowed capacity at
-    the clearing price of the cycle that grew it). A lot is the same from one size to the next while it keeps
-    its place with no more GPUs (a shrink only takes GPUs off); a grow always adds a new one."""
-    data = hold.data or {}
-    speedup = hold_speedup(hold)
-    cap = data.get("max_runtime_s")
-    limit = start.timestamp() + (float(cap) / speedup if cap else float("inf"))
-    stop = min(end.timestamp(), limit)
-    sizes = resize_lots(hold)
-    gpu_seconds = cost = 0
-    done: list[Lot] = []  # lots no longer held
-    live: list[Lot] = []  # the lots of the size before, with what they cost so far
-    for k, (at, lots) in enumerate(sizes):
-        now = []
-        for i, (gpus, rate, borrowed) in enumerate(lots):
-            same = i < len(live) and gpus <= live[i].gpus and (rate, bool(borrowed)) == (live[i].rate,
-                                                                                             live[i].borrowed)
-            now.append(Lot(gpus, rate, bool(borrowed), live[i].since if same else at, live[i].cost if same else 0))
-        done.extend(lot for i, lot in enumerate(live) if i >= len(now) or now[i].since != lot.since)
-        live = now
-        a = max(start.timestamp(), datetime.fromisoformat(at).timestamp())
-        b = min(stop, datetime.fromisoformat(sizes[k + 1][0]).timestamp() if k + 1 < len(sizes) else stop)
-        if b <= a:
-            continue
-        ran_s = (b - a) * speedup
-        for i, lot in enumerate(live):
-            used = money.attempt_gpu_seconds(total_gpus=lot.gpus, ran_s=ran_s, max_runtime_s=None)
-            charge = money.attempt_charge(lot.rate, gpu_seconds=used)
-            gpu_seconds += used
-            cost += charge
-            live[i] = Lot(lot.gpus, lot.rate, lot.borrowed, lot.since, lot.cost + charge)
-    return gpu_seconds, cost, done + live
+LOT_FIELDS = ("gpus", "rate", "borrowed", "since", "gpu_seconds", "charged", "refunded")
 
 
-def _refund_share(*, outcome: str, borrowed: bool, decided: bool) -> tuple[float, str]:
-    # (only a preemption needs to know who decided it: scheduling says so; the policy itself is the core's)
-    decided = outcome != "preempted" or decided
-    return money.refund_share(outcome, decided_by_portal=decided, borrowed=borrowed)
+def entry_lots(entry: LedgerEntry) -> list[dict] | None:
+    """A resizable attempt's lots as one ledger entry records them, each with every field of ``LOT_FIELDS`` (None
+    where the entry does not say it): its ``settle`` and ``refund`` say what each lot was charged and gets back; a
+    ``resize`` the lots held from then on (not charged yet, and when each was added is its own resize's); the
+    ``hold`` its admitted lot. None for every other entry, and for a settle written before settlements recorded
+    their lots."""
+    data = entry.data or {}
+    if entry.kind in (LedgerKind.SETTLE, LedgerKind.REFUND):
+        lots = data.get("lots")
+        if not lots:
+            return None
+        return [{f: (bool(lot[f]) if f == "borrowed" else lot.get(f)) for f in LOT_FIELDS} for lot in lots]
+    if entry.kind == LedgerKind.RESIZE and data.get("lots"):
+        admitted = None  # entries written before lots carried their terms: the first lot is the admitted one
+        out = []
+        for i, lot in enumerate(data["lots"]):
+            if len(lot) > 2:
+                borrowed = bool(lot[2])
+            else:
+                if admitted is None:
+                    hold = entry_for(hold_key(entry.job_id, entry.attempt))
+                    admitted = bool(((hold.data or {}) if hold else {}).get("borrowed"))
+                borrowed = admitted if i == 0 else True
+            out.append({"gpus": int(lot[0]), "rate": int(lot[1]), "borrowed": borrowed, "since": None,
+                        "gpu_seconds": None, "charged": None, "refunded": None})
+        return out
+    if entry.kind == LedgerKind.HOLD and data.get("resizable"):
+        return [{"gpus": entry.gpus, "rate": entry.rate, "borrowed": bool(data.get("borrowed")),
+                 "since": data.get("admitted_at"), "gpu_seconds": None, "charged": None, "refunded": None}]
+    return None
 
 
-def _lot_refunds(*, outcome: str, lots: list[Lot], decided: bool, charged: int, cost: int
-                 ) -> tuple[int, str, list[dict]]:
-    """What each lot gets back on its own terms (a preemption refunds the lots inside the quota, not the
-    borrowed ones), as (total, why, one line per lot). When the charge was capped at the hold, each lot is
-    charged, and refunded, its share of what was charged."""
+def lot_lines(lots: list[tuple[money.Lot, str]], *, outcome: str, decided: bool, charged: int
+              ) -> tuple[int, str, list[dict]]:
+    """What each lot was charged and gets back on its own terms (``money.lot_settlement``), as (total refund,
+    why, one line per lot: gpus, rate, borrowed, since, gpu_seconds, charged, refunded)."""
     lines, total, whys = [], 0, []
-    for lot in lots:
-        share, why = _refund_share(outcome=outcome, borrowed=lot.borrowed, decided=decided)
-        charge = lot.cost if charged >= cost or cost <= 0 else lot.cost * charged // cost
-        back = money.refund_of(charge, share)
+    settled = money.lot_settlement([lot for lot, _ in lots], outcome=outcome, decided_by_portal=decided,
+                                   charged=charged)
+    for (lot, since), (charge, back, why) in zip(lots, settled, strict=True):
         total += back
         if why and why not in whys:
             whys.append(why)
-        lines.append({"gpus": lot.gpus, "rate": lot.rate, "borrowed": lot.borrowed, "since": lot.since,
-                      "charged": charge, "refunded": back})
+        lines.append({"gpus": lot.gpus, "rate": lot.rate, "borrowed": lot.borrowed, "since": since,
+                      "gpu_seconds": lot.gpu_seconds, "charged": charge, "refunded": back})
     why = "; ".join(whys)
-    if len(lines) > 1:  # the memo says it lot by lot (a ledger reader sees no data column)
+    if len(lines) > 1:  # the memo says it lot by lot (a reader of the memo alone sees every lot)
         why = "by lot: " + "; ".join(
             f"{ln['gpus']} GPU(s) {'borrowed' if ln['borrowed'] else 'inside the quota'} since {ln['since'][11:19]}"
             f" {format_credits(ln['refunded'])} of {format_credits(ln['charged'])}" for ln in lines)
@@ -190,15 +176,21 @@ def settle_attempt(*, job, attempt: int, outcome: str, end: datetime | None = No
         else:
             end = timezone.now()
     gpu_seconds, cost, lots = attempt_lots(hold=hold, end=end)
+    by_lot = bool((hold.data or {}).get("resizable"))  # a resizable attempt's entries say it lot by lot
+
+    def settled_lots(charge: int) -> dict:
+        return {"lots": lot_lines(lots, outcome=outcome, decided=preempted_by_portal, charged=charge)[2]}
+
     with transaction.atomic():
         settle = wallet_settle(job=job, attempt=attempt, amount=cost, gpu_seconds=gpu_seconds, outcome=outcome,
-                               actor=actor, memo=f"{outcome}: {gpu_seconds / 3600:.3f} GPU-h")
+                               actor=actor, memo=f"{outcome}: {gpu_seconds / 3600:.3f} GPU-h",
+                               detail=settled_lots if by_lot else None)
         refund, lines = None, []
         if settle is not None and settle.amount < 0:
-            amount, why, lines = _lot_refunds(outcome=outcome, lots=lots, decided=preempted_by_portal,
-                                              charged=-settle.amount, cost=cost)
+            amount, why, lines = lot_lines(lots, outcome=outcome, decided=preempted_by_portal,
+                                           charged=-settle.amount)
             if amount > 0:
                 refund = wallet_refund(job=job, attempt=attempt, amount=amount, reason=why,
-                                       data={"lots": lines} if len(lines) > 1 else None)
+                                       data={"lots": lines} if by_lot else None)
     return Settlement(charged=-settle.amount if settle else 0, refunded=refund.amount if refund else 0,
-                      gpu_seconds=settle.gpu_seconds if settle else 0, lots=tuple(lines) if len(lines) > 1 else ())
+                      gpu_seconds=settle.gpu_seconds if settle else 0, lots=tuple(lines) if by_lot else ())

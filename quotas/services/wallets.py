@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
@@ -189,10 +190,11 @@ def _open_hold_locked(job, attempt: int, key: str) -> _OpenHold | None:
 
 
 def wallet_settle(*, job, attempt: int, amount: int, gpu_seconds: int = 0, outcome: str = "", actor=None,
-                  memo: str = "") -> LedgerEntry | None:
+                  memo: str = "", detail: Callable[[int], dict] | None = None) -> LedgerEntry | None:
     """Charge ``amount`` mcr (capped at the hold: a charge never exceeds what was held) for one attempt and
     release the rest of its hold, in one transaction. Idempotent: a duplicated settle returns the first
-    settle entry and changes nothing. None when the attempt had no hold."""
+    settle entry and changes nothing. None when the attempt had no hold. ``detail``: what the entry's data
+    adds, given the charge applied (known only under the wallet's lock: a resizable attempt's lots)."""
     key = f"settle:{job.pk}:{attempt}"
     with transaction.atomic():
         o = _open_hold_locked(job, attempt, key)
@@ -203,7 +205,8 @@ def wallet_settle(*, job, attempt: int, amount: int, gpu_seconds: int = 0, outco
         entry = _append(wallet, kind=LedgerKind.SETTLE, amount=-charge, held_change=-charge, key=key, job_id=job.pk,
                         attempt=attempt, user_id=hold.user_id, flavor_id=hold.flavor_id, actor=actor,
                         rate=hold.rate, gpus=hold.gpus, gpu_seconds=int(gpu_seconds), outcome=outcome,
-                        memo=memo[:300], data={"requested": int(amount), "capped": charge < amount})
+                        memo=memo[:300], data={"requested": int(amount), "capped": charge < amount,
+                                               **(detail(charge) if detail else {})})
         if remaining - charge > 0:
             _release(wallet, hold, job=job, attempt=attempt, amount=remaining - charge, actor=actor,
                      outcome=outcome, memo="rest of the hold released")

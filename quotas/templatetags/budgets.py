@@ -21,3 +21,9 @@ def credits(mcr) -> str:
     """1234567 mcr -> "1,234.567 cr" (exact: integer arithmetic)."""
     return money.format_credits(mcr)
 
+
+
+@register.filter
+def gpu_hours(gpu_seconds) -> str:
+    """5400 GPU-seconds -> "1.500" (GPU-hours, three decimals, as the ledger's memos write them)."""
+    return f"{int(gpu_seconds) / 3600:.3f}"

@@ -965,3 +965,55 @@ class JobTemplateUpdateSerializer(JobTemplateWriteSerializer):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("partial", True)
         super().__init__(*args, **kwargs)
+
+
+class QuoteSizeRangeSerializer(serializers.Serializer):
+    """A resizable job's costs across its range of sizes (milli-credits, each for its whole max runtime)."""
+
+    min_pods = serializers.IntegerField()
+    max_pods = serializers.IntegerField()
+    start_pods = serializers.IntegerField(help_text="The size it would start at now (its minimum when it would "
+                                          "wait, the size it waits at, or when the estimate is skipped).")
+    start_gpus = serializers.IntegerField()
+    max_gpus = serializers.IntegerField()
+    cost_at_start = serializers.IntegerField(help_text="At `start_pods`, at the job's own rate.")
+    cost_at_largest = serializers.IntegerField(
+        help_text="Grown to `max_pods`: the GPUs it starts on at its own rate, the grown ones at `grow_rate`.")
+    hold = serializers.IntegerField(help_text="What admission holds: the worst case, every GPU of its largest size "
+                                    "at its own rate (= `estimated_cost`).")
+    grow_rate = serializers.IntegerField(
+        help_text="Milli-credits per GPU-hour of a grown GPU now: the flavor's clearing price in the estimate's "
+                  "cycle, at least the base price (a later grow pays its own cycle's).")
+    grow_basis = serializers.ChoiceField(choices=["clearing", "base"])
+    grown_borrowed = serializers.BooleanField(help_text="Always true: grown GPUs are borrowed, preemptible "
+                                              "capacity, not refunded when the portal preempts the job.")
+    message = serializers.CharField()
+
+
+class QuoteSerializer(serializers.Serializer):
+    """The answer of POST /jobs/quote (milli-credits; nothing is submitted)."""
+
+    flavor = serializers.CharField()
+    tier = serializers.CharField()
+    gpus_total = serializers.FloatField(help_text="Its GPUs at its largest size (a fraction's share of one).")
+    hold_s = serializers.IntegerField()
+    gpu_hours = serializers.FloatField()
+    base_price = serializers.IntegerField()
+    bid = serializers.IntegerField()
+    rate = serializers.IntegerField(help_text="The worst-case rate: max(base price, bid).")
+    preemptible = serializers.BooleanField()
+    surcharge_pct = serializers.IntegerField()
+    estimated_cost = serializers.IntegerField(help_text="The hold: worst-case rate x GPUs x max runtime.")
+    estimated_credits = serializers.FloatField()
+    metered = serializers.BooleanField()
+    available = serializers.IntegerField(allow_null=True)
+    affordable = serializers.BooleanField()
+    needs_approval = serializers.BooleanField()
+    approval_reasons = serializers.ListField(child=serializers.CharField())
+    free_gpus = serializers.IntegerField()
+    quota = serializers.DictField(help_text="The department's quota of the flavor before and after the job.")
+    team = serializers.DictField(allow_null=True, help_text="The submitter's team's split (null: in no team).")
+    start = serializers.DictField(help_text="The engine's estimate on the current queue with this job added.")
+    recommendation = serializers.DictField(allow_null=True, help_text="Right-sizing, from similar past jobs.")
+    size_range = QuoteSizeRangeSerializer(allow_null=True, help_text="A resizable job's costs across its range; "
+                                          "null for any other job.")

@@ -29,6 +29,7 @@ from scheduling.api.serializers import (
     JobEventSerializer,
     JobSerializer,
     JobSubmitSerializer,
+    QuoteSerializer,
 )
 from scheduling.backends.base import BackendError
 from scheduling.models import JobEvent
@@ -156,7 +157,9 @@ QUOTE_DESCRIPTION = (
     "`affordable`; `needs_approval` with `approval_reasons`; `quota` (nominal, borrowing limit, GPUs the "
     "department uses, whether the job fits or must borrow); `free_gpus` of the flavor now; and `start`: the "
     "engine run on the current queue with this job added, read-only (`starts_now`, `estimated_start`, "
-    "`code` and `message` of why it would wait, `borrowed` and the clearing `price` when it would borrow).")
+    "`code` and `message` of why it would wait, `borrowed` and the clearing `price` when it would borrow); and, "
+    "for a resizable job, `size_range`: its cost at the size it would start at now and grown to its largest size, "
+    "whose grown GPUs are borrowed, preemptible capacity at the clearing price (the hold stays the worst case).")
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -238,7 +241,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                             for w in token_warnings(item.get("env") or {})]
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @extend_schema(request=JobSubmitSerializer, responses={200: OpenApiTypes.OBJECT},
+    @extend_schema(request=JobSubmitSerializer, responses={200: QuoteSerializer},
                    summary="Quote a job before submitting it", description=QUOTE_DESCRIPTION)
     @action(detail=False, methods=["post"], url_path="quote")
     def quote(self, request):

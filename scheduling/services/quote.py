@@ -24,6 +24,7 @@ from engine.explain import duration_text
 from engine.fractions import MILLI, plain
 from engine.quota import QuotaBook
 from engine.teams import account
+from portal.money import format_credits
 from portal.tenancy import member
 from portal.timestamps import from_epoch
 from quotas import budgets
@@ -77,8 +78,8 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
     share = credits.get(account(dept, team)) if credits is not None and team else None
     if share is not None and available is not None:  # its team's share of the budget binds it too
         available = min(available, share)
-    start = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor, ctx=ctx,
-                            user=user.get_username(), approval=bool(approval), team=team)
+    start, clearing_now = _start_estimate(snapshot, job, hold=view.hold_for(job), dept=dept, flavor=flavor, ctx=ctx,
+                                          user=user.get_username(), approval=bool(approval), team=team)
     if start.get("borrowed"):  # priced as the engine would clear it now: the base price is the reserve
         clearing = max(base, start["price"] or 0)
         start["cost_at_clearing_price"] = budgets.cost_of(rate=clearing, gpu_seconds=gpu_seconds)
@@ -97,7 +98,42 @@ def job_quote(*, user, data: dict, now: datetime | None = None) -> dict:
                           gpus_total),
         "start": start,
         "recommendation": recommendation,
+        "size_range": _size_range(job, start=start, rate=rate, base=base, clearing=clearing_now, cost=cost),
     }
+
+
+def _size_range(job: Job, *, start: dict, rate: int, base: int, clearing: int | None, cost: int) -> dict | None:
+    """What a resizable job costs across its range (None for any other job): at the size it would start at now
+    (the estimate's admission; its minimum when it would wait, the size it waits at) and at its largest size, its
+    grown GPUs borrowed, preemptible capacity at the flavor's clearing price of the cycle that grows it (today's
+    from the estimate's cycle, at least the base price). Each for its whole max runtime. The hold it needs to be
+    admitted stays the worst case: every GPU of its largest size at its own rate (``estimated_cost``)."""
+    if job.min_pods is None or not job.gpus_per_pod:
+        return None
+    g, runtime = job.gpus_per_pod, job.max_runtime_s
+    start_pods = len(start["nodes"]) if start.get("starts_now") and start.get("nodes") else job.min_pods
+    grow_rate, grow_basis = money.admission_rate(base, borrowed=True, price=clearing)
+    start_gpus, max_gpus = start_pods * g, job.pods * g
+    at_start = budgets.cost_of(rate=rate, gpu_seconds=start_gpus * runtime)
+    at_largest = at_start + budgets.cost_of(rate=grow_rate, gpu_seconds=(max_gpus - start_gpus) * runtime)
+    if start.get("starts_now"):
+        when = "It would start at"
+    elif start.get("skipped"):  # (no estimate: the size it would start at is not known, its minimum is quoted)
+        when = "Quoted at its minimum,"
+    else:
+        when = "It waits at its minimum and would start at"
+    message = (f"{when} {start_pods} of its {job.min_pods}..{job.pods} pods: {format_credits(at_start)} for "
+               f"{start_gpus} GPU(s) for up to {runtime / 3600:g} h.")
+    if max_gpus > start_gpus:
+        now = "the clearing price" if grow_basis == "clearing" else "the base price"
+        message += (f" Grown to {job.pods} pods: {format_credits(at_largest)}; the {max_gpus - start_gpus} grown "
+                    f"GPU(s) are borrowed, preemptible capacity at the clearing price of the cycle that grows it "
+                    f"({format_credits(grow_rate)}/GPU-h now, {now}); the portal refunds nothing of them when it "
+                    "preempts the job.")
+    message += f" The hold is the worst case: {format_credits(cost)}."
+    return {"min_pods": job.min_pods, "max_pods": job.pods, "start_pods": start_pods, "start_gpus": start_gpus,
+            "max_gpus": max_gpus, "cost_at_start": at_start, "cost_at_largest": at_largest, "hold": cost,
+            "grow_rate": grow_rate, "grow_basis": grow_basis, "grown_borrowed": True, "message": message}
 
 
 def _team_use(snapshot: engine.Snapshot, dept: str, name: str | None, team: str, flavor: str, gpus: int) -> dict | None:
@@ -178,13 +214,15 @@ def _quota_use(snapshot: engine.Snapshot, dept: str, flavor: str, gpus: int) -> 
 
 
 def _start_estimate(snapshot: engine.Snapshot, job: Job, *, hold: int, dept: str, flavor: str, user: str,
-                    approval: bool, ctx: SnapshotContext, team: str = "") -> dict:
+                    approval: bool, ctx: SnapshotContext, team: str = "") -> tuple[dict, int | None]:
+    """The engine's answer for the job added to the queue now, and the flavor's clearing price in that cycle (what a
+    grow would be charged now; None when no bid decided anything, or when the estimate is skipped)."""
     jobs = len(snapshot.running) + len(snapshot.pending)
     if jobs >= settings.QUOTE_ESTIMATE_MAX_JOBS:
         return {"estimated_start": None, "starts_now": False, "code": "", "skipped": True,
                 "message": f"Not estimated: {jobs} jobs are active or waiting, more than the quote replays "
                            f"(QUOTE_ESTIMATE_MAX_JOBS={settings.QUOTE_ESTIMATE_MAX_JOBS}).",
-                "borrowed": False, "price": None, "elapsed_ms": 0}
+                "borrowed": False, "price": None, "elapsed_ms": 0}, None
     pending = core_types.PendingJob(
         id=QUOTE_JOB_ID, department=dept, flavor=flavor, tier=job.tier, pods=job.pods, gpus_per_pod=job.gpus_per_pod,
         urgency=job.urgency, user_tier=job.user_tier, user=user, submitted_at=snapshot.now,
@@ -200,16 +238,17 @@ def _start_estimate(snapshot: engine.Snapshot, job: Job, *, hold: int, dept: str
     result = engine.schedule(replace(snapshot, pending=(*snapshot.pending, pending)))
     elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
     admission = next((a for a in result.admissions if a.job_id == QUOTE_JOB_ID), None)
+    clearing = result.clearing_prices.get(flavor)
     after = " once a department admin approves it" if approval else ""
     if admission is not None:
         size = ""
-        if job.min_pods is not None:  # (its hold and its cost are quoted at its largest size: the worst case)
+        if job.min_pods is not None:  # (its costs across its range: ``size_range``)
             size = f" at {len(admission.placement)} of its {job.min_pods}..{job.pods} pods"
         return {"estimated_start": from_epoch(snapshot.now), "starts_now": True, "code": "admitted",
                 "message": "It would start at the next admission cycle" + size + after + ".",
                 "borrowed": admission.borrowed, "price": admission.price,
                 "nodes": [host_name(n) for n in admission.placement],
-                "skipped": False, "elapsed_ms": elapsed_ms}
+                "skipped": False, "elapsed_ms": elapsed_ms}, clearing
     why = next((r for r in result.pending if r.job_id == QUOTE_JOB_ID), None)
     code = why.code if why else reasons.QUEUED
     estimate = from_epoch(why.estimated_start) if why and why.estimated_start is not None else None
@@ -219,7 +258,7 @@ def _start_estimate(snapshot: engine.Snapshot, job: Job, *, hold: int, dept: str
     if code in (reasons.BOOKED, reasons.MAINTENANCE):
         out["calendar"] = _calendar_warning(why.detail, snapshot.now)
         out["message"] += " " + out["calendar"]["hint"]
-    return out
+    return out, clearing
 
 
 def _calendar_warning(detail, now: float) -> dict:

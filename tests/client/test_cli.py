@@ -196,6 +196,15 @@ def test_logs_and_quote(gpup, lab, submit, job_file):
     assert result.exit_code == 0, result.output
     assert "at most 6 credits" in result.stdout and "not metered" in result.stdout  # 2 GPUs x 2 h x 1.5
     assert json.loads(gpup("quote", "-f", job_file(), "--json").stdout)["estimated_cost"] == 6000
+    assert "sizes" not in result.stdout
+    # a resizable job of 1 to 4 one-GPU pods starts at 4 on the idle cluster: the same cost at that size and at
+    # its largest, and what a grown GPU would cost
+    sized = job_file(JOB_YAML.replace("gpus: 2", "gpus: 1\npods: 4\nmin_pods: 1\ncheckpoint_interval_s: 600"),
+                     name="sized.yaml")
+    result = gpup("quote", "-f", sized)
+    assert result.exit_code == 0, result.output
+    assert ("sizes 1..4 pods: 12 credits at 4, 12 grown to 4 (grown GPUs borrowed, preemptible, at the "
+            "clearing price: 1500 mcr/GPU-hour now); the hold is the worst case") in result.stdout
 
 
 def test_logs_of_a_job_that_has_not_started_say_so_and_fail(gpup, lab, submit):

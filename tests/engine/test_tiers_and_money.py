@@ -158,3 +158,28 @@ def test_every_pending_job_gets_one_explicit_outcome_that_agrees_with_the_result
         if isinstance(outcome, Evicting):
             assert reasons[job_id].code == PREEMPTION_IN_PROGRESS
     assert outcomes[13] == Waiting("unknown_flavor") and outcomes[14] == Waiting("invalid_request")
+
+
+def test_a_resizable_attempts_lots_grow_borrowed_shrink_newest_first_and_settle_on_their_own_terms():
+    from billing.money import lot_settlement, lot_usage, resized_lots
+
+    lots = [[3, 1000, 0]]
+    lots = resized_lots(lots, gpus=8, rate=2500)
+    assert lots == [[3, 1000, 0], [5, 2500, 1]]  # the grown GPUs: borrowed, at the grow's rate
+    assert resized_lots(lots, gpus=4, rate=0) == [[3, 1000, 0], [1, 2500, 1]]  # the newest lot first
+    assert resized_lots(lots, gpus=2, rate=0) == [[2, 1000, 0]]
+    assert resized_lots(lots, gpus=8, rate=0) == lots
+    # 3 GPUs from 0, 5 more from 3600 s, preempted at 5400 s: each lot its own time at its own rate
+    gpu_s, cost, done = lot_usage([(0.0, [[3, 1000, 0]]), (3600.0, lots)], start=0.0, end=5400.0,
+                                  max_runtime_s=7200)
+    assert (gpu_s, cost) == (3 * 5400 + 5 * 1800, 4500 + 6250)
+    assert [(lot.gpus, lot.since, lot.gpu_seconds, lot.cost) for lot in done] == [(3, 0.0, 16200, 4500),
+                                                                                  (5, 3600.0, 9000, 6250)]
+    assert lot_settlement(done, outcome="preempted", decided_by_portal=True, charged=cost) == [
+        (4500, 4500, "preempted inside the nominal quota: refunded in full"),
+        (6250, 0, "preempted on borrowed capacity: charged up to the eviction")]
+    # capped at the hold: each lot pays its share of the charge
+    assert [c for c, _, _ in lot_settlement(done, outcome="succeeded", decided_by_portal=True, charged=5375)] == [
+        2250, 3125]
+    # the max runtime caps the whole attempt from its admission
+    assert lot_usage([(0.0, [[2, 1000, 1]])], start=0.0, end=9000.0, max_runtime_s=3600)[:2] == (7200, 2000)

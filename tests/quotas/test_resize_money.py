@@ -5,6 +5,7 @@ stays consistent with the wallets all along."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -221,3 +222,113 @@ def test_the_timeline_note_of_a_grown_job_preempted_says_what_each_lot_got_back(
     note = budgets.on_attempt_ended(job=job, attempt=job.attempt, outcome="preempted", preempted_by_portal=True)
     assert "refunded 4.500 cr" in note.message
     assert [(lot["borrowed"], lot["refunded"]) for lot in note.data["lots"]] == [(False, 4500), (True, 0)]
+
+
+# The simulator settles a resizable job lot by lot with the same money helpers: the same sequence of resizes
+# costs the same there as in the ledger.
+
+def simulated(*, admitted, borrowed, steps, end, outcome="preempted", max_runtime_s=7200):
+    """What the simulator charges and refunds a resizable job of 1-GPU pods admitted at ``admitted`` GPUs at 0 s
+    (``borrowed`` or inside its quota) at the fixture lab's elastic price, resized by ``steps`` ((at s, GPUs,
+    clearing price)) and ended at ``end`` s with ``outcome``: its own hold, resize and settle code driven as a
+    run drives it."""
+    from simulator.jobs import prepare
+    from simulator.simulator import Simulator
+    from simulator.trace import TraceRow
+    from tests.sim.helpers import small_scenario
+
+    sc = small_scenario(departments={"a": {"quotas": {"a100": {"nominal": 4}}, "budget": 10**9,
+                                           "members": {"alice": "pi"}}}, prices={"a100": {"elastic": 1000}})
+    sc, jobs, _ = prepare(sc, rows=[TraceRow("r", 0, 20000, 8, "a", tier="elastic")], load=None)
+    spec = replace(jobs[0], pods=8, gpus_per_pod=1, min_pods=2, max_runtime_s=max_runtime_s)
+    sim = Simulator(nodes=sc.nodes(), quotas=sc.quotas(), policy_obj=sc.policy(), jobs=[spec], decide=None,
+                    options=sc.options, budgets=sc.budgets(), prices=sc.prices)
+    rec = sim.records[spec.id]
+    rec.state, rec.start, rec.attempt_start, rec.size, rec.borrowed = "running", 0.0, 0.0, admitted, borrowed
+    sim._hold(rec, None)
+    held = [rec.hold]
+    for at, gpus, price in steps:
+        rec.resize_price = price
+        rec.size = gpus
+        sim._hold_grow(rec, at, gpus)
+        held.append(rec.hold)
+    sim._settle(rec, end, preempted=outcome == "preempted", outcome=outcome)
+    spent = sim.spent["a"]
+    return spent["charged"], spent["refunded"], held
+
+
+@pytest.mark.parametrize(("steps", "end_min", "outcome"), [
+    ([(60, 8, 2500)], 90, "preempted"),  # the grown lot kept, the admitted one refunded
+    ([(60, 8, 2500), (90, 4, None), (105, 2, None)], 300, "preempted"),  # shrunk below the admission, capped
+    ([(60, 8, 2500), (90, 3, None)], 120, "preempted"),  # the grow shrunk away before the preemption
+    ([(30, 5, None), (60, 8, 4000)], 100, "platform_failure"),  # two grows, every lot refunded
+    ([(60, 8, 2500), (90, 6, None)], 110, "succeeded"),  # nothing refunded
+])
+def test_the_simulator_settles_a_resized_job_as_the_ledger_does(running, steps, end_min, outcome):
+    lab, _, job = running
+    hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
+    t0 = datetime.fromisoformat(hold.data["admitted_at"])
+    held = [hold.held_change]
+    for i, (at, gpus, price) in enumerate(steps, start=1):
+        note = resize(job, to=gpus, price=price, at=t0 + timedelta(minutes=at), resize_id=i)
+        held.append(held[-1] + note.data["held"])
+        job.current_pods = gpus
+    done = settlement.settle_attempt(job=job, attempt=job.attempt, outcome=outcome,
+                                     end=t0 + timedelta(minutes=end_min), preempted_by_portal=True)
+    charged, refunded, sim_held = simulated(admitted=3, borrowed=bool(hold.data["borrowed"]),
+                                            steps=[(at * 60.0, g, p) for at, g, p in steps], end=end_min * 60.0,
+                                            outcome=outcome)
+    assert (charged, refunded) == (done.charged, done.refunded)
+    assert sim_held == held
+    if outcome == "preempted" and steps[-1][1] > 3:  # a borrowed lot still held: not everything comes back
+        assert 0 < done.refunded < done.charged
+
+
+# The ledger shows the lots: the API's entries and the wallet page, to the department's members only.
+
+@pytest.fixture
+def browser():
+    from django.test import Client
+
+    def as_user(user):
+        c = Client()
+        c.force_login(user)
+        return c
+
+    return as_user
+
+
+def test_the_ledger_shows_a_resized_attempt_lot_by_lot_to_its_department_only(running, client_for, browser):
+    lab, blocker, job = running
+    hold = LedgerEntry.objects.get(idempotency_key=hold_key(job.pk, job.attempt))
+    t0 = datetime.fromisoformat(hold.data["admitted_at"])
+    t1 = t0 + timedelta(hours=1)
+    resize(job, to=8, price=2500, at=t1, resize_id=1)
+    preempt(job, at=t0 + timedelta(minutes=90))
+    rows = client_for(lab.alice).get(f"/api/v1/ledger?job={job.pk}").json()["results"]
+    by_kind = {r["kind"]: r["lots"] for r in rows}
+    settled = [{"gpus": 3, "rate": 1000, "borrowed": False, "since": t0.isoformat(), "gpu_seconds": 3 * 5400,
+                "charged": 4500, "refunded": 4500},
+               {"gpus": 5, "rate": 2500, "borrowed": True, "since": t1.isoformat(), "gpu_seconds": 5 * 1800,
+                "charged": 6250, "refunded": 0}]
+    assert by_kind["settle"] == settled and by_kind["refund"] == settled
+    assert by_kind["resize"] == [
+        {"gpus": 3, "rate": 1000, "borrowed": False, "since": None, "gpu_seconds": None, "charged": None,
+         "refunded": None},
+        {"gpus": 5, "rate": 2500, "borrowed": True, "since": None, "gpu_seconds": None, "charged": None,
+         "refunded": None}]
+    assert by_kind["hold"] == [{"gpus": 3, "rate": 1000, "borrowed": False, "since": t0.isoformat(),
+                                "gpu_seconds": None, "charged": None, "refunded": None}]
+    assert by_kind["release"] is None  # no lots on the other entries
+    # a job that cannot resize has none either
+    other = client_for(lab.bob).get(f"/api/v1/ledger?job={blocker.pk}").json()["results"]
+    assert other and all(r["lots"] is None for r in other)
+    # another department sees neither the entries nor the page
+    assert client_for(lab.bob).get(f"/api/v1/ledger?job={job.pk}").json()["results"] == []
+    assert all(r["job"] != job.pk for r in client_for(lab.bob).get("/api/v1/ledger").json()["results"])
+    assert browser(lab.bob).get("/budgets/vision/").status_code == 404
+    page = browser(lab.alice).get("/budgets/vision/").content.decode()
+    assert (f"3 GPUs at 1.000 cr/GPU-h, inside the quota since {t0.isoformat()[11:19]}: 4.500 GPU-h, "
+            "charged 4.500 cr, refunded 4.500 cr") in page
+    assert (f"5 GPUs at 2.500 cr/GPU-h, borrowed since {t1.isoformat()[11:19]}: 2.500 GPU-h, "
+            "charged 6.250 cr, refunded 0.000 cr") in page

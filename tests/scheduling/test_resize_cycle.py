@@ -260,3 +260,50 @@ def test_a_resize_decided_before_the_pods_run_waits_for_a_checkpoint_counted_fro
     go(run_cycle, now=later(job, 1))
     job.refresh_from_db()
     assert job.resize is None and job.current_pods == 8
+
+
+def test_the_quote_of_a_resizable_job_covers_its_range_and_says_grown_gpus_are_borrowed(started, lab, client_for,
+                                                                                        payload, client, settings):
+    from quotas.models import Price
+    from scheduling.api.serializers import QuoteSerializer
+
+    Price.objects.create(flavor=lab.a100, tier="elastic", per_gpu_hour=1000)
+    body = payload(pods=2, min_pods=1, checkpoint_interval_s=600, max_runtime_s=3600)
+    q = client_for(lab.amy).post("/api/v1/jobs/quote", body, format="json").json()
+    assert set(q) == set(QuoteSerializer().fields)  # the schema's fields are the answer's
+    size = q["size_range"]
+    # it would start at 1 pod now (1 GPU free): 1 GPU-h at 1.000; grown to 2, the grown GPU at the clearing price,
+    # the base price here (nobody bids); the hold is every GPU of its largest size
+    assert (size["min_pods"], size["max_pods"], size["start_pods"], size["start_gpus"], size["max_gpus"]) == (
+        1, 2, 1, 1, 2)
+    assert (size["cost_at_start"], size["cost_at_largest"], size["hold"]) == (1000, 2000, q["estimated_cost"])
+    assert (size["grow_rate"], size["grow_basis"], size["grown_borrowed"]) == (1000, "base", True)
+    assert "borrowed, preemptible capacity" in size["message"]
+    # a job that cannot resize has no range
+    assert client_for(lab.amy).post("/api/v1/jobs/quote", payload(pods=2), format="json").json()[
+        "size_range"] is None
+    # one that cannot start now is quoted at its minimum, where it waits
+    wide = client_for(lab.amy).post("/api/v1/jobs/quote", payload(pods=8, min_pods=2, checkpoint_interval_s=600,
+                                                                  max_runtime_s=3600), format="json").json()
+    assert not wide["start"]["starts_now"]
+    assert (wide["size_range"]["start_pods"], wide["size_range"]["cost_at_start"],
+            wide["size_range"]["cost_at_largest"]) == (2, 2000, 8000)
+    # with the estimate skipped, the size it would start at is not known: its minimum is quoted
+    limit, settings.QUOTE_ESTIMATE_MAX_JOBS = settings.QUOTE_ESTIMATE_MAX_JOBS, 1
+    skipped = client_for(lab.amy).post("/api/v1/jobs/quote", body, format="json").json()
+    assert skipped["start"]["skipped"] and skipped["size_range"]["start_pods"] == 1
+    assert skipped["size_range"]["message"].startswith("Quoted at its minimum, 1 of its 1..2 pods")
+    settings.QUOTE_ESTIMATE_MAX_JOBS = limit
+    # bad ranges are the submit's 400s, with the field
+    for bad, field in (({"pods": 2, "min_pods": 3}, "min_pods"), ({"pods": 2, "min_pods": 0}, "min_pods")):
+        r = client_for(lab.amy).post("/api/v1/jobs/quote", payload(**bad, checkpoint_interval_s=600), format="json")
+        assert r.status_code == 400 and field in r.json()["error"]["fields"], r.content
+    # the submit form's quote says it too
+    client.force_login(lab.amy)
+    html = client.post("/jobs/new/quote", {
+        "name": "train-1", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": "python train.py",
+        "flavor": "a100-80gb", "gpus": "1", "pods": "2", "min_pods": "1", "checkpoint_interval_s": "600",
+        "cpu": "4", "memory": "16Gi", "tier": "elastic", "urgency": "normal", "task_type": "train",
+        "max_runtime_s": "3600", "bid": "0"}).content.decode()
+    assert 'data-quote="size-range">1.000 cr at 1 pod (where it would start now), 2.000 cr grown to 2' in html
+    assert "borrowed, preemptible capacity at the clearing price (1.000 cr per GPU-hour now)" in html

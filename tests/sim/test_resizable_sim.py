@@ -70,3 +70,33 @@ def test_the_share_of_resizable_training_jobs_and_its_bad_values():
     for bad in ({"share": 1.5}, {"min_share": 0}, {"notice_s": -1}, {"efficiency": 0}):
         with pytest.raises(ScenarioError):
             resizable(jobs, bad, seed=1)
+
+
+def test_its_credits_follow_its_size_lot_by_lot():
+    # a starts on 1 of its 1..8 GPUs inside a's quota, then grows into the GPUs b and c free at 1000 (borrowed,
+    # at the base price: nobody bids). Its hold is for the size it started at, its grow holds more, and it is
+    # charged each lot from its own start.
+    from billing.money import cost_of
+
+    from .test_credits import Spy
+    depts = {"a": {"quotas": {"a100": {"nominal": 4}}, "budget": 10**8, "members": {"alice": "pi"}},
+             "b": {"quotas": {"a100": {"nominal": 4}}, "budget": 10**8, "members": {"bob": "senior"}}}
+    sc = small_scenario(departments=depts, prices={"a100": {"elastic": 1000}},
+                        simulation={"tick_s": 300, "preemption_grace_s": 30, "checkpoint_interval_s": 600,
+                                    "strict": True})
+    sc, jobs, _ = prepare(sc, rows=[TraceRow("b", 0, 1000, 4, "b", tier="elastic"),
+                                    TraceRow("c", 0, 1000, 2, "b", tier="elastic"),
+                                    TraceRow("a", 10, 4000, 8, "a", tier="elastic")], load=None)
+    jobs = [_resizable("a", 1)(j) for j in jobs]
+    a_spec = next(j for j in jobs if j.key == "a")
+    spy = Spy(policies.make("portal"))
+    res = simulate(scenario=sc, jobs=jobs, policy=spy)
+    a = next(r for r in res.jobs if r.spec.key == "a")
+    assert a.grows == 1 and a.state == "done" and len(a.runs) == 2
+    after_start = next(s for s in spy.snaps if s.now > 10)
+    assert 10**8 - after_start.credits["a"] == cost_of(1000, 1 * a_spec.max_runtime_s)  # 1 GPU held, not 8
+    (t0, t1), (_, end) = a.runs
+    import math
+    assert res.spend["a"]["charged"] == (cost_of(1000, math.ceil(t1 - t0)) + cost_of(1000, math.ceil(end - t1))
+                                         + cost_of(1000, 7 * math.ceil(end - t1)))
+    assert res.spend["a"]["refunded"] == 0

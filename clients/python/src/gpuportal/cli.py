@@ -530,6 +530,12 @@ def quote(state: State, path):
                                    else "not needed"))
         if q["free_gpus"] is not None:
             click.echo(f"free now: {q['free_gpus']} GPUs of {q['flavor']}")
+        size = q.get("size_range") or {}
+        if size:  # a resizable job: what it costs at the size it starts at and grown to its largest
+            click.echo(f"sizes {size['min_pods']}..{size['max_pods']} pods: {size['cost_at_start'] / 1000:g} credits "
+                       f"at {size['start_pods']}, {size['cost_at_largest'] / 1000:g} grown to {size['max_pods']} "
+                       f"(grown GPUs borrowed, preemptible, at the clearing price: {size['grow_rate']} mcr/GPU-hour "
+                       "now); the hold is the worst case")
         if q.get("quota"):
             click.echo(f"quota: {q['quota']['message']}")
         start = q.get("start") or {}

@@ -407,7 +407,10 @@ class Client(SweepsMixin, CalendarMixin):
         when not metered), ``affordable``, ``needs_approval`` and ``approval_reasons``, ``free_gpus`` of the
         flavor right now, ``quota`` (``nominal``, ``borrowing_limit``, ``used``, ``fits``, ``must_borrow``,
         ``message``) and ``start`` (``starts_now``, ``estimated_start`` as ISO 8601 or None, ``code`` and
-        ``message``: the engine's own estimate for the queue as it is now).
+        ``message``: the engine's own estimate for the queue as it is now). A resizable job (``min_pods``) also
+        gets ``size_range``: ``cost_at_start`` at ``start_pods`` (the size it would start at now),
+        ``cost_at_largest`` grown to ``max_pods`` (its grown GPUs borrowed, preemptible capacity at ``grow_rate``,
+        the clearing price now) and ``hold`` (the worst case); None for any other job.
         """
         return self._json("POST", "jobs/quote", json={**(spec or {}), **fields})
 
