@@ -209,7 +209,7 @@ class Calendar:
         """Each node's GPUs free at ``at`` once the running pods that end by then have (at their time limit),
         no more than what the holds already made leave there."""
         free = list(pool.free)
-        for end, i, g in pool.events:
+        for end, i, g in pool.events + pool.shared_ends:
             if end <= at:
                 free[i] += g
         for i, left in pool.spare.items():

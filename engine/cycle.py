@@ -766,7 +766,7 @@ class Cycle:
         if opened is None:
             opened = placed
         likely = self.now + job.likely_runtime_s
-        events = pool.events
+        events = pool.events if job.share is None else pool.shared_ends  # (a GPU it opens: ``shared_ends``)
         likely_events = self.likely_events.setdefault((pool.cluster, pool.flavor), [])
         for i in opened:  # (a fraction on a GPU already shared takes no more of the pool)
             events.append((end, i, g))

@@ -22,6 +22,12 @@ pool (``placement.Pool``): it is not free to a whole-GPU job until its last frac
 2. else it opens a whole GPU, on the node the pool's best fit chooses for one GPU (the node with the fewest free
    GPUs that still has one): the same anti-fragmentation rule whole-GPU jobs follow, so whole nodes stay free.
 
+A reserved head never counts on a shared GPU becoming whole (its release is in ``Pool.shared_ends``, not in
+the heads' plan ``Pool.events``): fractions join a shared GPU whatever the reservations (sessions are realtime,
+judged before every head), so the last holder's declared end is no instant the engine can keep. A gang that
+needs a GPU shared now reserves on other nodes, or not at all; the work behind it is then not held back for a
+start that each notebook joining the GPU would push back.
+
 Device indices are the portal's own numbering of a node's shared GPUs (0, 1, ...: the lowest index no shared
 GPU of the node holds); the snapshot records each running fractional pod's index, and the Kubernetes adapter
 names the device that index stands for (docs/fractions.md).
@@ -240,7 +246,7 @@ def per_gpu(share: Share) -> int:
 def hold_running(pool, jobs, end_of, likely_of, likely_events: list) -> None:
     """Book the running fractional ``jobs`` of ``pool`` on their shared GPUs (each pod on the device its
     snapshot names; a pod without one on the lowest free device of its node). Each shared GPU is one GPU taken
-    from the pool until its last fraction ends (``Pool.events`` at the latest declared end of its holders,
+    from the pool until its last fraction ends (``Pool.shared_ends`` at the latest declared end of its holders,
     ``likely_events`` at the latest likely end)."""
     book = book_of(pool)
     pos, free = pool.pos, pool.free
@@ -260,7 +266,7 @@ def hold_running(pool, jobs, end_of, likely_of, likely_events: list) -> None:
                 pair = ends.setdefault((i, d), [end, likely])
                 pair[0], pair[1] = max(pair[0], end), max(pair[1], likely)
     for (i, _), (end, likely) in sorted(ends.items()):
-        pool.events.append((end, i, 1))
+        pool.shared_ends.append((end, i, 1))
         likely_events.append((likely, i, 1))
 
 

@@ -125,6 +125,7 @@ class Pool:
         "due",
         "soon",
         "shares",
+        "shared_ends",
         "domains",
     )
 
@@ -161,6 +162,10 @@ class Pool:
         self.due: list[int] | None = None
         self.soon: BucketIndex | None = None
         self.shares = None  # its GPUs holding fractions (``fractions.GpuBook``), made at the first fraction
+        # (end, node index, 1) of each shared GPU: when its last fraction ends at the latest. Not among ``events``,
+        # the heads' plan: a fraction joins a shared GPU whatever the reservations (a session, realtime, is judged
+        # before every head and starts at once), so that end is no instant a head can count on.
+        self.shared_ends: list[tuple[float, int, int]] = []
         # The cluster's topology domains over these nodes (``domains.Domains``), None when it declares no levels.
         self.domains = None
 
@@ -183,6 +188,7 @@ class Pool:
         other.due = None if self.due is None else list(self.due)
         other.soon = None if self.soon is None else self.soon.copy()
         other.shares = None if self.shares is None else self.shares.copy()
+        other.shared_ends = list(self.shared_ends)
         other.domains = None if self.domains is None else self.domains.copy()
         return other
 
@@ -316,7 +322,8 @@ class Pool:
 
     def earliest_fit(self, g: int, pods: int, now: float) -> tuple[float, list[int]] | None:
         """When (and where, by best fit) ``pods`` x ``g`` GPUs fit here if running and admitted pods end at their
-        max runtime and nothing else is admitted; None if they never do."""
+        max runtime and nothing else is admitted; None if they never do. A GPU shared by fractions never comes
+        free in this plan (``shared_ends``): a gang that needs it finds no instant here."""
         spare = self.spare  # GPUs earlier reservations' heads leave free per node: a later head gets no more
 
         def cut(i: int, v: int) -> int:
@@ -424,7 +431,7 @@ class Pool:
         if self.empty.capacity(g) < pods:
             return None
         when = now
-        for end, i, _ in self.events:
+        for end, i, _ in self.events + self.shared_ends:  # (a shared GPU too: never earlier than it can start)
             if end > when and i in self._indexed_set:
                 when = end
         for r in self.reservations:
