@@ -130,10 +130,18 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
     with run_cache.per_run(), ThreadPoolExecutor(max_workers=slots, thread_name_prefix="admit") as pool:
         running: dict[Future, pods.Admission] = {}
         read = _read_jobs(pairs)
-        for job_id, attempt in pairs:
+        waited = False
+        for i, (job_id, attempt) in enumerate(pairs):
             while len(running) >= slots:
                 _settle_first(running, counts)
-            admission = _claim(job_id, attempt, read)
+                waited = True
+            if waited and read is not None:
+                # The pairs still to start waited behind others' calls: whether they moved meanwhile is
+                # checked for them all in one light query, not by re-reading each whole (its query's
+                # building cost more than its run, and more than the start's own API call)
+                read = _still_as_read(read, [p[0] for p in pairs[i:]])
+                waited = False
+            admission = _claim(job_id, attempt, read, recent=read is not None)
             if isinstance(admission, str):
                 _count(counts, admission)
             elif admission.overlaps:
@@ -143,6 +151,16 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
         while running:
             _settle_first(running, counts)
     return counts
+
+
+def _still_as_read(read: dict, job_ids: list[int]) -> dict | None:
+    """``pods.still_as_read``; None when that check fails: each pair then re-reads its own job, as before."""
+    try:
+        return pods.still_as_read(read, job_ids)
+    except Exception:  # noqa: BLE001 - every pair reads for itself instead
+        log.warning("checking %d admitted jobs together failed; each is read on its own", len(job_ids),
+                    exc_info=True)
+        return None
 
 
 def _count(counts: dict[str, int], outcome: str) -> None:
@@ -155,9 +173,9 @@ def _alone(job_id: int, attempt: int) -> str:
     return "retrying"
 
 
-def _claim(job_id: int, attempt: int, read: dict | None) -> pods.Admission | str:
+def _claim(job_id: int, attempt: int, read: dict | None, *, recent: bool = False) -> pods.Admission | str:
     try:
-        return pods.claim_admission(job_id=job_id, attempt=attempt, fresh=True, read=read)
+        return pods.claim_admission(job_id=job_id, attempt=attempt, fresh=True, read=read, recent=recent)
     except Exception:  # noqa: BLE001 - retried alone
         return _alone(job_id, attempt)
 
