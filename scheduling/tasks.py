@@ -46,9 +46,23 @@ RETRY = {
 }
 
 
+# The queues whose tasks create pods (settings.CELERY_TASK_ROUTES): only a worker reading one needs the classes.
+POD_QUEUES = frozenset({"starts", "pods"})
+
+
+def creates_pods(queues: set[str]) -> bool:
+    """Whether a worker reading ``queues`` may create pods (unknown queues: assume it may)."""
+    return not queues or bool(queues & POD_QUEUES)
+
+
 @worker_ready.connect
-def _prepare_cluster(**_kwargs):  # pragma: no cover - exercised by running a worker
-    """Make sure the tier PriorityClasses exist before the worker creates any pod."""
+def _prepare_cluster(sender=None, **_kwargs):  # pragma: no cover - exercised by running a worker
+    """Make sure the tier PriorityClasses exist before the worker creates any pod. A worker that creates none
+    (the notifier, the cycle's) skips it: it cost each of them a Kubernetes client and its API calls at start,
+    more CPU than a notifier spends on a few hundred jobs."""
+    consumer = getattr(sender, "task_consumer", None)
+    if not creates_pods({q.name for q in getattr(consumer, "queues", None) or ()}):
+        return
     try:
         podsets.ensure_priority_classes()
     except Exception:  # noqa: BLE001 - a worker must start even when the cluster is briefly down
