@@ -32,6 +32,12 @@ CPU is reported apart (it is not the portal's), and there is no bare-scheduler b
     DATABASE_URL=... CELERY_BROKER_URL=redis://... python -m benchmarks.e2e --backend kubernetes --fake-kube \
         --jobs 300 --batch 50 --nodes 40
 
+To compare the two backends per process, give both runs the same ``--hold-s`` (the stack stays up that many
+seconds after the first submission, so both count the same seconds of their per-second costs) and ``--shape
+single`` (the simulated pods then run ``--job-seconds`` of real time, as the Kubernetes ones do); the report's
+CPU from the first submission leaves each process's start-up out. ``E2E_PROFILE_DIR=DIR`` runs every process
+but the web under cProfile (``benchmarks/profiled.py``: every thread) and writes ``DIR/<process>.prof``.
+
 The database named in DATABASE_URL is dropped and re-created. Nothing here is a test: it prints figures.
 """
 
