@@ -46,9 +46,23 @@ RETRY = {
 }
 
 
+# The queues whose tasks create pods (settings.CELERY_TASK_ROUTES): only a worker reading one needs the classes.
+POD_QUEUES = frozenset({"starts", "pods"})
+
+
+def creates_pods(queues: set[str]) -> bool:
+    """Whether a worker reading ``queues`` may create pods (unknown queues: assume it may)."""
+    return not queues or bool(queues & POD_QUEUES)
+
+
 @worker_ready.connect
-def _prepare_cluster(**_kwargs):  # pragma: no cover - exercised by running a worker
-    """Make sure the tier PriorityClasses exist before the worker creates any pod."""
+def _prepare_cluster(sender=None, **_kwargs):  # pragma: no cover - exercised by running a worker
+    """Make sure the tier PriorityClasses exist before the worker creates any pod. A worker that creates none
+    (the notifier, the cycle's) skips it: it cost each of them a Kubernetes client and its API calls at start,
+    more CPU than a notifier spends on a few hundred jobs."""
+    consumer = getattr(sender, "task_consumer", None)
+    if not creates_pods({q.name for q in getattr(consumer, "queues", None) or ()}):
+        return
     try:
         podsets.ensure_priority_classes()
     except Exception:  # noqa: BLE001 - a worker must start even when the cluster is briefly down
@@ -130,10 +144,18 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
     with run_cache.per_run(), ThreadPoolExecutor(max_workers=slots, thread_name_prefix="admit") as pool:
         running: dict[Future, pods.Admission] = {}
         read = _read_jobs(pairs)
-        for job_id, attempt in pairs:
+        waited = False
+        for i, (job_id, attempt) in enumerate(pairs):
             while len(running) >= slots:
                 _settle_first(running, counts)
-            admission = _claim(job_id, attempt, read)
+                waited = True
+            if waited and read is not None:
+                # The pairs still to start waited behind others' calls: whether they moved meanwhile is
+                # checked for them all in one light query, not by re-reading each whole (its query's
+                # building cost more than its run, and more than the start's own API call)
+                read = _still_as_read(read, [p[0] for p in pairs[i:]])
+                waited = False
+            admission = _claim(job_id, attempt, read, recent=read is not None)
             if isinstance(admission, str):
                 _count(counts, admission)
             elif admission.overlaps:
@@ -143,6 +165,16 @@ def admit_pods_many(pairs: list[list[int]]) -> dict[str, int]:
         while running:
             _settle_first(running, counts)
     return counts
+
+
+def _still_as_read(read: dict, job_ids: list[int]) -> dict | None:
+    """``pods.still_as_read``; None when that check fails: each pair then re-reads its own job, as before."""
+    try:
+        return pods.still_as_read(read, job_ids)
+    except Exception:  # noqa: BLE001 - every pair reads for itself instead
+        log.warning("checking %d admitted jobs together failed; each is read on its own", len(job_ids),
+                    exc_info=True)
+        return None
 
 
 def _count(counts: dict[str, int], outcome: str) -> None:
@@ -155,9 +187,9 @@ def _alone(job_id: int, attempt: int) -> str:
     return "retrying"
 
 
-def _claim(job_id: int, attempt: int, read: dict | None) -> pods.Admission | str:
+def _claim(job_id: int, attempt: int, read: dict | None, *, recent: bool = False) -> pods.Admission | str:
     try:
-        return pods.claim_admission(job_id=job_id, attempt=attempt, fresh=True, read=read)
+        return pods.claim_admission(job_id=job_id, attempt=attempt, fresh=True, read=read, recent=recent)
     except Exception:  # noqa: BLE001 - retried alone
         return _alone(job_id, attempt)
 

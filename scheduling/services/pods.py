@@ -143,21 +143,23 @@ def admit_pods(*, job_id: int, attempt: int, fresh: bool) -> tuple[str, float | 
     return settle_admission(admission, None)
 
 
-def claim_admission(*, job_id: int, attempt: int, fresh: bool, read: dict[int, Job] | None = None
-                    ) -> Admission | str:
+def claim_admission(*, job_id: int, attempt: int, fresh: bool, read: dict[int, Job] | None = None,
+                    recent: bool = False) -> Admission | str:
     """Check that the attempt is still admitted (not requeued because its node or cluster went, not cancelled)
     and take its quota try: the :class:`Admission` to run, or the outcome when there is nothing to start
     ("stale", or "backing_off" when this attempt's one retry chain has its next try later: no second chain).
 
-    ``read``: the message's jobs as ``read_jobs`` read them at its start. A backend whose starts overlap (API
-    calls on other threads, a whole message in flight) has its job re-read here, right before its calls
-    start; one whose starts run here one after another, within milliseconds of that read, uses it."""
+    ``read``: the message's jobs as ``read_jobs`` read them. A backend whose starts overlap (API calls on other
+    threads, a whole message in flight) has its job re-read here, right before its calls start, unless
+    ``recent``: the caller checked it against the database since its last wait on calls in flight
+    (``still_as_read``); one whose starts run here one after another, within milliseconds of that read, uses
+    it."""
     job = _job(job_id, attempt, (JobState.ADMITTED,), read)
     if job is None:
         return "stale"
     cluster = cluster_of(job)  # the cluster the admission bound this attempt to
     backend = get_backend(cluster)
-    if read is not None and backend.overlapping_starts:
+    if read is not None and backend.overlapping_starts and not recent:
         job = _job(job_id, attempt, (JobState.ADMITTED,))
         if job is None:
             return "stale"
@@ -171,6 +173,17 @@ def claim_admission(*, job_id: int, attempt: int, fresh: bool, read: dict[int, J
         return "backing_off"
     return Admission(job=job, cluster=cluster, backend=backend, claim=claim, podset=podsets.podset_for(job),
                      fresh=fresh)
+
+
+def still_as_read(read: dict[int, Job], job_ids) -> dict[int, Job]:
+    """``read`` without the jobs among ``job_ids`` that moved since it was read (another state or attempt:
+    cancelled, requeued because their node or cluster went, started by another run): one light query of
+    three columns for them all, instead of re-reading each job whole right before its start. What else an
+    admitted attempt's start reads (its placement, its cluster, its pod set) is fixed for the attempt."""
+    ids = {int(job_id) for job_id in job_ids}
+    now = {pk: (state, attempt) for pk, state, attempt in
+           Job.objects.filter(pk__in=ids).values_list("pk", "state", "attempt")}
+    return {pk: job for pk, job in read.items() if pk not in ids or now.get(pk) == (job.state, job.attempt)}
 
 
 def settle_admission(admission: Admission, error: BaseException | None) -> tuple[str, float | None]:

@@ -85,7 +85,26 @@ def test_inventory_uses_a_bounded_number_of_list_calls(kube_backend, cluster):
     assert [(r.method, r.path) for r in calls] == [
         ("GET", "/api/v1/nodes"), ("GET", "/api/v1/pods"), ("GET", "/api/v1/pods")]
     assert calls[1].query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    assert "labelSelector" not in calls[1].query  # everyone's live pods: the portal's are read from it too
+    # the portal's pods that ended: the only ones the list of live pods lacks
     assert calls[2].query["labelSelector"] == f"app.kubernetes.io/managed-by=gpu-portal,gpu-portal.io/installation={INSTALLATION}"
+    assert calls[2].query["fieldSelector"] == "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
+
+
+def test_a_portal_pod_that_ends_between_the_two_pod_lists_is_read_once_as_ended(kube_backend, cluster):
+    # it is live in the first list and ended in the second: never missing (a gone pod requeues an evicting
+    # job), never twice, and its later state wins
+    cluster.race_next(lambda f: f.terminate(NS, "job-42-a1", exit_code=0), method="GET", path=r"^/api/v1/pods$",
+                      after=1)
+    (pod,) = kube_backend.inventory().pods
+    assert (pod.name, pod.phase) == ("job-42-a1", "Succeeded")
+
+
+def test_the_portal_pods_are_read_from_everyones_live_pods_only_in_its_namespaces(kube_backend, cluster):
+    cluster.add_foreign_pod("research", "look-alike", node="a1", gpus=1)
+    inv = kube_backend.inventory(namespaces={"elsewhere"})
+    assert inv.pods == ()
+    assert [p.name for p in kube_backend.inventory(namespaces={NS}).pods] == ["job-42-a1"]
 
 
 def test_inventory_paginates_large_clusters(kube_fake, sleeps):

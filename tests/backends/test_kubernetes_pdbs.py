@@ -119,16 +119,40 @@ def test_pending_and_terminating_pods_are_not_guarded(kube_backend, kube_fake, r
     assert set(covered(kube_backend.pdb_coverage())) == {42}
 
 
-def test_two_lists_per_call_and_none_without_running_pods(kube_backend, kube_fake, raw_api, two_jobs):
+def test_no_budget_anywhere_is_one_list_and_no_pod_is_read(kube_backend, kube_fake, two_jobs):
+    before = len(kube_fake.requests)
+    assert kube_backend.pdb_coverage().jobs == {}
+    assert [(r.method, r.path) for r in kube_fake.requests[before:]] == [
+        ("GET", "/apis/policy/v1/poddisruptionbudgets")]  # the portal's running pods are not listed
+
+
+def test_the_pods_are_listed_only_in_the_namespaces_with_budgets(kube_backend, kube_fake, raw_api, two_jobs):
+    kube_fake.add_namespace("infra", restricted=False)
     pdb(raw_api, "all", {"minAvailable": 1, "selector": {}})
-    before = kube_fake.count("GET")
-    kube_backend.pdb_coverage()
-    assert kube_fake.count("GET") - before == 2
+    pdb(raw_api, "dns", {"minAvailable": 1, "selector": {}}, ns="infra")
+    before = len(kube_fake.requests)
+    assert set(covered(kube_backend.pdb_coverage())) == {42, 43}
+    calls = kube_fake.requests[before:]
+    assert [(r.method, r.path) for r in calls] == [
+        ("GET", "/apis/policy/v1/poddisruptionbudgets"), ("GET", "/api/v1/namespaces/infra/pods"),
+        ("GET", f"/api/v1/namespaces/{NS}/pods")]
+    assert {r.query["fieldSelector"] for r in calls[1:]} == {"status.phase=Running"}
     for name in ("job-42-a1-0", "job-42-a1-1", "job-43-a1"):
         kube_fake.terminate(NS, name)
-    before = kube_fake.count("GET")
     assert kube_backend.pdb_coverage().jobs == {}
-    assert kube_fake.count("GET") - before == 1  # no running pod of the portal: the PDBs are not listed
+
+
+def test_budgets_in_many_namespaces_are_matched_from_one_list_of_pods(kube_backend, kube_fake, raw_api, two_jobs):
+    from scheduling.backends.kube.pdbs import PDB_NAMESPACES_LISTED_APART
+
+    for i in range(PDB_NAMESPACES_LISTED_APART):
+        kube_fake.add_namespace(f"other-{i}", restricted=False)
+        pdb(raw_api, "x", {"minAvailable": 1, "selector": {}}, ns=f"other-{i}")
+    pdb(raw_api, "all", {"minAvailable": 1, "selector": {}})
+    before = len(kube_fake.requests)
+    assert set(covered(kube_backend.pdb_coverage())) == {42, 43}
+    assert [(r.method, r.path) for r in kube_fake.requests[before:]] == [
+        ("GET", "/apis/policy/v1/poddisruptionbudgets"), ("GET", "/api/v1/pods")]
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,84 @@ def test_watcher_moves_jobs(kube, lab, submit, go):
     assert job.state == JobState.RUNNING
 
 
+def test_the_watcher_applies_a_burst_of_events_with_one_read_of_their_jobs(kube, lab, submit, go, monkeypatch):
+    from scheduling.backends.kube.status import pod_state
+    from scheduling.management.commands import watch_pods
+
+    jobs = [go(submit, lab.alice, name=f"j{i}") for i in range(3)]
+    go(run_cycle)
+    states = []
+    for job in jobs:
+        name = f"job-{job.pk}-a1"
+        pending = pod_state(kube.pod("gpu-vision", name))
+        kube.run("gpu-vision", name, node=Job.objects.get(pk=job.pk).placement[0])
+        states += [("ADDED", pending), ("MODIFIED", pod_state(kube.pod("gpu-vision", name)))]
+    applied = []
+    real = watch_pods.apply_pod_states
+    monkeypatch.setattr(watch_pods, "apply_pod_states",
+                        lambda batch, **kw: applied.append([(s.name, s.phase) for s in batch]) or real(batch, **kw))
+    go(watch_pods.apply_events, states, cluster="default", row=None)
+    # one call, each pod's latest state only (its ADDED, Pending, is superseded)
+    assert applied == [[(f"job-{j.pk}-a1", "Running") for j in jobs]]
+    assert {j.state for j in Job.objects.filter(pk__in=[j.pk for j in jobs])} == {JobState.RUNNING}
+
+
+def test_the_watcher_applies_a_deletion_after_the_states_before_it(kube, lab, submit, go, monkeypatch):
+    from scheduling.backends.kube.status import pod_state
+    from scheduling.management.commands import watch_pods
+
+    a, b = go(submit, lab.alice, name="a"), go(submit, lab.alice, name="b")
+    go(run_cycle)
+    sa, sb = (pod_state(kube.pod("gpu-vision", f"job-{j.pk}-a1")) for j in (a, b))
+    calls = []
+    monkeypatch.setattr(watch_pods, "apply_pod_states", lambda batch, **kw: calls.append(("states", [s.name for s in batch])))
+    monkeypatch.setattr(watch_pods, "apply_pod_deleted", lambda *, state, cluster: calls.append(("deleted", state.name)))
+    watch_pods.apply_events([("MODIFIED", sa), ("DELETED", sb), ("MODIFIED", sb)], cluster="default", row=None)
+    assert calls == [("states", [sa.name]), ("deleted", sb.name), ("states", [sb.name])]
+
+
+def test_a_watch_batch_takes_what_waits_and_ends_at_the_streams_end():
+    import queue
+
+    from scheduling.management.commands.watch_pods import _END, drain
+
+    events = queue.SimpleQueue()
+    for item in (2, 3, 4, _END, 5):
+        events.put(item)
+    assert drain(events, 1, limit=3) == [1, 2, 3]
+    assert drain(events, events.get()) == [4, _END]  # the end closes the batch
+    assert drain(events, events.get()) == [5]  # nothing more waits: no blocking
+    failure = RuntimeError("stream broke")
+    events.put(failure)
+    events.put(6)
+    assert drain(events, 0) == [0, failure]
+
+
+def test_the_watcher_starts_a_new_stream_when_one_ends(kube, lab, submit, go, monkeypatch):
+    from scheduling.backends import get_backend
+    from scheduling.backends.kube.status import pod_state
+    from scheduling.management.commands.watch_pods import watch
+
+    a, b = go(submit, lab.alice, name="a"), go(submit, lab.alice, name="b")
+    go(run_cycle)
+    for j in (a, b):
+        kube.run("gpu-vision", f"job-{j.pk}-a1", node=Job.objects.get(pk=j.pk).placement[0])
+    states = [pod_state(kube.pod("gpu-vision", f"job-{j.pk}-a1")) for j in (a, b)]
+    stopped = []
+
+    class Stream(list):
+        def stop(self):
+            stopped.append(self)
+
+    streams = iter([Stream([("MODIFIED", states[0])]), Stream([("MODIFIED", states[1])])])
+    monkeypatch.setattr(get_backend("default"), "watch_pods", lambda **_: next(streams))
+    stop = threading.Event()
+    # the first stream ends after one event (a server-side timeout): ending it must not end the watcher
+    assert go(watch, cluster="default", stop=stop, max_events=2) == 2
+    assert not stop.is_set() and len(stopped) == 2
+    assert {j.state for j in Job.objects.filter(pk__in=(a.pk, b.pk))} == {JobState.RUNNING}
+
+
 def test_eviction_blocked_by_pdb_is_recorded_and_retried_later(kube, lab, submit, go):
     from django.utils import timezone
 

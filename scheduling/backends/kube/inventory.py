@@ -18,6 +18,8 @@ from .connection import KubeConnection
 from .errors import backend_errors
 
 NOT_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
+# The complement of NOT_TERMINAL but for Unknown (which NOT_TERMINAL lists): the pods that ended.
+ENDED = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
 MIB = 1024 * 1024
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/")
 
@@ -90,13 +92,27 @@ class InventoryReader(KubeConnection):
 
     @backend_errors
     def inventory(self, *, namespaces: Collection[str] | None = None) -> Inventory:
-        """Three lists (more only when paginating): nodes, non-terminated pods of everyone, the portal's pods.
-        ``namespaces``: the portal's namespaces on this cluster; a pod is the portal's only there and with this
-        installation's label. Every other pod's GPUs count as used by others (None: every namespace)."""
+        """Three lists (more only when paginating): nodes, non-terminated pods of everyone, the portal's pods
+        that ended. ``namespaces``: the portal's namespaces on this cluster; a pod is the portal's only there and
+        with this installation's label. Every other pod's GPUs count as used by others (None: every namespace).
+
+        The portal's live pods are read from the list of everyone's non-terminated pods rather than listed a
+        second time: on a cluster busy with the portal's own work they are most of that list, and decoding
+        every one of them twice a sync was half its cost. The pods that ended are listed after it, so that a
+        pod that ends between the two lists is in the second (its later state wins); one in neither would read
+        as gone, and an evicting job whose pods all look gone is requeued."""
         nodes, _ = self.call.list_all(self.core.list_node, page_size=self.page_size)
         running, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, field_selector=NOT_TERMINAL,
                                         page_size=self.page_size)
-        portal_pods = self.list_pods(namespaces=namespaces)
+        ended, _ = self.call.list_all(self.core.list_pod_for_all_namespaces, label_selector=self.selector,
+                                      field_selector=ENDED, page_size=self.page_size)
+        mine: dict[tuple[str, str], PodState] = {}
+        for pod in (*running, *ended):
+            if self.owns(pod) and _within(pod, namespaces):
+                state = _with_gpus(self.pod_state(pod), pod)
+                if state is not None:
+                    mine[(state.namespace, state.name)] = state
+        portal_pods = tuple(mine.values())
 
         others_by_node: dict[str, list[dict[str, Any]]] = {}
         for pod in running:
