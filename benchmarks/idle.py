@@ -16,6 +16,11 @@ class that applies, for their flavor:
 - ``realtime headroom``: a job waits so that a realtime arrival finds a free GPU;
 - ``no pending job fits``: every waiting job needs more GPUs per pod, or more pods, than the free GPUs give.
 
+With resizable jobs (the ``-resizable`` scenarios) two classes come first. ``held for a grow's answer``: the
+new GPUs of a grow that waits for the job's answer (the engine sees them in the job's placement, the job does not
+compute on them yet); ``freed by a shrink, not yet reused``: GPUs a finished shrink gave back that are still
+free after the cycles since (counted until one of them takes them).
+
 The shares are of the whole GPU-time of the arrival window (the window utilisation is measured on), so they
 add up with the utilisation to about 1 (work that runs on past the window is not idle). Slurm-EASY's idle
 share is printed beside them: the gap to the best baseline is what the classes have to explain.
@@ -45,6 +50,8 @@ from simulator.simulator import simulate  # noqa: E402
 from simulator.tuner import free_gpus_after  # noqa: E402
 
 CLASSES = (
+    "held for a grow's answer",
+    "freed by a shrink, not yet reused",
     "nothing pending",
     "victims leaving",
     "held for a reservation",
@@ -63,16 +70,33 @@ def fits(job, nodes: list[int]) -> bool:
     return sum(f // job.gpus_per_pod for f in nodes) >= job.pods
 
 
-def classify(snap, result) -> dict[str, int]:
-    """Idle GPUs after one cycle, per class."""
+def classify(snap, result, shrunk: dict[str, int] | None = None,
+             grown: dict[str, int] | None = None) -> dict[str, int]:
+    """Idle GPUs after one cycle, per class. ``grown`` (node -> GPUs) are free GPUs this cycle's grows hold from
+    now on (the caller counts them as held for the answer); ``shrunk`` (node -> GPUs a finished shrink gave back
+    there and nobody took since) is cut to what is still free and counted first."""
     jobs = {j.id: j for j in snap.pending}
     by_flavor: dict[str, list] = defaultdict(list)  # flavor -> [(waiting job, its reason code)]
     for r in result.pending:
         job = jobs[r.job_id]
         by_flavor[job.flavor].append((job, r.code))
     out: dict[str, int] = defaultdict(int)
+    apart: dict[str, int] = defaultdict(int)  # flavor -> free GPUs counted apart (held for a grow, shrunk)
+    if shrunk is not None or grown:
+        flavor_of = {n.name: n.flavor for n in snap.nodes}
+        free = free_by_node(snap, result)
+        for name, gpus in (grown or {}).items():
+            free[name] = free.get(name, 0) - gpus
+            apart[flavor_of[name]] += gpus
+        for name in list(shrunk or ()):
+            shrunk[name] = min(shrunk[name], max(0, free.get(name, 0)))
+            if shrunk[name] <= 0:
+                del shrunk[name]
+            else:
+                out["freed by a shrink, not yet reused"] += shrunk[name]
+                apart[flavor_of[name]] += shrunk[name]
     for flavor, nodes in free_after(snap, result).items():
-        idle = sum(nodes)
+        idle = sum(nodes) - apart.get(flavor, 0)
         if idle <= 0:
             continue
         left = by_flavor.get(flavor, [])
@@ -90,6 +114,18 @@ def classify(snap, result) -> dict[str, int]:
             cls = "no pending job fits"
         out[cls] += idle
     return out
+
+
+def free_by_node(snap, result) -> dict[str, int]:
+    """Free GPUs per node after a cycle's admissions (as ``free_after``, by node name)."""
+    free = {n.name: n.gpus - n.used_by_others for n in snap.nodes if n.schedulable and not n.taints and n.gpus}
+    pending = {j.id: j for j in snap.pending}
+    for job, g in [(j, j.gpus_per_pod) for j in snap.running] + [
+            (a, pending[a.job_id].gpus_per_pod) for a in result.admissions]:
+        for name in job.placement:
+            if name in free:
+                free[name] -= g
+    return {name: max(0, f) for name, f in free.items()}
 
 
 def large_jobs(snap) -> dict[int, object]:
@@ -113,10 +149,44 @@ class Recording(policies.Portal):
     def __init__(self):
         self.cycles: list[tuple[float, dict[str, int]]] = []
         self.waits: list[tuple[float, dict[int, tuple[str, bool]]]] = []
+        # resizes decided and not yet done: job -> (GPUs a grow adds, {node: GPUs a shrink gives back})
+        self.resizing: dict[int, tuple[int, dict[str, int]]] = {}
+        self.shrunk: dict[str, int] = {}  # node -> GPUs finished shrinks gave back that nobody took yet
 
     def __call__(self, snap):
+        running = {j.id: j for j in snap.running}
+        held = 0
+        for job_id, (grown, freed) in list(self.resizing.items()):
+            job = running.get(job_id)
+            if job is not None and job.resizing:
+                held += grown
+                continue
+            del self.resizing[job_id]  # done (or the job ended): a shrink's pods are free from now on
+            if job is not None:
+                for name, gpus in freed.items():
+                    self.shrunk[name] = self.shrunk.get(name, 0) + gpus
         result = super().__call__(snap)
-        self.cycles.append((snap.now, classify(snap, result)))
+        grown: dict[str, int] = defaultdict(int)  # node -> free GPUs this cycle's grows hold from now on
+        for rz in result.resizes:
+            job = running[rz.job_id]
+            before, after = list(job.placement), list(rz.placement)
+            for name in rz.placement:
+                if name in before:
+                    before.remove(name)
+            for name in job.placement:
+                if name in after:
+                    after.remove(name)
+            freed: dict[str, int] = defaultdict(int)
+            for name in before:
+                freed[name] += job.gpus_per_pod
+            self.resizing[rz.job_id] = (len(after) * job.gpus_per_pod, dict(freed))
+            held += len(after) * job.gpus_per_pod
+            for name in after:
+                grown[name] += job.gpus_per_pod
+        idle = classify(snap, result, self.shrunk, grown)
+        if held:
+            idle["held for a grow's answer"] = held
+        self.cycles.append((snap.now, idle))
         self.waits.append((snap.now, large_waits(snap, result)))
         return result
 

@@ -108,6 +108,20 @@ def test_it_does_not_grow_onto_gpus_a_reserved_head_needs_soon():
     assert r.raw.resizes == ()
 
 
+def test_it_grows_onto_a_heads_gpus_due_after_its_next_checkpoint():
+    # B's 8-GPU head reserves the node from the end of the 2-GPU job (in 30 min); the resizable job checkpoints
+    # every 20 min, so it can give the grown GPUs back before the head is due: it grows. Within two checkpoints
+    # of the head's start it would have kept off, leaving 4 GPUs idle for half an hour.
+    base = Snap().nodes(1, gpus=8).quota("A", 2, borrow=6).quota("B", 4, borrow=4).quota("C", 2).policy(
+        quota_reservation_age_s=60.0)
+    snap = base.running(run(7, dept="C", on=("n0",) * 2, ran=HOUR, max_runtime_s=HOUR + 1800),
+                        _resizable(5, ("n0",) * 2, 2, 6, checkpoint_interval_s=1200.0)).pending(
+        job(1, dept="B", pods=8, submitted_at=NOW - HOUR))
+    r = snap.decide()
+    assert r.reason[1].detail.get("reserved_from") == NOW + 1800
+    assert [(x.job_id, x.direction, x.pods) for x in r.raw.resizes] == [(5, "up", 6)]
+
+
 def test_it_grows_into_a_far_reservation_it_can_give_back():
     base = Snap().nodes(1, gpus=8).quota("A", 2, borrow=6).quota("B", 4, borrow=4).quota("C", 2).policy(
         quota_reservation_age_s=60.0)

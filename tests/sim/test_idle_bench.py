@@ -1,7 +1,9 @@
 """The idle-time benchmark's classification of free GPUs after a cycle (benchmarks/idle.py), on real engine
 decisions."""
 
-from benchmarks.idle import CLASSES, classify, idle_shares
+from dataclasses import replace
+
+from benchmarks.idle import CLASSES, Recording, classify, idle_shares
 from engine import schedule
 from engine.types import Node, PendingJob, Quota, RunningJob, Snapshot
 
@@ -61,3 +63,37 @@ def test_shares_weight_each_cycle_by_the_time_to_the_next_within_the_window():
     # 2 GPUs x 5 s and 4 GPUs x 10 s of 4 GPUs x 15 s
     assert abs(shares["no pending job fits"] - 10 / 60) < 1e-9
     assert abs(shares["nothing pending"] - 40 / 60) < 1e-9
+
+
+def _resizable(id, pods, dept="A", resizing=False):
+    return RunningJob(id=id, department=dept, flavor="a100", tier="elastic", placement=("n0",) * pods,
+                      gpus_per_pod=1, started_at=NOW - HOUR, max_runtime_s=10 * HOUR, submitted_at=NOW - HOUR,
+                      checkpoint_interval_s=600.0, min_pods=2, max_pods=6, resizing=resizing)  # fmt: skip
+
+
+def test_a_grows_new_gpus_are_held_for_its_answer_until_the_resize_is_done():
+    rec = Recording()
+    rec(_snap([_resizable(1, 2)]))  # it grows into 4 of the 6 idle GPUs
+    rec(_snap([_resizable(1, 6, resizing=True)]))  # the answer is pending: the engine sees all 6 as its
+    rec(_snap([_resizable(1, 6)]))  # done: it computes on them
+    assert [dict(c) for _, c in rec.cycles] == [
+        {"held for a grow's answer": 4, "nothing pending": 2},
+        {"held for a grow's answer": 4, "nothing pending": 2},
+        {"nothing pending": 2},
+    ]
+
+
+def test_gpus_a_shrink_gave_back_count_apart_until_a_job_takes_them():
+    rec = Recording()
+    b4 = PendingJob(id=2, department="B", flavor="a100", gpus_per_pod=1, pods=4, max_runtime_s=HOUR,
+                    submitted_at=NOW - HOUR)  # fmt: skip
+    b2 = replace(b4, id=3, pods=2)
+    full = Quota("A", "a100", 2, 0)  # A may not grow back past its quota of 2
+    rec(_snap([_resizable(1, 6), _run(9, 2, dept="B")], [b4], quotas=(full, Quota("B", "a100", 6))))
+    # the shrink is done but B's 4-GPU job was withdrawn: the 4 GPUs it gave back stay idle, then 2 are taken
+    rec(_snap([_resizable(1, 2), _run(9, 2, dept="B")], quotas=(full, Quota("B", "a100", 6))))
+    rec(_snap([_resizable(1, 2), _run(9, 2, dept="B")], [b2], quotas=(full, Quota("B", "a100", 6))))
+    assert [dict(c) for _, c in rec.cycles][1:] == [
+        {"freed by a shrink, not yet reused": 4},
+        {"freed by a shrink, not yet reused": 2},
+    ]
