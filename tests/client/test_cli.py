@@ -203,7 +203,7 @@ def test_logs_and_quote(gpup, lab, submit, job_file):
                      name="sized.yaml")
     result = gpup("quote", "-f", sized)
     assert result.exit_code == 0, result.output
-    assert ("sizes 1..4 pods: 12 credits at 4, 12 grown to 4 (grown GPUs borrowed, preemptible, at the "
+    assert ("sizes 1..4 pods: 12 credits at 4, 12 credits grown to 4 (grown GPUs borrowed, preemptible, at the "
             "clearing price: 1500 mcr/GPU-hour now); the hold is the worst case") in result.stdout
 
 
@@ -420,3 +420,13 @@ def test_clone_adds_data_workers_for_a_job_whose_gpus_wait_for_data(gpup, lab, s
     result = gpup("clone", clone.pk, "--add-data-workers", "2")  # a job with data workers: they grow
     assert [(r["name"], r["pods"]) for r in yaml.safe_load(result.stdout)["roles"]] == [("trainer", 2), ("data", 5)]
     assert gpup("clone", job.pk, "--add-data-workers", "0").exit_code == 2  # refused before asking
+
+
+def test_credits_are_written_as_people_write_them():
+    from gpuportal.cli import _credits
+
+    assert _credits(1) == "1 credit"
+    assert _credits(1.0) == "1 credit"
+    assert _credits(0.5) == "0.5 credits"
+    assert _credits(6) == "6 credits"
+    assert _credits(0) == "0 credits"

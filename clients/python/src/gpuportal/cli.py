@@ -508,6 +508,11 @@ def service_key(state: State, job_id):
     emit(state, answer, human)
 
 
+def _credits(amount: float) -> str:
+    """An amount of credits as people write it: "1 credit", "0.5 credits", "12 credits"."""
+    return f"{amount:g} credit" + ("" if amount == 1 else "s")
+
+
 @cli.command()
 @click.option("-f", "--file", "path", required=True, help="Job file (YAML or JSON; - for stdin).")
 @command
@@ -520,9 +525,9 @@ def quote(state: State, path):
 
     def human(q):
         click.echo(f"{q['gpus_total']} x {q['flavor']} ({q['tier']}) for at most {q['gpu_hours']:g} GPU-hours "
-                   f"at {q['rate']} mcr/GPU-hour: at most {q['estimated_credits']:g} credits")
+                   f"at {q['rate']} mcr/GPU-hour: at most {_credits(q['estimated_credits'])}")
         if q["metered"]:
-            click.echo(f"available: {q['available'] / 1000:g} credits"
+            click.echo(f"available: {_credits(q['available'] / 1000)}"
                        + ("" if q["affordable"] else " (not enough: the job would wait for credits)"))
         else:
             click.echo("your department is not metered")
@@ -532,8 +537,8 @@ def quote(state: State, path):
             click.echo(f"free now: {q['free_gpus']} GPUs of {q['flavor']}")
         size = q.get("size_range") or {}
         if size:  # a resizable job: what it costs at the size it starts at and grown to its largest
-            click.echo(f"sizes {size['min_pods']}..{size['max_pods']} pods: {size['cost_at_start'] / 1000:g} credits "
-                       f"at {size['start_pods']}, {size['cost_at_largest'] / 1000:g} grown to {size['max_pods']} "
+            click.echo(f"sizes {size['min_pods']}..{size['max_pods']} pods: {_credits(size['cost_at_start'] / 1000)} "
+                       f"at {size['start_pods']}, {_credits(size['cost_at_largest'] / 1000)} grown to {size['max_pods']} "
                        f"(grown GPUs borrowed, preemptible, at the clearing price: {size['grow_rate']} mcr/GPU-hour "
                        "now); the hold is the worst case")
         if q.get("quota"):
