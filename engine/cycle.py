@@ -142,6 +142,8 @@ class Cycle:
         self.keys: list[tuple] = []  # the order's keys (the prices' replays find a job's new place by them)
         # Shapes of jobs that can neither start nor reserve any more in this cycle (``pricing.surely_wins``).
         self.spent_shapes: set[tuple] = set()
+        # Running sums over the order that those bounds read, made on their first use (``pricing.OrderSums``).
+        self.order_sums = None
 
     def hold_running(self) -> dict[int, list[int]]:
         """Subtract the running jobs' pods from the pools, each with its end (``Pool.events``, at the declared

@@ -8,7 +8,7 @@ what the cycle asks of it (``Resizing``): a module that the state imported could
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from .bookings import Calendar
 from .eviction import Evictions
@@ -76,6 +76,7 @@ class CycleState(Protocol):
     place: int
     prices: dict[int, int]  # priced winners' critical bids
     spent_shapes: set[tuple]
+    order_sums: Any  # the running sums over ``order`` that the price bounds read (``pricing.OrderSums``), or None
     cpu_pools: dict[tuple[str, str], CpuPool]  # the CPU pools, by (cluster, flavor)
     cpu_short: dict[int, tuple[Role, dict]]  # jobs whose GPU gang had room but a CPU role did not
     cpu_only_admitted: int  # CPU-only admissions (they change no GPU pool)

@@ -23,15 +23,15 @@ def checked(monkeypatch):
     bound = pricing.surely_wins
     answers: list[bool] = []
 
-    def surely_wins(before, job, between):
-        sure = bound(before, job, between)
+    def surely_wins(before, job, start, stop):
+        sure = bound(before, job, start, stop)
         answers.append(sure)
         if sure:
             replay = pricing.fork(before, job.id)
-            for other in between:
+            for other in before.order[start:stop]:
                 replay.consider(other)
             replay.consider(job)
-            assert job.id in replay.admissions, (job.id, [other.id for other in between])
+            assert job.id in replay.admissions, (job.id, [other.id for other in before.order[start:stop]])
         return sure
 
     monkeypatch.setattr(pricing, "surely_wins", surely_wins)
