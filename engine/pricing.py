@@ -277,7 +277,9 @@ def _may_start_or_reserve(before: CycleState, job: PendingJob) -> tuple[bool, bo
         return False, False
     pools = before.topology.job_pools(job)[0]
     end = before.now + job.max_runtime_s
-    fits = any(pool.index_for(end).capacity(job.gpus_per_pod) >= job.pods for pool in pools)
+    # A fraction may start on a GPU already shared, which the index of whole free GPUs does not count: it is
+    # taken to fit (a bound may count too much, never too little).
+    fits = job.share is not None or any(pool.index_for(end).capacity(job.gpus_per_pod) >= job.pods for pool in pools)
     admits = fits and before.quota.check(job.department, job.flavor, job.gpu_milli)[0] is None
     depth = before.policy.reservation_depth
     reserves = depth > 0 and any(

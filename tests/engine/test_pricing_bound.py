@@ -13,6 +13,7 @@ from benchmarks.engine import DEPTS, make_snapshot
 from engine import pricing
 from engine.cycle import Cycle
 from engine.types import UserLimit
+from tests.engine.core_builders import Snap, job, run
 from tests.engine.test_properties import snapshots
 from tests.engine.test_truthful_pricing import contested
 
@@ -92,3 +93,23 @@ def busy(draw):
 @given(busy())
 def test_the_bound_never_admits_a_job_the_replay_leaves_waiting_on_busy_clusters(checked, snap):
     assert Cycle(snap).run() == Cycle(snap, fork_prices=False).run()
+
+
+def test_a_fraction_that_fits_only_on_a_shared_gpu_still_counts_against_a_winners_quota():
+    # A's nominal GPU, no borrowing. The whole-GPU job 3 bids and goes first: it takes the GPU on "east", and A's
+    # quarter (no bid) then waits on A's quota. Had job 3 bid nothing, the quarter would have gone first (the
+    # tie goes to the smaller id) onto the GPU that B's running quarter shares on "west" (no whole GPU free
+    # there), and job 3 would have waited on the quota: its bid decided, so it pays for it. A bound that counted
+    # the quarter as unable to start (no whole GPU free for it) priced job 3 at the base price.
+    from engine.fractions import HAMI, Share
+
+    quarter = Share(HAMI, 40 * 1024, memory_mib=10 * 1024)
+    snap = (Snap().node("e0", gpus=1, cluster="east").node("w0", gpus=1, cluster="west")
+            .quota("A", 1, borrow=0).quota("B", 1).policy(realtime_headroom_gpus=0, reservation_depth=0)
+            .running(run(1, dept="B", on="w0", cluster="west", share=quarter, devices=(0,)))
+            .pending(job(2, share=quarter, cluster_selector=(("region", "west"),)), job(3, bid=5000))
+            .cluster("east", region="east").cluster("west", region="west").build())
+    replayed = Cycle(snap, fork_prices=False).run()
+    admitted = {a.job_id: a for a in replayed.admissions}
+    assert 3 in admitted and 2 not in admitted and admitted[3].price  # (the replays' price: its bid decided)
+    assert Cycle(snap).run() == replayed
