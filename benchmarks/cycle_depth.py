@@ -11,7 +11,8 @@ submission as the simulated backend does. Warm-up cycles fill the cluster; then 
 1. submits ``--submit`` more jobs (one batch, not measured),
 2. makes the pods of ``--ends`` running jobs finish (their runtime set to zero),
 3. syncs the cluster (``inventory.sync_one``: the pods' ends move their jobs), measured,
-4. runs one admission cycle (``cycle.run_cycle``), measured.
+4. runs one admission cycle (``cycle.run_cycle``), measured; with ``--workers 2`` two cycle workers (each
+   with its own kept rows) take turns, as the e2e stack's two cycle processes do.
 
 Each measured step gives this process's CPU time (``time.process_time``), its PostgreSQL backend's CPU time
 (from /proc, the server being on this machine), its queries and the job rows the cycle read in full. Celery
@@ -73,6 +74,8 @@ def _args():
     p.add_argument("--nodes", type=int, default=250)
     p.add_argument("--departments", type=int, default=30)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workers", type=int, default=1,
+                   help="cycle workers taking turns (each with its own kept rows, as separate processes have)")
     p.add_argument("--profile", help="write a cProfile of the measured cycles (not the syncs) to this file")
     return p.parse_args()
 
@@ -165,11 +168,14 @@ def _measure(fn, profile=None) -> dict:
 
 
 PROFILE = None
+WORKERS: list = []
+ROUNDS: list = []
 
 
 def _round(args, users, rng, *, measured: bool) -> dict:
     from scheduling.models import Cluster, Job, JobState
     from scheduling.services import cycle, inventory
+    from scheduling.services.job_rows import JobRows
 
     global PROFILE
     if args.profile and measured and PROFILE is None:
@@ -179,6 +185,9 @@ def _round(args, users, rng, *, measured: bool) -> dict:
     _submit(users, args.submit, rng)
     _end_some(args.ends, rng)
     cluster = Cluster.objects.get(name="default")
+    if args.workers > 1:  # this round's worker: its own kept rows, as another process would have
+        WORKERS.extend(JobRows() for _ in range(args.workers - len(WORKERS)))
+        cycle.ROWS = WORKERS[ROUNDS.append(1) or len(ROUNDS) % args.workers]
     sync = _measure(lambda: inventory.sync_one(cluster_id=cluster.pk))
     outcome = {}
     cyc = _measure(lambda: outcome.update(o=cycle.run_cycle()), PROFILE if measured else None)
