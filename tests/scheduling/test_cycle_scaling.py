@@ -212,3 +212,30 @@ def test_a_sync_requeues_a_podless_eviction_only_when_it_was_one_before_the_pods
     counts = go(apply_pod_states, [], complete=True, cluster=job.cluster, listed={(job.pk, job.attempt)})
     assert counts == {"preempted": 1}
     assert Job.objects.get(pk=job.pk).state == JobState.QUEUED
+
+
+def test_a_sync_reads_as_much_with_a_long_queue_as_with_a_short_one(lab, submit, go, monkeypatch):
+    """The same statements and the same pods read by a sync with 2 jobs waiting and with 12."""
+    from scheduling.backends.simulated import SimulatedBackend
+
+    read = []
+    real = SimulatedBackend.sync_inventory
+
+    def counted(self, **kw):
+        inv = real(self, **kw)
+        read.append(len(inv.pods))
+        return inv
+
+    monkeypatch.setattr(SimulatedBackend, "sync_inventory", counted)
+    go(submit, lab.alice, name="running", gpus=1)
+    go(run_cycle)
+    go(sync_cluster)
+
+    def a_sync_with(waiting):
+        for i in range(waiting):
+            go(submit, lab.bob, name=f"w{waiting}-{i}", gpus=1)
+        with CaptureQueriesContext(connection) as q:
+            go(sync_cluster)
+        return len(q.captured_queries), read[-1]
+
+    assert a_sync_with(2) == a_sync_with(10) == (a_sync_with(0)[0], 1)
