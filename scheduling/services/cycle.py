@@ -51,8 +51,8 @@ ESTIMATE_SLACK = timedelta(seconds=30)
 # RANK_HEAD jobs of the engine's order, at most every REASON_SLACK_DEEP.
 REASON_SLACK = timedelta(seconds=30)
 REASON_SLACK_DEEP = timedelta(minutes=5)
-# The whole queue's ranks are written at most this often by one cycle worker; in between, only the first
-# RANK_HEAD jobs of the engine's order are ranked again.
+# The whole queue's ranks are written at most this often (by whichever cycle worker: ``RANKED_KEY``); in
+# between, only the first RANK_HEAD jobs of the engine's order are ranked again.
 RANK_SLACK = timedelta(seconds=30)
 RANK_HEAD = 256
 # When a cycle worker last ranked the whole queue, shared through the cache: with each worker's own time, two
@@ -169,8 +169,9 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
     """Apply a decision in one transaction. Every state change is compare-and-set against the state the
     decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit.
     ``slack``: a waiting job's message whose figures alone moved waits for ``REASON_SLACK`` (else every
-    explanation that changed is written, as where rows are not kept: tests, SQLite). ``ranked_at``: when this process last ranked the whole queue
-    (``_rank_changes``; none: the whole queue is ranked)."""
+    explanation that changed is written, as where rows are not kept: tests, SQLite). ``ranked_at``: when a
+    cycle worker last ranked the whole queue (``_ranked_at``, ``_rank_changes``; none: the whole queue is
+    ranked)."""
     preempted = changed = 0
     clusters = {c.name: c for c in Cluster.objects.all()}
     # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
