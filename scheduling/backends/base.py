@@ -315,6 +315,14 @@ class ClusterBackend(abc.ABC):
         pods, in a bounded number of API calls (lists, not per-object gets). ``namespaces``: the portal's
         namespaces on the cluster; a pod anywhere else is never the portal's (None: no such limit)."""
 
+    def sync_inventory(self, *, namespaces: Collection[str] | None = None) -> Inventory:
+        """What the sync reads (``inventory.sync_cluster``): the nodes, and at least the pods of every job the
+        portal holds as admitted or running, all of their attempts. The sync moves only those jobs, so a
+        backend that can leave out the rest (the simulated cluster: the gated pods of every waiting job, the
+        pods of jobs that ended) reads a cluster whose cost does not grow with the queue. By default: the
+        whole inventory."""
+        return self.inventory(namespaces=namespaces)
+
     @abc.abstractmethod
     def ensure_pods(self, podset: PodSet) -> None:
         """Create the attempt's pods gated; adopt pods that already exist (409 AlreadyExists)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, DateTimeField, F, Value, When
+from django.db.models import Case, DateTimeField, Exists, F, OuterRef, Value, When
 from django.db.models.functions import Concat
 
 from engine.types import Node as CoreNode
@@ -43,7 +43,7 @@ from scheduling.backends.base import (
 )
 from scheduling.backends.clock import Clock, sim_clock
 from scheduling.backends.kube.podspec import rendezvous_env
-from scheduling.models import Node, SimPod
+from scheduling.models import Job, JobState, Node, SimPod
 from workloads.values import SHM_PATH
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,16 @@ class SimulatedBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ interface
     def inventory(self, *, namespaces: Collection[str] | None = None) -> Inventory:
+        return self._inventory(SimPod.objects.filter(cluster=self.name))
+
+    def sync_inventory(self, *, namespaces: Collection[str] | None = None) -> Inventory:
+        """The pods of the jobs admitted or running now only: every waiting job has its gated pod here (pods
+        are created at submission) and every job that ended keeps its pods until the reconciler deletes them,
+        so the whole list grew with the queue and with the jobs run, read in full every sync."""
+        active = Job.objects.filter(pk=OuterRef("job_id"), state__in=(JobState.ADMITTED, JobState.RUNNING))
+        return self._inventory(SimPod.objects.filter(Exists(active), cluster=self.name))
+
+    def _inventory(self, pods) -> Inventory:
         self.advance()
         nodes = tuple(
             CoreNode(
@@ -101,8 +111,7 @@ class SimulatedBackend(ClusterBackend):
             )
             for n in Node.objects.filter(cluster__name=self.name).select_related("flavor")
         )
-        pods = tuple(_state(p) for p in SimPod.objects.filter(cluster=self.name).defer("log").order_by(
-            "job_id", "index"))
+        pods = tuple(_state(p) for p in pods.defer("log").order_by("job_id", "index"))
         return Inventory(nodes=nodes, pods=pods)
 
     def ensure_pods(self, podset: PodSet) -> None:

@@ -218,6 +218,9 @@ class Job(models.Model):
     reason_message = models.CharField(max_length=300, blank=True)
     reason_detail = models.JSONField(default=dict, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
+    # When an admission cycle last wrote the waiting job's reason (whichever cycle worker did): a message whose
+    # figures alone moved is rewritten only once this is old enough (``scheduling.services.cycle``).
+    explained_at = models.DateTimeField(null=True, blank=True)
     # The job's place in the engine's pending order as the last cycle saw it (``scheduling.services.
     # queue_ranks``): only its order among the queued jobs means anything; None until a cycle looked at it.
     queue_rank = models.BigIntegerField(null=True, blank=True)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -45,12 +47,17 @@ ADMIT_BATCH = 8
 ESTIMATE_SLACK = timedelta(seconds=30)
 # A waiting job's explanation whose code and estimate did not change, only the figures in its words (its
 # department's GPUs in use move with every admission and every end: every waiting job of that department),
-# is rewritten at most this often by the process that wrote it last.
+# is rewritten at most this often (``Job.explained_at``, whichever cycle worker wrote it); past the first
+# RANK_HEAD jobs of the engine's order, at most every REASON_SLACK_DEEP.
 REASON_SLACK = timedelta(seconds=30)
-# The whole queue's ranks are written at most this often by one cycle worker; in between, only the first
-# RANK_HEAD jobs of the engine's order are ranked again.
+REASON_SLACK_DEEP = timedelta(minutes=5)
+# The whole queue's ranks are written at most this often (by whichever cycle worker: ``RANKED_KEY``); in
+# between, only the first RANK_HEAD jobs of the engine's order are ranked again.
 RANK_SLACK = timedelta(seconds=30)
 RANK_HEAD = 256
+# When a cycle worker last ranked the whole queue, shared through the cache: with each worker's own time, two
+# workers taking turns ranked the whole queue twice as often (thousands of rows each time in a long queue).
+RANKED_KEY = "scheduling:cycle:ranked-at"
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,6 @@ class Applied(NamedTuple):
     # (transaction id) it wrote them in: the rows in memory are those rows now
     rewritten: frozenset[int] = frozenset()
     version: int | None = None
-    # the waiting jobs whose explanation it wrote (``JobRows.explained``)
-    explained: frozenset[int] = frozenset()
     # whether it ranked the whole queue (``JobRows.ranked_at``)
     ranked_all: bool = False
 
@@ -108,16 +113,30 @@ def decide_and_apply(*, now: datetime | None) -> Decided:
     result = engine.schedule(snapshot)
     t2 = time.perf_counter()
     try:
-        applied = apply_result(result=result, ctx=ctx, explained_at=ROWS.explained, ranked_at=ROWS.ranked_at)
+        applied = apply_result(result=result, ctx=ctx, slack=ROWS.usable(), ranked_at=_ranked_at())
     except BaseException:
         ROWS.clear()  # rolled back: rows may have been changed in memory and not in the database
         raise
     ROWS.forget(applied.touched)  # changed in memory by the apply: read again next cycle
     ROWS.renew(applied.rewritten, applied.version)
-    ROWS.explained.update(dict.fromkeys(applied.explained, ctx.now))
     if applied.ranked_all:
         ROWS.ranked_at = ctx.now
+        if ROWS.usable():
+            with suppress(Exception):  # an unreachable cache: each worker goes by its own time
+                cache.set(RANKED_KEY, ctx.now, timeout=int(RANK_SLACK.total_seconds()) * 4)
     return Decided(ctx, result, applied, fair_standing(snapshot), t0, t1, t2, time.perf_counter())
+
+
+def _ranked_at() -> datetime | None:
+    """When a cycle worker last ranked the whole queue: the latest of this process's time and the shared one
+    (None where rows are not kept, as in a test's transaction: the whole queue is ranked every cycle)."""
+    if ROWS.ranked_at is None:
+        return None
+    try:
+        shared = cache.get(RANKED_KEY)
+    except Exception:  # noqa: BLE001 - an unreachable cache: this process's own time
+        shared = None
+    return max(ROWS.ranked_at, shared) if isinstance(shared, datetime) else ROWS.ranked_at
 
 
 def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
@@ -146,12 +165,13 @@ def run_cycle(*, now: datetime | None = None) -> CycleOutcome | None:
 
 
 def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
-                 explained_at: Mapping[int, datetime] | None = None, ranked_at: datetime | None = None) -> Applied:
+                 slack: bool = False, ranked_at: datetime | None = None) -> Applied:
     """Apply a decision in one transaction. Every state change is compare-and-set against the state the
     decision saw, so a job cancelled meanwhile is simply skipped. Pod side effects leave after commit.
-    ``explained_at``: when this process last wrote each waiting job's explanation (``JobRows.explained``; none:
-    every explanation that changed is written). ``ranked_at``: when this process last ranked the whole queue
-    (``_rank_changes``; none: the whole queue is ranked)."""
+    ``slack``: a waiting job's message whose figures alone moved waits for ``REASON_SLACK`` (else every
+    explanation that changed is written, as where rows are not kept: tests, SQLite). ``ranked_at``: when a
+    cycle worker last ranked the whole queue (``_ranked_at``, ``_rank_changes``; none: the whole queue is
+    ranked)."""
     preempted = changed = 0
     clusters = {c.name: c for c in Cluster.objects.all()}
     # Jobs whose dependency can never be met are ended, not explained (their reason is on the timeline).
@@ -160,7 +180,7 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
     shrinking = _shrinking_for(ctx)
     kept = [_resize_in_flight(pr, shrinking) for pr in result.pending
             if pr.code != reasons.DEPENDENCY_NEVER_SATISFIED]
-    pending = _pending_changes(kept, ctx, explained_at or {})
+    pending = _pending_changes(kept, ctx, slack=slack)
     ranks, ranked_all = _rank_changes(kept, ctx, ranked_at)
     with transaction.atomic():
         metered, locked = _lock_in_order(result, ctx, set(pending) | set(ranks),
@@ -184,7 +204,7 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
         # Running resizable jobs that grow or shrink at their next checkpoint (``resizes``)
         resized = resizes.record_decisions(result.resizes, ctx.jobs, now=ctx.now, policy_version=ctx.policy_version)
 
-        changed, written, reasons_written = _apply_pending(
+        changed, written = _apply_pending(
             {pk: w for pk, w in pending.items() if pk not in explained}, ctx, ranks)
         for pr in unsatisfiable:
             changed += end_unsatisfiable(job=ctx.jobs[pr.job_id], message=pr.message, detail=_jsonable(pr.detail))
@@ -199,7 +219,7 @@ def apply_result(*, result: engine.CycleResult, ctx: SnapshotContext,
         version = _transaction_version() if rewritten else None
     touched = others | set(pending) | set(ranks)
     return Applied(admitted, preempted, changed, frozenset(touched - rewritten), frozenset(rewritten), version,
-                   frozenset(reasons_written - others), ranked_all)
+                   ranked_all)
 
 
 def _shrinking_for(ctx: SnapshotContext) -> dict[int, list[int]]:
@@ -294,18 +314,21 @@ def _admit(result: engine.CycleResult, ctx: SnapshotContext, clusters: dict[str,
     return admitted
 
 
-def _pending_changes(pending, ctx: SnapshotContext, explained: Mapping[int, datetime]
+def _pending_changes(pending, ctx: SnapshotContext, *, slack: bool = False
                      ) -> dict[int, tuple[Job, Any, datetime | None, bool]]:
     """The queued jobs whose reason or estimated start the decision changes (read only; nothing locked).
 
-    A job whose code and estimate stand, whose words alone moved (the figures in them), is left as stored
-    when this process wrote its explanation less than ``REASON_SLACK`` ago (``explained``), unless its
-    deadline is newly at risk (its owner is told now). Otherwise a long queue had every waiting job of each
-    department whose GPUs in use moved rewritten every cycle: hundreds of rows, each read back, per cycle."""
+    With ``slack``, a job whose code and estimate stand, whose words alone moved (the figures in them), is
+    left as stored when a cycle wrote its explanation less than ``REASON_SLACK`` ago (``Job.explained_at``;
+    ``REASON_SLACK_DEEP`` past the first ``RANK_HEAD`` jobs of the engine's order), unless its deadline is
+    newly at risk (its owner is told now). Otherwise a long queue had every waiting job of each department
+    whose GPUs in use moved rewritten every cycle: hundreds of rows, each read back, per cycle. The time of
+    the write is the row's, not the cycle worker's: with two workers taking turns, each had rewritten every
+    message the other wrote, and so read every such row again in full, every cycle."""
     wanted: dict[int, tuple[Job, Any, datetime | None, bool]] = {}
-    recent = ctx.now - REASON_SLACK
+    recent, deep = ctx.now - REASON_SLACK, ctx.now - REASON_SLACK_DEEP
     jobs = ctx.jobs
-    for pr in pending:
+    for place, pr in enumerate(pending):
         job = jobs.get(pr.job_id)
         if job is None or job.state != JobState.QUEUED:
             continue
@@ -318,8 +341,8 @@ def _pending_changes(pending, ctx: SnapshotContext, explained: Mapping[int, date
         if code_changed or est_changed:
             wanted[job.id] = (job, pr, est, code_changed)
         elif job.reason_message != pr.message:
-            written = explained.get(job.id)
-            if written is None or written <= recent or (
+            written = job.explained_at
+            if not slack or written is None or written <= (recent if place < RANK_HEAD else deep) or (
                     "deadline_miss" in pr.detail and DEADLINE_NOTE not in job.reason_message):
                 wanted[job.id] = (job, pr, est, code_changed)
     return wanted
@@ -349,10 +372,9 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
     The estimates of a long queue move every cycle, so this can be most of the queue: one UPDATE per job made
     the cycle's cost grow with the backlog. Compare-and-set as before: only the rows still queued in the
     attempt the decision saw (locked by ``_lock_in_order``) are written. A changed reason code is recorded on
-    the job's timeline. Answers how many codes changed, the jobs written and, of them, those whose reason
-    was."""
+    the job's timeline. Answers how many codes changed and the jobs written."""
     if not wanted and not ranks:
-        return 0, set(), set()
+        return 0, set()
     current = dict(Job.objects.filter(pk__in=list(set(wanted) | set(ranks)), state=JobState.QUEUED)
                    .values_list("pk", "attempt"))
     rows, events = [], []
@@ -365,7 +387,7 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
             # notification's key), in this transaction
             notify.deadline_at_risk(job=job, miss=detail["deadline_miss"], message=pr.message)
         job.reason_code, job.reason_message = pr.code, pr.message[:300]
-        job.reason_detail, job.estimated_start = detail, est
+        job.reason_detail, job.estimated_start, job.explained_at = detail, est, ctx.now
         rows.append(job)
         if code_changed:
             events.append(JobEvent(
@@ -373,10 +395,9 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
                 at=timezone.now(),
                 data={"detail": detail, "estimated_start": est.isoformat() if est else None},
             ))
-    fields = ["reason_code", "reason_message", "reason_detail", "estimated_start"]
-    explained = set(update_each(Job, [{"pk": job.pk, **{f: getattr(job, f) for f in fields}} for job in rows],
-                                fields=fields, where={"state": JobState.QUEUED}))
-    written = set(explained)
+    fields = ["reason_code", "reason_message", "reason_detail", "estimated_start", "explained_at"]
+    written = set(update_each(Job, [{"pk": job.pk, **{f: getattr(job, f) for f in fields}} for job in rows],
+                              fields=fields, where={"state": JobState.QUEUED}))
     JobEvent.objects.bulk_create(events, batch_size=500)
     # The ranks on their own rows, only them: a preemptor's reason written by _record_preemption stays.
     ranked = []
@@ -386,7 +407,7 @@ def _apply_pending(wanted: dict[int, tuple[Job, Any, datetime | None, bool]], ct
             job.queue_rank = rank
             ranked.append({"pk": pk, "queue_rank": rank})
     written |= set(update_each(Job, ranked, fields=["queue_rank"], where={"state": JobState.QUEUED}))
-    return len(events), written, explained
+    return len(events), written
 
 
 # What the engine's feasibility check adds to a waiting job's message when it would miss its deadline.

@@ -22,7 +22,7 @@ from scheduling.services.cluster_binding import bound_to, cluster_row, default_c
 from scheduling.services.jobs import record_event
 from scheduling.services.locks import exclusive
 from scheduling.services.namespace_quotas import recheck_quota_refusals
-from scheduling.services.pod_states import apply_pod_states
+from scheduling.services.pod_states import apply_pod_states, podless
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +32,16 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
     their pods. Every cluster is synced on its own (``scheduling.cycle.sync_one``): one that is down or slow
     marks itself unreachable and holds up no other."""
     cluster = cluster or default_cluster()
-    read = read_inventory(cluster)
+    # (read before the pods: a job that is not active yet when they are listed may have pods left out)
+    listed = {(j.pk, j.attempt) for j in podless(cluster)}
+    read = read_inventory(cluster, sync=True)
     if read is None:
         return {"unreachable": 1}
     backend, inv = read
     mark_reachable(cluster=cluster)
     if backend.owns_inventory:
         store_nodes(cluster=cluster, inventory=inv, terminating=_terminating_gpus(inv.pods))
-    counts = apply_pod_states(inv.pods, complete=True, cluster=cluster)
+    counts = apply_pod_states(inv.pods, complete=True, cluster=cluster, listed=listed)
     if recheck_quota_refusals(cluster=cluster, backend=backend):
         counts["quota_refusals_cleared"] = 1
     if drain_finished(cluster=cluster):
@@ -47,12 +49,14 @@ def sync_cluster(*, cluster: Cluster | None = None) -> dict[str, int]:
     return counts
 
 
-def read_inventory(cluster: Cluster) -> tuple[ClusterBackend, Inventory] | None:
+def read_inventory(cluster: Cluster, *, sync: bool = False) -> tuple[ClusterBackend, Inventory] | None:
     """The cluster's backend and one read of its inventory (the portal's pods: this installation's, in the
-    portal's namespaces); None (and the cluster marked unreachable) when it does not answer."""
+    portal's namespaces; ``sync``: at least those of its active jobs, ``ClusterBackend.sync_inventory``);
+    None (and the cluster marked unreachable) when it does not answer."""
     try:
         backend = get_backend(cluster)
-        return backend, backend.inventory(namespaces=portal_namespaces(cluster))
+        read = backend.sync_inventory if sync else backend.inventory
+        return backend, read(namespaces=portal_namespaces(cluster))
     except ClusterUnavailable as exc:
         mark_unreachable(cluster=cluster, error=str(exc))
         return None

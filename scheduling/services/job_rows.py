@@ -74,9 +74,6 @@ class JobRows:
         self.pending: dict[int, tuple] = {}
         # each relation's rows as last read, by relation and id (``_attach_related``)
         self.related: dict[str, dict] = {}
-        # when this process last wrote each kept waiting job's explanation (the cycle's ``REASON_SLACK``); a
-        # row read again in full (someone else wrote it) is not in it
-        self.explained: dict[int, datetime] = {}
         self.ranked_at: datetime | None = None  # when this process last ranked the whole queue
         self.clock = clock
         self.filled_at = clock()
@@ -86,7 +83,7 @@ class JobRows:
         return connection.vendor == "postgresql" and not connection.in_atomic_block
 
     def clear(self) -> None:
-        self.rows, self.pending, self.related, self.explained = {}, {}, {}, {}
+        self.rows, self.pending, self.related = {}, {}, {}
         self.ranked_at = None
         self.filled_at = self.clock()
 
@@ -132,8 +129,6 @@ class JobRows:
             row[1].has_dependencies = has_deps
             kept[pk] = row
         self.rows, self.fetched = kept, len(fresh)
-        explained = self.explained
-        self.explained = {pk: at for pk, at in explained.items() if pk in kept and pk not in missing}
         jobs = [job for _, job in kept.values()]
         self._attach_related(jobs, [job for _, job in fresh.values()])
         active = sorted((j for j in jobs if j.state in ACTIVE), key=lambda j: (j.submitted_at, j.pk), reverse=True)

@@ -51,12 +51,15 @@ FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "C
 
 
 def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
-                     cluster: Cluster | None = None) -> dict[str, int]:
-    """Move each job according to its current attempt's pods. ``complete``: ``states`` lists every portal
-    pod of ``cluster``, so an active job there whose eviction was under way and that has no pod left is
-    requeued now (other active jobs without pods are ``reconcile``'s: their pods may not have been created
-    yet). ``cluster``: where the states come from; only the jobs bound to it move (a stray pod of the same
-    attempt on another cluster never moves a job). None: the default cluster."""
+                     cluster: Cluster | None = None, listed: set[tuple[int, int]] | None = None) -> dict[str, int]:
+    """Move each job according to its current attempt's pods. ``complete``: ``states`` lists every pod of
+    ``cluster``'s active jobs, so an active job there whose eviction was under way and that has no pod left
+    is requeued now (other active jobs without pods are ``reconcile``'s: their pods may not have been created
+    yet). ``listed``: the (job, attempt) of those evictions as read before the states were (``podless``);
+    only they may be requeued so (a job admitted, then chosen as a victim, after the pods were listed has
+    pods the list could not show). None: as read now. ``cluster``: where the states come from; only the jobs
+    bound to it move (a stray pod of the same attempt on another cluster never moves a job). None: the
+    default cluster."""
     cluster = cluster or default_cluster()
     by_job: dict[int, list[PodState]] = defaultdict(list)
     for s in states:
@@ -90,13 +93,9 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
         work.append((job, pods))
     apply_batched(work, _apply_job, settles=_may_settle, counts=counts)
     if complete:  # evicting jobs (or broken gangs) none of whose pods is listed any more: their eviction is over
-        broken = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING),
-                                             reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)), cluster)
-        evicting = {j.pk: j for j in evicting_jobs(cluster)}
-        for job in broken.select_related("department", "flavor", "owner", "cluster"):
-            evicting.setdefault(job.pk, job)
-        for job in sorted(evicting.values(), key=lambda j: j.pk):
-            if owned_pods(job, by_job.get(job.pk, ()), cluster):
+        for job in podless(cluster):
+            if owned_pods(job, by_job.get(job.pk, ()), cluster) or (
+                    listed is not None and (job.pk, job.attempt) not in listed):
                 continue
             try:
                 gone = retry_on_conflict(lambda j=job: attempt_gone(job=j), what=f"requeue of job {job.pk}")
@@ -107,6 +106,17 @@ def apply_pod_states(states: Iterable[PodState], *, complete: bool = False,
             if gone:
                 counts["preempted"] += 1
     return dict(counts)
+
+
+def podless(cluster: Cluster) -> list[Job]:
+    """The active jobs on ``cluster`` that are requeued once none of their pods is left: those being evicted
+    and the broken gangs, in id order."""
+    broken = bound_to(Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING),
+                                         reason_code__in=(GANG_BROKEN, reasons.DISRUPTION_BUDGET)), cluster)
+    evicting = {j.pk: j for j in evicting_jobs(cluster)}
+    for job in broken.select_related("department", "flavor", "owner", "cluster"):
+        evicting.setdefault(job.pk, job)
+    return sorted(evicting.values(), key=lambda j: j.pk)
 
 
 def _may_settle(pods: list[PodState]) -> bool:

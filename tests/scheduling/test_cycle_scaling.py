@@ -172,3 +172,70 @@ def test_an_admission_decided_for_an_attempt_that_moved_on_is_not_applied(lab, s
     second.refresh_from_db()
     assert second.state == JobState.ADMITTED and second.cluster == lab.cluster and second.placement
     assert second.reason_code == "admitted" and second.admitted_at == ctx.now and second.queue_rank is None
+
+
+def test_the_simulated_sync_reads_the_pods_of_active_jobs_only(lab, submit, go):
+    """Every waiting job has its gated pod (created at submission) and every ended job keeps its pods until the
+    reconciler deletes them: the sync reads neither, so what it reads does not grow with the queue."""
+    from scheduling.backends import get_backend
+
+    ended = go(submit, lab.alice, name="ended", gpus=1)
+    go(run_cycle)
+    go(sync_cluster)
+    SimPod.objects.filter(job_id=ended.pk).update(started_at=timezone.now() - timedelta(days=30))
+    go(sync_cluster)
+    assert Job.objects.get(pk=ended.pk).state == JobState.SUCCEEDED
+    running = go(submit, lab.alice, name="running", gpus=1)
+    go(run_cycle)
+    go(sync_cluster)
+    waiting = [go(submit, lab.bob, name=f"w{i}", gpus=1).pk for i in range(3)]  # not decided on yet
+    backend = get_backend("default")
+    assert {p.job_id for p in backend.inventory().pods} == {ended.pk, running.pk, *waiting}
+    assert {p.job_id for p in backend.sync_inventory().pods} == {running.pk}
+    assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
+
+
+def test_a_sync_requeues_a_podless_eviction_only_when_it_was_one_before_the_pods_were_listed(lab, submit, go):
+    """A job admitted, then chosen as a victim, after the sync listed the pods has pods the list could not
+    show: it is left to the next sync."""
+    from scheduling.services.lifecycle import GANG_BROKEN
+    from scheduling.services.pod_states import apply_pod_states, podless
+
+    job = go(submit, lab.alice, gpus=1)
+    go(run_cycle)
+    go(sync_cluster)
+    Job.objects.filter(pk=job.pk).update(reason_code=GANG_BROKEN)
+    job.refresh_from_db()
+    assert [j.pk for j in podless(job.cluster)] == [job.pk]
+    assert go(apply_pod_states, [], complete=True, cluster=job.cluster, listed=set()) == {}
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    counts = go(apply_pod_states, [], complete=True, cluster=job.cluster, listed={(job.pk, job.attempt)})
+    assert counts == {"preempted": 1}
+    assert Job.objects.get(pk=job.pk).state == JobState.QUEUED
+
+
+def test_a_sync_reads_as_much_with_a_long_queue_as_with_a_short_one(lab, submit, go, monkeypatch):
+    """The same statements and the same pods read by a sync with 2 jobs waiting and with 12."""
+    from scheduling.backends.simulated import SimulatedBackend
+
+    read = []
+    real = SimulatedBackend.sync_inventory
+
+    def counted(self, **kw):
+        inv = real(self, **kw)
+        read.append(len(inv.pods))
+        return inv
+
+    monkeypatch.setattr(SimulatedBackend, "sync_inventory", counted)
+    go(submit, lab.alice, name="running", gpus=1)
+    go(run_cycle)
+    go(sync_cluster)
+
+    def a_sync_with(waiting):
+        for i in range(waiting):
+            go(submit, lab.bob, name=f"w{waiting}-{i}", gpus=1)
+        with CaptureQueriesContext(connection) as q:
+            go(sync_cluster)
+        return len(q.captured_queries), read[-1]
+
+    assert a_sync_with(2) == a_sync_with(10) == (a_sync_with(0)[0], 1)

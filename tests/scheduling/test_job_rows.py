@@ -126,7 +126,7 @@ def test_a_row_written_by_another_between_the_read_and_the_apply_is_read_again(l
     def meanwhile(snapshot):  # after the snapshot, before the apply: another process writes a waiting job
         Job.objects.filter(pk=jobs[4].pk).update(urgency="high")
         fresh_rows.rows[jobs[4].pk][1].reason_message = "as read"  # so that the apply rewrites its reason
-        fresh_rows.explained.pop(jobs[4].pk, None)  # (at once: not as if written a moment ago)
+        fresh_rows.rows[jobs[4].pk][1].explained_at = None  # (at once: not as if written a moment ago)
         return real(snapshot)
 
     monkeypatch.setattr(cycle.engine, "schedule", meanwhile)
@@ -139,10 +139,11 @@ def test_a_row_written_by_another_between_the_read_and_the_apply_is_read_again(l
     assert fresh_rows.fetched >= 1
 
 
-def test_figures_alone_are_rewritten_at_most_every_reason_slack(lab, submit, fresh_rows):
+def test_figures_alone_are_rewritten_at_most_every_reason_slack(lab, submit, fresh_rows, monkeypatch):
     """A waiting job whose code and estimate stand, whose message's figures alone moved (its department's GPUs
-    in use), keeps its stored words for ``REASON_SLACK`` after this process wrote them; then they are written.
-    A new code is written at once."""
+    in use), keeps its stored words for ``REASON_SLACK`` after a cycle wrote them, whichever cycle worker runs
+    the next cycle; then they are written. A new code is written at once. Past the head of the queue the
+    words wait ``REASON_SLACK_DEEP``."""
     running = [submit(lab.alice, name=f"r{i}", gpus=1) for i in range(2)]
     blocker = submit(lab.bob, name="bob-4", gpus=4)
     start = timezone.now()
@@ -155,18 +156,21 @@ def test_figures_alone_are_rewritten_at_most_every_reason_slack(lab, submit, fre
     assert stored.state == JobState.QUEUED and "2 of nominal 4 in use" in stored.reason_message
     Job.objects.filter(pk=running[0].pk).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
 
+    fresh_rows.clear()  # another cycle worker (nothing remembered): the row says when its words were written
     cycle.run_cycle(now=start + timedelta(seconds=2))  # 1 in use now: only the figure moved
     again = Job.objects.get(pk=waiting.pk)
     assert (again.reason_code, again.reason_message) == (stored.reason_code, stored.reason_message)
 
+    head = cycle.RANK_HEAD
+    monkeypatch.setattr(cycle, "RANK_HEAD", 0)  # the job is deep in the queue: its words wait longer
+    cycle.run_cycle(now=start + timedelta(seconds=1) + cycle.REASON_SLACK + timedelta(seconds=1))
+    assert Job.objects.get(pk=waiting.pk).reason_message == stored.reason_message
+    monkeypatch.setattr(cycle, "RANK_HEAD", head)
+
     cycle.run_cycle(now=start + timedelta(seconds=1) + cycle.REASON_SLACK + timedelta(seconds=1))
     later = Job.objects.get(pk=waiting.pk)
     assert later.reason_code == stored.reason_code and "1 of nominal 4 in use" in later.reason_message
-
-    fresh_rows.clear()  # another process (nothing remembered): what changed is written at once
-    Job.objects.filter(pk=running[1].pk).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
-    cycle.run_cycle(now=start + cycle.REASON_SLACK + timedelta(seconds=3))
-    assert Job.objects.get(pk=waiting.pk).reason_message != later.reason_message
+    assert later.explained_at == start + cycle.REASON_SLACK + timedelta(seconds=2)
 
 
 def test_past_the_head_the_queue_is_ranked_again_at_most_every_rank_slack(lab, submit, fresh_rows, monkeypatch):
@@ -195,3 +199,26 @@ def test_past_the_head_the_queue_is_ranked_again_at_most_every_rank_slack(lab, s
     later = start + timedelta(seconds=1) + cycle.RANK_SLACK
     cycle.run_cycle(now=later)
     assert by_rank() == engine_order(later) != first
+
+
+def test_the_whole_queue_is_ranked_once_per_rank_slack_whichever_worker_cycles(lab, submit, fresh_rows, monkeypatch):
+    """Two cycle workers taking turns: the one whose own whole ranking is older than ``RANK_SLACK`` ranks only
+    the head when the other ranked the whole queue since (the time is shared through the cache)."""
+    monkeypatch.setattr(cycle, "RANK_HEAD", 2)
+    _waiting(lab, submit, 6)
+    wholes = []
+    real = cycle._rank_changes
+
+    def spy(pending, ctx, ranked_at):
+        ranks, whole = real(pending, ctx, ranked_at)
+        wholes.append(whole)
+        return ranks, whole
+
+    monkeypatch.setattr(cycle, "_rank_changes", spy)
+    first, second = fresh_rows, JobRows()
+    start = timezone.now()
+    for rows, at in ((first, 0), (second, 1), (first, 30.5), (second, 31.5)):
+        monkeypatch.setattr(cycle, "ROWS", rows)
+        cycle.run_cycle(now=start + timedelta(seconds=at))
+    assert cycle.RANK_SLACK == timedelta(seconds=30)
+    assert wholes == [True, True, False, True]
