@@ -108,13 +108,13 @@ def price_from(cycle: CycleState, before: CycleState, job: PendingJob, place: in
     """The critical bid of ``job``, admitted at ``place`` of ``cycle.order``, from ``before``, the fork taken
     just before its admission."""
     def wins(bid: int) -> bool:
-        changed = replace(job, bid=bid)
-        key = cycle.scorer.order_key(changed)
+        key = cycle.scorer.key_at_bid(job, cycle.keys[place], bid)
         if key < cycle.keys[place]:  # (a lower bid never moves a job earlier; kept exact if it ever did)
             return wins_in_full(cycle, job, bid)
         stop = bisect_left(cycle.keys, key)
-        if surely_wins(before, changed, place + 1, stop):
+        if surely_wins(before, job, place + 1, stop):  # (the bound reads no bid)
             return True
+        changed = replace(job, bid=bid)
         replay = fork(before)
         for other in cycle.order[place + 1 : stop]:
             replay.consider(other)
@@ -128,11 +128,10 @@ def wins_bidding_nothing(cycle: CycleState, job: PendingJob, place: int) -> bool
     """Whether ``job``, about to be admitted at ``place`` of ``cycle.order``, would have been admitted had it bid
     nothing, as ``surely_wins`` shows from the cycle's state before the admission: then its critical bid is 0
     and no fork need be taken."""
-    changed = replace(job, bid=0)
-    key = cycle.scorer.order_key(changed)
+    key = cycle.scorer.key_at_bid(job, cycle.keys[place], 0)
     if key < cycle.keys[place]:
         return False
-    return surely_wins(cycle, changed, place + 1, bisect_left(cycle.keys, key))
+    return surely_wins(cycle, job, place + 1, bisect_left(cycle.keys, key))  # (the bound reads no bid)
 
 
 def surely_wins(before: CycleState, job: PendingJob, start: int, stop: int) -> bool:
