@@ -113,3 +113,40 @@ def test_a_fraction_that_fits_only_on_a_shared_gpu_still_counts_against_a_winner
     admitted = {a.job_id: a for a in replayed.admissions}
     assert 3 in admitted and 2 not in admitted and admitted[3].price  # (the replays' price: its bid decided)
     assert Cycle(snap).run() == replayed
+
+
+@pytest.fixture
+def left_out(monkeypatch):
+    """How many jobs the prices' replays left out as inert (``pricing._inert``), and how many they judged."""
+    inert = pricing._inert
+    counts = {"left out": 0, "judged": 0}
+
+    def counted(before):
+        found = inert(before)
+
+        def check(at):
+            out = found(at)
+            counts["left out" if out else "judged"] += 1
+            return out
+
+        return check
+
+    monkeypatch.setattr(pricing, "_inert", counted)
+    return counts
+
+
+@pytest.mark.parametrize(("seed", "headroom"), [(7, 1), (11, 40)])
+def test_a_replay_leaves_out_only_jobs_that_cannot_change_its_winner(left_out, seed, headroom):
+    # Late in a busy cycle most of the jobs between a winner's two places can neither start nor reserve any
+    # more; the replays leave them out, and every price is still the one full replays find. Realtime jobs
+    # (which may evict, and an eviction relaxes the headroom and holds credits), members at their GPU limits,
+    # tight credits and throttled arrays are among them.
+    snap = make_snapshot(1000, 300, seed=seed)
+    pending = [replace(j, user="ab"[j.id % 2], array_id=(1 + j.id % 3) if j.id % 11 == 0 else None,
+                       array_throttle=2 if j.id % 11 == 0 else None) for j in snap.pending]
+    snap = replace(snap, pending=tuple(pending), policy=replace(snap.policy, realtime_headroom_gpus=headroom),
+                   user_limits=tuple(UserLimit(d, u, 60) for d in DEPTS[:4] for u in "ab"),
+                   credits={d: 40_000 + 20_000 * i for i, d in enumerate(DEPTS)})
+    fast = Cycle(snap).run()
+    assert left_out["left out"] > 0 and left_out["judged"] > 0
+    assert fast == Cycle(snap, fork_prices=False).run()
