@@ -321,10 +321,21 @@ class Scorer:
         """``order_key`` with this cycle's use ratios (``cycle_keys`` of one job)."""
         return self.cycle_keys((job,))[0]
 
-    def cycle_keys(self, jobs) -> list[tuple]:
+    def key_at_bid(self, job: PendingJob, key: tuple, bid: int) -> tuple:
+        """``cycle_key`` of ``job`` had it bid ``bid``, from its own cycle key ``key``, without copying the job
+        (what a price's bound asks of every winner). Only the score group's key reads the bid: the expedited,
+        at-risk, starving and band terms read none, so a bid never moves a job between groups, and any other
+        key is the same at every bid. The score is computed again with the same floating-point operations, not
+        by taking the bid's term out of the key (that would not give back the same float)."""
+        if key[2] != 1:
+            return key
+        return self.cycle_keys((job,), bid)[0]
+
+    def cycle_keys(self, jobs, bid: int | None = None) -> list[tuple]:
         """``order_key`` with this cycle's use ratios, for every pending job of the sort: the same terms, in the
         same floating-point operations, with what depends only on (urgency, user tier, department) and on the
-        size looked up once per combination instead of once per job (and the policy's terms read once)."""
+        size looked up once per combination instead of once per job (and the policy's terms read once).
+        ``bid``: every job's keys as if it had bid that (``key_at_bid``)."""
         policy, now, band_entry = self.policy, self.now, self.band_entry
         terms_of, sizes = self._terms, self._sizes
         edf = policy.deadline_edf_horizon_s > 0
@@ -374,7 +385,7 @@ class Scorer:
             if deadline is not None and horizon > 0:
                 proximity = 1.0 - (deadline - now) / horizon
                 score += boost * min(1.0, max(0.0, proximity))
-            score += bid_weight * job.bid
+            score += bid_weight * (job.bid if bid is None else bid)
             append((rank, band, 1, -score, submitted, job.id))
         return keys
 

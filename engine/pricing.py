@@ -108,31 +108,60 @@ def price_from(cycle: CycleState, before: CycleState, job: PendingJob, place: in
     """The critical bid of ``job``, admitted at ``place`` of ``cycle.order``, from ``before``, the fork taken
     just before its admission."""
     def wins(bid: int) -> bool:
-        changed = replace(job, bid=bid)
-        key = cycle.scorer.order_key(changed)
+        key = cycle.scorer.key_at_bid(job, cycle.keys[place], bid)
         if key < cycle.keys[place]:  # (a lower bid never moves a job earlier; kept exact if it ever did)
             return wins_in_full(cycle, job, bid)
         stop = bisect_left(cycle.keys, key)
-        if surely_wins(before, changed, place + 1, stop):
+        if surely_wins(before, job, place + 1, stop):  # (the bound reads no bid)
             return True
+        changed = replace(job, bid=bid)
         replay = fork(before)
-        for other in cycle.order[place + 1 : stop]:
-            replay.consider(other)
+        order, inert = cycle.order, _inert(before)
+        for at in range(place + 1, stop):
+            if not inert(at):
+                replay.consider(order[at])
         replay.consider(changed)
         return job.id in replay.admissions
 
     return critical_bid(job.bid, wins)
 
 
+def _inert(before: CycleState) -> Callable[[int], bool]:
+    """Which jobs of the order a replay from ``before`` may leave out: they cannot change whether its winner is
+    admitted. A job is inert when its shape is spent (``surely_wins`` found at a state no later than ``before``
+    that it can neither start nor reserve: nothing comes back within a cycle, so it never will) and it is a
+    plain job whose wait then touches nothing another job reads. Not a realtime job (it may evict, and an
+    eviction relaxes a pool's headroom and holds the evicting job's credits and GPUs), nor one whose victims
+    are already leaving (its wait is an eviction under way: it holds nothing today, but what an eviction holds
+    is the eviction code's to change, and such jobs are few), nor one the sweeps' gates, a back-off, a resize, CPU roles or a
+    booking judge otherwise than by its shape; and none at all under per-cluster quotas, where a job may start
+    on a cluster's own quota that the shape does not see. Its own verdict, reason and traces are all a
+    replay of it would leave, and a replay asks only about its winner."""
+    sums, spent = before.order_sums, before.spent_shapes
+    if (not spent or sums is None or sums.order is not before.order or sums.shape_at is None
+            or before.quota.scoped or before.calendar.active):
+        return lambda at: False
+    shape_at, order, inflight = sums.shape_at, before.order, before.evictions.inflight
+
+    def inert(at: int) -> bool:
+        shape = shape_at[at]
+        if shape is None or shape not in spent:
+            return False
+        x = order[at]
+        return (tier_rank(x.tier) != REALTIME and not x.held and not x.after and x.array_id is None
+                and x.not_before is None and x.min_pods is None and not x.roles and x.id not in inflight)
+
+    return inert
+
+
 def wins_bidding_nothing(cycle: CycleState, job: PendingJob, place: int) -> bool:
     """Whether ``job``, about to be admitted at ``place`` of ``cycle.order``, would have been admitted had it bid
     nothing, as ``surely_wins`` shows from the cycle's state before the admission: then its critical bid is 0
     and no fork need be taken."""
-    changed = replace(job, bid=0)
-    key = cycle.scorer.order_key(changed)
+    key = cycle.scorer.key_at_bid(job, cycle.keys[place], 0)
     if key < cycle.keys[place]:
         return False
-    return surely_wins(cycle, changed, place + 1, bisect_left(cycle.keys, key))
+    return surely_wins(cycle, job, place + 1, bisect_left(cycle.keys, key))  # (the bound reads no bid)
 
 
 def surely_wins(before: CycleState, job: PendingJob, start: int, stop: int) -> bool:

@@ -214,3 +214,26 @@ def test_truthful_bidding_is_dominant_inside_a_quota(snap, data):
     truthful = _utility(_outcome(snap, target, value), value, base)
     for other in {0, value // 2, max(0, value - 1), value + 1, 2 * value + 1, data.draw(st.integers(0, 12_000))}:
         assert _utility(_outcome(snap, target, other), value, base) <= truthful, other
+
+
+@pytest.mark.parametrize("edf", [0.0, 6 * 3600.0])
+def test_a_key_at_another_bid_is_the_key_of_the_job_with_that_bid(edf):
+    # The bound and the replays ask each winner's key at a lower bid without copying the job: it must be the
+    # very key (float for float) that the job with that bid gets, in every group of the order.
+    from benchmarks.engine import make_snapshot
+    from engine.ordering import Scorer
+
+    snap = make_snapshot(400, 60, seed=3)
+    policy = replace(snap.policy, deadline_edf_horizon_s=edf, starvation_s=8 * 3600.0)
+    pending = tuple(replace(j, expedited_since=j.submitted_at + 60) if j.id % 37 == 0 else j for j in snap.pending)
+    snap = replace(snap, policy=policy, pending=pending)
+    scorer = Scorer(snap)
+    groups = set()
+    for j in snap.pending:
+        key = scorer.cycle_key(j)
+        groups.add(key[1:3])
+        for bid in (0, 1, j.bid // 3, j.bid + 17):
+            assert scorer.key_at_bid(j, key, bid) == Scorer(snap).order_key(replace(j, bid=bid)), (j.id, bid)
+    assert {(-1, 0), (1, 0), (1, 1)} <= groups  # expedited, starving and scored jobs among them
+    if edf:
+        assert any(g == -1 for _, g in groups)  # and deadlines at risk
