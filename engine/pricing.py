@@ -132,8 +132,7 @@ def _inert(before: CycleState) -> Callable[[int], bool]:
     that it can neither start nor reserve: nothing comes back within a cycle, so it never will) and it is a
     plain job whose wait then touches nothing another job reads. Not a realtime job (it may evict, and an
     eviction relaxes a pool's headroom and holds the evicting job's credits and GPUs), nor one whose victims
-    are already leaving (its wait is an eviction under way: it holds nothing today, but what an eviction holds
-    is the eviction code's to change, and such jobs are few), nor one the sweeps' gates, a back-off, a resize, CPU roles or a
+    are already leaving (it holds the same), nor one the sweeps' gates, a back-off, a resize, CPU roles or a
     booking judge otherwise than by its shape; and none at all under per-cluster quotas, where a job may start
     on a cluster's own quota that the shape does not see. Its own verdict, reason and traces are all a
     replay of it would leave, and a replay asks only about its winner."""
