@@ -150,22 +150,3 @@ def test_a_replay_leaves_out_only_jobs_that_cannot_change_its_winner(left_out, s
     fast = Cycle(snap).run()
     assert left_out["left out"] > 0 and left_out["judged"] > 0
     assert fast == Cycle(snap, fork_prices=False).run()
-
-
-def test_a_replay_judges_a_realtime_job_that_cannot_start_since_its_eviction_holds_credits(left_out):
-    # One 16-GPU node, 8 GPUs run by B's elastic job. Realtime: B's 1-GPU job 1 bids the most, A's 4-GPU job 2
-    # next, A's 12-GPU job 3 last; A has credits for one hold of 100. Job 1's bound finds job 3's shape spent
-    # (12 GPUs do not fit in 8 free, and nothing reserves). Had job 2 bid nothing, job 3 would have gone first,
-    # evicted B's job and set its hold aside: job 2 would wait on A's credits. So job 2 pays the bid that put it
-    # ahead of job 3, which only a replay that judges job 3 finds, though it can neither start nor reserve.
-    snap = (Snap().nodes(1, gpus=16).quota("A", 16).quota("B", 16)
-            .running(run(900, dept="B", on="n0", gpus=8, tier="elastic", ran=7200.0))
-            .pending(job(1, dept="B", gpus=1, tier="realtime", bid=300_000, hold=100),
-                     job(2, dept="A", gpus=4, tier="realtime", bid=200_000, hold=100),
-                     job(3, dept="A", gpus=12, tier="realtime", bid=100_000, hold=100))
-            .policy(reservation_depth=0, realtime_headroom_gpus=0).credits(A=150, B=10_000).build())
-    fast = Cycle(snap).run()
-    assert fast == Cycle(snap, fork_prices=False).run()
-    prices = {a.job_id: a.price for a in fast.admissions}
-    assert prices[1] is None and prices[2] is not None and 0 < prices[2] <= 200_000
-    assert left_out["judged"] > 0
