@@ -116,41 +116,12 @@ def price_from(cycle: CycleState, before: CycleState, job: PendingJob, place: in
             return True
         changed = replace(job, bid=bid)
         replay = fork(before)
-        order, inert = cycle.order, _inert(before)
-        for at in range(place + 1, stop):
-            if not inert(at):
-                replay.consider(order[at])
+        for other in cycle.order[place + 1 : stop]:
+            replay.consider(other)
         replay.consider(changed)
         return job.id in replay.admissions
 
     return critical_bid(job.bid, wins)
-
-
-def _inert(before: CycleState) -> Callable[[int], bool]:
-    """Which jobs of the order a replay from ``before`` may leave out: they cannot change whether its winner is
-    admitted. A job is inert when its shape is spent (``surely_wins`` found at a state no later than ``before``
-    that it can neither start nor reserve: nothing comes back within a cycle, so it never will) and it is a
-    plain job whose wait then touches nothing another job reads. Not a realtime job (it may evict, and an
-    eviction relaxes a pool's headroom and holds the evicting job's credits and GPUs), nor one whose victims
-    are already leaving (it holds the same), nor one the sweeps' gates, a back-off, a resize, CPU roles or a
-    booking judge otherwise than by its shape; and none at all under per-cluster quotas, where a job may start
-    on a cluster's own quota that the shape does not see. Its own verdict, reason and traces are all a
-    replay of it would leave, and a replay asks only about its winner."""
-    sums, spent = before.order_sums, before.spent_shapes
-    if (not spent or sums is None or sums.order is not before.order or sums.shape_at is None
-            or before.quota.scoped or before.calendar.active):
-        return lambda at: False
-    shape_at, order, inflight = sums.shape_at, before.order, before.evictions.inflight
-
-    def inert(at: int) -> bool:
-        shape = shape_at[at]
-        if shape is None or shape not in spent:
-            return False
-        x = order[at]
-        return (tier_rank(x.tier) != REALTIME and not x.held and not x.after and x.array_id is None
-                and x.not_before is None and x.min_pods is None and not x.roles and x.id not in inflight)
-
-    return inert
 
 
 def wins_bidding_nothing(cycle: CycleState, job: PendingJob, place: int) -> bool:
