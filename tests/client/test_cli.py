@@ -422,11 +422,11 @@ def test_clone_adds_data_workers_for_a_job_whose_gpus_wait_for_data(gpup, lab, s
     assert gpup("clone", job.pk, "--add-data-workers", "0").exit_code == 2  # refused before asking
 
 
-def test_credits_are_written_as_people_write_them():
-    from gpuportal.cli import _credits
+def test_a_quote_of_one_credit_says_credit(gpup, lab, job_file):
+    from quotas.models import Price
 
-    assert _credits(1) == "1 credit"
-    assert _credits(1.0) == "1 credit"
-    assert _credits(0.5) == "0.5 credits"
-    assert _credits(6) == "6 credits"
-    assert _credits(0) == "0 credits"
+    Price.objects.create(flavor=lab.a100, tier="elastic", per_gpu_hour=1000)
+    one = job_file(JOB_YAML.replace("gpus: 2", "gpus: 1").replace("7200", "3600"), name="one.yaml")
+    result = gpup("quote", "-f", one)  # 1 GPU x 1 h x 1 credit
+    assert result.exit_code == 0, result.output
+    assert "at most 1 credit\n" in result.stdout
