@@ -38,9 +38,9 @@ def main() -> None:
     db = os.environ.get("DATABASE_URL", "")
     if not db.startswith("postgres"):
         sys.exit("set DATABASE_URL=postgres://... (the cycle keeps rows only on PostgreSQL)")
-    from benchmarks.e2e import _recreate_database
+    from benchmarks.e2e import recreate_database
 
-    _recreate_database(db)
+    recreate_database(db)
     os.environ.update({"SIM_SPEEDUP": "1", "CELERY_TASK_ALWAYS_EAGER": "1", "LOG_LEVEL": "WARNING",
                        "DJANGO_SETTINGS_MODULE": "portal.settings", "DB_CONN_MAX_AGE": "600"})
     import django
@@ -49,9 +49,9 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
-    from benchmarks.e2e import _seed
+    from benchmarks.e2e import seed_lab
 
-    _seed(args.departments, args.nodes, users=1)
+    seed_lab(args.departments, args.nodes, users=1)
     rng = random.Random(args.seed)
     users = _users()
     t = time.monotonic()
@@ -140,13 +140,12 @@ class _Held:
 def _backend_cpu_ms() -> float:
     from django.db import connection
 
-    from benchmarks.proc_cpu import TICK, _stat
+    from benchmarks.proc_cpu import own_cpu_ms
 
     with connection.cursor() as cur:
         cur.execute("SELECT pg_backend_pid()")
         pid = cur.fetchone()[0]
-    fields = _stat(pid)
-    return 0.0 if fields is None else sum(int(f) for f in fields[11:13]) * 1000 / TICK
+    return own_cpu_ms(pid) or 0.0
 
 
 def _measure(fn, profile=None) -> dict:

@@ -80,7 +80,7 @@ def main() -> None:
     broker = os.environ.get("CELERY_BROKER_URL", "")
     if not db.startswith("postgres") or not broker.startswith("redis"):
         sys.exit("set DATABASE_URL=postgres://... and CELERY_BROKER_URL=redis://... (the real stack)")
-    _recreate_database(db)
+    recreate_database(db)
     run = os.urandom(3).hex()
     fake = None
     if args.fake_kube:
@@ -95,7 +95,7 @@ def main() -> None:
     import django
 
     django.setup()
-    tokens = _seed(args.departments, args.nodes, kube=kube, gpu_resource=args.gpu_resource, node_label=node_label,
+    tokens = seed_lab(args.departments, args.nodes, kube=kube, gpu_resource=args.gpu_resource, node_label=node_label,
                    users=args.users)
     _flush_broker(broker)
     baseline, core, namespaces = None, None, []
@@ -295,7 +295,7 @@ def _run(cmd, env):
     subprocess.run(cmd, cwd=ROOT, env=env, check=True)
 
 
-def _recreate_database(url: str) -> None:
+def recreate_database(url: str) -> None:
     import psycopg
 
     u = urlparse(url)
@@ -312,7 +312,7 @@ def _flush_broker(url: str) -> None:
     redis.Redis.from_url(url).flushdb()
 
 
-def _seed(departments: int, nodes: int, *, kube: bool = False, gpu_resource: str = "nvidia.com/gpu",
+def seed_lab(departments: int, nodes: int, *, kube: bool = False, gpu_resource: str = "nvidia.com/gpu",
           node_label: tuple[str, str] | None = ("gpu-type", "a100"), users: int = 1) -> list[str]:
     from django.contrib.auth import get_user_model
 

@@ -18,6 +18,12 @@ def _stat(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2:].split()  # the fields after the command name, which may hold spaces
 
 
+def own_cpu_ms(pid: int) -> float | None:
+    """User + system CPU of ``pid`` itself (not its children), in ms; None when it is gone."""
+    fields = _stat(pid)
+    return None if fields is None else sum(int(f) for f in fields[11:13]) * 1000 / TICK
+
+
 def cpu_ms(pid: int) -> float:
     """User + system CPU of ``pid``, its waited-for children and its live descendants, in ms (0 when gone)."""
     children: dict[int, list[int]] = {}
@@ -70,9 +76,9 @@ class DatabaseBackends:
             except OSError:
                 continue
             if cmdline.startswith("postgres:") and self.marker in cmdline:
-                fields = _stat(int(entry.name))
-                if fields is not None:
-                    self.seen[int(entry.name)] = sum(int(f) for f in fields[11:13]) * 1000 / TICK
+                ms = own_cpu_ms(int(entry.name))
+                if ms is not None:
+                    self.seen[int(entry.name)] = ms
 
     def cpu_ms(self) -> float:
         return sum(self.seen.values())
