@@ -20,6 +20,38 @@ from .routes import delete_route
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
+def stop_pod(conn: KubeConnection, pod: dict, namespace: str, *, partial: bool) -> bool | EvictionOutcome:
+    """Ask one pod to go: an eviction when it runs (its PodDisruptionBudgets decide), a DELETE when it ended or
+    was never bound (nothing runs in it to disrupt). True: asked; False: already gone; an outcome "blocked"
+    when a budget refuses (``partial``: some of the attempt's pods are gone already). A conflict is an error
+    to retry."""
+    name = pod["metadata"]["name"]
+    runs = ((pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+            and not pod["metadata"].get("deletionTimestamp") and (pod.get("spec") or {}).get("nodeName"))
+    try:
+        if runs:
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+            conn.call.json(conn.core.create_namespaced_pod_eviction, name, namespace, body)
+        else:
+            conn.call.json(conn.core.delete_namespaced_pod, name, namespace)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        if exc.status == 429:
+            causes = "; ".join(c.get("message", "") for c in exc.causes if c.get("message"))
+            return EvictionOutcome("blocked", pods=(name,), message=causes or exc.message, partial=partial)
+        if exc.status == 409:
+            raise BackendError(f"eviction of {namespace}/{name} conflicted; retry") from exc
+        raise
+    except ClusterUnavailable as exc:
+        if MULTIPLE_PDBS not in str(exc):
+            raise
+        # the 500 of a pod under several budgets: a refusal no retry cures until someone changes them
+        return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
+                               partial=partial)
+    return True
+
+
 class PodEviction(KubeConnection):
     """``evict``, ``remove_pods`` and ``delete_pods``."""
 
@@ -105,34 +137,11 @@ class PodEviction(KubeConnection):
         pods = self._attempt_pods(namespace, job_id, attempt)
         removed: list[str] = []
         for index in sorted(pods):
-            pod = pods[index]
-            name = pod["metadata"]["name"]
-            phase = (pod.get("status") or {}).get("phase")
-            runs = (phase not in TERMINAL_PHASES and not pod["metadata"].get("deletionTimestamp")
-                    and (pod.get("spec") or {}).get("nodeName"))
-            try:
-                if runs:
-                    body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                            "metadata": {"name": name, "namespace": namespace}}
-                    self.call.json(self.core.create_namespaced_pod_eviction, name, namespace, body)
-                else:
-                    self.call.json(self.core.delete_namespaced_pod, name, namespace)
-                removed.append(name)
-            except ApiError as exc:
-                if exc.status == 404:
-                    continue
-                if exc.status == 429:
-                    causes = "; ".join(c.get("message", "") for c in exc.causes if c.get("message"))
-                    return EvictionOutcome("blocked", pods=(name,), message=causes or exc.message,
-                                           partial=bool(removed) or len(pods) < max(pods) + 1)
-                if exc.status == 409:
-                    raise BackendError(f"eviction of {namespace}/{name} conflicted; retry") from exc
-                raise
-            except ClusterUnavailable as exc:
-                if MULTIPLE_PDBS not in str(exc):
-                    raise
-                return EvictionOutcome("blocked", pods=(name,), message=f"{namespace}/{name}: {MULTIPLE_PDBS}",
-                                       partial=bool(removed))
+            stopped = stop_pod(self, pods[index], namespace, partial=bool(removed) or len(pods) < max(pods) + 1)
+            if stopped is True:
+                removed.append(pods[index]["metadata"]["name"])
+            elif stopped is not False:
+                return stopped
         self._delete_objects(job_id=job_id, attempt=attempt, namespace=namespace, objects=objects,
                              budget=objects.budget and not failed)
         return EvictionOutcome("accepted" if removed else "gone", pods=tuple(removed))

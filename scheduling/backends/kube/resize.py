@@ -12,20 +12,17 @@ from typing import Any
 from scheduling.backends.base import (
     SIZE_ANNOTATION,
     BackendError,
-    ClusterUnavailable,
     EvictionOutcome,
     PodSet,
 )
 
 from .client import ApiError
 from .connection import KubeConnection
-from .errors import MULTIPLE_PDBS, backend_errors
+from .errors import backend_errors
+from .eviction import stop_pod
 from .podspec import attempt_base_name, pdb_min_available, size_text, validate_podset
 
 log = logging.getLogger(__name__)
-
-TERMINAL_PHASES = ("Succeeded", "Failed")
-
 
 class PodResizing(KubeConnection):
     """``resize``: grow (gated creation, then ungating) or shrink (evictions, highest rank first). Uses the
@@ -79,36 +76,14 @@ class PodResizing(KubeConnection):
         asked: list[str] = []
         for index in leaving:
             pod = pods[index]
-            name = pod["metadata"]["name"]
-            if pod["metadata"].get("deletionTimestamp"):
-                asked.append(name)
+            if pod["metadata"].get("deletionTimestamp"):  # (already on its way out)
+                asked.append(pod["metadata"]["name"])
                 continue
-            runs = ((pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
-                    and (pod.get("spec") or {}).get("nodeName"))
-            try:
-                if runs:
-                    body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                            "metadata": {"name": name, "namespace": podset.namespace}}
-                    self.call.json(self.core.create_namespaced_pod_eviction, name, podset.namespace, body)
-                else:  # ended, or never bound (gated): nothing runs in it to disrupt
-                    self.call.json(self.core.delete_namespaced_pod, name, podset.namespace)
-                asked.append(name)
-            except ApiError as exc:
-                if exc.status == 404:
-                    continue
-                if exc.status == 429:
-                    causes = "; ".join(c.get("message", "") for c in exc.causes if c.get("message"))
-                    return EvictionOutcome("blocked", pods=(name,), message=causes or exc.message,
-                                           partial=bool(asked))
-                if exc.status == 409:
-                    raise BackendError(f"eviction of {podset.namespace}/{name} conflicted; retry") from exc
-                raise
-            except ClusterUnavailable as exc:
-                if MULTIPLE_PDBS not in str(exc):
-                    raise
-                # the 500 of a pod under several budgets: a refusal no retry cures until someone changes them
-                return EvictionOutcome("blocked", pods=(name,), message=f"{podset.namespace}/{name}: {MULTIPLE_PDBS}",
-                                       partial=bool(asked))
+            stopped = stop_pod(self, pod, podset.namespace, partial=bool(asked))
+            if stopped is True:
+                asked.append(pod["metadata"]["name"])
+            elif stopped is not False:
+                return stopped
         left = [i for i in self._attempt_pods(podset.namespace, podset.job_id, podset.attempt) if i >= size]
         return EvictionOutcome("pending" if left else "done", pods=tuple(asked))
 
